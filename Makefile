@@ -1,0 +1,51 @@
+# gpuconform: GPU-scheduling conformance for Kubernetes.
+# `make test` is what CI runs (.ci/run); `make e2e` is the main job on the local offline cluster.
+
+SHELL := /usr/bin/env bash -o pipefail
+GO ?= go
+ARTIFACTS ?= $(CURDIR)/_artifacts
+KUBECONFIG_LOCAL := $(CURDIR)/_output/kubeconfig
+GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
+# Extra arguments for the suite, e.g. E2E_ARGS='--ginkgo.label-filter=path:dra'.
+E2E_ARGS ?=
+E2E_TIMEOUT ?= 60m
+
+.PHONY: help build unit vet lint cluster cluster-down cluster-logs e2e test report clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+build: ## build the gpuconform CLI into _output/bin
+	@mkdir -p _output/bin
+	$(GO) build -o $(GPUCONFORM) ./cmd/gpuconform
+
+unit: ## unit tests (no cluster)
+	$(GO) test $$($(GO) list ./... | grep -v /suites/)
+
+vet: ## go vet
+	$(GO) vet ./...
+
+lint: vet ## go vet and gofmt
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+cluster: build ## bring up (or revive) the local offline GPU cluster
+	$(GPUCONFORM) cluster up
+
+cluster-down: build ## delete the local cluster (caches stay)
+	$(GPUCONFORM) cluster down
+
+cluster-logs: build ## collect the local cluster's logs into $(ARTIFACTS)/cluster-logs
+	$(GPUCONFORM) cluster logs $(ARTIFACTS)/cluster-logs
+
+e2e: cluster ## run the conformance suite against the local cluster and write the report
+	ARTIFACTS=$(ARTIFACTS) $(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./suites/conformance/ -args \
+		--kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) $(E2E_ARGS) 2>&1 | tee $(ARTIFACTS).log | grep -v '^\s*$$' | tail -n 400 ; \
+	rc=$$?; $(GPUCONFORM) report $(ARTIFACTS) > /dev/null || true; exit $$rc
+
+report: build ## render the signoff report from $(ARTIFACTS)
+	$(GPUCONFORM) report $(ARTIFACTS)
+
+test: vet unit e2e ## what CI runs: vet, unit tests, then the suite on the local cluster
+
+clean: ## remove this checkout's outputs (the machine-wide build cache stays)
+	rm -rf _output _artifacts

@@ -1,0 +1,85 @@
+// Command fake-device-plugin is a kubelet device plugin that advertises fake NVIDIA GPUs on a node of the
+// local test cluster. All behaviour lives in internal/fakeplugin; this file only turns flags and the
+// environment into its Config and wires signals and the Kubernetes client.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"gpuconform.io/gpuconform/internal/fakeplugin"
+)
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	if err := run(log); err != nil {
+		log.Error("fake-device-plugin failed", "err", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger) error {
+	cfg := fakeplugin.DefaultConfig()
+	cfg.Logger = log
+	var fault, kubeconfig string
+	flag.StringVar(&cfg.PluginDir, "device-plugin-dir", cfg.PluginDir, "kubelet device-plugins directory holding kubelet.sock")
+	flag.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "node this plugin runs on (default $NODE_NAME, from the downward API)")
+	flag.StringVar(&cfg.ResourceName, "resource-name", cfg.ResourceName, "extended resource name to advertise")
+	flag.IntVar(&cfg.Devices, "devices", cfg.Devices, "number of physical fake GPUs")
+	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "time-slicing replicas per GPU (1 = no sharing)")
+	flag.StringVar(&fault, "fault", "", `inject a fault to prove the suite catches it: "" (none) or "wrong-ids"`)
+	flag.StringVar(&cfg.Product, "product", cfg.Product, "GPU product name for the nvidia.com/gpu.product label")
+	flag.IntVar(&cfg.MemoryMiB, "memory-mib", cfg.MemoryMiB, "GPU memory in MiB for the nvidia.com/gpu.memory label")
+	flag.StringVar(&cfg.DriverVersion, "driver-version", cfg.DriverVersion, "driver version for the nvidia.com/cuda.driver-version.* labels")
+	flag.StringVar(&cfg.CUDAVersion, "cuda-version", cfg.CUDAVersion, "CUDA version for the nvidia.com/cuda.runtime-version.* labels")
+	flag.StringVar(&cfg.Family, "family", cfg.Family, "GPU architecture family for the nvidia.com/gpu.family label")
+	flag.StringVar(&cfg.PluginVersion, "version", cfg.PluginVersion, "plugin version published as gpuconform.io/fake-device-plugin-version")
+	flag.DurationVar(&cfg.SocketPollInterval, "socket-poll-interval", cfg.SocketPollInterval, "how often to check that our socket survived (kubelet restarts delete it)")
+	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for running outside a pod (default: in-cluster config)")
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %v", flag.Args())
+	}
+	cfg.Fault = fakeplugin.Fault(fault)
+
+	plugin, err := fakeplugin.New(cfg)
+	if err != nil {
+		return err
+	}
+	client, err := newClient(kubeconfig)
+	if err != nil {
+		return err
+	}
+	// SIGTERM is how the kubelet stops the DaemonSet pod during a rollout; stopping cleanly removes our
+	// socket so the kubelet marks the resource unavailable at once instead of waiting for a dead endpoint.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	log.Info("starting fake device plugin", "plugin", plugin.String(), "fault", fault, "version", cfg.PluginVersion)
+	return plugin.Run(ctx, client)
+}
+
+func newClient(kubeconfig string) (kubernetes.Interface, error) {
+	var (
+		rc  *rest.Config
+		err error
+	)
+	if kubeconfig != "" {
+		rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		rc, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	rc.UserAgent = "gpuconform-fake-device-plugin"
+	return kubernetes.NewForConfig(rc)
+}

@@ -1,0 +1,222 @@
+// Command gpu-workload is the test workload image of the gpuconform suite: one static binary whose
+// subcommands play the workloads the suite schedules.
+//
+//	gpu-workload probe [--expect N] [--expect-ids id1,id2]
+//	gpu-workload train --steps S --step-duration D --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
+//	gpu-workload podresources [--socket PATH] [--namespace NS] [--pod NAME] [--timeout D]
+//
+// Every subcommand prints JSON lines on stdout. Exit codes: 0 success (train also on SIGTERM after a
+// final checkpoint), 1 failed check or runtime error, 2 usage error.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"gpuconform.io/gpuconform/internal/workload/podresources"
+	"gpuconform.io/gpuconform/internal/workload/probe"
+	"gpuconform.io/gpuconform/internal/workload/termlog"
+	"gpuconform.io/gpuconform/internal/workload/train"
+)
+
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+const usage = `usage: gpu-workload <command> [flags]
+
+commands:
+  probe         report the devices this container sees; fail if they differ from --expect/--expect-ids
+  train         restartable training loop that checkpoints and resumes (preemption scenarios)
+  podresources  ask the kubelet which devices it allocated to pods
+
+Run 'gpu-workload <command> -h' for the flags of a command.
+`
+
+func main() {
+	// SIGTERM is how Kubernetes preempts or evicts; cancelling the context lets train save its last
+	// completed step. SIGINT does the same for someone running the binary by hand.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run dispatches to a subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return exitUsage
+	}
+	switch args[0] {
+	case "probe":
+		return runProbe(ctx, args[1:], stdout, stderr)
+	case "train":
+		return runTrain(ctx, args[1:], stdout, stderr)
+	case "podresources":
+		return runPodResources(ctx, args[1:], stdout, stderr)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	default:
+		fmt.Fprintf(stderr, "gpu-workload: unknown command %q\n\n%s", args[0], usage)
+		return exitUsage
+	}
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting, so run stays testable.
+func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: gpu-workload %s %s\n\nflags:\n", name, synopsis)
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parseFlags parses args and returns the exit code to use when parsing ended the command.
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (exit int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK, true
+		}
+		return exitUsage, true // flag has already printed the error and the usage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gpu-workload %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return exitUsage, true
+	}
+	return 0, false
+}
+
+// usageError prints msg and the subcommand's usage.
+func usageError(fs *flag.FlagSet, stderr io.Writer, msg string) int {
+	fmt.Fprintf(stderr, "gpu-workload %s: %s\n", fs.Name(), msg)
+	fs.Usage()
+	return exitUsage
+}
+
+// optionalInt is an int flag that remembers whether it was given, because --expect 0 ("must see no
+// device") is different from no --expect at all.
+type optionalInt struct{ value *int }
+
+func (o *optionalInt) String() string {
+	if o.value == nil {
+		return ""
+	}
+	return strconv.Itoa(*o.value)
+}
+
+func (o *optionalInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("not an integer: %q", s)
+	}
+	o.value = &n
+	return nil
+}
+
+func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("probe", "[--expect N] [--expect-ids id1,id2]", stderr)
+	var expect optionalInt
+	fs.Var(&expect, "expect", "exact number of devices the container must see (0: none)")
+	expectIDs := fs.String("expect-ids", "", "comma-separated device IDs the container must see, no more, no fewer")
+	if code, done := parseFlags(fs, args, stderr); done {
+		return code
+	}
+
+	var e probe.Expectation
+	if expect.value != nil {
+		if *expect.value < 0 {
+			return usageError(fs, stderr, fmt.Sprintf("--expect must be >= 0, got %d", *expect.value))
+		}
+		e.Count = expect.value
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "expect-ids" {
+			// Given but empty means "expect no devices", hence a non-nil empty list.
+			e.IDs = []string{}
+			for _, id := range strings.Split(*expectIDs, ",") {
+				if id = strings.TrimSpace(id); id != "" {
+					e.IDs = append(e.IDs, id)
+				}
+			}
+		}
+	})
+
+	report, err := probe.Run(ctx, probe.Options{}, e, stdout, termlog.DefaultPath)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpu-workload probe: %v\n", err)
+		return exitFail
+	}
+	if !report.OK {
+		fmt.Fprintf(stderr, "gpu-workload probe: %s\n", report.Message)
+		return exitFail
+	}
+	return exitOK
+}
+
+func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("train", "--steps S --step-duration D --checkpoint-dir DIR --checkpoint-every K [--work-id ID]", stderr)
+	cfg := train.Config{TerminationLogPath: termlog.DefaultPath, Warnings: stderr}
+	fs.IntVar(&cfg.Steps, "steps", 0, "total steps of the work (required, > 0)")
+	fs.DurationVar(&cfg.StepDuration, "step-duration", 0, "simulated work per step, e.g. 500ms (>= 0)")
+	fs.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "directory for checkpoints; must survive the pod (required)")
+	fs.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "checkpoint every K steps (required, > 0)")
+	fs.StringVar(&cfg.WorkID, "work-id", train.DefaultWorkID, "identity of the work; checkpoints of another work are never resumed")
+	if code, done := parseFlags(fs, args, stderr); done {
+		return code
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError(fs, stderr, err.Error())
+	}
+	if _, err := train.Run(ctx, cfg, stdout); err != nil {
+		fmt.Fprintf(stderr, "gpu-workload train: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
+
+func runPodResources(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("podresources", "[--socket PATH] [--namespace NS] [--pod NAME] [--timeout D]", stderr)
+	socket := fs.String("socket", podresources.DefaultSocket, "kubelet PodResources unix socket")
+	var filter podresources.Filter
+	fs.StringVar(&filter.Namespace, "namespace", "", "only pods in this namespace")
+	fs.StringVar(&filter.Pod, "pod", "", "only pods with this name")
+	timeout := fs.Duration("timeout", podresources.DefaultTimeout, "deadline for connecting and listing")
+	if code, done := parseFlags(fs, args, stderr); done {
+		return code
+	}
+	if *timeout <= 0 {
+		return usageError(fs, stderr, fmt.Sprintf("--timeout must be > 0, got %s", *timeout))
+	}
+
+	report, err := podresources.Query(ctx, *socket, filter, *timeout)
+	code := exitOK
+	if err != nil {
+		// The JSON line still goes out, so the suite's log reader sees the reason too.
+		report.Error = err.Error()
+		fmt.Fprintf(stderr, "gpu-workload podresources: %v\n", err)
+		code = exitFail
+	}
+	line, err := json.Marshal(report)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpu-workload podresources: encoding report: %v\n", err)
+		return exitFail
+	}
+	fmt.Fprintf(stdout, "%s\n", line)
+	return code
+}

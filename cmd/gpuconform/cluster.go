@@ -1,0 +1,65 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+
+	"gpuconform.io/gpuconform/infra/localcluster"
+)
+
+func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, "usage: gpuconform cluster up|down|logs\n")
+		return 2
+	}
+	wd, _ := os.Getwd()
+	root, err := localcluster.FindRepoRoot(wd)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform cluster: %v\n", err)
+		return 2
+	}
+	opts := localcluster.DefaultOptions(root)
+	opts.Log = stderr
+	fs := flagSet("cluster "+args[0], stderr)
+	switch args[0] {
+	case "up":
+		fs.StringVar(&opts.NodeImage, "node-image", "", "use this kind node image instead of building one")
+		fs.IntVar(&opts.GPUWorkers, "gpu-workers", opts.GPUWorkers, "workers in the GPU pool")
+		fs.IntVar(&opts.CanaryWorkers, "canary-workers", opts.CanaryWorkers, "workers in the canary pool")
+		fs.IntVar(&opts.DevicesPerNode, "devices", opts.DevicesPerNode, "fake devices per node on each allocation path")
+	case "down", "logs":
+	default:
+		fmt.Fprintf(stderr, "gpuconform cluster: unknown subcommand %q (up, down, logs)\n", args[0])
+		return 2
+	}
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+	c, err := localcluster.New(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform cluster: %v\n", err)
+		return 1
+	}
+	switch args[0] {
+	case "up":
+		err = c.Up(ctx)
+		if err == nil {
+			fmt.Fprintf(stderr, "kubeconfig: %s\n", c.Kubeconfig())
+		}
+	case "down":
+		err = c.Down(ctx)
+	case "logs":
+		if fs.NArg() != 1 {
+			fmt.Fprint(stderr, "usage: gpuconform cluster logs DIR\n")
+			return 2
+		}
+		err = c.Logs(ctx, fs.Arg(0))
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform cluster %s: %v\n", args[0], err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
+
+	"gpuconform.io/gpuconform/framework/diagnose"
+)
+
+// Exit codes of `gpuconform diagnose`.
+const (
+	// diagnoseExitOK: a verdict was reached, whatever the workload's stage.
+	diagnoseExitOK = 0
+	// diagnoseExitUsage: the command line is wrong.
+	diagnoseExitUsage = 2
+	// diagnoseExitUnreachable: no kubeconfig, no API server, or no such target.
+	diagnoseExitUnreachable = 3
+)
+
+const diagnoseUsage = `Usage: gpuconform diagnose KIND/NAME [flags]
+
+Say where a workload is waiting (queue, scheduler, DRA, kubelet/runtime,
+application) and why, quoting the exact condition or event. Read-only: it
+only gets and lists objects.
+
+KIND is job, workload or pod (plural and kubectl forms such as
+workloads.kueue.x-k8s.io are accepted). "KIND NAME" also works.
+
+Exit codes: 0 diagnosed, 2 usage error, 3 cannot connect or target not found.
+
+Flags:
+`
+
+// diagnoseCommand runs `gpuconform diagnose`. main.go dispatches to it with
+// the arguments after the subcommand name.
+func diagnoseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, diagnoseUsage)
+		fs.PrintDefaults()
+	}
+	var namespace, kubeconfig, kubeContext, output string
+	fs.StringVar(&namespace, "namespace", "default", "namespace of the target")
+	fs.StringVar(&namespace, "n", "default", "shorthand for --namespace")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig path (default $KUBECONFIG, then ~/.kube/config)")
+	fs.StringVar(&kubeContext, "context", "", "kubeconfig context (default: the current context)")
+	fs.StringVar(&output, "o", "text", "output format: text or json")
+
+	// Go's flag package stops at the first positional argument; kubectl
+	// users put flags after the target, so parse again after each positional.
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return diagnoseExitOK
+			}
+			return diagnoseExitUsage
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			break
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+
+	target, err := parseDiagnoseTarget(positional, namespace)
+	if err == nil && output != "text" && output != "json" {
+		err = fmt.Errorf("-o %q: use text or json", output)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform diagnose: %v\n", err)
+		fs.Usage()
+		return diagnoseExitUsage
+	}
+
+	clients, err := diagnoseClients(ctx, kubeconfig, kubeContext)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform diagnose: %v\n", err)
+		return diagnoseExitUnreachable
+	}
+	res, err := diagnose.Run(ctx, clients, target)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform diagnose: could not diagnose %s: %v; check that the cluster is reachable and retry.\n", target, err)
+		return diagnoseExitUnreachable
+	}
+	if output == "json" {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			fmt.Fprintf(stderr, "gpuconform diagnose: writing JSON: %v\n", err)
+			return diagnoseExitUnreachable
+		}
+	} else {
+		fmt.Fprint(stdout, res.String())
+	}
+	if res.Reason == diagnose.NotFound {
+		fmt.Fprintf(stderr, "gpuconform diagnose: %s not found; check the name and -n/--namespace (%s).\n", target, target.Namespace)
+		return diagnoseExitUnreachable
+	}
+	return diagnoseExitOK
+}
+
+// parseDiagnoseTarget accepts "KIND/NAME" or "KIND NAME".
+func parseDiagnoseTarget(positional []string, namespace string) (diagnose.Target, error) {
+	var kind, name string
+	switch len(positional) {
+	case 1:
+		var ok bool
+		kind, name, ok = strings.Cut(positional[0], "/")
+		if !ok {
+			return diagnose.Target{}, fmt.Errorf("target %q: want KIND/NAME, e.g. job/train", positional[0])
+		}
+	case 2:
+		kind, name = positional[0], positional[1]
+	case 0:
+		return diagnose.Target{}, errors.New("missing target KIND/NAME, e.g. job/train")
+	default:
+		return diagnose.Target{}, fmt.Errorf("too many arguments %q: want one KIND/NAME", positional)
+	}
+	k, err := diagnose.ParseKind(kind)
+	if err != nil {
+		return diagnose.Target{}, err
+	}
+	if name == "" || strings.Contains(name, "/") {
+		return diagnose.Target{}, fmt.Errorf("target %s/%s: the name is empty or contains a slash", kind, name)
+	}
+	if namespace == "" {
+		return diagnose.Target{}, errors.New("-n/--namespace is empty")
+	}
+	return diagnose.Target{Kind: k, Namespace: namespace, Name: name}, nil
+}
+
+// diagnoseClients builds the clients from the kubeconfig, checks the API
+// server answers, and leaves Kueue nil when kueue.x-k8s.io/v1beta2 is not
+// served so the diagnosis reports APIMissing instead of a 404 per read.
+func diagnoseClients(ctx context.Context, kubeconfig, kubeContext string) (diagnose.Clients, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	}
+	where := kubeconfig
+	if where == "" {
+		where = strings.Join(rules.GetLoadingPrecedence(), ":")
+	}
+	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubeContext}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
+	if err != nil {
+		return diagnose.Clients{}, fmt.Errorf("cannot load a cluster from kubeconfig %s (context %q): %v; pass --kubeconfig and --context, or set KUBECONFIG", where, kubeContext, err)
+	}
+	// The reachability check should fail fast rather than hang on a dead VPN.
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 20 * time.Second
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return diagnose.Clients{}, fmt.Errorf("building a client for %s: %v", cfg.Host, err)
+	}
+	if _, err := kube.Discovery().ServerVersion(); err != nil {
+		return diagnose.Clients{}, fmt.Errorf("cannot reach the API server at %s: %v; check that the cluster is running, that this machine can reach it, and --context", cfg.Host, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return diagnose.Clients{}, err
+	}
+	c := diagnose.Clients{Kube: kube}
+	if _, err := kube.Discovery().ServerResourcesForGroupVersion("kueue.x-k8s.io/v1beta2"); err != nil && apierrors.IsNotFound(err) {
+		return c, nil
+	}
+	if c.Kueue, err = kueueclient.NewForConfig(cfg); err != nil {
+		return diagnose.Clients{}, fmt.Errorf("building a Kueue client for %s: %v", cfg.Host, err)
+	}
+	return c, nil
+}

@@ -1,0 +1,60 @@
+// Command gpuconform is the suite's CLI: it brings up the local offline GPU cluster, runs the conformance
+// suites against a cluster, renders the signoff report, and tells where a workload is waiting.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `gpuconform: GPU-scheduling conformance for Kubernetes
+
+Usage:
+  gpuconform cluster up [--node-image IMG] [--gpu-workers N] [--canary-workers N] [--devices N]
+                                       bring up (or revive) the local offline kind cluster
+  gpuconform cluster down              delete the local cluster (caches and images stay)
+  gpuconform cluster logs DIR          collect node, kubelet, containerd and control-plane logs
+  gpuconform run [suite flags]         run the conformance suite and write the signoff report
+  gpuconform report [ARTIFACTS_DIR]    render the signoff report from a run's artifacts
+  gpuconform diagnose KIND/NAME -n NS  where is this workload waiting, and why (read-only)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	switch args[0] {
+	case "cluster":
+		return clusterCommand(ctx, args[1:], stderr)
+	case "diagnose":
+		return diagnoseCommand(ctx, args[1:], stdout, stderr)
+	case "run":
+		return runCommand(ctx, args[1:], stdout, stderr)
+	case "report":
+		return reportCommand(ctx, args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "gpuconform: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// flagSet makes a flag set that reports errors instead of exiting.
+func flagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}

@@ -1,0 +1,531 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/version"
+	"k8s.io/client-go/kubernetes"
+
+	"gpuconform.io/gpuconform/framework/config"
+)
+
+// GFD (GPU Feature Discovery) node labels read by discovery.
+const (
+	LabelGPUProduct       = "nvidia.com/gpu.product"
+	LabelGPUCount         = "nvidia.com/gpu.count"
+	LabelDriverVersion    = "nvidia.com/cuda.driver-version.full"
+	LabelSharingStrategy  = "nvidia.com/gpu.sharing-strategy"
+	LabelSharingReplicas  = "nvidia.com/gpu.replicas"
+	PreferredGPUResource  = "nvidia.com/gpu"
+	KueueGroupVersion     = "kueue.x-k8s.io/v1beta2"
+	ResourceGroupVersion  = "resource.k8s.io/v1"
+	kueueManagerName      = "kueue-controller-manager"
+	migResourcePrefix     = "nvidia.com/mig-"
+	sharingModeExclusive  = "exclusive"
+	sharingModeMIG        = "mig"
+	unknownVersion        = "unknown"
+)
+
+// Snapshot is what discovery reads from the API server, recorded so the decisions can be made (and
+// tested) without a cluster.
+type Snapshot struct {
+	ServerVersion *version.Info
+	Nodes         []corev1.Node
+	// ResourceAPI is true when resource.k8s.io/v1 is served.
+	ResourceAPI    bool
+	DeviceClasses  []resourcev1.DeviceClass
+	ResourceSlices []resourcev1.ResourceSlice
+	// KueueResources are the resource names served under kueue.x-k8s.io/v1beta2 (empty: not installed).
+	KueueResources []string
+	// KueueDeployment is Kueue's controller Deployment, nil when unreadable.
+	KueueDeployment *appsv1.Deployment
+	// Notes record what could not be read and why (e.g. forbidden), for the report.
+	Notes []string
+}
+
+// Collect reads a Snapshot. Only an unreachable server or unreadable nodes are errors; any other
+// missing piece becomes a note and an absent capability.
+func Collect(ctx context.Context, kube kubernetes.Interface, kueueNamespace string) (Snapshot, error) {
+	var s Snapshot
+	v, err := kube.Discovery().ServerVersion()
+	if err != nil {
+		return s, fmt.Errorf("reading server version: %w", err)
+	}
+	s.ServerVersion = v
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return s, fmt.Errorf("listing nodes (needed to find GPU nodes): %w", err)
+	}
+	s.Nodes = nodes.Items
+
+	if res, err := kube.Discovery().ServerResourcesForGroupVersion(ResourceGroupVersion); err == nil && len(res.APIResources) > 0 {
+		s.ResourceAPI = true
+		if dcs, err := kube.ResourceV1().DeviceClasses().List(ctx, metav1.ListOptions{}); err == nil {
+			s.DeviceClasses = dcs.Items
+		} else {
+			s.Notes = append(s.Notes, fmt.Sprintf("cannot list DeviceClasses: %v", err))
+		}
+		if rs, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{}); err == nil {
+			s.ResourceSlices = rs.Items
+		} else {
+			s.Notes = append(s.Notes, fmt.Sprintf("cannot list ResourceSlices: %v", err))
+		}
+	}
+	if res, err := kube.Discovery().ServerResourcesForGroupVersion(KueueGroupVersion); err == nil {
+		for _, r := range res.APIResources {
+			if !strings.Contains(r.Name, "/") {
+				s.KueueResources = append(s.KueueResources, r.Name)
+			}
+		}
+	}
+	if len(s.KueueResources) > 0 {
+		d, err := kube.AppsV1().Deployments(kueueNamespace).Get(ctx, kueueManagerName, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			s.KueueDeployment = d
+		case apierrors.IsNotFound(err):
+			s.Notes = append(s.Notes, fmt.Sprintf("Kueue CRDs are served but deployment %s/%s was not found; Kueue version unknown", kueueNamespace, kueueManagerName))
+		default:
+			s.Notes = append(s.Notes, fmt.Sprintf("cannot read deployment %s/%s: %v; Kueue version unknown", kueueNamespace, kueueManagerName, err))
+		}
+	}
+	return s, nil
+}
+
+// Capabilities is what the suite decided the cluster offers.
+type Capabilities struct {
+	// ServerVersion is the API server's git version.
+	ServerVersion string
+	// DevicePlugin is the device-plugin path; nil when absent (see NotExercised).
+	DevicePlugin *DevicePluginPath
+	// DRA is the DRA path; nil when absent.
+	DRA *DRAPath
+	// Kueue describes the Kueue installation.
+	Kueue KueueInfo
+	// Sharing is the GPU sharing mode.
+	Sharing Sharing
+	// Pools are the resolved node pools.
+	Pools Pools
+	// Nodes describes every node that has devices on some path.
+	Nodes []NodeInfo
+	// NotExercised says, per absent capability, why it is absent. Keys are path or feature names.
+	NotExercised map[string]string
+	// Notes carry Snapshot notes.
+	Notes []string
+}
+
+// DevicePluginPath is the discovered extended-resource path.
+type DevicePluginPath struct {
+	// ResourceName is the extended resource, e.g. nvidia.com/gpu.
+	ResourceName corev1.ResourceName
+	// Allocatable is the devices per node, for nodes with a non-zero amount.
+	Allocatable map[string]int64
+}
+
+// DRAPath is the discovered DRA path.
+type DRAPath struct {
+	// DeviceClass is the class pods ask for.
+	DeviceClass string
+	// Driver is the driver publishing the slices that class selects.
+	Driver string
+	// Devices lists device names per node from node-local slices.
+	Devices map[string][]string
+	// DriverVersion is a driverVersion attribute from the slices, when present.
+	DriverVersion string
+	// Model is a model/productName attribute from the slices, when present.
+	Model string
+}
+
+// KueueInfo describes Kueue.
+type KueueInfo struct {
+	Present bool
+	Version string
+	// Reason says why Kueue is considered absent.
+	Reason string
+}
+
+// Sharing is the GPU sharing mode.
+type Sharing struct {
+	// Mode is "exclusive", "time-slicing", "mps", "mig" or a mix "a+b".
+	Mode string
+	// Replicas is the time-slicing/MPS replica count, 0 when not shared.
+	Replicas int
+	// MIGResources are the nvidia.com/mig-* resource names seen in allocatable.
+	MIGResources []string
+}
+
+// Pools are the resolved pools.
+type Pools struct {
+	GPU, Canary, KnownGood Pool
+}
+
+// Pool is one resolved pool.
+type Pool struct {
+	// Selector is the configured label selector.
+	Selector string
+	// Nodes are the member node names, sorted.
+	Nodes []string
+	// FellBack is true when the (default) selector matched nothing and the pool is "nodes with devices".
+	FellBack bool
+	// Note explains an empty pool or a fallback.
+	Note string
+}
+
+// NodeInfo describes one GPU node for the compatibility record.
+type NodeInfo struct {
+	Name             string
+	Product          string
+	Driver           string
+	OSImage          string
+	Kernel           string
+	ContainerRuntime string
+	Kubelet          string
+	// DevicePluginDevices is allocatable of the device-plugin resource.
+	DevicePluginDevices int64
+	// DRADevices counts devices of the DRA driver on the node.
+	DRADevices int
+}
+
+// HasPath reports whether the named path was discovered.
+func (c Capabilities) HasPath(path string) bool {
+	switch path {
+	case config.PathDevicePlugin:
+		return c.DevicePlugin != nil
+	case config.PathDRA:
+		return c.DRA != nil
+	}
+	return false
+}
+
+// Discover decides the capabilities from a snapshot and the configuration. It never calls the API.
+func Discover(s Snapshot, cfg config.Config) Capabilities {
+	c := Capabilities{NotExercised: map[string]string{}, Notes: s.Notes}
+	if s.ServerVersion != nil {
+		c.ServerVersion = s.ServerVersion.GitVersion
+	}
+
+	if cfg.WantsPath(config.PathDevicePlugin) {
+		c.DevicePlugin, c.NotExercised[config.PathDevicePlugin] = discoverDevicePlugin(s.Nodes, cfg.DevicePlugin.ResourceName)
+	} else {
+		c.NotExercised[config.PathDevicePlugin] = "not selected by allocationPaths"
+	}
+	if cfg.WantsPath(config.PathDRA) {
+		c.DRA, c.NotExercised[config.PathDRA] = discoverDRA(s, cfg.DRA.DeviceClass)
+	} else {
+		c.NotExercised[config.PathDRA] = "not selected by allocationPaths"
+	}
+	c.Kueue = discoverKueue(s)
+	if !c.Kueue.Present {
+		c.NotExercised["kueue"] = c.Kueue.Reason
+	}
+	c.Sharing = discoverSharing(s.Nodes)
+	c.Nodes = nodeInfos(s.Nodes, c.DevicePlugin, c.DRA)
+	withDevices := make([]string, 0, len(c.Nodes))
+	for _, n := range c.Nodes {
+		withDevices = append(withDevices, n.Name)
+	}
+	c.Pools = Pools{
+		GPU:       resolvePool("gpu", cfg.Pools.GPU, cfg.Pools.Explicit("gpu"), s.Nodes, withDevices, true),
+		Canary:    resolvePool("canary", cfg.Pools.Canary, cfg.Pools.Explicit("canary"), s.Nodes, withDevices, false),
+		KnownGood: resolvePool("knownGood", cfg.Pools.KnownGood, cfg.Pools.Explicit("knownGood"), s.Nodes, withDevices, true),
+	}
+	for k, v := range c.NotExercised {
+		if v == "" {
+			delete(c.NotExercised, k)
+		}
+	}
+	return c
+}
+
+func discoverDevicePlugin(nodes []corev1.Node, configured string) (*DevicePluginPath, string) {
+	totals := map[corev1.ResourceName]int64{}
+	for _, n := range nodes {
+		for name, q := range n.Status.Allocatable {
+			if q.Value() > 0 && isExtendedGPUResource(name) {
+				totals[name] += q.Value()
+			}
+		}
+	}
+	var resource corev1.ResourceName
+	switch {
+	case configured != "":
+		resource = corev1.ResourceName(configured)
+		if totals[resource] == 0 {
+			return nil, fmt.Sprintf("no node has allocatable %s (set by devicePlugin.resourceName)", configured)
+		}
+	case totals[PreferredGPUResource] > 0:
+		resource = PreferredGPUResource
+	default:
+		var candidates []string
+		for name := range totals {
+			if !strings.HasPrefix(string(name), migResourcePrefix) {
+				candidates = append(candidates, string(name))
+			}
+		}
+		if len(candidates) == 0 {
+			return nil, "no node advertises a GPU extended resource in allocatable (looked for nvidia.com/gpu and */*gpu*); set devicePlugin.resourceName if yours is named differently"
+		}
+		sort.Strings(candidates)
+		resource = corev1.ResourceName(candidates[0])
+	}
+	p := &DevicePluginPath{ResourceName: resource, Allocatable: map[string]int64{}}
+	for _, n := range nodes {
+		if q, ok := n.Status.Allocatable[resource]; ok && q.Value() > 0 {
+			p.Allocatable[n.Name] = q.Value()
+		}
+	}
+	return p, ""
+}
+
+// isExtendedGPUResource matches vendor resources that name a GPU (nvidia.com/gpu, amd.com/gpu,
+// gpu.intel.com/i915, nvidia.com/mig-1g.5gb), not kubernetes.io or hugepages resources.
+func isExtendedGPUResource(name corev1.ResourceName) bool {
+	s := string(name)
+	if !strings.Contains(s, "/") || strings.Contains(s, "kubernetes.io/") {
+		return false
+	}
+	return strings.Contains(strings.ToLower(s), "gpu") || strings.HasPrefix(s, migResourcePrefix)
+}
+
+var driverSelectorRE = regexp.MustCompile(`device\.driver\s*==\s*["']([^"']+)["']`)
+
+// deviceClassDriver returns the driver a DeviceClass selects through a `device.driver == "x"` CEL
+// selector, or "" when it selects by other means.
+func deviceClassDriver(dc resourcev1.DeviceClass) string {
+	for _, sel := range dc.Spec.Selectors {
+		if sel.CEL != nil {
+			if m := driverSelectorRE.FindStringSubmatch(sel.CEL.Expression); m != nil {
+				return m[1]
+			}
+		}
+	}
+	return ""
+}
+
+func discoverDRA(s Snapshot, configured string) (*DRAPath, string) {
+	if !s.ResourceAPI {
+		return nil, "the API server does not serve resource.k8s.io/v1 (DRA is not enabled)"
+	}
+	drivers := map[string]bool{}
+	for _, sl := range s.ResourceSlices {
+		if len(sl.Spec.Devices) > 0 {
+			drivers[sl.Spec.Driver] = true
+		}
+	}
+	if len(drivers) == 0 {
+		return nil, "no ResourceSlice publishes devices (no DRA driver is running)"
+	}
+	var class *resourcev1.DeviceClass
+	driver := ""
+	for i := range s.DeviceClasses {
+		dc := &s.DeviceClasses[i]
+		d := deviceClassDriver(*dc)
+		if d == "" && drivers[dc.Name] { // classes named after their driver, selecting by other means
+			d = dc.Name
+		}
+		if configured != "" {
+			if dc.Name == configured {
+				class, driver = dc, d
+			}
+			continue
+		}
+		if d != "" && drivers[d] && (class == nil || dc.Name < class.Name) {
+			class, driver = dc, d
+		}
+	}
+	if class == nil {
+		if configured != "" {
+			return nil, fmt.Sprintf("DeviceClass %q (set by dra.deviceClass) does not exist", configured)
+		}
+		return nil, fmt.Sprintf("no DeviceClass selects a driver that publishes ResourceSlices (drivers: %s); set dra.deviceClass", strings.Join(sortedKeys(drivers), ", "))
+	}
+	if driver == "" {
+		// A configured class selecting by attributes only: count every node-local device.
+		driver = strings.Join(sortedKeys(drivers), ",")
+	}
+	p := &DRAPath{DeviceClass: class.Name, Driver: driver, Devices: map[string][]string{}}
+	for _, sl := range s.ResourceSlices {
+		if !slices.Contains(strings.Split(driver, ","), sl.Spec.Driver) || sl.Spec.NodeName == nil {
+			continue
+		}
+		for _, d := range sl.Spec.Devices {
+			p.Devices[*sl.Spec.NodeName] = append(p.Devices[*sl.Spec.NodeName], d.Name)
+			if v := attr(d, "driverVersion"); v != "" && p.DriverVersion == "" {
+				p.DriverVersion = v
+			}
+			if v := cmpOr(attr(d, "model"), attr(d, "productName")); v != "" && p.Model == "" {
+				p.Model = v
+			}
+		}
+	}
+	if len(p.Devices) == 0 {
+		return nil, fmt.Sprintf("DeviceClass %q selects driver %s, but no node-local ResourceSlice of it has devices", class.Name, driver)
+	}
+	for n := range p.Devices {
+		sort.Strings(p.Devices[n])
+	}
+	return p, ""
+}
+
+func attr(d resourcev1.Device, name string) string {
+	for k, v := range d.Attributes {
+		if string(k) == name || strings.HasSuffix(string(k), "/"+name) {
+			switch {
+			case v.StringValue != nil:
+				return *v.StringValue
+			case v.VersionValue != nil:
+				return *v.VersionValue
+			case v.IntValue != nil:
+				return strconv.FormatInt(*v.IntValue, 10)
+			}
+		}
+	}
+	return ""
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func discoverKueue(s Snapshot) KueueInfo {
+	need := []string{"clusterqueues", "localqueues", "resourceflavors", "workloads"}
+	var missing []string
+	for _, r := range need {
+		if !slices.Contains(s.KueueResources, r) {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) == len(need) {
+		return KueueInfo{Reason: "Kueue is not installed (kueue.x-k8s.io/v1beta2 is not served)"}
+	}
+	if len(missing) > 0 {
+		return KueueInfo{Reason: fmt.Sprintf("Kueue API kueue.x-k8s.io/v1beta2 lacks %s", strings.Join(missing, ", "))}
+	}
+	info := KueueInfo{Present: true, Version: unknownVersion}
+	if s.KueueDeployment != nil {
+		for _, ctr := range s.KueueDeployment.Spec.Template.Spec.Containers {
+			if tag := imageTag(ctr.Image); tag != "" && (ctr.Name == "manager" || info.Version == unknownVersion) {
+				info.Version = tag
+			}
+		}
+	}
+	return info
+}
+
+// imageTag returns the tag of an image reference ("" when absent or only a digest).
+func imageTag(image string) string {
+	ref, _, _ := strings.Cut(image, "@")
+	slash := strings.LastIndex(ref, "/")
+	colon := strings.LastIndex(ref, ":")
+	if colon <= slash {
+		return ""
+	}
+	return ref[colon+1:]
+}
+
+func discoverSharing(nodes []corev1.Node) Sharing {
+	modes := map[string]bool{}
+	sh := Sharing{}
+	mig := map[string]bool{}
+	for _, n := range nodes {
+		if s := n.Labels[LabelSharingStrategy]; s != "" && s != "none" {
+			modes[s] = true
+			if r, err := strconv.Atoi(n.Labels[LabelSharingReplicas]); err == nil && r > sh.Replicas {
+				sh.Replicas = r
+			}
+		}
+		for name, q := range n.Status.Allocatable {
+			if strings.HasPrefix(string(name), migResourcePrefix) && q.Value() > 0 {
+				mig[string(name)] = true
+			}
+		}
+	}
+	if len(mig) > 0 {
+		modes[sharingModeMIG] = true
+		sh.MIGResources = sortedKeys(mig)
+	}
+	if len(modes) == 0 {
+		sh.Mode = sharingModeExclusive
+	} else {
+		sh.Mode = strings.Join(sortedKeys(modes), "+")
+	}
+	return sh
+}
+
+func nodeInfos(nodes []corev1.Node, dp *DevicePluginPath, dra *DRAPath) []NodeInfo {
+	var out []NodeInfo
+	for _, n := range nodes {
+		ni := NodeInfo{
+			Name: n.Name, Product: n.Labels[LabelGPUProduct], Driver: n.Labels[LabelDriverVersion],
+			OSImage: n.Status.NodeInfo.OSImage, Kernel: n.Status.NodeInfo.KernelVersion,
+			ContainerRuntime: n.Status.NodeInfo.ContainerRuntimeVersion, Kubelet: n.Status.NodeInfo.KubeletVersion,
+		}
+		if dp != nil {
+			ni.DevicePluginDevices = dp.Allocatable[n.Name]
+		}
+		if dra != nil {
+			ni.DRADevices = len(dra.Devices[n.Name])
+			if ni.Driver == "" && ni.DRADevices > 0 {
+				ni.Driver = dra.DriverVersion
+			}
+			if ni.Product == "" && ni.DRADevices > 0 {
+				ni.Product = dra.Model
+			}
+		}
+		if ni.DevicePluginDevices > 0 || ni.DRADevices > 0 {
+			out = append(out, ni)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func resolvePool(name, selector string, explicit bool, nodes []corev1.Node, withDevices []string, fallBack bool) Pool {
+	p := Pool{Selector: selector}
+	sel, err := labels.Parse(selector)
+	if err != nil {
+		p.Note = fmt.Sprintf("selector %q is invalid: %v", selector, err)
+		return p
+	}
+	for _, n := range nodes {
+		if sel.Matches(labels.Set(n.Labels)) {
+			p.Nodes = append(p.Nodes, n.Name)
+		}
+	}
+	sort.Strings(p.Nodes)
+	switch {
+	case len(p.Nodes) > 0:
+	case explicit:
+		p.Note = fmt.Sprintf("the configured %s pool selector %q matches no node", name, selector)
+	case fallBack:
+		p.Nodes, p.FellBack = slices.Clone(withDevices), true
+		p.Note = fmt.Sprintf("default selector %q matches no node; using the nodes that have devices", selector)
+	default:
+		p.Note = fmt.Sprintf("default selector %q matches no node and the %s pool never falls back (it may be changed by disruptive specs); configure pools.%s", selector, name, name)
+	}
+	return p
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,434 @@
+// Package config is the suite's configuration: one YAML file (--config) plus flags, flags winning.
+// Everything that differs between the local kind cluster and a real cluster lives here, and nothing
+// else in the suite may assume a value the user could configure.
+package config
+
+import (
+	"cmp"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"gpuconform.io/gpuconform/framework/timeouts"
+)
+
+// Allocation path names, as used in config, labels and reports.
+const (
+	// PathAuto selects every allocation path discovery finds.
+	PathAuto = "auto"
+	// PathDevicePlugin is the extended-resource path (nvidia.com/gpu limits).
+	PathDevicePlugin = "device-plugin"
+	// PathDRA is the Dynamic Resource Allocation path (DeviceClass, ResourceClaimTemplate).
+	PathDRA = "dra"
+)
+
+// Queue modes.
+const (
+	// QueuesOwn creates a ResourceFlavor, ClusterQueue and LocalQueue per spec (the default).
+	QueuesOwn = "own"
+	// QueuesExisting submits to an existing LocalQueue, named in Queues.LocalQueue, in every spec namespace.
+	QueuesExisting = "existing"
+)
+
+// Default pool selectors. They match the local kind cluster; on a real cluster they usually match
+// nothing, and discovery then falls back to "the nodes that have the devices".
+const (
+	DefaultGPUPoolSelector       = "gpuconform.io/pool=gpu"
+	DefaultCanaryPoolSelector    = "gpuconform.io/pool=canary"
+	DefaultKnownGoodPoolSelector = "gpuconform.io/pool=known-good"
+)
+
+// Config is the whole configuration. Field names are the YAML keys.
+type Config struct {
+	// Kubeconfig is the kubeconfig file; empty means $KUBECONFIG or ~/.kube/config.
+	Kubeconfig string `json:"kubeconfig,omitempty"`
+	// Context is the kubeconfig context; empty means the kubeconfig's current context.
+	Context string `json:"context,omitempty"`
+	// NamespacePrefix starts every namespace the suite creates.
+	NamespacePrefix string `json:"namespacePrefix,omitempty"`
+	// AllocationPaths is ["auto"] or an explicit subset of "device-plugin", "dra". An explicit path that
+	// discovery does not find fails the run instead of being skipped.
+	AllocationPaths []string `json:"allocationPaths,omitempty"`
+	// DevicePlugin configures the device-plugin path.
+	DevicePlugin DevicePluginConfig `json:"devicePlugin,omitempty"`
+	// DRA configures the DRA path.
+	DRA DRAConfig `json:"dra,omitempty"`
+	// Pools selects the node pools by label selector.
+	Pools PoolsConfig `json:"pools,omitempty"`
+	// Queues says whether specs create their own Kueue queues or reuse one.
+	Queues QueuesConfig `json:"queues,omitempty"`
+	// Kueue locates the Kueue installation.
+	Kueue KueueConfig `json:"kueue,omitempty"`
+	// Disruptive opts in to specs that change nodes. Off by default.
+	Disruptive bool `json:"disruptive,omitempty"`
+	// Image is the workload image.
+	Image string `json:"image,omitempty"`
+	// TimeoutProfile is "local" or "real".
+	TimeoutProfile string `json:"timeoutProfile,omitempty"`
+	// ArtifactsDir receives reports, dumps and logs; default $ARTIFACTS or _artifacts.
+	ArtifactsDir string `json:"artifactsDir,omitempty"`
+	// KeepResources leaves every created object in place for debugging (the leak audit then reports them
+	// as kept instead of failing).
+	KeepResources bool `json:"keepResources,omitempty"`
+	// CleanupLeftovers deletes an earlier run's labelled objects at suite start instead of refusing to run.
+	CleanupLeftovers bool `json:"cleanupLeftovers,omitempty"`
+	// Tolerations are added to every test pod (real clusters taint GPU nodes).
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+}
+
+// DevicePluginConfig configures the device-plugin path.
+type DevicePluginConfig struct {
+	// ResourceName is the extended resource; empty means discover it from node allocatable, preferring
+	// nvidia.com/gpu.
+	ResourceName string `json:"resourceName,omitempty"`
+}
+
+// DRAConfig configures the DRA path.
+type DRAConfig struct {
+	// DeviceClass is the DeviceClass to request; empty means a DeviceClass whose driver publishes
+	// ResourceSlices.
+	DeviceClass string `json:"deviceClass,omitempty"`
+	// KueueResourceName is the resource Kueue accounts DRA devices as (Kueue's deviceClassMappings).
+	KueueResourceName string `json:"kueueResourceName,omitempty"`
+}
+
+// PoolsConfig holds label selectors for the node pools.
+type PoolsConfig struct {
+	// GPU selects the nodes test workloads may land on.
+	GPU string `json:"gpu,omitempty"`
+	// Canary selects the nodes an upgrade rehearsal may change.
+	Canary string `json:"canary,omitempty"`
+	// KnownGood selects nodes on the last known-good stack, for comparison.
+	KnownGood string `json:"knownGood,omitempty"`
+
+	// explicit records which selectors the user set, so discovery only falls back for defaults.
+	explicit map[string]bool
+}
+
+// Explicit reports whether the named pool ("gpu", "canary", "knownGood") was set by the user.
+func (p PoolsConfig) Explicit(pool string) bool { return p.explicit[pool] }
+
+// QueuesConfig says how specs reach Kueue.
+type QueuesConfig struct {
+	// Mode is "own" (default) or "existing".
+	Mode string `json:"mode,omitempty"`
+	// LocalQueue is the existing LocalQueue's name when Mode is "existing"; it must exist in every
+	// namespace the suite submits to (e.g. created by a namespace template).
+	LocalQueue string `json:"localQueue,omitempty"`
+}
+
+// KueueConfig locates Kueue.
+type KueueConfig struct {
+	// Namespace is where Kueue's controller and webhook run.
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// Default returns the configuration used when nothing is set.
+func Default() Config {
+	return Config{
+		NamespacePrefix: "gpuconform",
+		AllocationPaths: []string{PathAuto},
+		DRA:             DRAConfig{KueueResourceName: "example.com/gpu"},
+		Pools: PoolsConfig{
+			GPU: DefaultGPUPoolSelector, Canary: DefaultCanaryPoolSelector, KnownGood: DefaultKnownGoodPoolSelector,
+		},
+		Queues:         QueuesConfig{Mode: QueuesOwn},
+		Kueue:          KueueConfig{Namespace: "kueue-system"},
+		Image:          "gpuconform.local/gpu-workload:dev",
+		TimeoutProfile: timeouts.ProfileLocal,
+		ArtifactsDir:   cmp.Or(os.Getenv("ARTIFACTS"), "_artifacts"),
+	}
+}
+
+// Timeouts returns the budgets of the configured profile.
+func (c Config) Timeouts() timeouts.Timeouts {
+	t, err := timeouts.ForProfile(c.TimeoutProfile)
+	if err != nil {
+		return timeouts.Local() // unreachable after Validate
+	}
+	return t
+}
+
+// WantsPath reports whether path is selected (explicitly or by "auto").
+func (c Config) WantsPath(path string) bool {
+	return slices.Contains(c.AllocationPaths, PathAuto) || slices.Contains(c.AllocationPaths, path)
+}
+
+// ExplicitPaths returns the paths named explicitly (empty for "auto").
+func (c Config) ExplicitPaths() []string {
+	if slices.Contains(c.AllocationPaths, PathAuto) {
+		return nil
+	}
+	return c.AllocationPaths
+}
+
+// Validate returns every problem at once, each naming the key and the accepted values.
+func (c Config) Validate() error {
+	var errs []error
+	if c.NamespacePrefix == "" || len(c.NamespacePrefix) > 40 || !dnsLabel(c.NamespacePrefix) {
+		errs = append(errs, fmt.Errorf("namespacePrefix %q: must be a DNS label of at most 40 characters (lowercase letters, digits, '-')", c.NamespacePrefix))
+	}
+	if len(c.AllocationPaths) == 0 {
+		errs = append(errs, errors.New("allocationPaths: empty; use [auto] or a subset of [device-plugin, dra]"))
+	}
+	for _, p := range c.AllocationPaths {
+		switch p {
+		case PathAuto:
+			if len(c.AllocationPaths) > 1 {
+				errs = append(errs, fmt.Errorf("allocationPaths %q: %q cannot be combined with explicit paths", c.AllocationPaths, PathAuto))
+			}
+		case PathDevicePlugin, PathDRA:
+		default:
+			errs = append(errs, fmt.Errorf("allocationPaths: unknown path %q; use auto, device-plugin or dra", p))
+		}
+	}
+	for name, sel := range map[string]string{"pools.gpu": c.Pools.GPU, "pools.canary": c.Pools.Canary, "pools.knownGood": c.Pools.KnownGood} {
+		if _, err := labels.Parse(sel); err != nil {
+			errs = append(errs, fmt.Errorf("%s %q: not a label selector: %v", name, sel, err))
+		}
+	}
+	switch c.Queues.Mode {
+	case QueuesOwn:
+	case QueuesExisting:
+		if c.Queues.LocalQueue == "" {
+			errs = append(errs, errors.New("queues.mode is \"existing\" but queues.localQueue is empty; name the LocalQueue to submit to"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("queues.mode %q: use %q or %q", c.Queues.Mode, QueuesOwn, QueuesExisting))
+	}
+	if c.DRA.KueueResourceName == "" {
+		errs = append(errs, errors.New("dra.kueueResourceName: empty; set the resource name of Kueue's deviceClassMappings (default example.com/gpu)"))
+	}
+	if c.Image == "" {
+		errs = append(errs, errors.New("image: empty; name the workload image"))
+	}
+	if _, err := timeouts.ForProfile(c.TimeoutProfile); err != nil {
+		errs = append(errs, fmt.Errorf("timeoutProfile: %w", err))
+	}
+	if c.ArtifactsDir == "" {
+		errs = append(errs, errors.New("artifactsDir: empty"))
+	}
+	if c.KeepResources && c.CleanupLeftovers {
+		// Not contradictory strictly, but almost always a mistake worth saying out loud.
+		errs = append(errs, errors.New("keepResources and cleanupLeftovers are both set: this run would keep what the next one must delete; pick one"))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid gpuconform configuration:\n  - %w", joinIndented(errs))
+	}
+	return nil
+}
+
+func joinIndented(errs []error) error {
+	msgs := make([]string, len(errs))
+	for i, e := range errs {
+		msgs[i] = e.Error()
+	}
+	return errors.New(strings.Join(msgs, "\n  - "))
+}
+
+func dnsLabel(s string) bool {
+	for i, r := range s {
+		ok := (r >= 'a' && r <= 'z') || (r >= '0' && r <= '9') || (r == '-' && i > 0 && i < len(s)-1)
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// LoadFile reads a YAML config file over base. Unknown keys are an error, so a misspelt key is never
+// silently ignored.
+func LoadFile(path string, base Config) (Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return base, fmt.Errorf("reading config file: %w", err)
+	}
+	cfg := base
+	cfg.Pools.explicit = nil
+	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
+		return base, fmt.Errorf("config file %s: %w", path, err)
+	}
+	// Which pools did the file set? Decode again into a bare struct to see what was present.
+	var present struct {
+		Pools map[string]string `json:"pools"`
+	}
+	_ = yaml.Unmarshal(data, &present)
+	cfg.Pools.explicit = map[string]bool{}
+	for k, v := range base.Pools.explicit {
+		cfg.Pools.explicit[k] = v
+	}
+	for k := range present.Pools {
+		cfg.Pools.explicit[k] = true
+	}
+	return cfg, nil
+}
+
+// Flags binds the suite's flags to a FlagSet and builds the Config after parsing.
+type Flags struct {
+	configFile string
+	set        []setting
+}
+
+type setting struct {
+	name  string
+	value string
+}
+
+type flagDef struct {
+	name, usage string
+	isBool      bool
+	apply       func(c *Config, v string) error
+}
+
+var flagDefs = []flagDef{
+	{name: "kubeconfig", usage: "kubeconfig file (default $KUBECONFIG or ~/.kube/config)", apply: func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
+	{name: "context", usage: "kubeconfig context (default: the current context)", apply: func(c *Config, v string) error { c.Context = v; return nil }},
+	{name: "namespace-prefix", usage: "prefix of every namespace the suite creates", apply: func(c *Config, v string) error { c.NamespacePrefix = v; return nil }},
+	{name: "allocation-paths", usage: "auto, or a comma-separated subset of device-plugin,dra", apply: func(c *Config, v string) error { c.AllocationPaths = splitList(v); return nil }},
+	{name: "device-plugin-resource", usage: "extended resource of the device-plugin path (default: discovered, preferring nvidia.com/gpu)", apply: func(c *Config, v string) error { c.DevicePlugin.ResourceName = v; return nil }},
+	{name: "dra-device-class", usage: "DeviceClass of the DRA path (default: one whose driver publishes ResourceSlices)", apply: func(c *Config, v string) error { c.DRA.DeviceClass = v; return nil }},
+	{name: "dra-kueue-resource", usage: "resource name Kueue accounts DRA devices as", apply: func(c *Config, v string) error { c.DRA.KueueResourceName = v; return nil }},
+	{name: "gpu-pool", usage: "label selector of the GPU pool", apply: func(c *Config, v string) error { c.Pools.GPU = v; c.Pools.markExplicit("gpu"); return nil }},
+	{name: "canary-pool", usage: "label selector of the canary pool", apply: func(c *Config, v string) error { c.Pools.Canary = v; c.Pools.markExplicit("canary"); return nil }},
+	{name: "known-good-pool", usage: "label selector of the known-good pool", apply: func(c *Config, v string) error { c.Pools.KnownGood = v; c.Pools.markExplicit("knownGood"); return nil }},
+	{name: "queues", usage: "own (create queues per spec) or existing", apply: func(c *Config, v string) error { c.Queues.Mode = v; return nil }},
+	{name: "local-queue", usage: "existing LocalQueue to submit to (implies --queues=existing)", apply: func(c *Config, v string) error {
+		c.Queues.LocalQueue = v
+		if v != "" {
+			c.Queues.Mode = QueuesExisting
+		}
+		return nil
+	}},
+	{name: "kueue-namespace", usage: "namespace of the Kueue installation", apply: func(c *Config, v string) error { c.Kueue.Namespace = v; return nil }},
+	{name: "disruptive", usage: "opt in to specs that change nodes", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.Disruptive = b })},
+	{name: "image", usage: "workload image", apply: func(c *Config, v string) error { c.Image = v; return nil }},
+	{name: "timeout-profile", usage: "local or real", apply: func(c *Config, v string) error { c.TimeoutProfile = v; return nil }},
+	{name: "artifacts", usage: "artifacts directory (default $ARTIFACTS or _artifacts)", apply: func(c *Config, v string) error { c.ArtifactsDir = v; return nil }},
+	{name: "keep-resources", usage: "keep every created object (debugging)", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.KeepResources = b })},
+	{name: "cleanup-leftovers", usage: "delete an earlier run's leftovers at start instead of refusing to run", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.CleanupLeftovers = b })},
+	{name: "toleration", usage: "toleration for test pods, key[=value]:Effect or key:Effect (Exists); repeatable", apply: func(c *Config, v string) error {
+		t, err := ParseToleration(v)
+		if err != nil {
+			return err
+		}
+		c.Tolerations = append(c.Tolerations, t)
+		return nil
+	}},
+}
+
+func (p *PoolsConfig) markExplicit(pool string) {
+	if p.explicit == nil {
+		p.explicit = map[string]bool{}
+	}
+	p.explicit[pool] = true
+}
+
+func boolSetter(set func(*Config, bool)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("not a boolean: %q", v)
+		}
+		set(c, b)
+		return nil
+	}
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ParseToleration parses "key[=value]:Effect"; without a value the operator is Exists.
+func ParseToleration(s string) (corev1.Toleration, error) {
+	kv, effect, ok := strings.Cut(s, ":")
+	if !ok || kv == "" {
+		return corev1.Toleration{}, fmt.Errorf("toleration %q: want key[=value]:Effect, e.g. nvidia.com/gpu:NoSchedule", s)
+	}
+	switch corev1.TaintEffect(effect) {
+	case corev1.TaintEffectNoSchedule, corev1.TaintEffectPreferNoSchedule, corev1.TaintEffectNoExecute, "":
+	default:
+		return corev1.Toleration{}, fmt.Errorf("toleration %q: effect %q is not NoSchedule, PreferNoSchedule or NoExecute", s, effect)
+	}
+	t := corev1.Toleration{Effect: corev1.TaintEffect(effect)}
+	if k, v, hasValue := strings.Cut(kv, "="); hasValue {
+		t.Key, t.Value, t.Operator = k, v, corev1.TolerationOpEqual
+	} else {
+		t.Key, t.Operator = kv, corev1.TolerationOpExists
+	}
+	return t, nil
+}
+
+// RegisterFlags adds the suite's flags to fs. Call Config after fs is parsed.
+func RegisterFlags(fs *flag.FlagSet) *Flags {
+	f := &Flags{}
+	fs.StringVar(&f.configFile, "config", "", "YAML configuration file; flags override its values")
+	for _, d := range flagDefs {
+		record := func(v string) error {
+			f.set = append(f.set, setting{name: d.name, value: v})
+			return nil
+		}
+		if d.isBool {
+			fs.BoolFunc(d.name, d.usage, record)
+		} else {
+			fs.Func(d.name, d.usage, record)
+		}
+	}
+	return f
+}
+
+// Config returns the configuration: defaults, then the --config file, then the flags in the order
+// given, then validation.
+func (f *Flags) Config() (Config, error) {
+	cfg := Default()
+	if f.configFile != "" {
+		var err error
+		if cfg, err = LoadFile(f.configFile, cfg); err != nil {
+			return cfg, err
+		}
+	}
+	for _, s := range f.set {
+		for _, d := range flagDefs {
+			if d.name == s.name {
+				if err := d.apply(&cfg, s.value); err != nil {
+					return cfg, fmt.Errorf("flag --%s: %w", s.name, err)
+				}
+			}
+		}
+	}
+	return cfg, cfg.Validate()
+}
+
+// Parse is a convenience for tools and tests: a fresh FlagSet, args parsed, the Config built. An
+// unknown flag is an error that lists the flags this suite accepts.
+func Parse(args []string) (Config, error) {
+	fs := flag.NewFlagSet("gpuconform", flag.ContinueOnError)
+	fs.SetOutput(discard{})
+	f := RegisterFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		var names []string
+		fs.VisitAll(func(fl *flag.Flag) { names = append(names, "--"+fl.Name) })
+		return Config{}, fmt.Errorf("%w (gpuconform flags: %s)", err, strings.Join(names, " "))
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q: gpuconform takes only flags", fs.Arg(0))
+	}
+	return f.Config()
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }

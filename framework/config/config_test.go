@@ -1,0 +1,132 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "gpuconform.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestDefaultsAreValid(t *testing.T) {
+	cfg, err := Parse(nil)
+	if err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+	if cfg.NamespacePrefix != "gpuconform" || !cfg.WantsPath(PathDRA) || !cfg.WantsPath(PathDevicePlugin) {
+		t.Errorf("unexpected defaults: %+v", cfg)
+	}
+	if cfg.Pools.Explicit("gpu") {
+		t.Error("default GPU pool must not count as explicit, or discovery would not fall back")
+	}
+	if cfg.Queues.Mode != QueuesOwn || cfg.DRA.KueueResourceName != "example.com/gpu" {
+		t.Errorf("unexpected queue/DRA defaults: %+v %+v", cfg.Queues, cfg.DRA)
+	}
+}
+
+func TestFileThenFlagsFlagsWin(t *testing.T) {
+	file := writeFile(t, `
+kubeconfig: /from/file
+context: file-ctx
+namespacePrefix: filepfx
+allocationPaths: [dra]
+pools:
+  gpu: team=ml
+timeoutProfile: real
+tolerations:
+- key: nvidia.com/gpu
+  operator: Exists
+  effect: NoSchedule
+`)
+	cfg, err := Parse([]string{"--config", file, "--context", "flag-ctx", "--disruptive", "--toleration", "dedicated=gpu:NoExecute"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Kubeconfig != "/from/file" {
+		t.Errorf("kubeconfig from file lost: %q", cfg.Kubeconfig)
+	}
+	if cfg.Context != "flag-ctx" {
+		t.Errorf("flag must win over file: context %q", cfg.Context)
+	}
+	if cfg.NamespacePrefix != "filepfx" || !cfg.Disruptive || cfg.TimeoutProfile != "real" {
+		t.Errorf("merge wrong: %+v", cfg)
+	}
+	if cfg.WantsPath(PathDevicePlugin) || !cfg.WantsPath(PathDRA) {
+		t.Errorf("explicit paths not honoured: %v", cfg.AllocationPaths)
+	}
+	if !cfg.Pools.Explicit("gpu") || cfg.Pools.Explicit("canary") {
+		t.Errorf("explicit pool tracking wrong: %+v", cfg.Pools.explicit)
+	}
+	if len(cfg.Tolerations) != 2 || cfg.Tolerations[1].Key != "dedicated" || cfg.Tolerations[1].Effect != corev1.TaintEffectNoExecute {
+		t.Errorf("tolerations: %+v", cfg.Tolerations)
+	}
+	if cfg.Timeouts().PodStart <= Default().Timeouts().PodStart {
+		t.Error("real profile must wait longer than local")
+	}
+}
+
+func TestLocalQueueFlagImpliesExisting(t *testing.T) {
+	cfg, err := Parse([]string{"--local-queue", "team-a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Queues.Mode != QueuesExisting || cfg.Queues.LocalQueue != "team-a" {
+		t.Errorf("queues: %+v", cfg.Queues)
+	}
+}
+
+func TestValidationErrorsAreSpecific(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want []string
+	}{
+		"unknown path":        {[]string{"--allocation-paths", "mig"}, []string{`unknown path "mig"`}},
+		"auto mixed":          {[]string{"--allocation-paths", "auto,dra"}, []string{"cannot be combined"}},
+		"bad selector":        {[]string{"--gpu-pool", "a=b=c"}, []string{"pools.gpu", "not a label selector"}},
+		"existing without lq": {[]string{"--queues", "existing"}, []string{"queues.localQueue is empty"}},
+		"bad profile":         {[]string{"--timeout-profile", "fast"}, []string{`unknown timeout profile "fast"`}},
+		"bad prefix":          {[]string{"--namespace-prefix", "Bad_Prefix"}, []string{"namespacePrefix"}},
+		"two errors at once":  {[]string{"--queues", "x", "--image", ""}, []string{"queues.mode", "image: empty"}},
+		"bad toleration":      {[]string{"--toleration", "nocolon"}, []string{"want key[=value]:Effect"}},
+		"bad bool":            {[]string{"--disruptive=maybe"}, []string{"disruptive"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Parse(tc.args)
+			if err == nil {
+				t.Fatal("expected an error")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestUnknownFlagAndKeyAreErrors(t *testing.T) {
+	_, err := Parse([]string{"--kubecontext", "x"})
+	if err == nil || !strings.Contains(err.Error(), "kubecontext") || !strings.Contains(err.Error(), "--context") {
+		t.Errorf("unknown flag error should name it and list valid flags: %v", err)
+	}
+	file := writeFile(t, "kubeconfg: /typo\n")
+	_, err = Parse([]string{"--config", file})
+	if err == nil || !strings.Contains(err.Error(), "kubeconfg") {
+		t.Errorf("unknown YAML key must be an error naming it: %v", err)
+	}
+	_, err = Parse([]string{"--config", "/does/not/exist.yaml"})
+	if err == nil || !strings.Contains(err.Error(), "reading config file") {
+		t.Errorf("missing file: %v", err)
+	}
+}

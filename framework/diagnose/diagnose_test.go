@@ -1,0 +1,379 @@
+package diagnose
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/fake"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	k8stesting "k8s.io/client-go/testing"
+	kueuefake "sigs.k8s.io/kueue/client-go/clientset/versioned/fake"
+	kueuescheme "sigs.k8s.io/kueue/client-go/clientset/versioned/scheme"
+	"sigs.k8s.io/yaml"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// fixtureClients loads a recorded multi-document YAML file into fake
+// clientsets: Kueue objects into the Kueue fake, everything else into the
+// Kubernetes fake.
+func fixtureClients(t *testing.T, file string) (*fake.Clientset, *kueuefake.Clientset) {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	if err := kueuescheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	decoder := serializer.NewCodecFactory(scheme).UniversalDeserializer()
+	raw, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kubeObjs, kueueObjs []runtime.Object
+	for _, doc := range strings.Split(string(raw), "\n---\n") {
+		js, err := yaml.YAMLToJSON([]byte(doc))
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if strings.TrimSpace(string(js)) == "null" {
+			continue
+		}
+		obj, gvk, err := decoder.Decode(js, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: decode: %v", file, err)
+		}
+		if gvk.Group == "kueue.x-k8s.io" {
+			kueueObjs = append(kueueObjs, obj)
+		} else {
+			kubeObjs = append(kubeObjs, obj)
+		}
+	}
+	//nolint:staticcheck // NewSimpleClientset needs no apply configurations for these typed fixtures.
+	return fake.NewSimpleClientset(kubeObjs...), kueuefake.NewSimpleClientset(kueueObjs...)
+}
+
+type runCase struct {
+	name   string
+	file   string
+	target Target
+	// setup adjusts the clients (reactors, nil Kueue) before the run.
+	setup      func(kube *fake.Clientset, kq *kueuefake.Clientset, c *Clients)
+	stage      Stage
+	layer      Layer
+	reason     Reason
+	wantMsgs   []string // each must appear verbatim in one of Result.Messages
+	wantObject string   // optional ObjectRef.String() that must be listed
+	notMsgs    []string // texts that must not appear (stale or unrelated evidence)
+}
+
+func job(name string) Target { return Target{Kind: "Job", Namespace: "ml", Name: name} }
+func pod(name string) Target { return Target{Kind: "pod", Namespace: "ml", Name: name} }
+func workload(name string) Target {
+	return Target{Kind: "workloads.kueue.x-k8s.io", Namespace: "ml", Name: name}
+}
+
+const (
+	podName = "train-0-x7k2p"
+	wlName  = "job-train-5b7c9"
+)
+
+func forbidden(verb, resource, user string) error {
+	return apierrors.NewForbidden(schema.GroupResource{Resource: resource}, "",
+		errors.New(`User "`+user+`" cannot `+verb+` resource "`+resource+`" in API group "" in the namespace "ml"`))
+}
+
+func runCases() []runCase {
+	return []runCase{
+		// Kueue layer.
+		{name: "quota exhausted", file: "queue-quota-exhausted.yaml", target: job("train"),
+			stage: StageQueued, layer: LayerKueue, reason: QueueQuotaExhausted,
+			wantMsgs:   []string{"couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu-a100, 2 more needed"},
+			wantObject: "Workload ml/job-train-5b7c9"},
+		{name: "no matching flavor", file: "queue-no-matching-flavor.yaml", target: job("train"),
+			stage: StageQueued, layer: LayerKueue, reason: QueueNoMatchingFlavor,
+			wantMsgs: []string{"couldn't assign flavors to pod set main: resource example.com/gpu unavailable in ClusterQueue"}},
+		{name: "local queue missing", file: "queue-inactive.yaml", target: workload(wlName),
+			stage: StageQueued, layer: LayerKueue, reason: QueueInactive,
+			wantMsgs: []string{"LocalQueue gpu-queue doesn't exist"}},
+		{name: "cluster queue inactive", file: "queue-inactive-clusterqueue.yaml", target: workload(wlName),
+			stage: StageQueued, layer: LayerKueue, reason: QueueInactive,
+			wantMsgs:   []string{"Can't admit new workloads: references missing ResourceFlavor(s): gpu-a100."},
+			wantObject: "ClusterQueue gpu-cq"},
+		{name: "admission check pending", file: "queue-admission-check-pending.yaml", target: workload(wlName),
+			stage: StageQueued, layer: LayerKueue, reason: QueueAdmissionCheckPending,
+			wantMsgs: []string{"Waiting for the ProvisioningRequest ml/job-train-5b7c9-gpu-provisioning-1 to be provisioned", "The workload has not all checks ready"}},
+		{name: "suspended job without queue", file: "queue-not-managed.yaml", target: job("train"),
+			stage: StageQueued, layer: LayerKueue, reason: QueueNotManaged,
+			wantMsgs: []string{"spec.suspend=true"}},
+		{name: "evicted by PodsReady timeout", file: "workload-evicted.yaml", target: job("train"),
+			stage: StageQueued, layer: LayerKueue, reason: WorkloadEvicted,
+			wantMsgs: []string{"Exceeded the PodsReady timeout ml/job-train-5b7c9"}},
+		{name: "preempted", file: "workload-preempted.yaml", target: job("train"),
+			stage: StageQueued, layer: LayerKueue, reason: WorkloadPreempted,
+			wantMsgs: []string{"Preempted to accommodate a workload (UID: 1f2e-high, JobUID: 9a8b-high) due to prioritization in the ClusterQueue; preemptor path: /gpu-cq; preemptee path: /gpu-cq"}},
+		{name: "pending without a message, healthy queues", file: "queue-pending.yaml", target: workload(wlName),
+			stage: StageQueued, layer: LayerKueue, reason: QueuePending},
+
+		// Scheduler layer.
+		{name: "GPU shortage behind a tainted control plane", file: "insufficient-device.yaml", target: job("train"),
+			stage: StageScheduling, layer: LayerScheduler, reason: InsufficientDevice,
+			wantMsgs: []string{
+				"0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient nvidia.com/gpu.",
+				"0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod.",
+			},
+			wantObject: "Pod ml/train-x7k2p",
+			// The fixture also holds a newer event about an earlier pod with the same name.
+			notMsgs: []string{"3 node(s) didn't match Pod's node affinity/selector"}},
+		{name: "cpu", file: "insufficient-cpu.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: InsufficientCPU,
+			wantMsgs: []string{"0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu."}},
+		{name: "memory dominates cpu", file: "insufficient-memory.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: InsufficientMemory,
+			wantMsgs: []string{"2 Insufficient memory."}},
+		{name: "taint", file: "untolerated-taint.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
+			wantMsgs: []string{"2 node(s) had untolerated taint(s)."}},
+		{name: "selector", file: "node-selector-mismatch.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
+			wantMsgs: []string{"2 node(s) didn't match Pod's node affinity/selector."}},
+		{name: "unbound pvc", file: "unbound-volume.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: UnboundVolume,
+			wantMsgs: []string{"0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."}},
+		{name: "no attempt yet", file: "scheduling-pending.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: SchedulingPending},
+
+		// DRA layer.
+		{name: "claim not allocatable", file: "dra-allocation-failed.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerDRA, reason: DRAAllocationFailed,
+			wantMsgs: []string{
+				"0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 cannot allocate all claims.",
+				"ResourceClaim ml/train-0-x7k2p-gpu-6xq9d: not allocated (status.allocation is empty)",
+			},
+			wantObject: "ResourceClaim ml/train-0-x7k2p-gpu-6xq9d"},
+		{name: "template missing", file: "dra-claim-missing.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerDRA, reason: DRAClaimMissing,
+			wantMsgs: []string{`PodResourceClaim gpu: resource claim template "single-gpu": resourceclaimtemplate.resource.k8s.io "single-gpu" not found`}},
+		{name: "driver prepare failed", file: "dra-prepare-failed.yaml", target: pod(podName),
+			stage: StageStarting, layer: LayerDRA, reason: DRAPrepareFailed,
+			wantMsgs: []string{
+				"Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim train-0-x7k2p-gpu-6xq9d: error preparing devices for claim 2c4d: device gpu-0 is not healthy",
+				"ResourceClaim ml/train-0-x7k2p-gpu-6xq9d: allocated gpu.example.com/gpu-worker-1/gpu-0",
+			}},
+
+		// Kubelet and runtime.
+		{name: "image pull", file: "image-pull-failed.yaml", target: pod(podName),
+			stage: StageStarting, layer: LayerRuntime, reason: ImagePullFailed,
+			wantMsgs: []string{`ImagePullBackOff: Back-off pulling image "registry.local/gpu-workload:v9"`}},
+		{name: "config error", file: "container-create-failed.yaml", target: pod(podName),
+			stage: StageStarting, layer: LayerRuntime, reason: ContainerCreateFailed,
+			wantMsgs: []string{`CreateContainerConfigError: secret "hf-token" not found`}},
+		{name: "device plugin allocate", file: "device-plugin-allocate-failed.yaml", target: pod(podName),
+			stage: StageFailed, layer: LayerKubelet, reason: DevicePluginAllocateFailed,
+			wantMsgs: []string{"Pod was rejected: Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected"}},
+		{name: "mount", file: "volume-mount-failed.yaml", target: pod(podName),
+			stage: StageStarting, layer: LayerKubelet, reason: VolumeMountFailed,
+			wantMsgs: []string{`MountVolume.SetUp failed for volume "checkpoints" : configmap "train-config" not found`}},
+		{name: "starting", file: "container-starting.yaml", target: pod(podName),
+			stage: StageStarting, layer: LayerKubelet, reason: ContainerStarting,
+			wantMsgs: []string{"container main waiting: ContainerCreating"}},
+
+		// Application and terminal.
+		{name: "crash loop", file: "application-error.yaml", target: pod(podName),
+			stage: StageRunning, layer: LayerApplication, reason: ApplicationError,
+			wantMsgs: []string{"probe: requested 1 device(s), container sees 0", "CrashLoopBackOff"}},
+		{name: "oom", file: "oomkilled.yaml", target: pod(podName),
+			stage: StageFailed, layer: LayerApplication, reason: OOMKilled,
+			wantMsgs: []string{"exit code 137, reason OOMKilled"}},
+		{name: "running", file: "running.yaml", target: pod(podName),
+			stage: StageRunning, layer: LayerNone, reason: ReasonRunning},
+		{name: "completed", file: "completed.yaml", target: pod(podName),
+			stage: StageSucceeded, layer: LayerNone, reason: ReasonCompleted},
+
+		// Access and API.
+		{name: "kueue client absent", file: "api-missing.yaml", target: job("train"),
+			setup: func(_ *fake.Clientset, _ *kueuefake.Clientset, c *Clients) { c.Kueue = nil },
+			stage: StageQueued, layer: LayerAPI, reason: APIMissing,
+			wantMsgs: []string{"kueue.x-k8s.io/v1beta2"}},
+		{name: "kueue API not served", file: "api-missing.yaml", target: job("train"),
+			setup: func(_ *fake.Clientset, kq *kueuefake.Clientset, _ *Clients) {
+				kq.PrependReactor("list", "workloads", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewNotFound(schema.GroupResource{}, "")
+				})
+			},
+			stage: StageQueued, layer: LayerAPI, reason: APIMissing,
+			wantMsgs: []string{"the API kueue.x-k8s.io/v1beta2 (resource workloads) is not served by this cluster"}},
+		{name: "workload target without kueue", file: "queue-pending.yaml", target: workload(wlName),
+			setup: func(_ *fake.Clientset, _ *kueuefake.Clientset, c *Clients) { c.Kueue = nil },
+			stage: StageUnknown, layer: LayerAPI, reason: APIMissing,
+			wantMsgs: []string{"kueue.x-k8s.io/v1beta2"}},
+		{name: "DRA API not served", file: "dra-allocation-failed.yaml", target: pod(podName),
+			setup: func(kube *fake.Clientset, _ *kueuefake.Clientset, _ *Clients) {
+				kube.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, apierrors.NewNotFound(schema.GroupResource{}, "")
+				})
+			},
+			stage: StageScheduling, layer: LayerAPI, reason: APIMissing,
+			wantMsgs: []string{"the API resource.k8s.io/v1 (resource resourceclaims) is not served by this cluster"}},
+		{name: "events forbidden is not a GPU shortage", file: "insufficient-device.yaml", target: job("train"),
+			setup: func(kube *fake.Clientset, _ *kueuefake.Clientset, _ *Clients) {
+				kube.PrependReactor("list", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, forbidden("list", "events", "system:serviceaccount:ml:reader")
+				})
+			},
+			stage: StageUnknown, layer: LayerRBAC, reason: Forbidden,
+			wantMsgs: []string{
+				`user "system:serviceaccount:ml:reader" may not list events -n ml`,
+				`events is forbidden: User "system:serviceaccount:ml:reader" cannot list resource "events" in API group "" in the namespace "ml"`,
+			}},
+		{name: "target missing", file: "queue-not-managed.yaml", target: job("does-not-exist"),
+			stage: StageUnknown, layer: LayerAPI, reason: NotFound,
+			wantMsgs: []string{`jobs.batch "does-not-exist" not found`}},
+	}
+}
+
+func TestRun(t *testing.T) {
+	covered := map[Reason]bool{}
+	for _, tc := range runCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			kube, kq := fixtureClients(t, tc.file)
+			c := Clients{Kube: kube, Kueue: kq}
+			if tc.setup != nil {
+				tc.setup(kube, kq, &c)
+			}
+			res, err := Run(context.Background(), c, tc.target)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if res.Stage != tc.stage || res.Layer != tc.layer || res.Reason != tc.reason {
+				t.Fatalf("got %s/%s/%s, want %s/%s/%s\n%s", res.Stage, res.Layer, res.Reason, tc.stage, tc.layer, tc.reason, res)
+			}
+			for _, want := range tc.wantMsgs {
+				if !containsText(res.Messages, want) {
+					t.Errorf("no message contains %q; messages:\n  %s", want, strings.Join(res.Messages, "\n  "))
+				}
+			}
+			for _, bad := range tc.notMsgs {
+				if containsText(res.Messages, bad) {
+					t.Errorf("messages contain %q, which belongs to another object", bad)
+				}
+			}
+			if res.Next == "" {
+				t.Error("Next is empty")
+			}
+			if len(res.Objects) == 0 {
+				t.Error("Objects is empty")
+			}
+			if tc.wantObject != "" && !containsRef(res.Objects, tc.wantObject) {
+				t.Errorf("objects %v lack %s", res.Objects, tc.wantObject)
+			}
+			assertReadOnly(t, kube.Actions())
+			assertReadOnly(t, kq.Actions())
+		})
+		covered[tc.reason] = true
+	}
+	for _, r := range Reasons() {
+		if !covered[r] {
+			t.Errorf("reason %s has no table case", r)
+		}
+	}
+}
+
+func containsText(msgs []string, want string) bool {
+	for _, m := range msgs {
+		if strings.Contains(m, want) {
+			return true
+		}
+	}
+	return false
+}
+
+func containsRef(refs []ObjectRef, want string) bool {
+	for _, r := range refs {
+		if r.String() == want {
+			return true
+		}
+	}
+	return false
+}
+
+// assertReadOnly holds the package to its promise: get/list/watch only.
+func assertReadOnly(t *testing.T, actions []k8stesting.Action) {
+	t.Helper()
+	for _, a := range actions {
+		switch a.GetVerb() {
+		case "get", "list", "watch":
+		default:
+			t.Errorf("diagnosis made a %s call on %s", a.GetVerb(), a.GetResource().Resource)
+		}
+	}
+}
+
+func TestEveryReasonDocumented(t *testing.T) {
+	for _, r := range Reasons() {
+		if r.Description() == "unrecognised reason code" || r.Description() == "" {
+			t.Errorf("%s has no description", r)
+		}
+	}
+}
+
+func TestStringGolden(t *testing.T) {
+	kube, kq := fixtureClients(t, "insufficient-device.yaml")
+	res, err := Run(context.Background(), Clients{Kube: kube, Kueue: kq}, job("train"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden := filepath.Join("testdata", "insufficient-device.golden")
+	got := []byte(res.String())
+	if *update {
+		if err := os.WriteFile(golden, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("String() differs from %s:\n--- got\n%s--- want\n%s", golden, got, want)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	kube, kq := fixtureClients(t, "running.yaml")
+	c := Clients{Kube: kube, Kueue: kq}
+	if got := Explain(context.Background(), c, pod(podName)); !strings.Contains(got, "Reason:  Running") {
+		t.Errorf("Explain = %q", got)
+	}
+	if got := Explain(context.Background(), Clients{}, pod(podName)); !strings.HasPrefix(got, "diagnosis of pod ml/train-0-x7k2p failed:") {
+		t.Errorf("Explain without clients = %q", got)
+	}
+	if got := Explain(context.Background(), c, Target{Kind: "deployment", Namespace: "ml", Name: "x"}); !strings.Contains(got, "unsupported kind") {
+		t.Errorf("Explain with a bad kind = %q", got)
+	}
+}
+
+func TestParseKind(t *testing.T) {
+	for in, want := range map[string]string{
+		"job": "Job", "Jobs": "Job", "jobs.batch": "Job", "workload": "Workload",
+		"workloads.kueue.x-k8s.io": "Workload", "POD": "Pod", "pods": "Pod", "po": "Pod",
+	} {
+		if got, err := ParseKind(in); err != nil || got != want {
+			t.Errorf("ParseKind(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if _, err := ParseKind("deployment"); err == nil {
+		t.Error("ParseKind(deployment) succeeded")
+	}
+}

@@ -1,0 +1,197 @@
+package diagnose
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+)
+
+// diagnoseWorkload places a Workload that has no pods yet. The order follows
+// Kueue's own life cycle (pkg/workload, pkg/scheduler in v0.17): finished,
+// evicted, no quota reservation, admission checks, admitted.
+func (d *diagnosis) diagnoseWorkload(ctx context.Context, wl *kueue.Workload) (*Result, error) {
+	d.ref("Workload", wl.Namespace, wl.Name)
+	describe := fmt.Sprintf("kubectl describe workload -n %s %s", wl.Namespace, wl.Name)
+	conds := wl.Status.Conditions
+
+	if c := findCondition(conds, kueue.WorkloadFinished); c != nil && c.Status == metav1.ConditionTrue {
+		if c.Reason == kueue.WorkloadFinishedReasonSucceeded {
+			return &Result{Stage: StageSucceeded, Layer: LayerNone, Reason: ReasonCompleted, Messages: []string{c.Message}, Next: describe}, nil
+		}
+		return &Result{Stage: StageFailed, Layer: LayerApplication, Reason: ApplicationError, Messages: []string{c.Message}, Next: describe}, nil
+	}
+
+	// Kueue resets Evicted to False when it reserves quota again, so True
+	// means the eviction is still the current state.
+	if c := findCondition(conds, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
+		res := &Result{Stage: StageQueued, Layer: LayerKueue, Reason: WorkloadEvicted, Messages: []string{c.Message}, Next: describe}
+		if c.Reason == kueue.WorkloadEvictedByPreemption {
+			res.Reason = WorkloadPreempted
+			if p := findCondition(conds, kueue.WorkloadPreempted); p != nil && p.Status == metav1.ConditionTrue {
+				res.Messages = appendUnique(res.Messages, p.Message)
+			}
+		}
+		if q := findCondition(conds, kueue.WorkloadQuotaReserved); q != nil && q.Status != metav1.ConditionTrue {
+			res.Messages = appendUnique(res.Messages, q.Message)
+		}
+		return res, nil
+	}
+
+	qr := findCondition(conds, kueue.WorkloadQuotaReserved)
+	if qr == nil || qr.Status != metav1.ConditionTrue {
+		return d.notReserved(ctx, wl, qr, describe)
+	}
+
+	if !isTrue(conds, kueue.WorkloadAdmitted) {
+		res := &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueAdmissionCheckPending, Next: describe}
+		for _, ac := range wl.Status.AdmissionChecks {
+			if ac.State != kueue.CheckStateReady {
+				res.Messages = append(res.Messages, fmt.Sprintf("admission check %s is %s: %s", ac.Name, ac.State, ac.Message))
+				d.ref("AdmissionCheck", "", string(ac.Name))
+			}
+		}
+		if a := findCondition(conds, kueue.WorkloadAdmitted); a != nil {
+			res.Messages = appendUnique(res.Messages, a.Message)
+		}
+		if len(wl.Status.AdmissionChecks) == 0 {
+			// Quota is reserved and there are no checks: Kueue is between
+			// the two updates, or waits on delayed topology assignment.
+			res.Reason = QueuePending
+		}
+		return res, nil
+	}
+
+	// Admitted and still no pods: the Job controller has not created them yet.
+	return &Result{Stage: StageScheduling, Layer: LayerNone, Reason: SchedulingPending,
+		Messages: []string{fmt.Sprintf("Workload %s/%s is admitted; no pods exist yet", wl.Namespace, wl.Name)},
+		Next:     fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=Job", wl.Namespace)}, nil
+}
+
+// notReserved explains QuotaReserved!=True from Kueue's message, then from
+// the Workload's "Pending" events, then from the queues themselves.
+func (d *diagnosis) notReserved(ctx context.Context, wl *kueue.Workload, qr *metav1.Condition, describe string) (*Result, error) {
+	res := &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueuePending, Next: describe}
+	var msg string
+	if qr != nil {
+		msg = qr.Message
+	}
+	if msg == "" {
+		evs, err := d.events(ctx, "Workload", wl.Name, wl.UID)
+		if err != nil {
+			return nil, err
+		}
+		if e := latestEvent(evs, "Pending", "SecondPassFailed"); e != nil {
+			msg = e.Message
+			d.ref("Event", e.Namespace, e.Name)
+		}
+	}
+	res.Messages = appendUnique(res.Messages, msg)
+	res.Reason = classifyKueueMessage(msg)
+	switch res.Reason {
+	case QueueQuotaExhausted, QueueNoMatchingFlavor:
+		if cq := d.clusterQueueName(ctx, wl); cq != "" {
+			res.Next = fmt.Sprintf("kubectl describe clusterqueue %s", cq)
+		}
+	case QueueInactive:
+		res.Next = fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName)
+	case QueuePending:
+		// Kueue has not said why; the queues may.
+		if qres, err := d.checkQueues(ctx, wl); err != nil || qres != nil {
+			return qres, err
+		}
+	}
+	return res, nil
+}
+
+// classifyKueueMessage maps Kueue's inadmissible message to a reason. The
+// phrases are Kueue v0.17's own: flavorassigner ("couldn't assign flavors to
+// pod set ...: insufficient quota|insufficient unused quota ...", "resource
+// X unavailable in ClusterQueue", "flavor X not found", "untolerated taint",
+// "doesn't match node affinity"), workload_controller ("LocalQueue X doesn't
+// exist|is inactive|is stopped", "ClusterQueue X is inactive|doesn't exist|is
+// terminating or missing|is stopped") and scheduler ("ClusterQueue X is
+// inactive|not found", "The workload has failed admission checks").
+func classifyKueueMessage(msg string) Reason {
+	m := strings.ToLower(msg)
+	switch {
+	case m == "":
+		return QueuePending
+	case strings.Contains(m, "insufficient quota") || strings.Contains(m, "insufficient unused quota"):
+		return QueueQuotaExhausted
+	case strings.Contains(m, "couldn't assign flavors") || strings.Contains(m, "failed to assign flavors") ||
+		strings.Contains(m, "unavailable in clusterqueue"):
+		return QueueNoMatchingFlavor
+	case (strings.Contains(m, "localqueue") || strings.Contains(m, "clusterqueue")) &&
+		(strings.Contains(m, "doesn't exist") || strings.Contains(m, "is inactive") || strings.Contains(m, "is stopped") ||
+			strings.Contains(m, "not found") || strings.Contains(m, "terminating or missing")):
+		return QueueInactive
+	case strings.Contains(m, "failed admission checks"):
+		return QueueAdmissionCheckPending
+	}
+	return QueuePending
+}
+
+// clusterQueueName resolves the Workload's ClusterQueue via its LocalQueue,
+// best effort (for the Next command only).
+func (d *diagnosis) clusterQueueName(ctx context.Context, wl *kueue.Workload) string {
+	if wl.Status.Admission != nil && wl.Status.Admission.ClusterQueue != "" {
+		return string(wl.Status.Admission.ClusterQueue)
+	}
+	if d.c.Kueue == nil || wl.Spec.QueueName == "" {
+		return ""
+	}
+	lq, err := d.c.Kueue.KueueV1beta2().LocalQueues(wl.Namespace).Get(ctx, string(wl.Spec.QueueName), metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	d.ref("LocalQueue", lq.Namespace, lq.Name)
+	return string(lq.Spec.ClusterQueue)
+}
+
+// checkQueues reads the LocalQueue and ClusterQueue behind a Workload that
+// Kueue has not explained (a brand-new Workload has no QuotaReserved
+// condition at all) and returns QueueInactive when either is missing,
+// stopped or inactive; nil when both look healthy.
+func (d *diagnosis) checkQueues(ctx context.Context, wl *kueue.Workload) (*Result, error) {
+	if wl.Spec.QueueName == "" {
+		return nil, nil
+	}
+	inactive := func(msg string) *Result {
+		return &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueInactive, Messages: []string{msg},
+			Next: fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName)}
+	}
+	r := read{verb: "get", resource: "localqueues", group: kueue.GroupVersion.Group, version: kueue.GroupVersion.Version, namespace: wl.Namespace, name: string(wl.Spec.QueueName)}
+	lq, err := d.c.Kueue.KueueV1beta2().LocalQueues(wl.Namespace).Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		if err = classifyReadErr(err, r, StageQueued); isObjectNotFound(err) {
+			return inactive(err.Error()), nil
+		}
+		return nil, err
+	}
+	d.ref("LocalQueue", lq.Namespace, lq.Name)
+	if lq.Spec.StopPolicy != nil && *lq.Spec.StopPolicy != kueue.None {
+		return inactive(fmt.Sprintf("LocalQueue %s/%s has spec.stopPolicy=%s", lq.Namespace, lq.Name, *lq.Spec.StopPolicy)), nil
+	}
+	if c := findCondition(lq.Status.Conditions, kueue.LocalQueueActive); c != nil && c.Status == metav1.ConditionFalse {
+		return inactive(fmt.Sprintf("LocalQueue %s/%s Active=False reason %s: %s", lq.Namespace, lq.Name, c.Reason, c.Message)), nil
+	}
+	r = read{verb: "get", resource: "clusterqueues", group: kueue.GroupVersion.Group, version: kueue.GroupVersion.Version, name: string(lq.Spec.ClusterQueue)}
+	cq, err := d.c.Kueue.KueueV1beta2().ClusterQueues().Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		if err = classifyReadErr(err, r, StageQueued); isObjectNotFound(err) {
+			return inactive(err.Error()), nil
+		}
+		return nil, err
+	}
+	d.ref("ClusterQueue", "", cq.Name)
+	if cq.Spec.StopPolicy != nil && *cq.Spec.StopPolicy != kueue.None {
+		return inactive(fmt.Sprintf("ClusterQueue %s has spec.stopPolicy=%s", cq.Name, *cq.Spec.StopPolicy)), nil
+	}
+	if c := findCondition(cq.Status.Conditions, kueue.ClusterQueueActive); c != nil && c.Status == metav1.ConditionFalse {
+		return inactive(fmt.Sprintf("ClusterQueue %s Active=False reason %s: %s", cq.Name, c.Reason, c.Message)), nil
+	}
+	return nil, nil
+}

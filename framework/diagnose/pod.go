@@ -1,0 +1,310 @@
+package diagnose
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Container waiting reasons, as the kubelet writes them (pkg/kubelet/images,
+// pkg/kubelet/container/sync_result.go in k8s v1.37).
+var (
+	imagePullReasons = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true}
+	createReasons    = map[string]bool{"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "PreStartHookError": true, "PostStartHookError": true}
+)
+
+// Kubelet event reasons (pkg/kubelet/events, pkg/kubelet/lifecycle).
+const (
+	eventFailedScheduling      = "FailedScheduling"
+	eventFailedClaimCreation   = "FailedResourceClaimCreation" // resourceclaim controller
+	eventFailedPrepareDRA      = "FailedPrepareDynamicResources"
+	eventUnexpectedAdmission   = "UnexpectedAdmissionError"
+	eventFailedMount           = "FailedMount"
+	eventFailedAttach          = "FailedAttachVolume"
+	eventFailedSandbox         = "FailedCreatePodSandBox"
+	reasonUnexpectedAdmission  = "UnexpectedAdmissionError"
+	admissionOutOfResourceHead = "OutOf" // kubelet lifecycle.InsufficientResourcePrefix
+)
+
+// podRank orders pods by how much they explain, from the status alone: a
+// pod with a visible error first, then the least advanced. The diagnosis then
+// reads events and claims for that one pod only, so a 100-pod Job costs one
+// events read.
+func podRank(p *corev1.Pod) int {
+	switch {
+	case p.Status.Phase == corev1.PodFailed || containerError(p) != "":
+		return 0
+	case p.Spec.NodeName == "":
+		return 1
+	case p.Status.Phase == corev1.PodPending:
+		return 2
+	case p.Status.Phase == corev1.PodRunning && !allRunning(p):
+		return 2
+	case p.Status.Phase == corev1.PodRunning:
+		return 3
+	}
+	return 4
+}
+
+// representativePod picks the pod whose state explains the workload best.
+// Terminating pods are skipped while others exist: they belong to the past.
+func representativePod(pods []corev1.Pod) *corev1.Pod {
+	live := make([]*corev1.Pod, 0, len(pods))
+	for i := range pods {
+		if pods[i].DeletionTimestamp == nil {
+			live = append(live, &pods[i])
+		}
+	}
+	if len(live) == 0 {
+		for i := range pods {
+			live = append(live, &pods[i])
+		}
+	}
+	sort.SliceStable(live, func(i, j int) bool {
+		ri, rj := podRank(live[i]), podRank(live[j])
+		if ri != rj {
+			return ri < rj
+		}
+		if !live[i].CreationTimestamp.Equal(&live[j].CreationTimestamp) {
+			return live[i].CreationTimestamp.Before(&live[j].CreationTimestamp)
+		}
+		return live[i].Name < live[j].Name
+	})
+	return live[0]
+}
+
+// containerError returns the first container (init first) waiting reason
+// that is an error, or "".
+func containerError(p *corev1.Pod) string {
+	for _, cs := range allStatuses(p) {
+		if w := cs.State.Waiting; w != nil && (imagePullReasons[w.Reason] || createReasons[w.Reason] || w.Reason == "CrashLoopBackOff") {
+			return w.Reason
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return t.Reason
+		}
+	}
+	return ""
+}
+
+func allStatuses(p *corev1.Pod) []corev1.ContainerStatus {
+	out := append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...)
+	return append(out, p.Status.ContainerStatuses...)
+}
+
+func allRunning(p *corev1.Pod) bool {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// diagnosePod walks one pod: finished, rejected by the kubelet, unscheduled,
+// container errors, node-side events, running.
+func (d *diagnosis) diagnosePod(ctx context.Context, pod *corev1.Pod) (*Result, error) {
+	d.ref("Pod", pod.Namespace, pod.Name)
+	describe := fmt.Sprintf("kubectl describe pod -n %s %s", pod.Namespace, pod.Name)
+	eventsCmd := fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=Pod,involvedObject.name=%s", pod.Namespace, pod.Name)
+	logsCmd := func(container string) string {
+		return fmt.Sprintf("kubectl logs -n %s %s -c %s --previous", pod.Namespace, pod.Name, container)
+	}
+
+	if pod.Status.Phase == corev1.PodSucceeded {
+		return &Result{Stage: StageSucceeded, Layer: LayerNone, Reason: ReasonCompleted,
+			Messages: []string{fmt.Sprintf("pod %s phase Succeeded", pod.Name)}, Next: describe}, nil
+	}
+	// The kubelet's admission rejects a pod straight to Failed with the
+	// device manager's error ("Allocate failed due to ...") or OutOf<resource>.
+	if pod.Status.Phase == corev1.PodFailed &&
+		(pod.Status.Reason == reasonUnexpectedAdmission || strings.HasPrefix(pod.Status.Reason, admissionOutOfResourceHead)) {
+		return &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: DevicePluginAllocateFailed,
+			Messages: []string{pod.Status.Reason + ": " + pod.Status.Message}, Next: eventsCmd}, nil
+	}
+	if pod.Spec.NodeName == "" {
+		return d.unscheduled(ctx, pod, describe)
+	}
+
+	// Container states are current; events may be stale, so states first.
+	for _, cs := range allStatuses(pod) {
+		if w := cs.State.Waiting; w != nil {
+			msg := fmt.Sprintf("container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
+			switch {
+			case imagePullReasons[w.Reason]:
+				return &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ImagePullFailed, Messages: []string{msg}, Next: describe}, nil
+			case createReasons[w.Reason]:
+				return &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ContainerCreateFailed, Messages: []string{msg}, Next: describe}, nil
+			case w.Reason == "CrashLoopBackOff":
+				// The application did start: the stage is Running, the pod's phase.
+				res := &Result{Stage: StageRunning, Layer: LayerApplication, Reason: ApplicationError, Messages: []string{msg}, Next: logsCmd(cs.Name)}
+				if t := cs.LastTerminationState.Terminated; t != nil {
+					res.Messages = append(res.Messages, terminatedText(cs.Name, t))
+					if t.Reason == "OOMKilled" {
+						res.Reason = OOMKilled
+					}
+				}
+				return res, nil
+			}
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			stage := StageRunning
+			if pod.Status.Phase == corev1.PodFailed {
+				stage = StageFailed
+			}
+			reason := ApplicationError
+			if t.Reason == "OOMKilled" {
+				reason = OOMKilled
+			}
+			return &Result{Stage: stage, Layer: LayerApplication, Reason: reason, Messages: []string{terminatedText(cs.Name, t)}, Next: logsCmd(cs.Name)}, nil
+		}
+	}
+	if pod.Status.Phase == corev1.PodFailed {
+		return &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: ApplicationError,
+			Messages: []string{fmt.Sprintf("pod %s phase Failed: %s: %s", pod.Name, pod.Status.Reason, pod.Status.Message)}, Next: describe}, nil
+	}
+	if pod.Status.Phase == corev1.PodRunning && allRunning(pod) {
+		return &Result{Stage: StageRunning, Layer: LayerNone, Reason: ReasonRunning,
+			Messages: []string{fmt.Sprintf("pod %s phase Running on node %s", pod.Name, pod.Spec.NodeName)}, Next: describe}, nil
+	}
+
+	// Bound, containers not created yet: the kubelet's events say why.
+	evs, err := d.events(ctx, "Pod", pod.Name, pod.UID)
+	if err != nil {
+		return nil, err
+	}
+	type rule struct {
+		reasons []string
+		layer   Layer
+		reason  Reason
+	}
+	for _, r := range []rule{
+		{[]string{eventFailedPrepareDRA}, LayerDRA, DRAPrepareFailed},
+		{[]string{eventUnexpectedAdmission}, LayerKubelet, DevicePluginAllocateFailed},
+		{[]string{eventFailedMount, eventFailedAttach}, LayerKubelet, VolumeMountFailed},
+		{[]string{eventFailedSandbox}, LayerRuntime, ContainerCreateFailed},
+	} {
+		if e := latestEvent(evs, r.reasons...); e != nil {
+			d.ref("Event", e.Namespace, e.Name)
+			res := &Result{Stage: StageStarting, Layer: r.layer, Reason: r.reason, Messages: []string{e.Message}, Next: eventsCmd}
+			if r.reason == DRAPrepareFailed {
+				if err := d.addClaims(ctx, pod, res); err != nil {
+					return nil, err
+				}
+			}
+			return res, nil
+		}
+	}
+	res := &Result{Stage: StageStarting, Layer: LayerKubelet, Reason: ContainerStarting, Next: eventsCmd}
+	for _, cs := range allStatuses(pod) {
+		if w := cs.State.Waiting; w != nil {
+			res.Messages = append(res.Messages, fmt.Sprintf("container %s waiting: %s", cs.Name, w.Reason))
+		}
+	}
+	if len(res.Messages) == 0 {
+		res.Messages = []string{fmt.Sprintf("pod %s phase %s on node %s", pod.Name, pod.Status.Phase, pod.Spec.NodeName)}
+	}
+	return res, nil
+}
+
+func terminatedText(container string, t *corev1.ContainerStateTerminated) string {
+	s := fmt.Sprintf("container %s terminated: exit code %d, reason %s", container, t.ExitCode, t.Reason)
+	if t.Message != "" {
+		s += ": " + t.Message
+	}
+	return s
+}
+
+// unscheduled explains a pod with no node: DRA objects first (nothing
+// schedules without them), then the scheduler's counted causes, then an
+// unallocated claim as the likely culprit when the scheduler names nothing
+// more specific.
+func (d *diagnosis) unscheduled(ctx context.Context, pod *corev1.Pod, describe string) (*Result, error) {
+	res := &Result{Stage: StageScheduling, Layer: LayerScheduler, Reason: SchedulingPending, Next: describe}
+	var cond *corev1.PodCondition
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodScheduled {
+			cond = &pod.Status.Conditions[i]
+		}
+	}
+	if cond != nil && cond.Reason == corev1.PodReasonSchedulingGated {
+		gates := make([]string, 0, len(pod.Spec.SchedulingGates))
+		for _, g := range pod.Spec.SchedulingGates {
+			gates = append(gates, g.Name)
+		}
+		res.Messages = []string{fmt.Sprintf("PodScheduled=False reason SchedulingGated: %s (gates: %s)", cond.Message, strings.Join(gates, ", "))}
+		return res, nil
+	}
+
+	evs, err := d.events(ctx, "Pod", pod.Name, pod.UID)
+	if err != nil {
+		return nil, err
+	}
+	var schedMsg string
+	if cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
+		schedMsg = cond.Message
+		res.Messages = append(res.Messages, cond.Message)
+	}
+	if e := latestEvent(evs, eventFailedScheduling); e != nil {
+		d.ref("Event", e.Namespace, e.Name)
+		res.Messages = appendUnique(res.Messages, e.Message)
+		if schedMsg == "" {
+			schedMsg = e.Message
+		}
+	}
+
+	var claims *claimState
+	if len(pod.Spec.ResourceClaims) > 0 {
+		if claims, err = d.readClaims(ctx, pod); err != nil {
+			return nil, err
+		}
+		if e := latestEvent(evs, eventFailedClaimCreation); e != nil {
+			d.ref("Event", e.Namespace, e.Name)
+			claims.missing = append(claims.missing, e.Message)
+		}
+		if len(claims.missing) > 0 {
+			res.Layer, res.Reason = LayerDRA, DRAClaimMissing
+			res.Messages = append(claims.missing, res.Messages...)
+			res.Next = fmt.Sprintf("kubectl get resourceclaims,resourceclaimtemplates -n %s", pod.Namespace)
+			return res, nil
+		}
+	}
+
+	parsed := ParseSchedulerMessage(schedMsg)
+	primary, ok := parsed.PrimaryCause()
+	cls := classOther
+	if ok {
+		cls = classify(primary.Text)
+	}
+	if cls == classOther && claims != nil && len(claims.unallocated) > 0 && schedMsg != "" {
+		cls = classDRA
+	}
+	res.Layer, res.Reason = cls.reason()
+	switch res.Reason {
+	case DRAAllocationFailed, DRAClaimMissing:
+		if claims != nil {
+			res.Messages = append(res.Messages, claims.status...)
+		}
+		res.Next = fmt.Sprintf("kubectl get resourceclaims -n %s -o yaml; kubectl get resourceslices -o wide", pod.Namespace)
+	case InsufficientDevice:
+		res.Next = "kubectl describe nodes | grep -E '^Name:|" + strings.ReplaceAll(strings.TrimPrefix(primary.Text, "Insufficient "), ".", `\.`) + "'"
+	case UntoleratedTaint:
+		res.Next = "kubectl get nodes -o custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key"
+	case NodeSelectorMismatch:
+		res.Next = "kubectl get nodes --show-labels"
+	case UnboundVolume:
+		res.Next = fmt.Sprintf("kubectl get pvc -n %s", pod.Namespace)
+	case InsufficientCPU, InsufficientMemory:
+		res.Next = "kubectl describe nodes"
+	}
+	if len(res.Messages) == 0 {
+		res.Messages = []string{fmt.Sprintf("pod %s has no node and no scheduling attempt is recorded yet", pod.Name)}
+	}
+	return res, nil
+}

@@ -1,0 +1,104 @@
+package diagnose
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestParseSchedulerMessage(t *testing.T) {
+	tests := []struct {
+		name       string
+		msg        string
+		nodes      int
+		causes     []Cause
+		preemption string
+	}{
+		{
+			name:  "histogram with preemption suffix and dotted resource names",
+			msg:   "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient nvidia.com/gpu. preemption: 0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod.",
+			nodes: 3,
+			causes: []Cause{
+				{1, "node(s) had untolerated taint(s)"},
+				{2, "Insufficient nvidia.com/gpu"},
+			},
+			preemption: "0/3 nodes are available: 1 Preemption is not helpful for scheduling, 2 No preemption victims found for incoming pod.",
+		},
+		{
+			name:   "prefilter rejection counts for every node",
+			msg:    `0/5 nodes are available: resourceclaim.resource.k8s.io "shared-gpu" not found.`,
+			nodes:  5,
+			causes: []Cause{{5, `resourceclaim.resource.k8s.io "shared-gpu" not found`}},
+		},
+		{
+			name:  "a reason containing a comma stays whole",
+			msg:   "0/2 nodes are available: 2 resource claim ml/c, request gpu: has subrequests, but the DRAPrioritizedList feature is disabled.",
+			nodes: 2,
+			causes: []Cause{
+				{2, "resource claim ml/c, request gpu: has subrequests, but the DRAPrioritizedList feature is disabled"},
+			},
+		},
+		{
+			name:  "one node can report two resources",
+			msg:   "0/2 nodes are available: 2 Insufficient cpu, 2 Insufficient nvidia.com/gpu.",
+			nodes: 2,
+			causes: []Cause{
+				{2, "Insufficient cpu"},
+				{2, "Insufficient nvidia.com/gpu"},
+			},
+		},
+		{
+			name:   "not a FitError",
+			msg:    "running PreBind plugin \"DynamicResources\": waiting for binding conditions.",
+			causes: []Cause{{0, "running PreBind plugin \"DynamicResources\": waiting for binding conditions"}},
+		},
+		{name: "empty", msg: ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ParseSchedulerMessage(tc.msg)
+			if got.Nodes != tc.nodes || !reflect.DeepEqual(got.Causes, tc.causes) || got.Preemption != tc.preemption {
+				t.Errorf("got %+v\nwant nodes=%d causes=%+v preemption=%q", got, tc.nodes, tc.causes, tc.preemption)
+			}
+		})
+	}
+}
+
+func TestPrimaryCause(t *testing.T) {
+	tests := []struct {
+		name   string
+		msg    string
+		reason Reason
+	}{
+		// The control plane's taint must not hide the GPU shortage on the workers.
+		{"device behind tainted control plane", "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient nvidia.com/gpu.", InsufficientDevice},
+		// Only one eligible node, and it lacks GPUs: still a device shortage for this pod.
+		{"device on the only eligible node", "0/4 nodes are available: 3 node(s) didn't match Pod's node affinity/selector, 1 Insufficient nvidia.com/gpu.", InsufficientDevice},
+		// CPU is short on more eligible nodes than the GPU: CPU dominates.
+		{"cpu dominates device", "0/3 nodes are available: 3 Insufficient cpu, 1 Insufficient nvidia.com/gpu.", InsufficientCPU},
+		// Equal counts: the device is the scarcer thing, it wins the tie.
+		{"tie goes to the device", "0/2 nodes are available: 2 Insufficient cpu, 2 Insufficient nvidia.com/gpu.", InsufficientDevice},
+		{"memory", "0/3 nodes are available: 1 Insufficient cpu, 2 Insufficient memory.", InsufficientMemory},
+		// Every node fails a gate: the most common gate wins.
+		{"gates only, selector most common", "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 node(s) didn't match Pod's node affinity/selector.", NodeSelectorMismatch},
+		{"gates only, taint most common", "0/3 nodes are available: 1 node(s) didn't match Pod's node affinity/selector, 2 node(s) had untolerated taint(s).", UntoleratedTaint},
+		{"dra allocation", "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 cannot allocate all claims.", DRAAllocationFailed},
+		{"dra claim missing wins outright", `0/3 nodes are available: resourceclaim.resource.k8s.io "shared-gpu" not found.`, DRAClaimMissing},
+		{"dra device class missing", "0/3 nodes are available: request gpu: device class gpu.example.com does not exist.", DRAClaimMissing},
+		{"volume", "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind.", UnboundVolume},
+		{"unknown text", "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules.", SchedulingPending},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c, ok := ParseSchedulerMessage(tc.msg).PrimaryCause()
+			if !ok {
+				t.Fatal("no primary cause")
+			}
+			if _, got := classify(c.Text).reason(); got != tc.reason {
+				t.Errorf("primary %+v → %s, want %s", c, got, tc.reason)
+			}
+		})
+	}
+	if _, ok := ParseSchedulerMessage("").PrimaryCause(); ok {
+		t.Error("empty message has a primary cause")
+	}
+}

@@ -1,0 +1,206 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/labels"
+)
+
+// PodResourcesSocketDir is the kubelet's pod-resources directory the helper pod mounts.
+const PodResourcesSocketDir = "/var/lib/kubelet/pod-resources"
+
+// DevicePlugin is the extended-resource path: the container asks for the resource with request equal
+// to limit, the kubelet asks the plugin to Allocate, the plugin injects the device IDs.
+type DevicePlugin struct {
+	// Resource is the extended resource, e.g. nvidia.com/gpu.
+	Resource corev1.ResourceName
+	// Allocatable is the devices per node.
+	Allocatable map[string]int64
+}
+
+var _ Path = (*DevicePlugin)(nil)
+
+// Name implements Path.
+func (p *DevicePlugin) Name() string { return config.PathDevicePlugin }
+
+// Label implements Path.
+func (p *DevicePlugin) Label() string { return labels.PathDevicePlugin }
+
+// QuotaResource implements Path: Kueue accounts extended resources under their own name.
+func (p *DevicePlugin) QuotaResource() corev1.ResourceName { return p.Resource }
+
+// Capacity implements Path.
+func (p *DevicePlugin) Capacity() map[string]int64 { return p.Allocatable }
+
+// Describe implements Path.
+func (p *DevicePlugin) Describe() string {
+	return fmt.Sprintf("device plugin: extended resource %s (%d nodes, %d devices)", p.Resource, len(p.Allocatable), sum(p.Allocatable))
+}
+
+// RequestDevices implements fixtures.DeviceRequester: limit = request = count on the container.
+func (p *DevicePlugin) RequestDevices(_ fixtures.Factory, spec *corev1.PodSpec, container string, count int, _ metav1.ObjectMeta) []fixtures.Object {
+	for i := range spec.Containers {
+		c := &spec.Containers[i]
+		if c.Name != container {
+			continue
+		}
+		q := resource.MustParse(strconv.Itoa(count))
+		if c.Resources.Limits == nil {
+			c.Resources.Limits = corev1.ResourceList{}
+		}
+		if c.Resources.Requests == nil {
+			c.Resources.Requests = corev1.ResourceList{}
+		}
+		c.Resources.Limits[p.Resource] = q
+		c.Resources.Requests[p.Resource] = q
+	}
+	return nil
+}
+
+// Given implements Path. The kubelet is the authority: a helper pod on the pod's node reads the
+// pod-resources API. When the cluster forbids hostPath pods (PodSecurity, policy engines), the
+// allocation falls back to the count in the pod spec and says so.
+func (p *DevicePlugin) Given(ctx context.Context, in GivenInput) (Allocation, error) {
+	pod := in.Pod
+	a := Allocation{Node: pod.Spec.NodeName, Source: "kubelet pod-resources API on " + pod.Spec.NodeName}
+	if a.Node == "" {
+		return a, fmt.Errorf("pod %s/%s is not scheduled; no node to ask", pod.Namespace, pod.Name)
+	}
+	want := requestedCount(pod, in.Container, p.Resource)
+	out, err := runPodResourcesHelper(ctx, in, p.Resource)
+	if errors.Is(err, errHelperForbidden) {
+		return Allocation{Node: a.Node, CountOnly: true, Count: want, Source: "pod spec (count only)",
+			Note: fmt.Sprintf("kubelet view unavailable: %v; compared the device count only", err)}, nil
+	}
+	if err != nil {
+		return a, err
+	}
+	report, err := ParsePodResources(out)
+	if err != nil {
+		return a, err
+	}
+	devices, found := report.DevicesOf(pod.Namespace, pod.Name, in.Container, string(p.Resource))
+	if !found {
+		return a, fmt.Errorf("the kubelet on %s does not list pod %s/%s (it reports only active pods; did the pod finish?)", a.Node, pod.Namespace, pod.Name)
+	}
+	a.Devices = append([]string{}, devices...)
+	sort.Strings(a.Devices)
+	a.Count = len(a.Devices)
+	return a, nil
+}
+
+var errHelperForbidden = errors.New("helper pod forbidden")
+
+// runPodResourcesHelper runs `gpu-workload podresources` on the pod's node and returns its logs.
+func runPodResourcesHelper(ctx context.Context, in GivenInput, _ corev1.ResourceName) (string, error) {
+	pod := in.Pod
+	name := "podresources-" + strings.TrimSuffix(truncateName(pod.Name, 40), "-")
+	helper := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Namespace: pod.Namespace, Labels: map[string]string{
+			fixtures.RunLabel: in.Factory.RunID, fixtures.ManagedByLabel: fixtures.ManagedByValue,
+		}},
+		Spec: corev1.PodSpec{
+			NodeName:                      pod.Spec.NodeName, // bypass the scheduler: it must run exactly there
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+			Tolerations:                   append([]corev1.Toleration{{Operator: corev1.TolerationOpExists}}, in.Factory.Tolerations...),
+			Containers: []corev1.Container{{
+				Name:            "podresources",
+				Image:           in.Factory.Image,
+				ImagePullPolicy: in.Factory.PullPolicy,
+				Command:         []string{fixtures.WorkloadBinary, "podresources", "--namespace", pod.Namespace, "--pod", pod.Name},
+				VolumeMounts:    []corev1.VolumeMount{{Name: "pod-resources", MountPath: PodResourcesSocketDir, ReadOnly: true}},
+			}},
+			Volumes: []corev1.Volume{{Name: "pod-resources", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{
+				Path: PodResourcesSocketDir, Type: ptr.To(corev1.HostPathDirectory),
+			}}}},
+		},
+	}
+	created, err := in.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, helper, metav1.CreateOptions{})
+	if apierrors.IsForbidden(err) || apierrors.IsInvalid(err) && strings.Contains(err.Error(), "hostPath") {
+		return "", fmt.Errorf("%w: creating a hostPath pod in %s was refused: %v", errHelperForbidden, pod.Namespace, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("creating podresources helper pod: %w", err)
+	}
+	defer func() {
+		// The helper is deleted whatever happens; a fresh context because ctx may be done.
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = in.Kube.CoreV1().Pods(created.Namespace).Delete(dctx, created.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+	}()
+	timeout, poll := in.HelperTimeout, in.Poll
+	if timeout == 0 {
+		timeout = time.Minute
+	}
+	if poll == 0 {
+		poll = time.Second
+	}
+	var last *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, poll, timeout, true, func(ctx context.Context) (bool, error) {
+		got, err := in.Kube.CoreV1().Pods(created.Namespace).Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil //nolint:nilerr // transient; the timeout reports the last state
+		}
+		last = got
+		return got.Status.Phase == corev1.PodSucceeded || got.Status.Phase == corev1.PodFailed, nil
+	})
+	if err != nil {
+		return "", fmt.Errorf("podresources helper %s/%s on %s did not finish within %s (last phase %s)", created.Namespace, created.Name, pod.Spec.NodeName, timeout, phase(last))
+	}
+	logs, lerr := in.Kube.CoreV1().Pods(created.Namespace).GetLogs(created.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if last.Status.Phase == corev1.PodFailed {
+		return "", fmt.Errorf("podresources helper on %s failed: %s", pod.Spec.NodeName, truncate(string(logs), 600))
+	}
+	if lerr != nil {
+		return "", fmt.Errorf("reading podresources helper logs: %w", lerr)
+	}
+	return string(logs), nil
+}
+
+func requestedCount(pod *corev1.Pod, container string, res corev1.ResourceName) int {
+	for _, c := range pod.Spec.Containers {
+		if c.Name == container {
+			q := c.Resources.Limits[res]
+			return int(q.Value())
+		}
+	}
+	return 0
+}
+
+func phase(p *corev1.Pod) string {
+	if p == nil {
+		return "unknown"
+	}
+	return string(p.Status.Phase)
+}
+
+func truncateName(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func sum(m map[string]int64) int64 {
+	var t int64
+	for _, v := range m {
+		t += v
+	}
+	return t
+}

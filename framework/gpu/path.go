@@ -1,0 +1,118 @@
+// Package gpu is the allocation-path abstraction: one interface, one implementation per way a pod can
+// be given GPUs (device plugin, DRA). Scenarios are written once against Path and run per discovered
+// path, so the report shows parity between them.
+package gpu
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/config"
+)
+
+// Path is one allocation path.
+type Path interface {
+	fixtures.DeviceRequester
+
+	// Name is "device-plugin" or "dra".
+	Name() string
+	// Label is the Ginkgo label of specs on this path.
+	Label() string
+	// QuotaResource is the resource Kueue accounts this path's devices as.
+	QuotaResource() corev1.ResourceName
+	// Capacity is the number of devices per node.
+	Capacity() map[string]int64
+	// Given reads which devices pod (running, or recently finished for DRA) was given, from the
+	// authority of this path: the kubelet for the device plugin, the ResourceClaim for DRA.
+	Given(ctx context.Context, in GivenInput) (Allocation, error)
+	// Describe is a one-line description for reports.
+	Describe() string
+}
+
+// GivenInput is what Given needs.
+type GivenInput struct {
+	Kube kubernetes.Interface
+	// Pod is the workload pod (freshly read).
+	Pod *corev1.Pod
+	// Container is the container the devices were attached to.
+	Container string
+	// Factory builds helper pods (podresources reader) with the run label and tolerations.
+	Factory fixtures.Factory
+	// Claims is a recorder of ResourceClaims seen in the pod's namespace, for pods whose generated
+	// claim was already released; may be nil.
+	Claims *ClaimRecorder
+	// HelperTimeout bounds the podresources helper pod; Poll is its check interval.
+	HelperTimeout, Poll time.Duration
+}
+
+// Allocation is what a pod was given.
+type Allocation struct {
+	// Node is where the devices are.
+	Node string
+	// Devices are the device identities, sorted, in the form the container should see them.
+	Devices []string
+	// Source names the authority, e.g. "kubelet podresources" or "ResourceClaim ns/x".
+	Source string
+	// CountOnly is true when the authority could not be read and only the count is known (Devices is
+	// then empty and Count set); Note says why.
+	CountOnly bool
+	Count     int
+	Note      string
+	// Claims are the generated claims (DRA only).
+	Claims []ClaimInfo
+}
+
+// ClaimInfo is one DRA claim behind an allocation.
+type ClaimInfo struct {
+	Name string
+	// Pools are the pool names the devices came from (for DRA node-local drivers, the node name).
+	Pools []string
+	// ReservedFor are the UIDs of the claim's consumers when read.
+	ReservedFor []string
+}
+
+// Paths returns the discovered paths, in a stable order.
+func Paths(caps cluster.Capabilities, cfg config.Config) []Path {
+	var out []Path
+	if caps.DevicePlugin != nil {
+		out = append(out, &DevicePlugin{Resource: caps.DevicePlugin.ResourceName, Allocatable: caps.DevicePlugin.Allocatable})
+	}
+	if caps.DRA != nil {
+		out = append(out, &DRA{
+			DeviceClass: caps.DRA.DeviceClass, Driver: caps.DRA.Driver, KueueResource: corev1.ResourceName(cfg.DRA.KueueResourceName),
+			Devices: caps.DRA.Devices,
+		})
+	}
+	return out
+}
+
+// NodesWithAtLeast returns the nodes with at least n devices on p, sorted.
+func NodesWithAtLeast(p Path, n int64) []string {
+	var out []string
+	for node, c := range p.Capacity() {
+		if c >= n {
+			out = append(out, node)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// SameDevices compares two device sets ignoring order.
+func SameDevices(a, b []string) bool {
+	x, y := slices.Clone(a), slices.Clone(b)
+	sort.Strings(x)
+	sort.Strings(y)
+	return slices.Equal(x, y)
+}
+
+// FormatDevices renders a device list for messages.
+func FormatDevices(d []string) string { return "[" + strings.Join(d, " ") + "]" }

@@ -1,0 +1,115 @@
+// Package pods waits on the suite's Jobs and Pods and reads the workload image's reports from them.
+package pods
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/wait"
+)
+
+// OfJob lists the Job's pods (by the controller's job-name label).
+func OfJob(ctx context.Context, env *testenv.Env, job *batchv1.Job) ([]corev1.Pod, error) {
+	l, err := env.Clients.Kube.CoreV1().Pods(job.Namespace).List(ctx, metav1.ListOptions{LabelSelector: batchv1.JobNameLabel + "=" + job.Name})
+	if err != nil {
+		return nil, err
+	}
+	return l.Items, nil
+}
+
+// ExpectJobPodStarted waits until the Job has a pod bound to a node with its workload container started
+// (running or already terminated) and returns it.
+func ExpectJobPodStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job) *corev1.Pod {
+	ginkgo.GinkgoHelper()
+	var pod *corev1.Pod
+	env.Wait.For(ctx, fmt.Sprintf("a pod of Job %s/%s to start", job.Namespace, job.Name),
+		wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name}, env.Timeouts.PodStart, func(g gomega.Gomega) {
+			list, err := OfJob(ctx, env, job)
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			g.Expect(list).NotTo(gomega.BeEmpty(), "Job %s/%s has no pod yet", job.Namespace, job.Name)
+			p := list[0]
+			pod = &p
+			g.Expect(p.Spec.NodeName).NotTo(gomega.BeEmpty(), "pod %s is not scheduled", p.Name)
+			g.Expect(containerStarted(&p, fixtures.WorkloadContainer)).To(gomega.BeTrue(), "pod %s: container %s has not started (phase %s)", p.Name, fixtures.WorkloadContainer, p.Status.Phase)
+		})
+	return pod
+}
+
+// ExpectPodRunning waits until the pod runs on a node and returns it fresh.
+func ExpectPodRunning(ctx context.Context, env *testenv.Env, ns, name string) *corev1.Pod {
+	ginkgo.GinkgoHelper()
+	var pod *corev1.Pod
+	env.Wait.For(ctx, fmt.Sprintf("pod %s/%s to run", ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.PodStart, func(g gomega.Gomega) {
+		var err error
+		pod, err = env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(pod.Spec.NodeName).NotTo(gomega.BeEmpty(), "pod is not scheduled")
+		g.Expect(pod.Status.Phase).To(gomega.Equal(corev1.PodRunning), "pod phase")
+	})
+	return pod
+}
+
+// ExpectJobComplete waits for the Job's Complete condition.
+func ExpectJobComplete(ctx context.Context, env *testenv.Env, job *batchv1.Job) {
+	ginkgo.GinkgoHelper()
+	env.Wait.For(ctx, fmt.Sprintf("Job %s/%s to complete", job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
+		env.Timeouts.JobRun, func(g gomega.Gomega) {
+			got, err := env.Clients.Kube.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			for _, c := range got.Status.Conditions {
+				g.Expect(c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue).To(gomega.BeFalse(), "Job failed: %s: %s", c.Reason, c.Message)
+			}
+			complete := false
+			for _, c := range got.Status.Conditions {
+				complete = complete || (c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue)
+			}
+			g.Expect(complete).To(gomega.BeTrue(), "Job not complete: active=%d succeeded=%d failed=%d", got.Status.Active, got.Status.Succeeded, got.Status.Failed)
+		})
+}
+
+// ExpectProbeReport waits until the pod's workload container has printed its probe report (termination
+// message of the current or last run, else logs) and returns it.
+func ExpectProbeReport(ctx context.Context, env *testenv.Env, ns, name string) gpu.ProbeReport {
+	ginkgo.GinkgoHelper()
+	var report gpu.ProbeReport
+	env.Wait.For(ctx, fmt.Sprintf("the probe report of pod %s/%s", ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.JobRun, func(g gomega.Gomega) {
+		pod, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		for _, cs := range pod.Status.ContainerStatuses {
+			if cs.Name != fixtures.WorkloadContainer {
+				continue
+			}
+			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+				if t != nil && t.Message != "" {
+					if r, err := gpu.ParseProbe(t.Message); err == nil && !r.Truncated {
+						report = r
+						return
+					}
+				}
+			}
+		}
+		raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: fixtures.WorkloadContainer}).DoRaw(ctx)
+		g.Expect(err).NotTo(gomega.HaveOccurred(), "reading logs")
+		report, err = gpu.ParseProbe(string(raw))
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+	})
+	return report
+}
+
+func containerStarted(p *corev1.Pod, name string) bool {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == name {
+			return cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil
+		}
+	}
+	return false
+}

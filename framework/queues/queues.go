@@ -1,0 +1,131 @@
+// Package queues holds the Kueue side of a spec: creating a spec's own flavor and queues (or naming the
+// configured existing LocalQueue) and waiting on workloads.
+package queues
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/yaml"
+
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/wait"
+)
+
+// SetupInput describes the queues a spec needs.
+type SetupInput struct {
+	// Namespace is the spec namespace (the LocalQueue lives there; the ClusterQueue admits only from it).
+	Namespace string
+	// ExistingLocalQueue, when set, is used instead of creating queues.
+	ExistingLocalQueue string
+	// Quota is the nominal quota per resource, e.g. {nvidia.com/gpu: 4, cpu: 4, memory: 4Gi}.
+	Quota map[corev1.ResourceName]string
+}
+
+// Setup returns the LocalQueue to submit to: the existing one, or a new ResourceFlavor, ClusterQueue and
+// LocalQueue (names carry the namespace) that are Active before it returns.
+func Setup(ctx context.Context, env *testenv.Env, in SetupInput) string {
+	ginkgo.GinkgoHelper()
+	if in.ExistingLocalQueue != "" {
+		waitLocalQueueActive(ctx, env, in.Namespace, in.ExistingLocalQueue)
+		return in.ExistingLocalQueue
+	}
+	f := env.Factory
+	rf := env.Create(ctx, f.ResourceFlavor("gpu", in.Namespace).Obj())
+	cq := env.Create(ctx, f.ClusterQueue("gpu", in.Namespace).Flavor(rf.GetName(), in.Quota).Obj())
+	lq := env.Create(ctx, f.LocalQueue("gpu", in.Namespace).ClusterQueue(cq.GetName()).Obj())
+	env.Wait.For(ctx, fmt.Sprintf("ClusterQueue %s to be Active", cq.GetName()), wait.Target{}, env.Timeouts.QueueActive, func(g gomega.Gomega) {
+		got, err := env.Clients.Kueue.KueueV1beta2().ClusterQueues().Get(ctx, cq.GetName(), metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, kueue.ClusterQueueActive)).To(gomega.BeTrue(),
+			"ClusterQueue %s is not Active; conditions:\n%s", cq.GetName(), toYAML(got.Status.Conditions))
+	})
+	waitLocalQueueActive(ctx, env, in.Namespace, lq.GetName())
+	return lq.GetName()
+}
+
+func waitLocalQueueActive(ctx context.Context, env *testenv.Env, ns, name string) {
+	ginkgo.GinkgoHelper()
+	env.Wait.For(ctx, fmt.Sprintf("LocalQueue %s/%s to be Active", ns, name), wait.Target{}, env.Timeouts.QueueActive, func(g gomega.Gomega) {
+		got, err := env.Clients.Kueue.KueueV1beta2().LocalQueues(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred(), "LocalQueue %s/%s", ns, name)
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, "Active")).To(gomega.BeTrue(),
+			"LocalQueue %s/%s is not Active; conditions:\n%s", ns, name, toYAML(got.Status.Conditions))
+	})
+}
+
+// WorkloadFor returns the Workload Kueue created for the Job (matched by owner UID), or nil.
+func WorkloadFor(ctx context.Context, env *testenv.Env, job *batchv1.Job) (*kueue.Workload, error) {
+	list, err := env.Clients.Kueue.KueueV1beta2().Workloads(job.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	for i := range list.Items {
+		for _, ref := range list.Items[i].OwnerReferences {
+			if ref.UID == job.UID || (ref.Kind == "Job" && ref.Name == job.Name && job.UID == types.UID("")) {
+				return &list.Items[i], nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// ExpectAdmitted waits until the Job's Workload is Admitted and returns it. quotaResource and count, when
+// set, are checked against the admission's resource usage, so a path whose devices Kueue does not count
+// (e.g. a missing deviceClassMapping) fails here with the usage it did record.
+func ExpectAdmitted(ctx context.Context, env *testenv.Env, job *batchv1.Job, quotaResource corev1.ResourceName, count int) *kueue.Workload {
+	ginkgo.GinkgoHelper()
+	var wl *kueue.Workload
+	env.Wait.For(ctx, fmt.Sprintf("Kueue to admit the Workload of Job %s/%s", job.Namespace, job.Name),
+		wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name}, env.Timeouts.Admission, func(g gomega.Gomega) {
+			var err error
+			wl, err = WorkloadFor(ctx, env, job)
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			g.Expect(wl).NotTo(gomega.BeNil(), "Kueue has not created a Workload for Job %s/%s (is the Job integration enabled and the queue label set?)", job.Namespace, job.Name)
+			g.Expect(meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)).To(gomega.BeTrue(),
+				"Workload %s is not Admitted; conditions:\n%s", wl.Name, toYAML(wl.Status.Conditions))
+		})
+	if quotaResource != "" && count > 0 {
+		gomega.Expect(wl.Status.Admission).NotTo(gomega.BeNil(), "admitted Workload %s has no status.admission", wl.Name)
+		var usage []string
+		found := false
+		for _, psa := range wl.Status.Admission.PodSetAssignments {
+			for name, q := range psa.ResourceUsage {
+				usage = append(usage, string(name)+"="+q.String())
+				if name == quotaResource && q.Value() == int64(count) {
+					found = true
+				}
+			}
+		}
+		gomega.Expect(found).To(gomega.BeTrue(), "Kueue admitted Workload %s without charging %s=%d to quota; recorded usage: %v",
+			wl.Name, quotaResource, count, usage)
+	}
+	return wl
+}
+
+// QuotaFor returns a quota map: devices of the path's resource, plus generous CPU and memory so only
+// devices constrain admission.
+func QuotaFor(resource corev1.ResourceName, devices int) map[corev1.ResourceName]string {
+	return map[corev1.ResourceName]string{
+		resource:              strconv.Itoa(devices),
+		corev1.ResourceCPU:    "8",
+		corev1.ResourceMemory: "16Gi",
+	}
+}
+
+func toYAML(v any) string {
+	b, err := yaml.Marshal(v)
+	if err != nil {
+		return fmt.Sprintf("%+v", v)
+	}
+	return string(b)
+}

@@ -1,0 +1,183 @@
+// Package testenv is what a spec works in: the clients, the run's fixtures factory, the timeouts, the
+// waiter, and the create-with-cleanup helpers that give every spec its own namespace and remove
+// everything it created (unless resources are kept), dumping evidence first when the spec failed.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/e2e-framework/pkg/envconf"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/artifacts"
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/timeouts"
+	"gpuconform.io/gpuconform/framework/wait"
+)
+
+// Env is shared by all specs of a run. It holds no per-spec state.
+type Env struct {
+	// Clients reach the cluster.
+	Clients *cluster.Clients
+	// KueuePresent says whether Kueue's API is served (diagnosis and dumps skip Kueue otherwise).
+	KueuePresent bool
+	// Factory builds fixtures with the run label.
+	Factory fixtures.Factory
+	// Timeouts are the run's budgets.
+	Timeouts timeouts.Timeouts
+	// Wait runs waits with the diagnosis wired in.
+	Wait wait.Waiter
+	// NamespacePrefix starts spec namespaces.
+	NamespacePrefix string
+	// ArtifactsDir receives per-spec dumps.
+	ArtifactsDir string
+	// KeepResources skips every delete.
+	KeepResources bool
+}
+
+// NewNamespace creates a namespace for the current spec, named <prefix>-<purpose>-<random>, carrying
+// the run label. Cleanup (registered right after the create, so it runs last) deletes it and waits
+// until it is gone, so the devices its pods held are free for the next spec; a failed spec's
+// namespace is dumped before that.
+func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespace {
+	ginkgo.GinkgoHelper()
+	base := e.NamespacePrefix + "-" + purpose + "-"
+	ns := e.Factory.Namespace(envconf.RandomName(base, min(len(base)+6, 63)))
+	created, err := e.Clients.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "creating spec namespace %s", ns.Name)
+
+	ginkgo.DeferCleanup(func() {
+		if e.KeepResources {
+			ginkgo.GinkgoWriter.Printf("keeping namespace %s (keep-resources)\n", created.Name)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.Timeouts.Cleanup)
+		defer cancel()
+		err := e.Clients.Kube.CoreV1().Namespaces().Delete(ctx, created.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			gomega.Expect(err).NotTo(gomega.HaveOccurred(), "deleting spec namespace %s", created.Name)
+		}
+		e.Wait.For(ctx, fmt.Sprintf("namespace %s to be deleted", created.Name), wait.Target{}, e.Timeouts.Cleanup, func(g gomega.Gomega) {
+			_, err := e.Clients.Kube.CoreV1().Namespaces().Get(ctx, created.Name, metav1.GetOptions{})
+			g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "namespace %s still exists (err=%v)", created.Name, err)
+		})
+	})
+	// Registered after the delete, so it runs before it.
+	ginkgo.DeferCleanup(func() {
+		if !ginkgo.CurrentSpecReport().Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		dir := artifacts.SpecDir(e.ArtifactsDir, ginkgo.CurrentSpecReport().FullText())
+		var kq = e.Clients.Kueue
+		if !e.KueuePresent {
+			kq = nil
+		}
+		artifacts.DumpNamespace(ctx, e.Clients.Kube, kq, created.Name, dir)
+		ginkgo.AddReportEntry("artifacts", dir)
+	})
+	return created
+}
+
+// Create creates obj and registers its deletion (fresh context, LIFO). Supported kinds are the ones
+// fixtures builds. It returns the created object.
+func (e *Env) Create(ctx context.Context, obj fixtures.Object) fixtures.Object {
+	ginkgo.GinkgoHelper()
+	created, err := e.create(ctx, obj)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "creating %s", describe(obj))
+	ginkgo.DeferCleanup(func() {
+		if e.KeepResources {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.Timeouts.Cleanup)
+		defer cancel()
+		err := e.delete(ctx, created)
+		if err != nil && !apierrors.IsNotFound(err) {
+			gomega.Expect(err).NotTo(gomega.HaveOccurred(), "deleting %s", describe(created))
+		}
+	})
+	return created
+}
+
+// TryCreate creates obj and returns the API error, for specs that expect a rejection. Should the
+// create unexpectedly succeed, the object's deletion is registered as with Create.
+func (e *Env) TryCreate(ctx context.Context, obj fixtures.Object) error {
+	created, err := e.create(ctx, obj)
+	if err == nil {
+		ginkgo.DeferCleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), e.Timeouts.Cleanup)
+			defer cancel()
+			_ = e.delete(ctx, created)
+		})
+	}
+	return err
+}
+
+func (e *Env) create(ctx context.Context, obj fixtures.Object) (fixtures.Object, error) {
+	ctx, cancel := context.WithTimeout(ctx, e.Timeouts.API)
+	defer cancel()
+	c := e.Clients
+	o := metav1.CreateOptions{}
+	switch t := obj.(type) {
+	case *corev1.Pod:
+		return c.Kube.CoreV1().Pods(t.Namespace).Create(ctx, t, o)
+	case *batchv1.Job:
+		return c.Kube.BatchV1().Jobs(t.Namespace).Create(ctx, t, o)
+	case *resourcev1.ResourceClaimTemplate:
+		return c.Kube.ResourceV1().ResourceClaimTemplates(t.Namespace).Create(ctx, t, o)
+	case *kueue.ResourceFlavor:
+		return c.Kueue.KueueV1beta2().ResourceFlavors().Create(ctx, t, o)
+	case *kueue.ClusterQueue:
+		return c.Kueue.KueueV1beta2().ClusterQueues().Create(ctx, t, o)
+	case *kueue.LocalQueue:
+		return c.Kueue.KueueV1beta2().LocalQueues(t.Namespace).Create(ctx, t, o)
+	case *kueue.WorkloadPriorityClass:
+		return c.Kueue.KueueV1beta2().WorkloadPriorityClasses().Create(ctx, t, o)
+	}
+	return nil, fmt.Errorf("testenv cannot create %T; add it to testenv.create", obj)
+}
+
+func (e *Env) delete(ctx context.Context, obj fixtures.Object) error {
+	c := e.Clients
+	bg := metav1.DeletePropagationBackground
+	o := metav1.DeleteOptions{PropagationPolicy: &bg}
+	name, ns := obj.GetName(), obj.GetNamespace()
+	switch obj.(type) {
+	case *corev1.Pod:
+		return c.Kube.CoreV1().Pods(ns).Delete(ctx, name, o)
+	case *batchv1.Job:
+		return c.Kube.BatchV1().Jobs(ns).Delete(ctx, name, o)
+	case *resourcev1.ResourceClaimTemplate:
+		return c.Kube.ResourceV1().ResourceClaimTemplates(ns).Delete(ctx, name, o)
+	case *kueue.ResourceFlavor:
+		return c.Kueue.KueueV1beta2().ResourceFlavors().Delete(ctx, name, o)
+	case *kueue.ClusterQueue:
+		return c.Kueue.KueueV1beta2().ClusterQueues().Delete(ctx, name, o)
+	case *kueue.LocalQueue:
+		return c.Kueue.KueueV1beta2().LocalQueues(ns).Delete(ctx, name, o)
+	case *kueue.WorkloadPriorityClass:
+		return c.Kueue.KueueV1beta2().WorkloadPriorityClasses().Delete(ctx, name, o)
+	}
+	return fmt.Errorf("testenv cannot delete %T", obj)
+}
+
+func describe(obj fixtures.Object) string {
+	kind := fmt.Sprintf("%T", obj)
+	kind = kind[strings.LastIndex(kind, ".")+1:]
+	if obj.GetNamespace() != "" {
+		return kind + " " + obj.GetNamespace() + "/" + obj.GetName()
+	}
+	return kind + " " + obj.GetName()
+}

@@ -1,0 +1,99 @@
+// Package timeouts is the suite's one timeout vocabulary. Specs and helpers never write a duration
+// literal: they name what they wait for, and the profile (local kind cluster or real cluster) decides
+// how long that is.
+package timeouts
+
+import (
+	"fmt"
+	"time"
+)
+
+// Profile names.
+const (
+	// ProfileLocal is the offline kind cluster with fake GPUs: images are side-loaded, nodes are idle.
+	ProfileLocal = "local"
+	// ProfileReal is a real cluster: images are pulled, autoscalers may add nodes, drivers load.
+	ProfileReal = "real"
+)
+
+// Timeouts holds every budget the suite waits with. Each field says what it waits for and why that long.
+type Timeouts struct {
+	// Poll is the interval between checks of a polled condition. Short enough that a spec does not idle,
+	// long enough not to load the API server when many specs poll at once.
+	Poll time.Duration
+	// API bounds one API request (get, list, create). A healthy API server answers in well under a
+	// second; the margin covers a busy control plane.
+	API time.Duration
+	// StackReady waits at suite start for Kueue's webhook to have endpoints and for the GPU stack to
+	// advertise devices (allocatable > 0, ResourceSlices published). A freshly created cluster may still be
+	// starting its plugins when the suite begins.
+	StackReady time.Duration
+	// QueueActive waits for a ClusterQueue/LocalQueue the spec created to report Active. Kueue reconciles
+	// them in about a second; the margin covers a Kueue that is just restarting.
+	QueueActive time.Duration
+	// Admission waits for Kueue to admit a workload whose quota is free. Admission is one scheduling
+	// cycle when quota is available; longer means the queue or flavor is misconfigured.
+	Admission time.Duration
+	// PodStart waits from admission until the pod runs: scheduling, DRA allocation, image pull, the
+	// device plugin's Allocate, container start. On a real cluster the image pull dominates.
+	PodStart time.Duration
+	// JobRun waits for a short probe Job to complete after its pod starts. The probe itself takes
+	// seconds; the budget covers kubelet status propagation and the Job controller.
+	JobRun time.Duration
+	// Release waits for devices to be given back after a pod ends: the generated ResourceClaim is
+	// unreserved/deleted by the claim controller and the kubelet frees device-plugin devices.
+	Release time.Duration
+	// HelperPod waits for a short helper pod (the podresources reader) to run to completion on a node.
+	HelperPod time.Duration
+	// Rejection waits for the API server to answer a create that must be rejected.
+	Rejection time.Duration
+	// Cleanup bounds deleting one spec's objects, namespace included: pods terminate with their grace
+	// period and namespace finalization deletes every object inside.
+	Cleanup time.Duration
+}
+
+// Local is the profile for the offline kind cluster.
+func Local() Timeouts {
+	return Timeouts{
+		Poll:        250 * time.Millisecond,
+		API:         15 * time.Second,
+		StackReady:  3 * time.Minute,
+		QueueActive: 30 * time.Second,
+		Admission:   45 * time.Second,
+		PodStart:    90 * time.Second,
+		JobRun:      90 * time.Second,
+		Release:     60 * time.Second,
+		HelperPod:   60 * time.Second,
+		Rejection:   15 * time.Second,
+		Cleanup:     2 * time.Minute,
+	}
+}
+
+// Real is the profile for a real cluster: longer everywhere a pull, a driver or an autoscaler may sit
+// on the path.
+func Real() Timeouts {
+	return Timeouts{
+		Poll:        2 * time.Second,
+		API:         30 * time.Second,
+		StackReady:  10 * time.Minute,
+		QueueActive: 2 * time.Minute,
+		Admission:   3 * time.Minute,
+		PodStart:    10 * time.Minute,
+		JobRun:      5 * time.Minute,
+		Release:     3 * time.Minute,
+		HelperPod:   5 * time.Minute,
+		Rejection:   30 * time.Second,
+		Cleanup:     10 * time.Minute,
+	}
+}
+
+// ForProfile returns the named profile.
+func ForProfile(name string) (Timeouts, error) {
+	switch name {
+	case ProfileLocal, "":
+		return Local(), nil
+	case ProfileReal:
+		return Real(), nil
+	}
+	return Timeouts{}, fmt.Errorf("unknown timeout profile %q: use %q (kind cluster) or %q (real cluster)", name, ProfileLocal, ProfileReal)
+}

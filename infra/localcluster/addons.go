@@ -1,0 +1,411 @@
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"text/template"
+	"time"
+
+	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
+	"sigs.k8s.io/yaml"
+)
+
+//go:embed manifests/*.yaml
+var manifests embed.FS
+
+// DRADriverName is the name the local DRA driver publishes its devices under (also its DeviceClass).
+const DRADriverName = "gpu.example.com"
+
+// KueueDRAResource is the logical resource Kueue counts DRA devices of the local DeviceClass as, in
+// ClusterQueue quotas (Kueue's deviceClassMappings).
+const KueueDRAResource = "example.com/gpu"
+
+// kubectl runs the cluster's own kubectl build against the cluster.
+func (c *Cluster) kubectl(ctx context.Context, what string, args ...string) error {
+	return c.run(ctx, what, c.binary("kubernetes", "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
+}
+
+// kubectlOut runs kubectl and returns its output.
+func (c *Cluster) kubectlOut(ctx context.Context, args ...string) (string, error) {
+	return output(ctx, c.binary("kubernetes", "kubectl"), append([]string{"--kubeconfig", c.Kubeconfig()}, args...)...)
+}
+
+// applyManifest applies rendered YAML server-side (Kueue's CRDs are too large for client-side apply).
+func (c *Cluster) applyManifest(ctx context.Context, what string, doc []byte) error {
+	f, err := os.CreateTemp("", "gpuconform-*.yaml")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if _, err := f.Write(doc); err != nil {
+		return err
+	}
+	f.Close()
+	return c.kubectl(ctx, "apply "+what, "apply", "--server-side", "--force-conflicts", "--field-manager=gpuconform", "-f", f.Name())
+}
+
+// render executes one of the embedded manifest templates.
+func render(name string, data any) ([]byte, error) {
+	raw, err := manifests.ReadFile("manifests/" + name)
+	if err != nil {
+		return nil, err
+	}
+	t, err := template.New(name).Option("missingkey=error").Parse(string(raw))
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	if err := t.Execute(&b, data); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// GPUStackOptions are the settings of the fake GPU stack on the local cluster. The upgrade rehearsal changes
+// PluginVersion/DriverVersion on the canary pool; fault injection changes Fault.
+type GPUStackOptions struct {
+	Image         string
+	Devices       int
+	ResourceName  string
+	Replicas      int
+	DriverVersion string
+	PluginVersion string
+	Fault         string
+	DriverName    string
+}
+
+// loadTools builds the project's tools image and loads it into every node (it changes with the code, so it
+// is not preloaded into the node image). It returns the content-keyed reference the manifests use.
+func (c *Cluster) loadTools(ctx context.Context) (string, error) {
+	dir, err := c.buildGo(ctx, compTools)
+	if err != nil {
+		return "", err
+	}
+	spec := imageSpec{Ref: ImageWorkload, Dirs: []string{"tmp"}, Files: map[string]string{}}
+	for _, b := range []string{"fake-device-plugin", "gpu-workload", "gpuconform-net"} {
+		spec.Files["usr/local/bin/"+b] = filepath.Join(dir, b)
+	}
+	if err := c.buildImage(ctx, spec); err != nil {
+		return "", err
+	}
+	key, _ := spec.key()
+	ref := toolsImageRepo + ":" + key
+	if err := c.run(ctx, "docker tag tools", "docker", "tag", ImageWorkload, ref); err != nil {
+		return "", err
+	}
+	ns, err := c.nodes()
+	if err != nil {
+		return "", err
+	}
+	for _, n := range ns {
+		have, _ := output(ctx, "docker", "exec", n.String(), "ctr", "-n", "k8s.io", "images", "ls", "-q", "name=="+ref)
+		if strings.TrimSpace(have) == ref {
+			continue
+		}
+		if err := c.loadImage(ctx, n.String(), ImageWorkload, ref); err != nil {
+			return "", err
+		}
+	}
+	return ref, nil
+}
+
+// loadImage streams local images into one node's containerd with kind's own loader.
+func (c *Cluster) loadImage(ctx context.Context, node string, refs ...string) error {
+	ns, err := c.nodes()
+	if err != nil {
+		return err
+	}
+	for _, n := range ns {
+		if n.String() != node {
+			continue
+		}
+		save := exec.CommandContext(ctx, "docker", append([]string{"save"}, refs...)...)
+		pipe, err := save.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := save.Start(); err != nil {
+			return err
+		}
+		loadErr := nodeutils.LoadImageArchive(n, pipe)
+		if err := save.Wait(); err != nil {
+			return fmt.Errorf("docker save %v: %w", refs, err)
+		}
+		if loadErr != nil {
+			return fmt.Errorf("load %v into %s: %w", refs, node, loadErr)
+		}
+		return nil
+	}
+	return fmt.Errorf("node %s not found", node)
+}
+
+// installGPUStack applies the fake device plugin and the DRA driver and waits until every GPU/canary node
+// advertises the resource and publishes its ResourceSlice.
+func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error {
+	dp, err := render("fake-device-plugin.yaml", s)
+	if err != nil {
+		return err
+	}
+	dra, err := render("dra-driver.yaml", map[string]any{"Image": ImageDRADriver, "DriverName": s.DriverName, "Devices": s.Devices})
+	if err != nil {
+		return err
+	}
+	if err := c.applyManifest(ctx, "dra driver", dra); err != nil {
+		return err
+	}
+	if err := c.applyManifest(ctx, "fake device plugin", dp); err != nil {
+		return err
+	}
+	for _, ds := range []string{"fake-device-plugin", "dra-example-driver-kubeletplugin"} {
+		if err := c.kubectl(ctx, "rollout "+ds, "-n", SystemNamespace, "rollout", "status", "ds/"+ds, "--timeout=180s"); err != nil {
+			return err
+		}
+	}
+	want := s.Devices * max(s.Replicas, 1)
+	return poll(ctx, 120*time.Second, func() (bool, string) {
+		out, err := c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o",
+			`jsonpath={range .items[*]}{.metadata.name}={.status.allocatable.`+strings.ReplaceAll(s.ResourceName, ".", `\.`)+`}{"\n"}{end}`)
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, line := range strings.Fields(out) {
+			name, n, _ := strings.Cut(line, "=")
+			if got, _ := strconv.Atoi(n); got != want {
+				return false, fmt.Sprintf("node %s allocatable %s = %q, want %d", name, s.ResourceName, n, want)
+			}
+		}
+		slices, err := c.kubectlOut(ctx, "get", "resourceslices", "-o", `jsonpath={range .items[?(@.spec.driver=="`+s.DriverName+`")]}{.spec.nodeName}{"\n"}{end}`)
+		if err != nil {
+			return false, err.Error()
+		}
+		pool, _ := c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o", "name")
+		if len(strings.Fields(slices)) < len(strings.Fields(pool)) {
+			return false, fmt.Sprintf("ResourceSlices of %s on %d of %d pool nodes", s.DriverName, len(strings.Fields(slices)), len(strings.Fields(pool)))
+		}
+		return true, ""
+	})
+}
+
+// poll retries check until it succeeds or the timeout passes; the error carries the last reason.
+func poll(ctx context.Context, timeout time.Duration, check func() (bool, string)) error {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, why := check()
+		if ok {
+			return nil
+		}
+		last = why
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s: %s", timeout, last)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// kueueConfig is the Configuration the local Kueue runs with: Kueue's defaults, Jobs as the only
+// integration the suites use, and DRA support so ClusterQueues can put quotas on DRA devices.
+const kueueConfig = `apiVersion: config.kueue.x-k8s.io/v1beta2
+kind: Configuration
+health:
+  healthProbeBindAddress: :8081
+metrics:
+  bindAddress: :8443
+webhook:
+  port: 9443
+leaderElection:
+  leaderElect: true
+  resourceName: c1f6bfd2.kueue.x-k8s.io
+controller:
+  groupKindConcurrency:
+    Job.batch: 5
+    Pod: 5
+    Workload.kueue.x-k8s.io: 5
+    LocalQueue.kueue.x-k8s.io: 1
+    ClusterQueue.kueue.x-k8s.io: 1
+    ResourceFlavor.kueue.x-k8s.io: 1
+clientConnection:
+  qps: 50
+  burst: 100
+integrations:
+  frameworks:
+  - batch/job
+featureGates:
+  DynamicResourceAllocation: true
+resources:
+  deviceClassMappings:
+  - name: ` + KueueDRAResource + `
+    deviceClassNames:
+    - ` + DRADriverName + `
+`
+
+// kueueOverlay is a kustomization over the manifests inside Kueue's module (config/default): it only
+// points the image at the locally built one, forbids pulls, and merges the configuration above.
+const kueueOverlay = `apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- ../default
+images:
+# config/components/manager/kustomization.yaml already maps "controller" to this name: override the result.
+- name: us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue
+  newName: gpuconform.local/kueue
+  newTag: ` + KueueVersion + `
+patches:
+# manager.yaml says imagePullPolicy: Always; offline the preloaded image must be used as is.
+- patch: |-
+    - op: replace
+      path: /spec/template/spec/containers/0/imagePullPolicy
+      value: Never
+  target:
+    kind: Deployment
+    name: kueue-controller-manager
+configMapGenerator:
+# the same merge Kueue's own e2e overlays (test/e2e/config/*) use.
+- name: kueue-manager-config
+  namespace: kueue-system
+  behavior: merge
+  files:
+  - controller_manager_config.yaml
+`
+
+// renderKueue renders Kueue's manifests from its module with the overlay, cached by content.
+func (c *Cluster) renderKueue(ctx context.Context) ([]byte, error) {
+	modDir := filepath.Join(c.opts.RepoRoot, compKueue.Module)
+	src, err := output(ctx, "go", "-C", modDir, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue")
+	if err != nil {
+		return nil, err
+	}
+	k := NewKey("kueue-manifests").Value("overlay", kueueOverlay).Value("config", kueueConfig).Value("exclude", SystemNamespace)
+	if err := k.Dir("config", filepath.Join(src, "config"), nil); err != nil {
+		return nil, err
+	}
+	dir, _, err := c.cachedDir("kueue-manifests", k.Sum(), func(out string) error {
+		work, err := os.MkdirTemp("", "gpuconform-kueue-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+		if err := c.run(ctx, "copy kueue config", "cp", "-r", filepath.Join(src, "config"), work); err != nil {
+			return err
+		}
+		_ = c.run(ctx, "chmod kueue config", "chmod", "-R", "u+w", work)
+		ov := filepath.Join(work, "config", "gpuconform")
+		if err := writeFile(filepath.Join(ov, "kustomization.yaml"), []byte(kueueOverlay), 0o644); err != nil {
+			return err
+		}
+		if err := writeFile(filepath.Join(ov, "controller_manager_config.yaml"), []byte(kueueConfig), 0o644); err != nil {
+			return err
+		}
+		rendered, err := output(ctx, c.binary("kubernetes", "kubectl"), "kustomize", ov)
+		if err != nil {
+			return err
+		}
+		doc, err := ExcludeNamespaceFromWebhooks([]byte(rendered), SystemNamespace)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(out, "kueue.yaml"), doc, 0o644)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(filepath.Join(dir, "kueue.yaml"))
+}
+
+// ExcludeNamespaceFromWebhooks adds ns to the namespaces that Kueue's webhooks already leave alone
+// (kube-system, kueue-system). Kueue's webhooks fail closed, so without this the fake GPU stack's pods
+// could not be recreated while Kueue is down (after a node restart, say), and Kueue in turn waits for
+// nothing from them: the dependency would only ever go one way.
+func ExcludeNamespaceFromWebhooks(multiDoc []byte, ns string) ([]byte, error) {
+	var out [][]byte
+	for _, raw := range bytes.Split(multiDoc, []byte("\n---\n")) {
+		if len(bytes.TrimSpace(raw)) == 0 {
+			continue
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(raw, &obj); err != nil {
+			return nil, err
+		}
+		kind, _ := obj["kind"].(string)
+		if kind == "MutatingWebhookConfiguration" || kind == "ValidatingWebhookConfiguration" {
+			hooks, _ := obj["webhooks"].([]any)
+			for _, h := range hooks {
+				hook, _ := h.(map[string]any)
+				sel, _ := hook["namespaceSelector"].(map[string]any)
+				exprs, _ := sel["matchExpressions"].([]any)
+				for _, e := range exprs {
+					expr, _ := e.(map[string]any)
+					if expr["key"] == "kubernetes.io/metadata.name" && expr["operator"] == "NotIn" {
+						expr["values"] = append(expr["values"].([]any), ns)
+					}
+				}
+			}
+		}
+		b, err := yaml.Marshal(obj)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return bytes.Join(out, []byte("---\n")), nil
+}
+
+// installKueue applies Kueue and returns only when its webhooks answer: a server-side dry run of a queued
+// Job passes through Kueue's mutating and validating webhooks.
+func (c *Cluster) installKueue(ctx context.Context) error {
+	doc, err := c.renderKueue(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.applyManifest(ctx, "kueue", doc); err != nil {
+		return err
+	}
+	if err := c.kubectl(ctx, "rollout kueue", "-n", "kueue-system", "rollout", "status", "deploy/kueue-controller-manager", "--timeout=300s"); err != nil {
+		return err
+	}
+	probe := `apiVersion: batch/v1
+kind: Job
+metadata:
+  name: gpuconform-webhook-probe
+  namespace: default
+  labels:
+    kueue.x-k8s.io/queue-name: gpuconform-webhook-probe
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: ` + ImageWorkload + `
+        command: ["/usr/local/bin/gpu-workload", "probe"]
+`
+	f, err := os.CreateTemp("", "gpuconform-probe-*.yaml")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	_, _ = f.WriteString(probe)
+	f.Close()
+	return poll(ctx, 180*time.Second, func() (bool, string) {
+		out, err := c.kubectlOut(ctx, "create", "--dry-run=server", "-o", "jsonpath={.spec.suspend}", "-f", f.Name())
+		if err != nil {
+			return false, "Kueue's webhook does not answer yet: " + err.Error()
+		}
+		// Kueue's mutating webhook suspends a queued Job: proof that it really ran.
+		if out != "true" {
+			return false, "a queued Job was not suspended by Kueue's webhook (spec.suspend=" + out + ")"
+		}
+		return true, ""
+	})
+}

@@ -1,0 +1,173 @@
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+)
+
+// goComponent is a set of commands built with one `go build`, either in a wrapper module under
+// infra/modules (its own module graph, pinned by its go.mod and go.sum) or in the project's main module.
+type goComponent struct {
+	// Name names the cache entry and the log.
+	Name string
+	// Module is the wrapper module directory relative to the repository root; empty for the main module.
+	Module string
+	// Packages are the main packages to build.
+	Packages []string
+	// Output names the binary when a single package's default name is not the one we want.
+	Output string
+	// LDFlags and Tags are passed to go build; they are part of the key.
+	LDFlags, Tags string
+}
+
+// kubeLDFlags stamps the Kubernetes version: an unstamped kube-apiserver reports
+// v0.0.0-master+$Format:%H$, which Kueue cannot parse and exits on at start; kubeadm also picks image tags
+// from its own version.
+var kubeLDFlags = strings.Join([]string{"-s -w",
+	"-X k8s.io/component-base/version.gitVersion=" + KubernetesVersion,
+	"-X k8s.io/component-base/version.gitMajor=1",
+	"-X k8s.io/component-base/version.gitMinor=37",
+	"-X k8s.io/component-base/version.gitTreeState=clean",
+	"-X k8s.io/client-go/pkg/version.gitVersion=" + KubernetesVersion,
+}, " ")
+
+var (
+	compKubernetes = goComponent{Name: "kubernetes", Module: "infra/modules/kubernetes", LDFlags: kubeLDFlags, Packages: []string{
+		"k8s.io/kubernetes/cmd/kube-apiserver", "k8s.io/kubernetes/cmd/kube-controller-manager",
+		"k8s.io/kubernetes/cmd/kube-proxy", "k8s.io/kubernetes/cmd/kube-scheduler",
+		"k8s.io/kubernetes/cmd/kubeadm", "k8s.io/kubernetes/cmd/kubectl", "k8s.io/kubernetes/cmd/kubelet"}}
+	compContainerd = goComponent{Name: "containerd", Module: "infra/modules/containerd", LDFlags: "-s -w -X github.com/containerd/containerd/v2/version.Version=" + ContainerdVersion,
+		Tags: "no_btrfs no_devmapper no_zfs", Packages: []string{
+			"github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
+			"github.com/containerd/containerd/v2/cmd/ctr"}}
+	compEtcd    = goComponent{Name: "etcd", Module: "infra/modules/etcd", LDFlags: "-s -w", Output: "etcd", Packages: []string{"go.etcd.io/etcd/server/v3"}}
+	compCoreDNS = goComponent{Name: "coredns", Module: "infra/modules/coredns", LDFlags: "-s -w", Packages: []string{"github.com/coredns/coredns"}}
+	compCrictl  = goComponent{Name: "crictl", Module: "infra/modules/crictl", LDFlags: "-s -w", Packages: []string{"sigs.k8s.io/cri-tools/cmd/crictl"}}
+	compKueue   = goComponent{Name: "kueue", Module: "infra/modules/kueue", LDFlags: "-s -w", Output: "manager", Packages: []string{"sigs.k8s.io/kueue/cmd/kueue"}}
+	compDRA     = goComponent{Name: "dra-example-driver", Module: "infra/modules/dra-example-driver", LDFlags: "-s -w", Packages: []string{
+		"sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"}}
+	// compRuntime is the capability-stripping runc wrapper for the project's own dockerd (host.go).
+	compRuntime = goComponent{Name: "gpuconform-runc", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-runc"}}
+	// compTools are the project's own in-cluster programs, shipped in one image.
+	compTools = goComponent{Name: "tools", LDFlags: "-s -w", Packages: []string{"./cmd/fake-device-plugin", "./cmd/gpu-workload", "./cmd/gpuconform-net"}}
+)
+
+func isTestFile(rel string) bool { return strings.HasSuffix(rel, "_test.go") }
+
+// key derives the component's content key.
+func (c *Cluster) componentKey(ctx context.Context, comp goComponent) (string, error) {
+	k := NewKey("go:"+comp.Name).
+		Value("go", runtime.Version()).Value("arch", runtime.GOARCH).
+		Value("packages", strings.Join(comp.Packages, " ")).Value("output", comp.Output).
+		Value("ldflags", comp.LDFlags).Value("tags", comp.Tags)
+	if comp.Module != "" {
+		dir := filepath.Join(c.opts.RepoRoot, comp.Module)
+		err := k.Dir("module", dir, func(rel string) bool { return !isTestFile(rel) })
+		return k.Sum(), err
+	}
+	// Main module: the sources of every package of this module that the commands import.
+	dirs, err := c.listMainDeps(ctx, comp.Packages)
+	if err != nil {
+		return "", err
+	}
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if err := k.File(f, filepath.Join(c.opts.RepoRoot, f)); err != nil {
+			return "", err
+		}
+	}
+	for _, d := range strings.Fields(dirs) {
+		rel, _ := filepath.Rel(c.opts.RepoRoot, d)
+		err := k.Dir(rel, d, func(r string) bool {
+			return !strings.Contains(r, string(filepath.Separator)) && strings.HasSuffix(r, ".go") && !isTestFile(r)
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	// Files embedded with go:embed live beside the sources (yaml, templates): include them too.
+	for _, d := range strings.Fields(dirs) {
+		rel, _ := filepath.Rel(c.opts.RepoRoot, d)
+		_ = k.Dir(rel+"#embed", d, func(r string) bool {
+			return !strings.HasSuffix(r, ".go")
+		})
+	}
+	return k.Sum(), nil
+}
+
+func (c *Cluster) listMainDeps(ctx context.Context, pkgs []string) (string, error) {
+	args := append([]string{"-C", c.opts.RepoRoot, "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}"}, pkgs...)
+	return output(ctx, "go", args...)
+}
+
+// buildGo builds a component into the cache (or finds it there) and returns the directory of its binaries.
+func (c *Cluster) buildGo(ctx context.Context, comp goComponent) (string, error) {
+	key, err := c.componentKey(ctx, comp)
+	if err != nil {
+		return "", fmt.Errorf("key for %s: %w", comp.Name, err)
+	}
+	dir, hit, err := c.cachedDir("bin/"+comp.Name, key, func(out string) error {
+		modDir := c.opts.RepoRoot
+		if comp.Module != "" {
+			modDir = filepath.Join(c.opts.RepoRoot, comp.Module)
+		}
+		target := out + string(filepath.Separator)
+		if comp.Output != "" {
+			target = filepath.Join(out, comp.Output)
+		}
+		args := []string{"build", "-trimpath", "-ldflags", comp.LDFlags, "-o", target}
+		if comp.Tags != "" {
+			args = append(args, "-tags", comp.Tags)
+		}
+		args = append(args, comp.Packages...)
+		// Static binaries: they run in FROM-scratch images and in the node rootfs alike. -mod=readonly: the
+		// wrapper modules' go.sum pins every dependency, so a build never edits them.
+		return c.runIn(ctx, modDir, []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly"}, "go build "+comp.Name, "go", args...)
+	})
+	if err != nil {
+		return "", err
+	}
+	if hit {
+		c.logf("  %s: cached (%s)", comp.Name, key)
+	}
+	c.built[comp.Name] = dir
+	return dir, nil
+}
+
+// buildRuntimeWrapper builds gpuconform-runc and returns the path of a stable copy that dockerd's
+// configuration can name.
+func (c *Cluster) buildRuntimeWrapper(ctx context.Context) (string, error) {
+	dir, err := c.buildGo(ctx, compRuntime)
+	if err != nil {
+		return "", err
+	}
+	// dockerd's configuration names this path for as long as the daemon runs, so it must not move when the
+	// cache entry is superseded: install a copy at a stable place.
+	stable := filepath.Join(c.opts.CacheDir, "dockerd", "gpuconform-runc")
+	if err := os.MkdirAll(filepath.Dir(stable), 0o755); err != nil {
+		return "", err
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "gpuconform-runc"))
+	if err != nil {
+		return "", err
+	}
+	tmp := stable + ".new"
+	if err := os.WriteFile(tmp, b, 0o755); err != nil {
+		return "", err
+	}
+	return stable, os.Rename(tmp, stable)
+}
+
+// binary returns the path of a built binary, failing loudly when a step was skipped.
+func (c *Cluster) binary(comp, name string) string {
+	return filepath.Join(c.built[comp], name)
+}
+
+// exists reports whether path exists.
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

@@ -1,0 +1,103 @@
+package localcluster
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestKeyDependsOnContentNotOrderOrLocation(t *testing.T) {
+	dirA, dirB := t.TempDir(), t.TempDir()
+	for _, d := range []string{dirA, dirB} {
+		if err := os.WriteFile(filepath.Join(d, "go.mod"), []byte("module x\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k1 := NewKey("bin").Value("version", "v1")
+	if err := k1.File("go.mod", filepath.Join(dirA, "go.mod")); err != nil {
+		t.Fatal(err)
+	}
+	k2 := NewKey("bin")
+	if err := k2.File("go.mod", filepath.Join(dirB, "go.mod")); err != nil {
+		t.Fatal(err)
+	}
+	k2.Value("version", "v1")
+	if k1.Sum() != k2.Sum() {
+		t.Errorf("same inputs in another place or order gave %s and %s", k1.Sum(), k2.Sum())
+	}
+	if err := os.WriteFile(filepath.Join(dirB, "go.mod"), []byte("module y\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	k3 := NewKey("bin").Value("version", "v1")
+	_ = k3.File("go.mod", filepath.Join(dirB, "go.mod"))
+	if k3.Sum() == k1.Sum() {
+		t.Error("changed file content kept the key")
+	}
+	if NewKey("bin").Value("version", "v2").Sum() == NewKey("bin").Value("version", "v1").Sum() {
+		t.Error("changed value kept the key")
+	}
+	if NewKey("a").Sum() == NewKey("b").Sum() {
+		t.Error("step name not part of the key")
+	}
+	// Ambiguous concatenations must not collide.
+	if NewKey("s").Value("ab", "c").Sum() == NewKey("s").Value("a", "bc").Sum() {
+		t.Error("name/value boundary not encoded")
+	}
+}
+
+func TestKeyDirFilter(t *testing.T) {
+	d := t.TempDir()
+	_ = os.WriteFile(filepath.Join(d, "a.go"), []byte("package a"), 0o644)
+	_ = os.WriteFile(filepath.Join(d, "a_test.go"), []byte("package a"), 0o644)
+	keep := func(rel string) bool { return filepath.Ext(rel) == ".go" && !isTestFile(rel) }
+	k1 := NewKey("x")
+	if err := k1.Dir("src", d, keep); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.WriteFile(filepath.Join(d, "a_test.go"), []byte("package a // changed"), 0o644)
+	k2 := NewKey("x")
+	_ = k2.Dir("src", d, keep)
+	if k1.Sum() != k2.Sum() {
+		t.Error("a filtered-out file changed the key")
+	}
+	_ = os.WriteFile(filepath.Join(d, "a.go"), []byte("package a // changed"), 0o644)
+	k3 := NewKey("x")
+	_ = k3.Dir("src", d, keep)
+	if k3.Sum() == k1.Sum() {
+		t.Error("a kept file changed without changing the key")
+	}
+}
+
+func TestCachedDirBuildsOnceAndNeverKeepsFailures(t *testing.T) {
+	c := &Cluster{opts: Options{CacheDir: t.TempDir()}}
+	builds := 0
+	build := func(dir string) error {
+		builds++
+		return os.WriteFile(filepath.Join(dir, "out"), []byte("ok"), 0o644)
+	}
+	dir, hit, err := c.cachedDir("bin", "k1", build)
+	if err != nil || hit {
+		t.Fatalf("first: hit=%v err=%v", hit, err)
+	}
+	if _, hit, _ := c.cachedDir("bin", "k1", build); !hit || builds != 1 {
+		t.Fatalf("second call rebuilt (builds=%d)", builds)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "out")); string(b) != "ok" {
+		t.Errorf("output = %q", b)
+	}
+	_, _, err = c.cachedDir("bin", "k2", func(dir string) error { return errors.New("boom") })
+	if err == nil {
+		t.Fatal("failure not reported")
+	}
+	if _, err := os.Stat(filepath.Join(c.opts.CacheDir, "bin", "k2")); !os.IsNotExist(err) {
+		t.Error("failed build left a cache entry")
+	}
+	// A new key supersedes the old entry.
+	if _, _, err := c.cachedDir("bin", "k3", build); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Error("superseded entry kept")
+	}
+}

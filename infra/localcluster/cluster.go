@@ -1,0 +1,179 @@
+// Package localcluster brings up the project's local, offline GPU test cluster: kind nodes running
+// Kubernetes built from the Go module proxy, a node image assembled from a Debian rootfs, every image the
+// cluster runs built here (nothing is ever pulled), Kueue, and the fake GPU stack.
+//
+// It is infrastructure, not test logic: the CLI (`gpuconform cluster up|down|logs`) and `make e2e` call
+// it, and the suites only receive the kubeconfig it writes. Every step is idempotent and keyed by the
+// content of its inputs (see KeyBuilder), and every host workaround is decided in host.go.
+package localcluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Options configure the local cluster.
+type Options struct {
+	// Name is the kind cluster name.
+	Name string
+	// RepoRoot is the project checkout (it holds the wrapper modules and the sources of our own images).
+	RepoRoot string
+	// CacheDir holds content-keyed build outputs shared by every checkout on this machine.
+	CacheDir string
+	// OutputDir receives the kubeconfig and the logs of this checkout.
+	OutputDir string
+	// NodeImage, when set, is used instead of building a node image (e.g. an upstream kindest/node).
+	NodeImage string
+	// GPUWorkers and CanaryWorkers size the two pools.
+	GPUWorkers, CanaryWorkers int
+	// DevicesPerNode is how many fake devices each GPU/canary node advertises on each allocation path.
+	DevicesPerNode int
+	// Log receives progress lines.
+	Log io.Writer
+}
+
+// DefaultOptions returns the options of the standard local cluster for the checkout at repoRoot.
+func DefaultOptions(repoRoot string) Options {
+	cache := os.Getenv("GPUCONFORM_CACHE")
+	if cache == "" {
+		if d, err := os.UserCacheDir(); err == nil {
+			cache = filepath.Join(d, "gpuconform")
+		} else {
+			cache = filepath.Join(repoRoot, "_output", "cache")
+		}
+	}
+	return Options{
+		Name:           "gpuconform",
+		RepoRoot:       repoRoot,
+		CacheDir:       cache,
+		OutputDir:      filepath.Join(repoRoot, "_output"),
+		GPUWorkers:     2,
+		CanaryWorkers:  1,
+		DevicesPerNode: 4,
+		Log:            os.Stderr,
+	}
+}
+
+// Cluster drives one local cluster.
+type Cluster struct {
+	opts   Options
+	quirks HostQuirks
+	logDir string
+	// built records the outputs of this run's build steps, by name.
+	built map[string]string
+}
+
+// New prepares a Cluster; it detects the host's quirks but changes nothing.
+func New(opts Options) (*Cluster, error) {
+	if opts.Log == nil {
+		opts.Log = io.Discard
+	}
+	if opts.GPUWorkers < 1 || opts.CanaryWorkers < 0 {
+		return nil, fmt.Errorf("need at least 1 GPU worker and 0 or more canary workers (got %d, %d)", opts.GPUWorkers, opts.CanaryWorkers)
+	}
+	q, err := DetectQuirks()
+	if err != nil {
+		return nil, fmt.Errorf("inspect host: %w", err)
+	}
+	logDir := filepath.Join(opts.OutputDir, "logs")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	return &Cluster{opts: opts, quirks: q, logDir: logDir, built: map[string]string{}}, nil
+}
+
+// Kubeconfig is where the cluster's kubeconfig is written.
+func (c *Cluster) Kubeconfig() string { return filepath.Join(c.opts.OutputDir, "kubeconfig") }
+
+// Quirks returns the detected host quirks.
+func (c *Cluster) Quirks() HostQuirks { return c.quirks }
+
+func (c *Cluster) logf(format string, args ...any) {
+	fmt.Fprintf(c.opts.Log, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// step runs one named step with progress and timing, and names the step (and its log) on failure.
+func (c *Cluster) step(name string, fn func() error) error {
+	start := time.Now()
+	c.logf("▶ %s", name)
+	if err := fn(); err != nil {
+		c.logf("✗ %s failed after %s", name, time.Since(start).Round(time.Second))
+		return fmt.Errorf("step %q: %w", name, err)
+	}
+	c.logf("✓ %s (%s)", name, time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// logFile names the log file of a command.
+func (c *Cluster) logFile(what string) string {
+	r := strings.NewReplacer(" ", "-", "/", "-", ":", "-")
+	return filepath.Join(c.logDir, r.Replace(what)+".log")
+}
+
+// run executes a command with its output in a log file; an error names the command and the log.
+func (c *Cluster) run(ctx context.Context, what string, name string, args ...string) error {
+	return c.runIn(ctx, "", nil, what, name, args...)
+}
+
+// runIn is run with a working directory and extra environment.
+func (c *Cluster) runIn(ctx context.Context, dir string, env []string, what string, name string, args ...string) error {
+	path := c.logFile(what)
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "$ %s %s\n", name, strings.Join(args, " "))
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w (log: %s%s)", what, err, path, tailOf(path))
+	}
+	return nil
+}
+
+// output runs a command and returns its trimmed stdout; stderr is part of the error.
+func output(ctx context.Context, name string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// tailOf returns the last lines of a log, for error messages.
+func tailOf(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) == 0 {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 8 {
+		lines = lines[len(lines)-8:]
+	}
+	return "; last lines:\n    " + strings.Join(lines, "\n    ")
+}
+
+// FindRepoRoot walks up from dir to the checkout of this project.
+func FindRepoRoot(dir string) (string, error) {
+	for d := dir; ; d = filepath.Dir(d) {
+		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
+		if err == nil && strings.HasPrefix(string(b), "module gpuconform.io/gpuconform\n") {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("%s is not inside a gpuconform checkout (no go.mod of module gpuconform.io/gpuconform above it)", dir)
+		}
+	}
+}

@@ -1,0 +1,65 @@
+package localcluster
+
+import (
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"sigs.k8s.io/yaml"
+)
+
+func TestKindConfigPoolsAndQuirks(t *testing.T) {
+	opts := Options{GPUWorkers: 2, CanaryWorkers: 1}
+	raw := KindConfig(opts, HostQuirks{CgroupV1: true})
+	var cfg v1alpha4.Cluster
+	if err := yaml.UnmarshalStrict([]byte(raw), &cfg); err != nil {
+		t.Fatalf("config does not decode as kind v1alpha4: %v\n%s", err, raw)
+	}
+	if len(cfg.Nodes) != 4 || cfg.Nodes[0].Role != v1alpha4.ControlPlaneRole {
+		t.Fatalf("nodes = %+v", cfg.Nodes)
+	}
+	pools := map[string]int{}
+	for _, n := range cfg.Nodes[1:] {
+		pools[n.Labels[PoolLabel]]++
+	}
+	if pools[GPUPool] != 2 || pools[CanaryPool] != 1 {
+		t.Errorf("pools = %v", pools)
+	}
+	if len(cfg.KubeadmConfigPatches) != 1 || !strings.Contains(cfg.KubeadmConfigPatches[0], "failCgroupV1: false") {
+		t.Errorf("cgroup v1 patch missing: %v", cfg.KubeadmConfigPatches)
+	}
+	if strings.Contains(KindConfig(opts, HostQuirks{}), "failCgroupV1") {
+		t.Error("cgroup v1 patch applied on a v2 host")
+	}
+}
+
+func TestContainerdConfig(t *testing.T) {
+	kind := "[plugins.\"io.containerd.grpc.v1.cri\"]\n  sandbox_image = \"registry.k8s.io/pause:3.10\"\n  restrict_oom_score_adj = false\n"
+	got, err := ContainerdConfig(kind, HostQuirks{MissingCapSysResource: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, `sandbox_image = "`+ImagePause+`"`) || !strings.Contains(got, "restrict_oom_score_adj = true") {
+		t.Errorf("got %s", got)
+	}
+	plain, _ := ContainerdConfig(kind, HostQuirks{})
+	if !strings.Contains(plain, "restrict_oom_score_adj = false") {
+		t.Error("oom score restriction applied on a host with the capability")
+	}
+	if _, err := ContainerdConfig("sandbox_image = \"other\"", HostQuirks{}); err == nil {
+		t.Error("an unexpected kind config was accepted silently")
+	}
+}
+
+func TestNormalizeRef(t *testing.T) {
+	for in, want := range map[string]string{
+		"busybox:1":                      "docker.io/library/busybox:1",
+		"spike/busybox:1":                "docker.io/spike/busybox:1",
+		"registry.k8s.io/pause:3.10.2":   "registry.k8s.io/pause:3.10.2",
+		"gpuconform.local/kueue:v0.17.0": "gpuconform.local/kueue:v0.17.0",
+	} {
+		if got := normalizeRef(in); got != want {
+			t.Errorf("normalizeRef(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,315 @@
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"text/template"
+)
+
+//go:embed files/node.Dockerfile
+var nodeDockerfile string
+
+// systemImages are the images preloaded into the node image: everything the cluster runs before our own
+// tools image is loaded (control plane, etcd, pause, CoreDNS, kube-proxy, the pod network agent, Kueue and
+// the DRA driver). They are built from the binaries of the build steps.
+func (c *Cluster) systemImages(rootfsImage string) []imageSpec {
+	k8s := func(name string) string { return c.binary("kubernetes", name) }
+	cp := func(name string) imageSpec {
+		return imageSpec{Ref: "registry.k8s.io/" + name + ":" + KubernetesVersion,
+			Files: map[string]string{"usr/local/bin/" + name: k8s(name)}, Dirs: []string{"tmp"},
+			Entrypoint: []string{"/usr/local/bin/" + name}}
+	}
+	return []imageSpec{
+		{Ref: ImagePause, Files: map[string]string{"pause": c.binary("pause", "pause")}, Entrypoint: []string{"/pause"}},
+		cp("kube-apiserver"), cp("kube-controller-manager"), cp("kube-scheduler"),
+		// kube-proxy execs iptables-restore and conntrack: it runs on the node rootfs, which has both (nft
+		// backend, the one kind's entrypoint selects on this kind of host).
+		{Ref: ImageProxy, From: rootfsImage, Files: map[string]string{"usr/local/bin/kube-proxy": k8s("kube-proxy")},
+			Entrypoint: []string{"/usr/local/bin/kube-proxy"}},
+		{Ref: ImageEtcd, Files: map[string]string{"usr/local/bin/etcd": c.binary("etcd", "etcd")},
+			Dirs: []string{"tmp", "var/lib/etcd"}, Entrypoint: []string{"/usr/local/bin/etcd"}},
+		// kubeadm's CoreDNS Deployment passes only args: the entrypoint must be the binary.
+		{Ref: ImageCoreDNS, Files: map[string]string{"coredns": c.binary("coredns", "coredns")}, Dirs: []string{"tmp"},
+			Entrypoint: []string{"/coredns"}},
+		{Ref: ImageNet, Files: map[string]string{"usr/local/bin/gpuconform-net": c.binary("net", "gpuconform-net")},
+			Entrypoint: []string{"/usr/local/bin/gpuconform-net"}},
+		// Kueue's manifests run /manager as a non-root user with a read-only root filesystem.
+		{Ref: ImageKueue, Files: map[string]string{"manager": c.binary("kueue", "manager")}, User: "65532:65532",
+			Entrypoint: []string{"/manager"}},
+		{Ref: ImageDRADriver, Files: map[string]string{
+			"usr/bin/dra-example-kubeletplugin": c.binary("dra-example-driver", "dra-example-kubeletplugin")},
+			Dirs: []string{"tmp"}},
+	}
+}
+
+// buildPause compiles Kubernetes' own pause.c (from the k8s.io/kubernetes module) statically.
+func (c *Cluster) buildPause(ctx context.Context) error {
+	modDir := filepath.Join(c.opts.RepoRoot, compKubernetes.Module)
+	src, err := output(ctx, "go", "-C", modDir, "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes")
+	if err != nil {
+		return err
+	}
+	pausec := filepath.Join(src, "build", "pause", "linux", "pause.c")
+	k := NewKey("pause")
+	if err := k.File("pause.c", pausec); err != nil {
+		return err
+	}
+	dir, _, err := c.cachedDir("bin/pause", k.Sum(), func(out string) error {
+		if _, err := exec.LookPath("gcc"); err != nil {
+			return fmt.Errorf("gcc is needed to build the pause image: apt-get install gcc libc6-dev")
+		}
+		return c.run(ctx, "gcc pause", "gcc", "-Os", "-Wall", "-static", "-DVERSION=v3.10.2", "-o", filepath.Join(out, "pause"), pausec)
+	})
+	c.built["pause"] = dir
+	return err
+}
+
+// kindFilesDir locates kind's base-image files (entrypoint, kubelet and containerd units and config) in the
+// kind module that go.mod pins; they are what `kind build node-image` would put in the image.
+func (c *Cluster) kindFilesDir(ctx context.Context) (string, error) {
+	out, err := output(ctx, "go", "-C", c.opts.RepoRoot, "mod", "download", "-json", "sigs.k8s.io/kind")
+	if err != nil {
+		return "", err
+	}
+	var m struct{ Dir string }
+	if err := json.Unmarshal([]byte(out), &m); err != nil || m.Dir == "" {
+		return "", fmt.Errorf("locate the kind module: %v", err)
+	}
+	return filepath.Join(m.Dir, "images", "base", "files"), nil
+}
+
+// ContainerdConfig adapts kind's containerd configuration to this project's node image and host.
+func ContainerdConfig(kindConfig string, q HostQuirks) (string, error) {
+	out := kindConfig
+	const kindPause = `sandbox_image = "registry.k8s.io/pause:3.10"`
+	if !strings.Contains(out, kindPause) {
+		return "", fmt.Errorf("kind's containerd config no longer names %s: update the pause image handling", kindPause)
+	}
+	out = strings.Replace(out, kindPause, `sandbox_image = "`+ImagePause+`"`, 1)
+	if q.MissingCapSysResource {
+		// The CRI lowers oom_score_adj of sandboxes, which needs CAP_SYS_RESOURCE; restricting it keeps
+		// runc init from failing with EACCES.
+		out = strings.Replace(out, "restrict_oom_score_adj = false", "restrict_oom_score_adj = true", 1)
+	}
+	return out, nil
+}
+
+// overlayEntry is one file added on top of the rootfs: copied from src, or data when src is empty.
+type overlayEntry struct {
+	dst  string
+	src  string
+	data []byte
+	mode os.FileMode
+}
+
+// nodeOverlay lists the files added on top of the rootfs. It reads only what it must adapt, so the node
+// image's key can be computed without laying the files out.
+func (c *Cluster) nodeOverlay(ctx context.Context, rootfs string) ([]overlayEntry, error) {
+	kf, err := c.kindFilesDir(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var files []overlayEntry
+	add := func(src, dst string, mode os.FileMode) { files = append(files, overlayEntry{dst: dst, src: src, mode: mode}) }
+	data := func(dst string, b []byte) { files = append(files, overlayEntry{dst: dst, data: b, mode: 0o644}) }
+	for _, f := range []string{"entrypoint", "clean-install"} {
+		add(filepath.Join(kf, "usr/local/bin", f), "usr/local/bin/"+f, 0o755)
+	}
+	add(filepath.Join(kf, "kind/README.txt"), "kind/README.txt", 0o644)
+	scripts, _ := filepath.Glob(filepath.Join(kf, "kind/bin/*.sh"))
+	for _, s := range scripts {
+		add(s, "kind/bin/"+filepath.Base(s), 0o755)
+	}
+	add(filepath.Join(kf, "etc/crictl.yaml"), "etc/crictl.yaml", 0o644)
+	add(filepath.Join(kf, "etc/default/kubelet"), "etc/default/kubelet", 0o644)
+	sysctls, _ := filepath.Glob(filepath.Join(kf, "etc/sysctl.d/*.conf"))
+	for _, s := range sysctls {
+		add(s, "etc/sysctl.d/"+filepath.Base(s), 0o644)
+	}
+	for _, u := range []string{"kubelet.service", "undo-mount-hacks.service", "kubelet.slice"} {
+		add(filepath.Join(kf, "etc/systemd/system", u), "etc/systemd/system/"+u, 0o644)
+	}
+	dropins, _ := filepath.Glob(filepath.Join(kf, "etc/systemd/system/kubelet.service.d/*.conf"))
+	for _, d := range dropins {
+		add(d, "etc/systemd/system/kubelet.service.d/"+filepath.Base(d), 0o644)
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		add(c.binary("containerd", b), "usr/local/bin/"+b, 0o755)
+	}
+	add(c.binary("crictl", "crictl"), "usr/local/bin/crictl", 0o755)
+	for _, b := range []string{"kubeadm", "kubelet", "kubectl"} {
+		add(c.binary("kubernetes", b), "usr/bin/"+b, 0o755)
+	}
+	// Debian ships the reference CNI plugins in /usr/lib/cni; containerd looks in /opt/cni/bin.
+	for _, p := range []string{"host-local", "loopback", "ptp", "portmap", "bridge"} {
+		add(filepath.Join(rootfs, "usr/lib/cni", p), "opt/cni/bin/"+p, 0o755)
+	}
+	// containerd's unit: OOMScoreAdjust cannot be applied without CAP_SYS_RESOURCE.
+	unit, err := os.ReadFile(filepath.Join(kf, "etc/systemd/system/containerd.service"))
+	if err != nil {
+		return nil, err
+	}
+	if c.quirks.MissingCapSysResource {
+		var kept []string
+		for _, l := range strings.Split(string(unit), "\n") {
+			if !strings.HasPrefix(l, "OOMScoreAdjust") {
+				kept = append(kept, l)
+			}
+		}
+		unit = []byte(strings.Join(kept, "\n"))
+	}
+	data("etc/systemd/system/containerd.service", unit)
+	kindCfg, err := os.ReadFile(filepath.Join(kf, "etc/containerd/config.toml"))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ContainerdConfig(string(kindCfg), c.quirks)
+	if err != nil {
+		return nil, err
+	}
+	data("etc/containerd/config.toml", []byte(cfg))
+	// What `kind build node-image` adds: the version file (exactly one line) and the default CNI manifest,
+	// which kind applies at create time; ours is the project's small pod network agent.
+	data("kind/version", []byte(KubernetesVersion+"\n"))
+	data("kind/manifests/default-cni.yaml", []byte(netManifest))
+	return files, nil
+}
+
+// materialize writes the overlay below dir.
+func materialize(files []overlayEntry, dir string) error {
+	for _, f := range files {
+		dst := filepath.Join(dir, f.dst)
+		if f.src == "" {
+			if err := writeFile(dst, f.data, f.mode); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := copyFile(f.src, dst, f.mode); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeFile(path string, b []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, mode)
+}
+
+// buildNodeImage assembles the node image: the base (rootfs + overlay) and then the preloaded images,
+// committed together. The tag carries the content key of everything in it.
+func (c *Cluster) buildNodeImage(ctx context.Context, rootfsDir, rootfsImage string, preload []imageSpec) (string, error) {
+	files, err := c.nodeOverlay(ctx, rootfsDir)
+	if err != nil {
+		return "", err
+	}
+	k := NewKey("node-image").Value("rootfs", rootfsImage).Value("quirks", c.quirks.String()).Value("dockerfile", nodeDockerfile)
+	for _, f := range files {
+		if f.src == "" {
+			k.Value("overlay:"+f.dst, fmt.Sprintf("%o:%s", f.mode, f.data))
+		} else if err := k.File(fmt.Sprintf("overlay:%s:%o", f.dst, f.mode), f.src); err != nil {
+			return "", err
+		}
+	}
+	var refs []string
+	for _, s := range preload {
+		ik, err := s.key()
+		if err != nil {
+			return "", err
+		}
+		k.Value("preload:"+s.Ref, ik)
+		refs = append(refs, s.Ref)
+	}
+	sort.Strings(refs)
+	key := k.Sum()
+	ref := NodeImageRepo + ":" + KubernetesVersion + "-" + key
+	if imageKey(ctx, ref) == key {
+		c.logf("  node image: cached (%s)", ref)
+		return ref, nil
+	}
+	buildCtx, err := os.MkdirTemp("", "gpuconform-node-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(buildCtx)
+	if err := materialize(files, filepath.Join(buildCtx, "overlay")); err != nil {
+		return "", err
+	}
+	var df bytes.Buffer
+	if err := template.Must(template.New("df").Parse(nodeDockerfile)).Execute(&df, map[string]string{"RootfsImage": rootfsImage}); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(buildCtx, "Dockerfile"), df.Bytes(), 0o644); err != nil {
+		return "", err
+	}
+	base := NodeImageRepo + "-base:" + key
+	if err := c.dockerBuild(ctx, "node base", buildCtx, base); err != nil {
+		return "", err
+	}
+	// Preload the images the way `kind build node-image` does, by hand: kind's own command would fetch
+	// etcd, CoreDNS, pause and kindnetd from registries.
+	name := "gpuconform-node-build"
+	_ = exec.CommandContext(ctx, "docker", "rm", "-f", name).Run()
+	if err := c.run(ctx, "node preload: start", "docker", "run", "-d", "--name", name, "--entrypoint=sleep",
+		"--security-opt", "seccomp=unconfined", base, "infinity"); err != nil {
+		return "", err
+	}
+	defer func() { _ = exec.Command("docker", "rm", "-f", "-v", name).Run() }()
+	script := `nohup containerd >/var/log/containerd-build.log 2>&1 &
+for i in $(seq 60); do ctr version >/dev/null 2>&1 && exit 0; sleep 1; done; cat /var/log/containerd-build.log; exit 1`
+	if err := c.run(ctx, "node preload: containerd", "docker", "exec", name, "bash", "-c", script); err != nil {
+		return "", err
+	}
+	imp := fmt.Sprintf("docker save %s | docker exec -i %s ctr -n k8s.io images import --label=io.cri-containerd.pinned=pinned --all-platforms --no-unpack --digests -",
+		strings.Join(refs, " "), name)
+	if err := c.run(ctx, "node preload: import", "sh", "-c", imp); err != nil {
+		return "", err
+	}
+	listed, err := output(ctx, "docker", "exec", name, "ctr", "-n", "k8s.io", "images", "ls", "-q")
+	if err != nil {
+		return "", err
+	}
+	have := map[string]bool{}
+	for _, l := range strings.Fields(listed) {
+		have[l] = true
+	}
+	for _, r := range refs {
+		if !have[normalizeRef(r)] {
+			return "", fmt.Errorf("image %s is not in the node's containerd after the import (have: %s)", r, listed)
+		}
+	}
+	stop := `pkill -x containerd; for i in $(seq 30); do pgrep -x containerd >/dev/null || exit 0; sleep 1; done; exit 1`
+	if err := c.run(ctx, "node preload: stop containerd", "docker", "exec", name, "bash", "-c", stop); err != nil {
+		return "", err
+	}
+	if err := c.run(ctx, "node commit", "docker", "commit",
+		"--change", `ENTRYPOINT [ "/usr/local/bin/entrypoint", "/sbin/init" ]`, "--change", "CMD []",
+		"--change", "LABEL "+imageLabel+"="+key, name, ref); err != nil {
+		return "", err
+	}
+	_ = exec.CommandContext(ctx, "docker", "rmi", base).Run()
+	return ref, nil
+}
+
+// normalizeRef spells an image reference the way containerd lists it (docker.io/library/ for short names).
+func normalizeRef(ref string) string {
+	first, _, found := strings.Cut(ref, "/")
+	if !found {
+		return "docker.io/library/" + ref
+	}
+	if !strings.ContainsAny(first, ".:") && first != "localhost" {
+		return "docker.io/" + ref
+	}
+	return ref
+}

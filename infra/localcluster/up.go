@@ -1,0 +1,192 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+)
+
+// Up brings the cluster to the wanted state and returns when it is usable: every node Ready, the pod
+// network and DNS working, the fake GPU stack advertising devices on both allocation paths, and Kueue's
+// webhooks answering. On a running, healthy cluster it only re-checks (and reloads our tools image when
+// the code changed). Node containers that were stopped (a restarted machine, a stopped Docker) are started
+// again; a cluster that does not come back healthy is recreated.
+func (c *Cluster) Up(ctx context.Context) error {
+	start := time.Now()
+	if err := c.step("docker engine", func() error { return c.ensureDocker(ctx) }); err != nil {
+		return err
+	}
+	c.logf("host quirks: %s", c.quirks)
+	// The host-side kubectl is needed whatever state the cluster is in.
+	if err := c.step("build kubernetes", func() error { _, err := c.buildGo(ctx, compKubernetes); return err }); err != nil {
+		return err
+	}
+	exists, err := c.clusterExists()
+	if err != nil {
+		return err
+	}
+	if exists {
+		healthy, why := c.revive(ctx)
+		if !healthy {
+			c.logf("cluster %s exists but is not healthy (%s): recreating it", c.opts.Name, why)
+			if err := c.Down(ctx); err != nil {
+				return err
+			}
+			exists = false
+		}
+	}
+	if !exists {
+		nodeImage := c.opts.NodeImage
+		if nodeImage == "" {
+			if nodeImage, err = c.buildAll(ctx); err != nil {
+				return err
+			}
+		} else {
+			c.logf("using the node image given: %s (the system images it lacks are loaded after creation)", nodeImage)
+		}
+		if err := c.step("kind create cluster", func() error { return c.createCluster(nodeImage) }); err != nil {
+			return err
+		}
+		if c.opts.NodeImage != "" {
+			if err := c.step("load system images", func() error { return c.loadSystemImages(ctx) }); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.step("nodes Ready", func() error { return c.waitNodesReady(ctx, 300*time.Second) }); err != nil {
+		return err
+	}
+	var tools string
+	if err := c.step("tools image", func() error { tools, err = c.loadTools(ctx); return err }); err != nil {
+		return err
+	}
+	stack := GPUStackOptions{Image: tools, Devices: c.opts.DevicesPerNode, ResourceName: "nvidia.com/gpu", Replicas: 1,
+		DriverVersion: "550.54.15", PluginVersion: "v1", DriverName: DRADriverName}
+	if err := c.step("fake GPU stack", func() error { return c.installGPUStack(ctx, stack) }); err != nil {
+		return err
+	}
+	if err := c.step("pod network and DNS", func() error { return c.checkNetwork(ctx) }); err != nil {
+		return err
+	}
+	if err := c.step("kueue", func() error { return c.installKueue(ctx) }); err != nil {
+		return err
+	}
+	c.logf("cluster %s ready in %s; kubeconfig: %s", c.opts.Name, time.Since(start).Round(time.Second), c.Kubeconfig())
+	return nil
+}
+
+// buildAll builds every binary and image the node image holds, and the node image itself.
+func (c *Cluster) buildAll(ctx context.Context) (string, error) {
+	for _, comp := range []goComponent{compContainerd, compEtcd, compCoreDNS, compCrictl, compKueue, compDRA} {
+		if err := c.step("build "+comp.Name, func() error { _, err := c.buildGo(ctx, comp); return err }); err != nil {
+			return "", err
+		}
+	}
+	compNet := goComponent{Name: "net", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-net"}}
+	if err := c.step("build gpuconform-net", func() error { _, err := c.buildGo(ctx, compNet); return err }); err != nil {
+		return "", err
+	}
+	if err := c.step("build pause", func() error { return c.buildPause(ctx) }); err != nil {
+		return "", err
+	}
+	var rootfsDir, rootfsImage string
+	if err := c.step("node rootfs (debootstrap)", func() error {
+		var err error
+		rootfsDir, rootfsImage, err = c.buildRootfs(ctx)
+		return err
+	}); err != nil {
+		return "", err
+	}
+	images := c.systemImages(rootfsImage)
+	if err := c.step("system images", func() error {
+		for _, s := range images {
+			if err := c.buildImage(ctx, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return "", err
+	}
+	var ref string
+	err := c.step("node image", func() error {
+		var err error
+		ref, err = c.buildNodeImage(ctx, rootfsDir, rootfsImage, images)
+		return err
+	})
+	return ref, err
+}
+
+// loadSystemImages loads the images a user-supplied node image lacks (everything but the control plane,
+// which an upstream kindest/node carries) into every node.
+func (c *Cluster) loadSystemImages(ctx context.Context) error {
+	return errors.New("a user-supplied node image needs the gpuconform-net, Kueue and DRA driver images, " +
+		"which are only built with the project's node image here; run without --node-image")
+}
+
+// revive starts stopped node containers and reports whether the cluster becomes healthy.
+func (c *Cluster) revive(ctx context.Context) (bool, string) {
+	ns, err := c.nodes()
+	if err != nil {
+		return false, err.Error()
+	}
+	var stopped []string
+	for _, n := range ns {
+		state, err := output(ctx, "docker", "inspect", "-f", "{{.State.Running}}", n.String())
+		if err != nil {
+			return false, err.Error()
+		}
+		if state != "true" {
+			stopped = append(stopped, n.String())
+		}
+	}
+	if len(stopped) > 0 {
+		c.logf("starting stopped node containers: %s", strings.Join(stopped, " "))
+		if err := c.run(ctx, "docker start nodes", "docker", append([]string{"start"}, stopped...)...); err != nil {
+			return false, err.Error()
+		}
+	}
+	if !exists(c.Kubeconfig()) {
+		if err := c.exportKubeconfig(); err != nil {
+			return false, err.Error()
+		}
+	}
+	if err := c.waitNodesReady(ctx, 150*time.Second); err != nil {
+		return false, err.Error()
+	}
+	return true, ""
+}
+
+// exportKubeconfig rewrites the kubeconfig from the running cluster.
+func (c *Cluster) exportKubeconfig() error {
+	cfg, err := c.provider().KubeConfig(c.opts.Name, false)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(c.Kubeconfig(), []byte(cfg), 0o600)
+}
+
+// waitNodesReady waits until the API answers and every node reports Ready.
+func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) error {
+	want := 1 + c.opts.GPUWorkers + c.opts.CanaryWorkers
+	return poll(ctx, timeout, func() (bool, string) {
+		out, err := c.kubectlOut(ctx, "get", "nodes", "--request-timeout=5s", "-o",
+			`jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+		if err != nil {
+			return false, "API server: " + err.Error()
+		}
+		lines := strings.Fields(out)
+		if len(lines) != want {
+			return false, fmt.Sprintf("%d nodes registered, want %d", len(lines), want)
+		}
+		for _, l := range lines {
+			if !strings.HasSuffix(l, "=True") {
+				return false, "not Ready: " + l
+			}
+		}
+		return true, ""
+	})
+}

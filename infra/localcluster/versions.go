@@ -1,0 +1,36 @@
+package localcluster
+
+// Versions of everything the local cluster is built from. Changing one changes the content keys of the
+// steps that use it, so the next `make cluster` rebuilds exactly what depends on it.
+const (
+	KubernetesVersion = "v1.37.2"
+	ContainerdVersion = "v2.4.2"
+	KindVersion       = "v0.33.0"
+	KueueVersion      = "v0.17.0"
+	DRADriverVersion  = "v0.4.0"
+	DebianSuite       = "bookworm"
+)
+
+// Image names inside the nodes. The control-plane names must be exactly what kubeadm v1.37.2 asks for, and
+// containerd's sandbox_image must name the same pause image: any mismatch turns into a registry pull, which
+// fails offline after a silent multi-minute kubeadm timeout.
+const (
+	ImageAPIServer   = "registry.k8s.io/kube-apiserver:" + KubernetesVersion
+	ImageController  = "registry.k8s.io/kube-controller-manager:" + KubernetesVersion
+	ImageScheduler   = "registry.k8s.io/kube-scheduler:" + KubernetesVersion
+	ImageProxy       = "registry.k8s.io/kube-proxy:" + KubernetesVersion
+	ImageEtcd        = "registry.k8s.io/etcd:3.7.0-0" // kubeadm's default tag; etcd v3.7.3 is shipped under it
+	ImagePause       = "registry.k8s.io/pause:3.10.2"
+	ImageCoreDNS     = "registry.k8s.io/coredns/coredns:v1.14.6"
+	ImageKueue       = "gpuconform.local/kueue:" + KueueVersion
+	ImageDRADriver   = "gpuconform.local/dra-example-driver:" + DRADriverVersion
+	ImageNet         = "gpuconform.local/gpuconform-net:dev"
+	ImageWorkload    = "gpuconform.local/gpu-workload:dev"
+	NodeImageRepo    = "gpuconform.local/kind-node"
+	rootfsImageRepo  = "gpuconform.local/rootfs"
+	toolsImageRepo   = "gpuconform.local/tools"
+	PoolLabel        = "gpuconform.io/pool"
+	GPUPool          = "gpu"
+	CanaryPool       = "canary"
+	SystemNamespace  = "gpuconform-system"
+)

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package tools pins the commands this module builds.
+package tools
+
+import (
+	_ "sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"
+	_ "sigs.k8s.io/dra-example-driver/cmd/dra-example-controller"
+)

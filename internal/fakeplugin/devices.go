@@ -1,0 +1,183 @@
+package fakeplugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// replicaSeparator joins a physical GPU UUID and a replica number in an advertised ID, the same shape
+// NVIDIA's device plugin uses for time-slicing ("GPU-…::0"), so tooling that parses real IDs parses ours.
+const replicaSeparator = "::"
+
+// DeviceUUID returns the stable NVIDIA-style UUID ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx") of the
+// fake GPU at index on node. It is a hash of both, so restarts of the plugin keep a node's IDs (the
+// kubelet's checkpoint of allocated devices stays valid) while two nodes never share an ID (a test that
+// compares IDs across nodes cannot be fooled by a collision).
+func DeviceUUID(node string, index int) string {
+	sum := sha256.Sum256([]byte("gpuconform.io/fake-gpu\x00" + node + "\x00" + strconv.Itoa(index)))
+	b := sum[:16]
+	// Mark it as a name-based (version 5 style) RFC 4122 UUID so it also parses as one.
+	b[6] = (b[6] & 0x0f) | 0x50
+	b[8] = (b[8] & 0x3f) | 0x80
+	h := hex.EncodeToString(b)
+	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// ReplicaID returns the advertised ID of one time-slicing replica of a physical GPU.
+func ReplicaID(uuid string, replica int) string {
+	return uuid + replicaSeparator + strconv.Itoa(replica)
+}
+
+// deviceTable is the immutable inventory of one node: physical UUIDs and the IDs advertised for them.
+type deviceTable struct {
+	node     string
+	uuids    []string       // physical GPUs, by index
+	replicas int            // 1 = IDs are the UUIDs themselves
+	ids      []string       // advertised IDs, index-major: gpu0 replicas, then gpu1 replicas, …
+	byID     map[string]int // advertised ID or physical UUID → physical index
+	replica  map[string]int // advertised ID → replica number (0 without sharing)
+}
+
+func newDeviceTable(node string, devices, replicas int) *deviceTable {
+	t := &deviceTable{node: node, replicas: replicas, byID: map[string]int{}, replica: map[string]int{}}
+	for i := range devices {
+		u := DeviceUUID(node, i)
+		t.uuids = append(t.uuids, u)
+		t.byID[u] = i
+		if replicas == 1 {
+			t.ids = append(t.ids, u)
+			continue
+		}
+		for r := range replicas {
+			id := ReplicaID(u, r)
+			t.ids = append(t.ids, id)
+			t.byID[id] = i
+			t.replica[id] = r
+		}
+	}
+	return t
+}
+
+// physical maps advertised IDs to their physical UUIDs, keeping the order of first appearance and
+// dropping duplicates: two replicas of one GPU are still one GPU to the container runtime.
+func (t *deviceTable) physical(ids []string) ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	for _, id := range ids {
+		i, ok := t.byID[id]
+		if !ok {
+			return nil, fmt.Errorf("device %q is not one of the %d devices of node %s", id, len(t.ids), t.node)
+		}
+		if !seen[i] {
+			seen[i] = true
+			out = append(out, i)
+		}
+	}
+	return out, nil
+}
+
+// wrongDevices picks, for the wrong-ids fault, as many physical devices as were requested but none of
+// them: the next unrequested indexes after the highest requested one, wrapping around. When the node has
+// too few unrequested GPUs, it makes up phantom ones (indexes past the end), so the result is always
+// disjoint from the request and the fault can never accidentally look correct.
+func (t *deviceTable) wrongDevices(requested []int) []string {
+	if len(requested) == 0 {
+		return nil
+	}
+	asked := map[int]bool{}
+	start := 0
+	for _, i := range requested {
+		asked[i] = true
+		start = max(start, i+1)
+	}
+	var out []string
+	n := len(t.uuids)
+	for k := 0; k < n && len(out) < len(requested); k++ {
+		i := (start + k) % n
+		if !asked[i] {
+			out = append(out, t.uuids[i])
+		}
+	}
+	for phantom := n; len(out) < len(requested); phantom++ {
+		out = append(out, DeviceUUID(t.node, phantom))
+	}
+	return out
+}
+
+// parseUnhealthy turns the annotation value into a set of physical indexes. Entries may be indexes,
+// physical UUIDs or replica IDs; a replica marks its whole GPU, because a sick GPU is sick for every
+// tenant that time-slices it. Unknown entries are returned so the caller can log them.
+func (t *deviceTable) parseUnhealthy(value string) (map[int]bool, []string) {
+	set := map[int]bool{}
+	var unknown []string
+	for _, raw := range strings.Split(value, ",") {
+		e := strings.TrimSpace(raw)
+		if e == "" {
+			continue
+		}
+		if i, err := strconv.Atoi(e); err == nil {
+			if i >= 0 && i < len(t.uuids) {
+				set[i] = true
+			} else {
+				unknown = append(unknown, e)
+			}
+			continue
+		}
+		if i, ok := t.byID[e]; ok {
+			set[i] = true
+			continue
+		}
+		unknown = append(unknown, e)
+	}
+	return set, unknown
+}
+
+// preferred chooses size devices from available, must-include first, then the rest ordered by replica
+// number and then GPU index. For time-slicing that spreads a multi-replica request across distinct GPUs
+// before stacking replicas on one, like NVIDIA's "distributed" policy; without sharing it is simply
+// index order. The result depends only on the inputs, which keeps scheduling reproducible.
+func (t *deviceTable) preferred(available, mustInclude []string, size int) []string {
+	chosen := map[string]bool{}
+	var out []string
+	for _, id := range mustInclude {
+		if len(out) < size && !chosen[id] {
+			chosen[id] = true
+			out = append(out, id)
+		}
+	}
+	rest := make([]string, 0, len(available))
+	for _, id := range available {
+		if !chosen[id] {
+			rest = append(rest, id)
+		}
+	}
+	sort.SliceStable(rest, func(a, b int) bool {
+		ia, oka := t.byID[rest[a]]
+		ib, okb := t.byID[rest[b]]
+		if oka != okb {
+			return oka // known IDs before anything we do not recognise
+		}
+		if !oka {
+			return rest[a] < rest[b]
+		}
+		ra, rb := t.replica[rest[a]], t.replica[rest[b]]
+		if ra != rb {
+			return ra < rb
+		}
+		return ia < ib
+	})
+	for _, id := range rest {
+		if len(out) >= size {
+			break
+		}
+		if !chosen[id] {
+			chosen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
+}

@@ -1,0 +1,151 @@
+package fakeplugin
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+var uuidPattern = regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
+
+func TestDeviceIDsAreStablePerNodeAndDistinctAcrossNodes(t *testing.T) {
+	dir := shortDir(t)
+	first := mustNew(t, testConfig(t, dir, "node-a")).DeviceIDs()
+	restarted := mustNew(t, testConfig(t, dir, "node-a")).DeviceIDs()
+	other := mustNew(t, testConfig(t, dir, "node-b")).DeviceIDs()
+
+	if len(first) != 4 {
+		t.Fatalf("default config advertises %d devices, want 4", len(first))
+	}
+	if !slices.Equal(first, restarted) {
+		t.Errorf("IDs changed across a restart on the same node:\n%v\n%v", first, restarted)
+	}
+	seen := map[string]string{}
+	for _, set := range []struct {
+		node string
+		ids  []string
+	}{{"node-a", first}, {"node-b", other}} {
+		for _, id := range set.ids {
+			if !uuidPattern.MatchString(id) {
+				t.Errorf("ID %q of %s is not NVIDIA-UUID shaped", id, set.node)
+			}
+			if len(id) > 63 {
+				t.Errorf("ID %q is longer than the 63 characters the device plugin API allows", id)
+			}
+			if prev, dup := seen[id]; dup {
+				t.Errorf("ID %q appears on %s and %s", id, prev, set.node)
+			}
+			seen[id] = set.node
+		}
+	}
+}
+
+func TestTimeSlicingAdvertisesReplicasPerGPU(t *testing.T) {
+	cfg := testConfig(t, shortDir(t), "node-a")
+	cfg.Devices, cfg.Replicas = 3, 2
+	p := mustNew(t, cfg)
+	uuids := p.PhysicalUUIDs()
+	want := []string{
+		uuids[0] + "::0", uuids[0] + "::1",
+		uuids[1] + "::0", uuids[1] + "::1",
+		uuids[2] + "::0", uuids[2] + "::1",
+	}
+	if got := p.DeviceIDs(); !slices.Equal(got, want) {
+		t.Fatalf("advertised IDs:\n got %v\nwant %v", got, want)
+	}
+	for _, id := range want {
+		if len(id) > 63 {
+			t.Errorf("replica ID %q exceeds 63 characters", id)
+		}
+	}
+	if got := cfg.SharingStrategy(); got != "time-slicing" {
+		t.Errorf("sharing strategy = %q, want time-slicing", got)
+	}
+}
+
+func TestHealthAnnotationParsing(t *testing.T) {
+	cfg := testConfig(t, shortDir(t), "node-a")
+	cfg.Replicas = 2
+	p := mustNew(t, cfg)
+	u := p.PhysicalUUIDs()
+	cases := []struct {
+		value     string
+		unhealthy []int
+		unknown   []string
+	}{
+		{"", nil, nil},
+		{"0,2", []int{0, 2}, nil},
+		{" 1 , ,3", []int{1, 3}, nil},
+		{u[1], []int{1}, nil},
+		{ReplicaID(u[3], 1), []int{3}, nil}, // a replica fails its whole GPU
+		{"4,-1,GPU-nope,0", []int{0}, []string{"4", "-1", "GPU-nope"}},
+	}
+	for _, c := range cases {
+		set, unknown := p.table.parseUnhealthy(c.value)
+		var got []int
+		for i := range set {
+			got = append(got, i)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.unhealthy) || !slices.Equal(unknown, c.unknown) {
+			t.Errorf("parse %q = %v (unknown %v), want %v (unknown %v)", c.value, got, unknown, c.unhealthy, c.unknown)
+		}
+	}
+
+	// All replicas of a failed GPU are reported Unhealthy, and nothing else.
+	p.SetUnhealthyFromAnnotation("1")
+	for _, d := range p.Devices() {
+		wantBad := strings.HasPrefix(d.ID, u[1]+"::")
+		if (d.Health == pluginapi.Unhealthy) != wantBad {
+			t.Errorf("device %s health %s, want unhealthy=%v", d.ID, d.Health, wantBad)
+		}
+	}
+}
+
+func TestWrongDevicesNeverOverlapTheRequest(t *testing.T) {
+	tab := newDeviceTable("node-a", 4, 1)
+	cases := [][]int{{0}, {1, 2}, {3}, {0, 1, 2}, {0, 1, 2, 3}, {2, 0}}
+	for _, req := range cases {
+		got := tab.wrongDevices(req)
+		if len(got) != len(req) {
+			t.Errorf("request %v: got %d wrong devices, want %d", req, len(got), len(req))
+		}
+		for _, id := range got {
+			for _, i := range req {
+				if id == tab.uuids[i] {
+					t.Errorf("request %v: wrong-ids fault handed out requested device %s", req, id)
+				}
+			}
+		}
+	}
+	// "Next unrequested device": a request for GPU 1 gets GPU 2.
+	if got := tab.wrongDevices([]int{1}); got[0] != tab.uuids[2] {
+		t.Errorf("wrong device for [1] = %s, want GPU index 2 (%s)", got[0], tab.uuids[2])
+	}
+}
+
+func TestValidateRejectsUnusableConfig(t *testing.T) {
+	base := testConfig(t, shortDir(t), "node-a")
+	mutations := map[string]func(*Config){
+		"no node":         func(c *Config) { c.NodeName = "" },
+		"bare resource":   func(c *Config) { c.ResourceName = "gpu" },
+		"zero devices":    func(c *Config) { c.Devices = 0 },
+		"zero replicas":   func(c *Config) { c.Replicas = 0 },
+		"unknown fault":   func(c *Config) { c.Fault = "explode" },
+		"no plugin dir":   func(c *Config) { c.PluginDir = "" },
+		"inverse backoff": func(c *Config) { c.RegisterMaxBackoff = c.RegisterInitialBackoff / 2 },
+	}
+	for name, mutate := range mutations {
+		c := base
+		mutate(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: Validate accepted the config", name)
+		}
+	}
+	if err := base.Validate(); err != nil {
+		t.Errorf("base config rejected: %v", err)
+	}
+}

@@ -1,0 +1,160 @@
+package fakeplugin
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"text/template"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
+)
+
+// manifestPath is the DaemonSet template the local cluster code renders; the test lives here because
+// the template's flags must match this package's binary.
+var manifestPath = filepath.Join("..", "..", "infra", "localcluster", "manifests", "fake-device-plugin.yaml")
+
+// manifestValues mirrors the struct the local-cluster renderer passes (same field names and types).
+type manifestValues struct {
+	Image         string
+	Devices       int
+	ResourceName  string
+	Replicas      int
+	DriverVersion string
+	PluginVersion string
+	Fault         string
+}
+
+var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
+
+func renderManifest(t *testing.T, v manifestValues) []*unstructured.Unstructured {
+	t.Helper()
+	src, err := os.ReadFile(manifestPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := template.New("fake-device-plugin").Option("missingkey=error").Parse(string(src))
+	if err != nil {
+		t.Fatalf("parse template: %v", err)
+	}
+	var out bytes.Buffer
+	if err := tmpl.Execute(&out, v); err != nil {
+		t.Fatalf("render template: %v", err)
+	}
+	var objs []*unstructured.Unstructured
+	for i, doc := range docSeparator.Split(out.String(), -1) {
+		if strings.TrimSpace(stripComments(doc)) == "" {
+			continue
+		}
+		m := map[string]any{}
+		if err := yaml.Unmarshal([]byte(doc), &m); err != nil {
+			t.Fatalf("document %d is not valid YAML: %v\n%s", i, err, doc)
+		}
+		u := &unstructured.Unstructured{Object: m}
+		if u.GetAPIVersion() == "" || u.GetKind() == "" || u.GetName() == "" {
+			t.Fatalf("document %d lacks apiVersion/kind/name:\n%s", i, doc)
+		}
+		// Strict decoding into the typed object catches misspelt or misplaced fields, which the API
+		// server would silently drop.
+		var typed any
+		switch u.GetKind() {
+		case "Namespace":
+			typed = &corev1.Namespace{}
+		case "ServiceAccount":
+			typed = &corev1.ServiceAccount{}
+		case "ClusterRole":
+			typed = &rbacv1.ClusterRole{}
+		case "ClusterRoleBinding":
+			typed = &rbacv1.ClusterRoleBinding{}
+		case "DaemonSet":
+			typed = &appsv1.DaemonSet{}
+		default:
+			t.Fatalf("unexpected kind %s in manifest", u.GetKind())
+		}
+		if err := yaml.UnmarshalStrict([]byte(doc), typed); err != nil {
+			t.Fatalf("%s %s does not decode strictly: %v", u.GetKind(), u.GetName(), err)
+		}
+		objs = append(objs, u)
+	}
+	return objs
+}
+
+func stripComments(doc string) string {
+	var keep []string
+	for _, line := range strings.Split(doc, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
+			keep = append(keep, line)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+func daemonSet(t *testing.T, objs []*unstructured.Unstructured) *appsv1.DaemonSet {
+	t.Helper()
+	for _, u := range objs {
+		if u.GetKind() == "DaemonSet" {
+			ds := &appsv1.DaemonSet{}
+			b, _ := yaml.Marshal(u.Object)
+			if err := yaml.UnmarshalStrict(b, ds); err != nil {
+				t.Fatal(err)
+			}
+			return ds
+		}
+	}
+	t.Fatal("no DaemonSet in manifest")
+	return nil
+}
+
+func TestManifestTemplateRendersValidObjects(t *testing.T) {
+	v := manifestValues{Image: "gpuconform/fake-device-plugin:dev", Devices: 8, ResourceName: "nvidia.com/gpu",
+		Replicas: 2, DriverVersion: "550.54.15", PluginVersion: "v2"}
+	objs := renderManifest(t, v)
+
+	var kinds []string
+	for _, u := range objs {
+		kinds = append(kinds, u.GetKind())
+	}
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"} {
+		if !slices.Contains(kinds, k) {
+			t.Errorf("manifest lacks a %s (has %v)", k, kinds)
+		}
+	}
+
+	ds := daemonSet(t, objs)
+	if ds.Namespace != "gpuconform-system" || ds.Name != "fake-device-plugin" {
+		t.Errorf("DaemonSet is %s/%s, want gpuconform-system/fake-device-plugin", ds.Namespace, ds.Name)
+	}
+	c := ds.Spec.Template.Spec.Containers[0]
+	if c.Image != v.Image || c.ImagePullPolicy != corev1.PullIfNotPresent {
+		t.Errorf("image %q pull %q", c.Image, c.ImagePullPolicy)
+	}
+	wantArgs := []string{"--devices=8", "--resource-name=nvidia.com/gpu", "--replicas=2",
+		"--driver-version=550.54.15", "--version=v2"}
+	if !slices.Equal(c.Args, wantArgs) {
+		t.Errorf("args = %v, want %v (no --fault when Fault is empty)", c.Args, wantArgs)
+	}
+	if len(c.Env) != 1 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
+		t.Errorf("NODE_NAME must come from spec.nodeName: %+v", c.Env)
+	}
+	terms := ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	expr := terms[0].MatchExpressions[0]
+	if expr.Key != "gpuconform.io/pool" || expr.Operator != corev1.NodeSelectorOpIn || !slices.Equal(expr.Values, []string{"gpu", "canary"}) {
+		t.Errorf("node affinity = %+v", expr)
+	}
+	if vol := ds.Spec.Template.Spec.Volumes[0]; vol.HostPath == nil || vol.HostPath.Path != "/var/lib/kubelet/device-plugins" {
+		t.Errorf("device-plugins hostPath volume missing: %+v", vol)
+	}
+
+	v.Fault = string(FaultWrongIDs)
+	c = daemonSet(t, renderManifest(t, v)).Spec.Template.Spec.Containers[0]
+	if !slices.Contains(c.Args, "--fault=wrong-ids") {
+		t.Errorf("args with a fault = %v, want --fault=wrong-ids", c.Args)
+	}
+}

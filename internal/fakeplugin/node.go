@@ -1,0 +1,225 @@
+package fakeplugin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Node label keys the plugin owns. They mirror GPU Feature Discovery so that scenarios and the
+// compatibility record read the same labels on the fake cluster as on a real NVIDIA node.
+const (
+	LabelProduct         = "nvidia.com/gpu.product"
+	LabelCount           = "nvidia.com/gpu.count"
+	LabelMemory          = "nvidia.com/gpu.memory"
+	LabelFamily          = "nvidia.com/gpu.family"
+	LabelSharingStrategy = "nvidia.com/gpu.sharing-strategy"
+	LabelReplicas        = "nvidia.com/gpu.replicas"
+	LabelDriverFull      = "nvidia.com/cuda.driver-version.full"
+	LabelDriverMajor     = "nvidia.com/cuda.driver-version.major"
+	LabelDriverMinor     = "nvidia.com/cuda.driver-version.minor"
+	LabelDriverRevision  = "nvidia.com/cuda.driver-version.revision"
+	LabelRuntimeFull     = "nvidia.com/cuda.runtime-version.full"
+	LabelRuntimeMajor    = "nvidia.com/cuda.runtime-version.major"
+	LabelRuntimeMinor    = "nvidia.com/cuda.runtime-version.minor"
+	// LabelPluginVersion lets the upgrade rehearsal see which plugin revision serves the node.
+	LabelPluginVersion = "gpuconform.io/fake-device-plugin-version"
+)
+
+// OwnedLabelKeys lists every node label the plugin manages. A key whose value the current config does
+// not define (a driver version without a revision) is deleted, so labels left by an older revision of
+// the plugin never linger.
+func OwnedLabelKeys() []string {
+	return []string{
+		LabelProduct, LabelCount, LabelMemory, LabelFamily, LabelSharingStrategy, LabelReplicas,
+		LabelDriverFull, LabelDriverMajor, LabelDriverMinor, LabelDriverRevision,
+		LabelRuntimeFull, LabelRuntimeMajor, LabelRuntimeMinor, LabelPluginVersion,
+	}
+}
+
+// NodeLabels returns the labels the plugin publishes for this config; owned keys that are absent from
+// the map are to be removed from the node.
+func (c Config) NodeLabels() map[string]string {
+	l := map[string]string{
+		LabelProduct:         c.Product,
+		LabelCount:           strconv.Itoa(c.Devices),
+		LabelMemory:          strconv.Itoa(c.MemoryMiB),
+		LabelFamily:          c.Family,
+		LabelSharingStrategy: c.SharingStrategy(),
+		LabelReplicas:        strconv.Itoa(c.Replicas),
+		LabelPluginVersion:   c.PluginVersion,
+	}
+	addVersion(l, c.DriverVersion, LabelDriverFull, LabelDriverMajor, LabelDriverMinor, LabelDriverRevision)
+	addVersion(l, c.CUDAVersion, LabelRuntimeFull, LabelRuntimeMajor, LabelRuntimeMinor)
+	for k, v := range l {
+		if v = LabelValue(v); v == "" {
+			delete(l, k)
+		} else {
+			l[k] = v
+		}
+	}
+	return l
+}
+
+// addVersion splits "550.54.15" into the full/major/minor/revision labels named by keys (full first).
+func addVersion(l map[string]string, version string, keys ...string) {
+	if version == "" {
+		return
+	}
+	l[keys[0]] = version
+	for i, part := range strings.SplitN(version, ".", len(keys)-1) {
+		l[keys[i+1]] = part
+	}
+}
+
+// LabelValue makes s a valid label value the way GFD does: every character a label value cannot hold
+// (spaces included) becomes '-', the value is cut to 63 characters, and it must start and end with an
+// alphanumeric.
+func LabelValue(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '-'
+		}
+	}
+	if len(b) > 63 {
+		b = b[:63]
+	}
+	isAlnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+	for len(b) > 0 && !isAlnum(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && !isAlnum(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	return string(b)
+}
+
+// labelPatch is a JSON merge patch that sets our labels and deletes our undefined keys (null), leaving
+// every other label on the node untouched.
+func (c Config) labelPatch() ([]byte, error) {
+	want := c.NodeLabels()
+	labels := map[string]any{}
+	for _, k := range OwnedLabelKeys() {
+		if v, ok := want[k]; ok {
+			labels[k] = v
+		} else {
+			labels[k] = nil
+		}
+	}
+	return json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+}
+
+// labelsCurrent reports whether the node already carries exactly our labels.
+func (c Config) labelsCurrent(have map[string]string) bool {
+	want := c.NodeLabels()
+	for _, k := range OwnedLabelKeys() {
+		w, wok := want[k]
+		h, hok := have[k]
+		if wok != hok || w != h {
+			return false
+		}
+	}
+	return true
+}
+
+// PublishLabels patches the plugin's labels onto its Node once.
+func (p *Plugin) PublishLabels(ctx context.Context, client kubernetes.Interface) error {
+	patch, err := p.cfg.labelPatch()
+	if err != nil {
+		return err
+	}
+	if _, err := client.CoreV1().Nodes().Patch(ctx, p.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch labels of node %s: %w", p.cfg.NodeName, err)
+	}
+	p.log.Info("published node labels", "labels", p.cfg.NodeLabels())
+	return nil
+}
+
+// SyncLabels publishes the labels at start (retrying with backoff while the API server is unreachable)
+// and again whenever WatchNode sees them drift, e.g. after the Node object was recreated. It returns when
+// ctx ends.
+func (p *Plugin) SyncLabels(ctx context.Context, client kubernetes.Interface) {
+	backoff := p.cfg.RegisterInitialBackoff
+	for {
+		if err := p.PublishLabels(ctx, client); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.Error("cannot publish node labels; retrying", "err", err, "retry_in", backoff)
+			if !sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, p.cfg.RegisterMaxBackoff)
+			continue
+		}
+		backoff = p.cfg.RegisterInitialBackoff
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.labelsDrifted:
+		}
+	}
+}
+
+// WatchNode follows the plugin's own Node object until ctx ends: its UnhealthyDevicesAnnotation drives
+// device health, and a change to our labels wakes SyncLabels. An informer (rather than a bare watch)
+// takes care of relisting after watch expiry and API server restarts. nodeSynced is closed once the
+// first state of the node is known.
+func (p *Plugin) WatchNode(ctx context.Context, client kubernetes.Interface) {
+	selector := fields.OneTermEqualSelector("metadata.name", p.cfg.NodeName).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return client.CoreV1().Nodes().List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			return client.CoreV1().Nodes().Watch(ctx, opts)
+		},
+	}
+	_, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		// The wrapper passes on whether the client supports streaming lists (fake clientsets do not).
+		ListerWatcher: cache.ToListWatcherWithWatchListSemantics(lw, client),
+		ObjectType:    &corev1.Node{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    p.onNode,
+			UpdateFunc: func(_, obj any) { p.onNode(obj) },
+		},
+	})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() {
+		if cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+			p.log.Info("watching own node", "annotation", UnhealthyDevicesAnnotation)
+			p.nodeSyncOnce.Do(func() { close(p.nodeSynced) })
+		}
+	})
+	informer.RunWithContext(ctx)
+}
+
+func (p *Plugin) onNode(obj any) {
+	node, ok := obj.(*corev1.Node)
+	if !ok || node.Name != p.cfg.NodeName {
+		return // the field selector should make this impossible; be safe against clients that ignore it
+	}
+	p.SetUnhealthyFromAnnotation(node.Annotations[UnhealthyDevicesAnnotation])
+	if !p.cfg.labelsCurrent(node.Labels) {
+		select {
+		case p.labelsDrifted <- struct{}{}:
+		default: // a resync is already pending
+		}
+	}
+}

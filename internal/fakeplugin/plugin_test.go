@@ -1,0 +1,247 @@
+package fakeplugin
+
+import (
+	"context"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+)
+
+func TestRegistersWithKubelet(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "node-a")
+	cfg.ResourceName = "example.com/fakegpu"
+	kubelet := startFakeKubelet(t, dir)
+	p := mustNew(t, cfg)
+	startPlugin(t, p.ServeKubelet)
+
+	eventually(t, "one registration", func() bool { return len(kubelet.requests()) == 1 })
+	r := kubelet.requests()[0]
+	if r.Version != pluginapi.Version || r.ResourceName != "example.com/fakegpu" || r.Endpoint != cfg.SocketName() {
+		t.Errorf("register request = {version %q, resource %q, endpoint %q}, want {%q, %q, %q}",
+			r.Version, r.ResourceName, r.Endpoint, pluginapi.Version, "example.com/fakegpu", cfg.SocketName())
+	}
+	if strings.Contains(r.Endpoint, "/") {
+		t.Errorf("endpoint %q must be a file name relative to the device-plugins dir", r.Endpoint)
+	}
+	if !r.GetOptions().GetGetPreferredAllocationAvailable() || r.GetOptions().GetPreStartRequired() {
+		t.Errorf("register options = %v, want preferred allocation and no pre-start", r.GetOptions())
+	}
+
+	// The kubelet dials the endpoint next; it must answer there.
+	opts, err := dialPlugin(t, cfg).GetDevicePluginOptions(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatalf("GetDevicePluginOptions on %s: %v", r.Endpoint, err)
+	}
+	if !opts.GetPreferredAllocationAvailable {
+		t.Errorf("GetDevicePluginOptions disagrees with the registration: %v", opts)
+	}
+	if _, err := dialPlugin(t, cfg).PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{}); err != nil {
+		t.Errorf("PreStartContainer: %v", err)
+	}
+}
+
+func TestRegistrationWaitsForKubeletSocket(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "node-a")
+	p := mustNew(t, cfg)
+	startPlugin(t, p.ServeKubelet)
+
+	// The plugin serves its socket and retries registration while kubelet.sock is absent…
+	eventually(t, "plugin socket to exist", func() bool { return fileExists(filepath.Join(dir, cfg.SocketName())) })
+	// …and registers once the kubelet shows up.
+	kubelet := startFakeKubelet(t, dir)
+	eventually(t, "registration after kubelet appeared", func() bool { return len(kubelet.requests()) >= 1 })
+}
+
+func TestReregistersAfterKubeletRestartDeletesSocket(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "node-a")
+	first := startFakeKubelet(t, dir)
+	p := mustNew(t, cfg)
+	startPlugin(t, p.ServeKubelet)
+	eventually(t, "first registration", func() bool { return len(first.requests()) == 1 })
+
+	// A kubelet restart: the old kubelet goes away and the directory is wiped, our socket included.
+	first.srv.Stop()
+	sock := filepath.Join(dir, cfg.SocketName())
+	if err := os.Remove(sock); err != nil {
+		t.Fatalf("remove plugin socket: %v", err)
+	}
+	_ = os.Remove(filepath.Join(dir, "kubelet.sock"))
+	second := startFakeKubelet(t, dir)
+
+	eventually(t, "registration with the restarted kubelet", func() bool { return len(second.requests()) == 1 })
+	if got := second.requests()[0]; got.Endpoint != cfg.SocketName() || got.ResourceName != cfg.ResourceName {
+		t.Errorf("re-registration = %v, want endpoint %q resource %q", got, cfg.SocketName(), cfg.ResourceName)
+	}
+	eventually(t, "fresh plugin socket", func() bool { return fileExists(sock) })
+	stream, err := dialPlugin(t, cfg).ListAndWatch(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := stream.Recv(); err != nil || len(resp.Devices) != cfg.Devices {
+		t.Fatalf("ListAndWatch on the new socket: %v devices, err %v", len(resp.GetDevices()), err)
+	}
+}
+
+func TestShutdownRemovesSocket(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "node-a")
+	kubelet := startFakeKubelet(t, dir)
+	p := mustNew(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.ServeKubelet(ctx) }()
+	eventually(t, "registration", func() bool { return len(kubelet.requests()) == 1 })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("ServeKubelet on shutdown: %v", err)
+	}
+	if fileExists(filepath.Join(dir, cfg.SocketName())) {
+		t.Errorf("socket still present after shutdown; the kubelet would keep dialing a dead endpoint")
+	}
+}
+
+// servePlugin starts p behind a fake kubelet and returns a client connected like the kubelet.
+func servePlugin(t *testing.T, cfg Config) (*Plugin, pluginapi.DevicePluginClient) {
+	t.Helper()
+	kubelet := startFakeKubelet(t, cfg.PluginDir)
+	p := mustNew(t, cfg)
+	startPlugin(t, p.ServeKubelet)
+	eventually(t, "registration", func() bool { return len(kubelet.requests()) == 1 })
+	return p, dialPlugin(t, cfg)
+}
+
+func allocate(t *testing.T, c pluginapi.DevicePluginClient, ids ...string) map[string]string {
+	t.Helper()
+	resp, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}},
+	})
+	if err != nil {
+		t.Fatalf("Allocate(%v): %v", ids, err)
+	}
+	if len(resp.ContainerResponses) != 1 {
+		t.Fatalf("Allocate returned %d container responses, want 1", len(resp.ContainerResponses))
+	}
+	return resp.ContainerResponses[0].Envs
+}
+
+func TestAllocateHandsOutExactlyTheRequestedDevices(t *testing.T) {
+	cfg := testConfig(t, shortDir(t), "node-a")
+	p, c := servePlugin(t, cfg)
+	ids := p.DeviceIDs()
+
+	env := allocate(t, c, ids[2])
+	want := map[string]string{EnvVisibleDevices: ids[2], EnvResource: "nvidia.com/gpu", EnvNode: "node-a"}
+	if !maps.Equal(env, want) {
+		t.Errorf("Allocate 1 device env = %v, want %v", env, want)
+	}
+
+	// Request order is kept, not sorted: NVIDIA's stack numbers devices in that order in the container.
+	env = allocate(t, c, ids[3], ids[0])
+	if got, w := env[EnvVisibleDevices], ids[3]+","+ids[0]; got != w {
+		t.Errorf("Allocate 2 devices %s = %q, want %q", EnvVisibleDevices, got, w)
+	}
+
+	// Two containers in one request each get their own devices.
+	resp, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+		{DevicesIds: []string{ids[0]}}, {DevicesIds: []string{ids[1]}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := resp.ContainerResponses[0].Envs[EnvVisibleDevices], resp.ContainerResponses[1].Envs[EnvVisibleDevices]; a != ids[0] || b != ids[1] {
+		t.Errorf("per-container devices = %q, %q; want %q, %q", a, b, ids[0], ids[1])
+	}
+
+	// An ID that is not ours is refused rather than passed through.
+	_, err = c.Allocate(context.Background(), &pluginapi.AllocateRequest{
+		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"GPU-not-mine"}}},
+	})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Allocate of an unknown ID: err = %v, want InvalidArgument", err)
+	}
+}
+
+func TestWrongIDsFaultChangesAllocatedDevices(t *testing.T) {
+	cfg := testConfig(t, shortDir(t), "node-a")
+	cfg.Fault = FaultWrongIDs
+	p, c := servePlugin(t, cfg)
+	ids := p.DeviceIDs()
+
+	for _, req := range [][]string{{ids[0]}, {ids[1], ids[2]}, ids} {
+		got := strings.Split(allocate(t, c, req...)[EnvVisibleDevices], ",")
+		if len(got) != len(req) {
+			t.Errorf("fault: request %d devices, handed out %d (%v)", len(req), len(got), got)
+		}
+		for _, id := range got {
+			if slices.Contains(req, id) {
+				t.Errorf("fault active but requested device %s was handed out for request %v", id, req)
+			}
+			if !uuidPattern.MatchString(id) {
+				t.Errorf("fault handed out %q, which does not even look like a GPU UUID", id)
+			}
+		}
+	}
+}
+
+func TestTimeSlicingAllocateDeduplicatesReplicas(t *testing.T) {
+	cfg := testConfig(t, shortDir(t), "node-a")
+	cfg.Devices, cfg.Replicas = 2, 4
+	p, c := servePlugin(t, cfg)
+	u := p.PhysicalUUIDs()
+
+	stream, err := c.ListAndWatch(context.Background(), &pluginapi.Empty{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Devices) != 8 {
+		t.Fatalf("time-slicing 2 GPUs × 4 replicas advertised %d devices, want 8", len(resp.Devices))
+	}
+	for _, d := range resp.Devices {
+		if !strings.Contains(d.ID, "::") {
+			t.Errorf("replica device ID %q lacks the ::<replica> suffix", d.ID)
+		}
+	}
+
+	env := allocate(t, c, ReplicaID(u[1], 3), ReplicaID(u[0], 0), ReplicaID(u[1], 0))
+	if got, want := env[EnvVisibleDevices], u[1]+","+u[0]; got != want {
+		t.Errorf("replicas map to %q, want the deduplicated physical UUIDs %q", got, want)
+	}
+}
+
+func TestGetPreferredAllocationIsDeterministic(t *testing.T) {
+	cfg := testConfig(t, shortDir(t), "node-a")
+	cfg.Devices, cfg.Replicas = 3, 2
+	p, c := servePlugin(t, cfg)
+	ids := p.DeviceIDs() // u0::0 u0::1 u1::0 u1::1 u2::0 u2::1
+	available := []string{ids[5], ids[1], ids[3], ids[0], ids[2]}
+	req := &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
+		AvailableDeviceIDs: available, MustIncludeDeviceIDs: []string{ids[3]}, AllocationSize: 3,
+	}}}
+	resp, err := c.GetPreferredAllocation(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Must-include first, then replica 0 of each GPU in index order before any second replica.
+	want := []string{ids[3], ids[0], ids[2]}
+	if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, want) {
+		t.Errorf("preferred = %v, want %v", got, want)
+	}
+	again, _ := c.GetPreferredAllocation(context.Background(), req)
+	if !slices.Equal(again.ContainerResponses[0].DeviceIDs, want) {
+		t.Errorf("second call answered differently: %v", again.ContainerResponses[0].DeviceIDs)
+	}
+}

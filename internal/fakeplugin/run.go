@@ -1,0 +1,39 @@
+package fakeplugin
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+)
+
+// nodeSyncGrace is how long Run holds back registration until the node's health annotation is known.
+// Registering first would advertise every device Healthy for a moment after a plugin restart, and the
+// kubelet could hand a device the suite had failed to a new pod. The wait is bounded because a plugin
+// that cannot reach the API server should still serve its devices.
+const nodeSyncGrace = 30 * time.Second
+
+// Run is the whole plugin: it watches its Node for health, publishes its labels and serves the kubelet
+// until ctx ends (SIGTERM in the binary). A nil client disables the two API-server features, which is
+// only useful for local experiments.
+func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	defer wg.Wait() // runs after cancel: background loops are gone before Run returns
+	if client == nil {
+		p.log.Warn("no Kubernetes client: node health annotation and labels are disabled")
+	} else {
+		wg.Go(func() { p.WatchNode(ctx, client) })
+		wg.Go(func() { p.SyncLabels(ctx, client) })
+		select {
+		case <-p.nodeSynced:
+		case <-time.After(nodeSyncGrace):
+			p.log.Warn("node state not known yet; registering with all devices healthy", "waited", nodeSyncGrace)
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return p.ServeKubelet(ctx)
+}

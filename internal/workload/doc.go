@@ -1,0 +1,11 @@
+// Package workload holds the pieces of the suite's test workload image (cmd/gpu-workload), one
+// subpackage per subcommand, so each can be unit tested without building the binary:
+//
+//   - probe: reports the devices a container can see and checks them against what was requested.
+//   - train: a restartable, checkpointing loop for preemption and recovery scenarios.
+//   - podresources: asks the kubelet which devices it allocated to pods.
+//   - termlog: writes a Kubernetes termination message without ever exceeding its size limit.
+//
+// Every subcommand reports machine-readable JSON lines on stdout, because the suite reads them back
+// from pod logs and termination messages instead of scraping free text.
+package workload

@@ -1,0 +1,263 @@
+// Package train is a restartable training loop for preemption and checkpoint-recovery scenarios.
+//
+// It does no real work: each step sleeps, and the "model" is a hash chained over completed steps.
+// What it does for real is what a well-behaved training job must do when the scheduler preempts it:
+// checkpoint atomically, stop promptly on SIGTERM after saving the last completed step, and resume
+// from the newest checkpoint it can trust. The suite reads its JSON-line events from the pod log and
+// its summary from the termination message.
+package train
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"gpuconform.io/gpuconform/internal/workload/termlog"
+)
+
+// DefaultWorkID is used when --work-id is not given. Every attempt of a job must use the same ID,
+// so a pod-specific default (like the pod name, which changes on rescheduling) would break resume.
+const DefaultWorkID = "default"
+
+// Config describes one training attempt.
+type Config struct {
+	// Steps is the total number of steps the work needs (> 0).
+	Steps int
+	// StepDuration is the simulated work per step (>= 0).
+	StepDuration time.Duration
+	// CheckpointDir holds this work's checkpoints; it must outlive the pod (a PVC or hostPath).
+	CheckpointDir string
+	// CheckpointEvery is the checkpoint interval in steps (> 0).
+	CheckpointEvery int
+	// WorkID guards against resuming another work's checkpoints; empty means DefaultWorkID.
+	WorkID string
+	// Keep is how many checkpoints to retain; zero means DefaultKeep.
+	Keep int
+	// TerminationLogPath receives the summary; empty disables it.
+	TerminationLogPath string
+	// Warnings receives human-readable warnings (skipped checkpoints); nil discards them.
+	Warnings io.Writer
+
+	// sleep simulates one step and returns early with ctx's error when ctx ends; tests replace it to
+	// interrupt at an exact step without timing races.
+	sleep func(ctx context.Context, d time.Duration) error
+	// now is the clock; tests may pin it.
+	now func() time.Time
+}
+
+// Validate reports the first invalid field in terms of the command-line flags.
+func (c Config) Validate() error {
+	switch {
+	case c.Steps <= 0:
+		return fmt.Errorf("--steps must be > 0, got %d", c.Steps)
+	case c.StepDuration < 0:
+		return fmt.Errorf("--step-duration must be >= 0, got %s", c.StepDuration)
+	case c.CheckpointDir == "":
+		return errors.New("--checkpoint-dir is required")
+	case c.CheckpointEvery <= 0:
+		return fmt.Errorf("--checkpoint-every must be > 0, got %d", c.CheckpointEvery)
+	case c.Keep < 0:
+		return fmt.Errorf("keep must be >= 0, got %d", c.Keep)
+	}
+	return nil
+}
+
+// Status values of Summary.Status.
+const (
+	StatusCompleted   = "completed"
+	StatusInterrupted = "interrupted"
+)
+
+// Summary describes one attempt; it is also the termination message.
+type Summary struct {
+	// Status is StatusCompleted or StatusInterrupted (SIGTERM before the last step).
+	Status string `json:"status"`
+	// WorkID is the work this attempt belongs to.
+	WorkID string `json:"work_id"`
+	// CompletedSteps is the last completed step at the end of this attempt.
+	CompletedSteps int `json:"completed_steps"`
+	// TotalSteps is --steps.
+	TotalSteps int `json:"total_steps"`
+	// ResumedFrom is the step of the checkpoint this attempt started from; 0 on a fresh start.
+	ResumedFrom int `json:"resumed_from"`
+	// Resumed is true when a checkpoint was found, which ResumedFrom 0 alone cannot tell.
+	Resumed bool `json:"resumed"`
+	// Restarts is how many attempts of this work resumed from a checkpoint, including this one.
+	Restarts int `json:"restarts"`
+	// StepsRunThisAttempt is CompletedSteps - ResumedFrom.
+	StepsRunThisAttempt int `json:"steps_run_this_attempt"`
+	// FirstStart is when the first attempt of this work began, carried in every checkpoint.
+	FirstStart string `json:"first_start"`
+	// LastCheckpointStep is the step of the last checkpoint written by this attempt.
+	LastCheckpointStep int `json:"last_checkpoint_step"`
+	// StateDigest is the simulated model state after CompletedSteps.
+	StateDigest string `json:"state_digest"`
+}
+
+// Run executes one attempt: resume, train until Steps or until ctx ends, checkpoint, report. Ending
+// ctx (SIGTERM in the binary) is not an error: the attempt stops within the current step, saves the
+// last completed step and returns a Summary with StatusInterrupted.
+func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
+	if err := cfg.Validate(); err != nil {
+		return Summary{}, err
+	}
+	if cfg.WorkID == "" {
+		cfg.WorkID = DefaultWorkID
+	}
+	if cfg.sleep == nil {
+		cfg.sleep = sleepCtx
+	}
+	if cfg.now == nil {
+		cfg.now = time.Now
+	}
+	ev := &eventWriter{w: stdout, now: cfg.now}
+	store := &Store{Dir: cfg.CheckpointDir, Keep: cfg.Keep}
+
+	resumed, resumedPath, skipped, err := store.Load(cfg.WorkID)
+	if err != nil {
+		return Summary{}, err
+	}
+	for _, s := range skipped {
+		if cfg.Warnings != nil {
+			fmt.Fprintf(cfg.Warnings, "warning: not resuming from %s: %s\n", s.File, s.Reason)
+		}
+		ev.emit(map[string]any{"event": "checkpoint_skipped", "file": s.File, "reason": s.Reason})
+	}
+
+	state := State{Version: checkpointVersion, WorkID: cfg.WorkID, FirstStart: cfg.now().UTC(), Digest: initialDigest(cfg.WorkID)}
+	if resumed != nil {
+		state = *resumed
+		state.Restarts++
+	}
+	sum := Summary{
+		WorkID:      cfg.WorkID,
+		TotalSteps:  cfg.Steps,
+		ResumedFrom: state.Step,
+		Resumed:     resumed != nil,
+		Restarts:    state.Restarts,
+		FirstStart:  state.FirstStart.Format(time.RFC3339),
+	}
+	ev.emit(map[string]any{
+		"event": "start", "work_id": cfg.WorkID, "resumed": resumed != nil, "resumed_from": state.Step,
+		"resumed_file": resumedPath, "restarts": state.Restarts, "steps": cfg.Steps,
+		"checkpoint_every": cfg.CheckpointEvery, "step_duration": cfg.StepDuration.String(),
+		"first_start": sum.FirstStart,
+	})
+
+	save := func(reason string) error {
+		state.WrittenAt = cfg.now().UTC()
+		path, err := store.Save(state)
+		if err != nil {
+			return fmt.Errorf("checkpoint at step %d: %w", state.Step, err)
+		}
+		sum.LastCheckpointStep = state.Step
+		ev.emit(map[string]any{"event": "checkpoint", "step": state.Step, "reason": reason, "file": path})
+		return nil
+	}
+
+	interrupted := false
+	for step := state.Step + 1; step <= cfg.Steps; step++ {
+		if err := cfg.sleep(ctx, cfg.StepDuration); err != nil {
+			interrupted = true
+			break
+		}
+		state.Step = step
+		state.Digest = nextDigest(state.Digest, step)
+		if step%cfg.CheckpointEvery == 0 && step < cfg.Steps {
+			if err := save("interval"); err != nil {
+				return sum, err
+			}
+		}
+	}
+
+	// Always end an attempt with a checkpoint: on SIGTERM it preserves the last completed step, and
+	// on completion it records the final state and the restart counter, so a Job that reruns a
+	// finished pod resumes at the end instead of training again.
+	reason := "final"
+	if interrupted {
+		reason = "sigterm"
+	}
+	if err := save(reason); err != nil {
+		return sum, err
+	}
+
+	sum.CompletedSteps = state.Step
+	sum.StepsRunThisAttempt = state.Step - sum.ResumedFrom
+	sum.StateDigest = state.Digest
+	if interrupted {
+		sum.Status = StatusInterrupted
+		ev.emit(map[string]any{"event": "sigterm", "step": state.Step, "checkpoint_step": sum.LastCheckpointStep,
+			"steps_run_this_attempt": sum.StepsRunThisAttempt, "restarts": state.Restarts})
+	} else {
+		sum.Status = StatusCompleted
+		ev.emit(map[string]any{"event": "done", "steps": state.Step, "resumed_from": sum.ResumedFrom,
+			"restarts": state.Restarts, "steps_run_this_attempt": sum.StepsRunThisAttempt, "state_digest": state.Digest})
+	}
+	if ev.err != nil {
+		return sum, fmt.Errorf("writing progress: %w", ev.err)
+	}
+
+	msg, err := json.Marshal(sum)
+	if err != nil {
+		return sum, err
+	}
+	if _, err := termlog.Write(cfg.TerminationLogPath, msg); err != nil {
+		return sum, fmt.Errorf("writing termination message: %w", err)
+	}
+	return sum, nil
+}
+
+// sleepCtx waits d or until ctx ends, whichever is first. A done ctx wins even when d is zero, so a
+// loop with no simulated work still stops on SIGTERM.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func initialDigest(workID string) string {
+	sum := sha256.Sum256([]byte("gpu-workload/train/" + workID))
+	return hex.EncodeToString(sum[:])
+}
+
+// nextDigest advances the simulated model by one step.
+func nextDigest(prev string, step int) string {
+	sum := sha256.Sum256([]byte(prev + "/" + strconv.Itoa(step)))
+	return hex.EncodeToString(sum[:])
+}
+
+// eventWriter prints progress events as JSON lines. It keeps the first write error instead of
+// failing the step: losing a log line must not cost a checkpoint, but Run reports it at the end.
+type eventWriter struct {
+	w   io.Writer
+	now func() time.Time
+	err error
+}
+
+func (e *eventWriter) emit(fields map[string]any) {
+	fields["time"] = e.now().UTC().Format(time.RFC3339Nano)
+	line, err := json.Marshal(fields)
+	if err == nil {
+		_, err = fmt.Fprintf(e.w, "%s\n", line)
+	}
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+}
