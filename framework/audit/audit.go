@@ -261,4 +261,3 @@ func clearNode(ctx context.Context, kube kubernetes.Interface, name string) erro
 	_, err = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 	return err
 }
-

@@ -23,19 +23,19 @@ import (
 
 // GFD (GPU Feature Discovery) node labels read by discovery.
 const (
-	LabelGPUProduct       = "nvidia.com/gpu.product"
-	LabelGPUCount         = "nvidia.com/gpu.count"
-	LabelDriverVersion    = "nvidia.com/cuda.driver-version.full"
-	LabelSharingStrategy  = "nvidia.com/gpu.sharing-strategy"
-	LabelSharingReplicas  = "nvidia.com/gpu.replicas"
-	PreferredGPUResource  = "nvidia.com/gpu"
-	KueueGroupVersion     = "kueue.x-k8s.io/v1beta2"
-	ResourceGroupVersion  = "resource.k8s.io/v1"
-	kueueManagerName      = "kueue-controller-manager"
-	migResourcePrefix     = "nvidia.com/mig-"
-	sharingModeExclusive  = "exclusive"
-	sharingModeMIG        = "mig"
-	unknownVersion        = "unknown"
+	LabelGPUProduct      = "nvidia.com/gpu.product"
+	LabelGPUCount        = "nvidia.com/gpu.count"
+	LabelDriverVersion   = "nvidia.com/cuda.driver-version.full"
+	LabelSharingStrategy = "nvidia.com/gpu.sharing-strategy"
+	LabelSharingReplicas = "nvidia.com/gpu.replicas"
+	PreferredGPUResource = "nvidia.com/gpu"
+	KueueGroupVersion    = "kueue.x-k8s.io/v1beta2"
+	ResourceGroupVersion = "resource.k8s.io/v1"
+	kueueManagerName     = "kueue-controller-manager"
+	migResourcePrefix    = "nvidia.com/mig-"
+	sharingModeExclusive = "exclusive"
+	sharingModeMIG       = "mig"
+	unknownVersion       = "unknown"
 )
 
 // Snapshot is what discovery reads from the API server, recorded so the decisions can be made (and

@@ -39,8 +39,8 @@ type PodResourcesReport struct {
 
 // PodResources is the kubelet's view of one pod.
 type PodResources struct {
-	Namespace  string                   `json:"namespace"`
-	Name       string                   `json:"name"`
+	Namespace  string                  `json:"namespace"`
+	Name       string                  `json:"name"`
 	Containers []ContainerPodResources `json:"containers"`
 }
 

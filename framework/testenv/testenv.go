@@ -16,12 +16,13 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/artifacts"
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/timeouts"
 	"gpuconform.io/gpuconform/framework/wait"
 )
@@ -180,4 +181,16 @@ func describe(obj fixtures.Object) string {
 		return kind + " " + obj.GetNamespace() + "/" + obj.GetName()
 	}
 	return kind + " " + obj.GetName()
+}
+
+// DiagnoseExplainer returns the explainer every wait prints on failure: framework/diagnose's decision
+// tree for the waited-on object. The Kueue client is passed only when Kueue is installed.
+func DiagnoseExplainer(c *cluster.Clients, kueuePresent bool) wait.Explainer {
+	dc := diagnose.Clients{Kube: c.Kube}
+	if kueuePresent {
+		dc.Kueue = c.Kueue
+	}
+	return func(ctx context.Context, t wait.Target) string {
+		return diagnose.Explain(ctx, dc, diagnose.Target{Kind: t.Kind, Namespace: t.Namespace, Name: t.Name})
+	}
 }

@@ -22,6 +22,11 @@ func KindConfig(opts Options, q HostQuirks) string {
 		// uploads the init node's KubeletConfiguration to the kubelet-config ConfigMap that workers join with.
 		b.WriteString("kubeadmConfigPatches:\n- |\n  kind: KubeletConfiguration\n  failCgroupV1: false\n")
 	}
+	if q.MissingCapSysResource && opts.NodeImage != "" {
+		// The project's node image has this in its containerd config already; a user-supplied one needs the
+		// patch (it costs a containerd restart per node at create time).
+		b.WriteString("containerdConfigPatches:\n- |-\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    restrict_oom_score_adj = true\n")
+	}
 	b.WriteString("nodes:\n- role: control-plane\n")
 	worker := func(pool string) {
 		fmt.Fprintf(&b, "- role: worker\n  labels:\n    %s: %s\n", PoolLabel, pool)

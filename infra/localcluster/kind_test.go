@@ -28,6 +28,16 @@ func TestKindConfigPoolsAndQuirks(t *testing.T) {
 	if len(cfg.KubeadmConfigPatches) != 1 || !strings.Contains(cfg.KubeadmConfigPatches[0], "failCgroupV1: false") {
 		t.Errorf("cgroup v1 patch missing: %v", cfg.KubeadmConfigPatches)
 	}
+	if strings.Contains(raw, "restrict_oom_score_adj") {
+		t.Error("containerd patch added although the built node image carries it")
+	}
+	user := KindConfig(Options{GPUWorkers: 1, NodeImage: "kindest/node:v1.37.2"}, HostQuirks{MissingCapSysResource: true})
+	if err := yaml.UnmarshalStrict([]byte(user), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.ContainerdConfigPatches) != 1 || !strings.Contains(cfg.ContainerdConfigPatches[0], "restrict_oom_score_adj = true") {
+		t.Errorf("user node image on a host without CAP_SYS_RESOURCE lacks the containerd patch: %v", cfg.ContainerdConfigPatches)
+	}
 	if strings.Contains(KindConfig(opts, HostQuirks{}), "failCgroupV1") {
 		t.Error("cgroup v1 patch applied on a v2 host")
 	}

@@ -118,7 +118,9 @@ func (c *Cluster) nodeOverlay(ctx context.Context, rootfs string) ([]overlayEntr
 		return nil, err
 	}
 	var files []overlayEntry
-	add := func(src, dst string, mode os.FileMode) { files = append(files, overlayEntry{dst: dst, src: src, mode: mode}) }
+	add := func(src, dst string, mode os.FileMode) {
+		files = append(files, overlayEntry{dst: dst, src: src, mode: mode})
+	}
 	data := func(dst string, b []byte) { files = append(files, overlayEntry{dst: dst, data: b, mode: 0o644}) }
 	for _, f := range []string{"entrypoint", "clean-install"} {
 		add(filepath.Join(kf, "usr/local/bin", f), "usr/local/bin/"+f, 0o755)

@@ -2,7 +2,6 @@ package localcluster
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -120,11 +119,34 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 	return ref, err
 }
 
-// loadSystemImages loads the images a user-supplied node image lacks (everything but the control plane,
-// which an upstream kindest/node carries) into every node.
+// loadSystemImages builds the images a user-supplied node image lacks (Kueue and the DRA driver; an upstream
+// kindest/node carries the control plane, CoreDNS and its own CNI) and loads them into every node.
 func (c *Cluster) loadSystemImages(ctx context.Context) error {
-	return errors.New("a user-supplied node image needs the gpuconform-net, Kueue and DRA driver images, " +
-		"which are only built with the project's node image here; run without --node-image")
+	for _, comp := range []goComponent{compKueue, compDRA} {
+		if _, err := c.buildGo(ctx, comp); err != nil {
+			return err
+		}
+	}
+	var refs []string
+	for _, s := range c.systemImages("") {
+		if s.Ref != ImageKueue && s.Ref != ImageDRADriver {
+			continue
+		}
+		if err := c.buildImage(ctx, s); err != nil {
+			return err
+		}
+		refs = append(refs, s.Ref)
+	}
+	ns, err := c.nodes()
+	if err != nil {
+		return err
+	}
+	for _, n := range ns {
+		if err := c.loadImage(ctx, n.String(), refs...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // revive starts stopped node containers and reports whether the cluster becomes healthy.

@@ -15,22 +15,22 @@ const (
 // containerd's sandbox_image must name the same pause image: any mismatch turns into a registry pull, which
 // fails offline after a silent multi-minute kubeadm timeout.
 const (
-	ImageAPIServer   = "registry.k8s.io/kube-apiserver:" + KubernetesVersion
-	ImageController  = "registry.k8s.io/kube-controller-manager:" + KubernetesVersion
-	ImageScheduler   = "registry.k8s.io/kube-scheduler:" + KubernetesVersion
-	ImageProxy       = "registry.k8s.io/kube-proxy:" + KubernetesVersion
-	ImageEtcd        = "registry.k8s.io/etcd:3.7.0-0" // kubeadm's default tag; etcd v3.7.3 is shipped under it
-	ImagePause       = "registry.k8s.io/pause:3.10.2"
-	ImageCoreDNS     = "registry.k8s.io/coredns/coredns:v1.14.6"
-	ImageKueue       = "gpuconform.local/kueue:" + KueueVersion
-	ImageDRADriver   = "gpuconform.local/dra-example-driver:" + DRADriverVersion
-	ImageNet         = "gpuconform.local/gpuconform-net:dev"
-	ImageWorkload    = "gpuconform.local/gpu-workload:dev"
-	NodeImageRepo    = "gpuconform.local/kind-node"
-	rootfsImageRepo  = "gpuconform.local/rootfs"
-	toolsImageRepo   = "gpuconform.local/tools"
-	PoolLabel        = "gpuconform.io/pool"
-	GPUPool          = "gpu"
-	CanaryPool       = "canary"
-	SystemNamespace  = "gpuconform-system"
+	ImageAPIServer  = "registry.k8s.io/kube-apiserver:" + KubernetesVersion
+	ImageController = "registry.k8s.io/kube-controller-manager:" + KubernetesVersion
+	ImageScheduler  = "registry.k8s.io/kube-scheduler:" + KubernetesVersion
+	ImageProxy      = "registry.k8s.io/kube-proxy:" + KubernetesVersion
+	ImageEtcd       = "registry.k8s.io/etcd:3.7.0-0" // kubeadm's default tag; etcd v3.7.3 is shipped under it
+	ImagePause      = "registry.k8s.io/pause:3.10.2"
+	ImageCoreDNS    = "registry.k8s.io/coredns/coredns:v1.14.6"
+	ImageKueue      = "gpuconform.local/kueue:" + KueueVersion
+	ImageDRADriver  = "gpuconform.local/dra-example-driver:" + DRADriverVersion
+	ImageNet        = "gpuconform.local/gpuconform-net:dev"
+	ImageWorkload   = "gpuconform.local/gpu-workload:dev"
+	NodeImageRepo   = "gpuconform.local/kind-node"
+	rootfsImageRepo = "gpuconform.local/rootfs"
+	toolsImageRepo  = "gpuconform.local/tools"
+	PoolLabel       = "gpuconform.io/pool"
+	GPUPool         = "gpu"
+	CanaryPool      = "canary"
+	SystemNamespace = "gpuconform-system"
 )

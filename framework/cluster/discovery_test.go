@@ -1,0 +1,168 @@
+package cluster
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
+
+	"gpuconform.io/gpuconform/framework/config"
+)
+
+func gpuNode(name string, lbls map[string]string, alloc map[string]int64) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls}}
+	n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8")}
+	for k, v := range alloc {
+		n.Status.Allocatable[corev1.ResourceName(k)] = *resource.NewQuantity(v, resource.DecimalSI)
+	}
+	n.Status.NodeInfo = corev1.NodeSystemInfo{OSImage: "Debian", KernelVersion: "6.1", ContainerRuntimeVersion: "containerd://2.1", KubeletVersion: "v1.37.2"}
+	return n
+}
+
+func slice(node string, devices ...string) *resourcev1.ResourceSlice {
+	s := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: node + "-gpu"}, Spec: resourcev1.ResourceSliceSpec{
+		Driver: "gpu.example.com", NodeName: ptr.To(node), Pool: resourcev1.ResourcePool{Name: node, ResourceSliceCount: 1},
+	}}
+	for _, d := range devices {
+		s.Spec.Devices = append(s.Spec.Devices, resourcev1.Device{Name: d, Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
+			"driverVersion": {VersionValue: ptr.To("1.0.0")}, "model": {StringValue: ptr.To("LATEST-GPU-MODEL")},
+		}})
+	}
+	return s
+}
+
+// localCluster records the shape of the local kind cluster: 2 GPU workers, 1 canary, DRA, Kueue.
+func localCluster() *fake.Clientset {
+	gfd := func(pool string) map[string]string {
+		return map[string]string{"gpuconform.io/pool": pool, LabelGPUProduct: "Fake-GPU", LabelDriverVersion: "550.1", LabelSharingStrategy: "none"}
+	}
+	objs := []runtime.Object{
+		gpuNode("cp", map[string]string{"node-role.kubernetes.io/control-plane": ""}, nil),
+		gpuNode("w1", gfd("gpu"), map[string]int64{"nvidia.com/gpu": 4}),
+		gpuNode("w2", gfd("gpu"), map[string]int64{"nvidia.com/gpu": 4}),
+		gpuNode("c1", gfd("canary"), map[string]int64{"nvidia.com/gpu": 4}),
+		&resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.example.com"}, Spec: resourcev1.DeviceClassSpec{
+			Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}},
+		}},
+		slice("w1", "gpu-0", "gpu-1"), slice("w2", "gpu-0", "gpu-1"),
+		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "kueue-controller-manager", Namespace: "kueue-system"}, Spec: appsv1.DeploymentSpec{
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "registry.k8s.io/kueue/kueue:v0.17.0"}}}},
+		}},
+	}
+	c := fake.NewClientset(objs...)
+	d := c.Discovery().(*fakediscovery.FakeDiscovery)
+	d.Resources = []*metav1.APIResourceList{
+		{GroupVersion: "resource.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "deviceclasses"}, {Name: "resourceslices"}, {Name: "resourceclaims"}}},
+		{GroupVersion: "kueue.x-k8s.io/v1beta2", APIResources: []metav1.APIResource{{Name: "clusterqueues"}, {Name: "localqueues"}, {Name: "resourceflavors"}, {Name: "workloads"}, {Name: "workloads/status"}}},
+	}
+	return c
+}
+
+func TestDiscoverLocalCluster(t *testing.T) {
+	snap, err := Collect(context.Background(), localCluster(), "kueue-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := Discover(snap, config.Default())
+	if caps.DevicePlugin == nil || caps.DevicePlugin.ResourceName != "nvidia.com/gpu" || len(caps.DevicePlugin.Allocatable) != 3 {
+		t.Errorf("device plugin: %+v (%v)", caps.DevicePlugin, caps.NotExercised)
+	}
+	if caps.DRA == nil || caps.DRA.DeviceClass != "gpu.example.com" || len(caps.DRA.Devices["w1"]) != 2 || caps.DRA.DriverVersion != "1.0.0" {
+		t.Errorf("dra: %+v (%v)", caps.DRA, caps.NotExercised)
+	}
+	if !caps.Kueue.Present || caps.Kueue.Version != "v0.17.0" {
+		t.Errorf("kueue: %+v", caps.Kueue)
+	}
+	if caps.Sharing.Mode != "exclusive" {
+		t.Errorf("sharing: %+v", caps.Sharing)
+	}
+	if strings.Join(caps.Pools.GPU.Nodes, ",") != "w1,w2" || caps.Pools.GPU.FellBack || strings.Join(caps.Pools.Canary.Nodes, ",") != "c1" {
+		t.Errorf("pools: %+v", caps.Pools)
+	}
+	if len(caps.Nodes) != 3 || caps.Nodes[0].Name != "c1" || caps.Nodes[1].Kernel != "6.1" || caps.Nodes[1].DRADevices != 2 {
+		t.Errorf("nodes: %+v", caps.Nodes)
+	}
+	if len(caps.NotExercised) != 0 {
+		t.Errorf("nothing should be missing: %v", caps.NotExercised)
+	}
+}
+
+func TestDiscoverRealClusterShapes(t *testing.T) {
+	// A real cluster: no pool labels, MIG + time-slicing, no DRA API, no Kueue.
+	n := gpuNode("gpu-a", map[string]string{LabelSharingStrategy: "time-slicing", LabelSharingReplicas: "4"}, map[string]int64{"nvidia.com/gpu": 32, "nvidia.com/mig-1g.10gb": 7})
+	snap := Snapshot{Nodes: []corev1.Node{*n, *gpuNode("cpu-a", nil, nil)}}
+	caps := Discover(snap, config.Default())
+	if caps.DRA != nil || !strings.Contains(caps.NotExercised["dra"], "resource.k8s.io/v1") {
+		t.Errorf("dra must be absent with a reason: %v", caps.NotExercised)
+	}
+	if caps.Kueue.Present || !strings.Contains(caps.NotExercised["kueue"], "not installed") {
+		t.Errorf("kueue must be absent with a reason: %+v", caps.Kueue)
+	}
+	if caps.Sharing.Mode != "mig+time-slicing" || caps.Sharing.Replicas != 4 || caps.Sharing.MIGResources[0] != "nvidia.com/mig-1g.10gb" {
+		t.Errorf("sharing: %+v", caps.Sharing)
+	}
+	if !caps.Pools.GPU.FellBack || strings.Join(caps.Pools.GPU.Nodes, ",") != "gpu-a" {
+		t.Errorf("default GPU pool must fall back to nodes with devices: %+v", caps.Pools.GPU)
+	}
+	if len(caps.Pools.Canary.Nodes) != 0 || caps.Pools.Canary.Note == "" {
+		t.Errorf("canary pool must never fall back: %+v", caps.Pools.Canary)
+	}
+	// An explicit selector that matches nothing does not fall back.
+	cfg, _ := config.Parse([]string{"--gpu-pool", "team=ml"})
+	caps = Discover(snap, cfg)
+	if len(caps.Pools.GPU.Nodes) != 0 || !strings.Contains(caps.Pools.GPU.Note, "matches no node") {
+		t.Errorf("explicit pool: %+v", caps.Pools.GPU)
+	}
+}
+
+func TestDevicePluginResourceSelection(t *testing.T) {
+	amd := gpuNode("a", nil, map[string]int64{"amd.com/gpu": 8})
+	if p, why := discoverDevicePlugin([]corev1.Node{*amd}, ""); p == nil || p.ResourceName != "amd.com/gpu" {
+		t.Errorf("fallback to another GPU resource: %+v %s", p, why)
+	}
+	if p, why := discoverDevicePlugin([]corev1.Node{*amd}, "nvidia.com/gpu"); p != nil || !strings.Contains(why, "nvidia.com/gpu") {
+		t.Errorf("configured but absent resource must say so: %s", why)
+	}
+	if p, why := discoverDevicePlugin([]corev1.Node{*gpuNode("c", nil, nil)}, ""); p != nil || !strings.Contains(why, "no node advertises") {
+		t.Errorf("no GPU resource: %s", why)
+	}
+}
+
+func TestDRAConfiguredClassMissing(t *testing.T) {
+	snap, _ := Collect(context.Background(), localCluster(), "kueue-system")
+	cfg, _ := config.Parse([]string{"--dra-device-class", "nope"})
+	caps := Discover(snap, cfg)
+	if caps.DRA != nil || !strings.Contains(caps.NotExercised["dra"], `"nope"`) {
+		t.Errorf("missing configured class: %v", caps.NotExercised)
+	}
+}
+
+func TestImageTag(t *testing.T) {
+	for in, want := range map[string]string{
+		"registry.k8s.io/kueue/kueue:v0.17.0": "v0.17.0", "localhost:5000/kueue": "", "kueue:v1@sha256:abc": "v1", "kueue@sha256:abc": "",
+	} {
+		if got := imageTag(in); got != want {
+			t.Errorf("imageTag(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestUnreachableErrorNamesServer(t *testing.T) {
+	err := UnreachableError("https://127.0.0.1:6443", "kind-gpuconform", errString("dial tcp 127.0.0.1:6443: connect: connection refused"))
+	if !strings.Contains(err.Error(), "https://127.0.0.1:6443") || !strings.Contains(err.Error(), "kind-gpuconform") {
+		t.Error(err)
+	}
+}
+
+type errString string
+
+func (e errString) Error() string { return string(e) }

@@ -1,0 +1,149 @@
+// Package reports turns a run into evidence: the compatibility record (what stack was tested), the
+// results written by Ginkgo, and a Markdown signoff report with a go/no-go verdict. Everything renders
+// from files in the artifacts directory, so a report can be regenerated offline.
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/cluster"
+)
+
+// RecordFile is the name of the record in the artifacts directory.
+const RecordFile = "gpuconform-record.json"
+
+// Record is the compatibility record of one run.
+type Record struct {
+	RunID             string          `json:"runID"`
+	GeneratedAt       time.Time       `json:"generatedAt"`
+	Context           string          `json:"context"`
+	Server            string          `json:"server"`
+	KubernetesVersion string          `json:"kubernetesVersion"`
+	Kueue             KueueRecord     `json:"kueue"`
+	Paths             []PathRecord    `json:"paths"`
+	Sharing           cluster.Sharing `json:"sharing"`
+	Nodes             []NodeRecord    `json:"nodes"`
+	// FeatureGates are the gates known to be on, when readable; "unknown" otherwise.
+	FeatureGates []string       `json:"featureGates"`
+	NotExercised []NotExercised `json:"notExercised"`
+	// LeakAudit is the end-of-run audit; nil when it did not run.
+	LeakAudit *audit.Result `json:"leakAudit,omitempty"`
+	Notes     []string      `json:"notes,omitempty"`
+}
+
+// KueueRecord is Kueue's presence and version.
+type KueueRecord struct {
+	Present bool   `json:"present"`
+	Version string `json:"version"`
+}
+
+// PathRecord is one exercised allocation path.
+type PathRecord struct {
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// DriverVersion is the DRA driver's (or device plugin's) reported version when known.
+	DriverVersion string `json:"driverVersion,omitempty"`
+}
+
+// NodeRecord is one GPU node's stack.
+type NodeRecord struct {
+	Name                string `json:"name"`
+	Accelerator         string `json:"accelerator"`
+	Driver              string `json:"driver"`
+	OSImage             string `json:"osImage"`
+	Kernel              string `json:"kernel"`
+	ContainerRuntime    string `json:"containerRuntime"`
+	Kubelet             string `json:"kubelet"`
+	DevicePluginDevices int64  `json:"devicePluginDevices"`
+	DRADevices          int    `json:"draDevices"`
+}
+
+// NotExercised is one check that was not registered, and why.
+type NotExercised struct {
+	What string `json:"what"`
+	Why  string `json:"why"`
+}
+
+// PathDescriber is the part of an allocation path the record needs.
+type PathDescriber interface {
+	Name() string
+	Describe() string
+}
+
+// NewRecord builds a record from discovered capabilities.
+func NewRecord(runID, contextName, server string, caps cluster.Capabilities, paths []PathDescriber) Record {
+	r := Record{
+		RunID: runID, GeneratedAt: time.Now().UTC(), Context: contextName, Server: server,
+		KubernetesVersion: caps.ServerVersion,
+		Kueue:             KueueRecord{Present: caps.Kueue.Present, Version: caps.Kueue.Version},
+		Sharing:           caps.Sharing,
+		FeatureGates:      []string{"unknown"},
+		Notes:             caps.Notes,
+	}
+	for _, p := range paths {
+		pr := PathRecord{Name: p.Name(), Description: p.Describe()}
+		if p.Name() == "dra" && caps.DRA != nil {
+			pr.DriverVersion = caps.DRA.DriverVersion
+		}
+		r.Paths = append(r.Paths, pr)
+	}
+	for _, n := range caps.Nodes {
+		r.Nodes = append(r.Nodes, NodeRecord{
+			Name: n.Name, Accelerator: n.Product, Driver: n.Driver, OSImage: n.OSImage, Kernel: n.Kernel,
+			ContainerRuntime: n.ContainerRuntime, Kubelet: n.Kubelet, DevicePluginDevices: n.DevicePluginDevices, DRADevices: n.DRADevices,
+		})
+	}
+	for what, why := range caps.NotExercised {
+		r.NotExercised = append(r.NotExercised, NotExercised{What: what, Why: why})
+	}
+	r.SortNotExercised()
+	return r
+}
+
+// AddNotExercised appends an entry, ignoring exact duplicates.
+func (r *Record) AddNotExercised(what, why string) {
+	for _, n := range r.NotExercised {
+		if n.What == what && n.Why == why {
+			return
+		}
+	}
+	r.NotExercised = append(r.NotExercised, NotExercised{What: what, Why: why})
+	r.SortNotExercised()
+}
+
+// SortNotExercised orders entries for stable output.
+func (r *Record) SortNotExercised() {
+	sort.Slice(r.NotExercised, func(i, j int) bool { return r.NotExercised[i].What < r.NotExercised[j].What })
+}
+
+// Write writes the record as JSON into dir.
+func (r Record) Write(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	data, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, RecordFile)
+	return p, os.WriteFile(p, data, 0o644)
+}
+
+// ReadRecord reads a record file.
+func ReadRecord(path string) (Record, error) {
+	var r Record
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return r, err
+	}
+	if err := json.Unmarshal(data, &r); err != nil {
+		return r, fmt.Errorf("%s: %w", path, err)
+	}
+	return r, nil
+}

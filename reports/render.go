@@ -1,0 +1,208 @@
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+)
+
+// ReadGinkgoJSON reads a report written by --json-report (an array of suite reports).
+func ReadGinkgoJSON(path string) ([]types.Report, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var reports []types.Report
+	if err := json.Unmarshal(data, &reports); err != nil {
+		return nil, fmt.Errorf("%s is not a Ginkgo JSON report: %w", path, err)
+	}
+	return reports, nil
+}
+
+// Verdict is the signoff answer.
+type Verdict struct {
+	Go      bool
+	Reasons []string
+}
+
+// Decide applies the verdict policy: no-go when any spec failed, the suite setup failed, no spec ran, or
+// the leak audit found this run's objects left.
+func Decide(suites []types.Report, rec Record) Verdict {
+	v := Verdict{Go: true}
+	ran := 0
+	for _, s := range suites {
+		if !s.SuiteSucceeded {
+			v.Go = false
+			v.Reasons = append(v.Reasons, fmt.Sprintf("suite %q did not succeed", s.SuiteDescription))
+		}
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType != types.NodeTypeIt {
+				if sp.State.Is(types.SpecStateFailureStates) {
+					v.Go = false
+					v.Reasons = append(v.Reasons, fmt.Sprintf("%s failed: %s", sp.LeafNodeType, firstLine(sp.Failure.Message)))
+				}
+				continue
+			}
+			if sp.State.Is(types.SpecStateFailureStates) {
+				v.Go = false
+				v.Reasons = append(v.Reasons, "failed: "+sp.FullText())
+			}
+			if sp.State == types.SpecStatePassed {
+				ran++
+			}
+		}
+	}
+	if ran == 0 {
+		v.Go = false
+		v.Reasons = append(v.Reasons, "no spec passed (nothing was exercised)")
+	}
+	if rec.LeakAudit != nil && !rec.LeakAudit.Clean() {
+		v.Go = false
+		v.Reasons = append(v.Reasons, fmt.Sprintf("leak audit: %d object(s) of this run left on the cluster", len(rec.LeakAudit.Ours)))
+	}
+	return v
+}
+
+// RenderMarkdown renders the signoff report.
+func RenderMarkdown(suites []types.Report, rec Record) string {
+	var b strings.Builder
+	v := Decide(suites, rec)
+	verdict := "GO"
+	if !v.Go {
+		verdict = "NO-GO"
+	}
+	fmt.Fprintf(&b, "# GPU scheduling signoff: **%s**\n\n", verdict)
+	fmt.Fprintf(&b, "Run `%s` against context `%s` (%s), %s.\n\n", rec.RunID, rec.Context, rec.Server, rec.GeneratedAt.Format(time.RFC3339))
+	for _, r := range v.Reasons {
+		fmt.Fprintf(&b, "- %s\n", r)
+	}
+	if len(v.Reasons) > 0 {
+		b.WriteString("\n")
+	}
+
+	b.WriteString("## Compatibility record\n\n| | |\n|---|---|\n")
+	row := func(k, v string) { fmt.Fprintf(&b, "| %s | %s |\n", k, cell(v)) }
+	row("Kubernetes", rec.KubernetesVersion)
+	kueue := "absent"
+	if rec.Kueue.Present {
+		kueue = rec.Kueue.Version
+	}
+	row("Kueue", kueue)
+	for _, p := range rec.Paths {
+		desc := p.Description
+		if p.DriverVersion != "" {
+			desc += ", driver " + p.DriverVersion
+		}
+		row("Path "+p.Name, desc)
+	}
+	sharing := rec.Sharing.Mode
+	if rec.Sharing.Replicas > 0 {
+		sharing += fmt.Sprintf(" (%d replicas)", rec.Sharing.Replicas)
+	}
+	row("Sharing", sharing)
+	row("Feature gates", strings.Join(rec.FeatureGates, ", "))
+	if len(rec.Nodes) > 0 {
+		b.WriteString("\n| Node | Accelerator | Driver | OS | Kernel | Runtime | Kubelet | Devices (plugin/DRA) |\n|---|---|---|---|---|---|---|---|\n")
+		for _, n := range rec.Nodes {
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d/%d |\n", n.Name, cell(n.Accelerator), cell(n.Driver), cell(n.OSImage), cell(n.Kernel), cell(n.ContainerRuntime), cell(n.Kubelet), n.DevicePluginDevices, n.DRADevices)
+		}
+	}
+
+	b.WriteString("\n## Results\n\n| Path | Spec | Result | Time |\n|---|---|---|---|\n")
+	var failures []types.SpecReport
+	for _, s := range suites {
+		specs := append([]types.SpecReport(nil), s.SpecReports...)
+		sort.SliceStable(specs, func(i, j int) bool { return pathOf(specs[i]) < pathOf(specs[j]) })
+		for _, sp := range specs {
+			if sp.LeafNodeType != types.NodeTypeIt {
+				if sp.State.Is(types.SpecStateFailureStates) {
+					failures = append(failures, sp)
+				}
+				continue
+			}
+			if sp.State == types.SpecStateSkipped && sp.Failure.Message == "" && len(sp.ContainerHierarchyTexts) == 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(pathOf(sp)), cell(sp.FullText()), stateText(sp.State), sp.RunTime.Round(time.Second))
+			if sp.State.Is(types.SpecStateFailureStates) {
+				failures = append(failures, sp)
+			}
+		}
+	}
+
+	b.WriteString("\n## Not exercised\n\n")
+	if len(rec.NotExercised) == 0 {
+		b.WriteString("Everything the suite knows how to check was exercised.\n")
+	}
+	for _, n := range rec.NotExercised {
+		fmt.Fprintf(&b, "- **%s**: %s\n", n.What, n.Why)
+	}
+
+	if rec.LeakAudit != nil {
+		b.WriteString("\n## Leak audit\n\n")
+		if rec.LeakAudit.Clean() {
+			b.WriteString("Nothing labelled by this run is left on the cluster.\n")
+		} else {
+			for _, f := range rec.LeakAudit.Ours {
+				fmt.Fprintf(&b, "- left behind: %s\n", f)
+			}
+		}
+		for _, f := range rec.LeakAudit.Others {
+			fmt.Fprintf(&b, "- another run's object: %s\n", f)
+		}
+	}
+
+	if len(failures) > 0 {
+		b.WriteString("\n## Evidence for failures\n")
+		for _, sp := range failures {
+			name := sp.FullText()
+			if name == "" {
+				name = sp.LeafNodeType.String()
+			}
+			fmt.Fprintf(&b, "\n### %s\n\n", name)
+			fmt.Fprintf(&b, "At `%s`:\n\n```\n%s\n```\n", sp.Failure.Location, strings.TrimSpace(sp.Failure.Message))
+			for _, e := range sp.ReportEntries {
+				fmt.Fprintf(&b, "- %s: %s\n", e.Name, e.StringRepresentation())
+			}
+		}
+	}
+	return b.String()
+}
+
+func pathOf(sp types.SpecReport) string {
+	for _, l := range sp.Labels() {
+		if strings.HasPrefix(l, "path:") {
+			return strings.TrimPrefix(l, "path:")
+		}
+	}
+	return "-"
+}
+
+func stateText(s types.SpecState) string {
+	switch s {
+	case types.SpecStatePassed:
+		return "passed"
+	case types.SpecStateSkipped:
+		return "skipped"
+	case types.SpecStatePending:
+		return "pending"
+	}
+	return "**" + s.String() + "**"
+}
+
+func cell(s string) string {
+	if s == "" {
+		return "unknown"
+	}
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ")
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return l
+}

@@ -1,0 +1,65 @@
+package reports
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/cluster"
+)
+
+func spec(text, path string, state types.SpecState, msg string) types.SpecReport {
+	return types.SpecReport{
+		ContainerHierarchyTexts:  []string{"GPU allocation on the " + path + " path"},
+		ContainerHierarchyLabels: [][]string{{"scenario:allocation", "path:" + path}},
+		LeafNodeType:             types.NodeTypeIt, LeafNodeText: text, State: state, RunTime: 3 * time.Second,
+		Failure: types.Failure{Message: msg},
+	}
+}
+
+func record() Record {
+	caps := cluster.Capabilities{ServerVersion: "v1.37.2", Kueue: cluster.KueueInfo{Present: true, Version: "v0.17.0"},
+		Sharing: cluster.Sharing{Mode: "exclusive"}, NotExercised: map[string]string{"dra": "no ResourceSlice publishes devices"},
+		Nodes: []cluster.NodeInfo{{Name: "w1", Product: "Fake-GPU", Driver: "550.1", Kernel: "6.1", DevicePluginDevices: 4}}}
+	return NewRecord("run-1", "kind-gpuconform", "https://127.0.0.1:6443", caps, nil)
+}
+
+func TestGoVerdict(t *testing.T) {
+	suite := types.Report{SuiteDescription: "GPU", SuiteSucceeded: true, SpecReports: []types.SpecReport{
+		spec("admits a Job asking for 1 device", "device-plugin", types.SpecStatePassed, ""),
+	}}
+	rec := record()
+	rec.LeakAudit = &audit.Result{RunID: "run-1"}
+	md := RenderMarkdown([]types.Report{suite}, rec)
+	for _, want := range []string{"**GO**", "| Kubernetes | v1.37.2 |", "| Kueue | v0.17.0 |", "| device-plugin | GPU allocation on the device-plugin path admits a Job asking for 1 device | passed |",
+		"**dra**: no ResourceSlice publishes devices", "Nothing labelled by this run is left", "| w1 | Fake-GPU | 550.1 |"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestNoGoWithEvidence(t *testing.T) {
+	failed := spec("shows a running pod exactly the 2 devices the kubelet allocated to it", "device-plugin", types.SpecStateFailed,
+		"container saw [GPU-a] but kubelet pod-resources API on w1 allocated [GPU-a GPU-b]")
+	failed.ReportEntries = types.ReportEntries{{Name: "artifacts", Value: types.WrapEntryValue("_artifacts/specs/x")}}
+	suite := types.Report{SuiteSucceeded: false, SpecReports: []types.SpecReport{failed}}
+	rec := record()
+	rec.LeakAudit = &audit.Result{RunID: "run-1", Ours: []audit.Finding{{Kind: "Namespace", Name: "gpuconform-alloc-x", Run: "run-1"}}}
+	md := RenderMarkdown([]types.Report{suite}, rec)
+	for _, want := range []string{"**NO-GO**", "**failed**", "## Evidence for failures", "container saw [GPU-a] but", "artifacts: _artifacts/specs/x", "left behind: Namespace gpuconform-alloc-x", "leak audit: 1 object"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestNothingRanIsNoGo(t *testing.T) {
+	v := Decide([]types.Report{{SuiteSucceeded: true}}, record())
+	if v.Go || !strings.Contains(strings.Join(v.Reasons, ";"), "no spec passed") {
+		t.Errorf("an empty run must be no-go: %+v", v)
+	}
+}

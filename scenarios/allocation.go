@@ -1,0 +1,280 @@
+// Package scenarios holds reusable spec bodies. Each scenario is a function that registers Ginkgo
+// nodes, fed by an input getter; it is written once against framework interfaces and registers itself
+// once per discovered allocation path. What a scenario cannot exercise on this cluster is not
+// registered, and the reason is recorded through the input's NotExercised callback.
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/queues"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/wait"
+)
+
+// AllocationInput is the input of AllocationSpec. The getter is called while the spec tree is built
+// (to decide registration: paths, Kueue, pool) and again in each spec (for the live environment), so
+// the suite must have discovered capabilities before RunSpecs.
+type AllocationInput struct {
+	// Env is the run's environment.
+	Env *testenv.Env
+	// Paths are the discovered allocation paths.
+	Paths []gpu.Path
+	// KueuePresent registers the queue-based specs.
+	KueuePresent bool
+	// ExistingLocalQueue, when set, is submitted to instead of per-spec queues.
+	ExistingLocalQueue string
+	// GPUPool are the nodes test pods may use.
+	GPUPool []string
+	// DeviceCounts are the device counts to ask for, in order (default 1, 2).
+	DeviceCounts []int
+	// NotExercised records a check that is not registered and why.
+	NotExercised func(what, why string)
+}
+
+// AllocationSpec registers the allocation scenario: per path and device count, a Job submitted through
+// a LocalQueue is admitted, placed on a node with the devices, sees exactly the devices it was given,
+// and completes; a running pod sees exactly what the path's authority allocated; negative checks.
+func AllocationSpec(input func() AllocationInput) {
+	reg := input()
+	counts := reg.DeviceCounts
+	if len(counts) == 0 {
+		counts = []int{1, 2}
+	}
+	notExercised := reg.NotExercised
+	if notExercised == nil {
+		notExercised = func(string, string) {}
+	}
+	if !reg.KueuePresent {
+		notExercised("allocation through a Kueue LocalQueue", "Kueue is absent; direct-submission checks still run")
+	}
+	for _, regPath := range reg.Paths {
+		pathName := regPath.Name()
+		ginkgo.Describe(fmt.Sprintf("GPU allocation on the %s path", pathName), labels.Of(labels.ScenarioAllocation, labels.ForPath(pathName)), func() {
+			var (
+				env  *testenv.Env
+				in   AllocationInput
+				path gpu.Path
+				ns   string
+			)
+			ginkgo.BeforeEach(func(ctx context.Context) {
+				in = input()
+				env = in.Env
+				path = pathByName(in.Paths, pathName)
+				gomega.Expect(path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
+				ns = env.NewNamespace(ctx, "alloc").Name
+			})
+
+			for _, n := range counts {
+				nodes := eligibleNodes(regPath, n, reg.GPUPool)
+				if len(nodes) == 0 {
+					notExercised(fmt.Sprintf("%s: %d device(s) per pod", pathName, n), fmt.Sprintf("no node in the GPU pool has %d devices on this path", n))
+					continue
+				}
+
+				if reg.KueuePresent {
+					ginkgo.It(fmt.Sprintf("admits a Job asking for %s through a LocalQueue, places it on a node with the devices, shows it exactly the devices it was given, and completes it", plural(n)),
+						labels.Of(labels.NeedsKueue), func(ctx context.Context) {
+							queuedJobGetsItsDevices(ctx, env, in, path, ns, n, nodes)
+						})
+				}
+
+				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it, and frees them when the pod is deleted", plural(n), authority(pathName)),
+					func(ctx context.Context) {
+						runningPodSeesGivenDevices(ctx, env, path, ns, n, nodes)
+					})
+			}
+
+			ginkgo.It("shows no device to a pod that asks for none", func(ctx context.Context) {
+				pod := env.Factory.GPUPod("no-gpu", ns).Args(fixtures.ProbeArgs(0)...).OnNodes(eligibleNodes(path, 1, in.GPUPool)...).Obj()
+				env.Create(ctx, pod)
+				report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
+				gomega.Expect(report.Devices).To(gomega.BeEmpty(),
+					"a pod that asked for no GPU saw %s on node %s (%s)", gpu.FormatDevices(report.Devices), report.Node, report.Message)
+			})
+
+			if pathName == "device-plugin" {
+				ginkgo.It("rejects a pod whose GPU request differs from its limit", func(ctx context.Context) {
+					dp := path.(*gpu.DevicePlugin)
+					pod := env.Factory.GPUPod("request-ne-limit", ns).Args(fixtures.ProbeArgs(1)...).Resources(corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{dp.Resource: resource.MustParse("1")},
+						Limits:   corev1.ResourceList{dp.Resource: resource.MustParse("2")},
+					}).Obj()
+					err := env.TryCreate(ctx, pod)
+					gomega.Expect(err).To(gomega.HaveOccurred(), "the API server accepted a pod requesting 1 %s with a limit of 2; extended resources must not be overcommitted", dp.Resource)
+					gomega.Expect(apierrors.IsInvalid(err)).To(gomega.BeTrue(), "expected an Invalid error, got: %v", err)
+					gomega.Expect(err.Error()).To(gomega.ContainSubstring(string(dp.Resource)), "the rejection should name the resource")
+				})
+			}
+		})
+	}
+}
+
+func queuedJobGetsItsDevices(ctx context.Context, env *testenv.Env, in AllocationInput, path gpu.Path, ns string, n int, nodes []string) {
+	var recorder *gpu.ClaimRecorder
+	if path.Name() == "dra" {
+		// Started before the Job: the claim of a short pod can be allocated and released between polls.
+		recorder = gpu.RecordClaims(ctx, env.Clients.Kube, ns)
+		ginkgo.DeferCleanup(recorder.Stop)
+	}
+
+	ginkgo.By(fmt.Sprintf("creating a LocalQueue with quota for %d %s", n, path.QuotaResource()))
+	lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, ExistingLocalQueue: in.ExistingLocalQueue, Quota: queues.QuotaFor(path.QuotaResource(), n)})
+
+	ginkgo.By(fmt.Sprintf("submitting a Job asking for %s", plural(n)))
+	w := env.Factory.GPUJob(fmt.Sprintf("probe-%d", n), ns).Path(path).Devices(n).Queue(lq).Args(fixtures.ProbeArgs(n)...).OnNodes(nodes...)
+	jobObj := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	job := env.Create(ctx, jobObj).(*batchv1.Job)
+
+	ginkgo.By("waiting for Kueue to admit it")
+	queues.ExpectAdmitted(ctx, env, job, path.QuotaResource(), n)
+
+	ginkgo.By("waiting for its pod to start on a node that has the devices")
+	pod := pods.ExpectJobPodStarted(ctx, env, job)
+	gomega.Expect(path.Capacity()[pod.Spec.NodeName]).To(gomega.BeNumerically(">=", n),
+		"pod %s landed on %s, which has %d devices on the %s path; expected one of %v", pod.Name, pod.Spec.NodeName, path.Capacity()[pod.Spec.NodeName], path.Name(), nodes)
+
+	ginkgo.By("reading what the container saw")
+	report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
+	gomega.Expect(report.Devices).To(gomega.HaveLen(n), "container saw %s, asked for %d (%s)", gpu.FormatDevices(report.Devices), n, report.Message)
+
+	if dra, ok := path.(*gpu.DRA); ok {
+		ginkgo.By("comparing with the devices the ResourceClaim allocated")
+		given, err := path.Given(ctx, givenInput(env, pod, recorder))
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the pod's allocation")
+		expectSameDevices(report, given)
+		gomega.Expect(dra.CheckFromNodeSlices(ctx, env.Clients.Kube, given)).To(gomega.Succeed())
+		for _, c := range given.Claims {
+			gomega.Expect(recorder.EverReservedFor(c.Name, string(pod.UID))).To(gomega.BeTrue(), "claim %s was never seen reserved for pod %s (uid %s)", c.Name, pod.Name, pod.UID)
+		}
+		ginkgo.By("waiting for the Job to complete")
+		pods.ExpectJobComplete(ctx, env, job)
+		expectClaimsReleased(ctx, env, ns, pod, given.Claims)
+		return
+	}
+	ginkgo.AddReportEntry("kubelet cross-check", "the queued Job's pod exits after probing, so its device IDs are compared with the kubelet's in the running-pod spec; here the count is checked")
+	ginkgo.By("waiting for the Job to complete")
+	pods.ExpectJobComplete(ctx, env, job)
+}
+
+func runningPodSeesGivenDevices(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, n int, nodes []string) {
+	// RestartAlways keeps the pod active after the probe exits, so the kubelet still reports its devices.
+	w := env.Factory.GPUPod(fmt.Sprintf("held-%d", n), ns).Path(path).Devices(n).Args(fixtures.ProbeArgs(n)...).RestartAlways().OnNodes(nodes...)
+	podObj := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	env.Create(ctx, podObj)
+
+	pod := pods.ExpectPodRunning(ctx, env, ns, podObj.Name)
+	report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
+
+	ginkgo.By(fmt.Sprintf("asking %s which devices it allocated", authority(path.Name())))
+	given, err := path.Given(ctx, givenInput(env, pod, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the pod's allocation from %s", authority(path.Name()))
+	gomega.Expect(given.Node).To(gomega.Equal(pod.Spec.NodeName))
+	if given.CountOnly {
+		ginkgo.AddReportEntry("not exercised: device identity check", given.Note)
+		gomega.Expect(report.Devices).To(gomega.HaveLen(given.Count), "container saw %s but %s", gpu.FormatDevices(report.Devices), given.Note)
+	} else {
+		expectSameDevices(report, given)
+	}
+	if dra, ok := path.(*gpu.DRA); ok {
+		gomega.Expect(dra.CheckFromNodeSlices(ctx, env.Clients.Kube, given)).To(gomega.Succeed())
+		for _, c := range given.Claims {
+			gomega.Expect(c.ReservedFor).To(gomega.ContainElement(string(pod.UID)), "claim %s is not reserved for the running pod %s", c.Name, pod.Name)
+		}
+	}
+
+	ginkgo.By("deleting the pod and waiting for its devices to be released")
+	gomega.Expect(env.Clients.Kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{})).To(gomega.Succeed())
+	env.Wait.For(ctx, fmt.Sprintf("pod %s/%s to be gone", ns, pod.Name), wait.Target{Kind: "Pod", Namespace: ns, Name: pod.Name}, env.Timeouts.Release, func(g gomega.Gomega) {
+		_, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "pod still exists (err=%v)", err)
+	})
+	expectClaimsReleased(ctx, env, ns, pod, given.Claims)
+}
+
+// expectClaimsReleased waits until each generated claim is deleted or no longer reserved for the pod.
+func expectClaimsReleased(ctx context.Context, env *testenv.Env, ns string, pod *corev1.Pod, claims []gpu.ClaimInfo) {
+	ginkgo.GinkgoHelper()
+	for _, c := range claims {
+		env.Wait.For(ctx, fmt.Sprintf("ResourceClaim %s/%s to be released by pod %s", ns, c.Name, pod.Name), wait.Target{Kind: "Pod", Namespace: ns, Name: pod.Name},
+			env.Timeouts.Release, func(g gomega.Gomega) {
+				claim, err := env.Clients.Kube.ResourceV1().ResourceClaims(ns).Get(ctx, c.Name, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return
+				}
+				g.Expect(err).NotTo(gomega.HaveOccurred())
+				for _, r := range claim.Status.ReservedFor {
+					g.Expect(string(r.UID)).NotTo(gomega.Equal(string(pod.UID)), "claim %s is still reserved for pod %s", c.Name, pod.Name)
+				}
+			})
+	}
+}
+
+func expectSameDevices(report gpu.ProbeReport, given gpu.Allocation) {
+	ginkgo.GinkgoHelper()
+	gomega.Expect(gpu.SameDevices(report.Devices, given.Devices)).To(gomega.BeTrue(),
+		"container saw %s but %s allocated %s (node %s; probe: %s)", gpu.FormatDevices(report.Devices), given.Source, gpu.FormatDevices(given.Devices), given.Node, report.Message)
+	if report.Node != "" {
+		gomega.Expect(report.Node).To(gomega.Equal(given.Node), "the probe ran on %s but the devices were allocated on %s", report.Node, given.Node)
+	}
+}
+
+func givenInput(env *testenv.Env, pod *corev1.Pod, rec *gpu.ClaimRecorder) gpu.GivenInput {
+	return gpu.GivenInput{
+		Kube: env.Clients.Kube, Pod: pod, Container: fixtures.WorkloadContainer, Factory: env.Factory, Claims: rec,
+		HelperTimeout: env.Timeouts.HelperPod, Poll: env.Timeouts.Poll,
+	}
+}
+
+func eligibleNodes(p gpu.Path, n int, pool []string) []string {
+	var out []string
+	for _, node := range gpu.NodesWithAtLeast(p, int64(n)) {
+		if len(pool) == 0 || slices.Contains(pool, node) {
+			out = append(out, node)
+		}
+	}
+	return out
+}
+
+func pathByName(paths []gpu.Path, name string) gpu.Path {
+	for _, p := range paths {
+		if p.Name() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+func authority(path string) string {
+	if path == "dra" {
+		return "the ResourceClaim"
+	}
+	return "the kubelet"
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return "1 device"
+	}
+	return fmt.Sprintf("%d devices", n)
+}

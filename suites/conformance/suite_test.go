@@ -1,0 +1,186 @@
+// Package conformance is the GPU scheduling conformance suite. This file only wires things: flags →
+// config, discovery before the spec tree is built (capabilities decide registration), one-time
+// readiness and leftover checks, scenario registration, and reporting.
+//
+//	go tool ginkgo run ./suites/conformance -- --kubeconfig _output/kubeconfig --context kind-gpuconform
+package conformance
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+	"github.com/onsi/gomega"
+	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/run"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/wait"
+	"gpuconform.io/gpuconform/reports"
+	"gpuconform.io/gpuconform/scenarios"
+)
+
+var (
+	flags   = config.RegisterFlags(flag.CommandLine)
+	cfg     config.Config
+	clients *cluster.Clients
+	caps    cluster.Capabilities
+	paths   []gpu.Path
+	env     *testenv.Env
+	record  reports.Record
+	leaks   *audit.Result
+)
+
+func TestConformance(t *testing.T) {
+	gomega.RegisterFailHandler(ginkgo.Fail)
+	var err error
+	if cfg, err = flags.Config(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts().StackReady+time.Minute)
+	defer cancel()
+	if clients, err = cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: cfg.Kubeconfig, Context: cfg.Context, Timeout: cfg.Timeouts().API}); err != nil {
+		t.Fatal(err)
+	}
+	// Discovery happens before RunSpecs because it decides which specs exist.
+	if caps, err = waitForStack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	paths = gpu.Paths(caps, cfg)
+	describers := make([]reports.PathDescriber, len(paths))
+	for i, p := range paths {
+		describers[i] = p
+	}
+	record = reports.NewRecord("", clients.Context, clients.Server, caps, describers)
+
+	suiteCfg, reporterCfg := ginkgo.GinkgoConfiguration()
+	if reporterCfg.JSONReport == "" {
+		reporterCfg.JSONReport = filepath.Join(cfg.ArtifactsDir, "gpuconform-report.json")
+	}
+	if reporterCfg.JUnitReport == "" {
+		reporterCfg.JUnitReport = filepath.Join(cfg.ArtifactsDir, "junit.gpuconform.xml")
+	}
+	_ = os.MkdirAll(cfg.ArtifactsDir, 0o755)
+	ginkgo.RunSpecs(t, "GPU scheduling conformance", suiteCfg, reporterCfg)
+}
+
+// waitForStack polls discovery until the requested paths have devices and Kueue's webhook answers.
+func waitForStack(ctx context.Context) (cluster.Capabilities, error) {
+	deadline := time.Now().Add(cfg.Timeouts().StackReady)
+	for {
+		c, err := cluster.CheckStackReady(ctx, clients.Kube, cfg)
+		if err == nil || time.Now().After(deadline) {
+			return c, err
+		}
+		select {
+		case <-ctx.Done():
+			return c, err
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
+	runID := cmpOr(os.Getenv("GPUCONFORM_RUN_ID"), run.NewID(time.Now()))
+	perms := cluster.PreflightNeeds(caps.Kueue.Present && cfg.Queues.Mode == config.QueuesOwn, caps.Kueue.Present, caps.DRA != nil)
+	gomega.Expect(cluster.Preflight(ctx, clients.Kube, perms)).To(gomega.Succeed())
+
+	leftovers := audit.Run(ctx, clients.Kube, kueueOrNil(), runID)
+	if len(leftovers.Others) > 0 {
+		if !cfg.CleanupLeftovers {
+			ginkgo.Fail("the cluster holds objects of earlier gpuconform runs; refusing to start (re-run with --cleanup-leftovers to delete them first):\n" + audit.Summary(leftovers.Others))
+		}
+		gomega.Expect(audit.Delete(ctx, clients.Kube, kueueOrNil(), leftovers.Others)).To(gomega.Succeed())
+	}
+	for _, n := range record.NotExercised {
+		ginkgo.AddReportEntry("not exercised: "+n.What, n.Why)
+	}
+	return []byte(runID)
+}, func(runID []byte) {
+	factory := fixtures.NewFactory(string(runID))
+	factory.Image = cfg.Image
+	factory.Tolerations = cfg.Tolerations
+	t := cfg.Timeouts()
+	env = &testenv.Env{
+		Clients: clients, KueuePresent: caps.Kueue.Present, Factory: factory, Timeouts: t,
+		Wait:            wait.Waiter{Poll: t.Poll, Explain: testenv.DiagnoseExplainer(clients, caps.Kueue.Present)},
+		NamespacePrefix: cfg.NamespacePrefix, ArtifactsDir: cfg.ArtifactsDir, KeepResources: cfg.KeepResources,
+	}
+	record.RunID = string(runID)
+})
+
+var _ = ginkgo.SynchronizedAfterSuite(func() {}, func(ctx context.Context) {
+	if env == nil {
+		return
+	}
+	// The leak audit fails the run if anything of this run is left once cleanup has had its time.
+	var res audit.Result
+	check := func(g gomega.Gomega) {
+		res = audit.Run(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID)
+		g.Expect(res.Ours).To(gomega.BeEmpty())
+	}
+	defer func() { leaks = &res }()
+	if cfg.KeepResources {
+		res = audit.Run(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID)
+		ginkgo.GinkgoWriter.Printf("keep-resources: %d object(s) of this run were kept:\n%s\n", len(res.Ours), audit.Summary(res.Ours))
+		return
+	}
+	gomega.Eventually(ctx, check).WithTimeout(env.Timeouts.Cleanup).WithPolling(2*time.Second).Should(gomega.Succeed(),
+		func() string {
+			return "leak audit: objects labelled with this run are still on the cluster:\n" + audit.Summary(res.Ours)
+		})
+})
+
+var _ = ginkgo.ReportAfterSuite("gpuconform record and signoff report", func(r types.Report) {
+	record.LeakAudit = leaks
+	dir := cfg.ArtifactsDir
+	if _, err := record.Write(dir); err != nil {
+		ginkgo.GinkgoWriter.Printf("writing the compatibility record: %v\n", err)
+	}
+	md := reports.RenderMarkdown([]types.Report{r}, record)
+	if err := os.WriteFile(filepath.Join(dir, "signoff.md"), []byte(md), 0o644); err != nil {
+		ginkgo.GinkgoWriter.Printf("writing the signoff report: %v\n", err)
+	}
+})
+
+var _ = ginkgo.Describe("GPU scheduling", func() {
+	scenarios.AllocationSpec(func() scenarios.AllocationInput {
+		existing := ""
+		if cfg.Queues.Mode == config.QueuesExisting {
+			existing = cfg.Queues.LocalQueue
+		}
+		return scenarios.AllocationInput{
+			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existing,
+			GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised,
+		}
+	})
+})
+
+// notExercised records a check the scenarios did not register, in the record and the Ginkgo report.
+func notExercised(what, why string) {
+	record.AddNotExercised(what, why)
+}
+
+func kueueOrNil() kueueclient.Interface {
+	if caps.Kueue.Present {
+		return clients.Kueue
+	}
+	return nil
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}

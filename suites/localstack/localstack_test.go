@@ -1,0 +1,248 @@
+// Package localstack checks the project's own fake GPU stack on the local kind cluster: that the fakes
+// behave like the real stack where the conformance suite relies on it (allocatable follows configuration
+// and device health, Allocate hands out exactly the devices, DRA claims are allocated from the node's slice
+// and released, the plugin survives a kubelet restart). It is not a conformance suite: it only runs
+// against the cluster that `gpuconform cluster up` made.
+package localstack
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/internal/fakeplugin"
+	"gpuconform.io/gpuconform/internal/workload/probe"
+)
+
+var (
+	kubeconfig = flag.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
+	devices    = flag.Int("devices", 4, "fake devices per GPU/canary node, as the cluster was brought up with")
+	cs         kubernetes.Interface
+)
+
+const resourceName corev1.ResourceName = "nvidia.com/gpu"
+
+func TestLocalStack(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "local fake GPU stack")
+}
+
+var _ = BeforeSuite(func() {
+	path := *kubeconfig
+	if path == "" {
+		root, err := localcluster.FindRepoRoot(".")
+		Expect(err).NotTo(HaveOccurred())
+		path = filepath.Join(root, "_output", "kubeconfig")
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	Expect(err).NotTo(HaveOccurred(), "the local cluster's kubeconfig %s: run `make cluster` first", path)
+	cs = kubernetes.NewForConfigOrDie(cfg)
+})
+
+// poolNodes returns the GPU and canary nodes.
+func poolNodes(ctx context.Context) []corev1.Node {
+	GinkgoHelper()
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: localcluster.PoolLabel})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(nodes.Items).NotTo(BeEmpty(), "no node carries %s", localcluster.PoolLabel)
+	return nodes.Items
+}
+
+func allocatable(ctx context.Context, node string) int64 {
+	n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return -1
+	}
+	q := n.Status.Allocatable[resourceName]
+	return q.Value()
+}
+
+// testNamespace creates a namespace for one spec and deletes it afterwards.
+func testNamespace(ctx context.Context) string {
+	GinkgoHelper()
+	ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "localstack-"}}, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func(ctx SpecContext) {
+		_ = cs.CoreV1().Namespaces().Delete(ctx, ns.Name, metav1.DeleteOptions{})
+	})
+	return ns.Name
+}
+
+// probePod runs the workload's probe on node with the given resources and returns its report.
+func probePod(ctx context.Context, ns, node string, mutate func(*corev1.Pod)) probe.Report {
+	GinkgoHelper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeSelector:  map[string]string{corev1.LabelHostname: node},
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name: "probe", Image: localcluster.ImageWorkload, ImagePullPolicy: corev1.PullIfNotPresent,
+				Command: []string{"/usr/local/bin/gpu-workload", "probe"},
+			}},
+		},
+	}
+	if mutate != nil {
+		mutate(pod)
+	}
+	pod, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	Eventually(func(g Gomega) {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "pod %s: %s", p.Name, podState(p))
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	logs, err := cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	Expect(err).NotTo(HaveOccurred())
+	var r probe.Report
+	Expect(json.Unmarshal([]byte(strings.TrimSpace(string(logs))), &r)).To(Succeed(), "probe output: %s", logs)
+	return r
+}
+
+func podState(p *corev1.Pod) string {
+	var parts []string
+	for _, c := range p.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			parts = append(parts, fmt.Sprintf("%s=%s %s", c.Type, c.Reason, c.Message))
+		}
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		if s.State.Waiting != nil {
+			parts = append(parts, "waiting "+s.State.Waiting.Reason+" "+s.State.Waiting.Message)
+		}
+	}
+	return fmt.Sprintf("phase %s %s", p.Status.Phase, strings.Join(parts, "; "))
+}
+
+var _ = Describe("The fake device plugin", func() {
+	It("advertises the configured number of devices and GFD labels on every GPU and canary node", func(ctx SpecContext) {
+		for _, n := range poolNodes(ctx) {
+			q := n.Status.Allocatable[resourceName]
+			Expect(q.Value()).To(BeEquivalentTo(*devices), "allocatable %s on %s", resourceName, n.Name)
+			Expect(n.Labels).To(HaveKeyWithValue("nvidia.com/gpu.count", fmt.Sprint(*devices)), "node %s", n.Name)
+			Expect(n.Labels).To(HaveKey("nvidia.com/gpu.product"))
+			Expect(n.Labels).To(HaveKey("nvidia.com/cuda.driver-version.full"))
+			Expect(n.Labels).To(HaveKeyWithValue("nvidia.com/gpu.sharing-strategy", "none"))
+		}
+	})
+
+	It("drops allocatable by one when a device is marked unhealthy and restores it when healthy", Serial, func(ctx SpecContext) {
+		node := poolNodes(ctx)[0].Name
+		patch := func(value *string) {
+			b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{fakeplugin.UnhealthyDevicesAnnotation: value}}})
+			_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{})
+			Expect(err).NotTo(HaveOccurred())
+		}
+		DeferCleanup(func(ctx SpecContext) { patch(nil) })
+		start := time.Now()
+		patch(ptr.To("0"))
+		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).
+			Should(BeEquivalentTo(*devices-1), "allocatable on %s after marking device 0 unhealthy", node)
+		AddReportEntry("unhealthy → allocatable dropped", time.Since(start).Round(100*time.Millisecond).String())
+		start = time.Now()
+		patch(nil)
+		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).
+			Should(BeEquivalentTo(*devices), "allocatable on %s after restoring device 0", node)
+		AddReportEntry("healthy → allocatable restored", time.Since(start).Round(100*time.Millisecond).String())
+	})
+
+	It("gives a pod asking for 2 devices exactly 2 distinct device IDs", func(ctx SpecContext) {
+		ns := testNamespace(ctx)
+		node := poolNodes(ctx)[0].Name
+		r := probePod(ctx, ns, node, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Args = []string{"--expect", "2"}
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{resourceName: resource.MustParse("2")}
+		})
+		Expect(r.Devices).To(HaveLen(2), "probe: %+v", r)
+		Expect(r.Devices[0]).NotTo(Equal(r.Devices[1]))
+		for _, d := range r.Devices {
+			Expect(d).To(HavePrefix("GPU-"))
+		}
+		Expect(r.Sources.NvidiaVisibleDevices).To(ConsistOf(r.Devices))
+	})
+
+	It("keeps the resource advertised across a kubelet restart on a GPU node", Serial, func(ctx SpecContext) {
+		node := poolNodes(ctx)[0].Name
+		out, err := exec.CommandContext(ctx, "docker", "exec", node, "systemctl", "restart", "kubelet").CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "restart kubelet on %s: %s", node, out)
+		start := time.Now()
+		// The restarted kubelet wipes the device-plugins directory; the plugin must notice and register again,
+		// otherwise allocatable stays at zero and pods asking for devices fail admission.
+		ns := testNamespace(ctx)
+		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(90*time.Second).WithPolling(500*time.Millisecond).
+			Should(BeEquivalentTo(*devices))
+		r := probePod(ctx, ns, node, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Args = []string{"--expect", "1"}
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{resourceName: resource.MustParse("1")}
+		})
+		Expect(r.Devices).To(HaveLen(1))
+		AddReportEntry("kubelet restart → device allocated again", time.Since(start).Round(100*time.Millisecond).String())
+	})
+})
+
+var _ = Describe("The DRA driver", func() {
+	It("allocates a claim from a slice on the pod's node, shows the container that device, and releases it", func(ctx SpecContext) {
+		ns := testNamespace(ctx)
+		node := poolNodes(ctx)[0].Name
+		tmpl := &resourcev1.ResourceClaimTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: "one-gpu", Namespace: ns},
+			Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+				Requests: []resourcev1.DeviceRequest{{Name: "gpu", Exactly: &resourcev1.ExactDeviceRequest{
+					DeviceClassName: localcluster.DRADriverName, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}}}}}},
+		}
+		_, err := cs.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		r := probePod(ctx, ns, node, func(p *corev1.Pod) {
+			p.Spec.Containers[0].Args = []string{"--expect", "1"}
+			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}}
+			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+		})
+		claims, err := cs.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(claims.Items).To(HaveLen(1))
+		claim := claims.Items[0]
+		Expect(claim.Status.Allocation).NotTo(BeNil(), "claim %s not allocated", claim.Name)
+		results := claim.Status.Allocation.Devices.Results
+		Expect(results).To(HaveLen(1))
+		Expect(results[0].Driver).To(Equal(localcluster.DRADriverName))
+		Expect(results[0].Pool).To(Equal(node), "allocated from another node's pool")
+		slices, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		found := false
+		for _, s := range slices.Items {
+			if s.Spec.Driver != localcluster.DRADriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node {
+				continue
+			}
+			for _, d := range s.Spec.Devices {
+				found = found || d.Name == results[0].Device
+			}
+		}
+		Expect(found).To(BeTrue(), "device %s is not in a ResourceSlice of node %s", results[0].Device, node)
+		Expect(r.Devices).To(ConsistOf(results[0].Device), "container saw %v, claim allocated %s", r.Devices, results[0].Device)
+		// The generated claim belongs to the pod: deleting the pod releases (deletes) it.
+		Expect(cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})).To(Succeed())
+		Eventually(func() bool {
+			_, err := cs.ResourceV1().ResourceClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
+			return apierrors.IsNotFound(err)
+		}).WithTimeout(90 * time.Second).WithPolling(time.Second).Should(BeTrue(), "claim %s still exists after its pod was deleted", claim.Name)
+	})
+})
