@@ -206,3 +206,24 @@ func firstLine(s string) string {
 	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
 	return l
 }
+
+// Count tallies the leaf specs of the suites: passed, failed (any failure state) and skipped (skipped or
+// pending; specs filtered out by labels are not counted).
+func Count(suites []types.Report) (passed, failed, skipped int) {
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType != types.NodeTypeIt {
+				continue
+			}
+			switch {
+			case sp.State == types.SpecStatePassed:
+				passed++
+			case sp.State.Is(types.SpecStateFailureStates):
+				failed++
+			case sp.State == types.SpecStatePending || (sp.State == types.SpecStateSkipped && sp.Failure.Message != ""):
+				skipped++
+			}
+		}
+	}
+	return passed, failed, skipped
+}

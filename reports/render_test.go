@@ -63,3 +63,16 @@ func TestNothingRanIsNoGo(t *testing.T) {
 		t.Errorf("an empty run must be no-go: %+v", v)
 	}
 }
+
+func TestCountLeafSpecs(t *testing.T) {
+	suite := types.Report{SpecReports: types.SpecReports{
+		spec("a", "dra", types.SpecStatePassed, ""),
+		spec("b", "dra", types.SpecStateFailed, "boom"),
+		spec("c", "dra", types.SpecStatePanicked, "panic"),
+		{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStatePassed},
+	}}
+	p, f, s := Count([]types.Report{suite})
+	if p != 1 || f != 2 || s != 0 {
+		t.Errorf("Count = %d passed, %d failed, %d skipped; want 1, 2, 0", p, f, s)
+	}
+}

@@ -4,15 +4,101 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/reports"
 )
 
-// runCommand and reportCommand are wired to the suite and the report renderer.
-func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "gpuconform run: not wired yet")
-	return 1
+// artifactsDir finds the artifacts directory the suite will use: --artifacts, else $ARTIFACTS, else
+// _artifacts under dir.
+func artifactsDir(args []string, dir string) string {
+	for i, a := range args {
+		a = strings.TrimLeft(a, "-")
+		if v, ok := strings.CutPrefix(a, "artifacts="); ok {
+			return v
+		}
+		if a == "artifacts" && i+1 < len(args) {
+			return args[i+1]
+		}
+	}
+	if v := os.Getenv("ARTIFACTS"); v != "" {
+		return v
+	}
+	return filepath.Join(dir, "_artifacts")
 }
 
-func reportCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "gpuconform report: not wired yet")
-	return 1
+// runCommand runs the conformance suite (its flags are passed through: --kubeconfig, --context, --config,
+// …; see the README) and renders the signoff report. The suite is a Ginkgo test package, so it runs from a
+// checkout with `go test`; the exit code is the suite's (non-zero on no-go).
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	wd, _ := os.Getwd()
+	root, err := localcluster.FindRepoRoot(wd)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform run: %v\n", err)
+		return 2
+	}
+	timeout := "90m"
+	var pass []string
+	for _, a := range args {
+		if v, ok := strings.CutPrefix(a, "--timeout="); ok {
+			timeout = v
+			continue
+		}
+		pass = append(pass, a)
+	}
+	arts := artifactsDir(pass, root)
+	if !filepath.IsAbs(arts) {
+		arts = filepath.Join(wd, arts)
+	}
+	cmd := exec.CommandContext(ctx, "go", append([]string{"test", "-count=1", "-timeout", timeout, "-v", "./suites/conformance/", "-args",
+		"--artifacts=" + arts}, pass...)...)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	runErr := cmd.Run()
+	reportCommand(ctx, []string{arts}, io.Discard, stderr)
+	if runErr != nil {
+		if ee, ok := runErr.(*exec.ExitError); ok {
+			return ee.ExitCode()
+		}
+		fmt.Fprintf(stderr, "gpuconform run: %v\n", runErr)
+		return 1
+	}
+	return 0
+}
+
+// reportCommand re-renders the signoff report from a run's artifacts, offline.
+func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	dir := "_artifacts"
+	if len(args) > 1 {
+		fmt.Fprintln(stderr, "usage: gpuconform report [ARTIFACTS_DIR]")
+		return 2
+	}
+	if len(args) == 1 {
+		dir = args[0]
+	}
+	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform report: %v (is %s the artifacts directory of a run?)\n", err, dir)
+		return 1
+	}
+	rec, err := reports.ReadRecord(filepath.Join(dir, reports.RecordFile))
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform report: %v\n", err)
+		return 1
+	}
+	md := reports.RenderMarkdown(suites, rec)
+	if err := os.WriteFile(filepath.Join(dir, "signoff.md"), []byte(md), 0o644); err != nil {
+		fmt.Fprintf(stderr, "gpuconform report: %v\n", err)
+		return 1
+	}
+	fmt.Fprint(stdout, md)
+	// One closing line in the form CI runners recognise.
+	passed, failed, skipped := reports.Count(suites)
+	fmt.Fprintf(stderr, "signoff report: %s\n", filepath.Join(dir, "signoff.md"))
+	fmt.Fprintf(stderr, "signoff: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	return 0
 }

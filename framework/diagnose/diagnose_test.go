@@ -148,6 +148,38 @@ func runCases() []runCase {
 		{name: "selector", file: "node-selector-mismatch.yaml", target: pod(podName),
 			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
 			wantMsgs: []string{"2 node(s) didn't match Pod's node affinity/selector."}},
+		// Scheduler layer, refined by a read-only list of nodes.
+		{name: "pinned to the tainted control plane is a taint, not a selector mismatch", file: "taint-behind-selector.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
+			wantMsgs: []string{
+				"1 node(s) had untolerated taint(s), 3 node(s) didn't match Pod's node affinity/selector.",
+				"every node matching the pod's node selector and required node affinity (1 of 4) carries a taint the pod does not tolerate: kind-control-plane (node-role.kubernetes.io/control-plane=:NoSchedule)",
+			},
+			wantObject: "Node kind-control-plane"},
+		{name: "a selector no node matches stays a selector mismatch", file: "selector-matches-no-node.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
+			wantMsgs: []string{"no node matches the pod's node selector and required node affinity (nodeSelector {kubernetes.io/hostname=no-such-node}; 4 node(s) read)"}},
+		{name: "nodes unreadable: the scheduler's counts decide", file: "taint-behind-selector.yaml", target: pod(podName),
+			setup: func(kube *fake.Clientset, _ *kueuefake.Clientset, _ *Clients) {
+				kube.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, forbidden("list", "nodes", "system:serviceaccount:ml:reader")
+				})
+			},
+			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
+			wantMsgs: []string{"nodes could not be read", "the verdict rests on the scheduler's message alone"}},
+		{name: "more devices than any node has", file: "device-exceeds-every-node.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: InsufficientDevice,
+			wantMsgs: []string{
+				"3 Insufficient nvidia.com/gpu.",
+				"the pod requests 5 nvidia.com/gpu; the most any node has allocatable is 4 (node kind-worker): no node can ever satisfy the request, whatever is freed",
+			},
+			wantObject: "Node kind-worker"},
+		{name: "no node advertises the device", file: "device-not-advertised.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerKubelet, reason: DeviceNotAdvertised,
+			wantMsgs: []string{
+				"3 Insufficient example.com/tpu.",
+				"no node advertises example.com/tpu in status.allocatable (4 node(s) read)",
+			}},
 		{name: "unbound pvc", file: "unbound-volume.yaml", target: pod(podName),
 			stage: StageScheduling, layer: LayerScheduler, reason: UnboundVolume,
 			wantMsgs: []string{"0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."}},

@@ -287,6 +287,14 @@ func (d *diagnosis) unscheduled(ctx context.Context, pod *corev1.Pod, describe s
 	}
 	res.Layer, res.Reason = cls.reason()
 	switch res.Reason {
+	case UntoleratedTaint, NodeSelectorMismatch:
+		d.refineGates(ctx, pod, parsed, res)
+	case InsufficientDevice, InsufficientCPU, InsufficientMemory:
+		if name, ok := capacityResource(res.Reason, primary.Text); ok {
+			d.refineCapacity(ctx, pod, name, res)
+		}
+	}
+	switch res.Reason {
 	case DRAAllocationFailed, DRAClaimMissing:
 		if claims != nil {
 			res.Messages = append(res.Messages, claims.status...)
@@ -298,6 +306,8 @@ func (d *diagnosis) unscheduled(ctx context.Context, pod *corev1.Pod, describe s
 		res.Next = "kubectl get nodes -o custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key"
 	case NodeSelectorMismatch:
 		res.Next = "kubectl get nodes --show-labels"
+	case DeviceNotAdvertised:
+		// refineCapacity set Next.
 	case UnboundVolume:
 		res.Next = fmt.Sprintf("kubectl get pvc -n %s", pod.Namespace)
 	case InsufficientCPU, InsufficientMemory:

@@ -103,6 +103,11 @@ type diagnosis struct {
 	// kueueMissing records that kueue.x-k8s.io/v1beta2 is not served, so a
 	// verdict that needs Kueue can say so instead of guessing.
 	kueueMissing string
+	// nodes are read at most once per Run, and only when a scheduler verdict
+	// needs them (see nodes.go); nodesNote says why the read failed.
+	nodes     []corev1.Node
+	nodesRead bool
+	nodesNote string
 }
 
 func (d *diagnosis) ref(kind, ns, name string) {

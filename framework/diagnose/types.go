@@ -124,6 +124,13 @@ const (
 	// "Insufficient <extended resource>" (e.g. nvidia.com/gpu) on the nodes
 	// that passed taints and affinity.
 	InsufficientDevice Reason = "InsufficientDevice"
+	// DeviceNotAdvertised: the scheduler says "Insufficient <extended
+	// resource>", but no node advertises that resource in its allocatable at
+	// all: nothing will ever free a device, the device plugin (or the resource
+	// name) is the problem. Reported with LayerKubelet, since the device
+	// plugin registers through the kubelet. Needs a read-only list of nodes;
+	// without it the verdict stays InsufficientDevice.
+	DeviceNotAdvertised Reason = "DeviceNotAdvertised"
 	// InsufficientCPU: the primary cause is "Insufficient cpu".
 	InsufficientCPU Reason = "InsufficientCPU"
 	// InsufficientMemory: the primary cause is "Insufficient memory".
@@ -213,6 +220,7 @@ var reasonDescriptions = map[Reason]string{
 	WorkloadPreempted:          "Kueue preempted the Workload for another one; it waits to be readmitted.",
 	QueuePending:               "The Workload waits in its queue for admission.",
 	InsufficientDevice:         "No eligible node has enough free devices of the requested extended resource.",
+	DeviceNotAdvertised:        "No node advertises the requested extended resource at all: the device plugin is missing, unregistered or unhealthy.",
 	InsufficientCPU:            "No eligible node has enough free CPU.",
 	InsufficientMemory:         "No eligible node has enough free memory.",
 	UntoleratedTaint:           "The nodes are tainted and the pod does not tolerate the taints.",

@@ -291,7 +291,9 @@ for i in $(seq 60); do ctr version >/dev/null 2>&1 && exit 0; sleep 1; done; cat
 			return "", fmt.Errorf("image %s is not in the node's containerd after the import (have: %s)", r, listed)
 		}
 	}
-	stop := `pkill -x containerd; for i in $(seq 30); do pgrep -x containerd >/dev/null || exit 0; sleep 1; done; exit 1`
+	// The build container's PID 1 is sleep, which never reaps: a stopped containerd stays as a zombie, so
+	// only live (non-Z) processes count.
+	stop := `pkill -x containerd; for i in $(seq 30); do ps -C containerd -o stat= | grep -qv '^Z' || exit 0; sleep 1; done; ps -C containerd -o pid,stat,cmd; exit 1`
 	if err := c.run(ctx, "node preload: stop containerd", "docker", "exec", name, "bash", "-c", stop); err != nil {
 		return "", err
 	}

@@ -155,9 +155,24 @@ func (a *Agent) writeConflist(podCIDR string) error {
 	return nil
 }
 
+// hostPath is where the node's own commands are looked up.
+var hostPath = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
 // host runs one of the node's own commands inside the node's root filesystem.
 func (a *Agent) host(name string, args ...string) error {
-	cmd := exec.Command(name, args...)
+	// exec.Command would look the name up in this container's filesystem (FROM scratch: nothing there);
+	// find it in the node's instead and pass the path as the chrooted process will see it.
+	path := ""
+	for _, dir := range hostPath {
+		if st, err := os.Stat(filepath.Join(a.HostRoot, dir, name)); err == nil && !st.IsDir() {
+			path = filepath.Join(dir, name)
+			break
+		}
+	}
+	if path == "" {
+		return fmt.Errorf("%s not found in the node's %v", name, hostPath)
+	}
+	cmd := exec.Command(path, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: a.HostRoot}
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}

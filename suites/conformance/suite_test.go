@@ -8,14 +8,18 @@ package conformance
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 
 	"gpuconform.io/gpuconform/fixtures"
@@ -164,6 +168,29 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 			GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised,
 		}
 	})
+	scenarios.ShortageSpec(func() scenarios.ShortageInput {
+		existing := ""
+		if cfg.Queues.Mode == config.QueuesExisting {
+			existing = cfg.Queues.LocalQueue
+		}
+		return scenarios.ShortageInput{
+			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existing,
+			GPUPool: caps.Pools.GPU.Nodes, Nodes: discoveredNodes(), Tolerations: cfg.Tolerations, NotExercised: notExercised,
+		}
+	})
+})
+
+// discoveredNodes lists the nodes once, while the spec tree is built: the shortage scenario sizes its
+// requests from their allocatable and relies only on taints they already carry.
+var discoveredNodes = sync.OnceValue(func() []corev1.Node {
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts().API)
+	defer cancel()
+	list, err := clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		notExercised("node-sized shortage checks", fmt.Sprintf("listing nodes failed: %v", err))
+		return nil
+	}
+	return list.Items
 })
 
 // notExercised records a check the scenarios did not register, in the record and the Ginkgo report.

@@ -1,0 +1,381 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/diagnose"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/queues"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/wait"
+)
+
+// ShortageInput is the input of ShortageSpec. Like AllocationInput, the getter is called while the spec
+// tree is built (Env is nil then; Nodes and Paths decide registration) and again in each spec.
+type ShortageInput struct {
+	// Env is the run's environment.
+	Env *testenv.Env
+	// Paths are the discovered allocation paths.
+	Paths []gpu.Path
+	// KueuePresent registers the queue-quota spec and sends device shortages through a LocalQueue.
+	KueuePresent bool
+	// ExistingLocalQueue, when set, means the suite cannot size a ClusterQueue's quota: the queue-quota
+	// spec is not registered and device shortages are submitted as bare pods.
+	ExistingLocalQueue string
+	// GPUPool are the nodes the Jobs that must run may use.
+	GPUPool []string
+	// Nodes are the cluster's nodes as discovery read them: allocatable CPU and memory, labels and taints
+	// size the shortages without assuming this project's pool labels.
+	Nodes []corev1.Node
+	// Tolerations are the ones every test pod carries (from config); a taint they tolerate cannot be
+	// the one a spec relies on.
+	Tolerations []corev1.Toleration
+	// NotExercised records a check that is not registered and why.
+	NotExercised func(what, why string)
+}
+
+// controlPlaneLabel marks control-plane nodes (kubeadm, kind, most distributions). Their NoSchedule
+// taint is the one taint the taint spec can rely on without tainting anything itself.
+const controlPlaneLabel = "node-role.kubernetes.io/control-plane"
+
+// absentDevice is an extended resource no device plugin advertises: asking for it separates "no such
+// device anywhere" from "all devices in use".
+const absentDevice corev1.ResourceName = "gpuconform.io/absent-device"
+
+// maxDevicesPerClaimRequest is resource.k8s.io/v1's bound on the devices one claim may be allocated
+// (AllocationResultsMaxSize); a count above it is rejected by validation, not by the allocator.
+const maxDevicesPerClaimRequest = 32
+
+// ShortageSpec registers the shortage scenario: per path, a deliberate shortage on each layer (Kueue
+// quota, the scheduler's device count, DRA allocation, a taint, a node selector, CPU and memory) leaves
+// the workload waiting, and framework/diagnose names exactly that layer and reason, quoting the
+// component's own text. Nothing here taints, labels or cordons a node: the shortages are sized from the
+// discovered nodes.
+func ShortageSpec(input func() ShortageInput) {
+	reg := input()
+	notExercised := reg.NotExercised
+	if notExercised == nil {
+		notExercised = func(string, string) {}
+	}
+	taintNodes, taintWhy := taintedControlPlane(reg.Nodes, reg.Tolerations)
+	maxCPU, cpuNode := mostAllocatable(reg.Nodes, corev1.ResourceCPU)
+	maxMem, memNode := mostAllocatable(reg.Nodes, corev1.ResourceMemory)
+	ownQueues := reg.KueuePresent && reg.ExistingLocalQueue == ""
+
+	for _, regPath := range reg.Paths {
+		pathName := regPath.Name()
+		ginkgo.Describe(fmt.Sprintf("Deliberate shortages on the %s path", pathName), labels.Of(labels.ScenarioShortage, labels.ForPath(pathName)), func() {
+			var (
+				env  *testenv.Env
+				in   ShortageInput
+				path gpu.Path
+				ns   string
+			)
+			ginkgo.BeforeEach(func(ctx context.Context) {
+				in = input()
+				env = in.Env
+				path = pathByName(in.Paths, pathName)
+				gomega.Expect(path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
+				ns = env.NewNamespace(ctx, "short").Name
+			})
+
+			// (a) Kueue quota.
+			switch {
+			case !reg.KueuePresent:
+				notExercised(pathName+": Kueue quota shortage", "Kueue is absent")
+			case !ownQueues:
+				notExercised(pathName+": Kueue quota shortage", "queues.mode=existing: the suite cannot size the ClusterQueue's quota")
+			case len(eligibleNodes(regPath, 1, reg.GPUPool)) == 0:
+				notExercised(pathName+": Kueue quota shortage", "no node in the GPU pool has a device on this path")
+			default:
+				ginkgo.It("holds a Job beyond the ClusterQueue's device quota unadmitted and without a pod, diagnosed as QueueQuotaExhausted, and admits and completes it once the first Job finishes",
+					labels.Of(labels.NeedsKueue), func(ctx context.Context) {
+						quotaShortage(ctx, env, path, ns, eligibleNodes(path, 1, in.GPUPool))
+					})
+			}
+
+			// (b) more devices than any node has; on DRA, (d) a claim no node can satisfy.
+			over := int(maxCapacity(regPath)) + 1
+			if pathName == "dra" {
+				if over > maxDevicesPerClaimRequest {
+					notExercised(pathName+": a claim no node can satisfy", fmt.Sprintf("a node has %d devices; a claim may ask for at most %d", over-1, maxDevicesPerClaimRequest))
+				} else {
+					ginkgo.It(fmt.Sprintf("keeps a pod whose claim asks for %s, more than any node has, Pending, diagnosed as DRAAllocationFailed with the scheduler's own message", plural(over)),
+						func(ctx context.Context) {
+							deviceShortage(ctx, env, in, path, ns, over, expectation{
+								stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
+								messages: []string{"cannot allocate all claims", "not allocated (status.allocation is empty)"},
+							})
+						})
+				}
+			} else {
+				ginkgo.It(fmt.Sprintf("keeps a pod asking for %s, more than any node has, Pending, diagnosed as InsufficientDevice with the scheduler's own message", plural(over)),
+					func(ctx context.Context) {
+						deviceShortage(ctx, env, in, path, ns, over, expectation{
+							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientDevice,
+							messages: []string{"Insufficient " + string(path.QuotaResource()), "no node can ever satisfy the request"},
+						})
+					})
+			}
+
+			if pathName != "dra" {
+				ginkgo.It("diagnoses a pod asking for an extended resource that no node advertises as DeviceNotAdvertised, not as devices in use", func(ctx context.Context) {
+					one := resource.MustParse("1")
+					w := env.Factory.GPUPod("unadvertised", ns).Args(fixtures.ProbeArgs(0)...).Resources(corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{absentDevice: one, corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+						Limits:   corev1.ResourceList{absentDevice: one, corev1.ResourceMemory: resource.MustParse("128Mi")},
+					})
+					for _, n := range in.Nodes {
+						q := n.Status.Allocatable[absentDevice]
+						gomega.Expect(q.IsZero()).To(gomega.BeTrue(), "node %s advertises %s", n.Name, absentDevice)
+					}
+					pendingPodDiagnosed(ctx, env, w, expectation{
+						stage: diagnose.StageScheduling, layer: diagnose.LayerKubelet, reason: diagnose.DeviceNotAdvertised,
+						messages: []string{"Insufficient " + string(absentDevice), "no node advertises " + string(absentDevice)},
+					})
+				})
+			}
+
+			// (c) a taint and a node selector are gates, not shortages.
+			if len(taintNodes) == 0 {
+				notExercised(pathName+": untolerated taint", taintWhy)
+			} else {
+				ginkgo.It(fmt.Sprintf("diagnoses a pod that selects only the tainted control-plane node(s) %v as UntoleratedTaint, not as a shortage", taintNodes),
+					func(ctx context.Context) {
+						w := env.Factory.GPUPod("on-tainted", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).
+							NodeSelector(map[string]string{controlPlaneLabel: ""})
+						pendingPodDiagnosed(ctx, env, w, expectation{
+							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.UntoleratedTaint,
+							messages: []string{"had untolerated taint", "carries a taint the pod does not tolerate"},
+						})
+					})
+			}
+			ginkgo.It("diagnoses a pod whose node selector matches no node as NodeSelectorMismatch, not as a shortage", func(ctx context.Context) {
+				value := "gpuconform-no-such-node-" + ns
+				for _, n := range in.Nodes {
+					gomega.Expect(n.Labels[corev1.LabelHostname]).NotTo(gomega.Equal(value), "node %s unexpectedly carries %s=%s", n.Name, corev1.LabelHostname, value)
+				}
+				w := env.Factory.GPUPod("nowhere", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).
+					NodeSelector(map[string]string{corev1.LabelHostname: value})
+				pendingPodDiagnosed(ctx, env, w, expectation{
+					stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.NodeSelectorMismatch,
+					messages: []string{"didn't match Pod's node affinity/selector"},
+				})
+			})
+
+			// (e) a free device but not enough CPU or memory.
+			if cpuNode == "" || memNode == "" {
+				notExercised(pathName+": CPU and memory shortage", "no node's allocatable CPU and memory could be read at discovery")
+			} else {
+				cpu := *resource.NewQuantity(maxCPU.Value()+1, resource.DecimalSI)
+				ginkgo.It(fmt.Sprintf("diagnoses a pod asking for 1 device and %s CPU, more than any node's allocatable (%s on %s), as InsufficientCPU, not as a device shortage", cpu.String(), maxCPU.String(), cpuNode),
+					func(ctx context.Context) {
+						w := env.Factory.GPUPod("too-much-cpu", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(corev1.ResourceCPU, cpu)
+						pendingPodDiagnosed(ctx, env, w, expectation{
+							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientCPU,
+							messages: []string{"Insufficient cpu", "no node can ever satisfy the request"},
+						})
+					})
+				mem := maxMem.DeepCopy()
+				mem.Add(resource.MustParse("1Gi"))
+				ginkgo.It(fmt.Sprintf("diagnoses a pod asking for 1 device and %s memory, more than any node's allocatable (%s on %s), as InsufficientMemory, not as a device shortage", mem.String(), maxMem.String(), memNode),
+					func(ctx context.Context) {
+						w := env.Factory.GPUPod("too-much-memory", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(corev1.ResourceMemory, mem)
+						pendingPodDiagnosed(ctx, env, w, expectation{
+							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientMemory,
+							messages: []string{"Insufficient memory", "no node can ever satisfy the request"},
+						})
+					})
+			}
+		})
+	}
+}
+
+// expectation is the verdict a shortage spec requires.
+type expectation struct {
+	stage  diagnose.Stage
+	layer  diagnose.Layer
+	reason diagnose.Reason
+	// messages must each appear in one of the verdict's messages: the component's own text first.
+	messages []string
+}
+
+// quotaShortage: a ClusterQueue with quota for one device, a first Job that holds it for a while, a
+// second Job that Kueue must hold back without creating a pod, then admit once the first finishes.
+func quotaShortage(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, nodes []string) {
+	res := path.QuotaResource()
+	ginkgo.By(fmt.Sprintf("creating a LocalQueue with quota for 1 %s", res))
+	lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Quota: queues.QuotaFor(res, 1)})
+
+	// The first Job must still hold its quota while the second is diagnosed; it trains for about the
+	// admission budget, which is far longer than Kueue takes to refuse the second.
+	steps := max(int(env.Timeouts.Admission/time.Second), 10)
+	ginkgo.By(fmt.Sprintf("submitting a first Job that uses the whole quota for about %ds", steps))
+	first := createJob(ctx, env, env.Factory.GPUJob("holder", ns).Path(path).Devices(1).Queue(lq).OnNodes(nodes...).
+		ScratchDir("scratch", "/scratch").
+		Args("train", "--steps", strconv.Itoa(steps), "--step-duration", "1s", "--checkpoint-dir", "/scratch/ckpt", "--checkpoint-every", strconv.Itoa(steps)))
+	queues.ExpectAdmitted(ctx, env, first, res, 1)
+
+	ginkgo.By("submitting a second Job that does not fit in the remaining quota")
+	extra := createJob(ctx, env, env.Factory.GPUJob("extra", ns).Path(path).Devices(1).Queue(lq).OnNodes(nodes...).Args(fixtures.ProbeArgs(1)...))
+	target := wait.Target{Kind: "Job", Namespace: ns, Name: extra.Name}
+	expectDiagnosis(ctx, env, target, expectation{
+		stage: diagnose.StageQueued, layer: diagnose.LayerKueue, reason: diagnose.QueueQuotaExhausted,
+		messages: []string{"insufficient unused quota for " + string(res)},
+	})
+
+	ginkgo.By("checking that Kueue created no pod for the unadmitted Job and keeps it suspended")
+	env.Wait.Consistently(ctx, fmt.Sprintf("Job %s/%s to stay suspended with no pod", ns, extra.Name), target, 10*env.Timeouts.Poll, func(g gomega.Gomega) {
+		list, err := pods.OfJob(ctx, env, extra)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(list).To(gomega.BeEmpty(), "the Job that Kueue did not admit has pods")
+		got, err := env.Clients.Kube.BatchV1().Jobs(ns).Get(ctx, extra.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(got.Spec.Suspend).NotTo(gomega.BeNil())
+		g.Expect(*got.Spec.Suspend).To(gomega.BeTrue(), "the unadmitted Job is not suspended")
+	})
+
+	ginkgo.By("waiting for the first Job to finish and free the quota")
+	pods.ExpectJobComplete(ctx, env, first)
+
+	ginkgo.By("waiting for Kueue to admit the second Job and for it to complete")
+	queues.ExpectAdmitted(ctx, env, extra, res, 1)
+	pods.ExpectJobComplete(ctx, env, extra)
+	expectDiagnosis(ctx, env, target, expectation{stage: diagnose.StageSucceeded, layer: diagnose.LayerNone, reason: diagnose.ReasonCompleted})
+}
+
+// deviceShortage asks for n devices, more than any node has: through a LocalQueue whose quota admits
+// them when the suite owns its queues (so the scheduler, not Kueue, is what refuses), else as a pod.
+func deviceShortage(ctx context.Context, env *testenv.Env, in ShortageInput, path gpu.Path, ns string, n int, want expectation) {
+	if !in.KueuePresent || in.ExistingLocalQueue != "" {
+		pendingPodDiagnosed(ctx, env, env.Factory.GPUPod("too-many", ns).Path(path).Devices(n).Args(fixtures.ProbeArgs(n)...), want)
+		return
+	}
+	ginkgo.By(fmt.Sprintf("creating a LocalQueue with quota for %d %s, so Kueue admits the Job", n, path.QuotaResource()))
+	lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Quota: queues.QuotaFor(path.QuotaResource(), n)})
+	job := createJob(ctx, env, env.Factory.GPUJob("too-many", ns).Path(path).Devices(n).Queue(lq).Args(fixtures.ProbeArgs(n)...))
+	queues.ExpectAdmitted(ctx, env, job, path.QuotaResource(), n)
+	target := wait.Target{Kind: "Job", Namespace: ns, Name: job.Name}
+	expectDiagnosis(ctx, env, target, want)
+	expectJobPodsPending(ctx, env, job)
+}
+
+// pendingPodDiagnosed creates the pod (and its prerequisites), waits for the expected verdict, and
+// checks the pod is still unbound: a diagnosis of a pod that then runs would be a false alarm.
+func pendingPodDiagnosed(ctx context.Context, env *testenv.Env, w *fixtures.GPUPodWrapper, want expectation) {
+	ginkgo.GinkgoHelper()
+	pod := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	env.Create(ctx, pod)
+	target := wait.Target{Kind: "Pod", Namespace: pod.Namespace, Name: pod.Name}
+	expectDiagnosis(ctx, env, target, want)
+	got, err := env.Clients.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	gomega.Expect(got.Spec.NodeName).To(gomega.BeEmpty(), "pod %s was bound to %s although the diagnosis said %s", pod.Name, got.Spec.NodeName, want.reason)
+	gomega.Expect(got.Status.Phase).To(gomega.Equal(corev1.PodPending))
+}
+
+func expectJobPodsPending(ctx context.Context, env *testenv.Env, job *batchv1.Job) {
+	ginkgo.GinkgoHelper()
+	list, err := pods.OfJob(ctx, env, job)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	gomega.Expect(list).NotTo(gomega.BeEmpty(), "admitted Job %s/%s has no pod", job.Namespace, job.Name)
+	for _, p := range list {
+		gomega.Expect(p.Spec.NodeName).To(gomega.BeEmpty(), "pod %s was bound to %s although no node has the devices", p.Name, p.Spec.NodeName)
+	}
+}
+
+func createJob(ctx context.Context, env *testenv.Env, w *fixtures.GPUJobWrapper) *batchv1.Job {
+	ginkgo.GinkgoHelper()
+	obj := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	return env.Create(ctx, obj).(*batchv1.Job)
+}
+
+// expectDiagnosis waits until framework/diagnose, run on the live object, returns the expected stage,
+// layer and reason with every expected text in its evidence; the verdict's first moments (no scheduling
+// attempt yet, Kueue not yet decided) legitimately say less. On failure the wait prints the last
+// verdict; on success the verdict goes to the report, as evidence that the diagnosis names the layer.
+func expectDiagnosis(ctx context.Context, env *testenv.Env, target wait.Target, want expectation) *diagnose.Result {
+	ginkgo.GinkgoHelper()
+	dc := diagnose.Clients{Kube: env.Clients.Kube}
+	if env.KueuePresent {
+		dc.Kueue = env.Clients.Kueue
+	}
+	var res *diagnose.Result
+	budget := env.Timeouts.Admission + env.Timeouts.PodStart
+	env.Wait.For(ctx, fmt.Sprintf("the diagnosis of %s to be %s/%s/%s", target, want.stage, want.layer, want.reason), target, budget, func(g gomega.Gomega) {
+		var err error
+		res, err = diagnose.Run(ctx, dc, diagnose.Target{Kind: target.Kind, Namespace: target.Namespace, Name: target.Name})
+		g.Expect(err).NotTo(gomega.HaveOccurred(), "diagnose.Run")
+		g.Expect(res.Reason).To(gomega.Equal(want.reason), "reason; verdict:\n%s", res)
+		g.Expect(res.Stage).To(gomega.Equal(want.stage), "stage; verdict:\n%s", res)
+		g.Expect(res.Layer).To(gomega.Equal(want.layer), "layer; verdict:\n%s", res)
+		for _, m := range want.messages {
+			g.Expect(res.Messages).To(gomega.ContainElement(gomega.ContainSubstring(m)), "evidence lacks %q; verdict:\n%s", m, res)
+		}
+	})
+	ginkgo.GinkgoWriter.Printf("shortage diagnosis of %s:\n%s", target, res)
+	ginkgo.AddReportEntry("diagnosis of "+target.String(), res.String())
+	return res
+}
+
+// taintedControlPlane returns the control-plane nodes when every one of them carries a taint the test
+// pods do not tolerate (so a pod selecting them can only be held back by the taint), or why not.
+func taintedControlPlane(nodes []corev1.Node, tolerations []corev1.Toleration) ([]string, string) {
+	var names []string
+	for i := range nodes {
+		n := &nodes[i]
+		if _, ok := n.Labels[controlPlaneLabel]; !ok {
+			continue
+		}
+		if len(diagnose.UntoleratedTaints(n, tolerations)) == 0 {
+			return nil, fmt.Sprintf("control-plane node %s has no NoSchedule/NoExecute taint that the configured tolerations leave untolerated; the suite never taints nodes itself", n.Name)
+		}
+		names = append(names, n.Name)
+	}
+	if len(names) == 0 {
+		return nil, fmt.Sprintf("no node carries the %s label (managed control plane); the suite never taints nodes itself", controlPlaneLabel)
+	}
+	return names, ""
+}
+
+// mostAllocatable returns the largest allocatable amount of a resource on any node, and that node.
+func mostAllocatable(nodes []corev1.Node, name corev1.ResourceName) (resource.Quantity, string) {
+	var (
+		most resource.Quantity
+		node string
+	)
+	for i := range nodes {
+		if q, ok := nodes[i].Status.Allocatable[name]; ok && (node == "" || q.Cmp(most) > 0) {
+			most, node = q, nodes[i].Name
+		}
+	}
+	return most, node
+}
+
+// maxCapacity is the most devices any node has on the path.
+func maxCapacity(p gpu.Path) int64 {
+	var m int64
+	for _, c := range p.Capacity() {
+		m = max(m, c)
+	}
+	return m
+}
