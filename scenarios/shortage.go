@@ -113,8 +113,9 @@ func ShortageSpec(input func() ShortageInput) {
 				if over > maxDevicesPerClaimRequest {
 					notExercised(pathName+": a claim no node can satisfy", fmt.Sprintf("a node has %d devices; a claim may ask for at most %d", over-1, maxDevicesPerClaimRequest))
 				} else {
-					ginkgo.It(fmt.Sprintf("keeps a pod whose claim asks for %s, more than any node has, Pending, diagnosed as DRAAllocationFailed with the scheduler's own message", plural(over)),
+					ginkgo.It("keeps a pod whose claim asks for more devices than any node has Pending, diagnosed as DRAAllocationFailed with the scheduler's own message",
 						func(ctx context.Context) {
+							ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
 							deviceShortage(ctx, env, in, path, ns, over, expectation{
 								stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
 								messages: []string{"cannot allocate all claims", "not allocated (status.allocation is empty)"},
@@ -122,8 +123,9 @@ func ShortageSpec(input func() ShortageInput) {
 						})
 				}
 			} else {
-				ginkgo.It(fmt.Sprintf("keeps a pod asking for %s, more than any node has, Pending, diagnosed as InsufficientDevice with the scheduler's own message", plural(over)),
+				ginkgo.It("keeps a pod asking for more devices than any node has Pending, diagnosed as InsufficientDevice with the scheduler's own message",
 					func(ctx context.Context) {
+						ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
 						deviceShortage(ctx, env, in, path, ns, over, expectation{
 							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientDevice,
 							messages: []string{"Insufficient " + string(path.QuotaResource()), "no node can ever satisfy the request"},
@@ -153,8 +155,9 @@ func ShortageSpec(input func() ShortageInput) {
 			if len(taintNodes) == 0 {
 				notExercised(pathName+": untolerated taint", taintWhy)
 			} else {
-				ginkgo.It(fmt.Sprintf("diagnoses a pod that selects only the tainted control-plane node(s) %v as UntoleratedTaint, not as a shortage", taintNodes),
+				ginkgo.It("diagnoses a pod that selects only the tainted control-plane nodes as UntoleratedTaint, not as a shortage",
 					func(ctx context.Context) {
+						ginkgo.By(fmt.Sprintf("selecting %s, which only %v carry", controlPlaneLabel, taintNodes))
 						w := env.Factory.GPUPod("on-tainted", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).
 							NodeSelector(map[string]string{controlPlaneLabel: ""})
 						pendingPodDiagnosed(ctx, env, w, expectation{
@@ -181,8 +184,9 @@ func ShortageSpec(input func() ShortageInput) {
 				notExercised(pathName+": CPU and memory shortage", "no node's allocatable CPU and memory could be read at discovery")
 			} else {
 				cpu := *resource.NewQuantity(maxCPU.Value()+1, resource.DecimalSI)
-				ginkgo.It(fmt.Sprintf("diagnoses a pod asking for 1 device and %s CPU, more than any node's allocatable (%s on %s), as InsufficientCPU, not as a device shortage", cpu.String(), maxCPU.String(), cpuNode),
+				ginkgo.It("diagnoses a pod asking for 1 device and more CPU than any node's allocatable as InsufficientCPU, not as a device shortage",
 					func(ctx context.Context) {
+						ginkgo.By(fmt.Sprintf("requesting %s CPU; the most any node has allocatable is %s (%s)", cpu.String(), maxCPU.String(), cpuNode))
 						w := env.Factory.GPUPod("too-much-cpu", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(corev1.ResourceCPU, cpu)
 						pendingPodDiagnosed(ctx, env, w, expectation{
 							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientCPU,
@@ -191,8 +195,9 @@ func ShortageSpec(input func() ShortageInput) {
 					})
 				mem := maxMem.DeepCopy()
 				mem.Add(resource.MustParse("1Gi"))
-				ginkgo.It(fmt.Sprintf("diagnoses a pod asking for 1 device and %s memory, more than any node's allocatable (%s on %s), as InsufficientMemory, not as a device shortage", mem.String(), maxMem.String(), memNode),
+				ginkgo.It("diagnoses a pod asking for 1 device and more memory than any node's allocatable as InsufficientMemory, not as a device shortage",
 					func(ctx context.Context) {
+						ginkgo.By(fmt.Sprintf("requesting %s memory; the most any node has allocatable is %s (%s)", mem.String(), maxMem.String(), memNode))
 						w := env.Factory.GPUPod("too-much-memory", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(corev1.ResourceMemory, mem)
 						pendingPodDiagnosed(ctx, env, w, expectation{
 							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientMemory,
@@ -203,6 +208,9 @@ func ShortageSpec(input func() ShortageInput) {
 		})
 	}
 }
+
+// Spec texts carry no cluster-sized numbers (device counts, CPU, node names): they must stay the same
+// from run to run so reports can be compared; the sizes go into By steps.
 
 // expectation is the verdict a shortage spec requires.
 type expectation struct {

@@ -1,7 +1,7 @@
 // Command gpu-workload is the test workload image of the gpuconform suite: one static binary whose
 // subcommands play the workloads the suite schedules.
 //
-//	gpu-workload probe [--expect N] [--expect-ids id1,id2]
+//	gpu-workload probe [--expect N] [--expect-ids id1,id2] [--hold D]
 //	gpu-workload train --steps S --step-duration D --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
 //	gpu-workload podresources [--socket PATH] [--namespace NS] [--pod NAME] [--timeout D]
 //
@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"gpuconform.io/gpuconform/internal/workload/podresources"
 	"gpuconform.io/gpuconform/internal/workload/probe"
@@ -134,6 +135,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var expect optionalInt
 	fs.Var(&expect, "expect", "exact number of devices the container must see (0: none)")
 	expectIDs := fs.String("expect-ids", "", "comma-separated device IDs the container must see, no more, no fewer")
+	hold := fs.Duration("hold", 0, "after reporting, keep the container (and its devices) for this long or until SIGTERM, so the kubelet's and the claim's view can be read while the pod is active")
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
@@ -161,6 +163,12 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err != nil {
 		fmt.Fprintf(stderr, "gpu-workload probe: %v\n", err)
 		return exitFail
+	}
+	if *hold > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(*hold):
+		}
 	}
 	if !report.OK {
 		fmt.Fprintf(stderr, "gpu-workload probe: %s\n", report.Message)

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// netCheckNamespace holds the network self-test's pods while it runs.
-const netCheckNamespace = "gpuconform-netcheck"
+// netCheckLabel marks the network self-test's namespaces (one per run, deleted in the background).
+const netCheckLabel = "gpuconform.io/netcheck"
 
 // checkNetwork proves pod networking and DNS across nodes: a server pod on one GPU worker behind a Service,
 // and a client pod on another worker that fetches from it by Service name and reaches the API server as
@@ -24,10 +24,13 @@ func (c *Cluster) checkNetwork(ctx context.Context) error {
 		return fmt.Errorf("need two workers for the cross-node check, have %v", workers)
 	}
 	server, client := workers[0], workers[len(workers)-1]
+	// A fresh namespace each time: waiting for the previous one to terminate would cost seconds.
+	netCheckNamespace := fmt.Sprintf("gpuconform-netcheck-%d", time.Now().UnixNano()%1_000_000_000)
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: Namespace
 metadata:
   name: %[1]s
+  labels: {%[5]s: "true"}
 ---
 apiVersion: v1
 kind: Pod
@@ -68,8 +71,7 @@ spec:
     imagePullPolicy: IfNotPresent
     command: ["/usr/local/bin/gpuconform-net", "check", "get", "--retry-for=90s",
       "http://echo.%[1]s.svc.cluster.local/", "https://kubernetes.default.svc/version"]
-`, netCheckNamespace, server, client, ImageWorkload)
-	_ = c.kubectl(ctx, "netcheck cleanup", "delete", "namespace", netCheckNamespace, "--ignore-not-found", "--wait=true", "--timeout=120s")
+`, netCheckNamespace, server, client, ImageWorkload, netCheckLabel)
 	f, err := os.CreateTemp("", "gpuconform-netcheck-*.yaml")
 	if err != nil {
 		return err
@@ -81,7 +83,7 @@ spec:
 		return err
 	}
 	defer func() {
-		_ = c.kubectl(context.Background(), "netcheck cleanup", "delete", "namespace", netCheckNamespace, "--wait=false")
+		_ = c.kubectl(context.Background(), "netcheck cleanup", "delete", "namespace", "-l", netCheckLabel, "--wait=false")
 	}()
 	var phase string
 	err = poll(ctx, 150*time.Second, func() (bool, string) {

@@ -31,6 +31,7 @@ import (
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/wait"
 	"gpuconform.io/gpuconform/reports"
+	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/scenarios"
 )
 
@@ -50,6 +51,12 @@ func TestConformance(t *testing.T) {
 	var err error
 	if cfg, err = flags.Config(); err != nil {
 		t.Fatal(err)
+	}
+	// `go test` runs in this package's directory: a relative artifacts directory means the checkout's.
+	if !filepath.IsAbs(cfg.ArtifactsDir) {
+		if root, err := localcluster.FindRepoRoot("."); err == nil {
+			cfg.ArtifactsDir = filepath.Join(root, cfg.ArtifactsDir)
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts().StackReady+time.Minute)
 	defer cancel()

@@ -109,7 +109,11 @@ func probePod(ctx context.Context, ns, node string, mutate func(*corev1.Pod)) pr
 	Eventually(func(g Gomega) {
 		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(p.Status.Phase).To(Equal(corev1.PodSucceeded), "pod %s: %s", p.Name, podState(p))
+		// A held probe has reported once its container runs and its log holds the line.
+		g.Expect(p.Status.Phase).To(BeElementOf(corev1.PodSucceeded, corev1.PodRunning), "pod %s: %s", p.Name, podState(p))
+		logs, err := cs.CoreV1().Pods(ns).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(strings.TrimSpace(string(logs))).NotTo(BeEmpty(), "no probe output yet from %s", p.Name)
 	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	logs, err := cs.CoreV1().Pods(ns).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	Expect(err).NotTo(HaveOccurred())
@@ -147,19 +151,19 @@ var _ = Describe("The fake device plugin", func() {
 
 	It("drops allocatable by one when a device is marked unhealthy and restores it when healthy", Serial, func(ctx SpecContext) {
 		node := poolNodes(ctx)[0].Name
-		patch := func(value *string) {
+		patch := func(ctx context.Context, value *string) {
 			b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{fakeplugin.UnhealthyDevicesAnnotation: value}}})
 			_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{})
 			Expect(err).NotTo(HaveOccurred())
 		}
-		DeferCleanup(func(ctx SpecContext) { patch(nil) })
+		DeferCleanup(func(ctx SpecContext) { patch(ctx, nil) })
 		start := time.Now()
-		patch(ptr.To("0"))
+		patch(ctx, ptr.To("0"))
 		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).
 			Should(BeEquivalentTo(*devices-1), "allocatable on %s after marking device 0 unhealthy", node)
 		AddReportEntry("unhealthy → allocatable dropped", time.Since(start).Round(100*time.Millisecond).String())
 		start = time.Now()
-		patch(nil)
+		patch(ctx, nil)
 		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).
 			Should(BeEquivalentTo(*devices), "allocatable on %s after restoring device 0", node)
 		AddReportEntry("healthy → allocatable restored", time.Since(start).Round(100*time.Millisecond).String())
@@ -212,7 +216,8 @@ var _ = Describe("The DRA driver", func() {
 		_, err := cs.ResourceV1().ResourceClaimTemplates(ns).Create(ctx, tmpl, metav1.CreateOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		r := probePod(ctx, ns, node, func(p *corev1.Pod) {
-			p.Spec.Containers[0].Args = []string{"--expect", "1"}
+			// Held: a finished pod's generated claim is released (deleted) at once, before it can be read.
+			p.Spec.Containers[0].Args = []string{"--expect", "1", "--hold", "10m"}
 			p.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimTemplateName: ptr.To("one-gpu")}}
 			p.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
 		})
