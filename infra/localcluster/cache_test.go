@@ -101,3 +101,16 @@ func TestCachedDirBuildsOnceAndNeverKeepsFailures(t *testing.T) {
 		t.Error("superseded entry kept")
 	}
 }
+
+func TestFindRepoRootFromRelativeSubdir(t *testing.T) {
+	root, err := FindRepoRoot(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "infra", "localcluster")); err != nil {
+		t.Errorf("FindRepoRoot(.) = %s, not the checkout", root)
+	}
+	if _, err := FindRepoRoot(t.TempDir()); err == nil {
+		t.Error("a directory outside any checkout was accepted")
+	}
+}

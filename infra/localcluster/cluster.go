@@ -167,6 +167,10 @@ func tailOf(path string) string {
 
 // FindRepoRoot walks up from dir to the checkout of this project.
 func FindRepoRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
 	for d := dir; ; d = filepath.Dir(d) {
 		b, err := os.ReadFile(filepath.Join(d, "go.mod"))
 		if err == nil && strings.HasPrefix(string(b), "module gpuconform.io/gpuconform\n") {
