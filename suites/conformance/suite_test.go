@@ -30,8 +30,8 @@ import (
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/wait"
-	"gpuconform.io/gpuconform/reports"
 	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/reports"
 	"gpuconform.io/gpuconform/scenarios"
 )
 

@@ -192,7 +192,7 @@ var _ = Describe("The fake device plugin", func() {
 		// The restarted kubelet wipes the device-plugins directory; the plugin must notice and register again,
 		// otherwise allocatable stays at zero and pods asking for devices fail admission.
 		ns := testNamespace(ctx)
-		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(90*time.Second).WithPolling(500*time.Millisecond).
+		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(90 * time.Second).WithPolling(500 * time.Millisecond).
 			Should(BeEquivalentTo(*devices))
 		r := probePod(ctx, ns, node, func(p *corev1.Pod) {
 			p.Spec.Containers[0].Args = []string{"--expect", "1"}
@@ -248,6 +248,6 @@ var _ = Describe("The DRA driver", func() {
 		Eventually(func() bool {
 			_, err := cs.ResourceV1().ResourceClaims(ns).Get(ctx, claim.Name, metav1.GetOptions{})
 			return apierrors.IsNotFound(err)
-		}).WithTimeout(90 * time.Second).WithPolling(time.Second).Should(BeTrue(), "claim %s still exists after its pod was deleted", claim.Name)
+		}).WithTimeout(90*time.Second).WithPolling(time.Second).Should(BeTrue(), "claim %s still exists after its pod was deleted", claim.Name)
 	})
 })
