@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// netCheckLabel marks the network self-test's namespaces (one per run, deleted in the background).
+// netCheckLabel marks the network self-test's objects (deleted in the background after each check).
 const netCheckLabel = "gpuconform.io/netcheck"
 
 // checkNetwork proves pod networking and DNS across nodes: a server pod on one GPU worker behind a Service,
@@ -24,20 +24,17 @@ func (c *Cluster) checkNetwork(ctx context.Context) error {
 		return fmt.Errorf("need two workers for the cross-node check, have %v", workers)
 	}
 	server, client := workers[0], workers[len(workers)-1]
-	// A fresh namespace each time: waiting for the previous one to terminate would cost seconds.
-	netCheckNamespace := fmt.Sprintf("gpuconform-netcheck-%d", time.Now().UnixNano()%1_000_000_000)
+	// The pods live in the system namespace, which Kueue's webhooks leave alone: the network must be
+	// checkable before (and whether or not) Kueue answers. Fresh names each time, so nothing waits for the
+	// previous check's objects to go.
+	netCheckNamespace := SystemNamespace
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1_000_000_000)
 	manifest := fmt.Sprintf(`apiVersion: v1
-kind: Namespace
-metadata:
-  name: %[1]s
-  labels: {%[5]s: "true"}
----
-apiVersion: v1
 kind: Pod
 metadata:
-  name: server
+  name: netcheck-server-%[6]s
   namespace: %[1]s
-  labels: {app: netcheck}
+  labels: {%[5]s: "true", run: "%[6]s"}
 spec:
   nodeName: %[2]s
   containers:
@@ -49,10 +46,11 @@ spec:
 apiVersion: v1
 kind: Service
 metadata:
-  name: echo
+  name: netcheck-%[6]s
   namespace: %[1]s
+  labels: {%[5]s: "true"}
 spec:
-  selector: {app: netcheck}
+  selector: {run: "%[6]s"}
   ports:
   - port: 80
     targetPort: 8080
@@ -60,8 +58,9 @@ spec:
 apiVersion: v1
 kind: Pod
 metadata:
-  name: client
+  name: netcheck-client-%[6]s
   namespace: %[1]s
+  labels: {%[5]s: "true"}
 spec:
   nodeName: %[3]s
   restartPolicy: Never
@@ -70,8 +69,8 @@ spec:
     image: %[4]s
     imagePullPolicy: IfNotPresent
     command: ["/usr/local/bin/gpuconform-net", "check", "get", "--retry-for=90s",
-      "http://echo.%[1]s.svc.cluster.local/", "https://kubernetes.default.svc/version"]
-`, netCheckNamespace, server, client, ImageWorkload, netCheckLabel)
+      "http://netcheck-%[6]s.%[1]s.svc.cluster.local/", "https://kubernetes.default.svc/version"]
+`, netCheckNamespace, server, client, ImageWorkload, netCheckLabel, suffix)
 	f, err := os.CreateTemp("", "gpuconform-netcheck-*.yaml")
 	if err != nil {
 		return err
@@ -83,14 +82,14 @@ spec:
 		return err
 	}
 	defer func() {
-		_ = c.kubectl(context.Background(), "netcheck cleanup", "delete", "namespace", "-l", netCheckLabel, "--wait=false")
+		_ = c.kubectl(context.Background(), "netcheck cleanup", "-n", netCheckNamespace, "delete", "pods,services", "-l", netCheckLabel, "--wait=false")
 	}()
 	var phase string
 	err = poll(ctx, 150*time.Second, func() (bool, string) {
-		phase, _ = c.kubectlOut(ctx, "-n", netCheckNamespace, "get", "pod", "client", "-o", "jsonpath={.status.phase}")
+		phase, _ = c.kubectlOut(ctx, "-n", netCheckNamespace, "get", "pod", "netcheck-client-"+suffix, "-o", "jsonpath={.status.phase}")
 		return phase == "Succeeded" || phase == "Failed", "client pod phase " + phase
 	})
-	logs, _ := c.kubectlOut(ctx, "-n", netCheckNamespace, "logs", "client")
+	logs, _ := c.kubectlOut(ctx, "-n", netCheckNamespace, "logs", "netcheck-client-"+suffix)
 	if err != nil || phase != "Succeeded" {
 		return fmt.Errorf("the cross-node network check failed (client on %s, server on %s): %v\n%s", client, server, err, logs)
 	}

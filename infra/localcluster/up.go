@@ -191,12 +191,22 @@ func (c *Cluster) exportKubeconfig() error {
 	return os.WriteFile(c.Kubeconfig(), []byte(cfg), 0o600)
 }
 
-// waitNodesReady waits until the API answers and every node reports Ready.
+// waitNodesReady waits until the API answers and every node reports Ready with a heartbeat newer than its
+// container's start: right after a restart the API still shows the Ready status written before it.
 func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) error {
 	want := 1 + c.opts.GPUWorkers + c.opts.CanaryWorkers
+	started := map[string]time.Time{}
+	if ns, err := c.nodes(); err == nil {
+		for _, n := range ns {
+			out, err := output(ctx, "docker", "inspect", "-f", "{{.State.StartedAt}}", n.String())
+			if t, perr := time.Parse(time.RFC3339Nano, out); err == nil && perr == nil {
+				started[n.String()] = t
+			}
+		}
+	}
 	return poll(ctx, timeout, func() (bool, string) {
 		out, err := c.kubectlOut(ctx, "get", "nodes", "--request-timeout=5s", "-o",
-			`jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}`)
+			`jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}={.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}{"\n"}{end}`)
 		if err != nil {
 			return false, "API server: " + err.Error()
 		}
@@ -205,8 +215,13 @@ func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) err
 			return false, fmt.Sprintf("%d nodes registered, want %d", len(lines), want)
 		}
 		for _, l := range lines {
-			if !strings.HasSuffix(l, "=True") {
+			parts := strings.SplitN(l, "=", 3)
+			if len(parts) != 3 || parts[1] != "True" {
 				return false, "not Ready: " + l
+			}
+			beat, err := time.Parse(time.RFC3339, parts[2])
+			if since, ok := started[parts[0]]; ok && (err != nil || beat.Before(since.Truncate(time.Second))) {
+				return false, fmt.Sprintf("node %s: Ready status predates its container's start (%s)", parts[0], since.Format(time.RFC3339))
 			}
 		}
 		return true, ""
