@@ -203,6 +203,83 @@ var _ = Describe("The fake device plugin", func() {
 	})
 })
 
+// setPluginArgs replaces the fake device plugin's arguments, waits for the DaemonSet's new revision to be
+// rolled out, and restores the previous arguments (and waits again) when the spec ends.
+func setPluginArgs(ctx context.Context, mutate func(args []string) []string) {
+	GinkgoHelper()
+	dsc := cs.AppsV1().DaemonSets(localcluster.SystemNamespace)
+	ds, err := dsc.Get(ctx, "fake-device-plugin", metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	orig := append([]string(nil), ds.Spec.Template.Spec.Containers[0].Args...)
+	apply := func(ctx context.Context, args []string) {
+		GinkgoHelper()
+		Eventually(func() error {
+			ds, err := dsc.Get(ctx, "fake-device-plugin", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			ds.Spec.Template.Spec.Containers[0].Args = args
+			_, err = dsc.Update(ctx, ds, metav1.UpdateOptions{})
+			return err
+		}).WithTimeout(30 * time.Second).Should(Succeed())
+		Eventually(func(g Gomega) {
+			ds, err := dsc.Get(ctx, "fake-device-plugin", metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(ds.Status.ObservedGeneration).To(Equal(ds.Generation))
+			g.Expect(ds.Status.UpdatedNumberScheduled).To(Equal(ds.Status.DesiredNumberScheduled))
+			g.Expect(ds.Status.NumberAvailable).To(Equal(ds.Status.DesiredNumberScheduled))
+		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "fake-device-plugin rollout")
+	}
+	DeferCleanup(func(ctx SpecContext) { apply(ctx, orig) })
+	apply(ctx, mutate(append([]string(nil), orig...)))
+}
+
+// withArg replaces (or adds) one --name=value argument.
+func withArg(args []string, name, value string) []string {
+	for i, a := range args {
+		if strings.HasPrefix(a, "--"+name+"=") {
+			args[i] = "--" + name + "=" + value
+			return args
+		}
+	}
+	return append(args, "--"+name+"="+value)
+}
+
+var _ = Describe("The fake device plugin's layers", Serial, func() {
+	It("advertises replicas × devices under time-slicing and labels the node as shared", func(ctx SpecContext) {
+		setPluginArgs(ctx, func(a []string) []string { return withArg(a, "replicas", "2") })
+		for _, n := range poolNodes(ctx) {
+			Eventually(func(g Gomega) {
+				node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				q := node.Status.Allocatable[resourceName]
+				g.Expect(q.Value()).To(BeEquivalentTo(2**devices), "allocatable on %s", n.Name)
+				g.Expect(node.Labels).To(HaveKeyWithValue("nvidia.com/gpu.sharing-strategy", "time-slicing"))
+				g.Expect(node.Labels).To(HaveKeyWithValue("nvidia.com/gpu.replicas", "2"))
+			}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		}
+	})
+
+	It("rolls a driver/plugin version change out as a new DaemonSet revision, and the node labels follow", func(ctx SpecContext) {
+		before, err := cs.AppsV1().ControllerRevisions(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=fake-device-plugin"})
+		Expect(err).NotTo(HaveOccurred())
+		setPluginArgs(ctx, func(a []string) []string {
+			return withArg(withArg(a, "driver-version", "560.35.03"), "version", "v2")
+		})
+		after, err := cs.AppsV1().ControllerRevisions(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=fake-device-plugin"})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(len(after.Items)).To(BeNumerically(">", len(before.Items)), "no new ControllerRevision for the version change")
+		for _, n := range poolNodes(ctx) {
+			Eventually(func(g Gomega) {
+				node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(node.Labels).To(HaveKeyWithValue("nvidia.com/cuda.driver-version.full", "560.35.03"))
+				g.Expect(node.Labels).To(HaveKeyWithValue("gpuconform.io/fake-device-plugin-version", "v2"))
+			}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		}
+	})
+})
+
 var _ = Describe("The DRA driver", func() {
 	It("allocates a claim from a slice on the pod's node, shows the container that device, and releases it", func(ctx SpecContext) {
 		ns := testNamespace(ctx)
