@@ -261,14 +261,27 @@ var _ = Describe("The fake device plugin's layers", Serial, func() {
 	})
 
 	It("rolls a driver/plugin version change out as a new DaemonSet revision, and the node labels follow", func(ctx SpecContext) {
-		before, err := cs.AppsV1().ControllerRevisions(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=fake-device-plugin"})
-		Expect(err).NotTo(HaveOccurred())
+		// The DaemonSet controller stamps each pod with the hash of the revision it runs.
+		revisions := func() map[string]int {
+			GinkgoHelper()
+			pods, err := cs.CoreV1().Pods(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=fake-device-plugin"})
+			Expect(err).NotTo(HaveOccurred())
+			seen := map[string]int{}
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp == nil {
+					seen[p.Labels["controller-revision-hash"]]++
+				}
+			}
+			return seen
+		}
+		before := revisions()
 		setPluginArgs(ctx, func(a []string) []string {
 			return withArg(withArg(a, "driver-version", "560.35.03"), "version", "v2")
 		})
-		after, err := cs.AppsV1().ControllerRevisions(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=fake-device-plugin"})
-		Expect(err).NotTo(HaveOccurred())
-		Expect(len(after.Items)).To(BeNumerically(">", len(before.Items)), "no new ControllerRevision for the version change")
+		Eventually(revisions).WithTimeout(time.Minute).Should(HaveLen(1), "plugin pods of more than one revision after the rollout")
+		for hash := range revisions() {
+			Expect(before).NotTo(HaveKey(hash), "the version change did not produce a new DaemonSet revision")
+		}
 		for _, n := range poolNodes(ctx) {
 			Eventually(func(g Gomega) {
 				node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
@@ -277,6 +290,40 @@ var _ = Describe("The fake device plugin's layers", Serial, func() {
 				g.Expect(node.Labels).To(HaveKeyWithValue("gpuconform.io/fake-device-plugin-version", "v2"))
 			}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
 		}
+	})
+})
+
+var _ = Describe("A GPU worker of the local cluster", Serial, func() {
+	It("goes NotReady when its container stops and comes back Ready, with its devices, when it starts", func(ctx SpecContext) {
+		node := poolNodes(ctx)[len(poolNodes(ctx))-1].Name
+		ready := func() corev1.ConditionStatus {
+			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return ""
+			}
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady {
+					return c.Status
+				}
+			}
+			return ""
+		}
+		DeferCleanup(func(ctx SpecContext) { _ = exec.CommandContext(ctx, "docker", "start", node).Run() })
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, "docker", "stop", node).CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "docker stop %s: %s", node, out)
+		AddReportEntry("docker stop", time.Since(start).Round(100*time.Millisecond).String())
+		start = time.Now()
+		Eventually(ready).WithTimeout(3*time.Minute).WithPolling(time.Second).ShouldNot(Equal(corev1.ConditionTrue), "node %s still Ready", node)
+		AddReportEntry("stopped → NotReady", time.Since(start).Round(100*time.Millisecond).String())
+		start = time.Now()
+		out, err = exec.CommandContext(ctx, "docker", "start", node).CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "docker start %s: %s", node, out)
+		Eventually(ready).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Equal(corev1.ConditionTrue), "node %s not Ready again", node)
+		AddReportEntry("started → Ready", time.Since(start).Round(100*time.Millisecond).String())
+		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(3*time.Minute).WithPolling(time.Second).
+			Should(BeEquivalentTo(*devices), "devices on %s after the restart", node)
+		AddReportEntry("started → devices advertised", time.Since(start).Round(100*time.Millisecond).String())
 	})
 })
 
