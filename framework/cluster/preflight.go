@@ -30,11 +30,11 @@ func (p Permission) String() string {
 func PreflightNeeds(kueueOwnQueues, kueueUsed, dra bool) []Permission {
 	perms := []Permission{
 		{"list", "", "nodes", "discover GPU nodes and pools"},
-		{"create", "", "namespaces", "each spec runs in its own namespace"},
+		{"create", "", "namespaces", "run each spec in its own namespace"},
 		{"delete", "", "namespaces", "clean up each spec's namespace"},
 		{"list", "", "namespaces", "leak audit and leftover check"},
 		{"create", "batch", "jobs", "submit GPU jobs"},
-		{"create", "", "pods", "probe and podresources helper pods"},
+		{"create", "", "pods", "run probe and podresources helper pods"},
 		{"get", "", "pods/log", "read probe output"},
 		{"list", "", "events", "diagnose failures"},
 	}
@@ -52,7 +52,7 @@ func PreflightNeeds(kueueOwnQueues, kueueUsed, dra bool) []Permission {
 	if kueueOwnQueues {
 		for _, r := range []string{"resourceflavors", "clusterqueues", "localqueues", "workloadpriorityclasses"} {
 			perms = append(perms,
-				Permission{"create", "kueue.x-k8s.io", r, "each spec creates its own queues"},
+				Permission{"create", "kueue.x-k8s.io", r, "create each spec's own queues"},
 				Permission{"delete", "kueue.x-k8s.io", r, "clean up each spec's queues"})
 		}
 	}
