@@ -5,51 +5,28 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+
+	"gpuconform.io/gpuconform/internal/workload/podresources"
+	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
-// The JSON documents the workload image prints. They live here, in one file, so a change in the image's
-// output is adapted in one place. Unknown fields are ignored; the suite relies only on these.
+// The JSON documents the workload image prints are the image's own types (internal/workload): one
+// definition for the producer and the suite, so the two cannot drift apart.
 
 // ProbeReport is one line of `gpu-workload probe`.
-type ProbeReport struct {
-	Node      string       `json:"node"`
-	Pod       string       `json:"pod"`
-	Devices   []string     `json:"devices"`
-	Sources   ProbeSources `json:"sources"`
-	Expect    *int         `json:"expect"`
-	ExpectIDs []string     `json:"expect_ids"`
-	OK        bool         `json:"ok"`
-	Message   string       `json:"message"`
-	Truncated bool         `json:"truncated,omitempty"`
-}
+type ProbeReport = probe.Report
 
 // ProbeSources is the raw evidence of a probe report.
-type ProbeSources struct {
-	NvidiaVisibleDevices     []string          `json:"nvidia_visible_devices"`
-	DRAEnv                   map[string]string `json:"dra_env"`
-	GPUConformVisibleDevices []string          `json:"gpuconform_visible_devices"`
-	DevFiles                 []string          `json:"dev_files"`
-	NvidiaSMI                []string          `json:"nvidia_smi"`
-}
+type ProbeSources = probe.Sources
 
 // PodResourcesReport is the output of `gpu-workload podresources`.
-type PodResourcesReport struct {
-	Pods []PodResources `json:"pods"`
-}
+type PodResourcesReport = podresources.Report
 
 // PodResources is the kubelet's view of one pod.
-type PodResources struct {
-	Namespace  string                  `json:"namespace"`
-	Name       string                  `json:"name"`
-	Containers []ContainerPodResources `json:"containers"`
-}
+type PodResources = podresources.Pod
 
 // ContainerPodResources is the kubelet's view of one container: device IDs per resource name.
-type ContainerPodResources struct {
-	Name             string              `json:"name"`
-	Devices          map[string][]string `json:"devices"`
-	DynamicResources json.RawMessage     `json:"dynamic_resources,omitempty"`
-}
+type ContainerPodResources = podresources.Container
 
 // ParseProbe finds the probe's JSON line in text (logs or a termination message). It takes the last
 // line that decodes, since the image may log other lines before it.
@@ -83,22 +60,6 @@ func ParsePodResources(text string) (PodResourcesReport, error) {
 		}
 	}
 	return PodResourcesReport{}, fmt.Errorf("no podresources JSON in output: %q", truncate(text, 400))
-}
-
-// DevicesOf returns the device IDs of resource the kubelet assigned to container of pod ns/name.
-func (r PodResourcesReport) DevicesOf(namespace, pod, container, resource string) ([]string, bool) {
-	for _, p := range r.Pods {
-		if p.Namespace != namespace || p.Name != pod {
-			continue
-		}
-		for _, c := range p.Containers {
-			if c.Name == container {
-				return c.Devices[resource], true
-			}
-		}
-		return nil, true
-	}
-	return nil, false
 }
 
 func truncate(s string, n int) string {

@@ -75,6 +75,23 @@ type DynamicResource struct {
 	CDIDevices []string `json:"cdi_devices"`
 }
 
+// DevicesOf returns the device IDs of resource that the kubelet assigned to container of pod
+// namespace/pod; found is false when the pod is not in the report.
+func (r Report) DevicesOf(namespace, pod, container, resource string) (devices []string, found bool) {
+	for _, p := range r.Pods {
+		if p.Namespace != namespace || p.Name != pod {
+			continue
+		}
+		for _, c := range p.Containers {
+			if c.Name == container {
+				return c.Devices[resource], true
+			}
+		}
+		return nil, true
+	}
+	return nil, false
+}
+
 // Filter selects pods; empty fields match everything.
 type Filter struct {
 	Namespace string
