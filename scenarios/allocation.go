@@ -232,8 +232,10 @@ func expectClaimsReleased(ctx context.Context, env *testenv.Env, ns string, pod 
 
 func expectSameDevices(report gpu.ProbeReport, given gpu.Allocation) {
 	ginkgo.GinkgoHelper()
-	gomega.Expect(gpu.SameDevices(report.Devices, given.Devices)).To(gomega.BeTrue(),
-		"container saw %s but %s allocated %s (node %s; probe: %s)", gpu.FormatDevices(report.Devices), given.Source, gpu.FormatDevices(given.Devices), given.Node, report.Message)
+	if !gpu.SameDevices(report.Devices, given.Devices) {
+		ginkgo.Fail(fmt.Sprintf("container saw %s but %s allocated %s (node %s; probe: %s)",
+			gpu.FormatDevices(report.Devices), given.Source, gpu.FormatDevices(given.Devices), given.Node, report.Message))
+	}
 	if report.Node != "" {
 		gomega.Expect(report.Node).To(gomega.Equal(given.Node), "the probe ran on %s but the devices were allocated on %s", report.Node, given.Node)
 	}
