@@ -63,7 +63,7 @@ func (c *Cluster) componentKey(ctx context.Context, comp goComponent) (string, e
 	k := NewKey("go:"+comp.Name).
 		Value("go", runtime.Version()).Value("arch", runtime.GOARCH).
 		Value("packages", strings.Join(comp.Packages, " ")).Value("output", comp.Output).
-		Value("ldflags", comp.LDFlags).Value("tags", comp.Tags)
+		Value("ldflags", comp.LDFlags).Value("tags", comp.Tags).Value("goflags", "-mod=readonly -buildvcs=false")
 	if comp.Module != "" {
 		dir := filepath.Join(c.opts.RepoRoot, comp.Module)
 		err := k.Dir("module", dir, func(rel string) bool { return !isTestFile(rel) })
@@ -124,8 +124,10 @@ func (c *Cluster) buildGo(ctx context.Context, comp goComponent) (string, error)
 		}
 		args = append(args, comp.Packages...)
 		// Static binaries: they run in FROM-scratch images and in the node rootfs alike. -mod=readonly: the
-		// wrapper modules' go.sum pins every dependency, so a build never edits them.
-		return c.runIn(ctx, modDir, []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly"}, "go build "+comp.Name, "go", args...)
+		// wrapper modules' go.sum pins every dependency, so a build never edits them. -buildvcs=false: the
+		// git revision stamped into our own binaries would change their bytes (and so every image key that
+		// hashes them) at each commit, although the key of their sources did not change.
+		return c.runIn(ctx, modDir, []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false"}, "go build "+comp.Name, "go", args...)
 	})
 	if err != nil {
 		return "", err
