@@ -324,6 +324,27 @@ var _ = Describe("A GPU worker of the local cluster", Serial, func() {
 		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(3*time.Minute).WithPolling(time.Second).
 			Should(BeEquivalentTo(*devices), "devices on %s after the restart", node)
 		AddReportEntry("started → devices advertised", time.Since(start).Round(100*time.Millisecond).String())
+		// Whatever ran on that node (the GPU stack, perhaps Kueue) must be back before the next spec:
+		// Kueue's webhooks fail closed, so a Kueue pod still starting would fail every pod creation.
+		Eventually(func(g Gomega) {
+			dss, err := cs.AppsV1().DaemonSets(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			for _, ds := range dss.Items {
+				g.Expect(ds.Status.NumberAvailable).To(Equal(ds.Status.DesiredNumberScheduled), "DaemonSet %s", ds.Name)
+			}
+			slices, err := cs.DiscoveryV1().EndpointSlices("kueue-system").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kueue-webhook-service"})
+			g.Expect(err).NotTo(HaveOccurred())
+			ready := 0
+			for _, sl := range slices.Items {
+				for _, ep := range sl.Endpoints {
+					if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
+						ready++
+					}
+				}
+			}
+			g.Expect(ready).To(BeNumerically(">", 0), "Kueue's webhook has no ready endpoint")
+		}).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(Succeed())
+		AddReportEntry("started → GPU stack and Kueue webhook back", time.Since(start).Round(100*time.Millisecond).String())
 	})
 })
 
