@@ -230,7 +230,16 @@ func setPluginArgs(ctx context.Context, mutate func(args []string) []string) {
 			g.Expect(ds.Status.NumberAvailable).To(Equal(ds.Status.DesiredNumberScheduled))
 		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "fake-device-plugin rollout")
 	}
-	DeferCleanup(func(ctx SpecContext) { apply(ctx, orig) })
+	DeferCleanup(func(ctx SpecContext) {
+		apply(ctx, orig)
+		// The rollout is done when the pods are; the kubelets report the restored devices a little later.
+		// The next spec must find the steady state.
+		Eventually(func(g Gomega) {
+			for _, n := range poolNodes(ctx) {
+				g.Expect(allocatable(ctx, n.Name)).To(BeEquivalentTo(*devices), "allocatable on %s", n.Name)
+			}
+		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	})
 	apply(ctx, mutate(append([]string(nil), orig...)))
 }
 
