@@ -13,6 +13,7 @@ import (
 	"text/template"
 	"time"
 
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 	"sigs.k8s.io/yaml"
 )
@@ -109,7 +110,7 @@ func (c *Cluster) loadTools(ctx context.Context) (string, error) {
 		if strings.TrimSpace(have) == ref {
 			continue
 		}
-		if err := c.loadImage(ctx, n.String(), ImageWorkload, ref); err != nil {
+		if err := c.loadImage(ctx, n, ImageWorkload, ref); err != nil {
 			return "", err
 		}
 	}
@@ -117,33 +118,23 @@ func (c *Cluster) loadTools(ctx context.Context) (string, error) {
 }
 
 // loadImage streams local images into one node's containerd with kind's own loader.
-func (c *Cluster) loadImage(ctx context.Context, node string, refs ...string) error {
-	ns, err := c.nodes()
+func (c *Cluster) loadImage(ctx context.Context, node nodes.Node, refs ...string) error {
+	save := exec.CommandContext(ctx, "docker", append([]string{"save"}, refs...)...)
+	pipe, err := save.StdoutPipe()
 	if err != nil {
 		return err
 	}
-	for _, n := range ns {
-		if n.String() != node {
-			continue
-		}
-		save := exec.CommandContext(ctx, "docker", append([]string{"save"}, refs...)...)
-		pipe, err := save.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		if err := save.Start(); err != nil {
-			return err
-		}
-		loadErr := nodeutils.LoadImageArchive(n, pipe)
-		if err := save.Wait(); err != nil {
-			return fmt.Errorf("docker save %v: %w", refs, err)
-		}
-		if loadErr != nil {
-			return fmt.Errorf("load %v into %s: %w", refs, node, loadErr)
-		}
-		return nil
+	if err := save.Start(); err != nil {
+		return err
 	}
-	return fmt.Errorf("node %s not found", node)
+	loadErr := nodeutils.LoadImageArchive(node, pipe)
+	if err := save.Wait(); err != nil {
+		return fmt.Errorf("docker save %v: %w", refs, err)
+	}
+	if loadErr != nil {
+		return fmt.Errorf("load %v into %s: %w", refs, node, loadErr)
+	}
+	return nil
 }
 
 // installGPUStack applies the fake device plugin and the DRA driver and waits until every GPU/canary node

@@ -142,7 +142,7 @@ func (c *Cluster) loadSystemImages(ctx context.Context) error {
 		return err
 	}
 	for _, n := range ns {
-		if err := c.loadImage(ctx, n.String(), refs...); err != nil {
+		if err := c.loadImage(ctx, n, refs...); err != nil {
 			return err
 		}
 	}

@@ -304,7 +304,8 @@ var _ = Describe("The fake device plugin's layers", Serial, func() {
 
 var _ = Describe("A GPU worker of the local cluster", Serial, func() {
 	It("goes NotReady when its container stops and comes back Ready, with its devices, when it starts", func(ctx SpecContext) {
-		node := poolNodes(ctx)[len(poolNodes(ctx))-1].Name
+		pool := poolNodes(ctx)
+		node := pool[len(pool)-1].Name
 		ready := func() corev1.ConditionStatus {
 			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 			if err != nil {
@@ -352,7 +353,7 @@ var _ = Describe("A GPU worker of the local cluster", Serial, func() {
 				}
 			}
 			g.Expect(ready).To(BeNumerically(">", 0), "Kueue's webhook has no ready endpoint")
-		}).WithTimeout(3*time.Minute).WithPolling(2*time.Second).Should(Succeed())
+		}).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		AddReportEntry("started → GPU stack and Kueue webhook back", time.Since(start).Round(100*time.Millisecond).String())
 	})
 })
