@@ -101,6 +101,7 @@ func (c *Cluster) loadTools(ctx context.Context) (string, error) {
 	if err := c.run(ctx, "docker tag tools", "docker", "tag", ImageWorkload, ref); err != nil {
 		return "", err
 	}
+	c.pruneImages(ctx, toolsImageRepo, ref)
 	ns, err := c.nodes()
 	if err != nil {
 		return "", err

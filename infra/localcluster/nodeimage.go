@@ -302,7 +302,10 @@ for i in $(seq 60); do ctr version >/dev/null 2>&1 && exit 0; sleep 1; done; cat
 		"--change", "LABEL "+imageLabel+"="+key, name, ref); err != nil {
 		return "", err
 	}
-	_ = exec.CommandContext(ctx, "docker", "rmi", base).Run()
+	// The build container holds the base image: remove it first so the base can go too.
+	_ = exec.CommandContext(ctx, "docker", "rm", "-f", "-v", name).Run()
+	c.pruneImages(ctx, NodeImageRepo+"-base", "")
+	c.pruneImages(ctx, NodeImageRepo, ref)
 	return ref, nil
 }
 
