@@ -74,9 +74,7 @@ func AllocationSpec(input func() AllocationInput) {
 			ginkgo.BeforeEach(func(ctx context.Context) {
 				in = input()
 				env = in.Env
-				path = pathByName(in.Paths, pathName)
-				gomega.Expect(path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
-				ns = env.NewNamespace(ctx, "alloc").Name
+				path, ns = setUpPathSpec(ctx, env, in.Paths, pathName, "alloc")
 			})
 
 			for _, n := range counts {
@@ -256,6 +254,15 @@ func eligibleNodes(p gpu.Path, n int, pool []string) []string {
 		}
 	}
 	return out
+}
+
+// setUpPathSpec resolves, for one spec of a per-path container, the live path registered under pathName
+// and creates the spec's namespace.
+func setUpPathSpec(ctx context.Context, env *testenv.Env, paths []gpu.Path, pathName, nsPrefix string) (gpu.Path, string) {
+	ginkgo.GinkgoHelper()
+	path := pathByName(paths, pathName)
+	gomega.Expect(path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
+	return path, env.NewNamespace(ctx, nsPrefix).Name
 }
 
 func pathByName(paths []gpu.Path, name string) gpu.Path {

@@ -87,9 +87,7 @@ func ShortageSpec(input func() ShortageInput) {
 			ginkgo.BeforeEach(func(ctx context.Context) {
 				in = input()
 				env = in.Env
-				path = pathByName(in.Paths, pathName)
-				gomega.Expect(path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
-				ns = env.NewNamespace(ctx, "short").Name
+				path, ns = setUpPathSpec(ctx, env, in.Paths, pathName, "short")
 			})
 
 			// (a) Kueue quota.

@@ -166,26 +166,26 @@ var _ = ginkgo.ReportAfterSuite("gpuconform record and signoff report", func(r t
 
 var _ = ginkgo.Describe("GPU scheduling", func() {
 	scenarios.AllocationSpec(func() scenarios.AllocationInput {
-		existing := ""
-		if cfg.Queues.Mode == config.QueuesExisting {
-			existing = cfg.Queues.LocalQueue
-		}
 		return scenarios.AllocationInput{
-			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existing,
+			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existingLocalQueue(),
 			GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised,
 		}
 	})
 	scenarios.ShortageSpec(func() scenarios.ShortageInput {
-		existing := ""
-		if cfg.Queues.Mode == config.QueuesExisting {
-			existing = cfg.Queues.LocalQueue
-		}
 		return scenarios.ShortageInput{
-			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existing,
+			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existingLocalQueue(),
 			GPUPool: caps.Pools.GPU.Nodes, Nodes: discoveredNodes(), Tolerations: cfg.Tolerations, NotExercised: notExercised,
 		}
 	})
 })
+
+// existingLocalQueue is the user's LocalQueue when the suite submits to one, else "" (own queues).
+func existingLocalQueue() string {
+	if cfg.Queues.Mode == config.QueuesExisting {
+		return cfg.Queues.LocalQueue
+	}
+	return ""
+}
 
 // discoveredNodes lists the nodes once, while the spec tree is built: the shortage scenario sizes its
 // requests from their allocatable and relies only on taints they already carry.
