@@ -44,10 +44,19 @@ func run(log *slog.Logger) error {
 	flag.StringVar(&cfg.Family, "family", cfg.Family, "GPU architecture family for the nvidia.com/gpu.family label")
 	flag.StringVar(&cfg.PluginVersion, "version", cfg.PluginVersion, "plugin version published as gpuconform.io/fake-device-plugin-version")
 	flag.DurationVar(&cfg.SocketPollInterval, "socket-poll-interval", cfg.SocketPollInterval, "how often to check that our socket survived (kubelet restarts delete it)")
+	flag.StringVar(&cfg.ReadyFile, "ready-file", "", "file that exists while the kubelet is connected (for the readiness probe)")
+	checkReady := flag.String("check-ready", "", "readiness probe: exit 0 if this ready file exists, 1 otherwise, and do nothing else")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig for running outside a pod (default: in-cluster config)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments: %v", flag.Args())
+	}
+	if *checkReady != "" {
+		if err := fakeplugin.CheckReady(*checkReady); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return nil
 	}
 	cfg.Fault = fakeplugin.Fault(fault)
 

@@ -161,8 +161,26 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 		}
 	}
 	want := s.Devices * max(s.Replicas, 1)
+	started := c.nodeStartTimes(ctx)
 	return poll(ctx, 120*time.Second, func() (bool, string) {
-		out, err := c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o",
+		// Both plugins' pods must be Ready (their probes say the kubelet is served), and Ready since their
+		// node last started: a status written before the node container stopped is stale.
+		out, err := c.kubectlOut(ctx, "get", "pods", "-n", SystemNamespace, "-l", "app.kubernetes.io/name in (fake-device-plugin,dra-example-driver)", "-o",
+			`jsonpath={range .items[*]}{.metadata.name}={.spec.nodeName}={.status.conditions[?(@.type=="Ready")].status}={.status.containerStatuses[0].state.running.startedAt}{"\n"}{end}`)
+		if err != nil {
+			return false, err.Error()
+		}
+		if why := stalePluginPods(out, started); why != "" {
+			return false, why
+		}
+		pool, err := c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o", "name")
+		if err != nil {
+			return false, err.Error()
+		}
+		if got, want := len(strings.Fields(out)), 2*len(strings.Fields(pool)); got != want {
+			return false, fmt.Sprintf("%d plugin pods (device plugin and DRA driver) on %d pool nodes, want %d", got, want/2, want)
+		}
+		out, err = c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o",
 			`jsonpath={range .items[*]}{.metadata.name}={.status.allocatable.`+strings.ReplaceAll(s.ResourceName, ".", `\.`)+`}{"\n"}{end}`)
 		if err != nil {
 			return false, err.Error()
@@ -177,12 +195,34 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 		if err != nil {
 			return false, err.Error()
 		}
-		pool, _ := c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o", "name")
 		if len(strings.Fields(slices)) < len(strings.Fields(pool)) {
 			return false, fmt.Sprintf("ResourceSlices of %s on %d of %d pool nodes", s.DriverName, len(strings.Fields(slices)), len(strings.Fields(pool)))
 		}
 		return true, ""
 	})
+}
+
+// stalePluginPods reads "pod=node=ready=startedAt" lines and says which pod is not Ready or runs a
+// container that started before its node did; "" when every pod is Ready and current.
+func stalePluginPods(lines string, nodeStarted map[string]time.Time) string {
+	for _, l := range strings.Fields(lines) {
+		parts := strings.SplitN(l, "=", 4)
+		if len(parts) != 4 {
+			return "unexpected pod line " + l
+		}
+		pod, node, ready, startedAt := parts[0], parts[1], parts[2], parts[3]
+		if ready != "True" {
+			return fmt.Sprintf("pod %s on %s is not Ready", pod, node)
+		}
+		t, err := time.Parse(time.RFC3339, startedAt)
+		if err != nil {
+			return fmt.Sprintf("pod %s on %s has no running container", pod, node)
+		}
+		if since, ok := nodeStarted[node]; ok && t.Before(since.Truncate(time.Second)) {
+			return fmt.Sprintf("pod %s on %s: status predates the node's start (%s)", pod, node, since.Format(time.RFC3339))
+		}
+	}
+	return ""
 }
 
 // poll retries check until it succeeds or the timeout passes; the error carries the last reason.

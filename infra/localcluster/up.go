@@ -195,15 +195,7 @@ func (c *Cluster) exportKubeconfig() error {
 // container's start: right after a restart the API still shows the Ready status written before it.
 func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) error {
 	want := 1 + c.opts.GPUWorkers + c.opts.CanaryWorkers
-	started := map[string]time.Time{}
-	if ns, err := c.nodes(); err == nil {
-		for _, n := range ns {
-			out, err := output(ctx, "docker", "inspect", "-f", "{{.State.StartedAt}}", n.String())
-			if t, perr := time.Parse(time.RFC3339Nano, out); err == nil && perr == nil {
-				started[n.String()] = t
-			}
-		}
-	}
+	started := c.nodeStartTimes(ctx)
 	return poll(ctx, timeout, func() (bool, string) {
 		out, err := c.kubectlOut(ctx, "get", "nodes", "--request-timeout=5s", "-o",
 			`jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Ready")].status}={.status.conditions[?(@.type=="Ready")].lastHeartbeatTime}{"\n"}{end}`)
@@ -226,4 +218,19 @@ func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) err
 		}
 		return true, ""
 	})
+}
+
+// nodeStartTimes returns when each node container last started. Right after node containers start again,
+// the API still shows what the nodes' kubelets wrote before: statuses older than this are stale.
+func (c *Cluster) nodeStartTimes(ctx context.Context) map[string]time.Time {
+	started := map[string]time.Time{}
+	if ns, err := c.nodes(); err == nil {
+		for _, n := range ns {
+			out, err := output(ctx, "docker", "inspect", "-f", "{{.State.StartedAt}}", n.String())
+			if t, perr := time.Parse(time.RFC3339Nano, out); err == nil && perr == nil {
+				started[n.String()] = t
+			}
+		}
+	}
+	return started
 }

@@ -36,6 +36,11 @@ const (
 // suite writes it; removing it (or an entry) makes the devices healthy again.
 const UnhealthyDevicesAnnotation = "gpuconform.io/unhealthy-devices"
 
+// LogSentDeviceList is the message the plugin logs each time it sends its device list to the kubelet over
+// ListAndWatch: its first appearance after a kubelet restart says the kubelet has connected to the new
+// endpoint, and tests that restart kubelets wait for it.
+const LogSentDeviceList = "sent device list to kubelet"
+
 // Config is everything the plugin needs to know; cmd/fake-device-plugin fills it from flags.
 type Config struct {
 	// NodeName is the node the plugin runs on. It seeds the device IDs and names the Node object whose
@@ -69,6 +74,11 @@ type Config struct {
 	// the kubelet refuses registration.
 	RegisterInitialBackoff time.Duration
 	RegisterMaxBackoff     time.Duration
+
+	// ReadyFile, when set, exists exactly while the kubelet holds a ListAndWatch stream open on the plugin,
+	// that is while the kubelet can admit pods asking for its devices. The DaemonSet's readiness probe
+	// (`fake-device-plugin --check-ready FILE`) reads it, so a plugin pod is Ready only when it serves.
+	ReadyFile string
 
 	// Logger receives every registration, health change and allocation; nil means slog.Default().
 	Logger *slog.Logger

@@ -40,6 +40,8 @@ type Plugin struct {
 	unhealthy map[int]bool  // physical indexes reported Unhealthy
 	changed   chan struct{} // closed (and replaced) on every health change, waking ListAndWatch streams
 
+	streams int // open ListAndWatch streams; ReadyFile exists while it is above zero
+
 	labelsDrifted chan struct{} // WatchNode → SyncLabels: our labels on the node differ from the config
 	nodeSynced    chan struct{} // closed once WatchNode has seen the node's initial state
 	nodeSyncOnce  sync.Once
@@ -134,6 +136,8 @@ func (p *Plugin) options() *pluginapi.DevicePluginOptions {
 // kubelet hangs up or the server stops.
 func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
 	ctx := stream.Context()
+	p.streamOpened()
+	defer p.streamClosed()
 	for {
 		p.mu.Lock()
 		devs, changed := p.snapshotLocked()
@@ -141,7 +145,7 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingSer
 		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
 			return err
 		}
-		p.log.Info("sent device list to kubelet", "devices", len(devs), "unhealthy", countUnhealthy(devs))
+		p.log.Info(LogSentDeviceList, "devices", len(devs), "unhealthy", countUnhealthy(devs))
 		select {
 		case <-ctx.Done():
 			return nil

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -243,5 +244,54 @@ func TestGetPreferredAllocationIsDeterministic(t *testing.T) {
 	again, _ := c.GetPreferredAllocation(context.Background(), req)
 	if !slices.Equal(again.ContainerResponses[0].DeviceIDs, want) {
 		t.Errorf("second call answered differently: %v", again.ContainerResponses[0].DeviceIDs)
+	}
+}
+
+// The readiness marker follows the kubelet's ListAndWatch streams: absent before the kubelet connects,
+// present while a stream is open (two streams count once), absent again when the last one closes, and a
+// marker left by an earlier process is cleared at start.
+func TestReadyFileFollowsListAndWatchStreams(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "node-a")
+	cfg.ReadyFile = filepath.Join(dir, "state", "serving")
+	if err := os.MkdirAll(filepath.Dir(cfg.ReadyFile), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg.ReadyFile, nil, 0o644); err != nil { // stale, from a crashed container
+		t.Fatal(err)
+	}
+	kubelet := startFakeKubelet(t, dir)
+	p := mustNew(t, cfg)
+	startPlugin(t, func(ctx context.Context) error { return p.Run(ctx, nil) })
+	eventually(t, "registration", func() bool { return len(kubelet.requests()) == 1 })
+	if err := CheckReady(cfg.ReadyFile); err == nil {
+		t.Fatalf("ready before the kubelet opened ListAndWatch (stale marker not cleared)")
+	}
+	c := dialPlugin(t, cfg)
+	open := func() context.CancelFunc {
+		ctx, cancel := context.WithCancel(context.Background())
+		stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		return cancel
+	}
+	first := open()
+	if err := CheckReady(cfg.ReadyFile); err != nil {
+		t.Fatalf("with a stream open: %v", err)
+	}
+	second := open()
+	first()
+	time.Sleep(50 * time.Millisecond) // let the server see the first stream end
+	if err := CheckReady(cfg.ReadyFile); err != nil {
+		t.Fatalf("with one of two streams still open: %v", err)
+	}
+	second()
+	eventually(t, "marker removed after the last stream closed", func() bool { return CheckReady(cfg.ReadyFile) != nil })
+	if err := CheckReady(cfg.ReadyFile); err == nil || !strings.Contains(err.Error(), "ListAndWatch") {
+		t.Errorf("CheckReady error should say why: %v", err)
 	}
 }

@@ -18,6 +18,8 @@ const nodeSyncGrace = 30 * time.Second
 // until ctx ends (SIGTERM in the binary). A nil client disables the two API-server features, which is
 // only useful for local experiments.
 func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
+	p.clearReady()
+	defer p.clearReady()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup

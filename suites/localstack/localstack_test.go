@@ -122,6 +122,26 @@ func probePod(ctx context.Context, ns, node string, mutate func(*corev1.Pod)) pr
 	return r
 }
 
+// waitPluginServing waits until the fake device plugin on node runs, is Ready and has sent its device list
+// to the kubelet since the given time: only then does the kubelet admit pods asking for its devices.
+func waitPluginServing(ctx context.Context, node string, since time.Time) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		pods, err := cs.CoreV1().Pods(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{
+			LabelSelector: "app.kubernetes.io/name=fake-device-plugin", FieldSelector: "spec.nodeName=" + node,
+		})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(pods.Items).To(HaveLen(1), "fake device plugin pods on %s", node)
+		p := pods.Items[0]
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning), "plugin pod %s: %s", p.Name, podState(&p))
+		// The log's timestamps come from the node's clock, which is this host's (kind nodes are containers).
+		since := metav1.NewTime(since.Add(-time.Second))
+		logs, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &since}).DoRaw(ctx)
+		g.Expect(err).NotTo(HaveOccurred(), "logs of %s", p.Name)
+		g.Expect(string(logs)).To(ContainSubstring(fakeplugin.LogSentDeviceList), "plugin %s has not served the kubelet since %s", p.Name, since.Format(time.RFC3339))
+	}).WithTimeout(3 * time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
 func podState(p *corev1.Pod) string {
 	var parts []string
 	for _, c := range p.Status.Conditions {
@@ -189,8 +209,13 @@ var _ = Describe("The fake device plugin", func() {
 		out, err := exec.CommandContext(ctx, "docker", "exec", node, "systemctl", "restart", "kubelet").CombinedOutput()
 		Expect(err).NotTo(HaveOccurred(), "restart kubelet on %s: %s", node, out)
 		start := time.Now()
-		// The restarted kubelet wipes the device-plugins directory; the plugin must notice and register again,
-		// otherwise allocatable stays at zero and pods asking for devices fail admission.
+		// The restarted kubelet wipes the device-plugins directory; the plugin must notice and register again.
+		// Allocatable alone proves nothing here: the kubelet restores the devices from its checkpoint and keeps
+		// advertising them for a grace period while no plugin serves them, and a pod admitted in that window
+		// fails with UnexpectedAdmissionError. The plugin has re-registered once the kubelet has opened its new
+		// endpoint and received the device list.
+		waitPluginServing(ctx, node, start)
+		AddReportEntry("kubelet restart → plugin serving again", time.Since(start).Round(100*time.Millisecond).String())
 		ns := testNamespace(ctx)
 		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(90 * time.Second).WithPolling(500 * time.Millisecond).
 			Should(BeEquivalentTo(*devices))
@@ -331,6 +356,7 @@ var _ = Describe("A GPU worker of the local cluster", Serial, func() {
 		Expect(err).NotTo(HaveOccurred(), "docker start %s: %s", node, out)
 		Eventually(ready).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Equal(corev1.ConditionTrue), "node %s not Ready again", node)
 		AddReportEntry("started → Ready", time.Since(start).Round(100*time.Millisecond).String())
+		waitPluginServing(ctx, node, start)
 		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(3*time.Minute).WithPolling(time.Second).
 			Should(BeEquivalentTo(*devices), "devices on %s after the restart", node)
 		AddReportEntry("started → devices advertised", time.Since(start).Round(100*time.Millisecond).String())

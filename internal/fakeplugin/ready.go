@@ -1,0 +1,66 @@
+package fakeplugin
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// The readiness marker (Config.ReadyFile) tells the kubelet's readiness probe whether the kubelet itself is
+// connected to the plugin. A pod whose process runs is not enough: after a kubelet restart the kubelet keeps
+// advertising the checkpointed devices while no plugin serves them, and pods admitted then fail with
+// UnexpectedAdmissionError. Whoever waits for the GPU stack (make cluster, the suites) waits for Ready.
+
+// streamOpened records a new ListAndWatch stream and creates the marker on the first one.
+func (p *Plugin) streamOpened() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.streams++
+	if p.streams == 1 {
+		p.setReadyLocked(true)
+	}
+}
+
+// streamClosed forgets a stream and removes the marker when none is left.
+func (p *Plugin) streamClosed() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.streams--
+	if p.streams == 0 {
+		p.setReadyLocked(false)
+	}
+}
+
+// clearReady removes a marker a previous process may have left in the pod's volume: a restarted container
+// must not look ready before its kubelet has connected.
+func (p *Plugin) clearReady() { p.mu.Lock(); p.setReadyLocked(false); p.mu.Unlock() }
+
+func (p *Plugin) setReadyLocked(ready bool) {
+	if p.cfg.ReadyFile == "" {
+		return
+	}
+	var err error
+	if ready {
+		if err = os.MkdirAll(filepath.Dir(p.cfg.ReadyFile), 0o755); err == nil {
+			err = os.WriteFile(p.cfg.ReadyFile, []byte("serving\n"), 0o644)
+		}
+	} else if err = os.Remove(p.cfg.ReadyFile); errors.Is(err, fs.ErrNotExist) {
+		err = nil
+	}
+	if err != nil {
+		p.log.Error("cannot update the readiness marker", "file", p.cfg.ReadyFile, "ready", ready, "err", err)
+	}
+}
+
+// CheckReady is the readiness probe: nil when the marker exists, otherwise an error saying why not.
+func CheckReady(file string) error {
+	if _, err := os.Stat(file); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("not ready: the kubelet holds no ListAndWatch stream on this plugin (%s absent)", file)
+		}
+		return fmt.Errorf("not ready: %w", err)
+	}
+	return nil
+}
