@@ -136,9 +136,16 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 		t.Errorf("image %q pull %q", c.Image, c.ImagePullPolicy)
 	}
 	wantArgs := []string{"--devices=8", "--resource-name=nvidia.com/gpu", "--replicas=2",
-		"--driver-version=550.54.15", "--version=v2"}
+		"--driver-version=550.54.15", "--version=v2", "--ready-file=/run/fake-device-plugin/serving"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args = %v, want %v (no --fault when Fault is empty)", c.Args, wantArgs)
+	}
+	// The readiness probe must read the very file the plugin writes, on a volume that outlives the process.
+	if p := c.ReadinessProbe; p == nil || p.Exec == nil || !slices.Contains(p.Exec.Command, "--check-ready=/run/fake-device-plugin/serving") {
+		t.Errorf("readiness probe does not check the plugin's ready file: %+v", c.ReadinessProbe)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/run/fake-device-plugin" }) {
+		t.Errorf("no volume mounted at the ready file's directory: %+v", c.VolumeMounts)
 	}
 	if len(c.Env) != 1 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
 		t.Errorf("NODE_NAME must come from spec.nodeName: %+v", c.Env)
@@ -148,8 +155,10 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	if expr.Key != "gpuconform.io/pool" || expr.Operator != corev1.NodeSelectorOpIn || !slices.Equal(expr.Values, []string{"gpu", "canary"}) {
 		t.Errorf("node affinity = %+v", expr)
 	}
-	if vol := ds.Spec.Template.Spec.Volumes[0]; vol.HostPath == nil || vol.HostPath.Path != "/var/lib/kubelet/device-plugins" {
-		t.Errorf("device-plugins hostPath volume missing: %+v", vol)
+	if !slices.ContainsFunc(ds.Spec.Template.Spec.Volumes, func(vol corev1.Volume) bool {
+		return vol.HostPath != nil && vol.HostPath.Path == "/var/lib/kubelet/device-plugins"
+	}) {
+		t.Errorf("device-plugins hostPath volume missing: %+v", ds.Spec.Template.Spec.Volumes)
 	}
 
 	v.Fault = string(FaultWrongIDs)
