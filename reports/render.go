@@ -1,14 +1,18 @@
 package reports
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/cluster"
 )
 
 // ReadGinkgoJSON reads a report written by --json-report (an array of suite reports).
@@ -105,13 +109,18 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 		sharing += fmt.Sprintf(" (%d replicas)", rec.Sharing.Replicas)
 	}
 	row("Sharing", sharing)
-	row("Feature gates", strings.Join(rec.FeatureGates, ", "))
+	if len(rec.FeatureGates) == 0 {
+		row("Feature gates", "not recorded (see notes)")
+	} else {
+		row("Feature gates", "GPU-relevant gates below")
+	}
 	if len(rec.Nodes) > 0 {
 		b.WriteString("\n| Node | Accelerator | Driver | OS | Kernel | Runtime | Kubelet | Devices (plugin/DRA) |\n|---|---|---|---|---|---|---|---|\n")
 		for _, n := range rec.Nodes {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d/%d |\n", n.Name, cell(n.Accelerator), cell(n.Driver), cell(n.OSImage), cell(n.Kernel), cell(n.ContainerRuntime), cell(n.Kubelet), n.DevicePluginDevices, n.DRADevices)
 		}
 	}
+	renderFeatureGates(&b, rec.FeatureGates)
 
 	b.WriteString("\n## Results\n\n| Path | Spec | Result | Time |\n|---|---|---|---|\n")
 	var failures []types.SpecReport
@@ -141,6 +150,13 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	}
 	for _, n := range rec.NotExercised {
 		fmt.Fprintf(&b, "- **%s**: %s\n", n.What, n.Why)
+	}
+
+	if len(rec.Notes) > 0 {
+		b.WriteString("\n## Notes\n\nWhat discovery could not read, and why:\n\n")
+		for _, n := range rec.Notes {
+			fmt.Fprintf(&b, "- %s\n", n)
+		}
 	}
 
 	if rec.LeakAudit != nil {
@@ -226,4 +242,41 @@ func Count(suites []types.Report) (passed, failed, skipped int) {
 		}
 	}
 	return passed, failed, skipped
+}
+
+// renderFeatureGates writes one row per gate and one column per component that reported it.
+func renderFeatureGates(b *strings.Builder, gates []cluster.FeatureGate) {
+	if len(gates) == 0 {
+		return
+	}
+	var components, names []string
+	stage := map[string]string{}
+	state := map[[2]string]bool{}
+	for _, g := range gates {
+		if !slices.Contains(components, g.Component) {
+			components = append(components, g.Component)
+		}
+		if _, seen := stage[g.Name]; !seen {
+			names = append(names, g.Name)
+		}
+		stage[g.Name] = cmp.Or(g.Stage, "GA")
+		state[[2]string{g.Name, g.Component}] = g.Enabled
+	}
+	sort.Strings(names)
+	b.WriteString("\n| Feature gate | Stage | " + strings.Join(components, " | ") + " |\n|---|---|" + strings.Repeat("---|", len(components)) + "\n")
+	for _, n := range names {
+		fmt.Fprintf(b, "| %s | %s |", n, stage[n])
+		for _, c := range components {
+			on, ok := state[[2]string{n, c}]
+			switch {
+			case !ok:
+				b.WriteString(" – |")
+			case on:
+				b.WriteString(" on |")
+			default:
+				b.WriteString(" off |")
+			}
+		}
+		b.WriteString("\n")
+	}
 }

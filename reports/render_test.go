@@ -76,3 +76,33 @@ func TestCountLeafSpecs(t *testing.T) {
 		t.Errorf("Count = %d passed, %d failed, %d skipped; want 1, 2, 0", p, f, s)
 	}
 }
+
+func TestFeatureGatesTable(t *testing.T) {
+	rec := record()
+	md := RenderMarkdown(nil, rec)
+	if !strings.Contains(md, "| Feature gates | not recorded (see notes) |") {
+		t.Errorf("no gates must say so:\n%s", md)
+	}
+	rec.Notes = []string{"feature gates of kube-apiserver not recorded: forbidden"}
+	if md := RenderMarkdown(nil, rec); !strings.Contains(md, "## Notes") || !strings.Contains(md, "- feature gates of kube-apiserver not recorded: forbidden") {
+		t.Errorf("notes not rendered:\n%s", md)
+	}
+	rec.Notes = nil
+	rec.FeatureGates = []cluster.FeatureGate{
+		{Component: "kube-apiserver", Name: "DynamicResourceAllocation", Enabled: true},
+		{Component: "kube-apiserver", Name: "DRAPrioritizedList", Stage: "BETA", Enabled: false},
+		{Component: "kubelet/w1", Name: "DynamicResourceAllocation", Enabled: true},
+		{Component: "kubelet/w1", Name: "KubeletPodResourcesGet", Stage: "BETA", Enabled: true},
+	}
+	md = RenderMarkdown(nil, rec)
+	for _, want := range []string{
+		"| Feature gate | Stage | kube-apiserver | kubelet/w1 |",
+		"| DRAPrioritizedList | BETA | off | – |",
+		"| DynamicResourceAllocation | GA | on | on |",
+		"| KubeletPodResourcesGet | BETA | – | on |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
