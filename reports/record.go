@@ -32,7 +32,7 @@ type Record struct {
 	// FeatureGates are the GPU-relevant gates of the API server and of one GPU node's kubelet, read from
 	// their kubernetes_feature_enabled metric; empty when unreadable (Notes say why).
 	FeatureGates []cluster.FeatureGate `json:"featureGates"`
-	NotExercised []NotExercised `json:"notExercised"`
+	NotExercised []NotExercised        `json:"notExercised"`
 	// LeakAudit is the end-of-run audit; nil when it did not run.
 	LeakAudit *audit.Result `json:"leakAudit,omitempty"`
 	Notes     []string      `json:"notes,omitempty"`
