@@ -39,7 +39,8 @@ cluster-logs: build ## collect the local cluster's logs into $(ARTIFACTS)/cluste
 
 e2e: cluster ## run the suites against the local cluster and write the signoff report into $(ARTIFACTS)
 	@mkdir -p $(ARTIFACTS)
-	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./suites/localstack/ -args --kubeconfig=$(KUBECONFIG_LOCAL) 2>&1 | tee $(ARTIFACTS)/localstack.log
+	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./suites/localstack/ -args --kubeconfig=$(KUBECONFIG_LOCAL) \
+		--ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./suites/conformance/ -args \
 		--kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1; \
 	rc=$$?; grep -E '^(---|===|ok|FAIL|PASS|Ran |•)|\[FAIL\]|not exercised' $(ARTIFACTS)/conformance.log | tail -n 200; \
