@@ -8,9 +8,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -90,5 +92,10 @@ func newClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	rc.UserAgent = "gpuconform-fake-device-plugin"
+	// Right after its node restarts, the pod network and the Service rules are not back yet and the first
+	// connection to the API server's Service IP hangs instead of failing: with the default 30 s dial timeout
+	// the plugin waited out its whole node-sync grace before registering. A short dial timeout makes the
+	// informer retry as soon as the network heals. (Not rest.Config.Timeout: that would cut watches.)
+	rc.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	return kubernetes.NewForConfig(rc)
 }
