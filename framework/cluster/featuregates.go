@@ -7,10 +7,12 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -89,6 +91,9 @@ func label(m *dto.Metric, name string) string {
 	return ""
 }
 
+// rawGetTimeout bounds one metrics read.
+const rawGetTimeout = 20 * time.Second
+
 // getRaw fetches a path from the API server (a non-resource URL or a proxied one) as bytes.
 type getRaw func(ctx context.Context, path ...string) ([]byte, error)
 
@@ -99,6 +104,9 @@ func restGetRaw(kube kubernetes.Interface) getRaw {
 		return nil
 	}
 	return func(ctx context.Context, path ...string) ([]byte, error) {
+		// A kubelet behind a NotReady node answers the proxy slowly or never; the record must not hold the run.
+		ctx, cancel := context.WithTimeout(ctx, rawGetTimeout)
+		defer cancel()
 		return rc.Get().AbsPath(path...).DoRaw(ctx)
 	}
 }
@@ -134,21 +142,26 @@ func readFeatureGates(ctx context.Context, get getRaw, node string) ([]FeatureGa
 	return gates, notes
 }
 
-// gateNode picks the node whose kubelet's gates are recorded: the first (by name) that advertises an
-// extended GPU resource or publishes a ResourceSlice; "" when none does.
+// gateNode picks the node whose kubelet's gates are recorded: the first (by name) Ready node that
+// advertises an extended GPU resource or publishes a ResourceSlice; "" when none does.
 func gateNode(s Snapshot) string {
-	var names []string
+	gpu := map[string]bool{}
 	for _, n := range s.Nodes {
 		for r := range n.Status.Allocatable {
 			if isExtendedGPUResource(r) {
-				names = append(names, n.Name)
-				break
+				gpu[n.Name] = true
 			}
 		}
 	}
 	for _, rs := range s.ResourceSlices {
-		if rs.Spec.NodeName != nil && *rs.Spec.NodeName != "" {
-			names = append(names, *rs.Spec.NodeName)
+		if rs.Spec.NodeName != nil {
+			gpu[*rs.Spec.NodeName] = true
+		}
+	}
+	var names []string
+	for _, n := range s.Nodes {
+		if gpu[n.Name] && nodeReady(n) {
+			names = append(names, n.Name)
 		}
 	}
 	if len(names) == 0 {
@@ -156,4 +169,13 @@ func gateNode(s Snapshot) string {
 	}
 	sort.Strings(names)
 	return names[0]
+}
+
+func nodeReady(n corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }

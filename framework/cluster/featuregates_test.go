@@ -111,16 +111,25 @@ func TestReadFeatureGates(t *testing.T) {
 	}
 }
 
-func TestGateNodePrefersAGPUNode(t *testing.T) {
-	s := Snapshot{Nodes: []corev1.Node{*gpuNode("a-cpu", nil, nil), *gpuNode("z-gpu", nil, map[string]int64{"nvidia.com/gpu": 8})}}
+func TestGateNodePrefersAReadyGPUNode(t *testing.T) {
+	ready := func(n *corev1.Node, status corev1.ConditionStatus) corev1.Node {
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status}}
+		return *n
+	}
+	s := Snapshot{Nodes: []corev1.Node{
+		ready(gpuNode("a-cpu", nil, nil), corev1.ConditionTrue),
+		ready(gpuNode("b-gpu-down", nil, map[string]int64{"nvidia.com/gpu": 8}), corev1.ConditionUnknown),
+		ready(gpuNode("z-gpu", nil, map[string]int64{"nvidia.com/gpu": 8}), corev1.ConditionTrue),
+		ready(gpuNode("m-dra", nil, nil), corev1.ConditionTrue),
+	}}
 	if got := gateNode(s); got != "z-gpu" {
-		t.Errorf("gateNode = %q, want z-gpu", got)
+		t.Errorf("gateNode = %q, want z-gpu (b-gpu-down is not Ready, m-dra has no slice yet)", got)
 	}
 	s.ResourceSlices = []resourcev1.ResourceSlice{{Spec: resourcev1.ResourceSliceSpec{NodeName: ptr.To("m-dra")}}}
 	if got := gateNode(s); got != "m-dra" {
-		t.Errorf("gateNode = %q, want m-dra (first by name)", got)
+		t.Errorf("gateNode = %q, want m-dra (first Ready GPU node by name)", got)
 	}
-	if got := gateNode(Snapshot{Nodes: []corev1.Node{*gpuNode("a-cpu", nil, nil)}}); got != "" {
-		t.Errorf("gateNode without GPUs = %q", got)
+	if got := gateNode(Snapshot{Nodes: s.Nodes[:2]}); got != "" {
+		t.Errorf("gateNode with no Ready GPU node = %q", got)
 	}
 }
