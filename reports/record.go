@@ -30,7 +30,7 @@ type Record struct {
 	Sharing           cluster.Sharing `json:"sharing"`
 	Nodes             []NodeRecord    `json:"nodes"`
 	// FeatureGates are the GPU-relevant gates of the API server and of one GPU node's kubelet, read from
-	// their kubernetes_feature_enabled metric; empty when unreadable (Notes say why).
+	// their kubernetes_feature_enabled metric (cluster.ReadFeatureGates); empty when unreadable (Notes say why).
 	FeatureGates []cluster.FeatureGate `json:"featureGates"`
 	NotExercised []NotExercised        `json:"notExercised"`
 	// LeakAudit is the end-of-run audit; nil when it did not run.
@@ -84,7 +84,6 @@ func NewRecord(runID, contextName, server string, caps cluster.Capabilities, pat
 		KubernetesVersion: caps.ServerVersion,
 		Kueue:             KueueRecord{Present: caps.Kueue.Present, Version: caps.Kueue.Version},
 		Sharing:           caps.Sharing,
-		FeatureGates:      caps.FeatureGates,
 		Notes:             caps.Notes,
 	}
 	for _, p := range paths {

@@ -51,9 +51,6 @@ type Snapshot struct {
 	KueueResources []string
 	// KueueDeployment is Kueue's controller Deployment, nil when unreadable.
 	KueueDeployment *appsv1.Deployment
-	// FeatureGates are the GPU-relevant gates of the API server and of one GPU node's kubelet, as far as
-	// they were readable (see Notes).
-	FeatureGates []FeatureGate
 	// Notes record what could not be read and why (e.g. forbidden), for the report.
 	Notes []string
 }
@@ -104,9 +101,6 @@ func Collect(ctx context.Context, kube kubernetes.Interface, kueueNamespace stri
 			s.Notes = append(s.Notes, fmt.Sprintf("cannot read deployment %s/%s: %v; Kueue version unknown", kueueNamespace, kueueManagerName, err))
 		}
 	}
-	gates, notes := readFeatureGates(ctx, restGetRaw(kube), gateNode(s))
-	s.FeatureGates = gates
-	s.Notes = append(s.Notes, notes...)
 	return s, nil
 }
 
@@ -128,8 +122,8 @@ type Capabilities struct {
 	Nodes []NodeInfo
 	// NotExercised says, per absent capability, why it is absent. Keys are path or feature names.
 	NotExercised map[string]string
-	// FeatureGates are the snapshot's gates, for the compatibility record.
-	FeatureGates []FeatureGate
+	// GateNode is the Ready GPU node whose kubelet's feature gates the record reads ("" when none).
+	GateNode string
 	// Notes carry Snapshot notes.
 	Notes []string
 }
@@ -219,7 +213,7 @@ func (c Capabilities) HasPath(path string) bool {
 
 // Discover decides the capabilities from a snapshot and the configuration. It never calls the API.
 func Discover(s Snapshot, cfg config.Config) Capabilities {
-	c := Capabilities{NotExercised: map[string]string{}, Notes: s.Notes, FeatureGates: s.FeatureGates}
+	c := Capabilities{NotExercised: map[string]string{}, Notes: s.Notes, GateNode: gateNode(s)}
 	if s.ServerVersion != nil {
 		c.ServerVersion = s.ServerVersion.GitVersion
 	}

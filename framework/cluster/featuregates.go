@@ -111,8 +111,13 @@ func restGetRaw(kube kubernetes.Interface) getRaw {
 	}
 }
 
-// readFeatureGates reads the API server's gates and, when node is set, that node's kubelet's gates
-// (through the API server's node proxy). What cannot be read becomes a note naming the permission.
+// ReadFeatureGates reads the API server's gates and, when node is set (Capabilities.GateNode), that
+// node's kubelet's gates through the API server's node proxy. What cannot be read becomes a note naming
+// the permission. It reads a few megabytes, so it runs once per run, not in discovery's polling loop.
+func ReadFeatureGates(ctx context.Context, kube kubernetes.Interface, node string) ([]FeatureGate, []string) {
+	return readFeatureGates(ctx, restGetRaw(kube), node)
+}
+
 func readFeatureGates(ctx context.Context, get getRaw, node string) ([]FeatureGate, []string) {
 	if get == nil {
 		return nil, []string{"feature gates not recorded: the client cannot make raw requests"}

@@ -23,20 +23,23 @@ import (
 // maxEvidenceNodes bounds how many node names one evidence line quotes.
 const maxEvidenceNodes = 3
 
-// listNodes reads every node. ok is false (with a note for the evidence) when
-// the read fails for any reason; the caller then keeps its message-only verdict.
-func (d *diagnosis) listNodes(ctx context.Context) (nodes []corev1.Node, note string, ok bool) {
-	if d.nodesRead {
-		return d.nodes, d.nodesNote, d.nodesNote == ""
+// nodesFor reads every node once per diagnosis. When they cannot be read it
+// adds that to res's evidence and returns nil, so callers keep the verdict the
+// scheduler's message gave.
+func (d *diagnosis) nodesFor(ctx context.Context, res *Result) []corev1.Node {
+	if !d.nodesRead {
+		d.nodesRead = true
+		list, err := d.c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			d.nodesNote = fmt.Sprintf("nodes could not be read (%v); the verdict rests on the scheduler's message alone", err)
+		} else {
+			d.nodes = list.Items
+		}
 	}
-	d.nodesRead = true
-	list, err := d.c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		d.nodesNote = fmt.Sprintf("nodes could not be read (%v); the verdict rests on the scheduler's message alone", err)
-		return nil, d.nodesNote, false
+	if d.nodesNote != "" {
+		res.Messages = append(res.Messages, d.nodesNote)
 	}
-	d.nodes = list.Items
-	return d.nodes, "", true
+	return d.nodes
 }
 
 // UntoleratedTaints returns the node's NoSchedule and NoExecute taints that none
@@ -86,11 +89,7 @@ func (d *diagnosis) refineGates(ctx context.Context, pod *corev1.Pod, parsed Sch
 	if !taint || !affinity || capacity {
 		return
 	}
-	nodes, note, ok := d.listNodes(ctx)
-	if !ok {
-		res.Messages = append(res.Messages, note)
-		return
-	}
+	nodes := d.nodesFor(ctx, res)
 	if len(nodes) == 0 {
 		return
 	}
@@ -129,11 +128,7 @@ func (d *diagnosis) refineGates(ctx context.Context, pod *corev1.Pod, parsed Sch
 // and turns a device "shortage" on a cluster where no node advertises the
 // device at all into DeviceNotAdvertised.
 func (d *diagnosis) refineCapacity(ctx context.Context, pod *corev1.Pod, name corev1.ResourceName, res *Result) {
-	nodes, note, ok := d.listNodes(ctx)
-	if !ok {
-		res.Messages = append(res.Messages, note)
-		return
-	}
+	nodes := d.nodesFor(ctx, res)
 	if len(nodes) == 0 {
 		return
 	}

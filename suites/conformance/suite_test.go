@@ -73,6 +73,8 @@ func TestConformance(t *testing.T) {
 		describers[i] = p
 	}
 	record = reports.NewRecord("", clients.Context, clients.Server, caps, describers)
+	gates, notes := cluster.ReadFeatureGates(ctx, clients.Kube, caps.GateNode)
+	record.FeatureGates, record.Notes = gates, append(record.Notes, notes...)
 
 	suiteCfg, reporterCfg := ginkgo.GinkgoConfiguration()
 	if reporterCfg.JSONReport == "" {
