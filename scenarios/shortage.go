@@ -181,27 +181,29 @@ func ShortageSpec(input func() ShortageInput) {
 			if cpuNode == "" || memNode == "" {
 				notExercised(pathName+": CPU and memory shortage", "no node's allocatable CPU and memory could be read at discovery")
 			} else {
-				cpu := *resource.NewQuantity(maxCPU.Value()+1, resource.DecimalSI)
-				ginkgo.It("diagnoses a pod asking for 1 device and more CPU than any node's allocatable as InsufficientCPU, not as a device shortage",
-					func(ctx context.Context) {
-						ginkgo.By(fmt.Sprintf("requesting %s CPU; the most any node has allocatable is %s (%s)", cpu.String(), maxCPU.String(), cpuNode))
-						w := env.Factory.GPUPod("too-much-cpu", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(corev1.ResourceCPU, cpu)
-						pendingPodDiagnosed(ctx, env, w, expectation{
-							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientCPU,
-							messages: []string{"Insufficient cpu", "no node can ever satisfy the request"},
-						})
-					})
 				mem := maxMem.DeepCopy()
 				mem.Add(resource.MustParse("1Gi"))
-				ginkgo.It("diagnoses a pod asking for 1 device and more memory than any node's allocatable as InsufficientMemory, not as a device shortage",
-					func(ctx context.Context) {
-						ginkgo.By(fmt.Sprintf("requesting %s memory; the most any node has allocatable is %s (%s)", mem.String(), maxMem.String(), memNode))
-						w := env.Factory.GPUPod("too-much-memory", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(corev1.ResourceMemory, mem)
-						pendingPodDiagnosed(ctx, env, w, expectation{
-							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientMemory,
-							messages: []string{"Insufficient memory", "no node can ever satisfy the request"},
+				for _, c := range []struct {
+					what     string // as the spec says it
+					resource corev1.ResourceName
+					ask      resource.Quantity
+					most     resource.Quantity
+					node     string
+					reason   diagnose.Reason
+				}{
+					{"CPU", corev1.ResourceCPU, *resource.NewQuantity(maxCPU.Value()+1, resource.DecimalSI), maxCPU, cpuNode, diagnose.InsufficientCPU},
+					{"memory", corev1.ResourceMemory, mem, maxMem, memNode, diagnose.InsufficientMemory},
+				} {
+					ginkgo.It(fmt.Sprintf("diagnoses a pod asking for 1 device and more %s than any node's allocatable as %s, not as a device shortage", c.what, c.reason),
+						func(ctx context.Context) {
+							ginkgo.By(fmt.Sprintf("requesting %s %s; the most any node has allocatable is %s (%s)", c.ask.String(), c.what, c.most.String(), c.node))
+							w := env.Factory.GPUPod("too-much-"+string(c.resource), ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(c.resource, c.ask)
+							pendingPodDiagnosed(ctx, env, w, expectation{
+								stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: c.reason,
+								messages: []string{"Insufficient " + string(c.resource), "no node can ever satisfy the request"},
+							})
 						})
-					})
+				}
 			}
 		})
 	}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -285,7 +284,11 @@ func TestReadyFileFollowsListAndWatchStreams(t *testing.T) {
 	}
 	second := open()
 	first()
-	time.Sleep(50 * time.Millisecond) // let the server see the first stream end
+	eventually(t, "the server to see the first stream end", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.streams == 1
+	})
 	if err := CheckReady(cfg.ReadyFile); err != nil {
 		t.Fatalf("with one of two streams still open: %v", err)
 	}
