@@ -165,7 +165,7 @@ func gateNode(s Snapshot) string {
 	}
 	var names []string
 	for _, n := range s.Nodes {
-		if gpu[n.Name] && nodeReady(n) {
+		if gpu[n.Name] && NodeReady(n) == corev1.ConditionTrue {
 			names = append(names, n.Name)
 		}
 	}
@@ -176,11 +176,12 @@ func gateNode(s Snapshot) string {
 	return names[0]
 }
 
-func nodeReady(n corev1.Node) bool {
+// NodeReady is the status of the node's Ready condition; "" when it has none.
+func NodeReady(n corev1.Node) corev1.ConditionStatus {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+			return c.Status
 		}
 	}
-	return false
+	return ""
 }

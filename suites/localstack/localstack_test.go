@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
 	"gpuconform.io/gpuconform/internal/workload/probe"
@@ -336,12 +337,7 @@ var _ = Describe("A GPU worker of the local cluster", Serial, func() {
 			if err != nil {
 				return ""
 			}
-			for _, c := range n.Status.Conditions {
-				if c.Type == corev1.NodeReady {
-					return c.Status
-				}
-			}
-			return ""
+			return cluster.NodeReady(*n)
 		}
 		DeferCleanup(func(ctx SpecContext) { _ = exec.CommandContext(ctx, "docker", "start", node).Run() })
 		start := time.Now()
@@ -368,17 +364,7 @@ var _ = Describe("A GPU worker of the local cluster", Serial, func() {
 			for _, ds := range dss.Items {
 				g.Expect(ds.Status.NumberAvailable).To(Equal(ds.Status.DesiredNumberScheduled), "DaemonSet %s", ds.Name)
 			}
-			slices, err := cs.DiscoveryV1().EndpointSlices("kueue-system").List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=kueue-webhook-service"})
-			g.Expect(err).NotTo(HaveOccurred())
-			ready := 0
-			for _, sl := range slices.Items {
-				for _, ep := range sl.Endpoints {
-					if ep.Conditions.Ready != nil && *ep.Conditions.Ready {
-						ready++
-					}
-				}
-			}
-			g.Expect(ready).To(BeNumerically(">", 0), "Kueue's webhook has no ready endpoint")
+			g.Expect(cluster.CheckKueueWebhookReady(ctx, cs, "kueue-system")).To(Succeed())
 		}).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
 		AddReportEntry("started → GPU stack and Kueue webhook back", time.Since(start).Round(100*time.Millisecond).String())
 	})
