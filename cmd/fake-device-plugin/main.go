@@ -1,6 +1,9 @@
-// Command fake-device-plugin is a kubelet device plugin that advertises fake NVIDIA GPUs on a node of the
-// local test cluster. All behaviour lives in internal/fakeplugin; this file only turns flags and the
-// environment into its Config and wires signals and the Kubernetes client.
+// Command fake-device-plugin is the fake GPU node agent of the local test cluster: one inventory of fake
+// NVIDIA GPUs per node, served on both allocation paths (a kubelet device plugin for nvidia.com/gpu and a
+// DRA kubelet plugin for gpu.nvidia.com), with device nodes, a CDI spec and a fake nvidia-smi so that
+// containers see their GPUs the way they would on a real node. All behaviour lives in internal/fakeplugin;
+// this file only turns flags and the environment into its Config and wires signals and the Kubernetes
+// client.
 package main
 
 import (
@@ -11,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,7 +42,14 @@ func run(log *slog.Logger) error {
 	flag.StringVar(&cfg.ResourceName, "resource-name", cfg.ResourceName, "extended resource name to advertise")
 	flag.IntVar(&cfg.Devices, "devices", cfg.Devices, "number of physical fake GPUs")
 	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "time-slicing replicas per GPU (1 = no sharing)")
-	flag.StringVar(&fault, "fault", "", `inject a fault to prove the suite catches it: "" (none) or "wrong-ids"`)
+	flag.StringVar(&fault, "fault", "", "faults to inject from the start, comma-separated (see internal/fakeplugin/faults.go; the node annotation "+fakeplugin.FaultsAnnotation+" adds more at run time): "+allFaults())
+	flag.IntVar(&cfg.DRADevices, "dra-devices", cfg.DRADevices, "number of fake GPUs served on the DRA path, after the device plugin's (0 = DRA off)")
+	flag.StringVar(&cfg.DRADriverName, "dra-driver-name", cfg.DRADriverName, "DRA driver name (ResourceSlices, claims, the kubelet plugin's registration)")
+	flag.StringVar(&cfg.KubeletRegistryDir, "kubelet-registry-dir", cfg.KubeletRegistryDir, "kubelet plugin registration directory (DRA)")
+	flag.StringVar(&cfg.KubeletPluginsDir, "kubelet-plugins-dir", cfg.KubeletPluginsDir, "parent of the DRA plugin's socket directory")
+	flag.StringVar(&cfg.StateDir, "state-dir", "", "directory for the fake driver's device nodes, inventory and nvidia-smi on the node (empty = no device nodes, no CDI)")
+	flag.StringVar(&cfg.CDIDir, "cdi-dir", "", "CDI spec directory the container runtime reads (empty = no CDI)")
+	flag.StringVar(&cfg.NvidiaSMI, "nvidia-smi", "", "the fake nvidia-smi binary to install for the CDI spec to mount")
 	flag.StringVar(&cfg.Product, "product", cfg.Product, "GPU product name for the nvidia.com/gpu.product label")
 	flag.IntVar(&cfg.MemoryMiB, "memory-mib", cfg.MemoryMiB, "GPU memory in MiB for the nvidia.com/gpu.memory label")
 	flag.StringVar(&cfg.DriverVersion, "driver-version", cfg.DriverVersion, "driver version for the nvidia.com/cuda.driver-version.* labels")
@@ -60,7 +71,11 @@ func run(log *slog.Logger) error {
 		}
 		return nil
 	}
-	cfg.Fault = fakeplugin.Fault(fault)
+	faults, err := fakeplugin.ParseFaults(fault)
+	if err != nil {
+		return fmt.Errorf("--fault: %w", err)
+	}
+	cfg.Faults = faults
 
 	plugin, err := fakeplugin.New(cfg)
 	if err != nil {
@@ -74,7 +89,7 @@ func run(log *slog.Logger) error {
 	// socket so the kubelet marks the resource unavailable at once instead of waiting for a dead endpoint.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log.Info("starting fake device plugin", "plugin", plugin.String(), "fault", fault, "version", cfg.PluginVersion)
+	log.Info("starting fake GPU agent", "agent", plugin.String(), "faults", fault, "version", cfg.PluginVersion)
 	return plugin.Run(ctx, client)
 }
 
@@ -98,4 +113,12 @@ func newClient(kubeconfig string) (kubernetes.Interface, error) {
 	// informer retry as soon as the network heals. (Not rest.Config.Timeout: that would cut watches.)
 	rc.Dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
 	return kubernetes.NewForConfig(rc)
+}
+
+func allFaults() string {
+	var names []string
+	for _, f := range fakeplugin.AllFaults() {
+		names = append(names, string(f))
+	}
+	return strings.Join(names, ", ")
 }

@@ -100,6 +100,8 @@ func (p *DRA) Given(ctx context.Context, in GivenInput) (Allocation, error) {
 		return Allocation{}, fmt.Errorf("pod %s/%s has no generated ResourceClaim for %q in status.resourceClaimStatuses", pod.Namespace, pod.Name, DRAClaimName)
 	}
 	a := Allocation{Node: pod.Spec.NodeName, Devices: []string{}}
+	drivers := strings.Split(p.Driver, ",")
+	var refs []resourcev1.DeviceRequestAllocationResult
 	for _, name := range names {
 		claim, err := in.Kube.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
 		source := "ResourceClaim " + pod.Namespace + "/" + name
@@ -115,10 +117,10 @@ func (p *DRA) Given(ctx context.Context, in GivenInput) (Allocation, error) {
 			return a, fmt.Errorf("%s is not allocated", source)
 		}
 		info := ClaimInfo{Name: name}
-		drivers := strings.Split(p.Driver, ",")
 		for _, r := range claim.Status.Allocation.Devices.Results {
 			if slices.Contains(drivers, r.Driver) {
-				a.Devices = append(a.Devices, r.Device)
+				refs = append(refs, r)
+				a.DeviceRefs = append(a.DeviceRefs, r.Pool+"/"+r.Device)
 				if !slices.Contains(info.Pools, r.Pool) {
 					info.Pools = append(info.Pools, r.Pool)
 				}
@@ -130,9 +132,46 @@ func (p *DRA) Given(ctx context.Context, in GivenInput) (Allocation, error) {
 		a.Claims = append(a.Claims, info)
 		a.Source = strings.TrimPrefix(a.Source+", "+source, ", ")
 	}
+	ids, err := p.identities(ctx, in.Kube, refs)
+	if err != nil {
+		return a, err
+	}
+	a.Devices = ids
 	sort.Strings(a.Devices)
+	sort.Strings(a.DeviceRefs)
 	a.Count = len(a.Devices)
 	return a, nil
+}
+
+// identities names each allocated device the way the container sees it: by the "uuid" attribute its
+// ResourceSlice publishes (plain, or qualified with the driver's domain), else by its device name.
+func (p *DRA) identities(ctx context.Context, kube kubernetes.Interface, refs []resourcev1.DeviceRequestAllocationResult) ([]string, error) {
+	out := make([]string, 0, len(refs))
+	if len(refs) == 0 {
+		return out, nil
+	}
+	list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("listing ResourceSlices to name the allocated devices: %w", err)
+	}
+	uuid := map[string]string{} // driver/pool/device → uuid attribute
+	for _, s := range list.Items {
+		for _, d := range s.Spec.Devices {
+			for _, key := range []resourcev1.QualifiedName{"uuid", resourcev1.QualifiedName(s.Spec.Driver + "/uuid")} {
+				if v, ok := d.Attributes[key]; ok && v.StringValue != nil {
+					uuid[s.Spec.Driver+"/"+s.Spec.Pool.Name+"/"+d.Name] = *v.StringValue
+				}
+			}
+		}
+	}
+	for _, r := range refs {
+		if u, ok := uuid[r.Driver+"/"+r.Pool+"/"+r.Device]; ok {
+			out = append(out, u)
+		} else {
+			out = append(out, r.Device)
+		}
+	}
+	return out, nil
 }
 
 // CheckFromNodeSlices verifies that every device of a came from a ResourceSlice of the driver that is
@@ -158,16 +197,12 @@ func (p *DRA) CheckFromNodeSlices(ctx context.Context, kube kubernetes.Interface
 			}
 		}
 	}
-	for _, c := range a.Claims {
-		for _, pool := range c.Pools {
-			for _, d := range a.Devices {
-				if onNode[pool+"/"+d] {
-					continue
-				}
-				return fmt.Errorf("claim %s was allocated device %s from pool %s, but no ResourceSlice on node %s publishes it (slices on other nodes: %s)",
-					c.Name, d, pool, a.Node, strings.Join(firstN(elsewhere, 8), ", "))
-			}
+	for _, ref := range a.DeviceRefs {
+		if onNode[ref] {
+			continue
 		}
+		return fmt.Errorf("%s was allocated device %s, but no ResourceSlice on node %s publishes it (slices on other nodes: %s)",
+			a.Source, ref, a.Node, strings.Join(firstN(elsewhere, 8), ", "))
 	}
 	return nil
 }

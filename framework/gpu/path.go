@@ -57,8 +57,12 @@ type GivenInput struct {
 type Allocation struct {
 	// Node is where the devices are.
 	Node string
-	// Devices are the device identities, sorted, in the form the container should see them.
+	// Devices are the device identities, sorted, in the form the container should see them: for DRA the
+	// device's "uuid" attribute when its ResourceSlice publishes one (NVIDIA's driver does; it is what
+	// nvidia-smi shows in the container), else the device name.
 	Devices []string
+	// DeviceRefs are the allocated devices as the API names them ("pool/device"; DRA only), sorted.
+	DeviceRefs []string
 	// Source names the authority, e.g. "kubelet podresources" or "ResourceClaim ns/x".
 	Source string
 	// CountOnly is true when the authority could not be read and only the count is known (Devices is

@@ -21,8 +21,19 @@ import (
 //go:embed manifests/*.yaml
 var manifests embed.FS
 
-// DRADriverName is the name the local DRA driver publishes its devices under (also its DeviceClass).
-const DRADriverName = "gpu.example.com"
+// DRADriverName is the name the fake GPU agent's DRA half publishes its devices under (also its
+// DeviceClass): NVIDIA's DRA driver's, so that claims and CEL selectors written for real clusters work.
+const DRADriverName = "gpu.nvidia.com"
+
+// ExampleDRADriverName is the driver (and DeviceClass) of the community dra-example-driver, the other
+// choice for the DRA half (Options.DRADriver = DRADriverExample).
+const ExampleDRADriverName = "gpu.example.com"
+
+// Choices of Options.DRADriver.
+const (
+	DRADriverFake    = "fake"
+	DRADriverExample = "example"
+)
 
 // KueueDRAResource is the logical resource Kueue counts DRA devices of the local DeviceClass as, in
 // ClusterQueue quotas (Kueue's deviceClassMappings).
@@ -79,7 +90,11 @@ type GPUStackOptions struct {
 	DriverVersion string
 	PluginVersion string
 	Fault         string
-	DriverName    string
+	// DriverName is the DRA driver (and DeviceClass) of the stack's DRA half; DRADevices the GPUs the
+	// agent serves on it (0 when ExampleDRADriver puts the dra-example-driver there instead).
+	DriverName       string
+	DRADevices       int
+	ExampleDRADriver bool
 }
 
 // loadTools builds the project's tools image and loads it into every node (it changes with the code, so it
@@ -90,7 +105,7 @@ func (c *Cluster) loadTools(ctx context.Context) (string, error) {
 		return "", err
 	}
 	spec := imageSpec{Ref: ImageWorkload, Dirs: []string{"tmp"}, Files: map[string]string{}}
-	for _, b := range []string{"fake-device-plugin", "gpu-workload", "gpuconform-net"} {
+	for _, b := range []string{"fake-device-plugin", "gpu-workload", "gpuconform-net", "nvidia-smi"} {
 		spec.Files["usr/local/bin/"+b] = filepath.Join(dir, b)
 	}
 	if err := c.buildImage(ctx, spec); err != nil {
@@ -145,17 +160,25 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 	if err != nil {
 		return err
 	}
-	dra, err := render("dra-driver.yaml", map[string]any{"Image": ImageDRADriver, "DriverName": s.DriverName, "Devices": s.Devices})
-	if err != nil {
+	if s.ExampleDRADriver {
+		dra, err := render("dra-driver.yaml", map[string]any{"Image": ImageDRADriver, "DriverName": s.DriverName, "Devices": s.Devices})
+		if err != nil {
+			return err
+		}
+		if err := c.applyManifest(ctx, "dra driver", dra); err != nil {
+			return err
+		}
+	} else if err := c.removeExampleDRADriver(ctx); err != nil {
 		return err
 	}
-	if err := c.applyManifest(ctx, "dra driver", dra); err != nil {
+	if err := c.applyManifest(ctx, "fake GPU agent", dp); err != nil {
 		return err
 	}
-	if err := c.applyManifest(ctx, "fake device plugin", dp); err != nil {
-		return err
+	daemonSets, podsPerNode, podNames := []string{"fake-device-plugin"}, 1, "fake-device-plugin"
+	if s.ExampleDRADriver {
+		daemonSets, podsPerNode, podNames = append(daemonSets, "dra-example-driver-kubeletplugin"), 2, "fake-device-plugin,dra-example-driver"
 	}
-	for _, ds := range []string{"fake-device-plugin", "dra-example-driver-kubeletplugin"} {
+	for _, ds := range daemonSets {
 		if err := c.kubectl(ctx, "rollout "+ds, "-n", SystemNamespace, "rollout", "status", "ds/"+ds, "--timeout=180s"); err != nil {
 			return err
 		}
@@ -165,7 +188,7 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 	return poll(ctx, 120*time.Second, func() (bool, string) {
 		// Both plugins' pods must be Ready (their probes say the kubelet is served), and Ready since their
 		// node last started: a status written before the node container stopped is stale.
-		out, err := c.kubectlOut(ctx, "get", "pods", "-n", SystemNamespace, "-l", "app.kubernetes.io/name in (fake-device-plugin,dra-example-driver)", "-o",
+		out, err := c.kubectlOut(ctx, "get", "pods", "-n", SystemNamespace, "-l", "app.kubernetes.io/name in ("+podNames+")", "-o",
 			`jsonpath={range .items[*]}{.metadata.name}={.spec.nodeName}={.status.conditions[?(@.type=="Ready")].status}={.status.containerStatuses[0].state.running.startedAt}{"\n"}{end}`)
 		if err != nil {
 			return false, err.Error()
@@ -177,8 +200,8 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 		if err != nil {
 			return false, err.Error()
 		}
-		if got, want := len(strings.Fields(out)), 2*len(strings.Fields(pool)); got != want {
-			return false, fmt.Sprintf("%d plugin pods (device plugin and DRA driver) on %d pool nodes, want %d", got, want/2, want)
+		if got, want := len(strings.Fields(out)), podsPerNode*len(strings.Fields(pool)); got != want {
+			return false, fmt.Sprintf("%d GPU stack pods (%s) on %d pool nodes, want %d", got, podNames, len(strings.Fields(pool)), want)
 		}
 		out, err = c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o",
 			`jsonpath={range .items[*]}{.metadata.name}={.status.allocatable.`+strings.ReplaceAll(s.ResourceName, ".", `\.`)+`}{"\n"}{end}`)
@@ -223,6 +246,13 @@ func stalePluginPods(lines string, nodeStarted map[string]time.Time) string {
 		}
 	}
 	return ""
+}
+
+// removeExampleDRADriver deletes the dra-example-driver's DaemonSet and DeviceClass when a cluster brought up
+// with it is brought up again with the fake agent's DRA half: two drivers must not serve one pool's GPUs.
+func (c *Cluster) removeExampleDRADriver(ctx context.Context) error {
+	return c.kubectl(ctx, "remove dra-example-driver", "delete", "--ignore-not-found", "--wait=true",
+		"-n", SystemNamespace, "daemonset/dra-example-driver-kubeletplugin", "deviceclass/"+ExampleDRADriverName)
 }
 
 // poll retries check until it succeeds or the timeout passes; the error carries the last reason.
@@ -280,6 +310,7 @@ resources:
   - name: ` + KueueDRAResource + `
     deviceClassNames:
     - ` + DRADriverName + `
+    - ` + ExampleDRADriverName + `
 `
 
 // kueueOverlay is a kustomization over the manifests inside Kueue's module (config/default): it only

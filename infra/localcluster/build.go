@@ -53,7 +53,7 @@ var (
 	// compRuntime is the capability-stripping runc wrapper for the project's own dockerd (host.go).
 	compRuntime = goComponent{Name: "gpuconform-runc", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-runc"}}
 	// compTools are the project's own in-cluster programs, shipped in one image.
-	compTools = goComponent{Name: "tools", LDFlags: "-s -w", Packages: []string{"./cmd/fake-device-plugin", "./cmd/gpu-workload", "./cmd/gpuconform-net"}}
+	compTools = goComponent{Name: "tools", LDFlags: "-s -w", Packages: []string{"./cmd/fake-device-plugin", "./cmd/gpu-workload", "./cmd/gpuconform-net", "./cmd/nvidia-smi"}}
 )
 
 func isTestFile(rel string) bool { return strings.HasSuffix(rel, "_test.go") }

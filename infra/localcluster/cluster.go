@@ -34,6 +34,10 @@ type Options struct {
 	GPUWorkers, CanaryWorkers int
 	// DevicesPerNode is how many fake devices each GPU/canary node advertises on each allocation path.
 	DevicesPerNode int
+	// DRADriver chooses the DRA half of the fake GPU stack: DRADriverFake (the project's agent, driver
+	// gpu.nvidia.com, sharing one inventory and the device nodes with the device plugin) or DRADriverExample
+	// (the community dra-example-driver, driver gpu.example.com, environment variables only).
+	DRADriver string
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -56,6 +60,7 @@ func DefaultOptions(repoRoot string) Options {
 		GPUWorkers:     2,
 		CanaryWorkers:  1,
 		DevicesPerNode: 4,
+		DRADriver:      DRADriverFake,
 		Log:            os.Stderr,
 	}
 }

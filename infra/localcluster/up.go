@@ -63,7 +63,10 @@ func (c *Cluster) Up(ctx context.Context) error {
 		return err
 	}
 	stack := GPUStackOptions{Image: tools, Devices: c.opts.DevicesPerNode, ResourceName: "nvidia.com/gpu", Replicas: 1,
-		DriverVersion: "550.54.15", PluginVersion: "v1", DriverName: DRADriverName}
+		DriverVersion: "550.54.15", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: c.opts.DevicesPerNode}
+	if c.opts.DRADriver == DRADriverExample {
+		stack.DriverName, stack.DRADevices, stack.ExampleDRADriver = ExampleDRADriverName, 0, true
+	}
 	if err := c.step("fake GPU stack", func() error { return c.installGPUStack(ctx, stack) }); err != nil {
 		return err
 	}

@@ -19,18 +19,6 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
-// Fault names a deliberate misbehaviour of the plugin. Faults exist to prove that the conformance suite
-// catches a broken device plugin; they are never on by default.
-type Fault string
-
-const (
-	// FaultNone is normal, correct behaviour.
-	FaultNone Fault = ""
-	// FaultWrongIDs makes Allocate hand a container device IDs other than the ones the kubelet asked for,
-	// which is the failure the suite's "a container sees exactly its devices" check must detect.
-	FaultWrongIDs Fault = "wrong-ids"
-)
-
 // UnhealthyDevicesAnnotation is the node annotation that marks devices unhealthy at run time: a
 // comma-separated list of device indexes ("0,2") or device IDs. The fault injector of the conformance
 // suite writes it; removing it (or an entry) makes the devices healthy again.
@@ -54,8 +42,28 @@ type Config struct {
 	Replicas int
 	// PluginDir is the kubelet's device-plugins directory, holding kubelet.sock and our socket.
 	PluginDir string
-	// Fault injects a deliberate misbehaviour; FaultNone in normal operation.
-	Fault Fault
+	// Faults are deliberate misbehaviours switched on from the start (faults.go); the node annotation
+	// FaultsAnnotation adds more at run time. Empty in normal operation.
+	Faults []Fault
+
+	// DRADevices is the number of fake GPUs served on the DRA path, after the Devices served by the device
+	// plugin (their minors follow the device plugin's). 0 turns the DRA half of the agent off.
+	DRADevices int
+	// DRADriverName is the DRA driver name the agent publishes its ResourceSlices under and prepares
+	// claims for; NVIDIA's DRA driver calls itself gpu.nvidia.com, and so does the fake, so that CEL
+	// selectors written for real clusters (device.attributes["gpu.nvidia.com"].productName) work on it.
+	DRADriverName string
+	// KubeletRegistryDir and KubeletPluginsDir are the kubelet's plugin registration directory and the
+	// parent of the DRA plugin's own socket directory.
+	KubeletRegistryDir string
+	KubeletPluginsDir  string
+	// StateDir holds the fake driver's device nodes, inventory and nvidia-smi on the node
+	// (fakegpu.HostDir); CDIDir is where the runtime reads CDI specs. Empty StateDir or CDIDir turns the
+	// device nodes and CDI off (unit tests of the gRPC behaviour).
+	StateDir string
+	CDIDir   string
+	// NvidiaSMI is the fake nvidia-smi binary copied to StateDir for the CDI spec to mount.
+	NvidiaSMI string
 
 	// Product, MemoryMiB, DriverVersion, CUDAVersion and Family describe the fake GPUs in the node labels.
 	Product       string
@@ -91,7 +99,10 @@ func DefaultConfig() Config {
 		Devices:                4,
 		Replicas:               1,
 		PluginDir:              pluginapi.DevicePluginPath,
-		Product:                "NVIDIA-H100-80GB-HBM3",
+		DRADriverName:          "gpu.nvidia.com",
+		KubeletRegistryDir:     "/var/lib/kubelet/plugins_registry",
+		KubeletPluginsDir:      "/var/lib/kubelet/plugins",
+		Product:                "NVIDIA H100 80GB HBM3",
 		MemoryMiB:              81559,
 		DriverVersion:          "550.54.15",
 		CUDAVersion:            "12.4",
@@ -116,10 +127,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replicas must be at least 1, got %d", c.Replicas)
 	case c.PluginDir == "":
 		return fmt.Errorf("device plugin directory is empty")
-	case c.Fault != FaultNone && c.Fault != FaultWrongIDs:
-		return fmt.Errorf("unknown fault %q (known: %q)", c.Fault, FaultWrongIDs)
+	case c.DRADevices < 0:
+		return fmt.Errorf("dra devices must not be negative, got %d", c.DRADevices)
+	case c.DRADevices > 0 && c.DRADriverName == "":
+		return fmt.Errorf("dra devices are set but the DRA driver name is empty")
 	case c.SocketPollInterval <= 0 || c.RegisterInitialBackoff <= 0 || c.RegisterMaxBackoff < c.RegisterInitialBackoff:
 		return fmt.Errorf("poll interval and backoffs must be positive, and the maximum backoff at least the initial one")
+	}
+	if _, err := ParseFaults(JoinFaults(c.Faults)); err != nil {
+		return err
 	}
 	return nil
 }

@@ -32,22 +32,28 @@ func ReplicaID(uuid string, replica int) string {
 	return uuid + replicaSeparator + strconv.Itoa(replica)
 }
 
-// deviceTable is the immutable inventory of one node: physical UUIDs and the IDs advertised for them.
+// deviceTable is the immutable inventory of one node: physical UUIDs and the IDs the device plugin
+// advertises for them. The physical index of a GPU is its device minor; the first dp GPUs are the
+// device plugin's, the rest are served on the DRA path.
 type deviceTable struct {
 	node     string
-	uuids    []string       // physical GPUs, by index
+	dp       int            // GPUs served by the device plugin: indexes 0..dp-1
+	uuids    []string       // physical GPUs of both paths, by index
 	replicas int            // 1 = IDs are the UUIDs themselves
 	ids      []string       // advertised IDs, index-major: gpu0 replicas, then gpu1 replicas, …
 	byID     map[string]int // advertised ID or physical UUID → physical index
 	replica  map[string]int // advertised ID → replica number (0 without sharing)
 }
 
-func newDeviceTable(node string, devices, replicas int) *deviceTable {
-	t := &deviceTable{node: node, replicas: replicas, byID: map[string]int{}, replica: map[string]int{}}
-	for i := range devices {
+func newDeviceTable(node string, devices, draDevices, replicas int) *deviceTable {
+	t := &deviceTable{node: node, dp: devices, replicas: replicas, byID: map[string]int{}, replica: map[string]int{}}
+	for i := range devices + draDevices {
 		u := DeviceUUID(node, i)
 		t.uuids = append(t.uuids, u)
 		t.byID[u] = i
+		if i >= devices {
+			continue // a DRA GPU: the device plugin never advertises it
+		}
 		if replicas == 1 {
 			t.ids = append(t.ids, u)
 			continue
@@ -61,6 +67,10 @@ func newDeviceTable(node string, devices, replicas int) *deviceTable {
 	}
 	return t
 }
+
+// phantomID is the ID the over-advertise fault adds: the UUID a GPU past the end of the inventory would
+// have. No device node and no CDI device exist for it.
+func (t *deviceTable) phantomID() string { return DeviceUUID(t.node, len(t.uuids)) }
 
 // physical maps advertised IDs to their physical UUIDs, keeping the order of first appearance and
 // dropping duplicates: two replicas of one GPU are still one GPU to the container runtime.
@@ -80,32 +90,45 @@ func (t *deviceTable) physical(ids []string) ([]int, error) {
 	return out, nil
 }
 
-// wrongDevices picks, for the wrong-ids fault, as many physical devices as were requested but none of
-// them: the next unrequested indexes after the highest requested one, wrapping around. When the node has
-// too few unrequested GPUs, it makes up phantom ones (indexes past the end), so the result is always
-// disjoint from the request and the fault can never accidentally look correct.
-func (t *deviceTable) wrongDevices(requested []int) []string {
+// wrongIndexes picks, for the wrong-ids fault, as many physical GPUs as were requested but none of them,
+// from the same path as the first requested one: the next unrequested indexes after the highest requested
+// one, wrapping around. When the path has too few unrequested GPUs it makes up phantom ones (indexes past
+// the inventory, with no device node), so the result is always disjoint from the request and the fault can
+// never accidentally look correct.
+func (t *deviceTable) wrongIndexes(requested []int) []int {
 	if len(requested) == 0 {
 		return nil
 	}
+	lo, hi := 0, t.dp
+	if requested[0] >= t.dp {
+		lo, hi = t.dp, len(t.uuids)
+	}
 	asked := map[int]bool{}
-	start := 0
+	start := lo
 	for _, i := range requested {
 		asked[i] = true
 		start = max(start, i+1)
 	}
-	var out []string
-	n := len(t.uuids)
+	var out []int
+	n := hi - lo
 	for k := 0; k < n && len(out) < len(requested); k++ {
-		i := (start + k) % n
+		i := lo + (start-lo+k)%n
 		if !asked[i] {
-			out = append(out, t.uuids[i])
+			out = append(out, i)
 		}
 	}
-	for phantom := n; len(out) < len(requested); phantom++ {
-		out = append(out, DeviceUUID(t.node, phantom))
+	for phantom := len(t.uuids); len(out) < len(requested); phantom++ {
+		out = append(out, phantom)
 	}
 	return out
+}
+
+// uuid is the UUID of physical index i, also for phantom indexes past the inventory.
+func (t *deviceTable) uuid(i int) string {
+	if i >= 0 && i < len(t.uuids) {
+		return t.uuids[i]
+	}
+	return DeviceUUID(t.node, i)
 }
 
 // parseUnhealthy turns the annotation value into a set of physical indexes. Entries may be indexes,

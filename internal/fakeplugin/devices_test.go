@@ -105,25 +105,34 @@ func TestHealthAnnotationParsing(t *testing.T) {
 	}
 }
 
-func TestWrongDevicesNeverOverlapTheRequest(t *testing.T) {
-	tab := newDeviceTable("node-a", 4, 1)
-	cases := [][]int{{0}, {1, 2}, {3}, {0, 1, 2}, {0, 1, 2, 3}, {2, 0}}
+func TestWrongIndexesNeverOverlapTheRequestAndStayOnItsPath(t *testing.T) {
+	tab := newDeviceTable("node-a", 4, 4, 1) // 0-3 device plugin, 4-7 DRA
+	cases := [][]int{{0}, {1, 2}, {3}, {0, 1, 2}, {0, 1, 2, 3}, {2, 0}, {4}, {5, 7}, {4, 5, 6, 7}}
 	for _, req := range cases {
-		got := tab.wrongDevices(req)
+		got := tab.wrongIndexes(req)
 		if len(got) != len(req) {
 			t.Errorf("request %v: got %d wrong devices, want %d", req, len(got), len(req))
 		}
-		for _, id := range got {
-			for _, i := range req {
-				if id == tab.uuids[i] {
-					t.Errorf("request %v: wrong-ids fault handed out requested device %s", req, id)
-				}
+		for _, i := range got {
+			if slices.Contains(req, i) {
+				t.Errorf("request %v: wrong-ids fault handed out requested device %d", req, i)
+			}
+			onDP := req[0] < 4
+			if i < 8 && (i < 4) != onDP {
+				t.Errorf("request %v: wrong device %d is on the other path", req, i)
 			}
 		}
 	}
-	// "Next unrequested device": a request for GPU 1 gets GPU 2.
-	if got := tab.wrongDevices([]int{1}); got[0] != tab.uuids[2] {
-		t.Errorf("wrong device for [1] = %s, want GPU index 2 (%s)", got[0], tab.uuids[2])
+	// "Next unrequested device": a request for GPU 1 gets GPU 2; for GPU 7 (DRA) it wraps to 4.
+	if got := tab.wrongIndexes([]int{1}); got[0] != 2 {
+		t.Errorf("wrong device for [1] = %d, want 2", got[0])
+	}
+	if got := tab.wrongIndexes([]int{7}); got[0] != 4 {
+		t.Errorf("wrong device for [7] = %d, want 4", got[0])
+	}
+	// The device plugin never advertises DRA GPUs.
+	if len(tab.ids) != 4 {
+		t.Errorf("advertised %d IDs, want the 4 device-plugin GPUs", len(tab.ids))
 	}
 }
 
@@ -134,7 +143,8 @@ func TestValidateRejectsUnusableConfig(t *testing.T) {
 		"bare resource":   func(c *Config) { c.ResourceName = "gpu" },
 		"zero devices":    func(c *Config) { c.Devices = 0 },
 		"zero replicas":   func(c *Config) { c.Replicas = 0 },
-		"unknown fault":   func(c *Config) { c.Fault = "explode" },
+		"unknown fault":   func(c *Config) { c.Faults = []Fault{"explode"} },
+		"dra, no driver":  func(c *Config) { c.DRADevices, c.DRADriverName = 2, "" },
 		"no plugin dir":   func(c *Config) { c.PluginDir = "" },
 		"inverse backoff": func(c *Config) { c.RegisterMaxBackoff = c.RegisterInitialBackoff / 2 },
 	}

@@ -44,6 +44,11 @@ func (p *Plugin) ServeKubelet(ctx context.Context) error {
 			p.log.Info("device plugin stopped", "socket", sock)
 			return nil
 		}
+		if p.hasFault(FaultNoReregister) {
+			p.log.Warn("FAULT INJECTION: device plugin socket is gone and the plugin will not register again", "fault", string(FaultNoReregister), "socket", sock)
+			<-ctx.Done()
+			return nil
+		}
 		p.log.Warn("device plugin socket is gone or the server failed (kubelet restart?); restarting and re-registering", "socket", sock)
 	}
 }

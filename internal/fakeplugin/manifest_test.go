@@ -2,6 +2,7 @@ package fakeplugin
 
 import (
 	"bytes"
+	resourcev1 "k8s.io/api/resource/v1"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -30,6 +31,8 @@ type manifestValues struct {
 	DriverVersion string
 	PluginVersion string
 	Fault         string
+	DRADevices    int
+	DriverName    string
 }
 
 var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
@@ -75,6 +78,8 @@ func renderManifest(t *testing.T, v manifestValues) []*unstructured.Unstructured
 			typed = &rbacv1.ClusterRoleBinding{}
 		case "DaemonSet":
 			typed = &appsv1.DaemonSet{}
+		case "DeviceClass":
+			typed = &resourcev1.DeviceClass{}
 		default:
 			t.Fatalf("unexpected kind %s in manifest", u.GetKind())
 		}
@@ -114,14 +119,14 @@ func daemonSet(t *testing.T, objs []*unstructured.Unstructured) *appsv1.DaemonSe
 
 func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	v := manifestValues{Image: "gpuconform/fake-device-plugin:dev", Devices: 8, ResourceName: "nvidia.com/gpu",
-		Replicas: 2, DriverVersion: "550.54.15", PluginVersion: "v2"}
+		Replicas: 2, DriverVersion: "550.54.15", PluginVersion: "v2", DRADevices: 4, DriverName: "gpu.nvidia.com"}
 	objs := renderManifest(t, v)
 
 	var kinds []string
 	for _, u := range objs {
 		kinds = append(kinds, u.GetKind())
 	}
-	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet"} {
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass"} {
 		if !slices.Contains(kinds, k) {
 			t.Errorf("manifest lacks a %s (has %v)", k, kinds)
 		}
@@ -136,7 +141,9 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 		t.Errorf("image %q pull %q", c.Image, c.ImagePullPolicy)
 	}
 	wantArgs := []string{"--devices=8", "--resource-name=nvidia.com/gpu", "--replicas=2",
-		"--driver-version=550.54.15", "--version=v2", "--ready-file=/run/fake-device-plugin/serving"}
+		"--driver-version=550.54.15", "--version=v2", "--ready-file=/run/fake-device-plugin/serving",
+		"--dra-devices=4", "--dra-driver-name=gpu.nvidia.com", "--state-dir=/run/gpuconform-fake-gpu", "--cdi-dir=/var/run/cdi",
+		"--nvidia-smi=/usr/local/bin/nvidia-smi"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args = %v, want %v (no --fault when Fault is empty)", c.Args, wantArgs)
 	}
@@ -159,6 +166,16 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 		return vol.HostPath != nil && vol.HostPath.Path == "/var/lib/kubelet/device-plugins"
 	}) {
 		t.Errorf("device-plugins hostPath volume missing: %+v", ds.Spec.Template.Spec.Volumes)
+	}
+	// The DRA half and the fake driver need the kubelet's plugin directories, the CDI directory and the
+	// state directory on the node at the paths the flags name.
+	for _, path := range []string{"/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi", "/run/gpuconform-fake-gpu"} {
+		if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == path }) {
+			t.Errorf("no volume mounted at %s: %+v", path, c.VolumeMounts)
+		}
+	}
+	if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
+		t.Errorf("the agent makes device nodes and must run privileged: %+v", c.SecurityContext)
 	}
 
 	v.Fault = string(FaultWrongIDs)

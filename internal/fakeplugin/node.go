@@ -216,6 +216,7 @@ func (p *Plugin) onNode(obj any) {
 		return // the field selector should make this impossible; be safe against clients that ignore it
 	}
 	p.SetUnhealthyFromAnnotation(node.Annotations[UnhealthyDevicesAnnotation])
+	p.SetFaultsFromAnnotation(node.Annotations[FaultsAnnotation])
 	if !p.cfg.labelsCurrent(node.Labels) {
 		select {
 		case p.labelsDrifted <- struct{}{}:

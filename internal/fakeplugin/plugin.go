@@ -38,7 +38,10 @@ type Plugin struct {
 
 	mu        sync.Mutex
 	unhealthy map[int]bool  // physical indexes reported Unhealthy
-	changed   chan struct{} // closed (and replaced) on every health change, waking ListAndWatch streams
+	faults    faultSet      // in force now: configured plus the node annotation's
+	changed   chan struct{} // closed (and replaced) on every health or fault change, waking ListAndWatch streams and the slice publisher
+	lastGiven []int         // physical indexes of the latest Allocate or Prepare (the double-allocate fault hands them out again)
+	draReady  bool          // the DRA half is registered with the kubelet (or turned off)
 
 	streams int // open ListAndWatch streams; ReadyFile exists while it is above zero
 
@@ -55,16 +58,18 @@ func New(cfg Config) (*Plugin, error) {
 	p := &Plugin{
 		cfg:       cfg,
 		log:       cfg.logger().With("node", cfg.NodeName, "resource", cfg.ResourceName),
-		table:     newDeviceTable(cfg.NodeName, cfg.Devices, cfg.Replicas),
+		table:     newDeviceTable(cfg.NodeName, cfg.Devices, cfg.DRADevices, cfg.Replicas),
 		unhealthy: map[int]bool{},
+		faults:    newFaultSet(cfg.Faults),
+		draReady:  cfg.DRADevices == 0,
 		changed:   make(chan struct{}),
 
 		labelsDrifted: make(chan struct{}, 1),
 		nodeSynced:    make(chan struct{}),
 	}
-	if cfg.Fault != FaultNone {
+	if len(cfg.Faults) > 0 {
 		// Loud on purpose: a plugin with a fault must never be mistaken for a healthy one in the logs.
-		p.log.Warn("FAULT INJECTION ACTIVE: this plugin misbehaves on purpose", "fault", string(cfg.Fault))
+		p.log.Warn("FAULT INJECTION ACTIVE: this agent misbehaves on purpose", "faults", JoinFaults(cfg.Faults))
 	}
 	return p, nil
 }
@@ -84,15 +89,66 @@ func (p *Plugin) Devices() []*pluginapi.Device {
 }
 
 func (p *Plugin) snapshotLocked() ([]*pluginapi.Device, <-chan struct{}) {
-	devs := make([]*pluginapi.Device, 0, len(p.table.ids))
+	devs := make([]*pluginapi.Device, 0, len(p.table.ids)+1)
 	for _, id := range p.table.ids {
 		h := pluginapi.Healthy
-		if p.unhealthy[p.table.byID[id]] {
+		if p.unhealthy[p.table.byID[id]] && !p.faults[FaultIgnoreHealth] {
 			h = pluginapi.Unhealthy
 		}
 		devs = append(devs, &pluginapi.Device{ID: id, Health: h})
 	}
+	if p.faults[FaultOverAdvertise] {
+		devs = append(devs, &pluginapi.Device{ID: p.table.phantomID(), Health: pluginapi.Healthy})
+	}
 	return devs, p.changed
+}
+
+// notifyLocked wakes everything that re-reads the device state (ListAndWatch streams, the slice publisher).
+func (p *Plugin) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// LogFaultsChanged is logged (with faults=<the list now in force>) whenever the node annotation changes the
+// faults in force; tests that switch a fault on wait for it before they create pods.
+const LogFaultsChanged = "FAULT INJECTION: faults in force changed"
+
+// Faults returns the faults in force now.
+func (p *Plugin) Faults() []Fault {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.faults.list()
+}
+
+// hasFault reports whether f is in force now.
+func (p *Plugin) hasFault(f Fault) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.faults[f]
+}
+
+// SetFaultsFromAnnotation applies the value of FaultsAnnotation on top of the configured faults. Unknown
+// names are logged and ignored (the annotation is free text on a shared object; a typo must not stop the
+// agent).
+func (p *Plugin) SetFaultsFromAnnotation(value string) {
+	var extra []Fault
+	for _, raw := range strings.Split(value, ",") {
+		fs, err := ParseFaults(raw)
+		if err != nil {
+			p.log.Warn("ignoring unknown fault in node annotation", "annotation", FaultsAnnotation, "err", err)
+			continue
+		}
+		extra = append(extra, fs...)
+	}
+	set := newFaultSet(p.cfg.Faults, extra)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if maps.Equal(set, p.faults) {
+		return
+	}
+	p.log.Warn(LogFaultsChanged, "faults", JoinFaults(set.list()), "was", JoinFaults(p.faults.list()))
+	p.faults = set
+	p.notifyLocked()
 }
 
 // SetUnhealthyFromAnnotation applies the value of UnhealthyDevicesAnnotation ("" = all healthy). Open
@@ -119,8 +175,7 @@ func (p *Plugin) SetUnhealthyFromAnnotation(value string) {
 		}
 	}
 	p.unhealthy = set
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.notifyLocked()
 }
 
 // GetDevicePluginOptions tells the kubelet we offer preferred allocations and need no PreStart hook.
@@ -174,36 +229,76 @@ func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.Prefer
 	return resp, nil
 }
 
-// Allocate gives each container the environment NVIDIA's stack would: the physical GPUs behind the
-// requested IDs, in request order and without duplicate replicas. Under the wrong-ids fault it hands
-// out other GPUs instead.
+// Allocate gives each container what NVIDIA's stack would: the CDI devices of the physical GPUs behind the
+// requested IDs (their device nodes, plus the control devices, nvidia-smi and the inventory the CDI spec
+// adds), and NVIDIA_VISIBLE_DEVICES naming them, in request order and without duplicate replicas. Faults
+// change what is handed out (faults.go).
 func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
+	phantom := p.table.phantomID()
 	for _, cr := range req.GetContainerRequests() {
-		idx, err := p.table.physical(cr.GetDevicesIds())
+		ids := cr.GetDevicesIds()
+		real := make([]string, 0, len(ids))
+		gotPhantom := false
+		for _, id := range ids {
+			if id == phantom && p.hasFault(FaultOverAdvertise) {
+				gotPhantom = true // advertised, but no GPU is behind it
+				continue
+			}
+			real = append(real, id)
+		}
+		idx, err := p.table.physical(real)
 		if err != nil {
-			p.log.Error("allocate refused", "requested", cr.GetDevicesIds(), "err", err)
+			p.log.Error("allocate refused", "requested", ids, "err", err)
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
-		visible := make([]string, 0, len(idx))
-		for _, i := range idx {
-			visible = append(visible, p.table.uuids[i])
+		handed := p.handOut(idx, "allocate", ids)
+		visible := make([]string, 0, len(handed)+1)
+		for _, i := range handed {
+			visible = append(visible, p.table.uuid(i))
 		}
-		if p.cfg.Fault == FaultWrongIDs {
-			correct := visible
-			visible = p.table.wrongDevices(idx)
-			p.log.Warn("FAULT INJECTION: allocating wrong devices", "fault", string(p.cfg.Fault),
-				"requested", cr.GetDevicesIds(), "should_be", correct, "handed_out", visible)
+		if gotPhantom {
+			// The runtime is told about the phantom, as a broken plugin would, but there is no device to inject.
+			visible = append(visible, phantom)
+			p.log.Warn("FAULT INJECTION: handed out a GPU that does not exist", "fault", string(FaultOverAdvertise), "id", phantom)
 		}
 		env := map[string]string{
 			EnvVisibleDevices: strings.Join(visible, ","),
 			EnvResource:       p.cfg.ResourceName,
 			EnvNode:           p.cfg.NodeName,
 		}
-		p.log.Info("allocated devices", "requested", cr.GetDevicesIds(), EnvVisibleDevices, env[EnvVisibleDevices])
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerAllocateResponse{Envs: env})
+		car := &pluginapi.ContainerAllocateResponse{Envs: env}
+		if p.cdiEnabled() {
+			for _, i := range handed {
+				if i < len(p.table.uuids) { // a phantom of the wrong-ids fault has no device to inject
+					car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: CDIDeviceName(i)})
+				}
+			}
+		}
+		p.log.Info("allocated devices", "requested", ids, EnvVisibleDevices, env[EnvVisibleDevices])
+		resp.ContainerResponses = append(resp.ContainerResponses, car)
 	}
 	return resp, nil
+}
+
+// handOut applies the faults that change which GPUs an allocation gets (wrong-ids, double-allocate) to the
+// physical indexes asked for, remembers the result for double-allocate, and returns it.
+func (p *Plugin) handOut(idx []int, what string, asked any) []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	handed := slices.Clone(idx)
+	switch {
+	case p.faults[FaultWrongIDs] && len(idx) > 0:
+		handed = p.table.wrongIndexes(idx)
+		p.log.Warn("FAULT INJECTION: handing out wrong devices", "fault", string(FaultWrongIDs), "op", what, "requested", asked, "should_be", idx, "handed_out", handed)
+	case p.faults[FaultDoubleAllocate] && len(idx) > 0 && len(p.lastGiven) > 0:
+		handed[0] = p.lastGiven[0]
+		p.log.Warn("FAULT INJECTION: handing out a device that is already in use", "fault", string(FaultDoubleAllocate), "op", what, "requested", asked, "should_be", idx, "handed_out", handed)
+	}
+	if len(handed) > 0 {
+		p.lastGiven = slices.Clone(handed)
+	}
+	return handed
 }
 
 // PreStartContainer is never requested (PreStartRequired is false); it succeeds for completeness.
@@ -213,5 +308,5 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 
 // String identifies the plugin in logs and errors.
 func (p *Plugin) String() string {
-	return fmt.Sprintf("fake-device-plugin(%s on %s, %d×%d)", p.cfg.ResourceName, p.cfg.NodeName, p.cfg.Devices, p.cfg.Replicas)
+	return fmt.Sprintf("fake-gpu-agent(%s on %s, %d×%d; DRA %s: %d)", p.cfg.ResourceName, p.cfg.NodeName, p.cfg.Devices, p.cfg.Replicas, p.cfg.DRADriverName, p.cfg.DRADevices)
 }

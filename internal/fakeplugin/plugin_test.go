@@ -173,7 +173,7 @@ func TestAllocateHandsOutExactlyTheRequestedDevices(t *testing.T) {
 
 func TestWrongIDsFaultChangesAllocatedDevices(t *testing.T) {
 	cfg := testConfig(t, shortDir(t), "node-a")
-	cfg.Fault = FaultWrongIDs
+	cfg.Faults = []Fault{FaultWrongIDs}
 	p, c := servePlugin(t, cfg)
 	ids := p.DeviceIDs()
 

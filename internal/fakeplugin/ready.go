@@ -18,9 +18,7 @@ func (p *Plugin) streamOpened() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.streams++
-	if p.streams == 1 {
-		p.setReadyLocked(true)
-	}
+	p.updateReadyLocked()
 }
 
 // streamClosed forgets a stream and removes the marker when none is left.
@@ -28,9 +26,13 @@ func (p *Plugin) streamClosed() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.streams--
-	if p.streams == 0 {
-		p.setReadyLocked(false)
-	}
+	p.updateReadyLocked()
+}
+
+// updateReadyLocked makes the marker follow both halves: ready while the kubelet holds a ListAndWatch
+// stream and, with DRA on, while the kubelet has registered the DRA plugin.
+func (p *Plugin) updateReadyLocked() {
+	p.setReadyLocked(p.streams > 0 && p.draReady)
 }
 
 // clearReady removes a marker a previous process may have left in the pod's volume: a restarted container

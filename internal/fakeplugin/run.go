@@ -2,6 +2,7 @@ package fakeplugin
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -37,5 +38,20 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 			return nil
 		}
 	}
+	if err := p.InstallDriver(); err != nil {
+		return fmt.Errorf("install the fake driver (device nodes, nvidia-smi, CDI spec): %w", err)
+	}
+	if client != nil && p.cfg.DRADevices > 0 {
+		// The DRA half ends only with ctx; an error starting it ends the agent, so the pod restarts.
+		draErr := make(chan error, 1)
+		wg.Go(func() { draErr <- p.ServeDRA(ctx, client) })
+		go func() {
+			if err := <-draErr; err != nil {
+				p.log.Error("DRA half failed; stopping the agent", "err", err)
+				cancel()
+			}
+		}()
+	}
+	wg.Go(func() { p.RunLeak(ctx) })
 	return p.ServeKubelet(ctx)
 }

@@ -409,7 +409,18 @@ var _ = Describe("The DRA driver", func() {
 			}
 		}
 		Expect(found).To(BeTrue(), "device %s is not in a ResourceSlice of node %s", results[0].Device, node)
-		Expect(r.Devices).To(ConsistOf(results[0].Device), "container saw %v, claim allocated %s", r.Devices, results[0].Device)
+		// The container names its GPU by UUID (nvidia-smi), the claim by device name: the slice's uuid
+		// attribute links them.
+		var uuid string
+		for _, s := range slices.Items {
+			for _, d := range s.Spec.Devices {
+				if s.Spec.NodeName != nil && *s.Spec.NodeName == node && d.Name == results[0].Device && d.Attributes["uuid"].StringValue != nil {
+					uuid = *d.Attributes["uuid"].StringValue
+				}
+			}
+		}
+		Expect(uuid).NotTo(BeEmpty(), "device %s publishes no uuid attribute", results[0].Device)
+		Expect(r.Devices).To(ConsistOf(uuid), "container saw %v, claim allocated %s (%s)", r.Devices, results[0].Device, uuid)
 		// The generated claim belongs to the pod: deleting the pod releases (deletes) it.
 		Expect(cs.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})).To(Succeed())
 		Eventually(func() bool {

@@ -73,8 +73,27 @@ func TestNvidiaVisibleDevicesSpecificList(t *testing.T) {
 	}
 }
 
+func TestNvidiaVisibleDevicesAllCountsAsEveryGPU(t *testing.T) {
+	// Under the NVIDIA runtime "all" exposes every GPU of the node: without a primary source it must never
+	// read as "no device".
+	for _, value := range []string{"all", "ALL"} {
+		r := newFixture(t, "NVIDIA_VISIBLE_DEVICES="+value).gather()
+		if want := []string{AllDevices}; !reflect.DeepEqual(r.Devices, want) {
+			t.Errorf("%s: devices = %q, want %q", value, r.Devices, want)
+		}
+		if Check(&r, Expectation{Count: intPtr(0)}) {
+			t.Errorf("%s: expect 0 passed", value)
+		}
+	}
+	// With nvidia-smi present, it says which GPUs "all" turned out to be.
+	r := newFixture(t, "NVIDIA_VISIBLE_DEVICES=all").fakeNvidiaSMI("GPU 0: NVIDIA H100 (UUID: GPU-aaaa)\nGPU 1: NVIDIA H100 (UUID: GPU-bbbb)", 0).gather()
+	if want := []string{"GPU-aaaa", "GPU-bbbb"}; !reflect.DeepEqual(r.Devices, want) {
+		t.Errorf("devices = %q, want %q", r.Devices, want)
+	}
+}
+
 func TestNvidiaVisibleDevicesNonSpecificValues(t *testing.T) {
-	for _, value := range []string{"all", "none", "void", "", "ALL"} {
+	for _, value := range []string{"none", "void", ""} {
 		t.Run("value="+value, func(t *testing.T) {
 			r := newFixture(t, "NVIDIA_VISIBLE_DEVICES="+value).gather()
 			if want := []string{value}; !reflect.DeepEqual(r.Sources.NvidiaVisibleDevices, want) {
@@ -200,8 +219,8 @@ func TestNvidiaSMIFromPATHDedupsWithVisibleDevices(t *testing.T) {
 	if want := []string{"GPU-aaaa", "GPU-bbbb"}; !reflect.DeepEqual(r.Devices, want) {
 		t.Errorf("devices = %q, want %q counted once each", r.Devices, want)
 	}
-	if want := []string{SourceNvidiaSMI, SourceNvidiaVisibleDevices}; !reflect.DeepEqual(r.CountedFrom, want) {
-		t.Errorf("counted_from = %q, want %q", r.CountedFrom, want)
+	if want := []string{SourceNvidiaSMI}; !reflect.DeepEqual(r.CountedFrom, want) {
+		t.Errorf("counted_from = %q, want %q: nvidia-smi is the truth when it answered", r.CountedFrom, want)
 	}
 }
 
@@ -219,17 +238,36 @@ func TestNvidiaSMIDropsIndexEntries(t *testing.T) {
 	}
 }
 
-func TestNvidiaSMIUUIDMismatchIsVisible(t *testing.T) {
-	// The runtime was told about GPU-bbbb but nvidia-smi cannot see it: the count must show it.
+func TestNvidiaSMIIsTheTruthOverTheEnvironment(t *testing.T) {
+	// The runtime was told about GPU-bbbb but nvidia-smi cannot see it: the container does not have it (a
+	// plugin that advertises a GPU that is not there), so a request for 2 must fail.
 	r := newFixture(t, "NVIDIA_VISIBLE_DEVICES=GPU-aaaa,GPU-bbbb").
 		fakeNvidiaSMI("GPU 0: NVIDIA H100 (UUID: GPU-aaaa)", 0).gather()
-	if want := []string{"GPU-aaaa", "GPU-bbbb"}; !reflect.DeepEqual(r.Devices, want) {
+	if want := []string{"GPU-aaaa"}; !reflect.DeepEqual(r.Devices, want) {
 		t.Errorf("devices = %q, want %q", r.Devices, want)
+	}
+	// "No devices were found" (exit 6) is an answer: none, whatever the environment says.
+	r = newFixture(t, "NVIDIA_VISIBLE_DEVICES=GPU-aaaa").fakeNvidiaSMI("", 6).gather()
+	if len(r.Devices) != 0 || r.Sources.NvidiaSMIError != "" {
+		t.Errorf("devices = %q, error %q; want none and no error after nvidia-smi found no devices", r.Devices, r.Sources.NvidiaSMIError)
+	}
+}
+
+func TestDeviceNodesCountWithoutNvidiaSMI(t *testing.T) {
+	// Two device nodes and two identities: the identities name them.
+	r := newFixture(t, "NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b").devFiles("nvidia0", "nvidia3").gather()
+	if want := []string{"GPU-a", "GPU-b"}; !reflect.DeepEqual(r.Devices, want) {
+		t.Errorf("devices = %q, want %q", r.Devices, want)
+	}
+	// One device node but two identities: the device nodes are the truth.
+	r = newFixture(t, "NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b").devFiles("nvidia0").gather()
+	if len(r.Devices) != 1 || !strings.HasSuffix(r.Devices[0], "nvidia0") {
+		t.Errorf("devices = %q, want the one device node", r.Devices)
 	}
 }
 
 func TestNvidiaSMIFailureIsReported(t *testing.T) {
-	r := newFixture(t).fakeNvidiaSMI("", 6).gather()
+	r := newFixture(t).fakeNvidiaSMI("", 9).gather()
 	if r.Sources.NvidiaSMI == nil || len(r.Sources.NvidiaSMI) != 0 {
 		t.Errorf("sources.nvidia_smi = %#v, want empty non-nil (installed but failed)", r.Sources.NvidiaSMI)
 	}
@@ -239,7 +277,7 @@ func TestNvidiaSMIFailureIsReported(t *testing.T) {
 }
 
 func TestUnionAcrossSources(t *testing.T) {
-	r := newFixture(t, "GPU_DEVICE_0=gpu-0", "GPUCONFORM_VISIBLE_DEVICES=gpu-0,fake-9", "NVIDIA_VISIBLE_DEVICES=all").gather()
+	r := newFixture(t, "GPU_DEVICE_0=gpu-0", "GPUCONFORM_VISIBLE_DEVICES=gpu-0,fake-9", "NVIDIA_VISIBLE_DEVICES=none").gather()
 	if want := []string{"fake-9", "gpu-0"}; !reflect.DeepEqual(r.Devices, want) {
 		t.Errorf("devices = %q, want %q", r.Devices, want)
 	}

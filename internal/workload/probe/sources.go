@@ -70,7 +70,13 @@ func Gather(ctx context.Context, opts Options) Report {
 	if timeout == 0 {
 		timeout = 15 * time.Second
 	}
-	r.Sources.NvidiaSMI, r.Sources.NvidiaSMIError = runNvidiaSMI(ctx, env["PATH"], timeout)
+	pathList, ok := env["PATH"]
+	if !ok {
+		// What containerd's CRI gives a container whose image sets no PATH; the NVIDIA toolkit mounts
+		// nvidia-smi into /usr/bin, which it covers.
+		pathList = defaultPath
+	}
+	r.Sources.NvidiaSMI, r.Sources.NvidiaSMIError = runNvidiaSMI(ctx, pathList, timeout)
 
 	r.Devices, r.CountedFrom = union(r.Sources)
 	return r
@@ -149,6 +155,12 @@ func scanDevFiles(dir string) []string {
 	return paths
 }
 
+// defaultPath is the search path used when the environment has no PATH at all.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// nvidiaSMINoDevices is nvidia-smi's exit status for "No devices were found" (NVML_ERROR_NOT_FOUND).
+const nvidiaSMINoDevices = 6
+
 // runNvidiaSMI runs `nvidia-smi -L` found on pathList and returns the UUIDs it lists. When the binary
 // is not installed it returns (nil, ""): most test containers have no NVIDIA userspace and that is
 // not worth a word. When it is installed but fails, the error is returned for the report.
@@ -160,8 +172,12 @@ func runNvidiaSMI(ctx context.Context, pathList string, timeout time.Duration) (
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, "-L").Output()
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) && exitErr.ExitCode() == nvidiaSMINoDevices {
+		// "No devices were found": the driver answered, and the container has no GPU.
+		return []string{}, ""
+	}
 	if err != nil {
-		var exitErr *exec.ExitError
 		if errors.As(err, &exitErr) && len(exitErr.Stderr) > 0 {
 			return []string{}, fmt.Sprintf("%s -L: %v: %s", bin, err, strings.TrimSpace(string(exitErr.Stderr)))
 		}

@@ -6,72 +6,103 @@ import (
 )
 
 // UnionRule documents how Devices is computed from Sources. It is exported so the suite can quote it
-// in a failure message when a count surprises someone.
+// in a failure message when a count surprises someone. What a real runtime gives a container is the truth:
+// device nodes and nvidia-smi (which lists the GPUs whose device nodes it can open) are primary; the
+// environment only says what someone asked the runtime to do.
 //
-//  1. Identities come from nvidia-smi UUIDs, the specific entries of NVIDIA_VISIBLE_DEVICES, the
-//     GPU_DEVICE_<n> values of the DRA environment and GPUCONFORM_VISIBLE_DEVICES. They are unioned
-//     and deduplicated by exact string, so a real NVIDIA container, where NVIDIA_VISIBLE_DEVICES and
-//     nvidia-smi name the same UUIDs, counts each GPU once.
-//  2. When nvidia-smi listed at least one device, NVIDIA_VISIBLE_DEVICES entries that are not UUIDs
-//     (host indexes such as "0") are left out: nvidia-smi renumbers GPUs inside the container, so an
-//     index cannot be matched to a UUID and keeping it would count the same GPU twice. UUID entries
-//     are kept, so a UUID the runtime was told about but nvidia-smi cannot see still shows up.
-//  3. /dev/nvidiaN files are host minor numbers, not identities: they are reported in
-//     sources.dev_files and counted only when no other source named a device (a container that was
-//     given bare device nodes), never in addition to identities.
-const UnionRule = "union of nvidia-smi UUIDs, NVIDIA_VISIBLE_DEVICES entries (indexes dropped when " +
-	"nvidia-smi listed devices), DRA GPU_DEVICE_<n> values and GPUCONFORM_VISIBLE_DEVICES, deduplicated; " +
-	"/dev/nvidiaN counted only when no other source named a device"
+//  1. When nvidia-smi ran and answered (a list, or "No devices were found"), its UUIDs are the devices,
+//     and nothing else counts: an NVIDIA_VISIBLE_DEVICES entry nvidia-smi cannot see is a GPU the
+//     container does not have. A GPU split into MIG instances counts as its instances.
+//  2. Otherwise, when /dev/nvidiaN device nodes exist, there are that many devices; they are named by the
+//     identities the environment gives (NVIDIA_VISIBLE_DEVICES UUIDs, DRA GPU_DEVICE_<n> values,
+//     GPUCONFORM_VISIBLE_DEVICES) when those name exactly as many, else by the device node paths.
+//  3. Otherwise the environment's identities are the devices. NVIDIA_VISIBLE_DEVICES=all counts as
+//     "all devices of the node" (the single entry AllDevices), never as none: under the NVIDIA runtime it
+//     exposes every GPU, and without device nodes or nvidia-smi the probe cannot tell that runtime did not
+//     run. Host indexes ("0") in NVIDIA_VISIBLE_DEVICES are counted as given.
+const UnionRule = "nvidia-smi's UUIDs when it ran (nothing else counts then); else one device per /dev/nvidiaN, " +
+	"named by the environment's identities when they match in number; else the union of NVIDIA_VISIBLE_DEVICES " +
+	"entries (all = every GPU of the node), DRA GPU_DEVICE_<n> values and GPUCONFORM_VISIBLE_DEVICES"
+
+// AllDevices is the single entry of Devices when the container was given NVIDIA_VISIBLE_DEVICES=all and no
+// primary source says which GPUs that is.
+const AllDevices = "all"
 
 // nonSpecificVisibleDevices are NVIDIA_VISIBLE_DEVICES values that select no particular device.
-var nonSpecificVisibleDevices = map[string]bool{"all": true, "none": true, "void": true, "": true}
+var nonSpecificVisibleDevices = map[string]bool{"none": true, "void": true, "": true}
 
 // union applies UnionRule to s and returns the sorted device set and the sources that contributed.
 func union(s Sources) (devices []string, countedFrom []string) {
-	seen := map[string]bool{}
-	add := func(source string, ids ...string) {
-		contributed := false
-		for _, id := range ids {
-			if id == "" {
-				continue
-			}
-			contributed = true
-			seen[id] = true
-		}
-		if contributed && !contains(countedFrom, source) {
-			countedFrom = append(countedFrom, source)
-		}
+	countedFrom = []string{}
+	if s.NvidiaSMI != nil && s.NvidiaSMIError == "" {
+		devices = dedup(s.NvidiaSMI)
+		return devices, []string{SourceNvidiaSMI}
 	}
+	envIDs, envFrom, all := environmentIDs(s)
+	if len(s.DevFiles) > 0 {
+		if len(envIDs) == len(s.DevFiles) && !all {
+			return envIDs, append(envFrom, SourceDevFiles)
+		}
+		return dedup(s.DevFiles), []string{SourceDevFiles}
+	}
+	if all {
+		return []string{AllDevices}, []string{SourceNvidiaVisibleDevices}
+	}
+	return envIDs, envFrom
+}
 
-	add(SourceNvidiaSMI, s.NvidiaSMI...)
-	for _, v := range s.NvidiaVisibleDevices {
-		if nonSpecificVisibleDevices[strings.ToLower(v)] {
-			continue
+// environmentIDs collects the identities the environment names, the sources that named them, and whether
+// NVIDIA_VISIBLE_DEVICES asked for all GPUs.
+func environmentIDs(s Sources) (ids []string, from []string, all bool) {
+	var raw []string
+	note := func(source string, add []string) {
+		n := 0
+		for _, id := range add {
+			if id != "" {
+				raw = append(raw, id)
+				n++
+			}
 		}
-		if len(s.NvidiaSMI) > 0 && !looksLikeUUID(v) {
-			continue
+		if n > 0 && !contains(from, source) {
+			from = append(from, source)
 		}
-		add(SourceNvidiaVisibleDevices, v)
 	}
+	var visible []string
+	for _, v := range s.NvidiaVisibleDevices {
+		switch {
+		case strings.EqualFold(v, AllDevices):
+			all = true
+		case !nonSpecificVisibleDevices[strings.ToLower(v)]:
+			visible = append(visible, v)
+		}
+	}
+	note(SourceNvidiaVisibleDevices, visible)
+	var dra []string
 	for _, key := range sortedKeys(s.DRAEnv) {
 		if draDeviceKey.MatchString(key) {
-			add(SourceDRAEnv, s.DRAEnv[key])
+			dra = append(dra, s.DRAEnv[key])
 		}
 	}
-	add(SourceGPUConformVisibleDevices, s.GPUConformVisibleDevices...)
-	if len(seen) == 0 {
-		add(SourceDevFiles, s.DevFiles...)
+	note(SourceDRAEnv, dra)
+	note(SourceGPUConformVisibleDevices, s.GPUConformVisibleDevices)
+	if from == nil {
+		from = []string{}
 	}
+	return dedup(raw), from, all
+}
 
-	devices = make([]string, 0, len(seen))
-	for id := range seen {
-		devices = append(devices, id)
+// dedup returns the distinct non-empty entries, sorted; never nil.
+func dedup(ids []string) []string {
+	set := map[string]bool{}
+	out := []string{}
+	for _, id := range ids {
+		if id != "" && !set[id] {
+			set[id] = true
+			out = append(out, id)
+		}
 	}
-	sort.Strings(devices)
-	if countedFrom == nil {
-		countedFrom = []string{}
-	}
-	return devices, countedFrom
+	sort.Strings(out)
+	return out
 }
 
 // looksLikeUUID reports whether an NVIDIA_VISIBLE_DEVICES entry names a GPU or MIG instance by UUID

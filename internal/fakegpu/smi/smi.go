@@ -1,0 +1,371 @@
+// Package smi is the fake GPU stack's nvidia-smi (cmd/nvidia-smi): it answers the few invocations
+// conformance workloads make of the real tool, from the device nodes a container can see and the
+// inventory file the fake agent's CDI spec mounts beside it.
+//
+// Like the real tool it reports only the GPUs whose device nodes are present (the runtime injects the
+// allocated ones), renumbers them 0..k-1 in minor order, and fails with the real tool's messages and
+// exit codes when there is no driver (no /dev/nvidiactl, exit 9) or no GPU (exit 6). Its messages for
+// failures go to stderr rather than stdout as the real tool does, so a caller that keeps only stderr
+// of a failed run (the workload probe does) can say why.
+package smi
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
+)
+
+// Exit codes of the real nvidia-smi that the fake reproduces.
+const (
+	ExitOK          = 0
+	ExitBadArgs     = 2 // invalid or unsupported arguments
+	ExitNoDevices   = 6 // "No devices were found"
+	ExitDriverError = 9 // could not communicate with the driver
+)
+
+// DriverFailure is the real tool's message when it cannot reach the driver.
+const DriverFailure = "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. " +
+	"Make sure that the latest NVIDIA driver is installed and running."
+
+// Env is what the fake reads from its surroundings; tests replace it to run without root.
+type Env struct {
+	// DevDir holds the device nodes ("/dev" in a container).
+	DevDir string
+	// InventoryFile is the fake driver's knowledge of the node's GPUs.
+	InventoryFile string
+	// Stat follows path and reports whether it is a character device and its numbers.
+	Stat func(path string) (isCharDev bool, major, minor uint32, err error)
+}
+
+// DefaultEnv is the container's environment: /dev, the inventory named by fakegpu.EnvInventory or else
+// fakegpu.ContainerInventoryFile, and the real stat(2).
+func DefaultEnv() Env {
+	inv := os.Getenv(fakegpu.EnvInventory)
+	if inv == "" {
+		inv = fakegpu.ContainerInventoryFile
+	}
+	return Env{DevDir: "/dev", InventoryFile: inv, Stat: StatDevice}
+}
+
+// StatDevice is Env.Stat on the real file system. It follows symlinks, as opening the node would.
+func StatDevice(path string) (bool, uint32, uint32, error) {
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return false, 0, 0, err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFCHR {
+		return false, 0, 0, nil
+	}
+	rdev := uint64(st.Rdev) // Rdev is not a uint64 on every platform
+	return true, unix.Major(rdev), unix.Minor(rdev), nil
+}
+
+// gpu is one GPU the container can see, with its in-container index.
+type gpu struct {
+	index int
+	fakegpu.GPU
+}
+
+// options is the parsed command line.
+type options struct {
+	help, list, version bool
+	query               []string // --query-gpu fields; nil when not given
+	format              string   // --format value; "" when not given
+}
+
+// Main runs the fake nvidia-smi with args (without the program name) and returns its exit code. Zero
+// fields of env are taken from DefaultEnv.
+func Main(args []string, env Env, stdout, stderr io.Writer) int {
+	def := DefaultEnv()
+	if env.DevDir == "" {
+		env.DevDir = def.DevDir
+	}
+	if env.InventoryFile == "" {
+		env.InventoryFile = def.InventoryFile
+	}
+	if env.Stat == nil {
+		env.Stat = def.Stat
+	}
+
+	opt, err := parseArgs(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "%v\nPlease run 'nvidia-smi -h' for help.\n", err)
+		return ExitBadArgs
+	}
+	if opt.help {
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	}
+	// Validate the query before touching the "driver", as the real tool rejects bad fields first.
+	var fields []field
+	var header, units bool
+	if opt.query != nil {
+		if fields, header, units, err = parseQuery(opt.query, opt.format); err != nil {
+			fmt.Fprintln(stderr, err)
+			return ExitBadArgs
+		}
+	}
+
+	inv, gpus, code := readDriver(env, stderr)
+	if code != ExitOK {
+		return code
+	}
+	if opt.version {
+		fmt.Fprintf(stdout, "NVIDIA-SMI version  : %s\nDRIVER version      : %s\nCUDA Version        : %s\n",
+			inv.DriverVersion, inv.DriverVersion, inv.CUDAVersion)
+		return ExitOK
+	}
+	if len(gpus) == 0 {
+		fmt.Fprintln(stderr, "No devices were found")
+		return ExitNoDevices
+	}
+	switch {
+	case opt.list:
+		for _, g := range gpus {
+			fmt.Fprintf(stdout, "GPU %d: %s (UUID: %s)\n", g.index, g.Product, g.UUID)
+		}
+	case opt.query != nil:
+		writeCSV(stdout, inv, gpus, fields, header, units)
+	default:
+		writeSummary(stdout, inv, gpus)
+	}
+	return ExitOK
+}
+
+const usage = `NVIDIA System Management Interface (fake, for the gpuconform fake GPU stack)
+
+Usage: nvidia-smi [OPTION]
+
+    -h,   --help                Print this usage and exit.
+          --version             Print the driver and CUDA versions.
+    -L,   --list-gpus           List the visible GPUs: GPU <index>: <name> (UUID: <uuid>).
+          --query-gpu=FIELDS    Query the visible GPUs; needs --format. FIELDS: index, uuid, name,
+                                memory.total, driver_version, pci.bus_id, minor_number, count.
+          --format=csv[,noheader][,nounits]
+
+Without options a summary table of the visible GPUs is printed.
+`
+
+// parseArgs accepts "--opt=value" and "--opt value" for the options that take a value.
+func parseArgs(args []string) (options, error) {
+	var opt options
+	modes := 0
+	for i := 0; i < len(args); i++ {
+		name, value, hasValue := strings.Cut(args[i], "=")
+		takesValue := name == "--query-gpu" || name == "--format"
+		if takesValue && !hasValue {
+			if i+1 >= len(args) {
+				return opt, badArgs(fmt.Sprintf("Option %s requires a value.", name))
+			}
+			i++
+			value, hasValue = args[i], true
+		}
+		if hasValue && !takesValue {
+			return opt, badArgs(fmt.Sprintf("Invalid combination of input arguments: %q.", args[i]))
+		}
+		switch name {
+		case "-h", "--help":
+			opt.help = true
+		case "-L", "--list-gpus":
+			opt.list, modes = true, modes+1
+		case "--version":
+			opt.version, modes = true, modes+1
+		case "--query-gpu":
+			opt.query, modes = strings.Split(value, ","), modes+1
+		case "--format":
+			opt.format = value
+		default:
+			return opt, badArgs(fmt.Sprintf("Invalid combination of input arguments: unknown option %q.", args[i]))
+		}
+	}
+	switch {
+	case opt.help:
+		return opt, nil
+	case modes > 1:
+		return opt, badArgs("Invalid combination of input arguments: -L, --version and --query-gpu exclude each other.")
+	case opt.format != "" && opt.query == nil:
+		return opt, badArgs("Invalid combination of input arguments: --format needs --query-gpu.")
+	}
+	return opt, nil
+}
+
+// badArgs is a message for an invalid command line, worded as the real tool words it (hence not an
+// error string in Go's lower-case style).
+type badArgs string
+
+func (e badArgs) Error() string { return string(e) }
+
+// field is one supported --query-gpu field.
+type field struct {
+	header string
+	value  func(inv fakegpu.Inventory, n int, g gpu, units bool) string
+}
+
+func notAvailable(s string) string {
+	if s == "" {
+		return "[N/A]"
+	}
+	return s
+}
+
+// queryFields maps each accepted name (with the real tool's aliases) to its field.
+var queryFields = func() map[string]field {
+	index := field{"index", func(_ fakegpu.Inventory, _ int, g gpu, _ bool) string { return strconv.Itoa(g.index) }}
+	uuid := field{"uuid", func(_ fakegpu.Inventory, _ int, g gpu, _ bool) string { return g.UUID }}
+	name := field{"name", func(_ fakegpu.Inventory, _ int, g gpu, _ bool) string { return g.Product }}
+	mem := field{"memory.total [MiB]", func(_ fakegpu.Inventory, _ int, g gpu, units bool) string {
+		switch {
+		case g.MemoryMiB == 0:
+			return "[N/A]"
+		case units:
+			return fmt.Sprintf("%d MiB", g.MemoryMiB)
+		}
+		return strconv.Itoa(g.MemoryMiB)
+	}}
+	driver := field{"driver_version", func(inv fakegpu.Inventory, _ int, _ gpu, _ bool) string {
+		return notAvailable(inv.DriverVersion)
+	}}
+	bus := field{"pci.bus_id", func(_ fakegpu.Inventory, _ int, g gpu, _ bool) string { return notAvailable(g.PCIBusID) }}
+	minor := field{"minor_number", func(_ fakegpu.Inventory, _ int, g gpu, _ bool) string { return strconv.Itoa(g.Minor) }}
+	count := field{"count", func(_ fakegpu.Inventory, n int, _ gpu, _ bool) string { return strconv.Itoa(n) }}
+	return map[string]field{
+		"index": index, "uuid": uuid, "gpu_uuid": uuid, "name": name, "gpu_name": name,
+		"memory.total": mem, "driver_version": driver, "pci.bus_id": bus, "gpu_bus_id": bus,
+		"minor_number": minor, "count": count,
+	}
+}()
+
+// parseQuery resolves the --query-gpu fields and the --format value.
+func parseQuery(names []string, format string) (out []field, header, units bool, err error) {
+	if format == "" {
+		return nil, false, false, badArgs("Option --format is mandatory with --query-gpu (--format=csv).")
+	}
+	header, units = true, true
+	for i, opt := range strings.Split(format, ",") {
+		switch opt = strings.TrimSpace(opt); {
+		case i == 0 && opt == "csv":
+		case i > 0 && opt == "noheader":
+			header = false
+		case i > 0 && opt == "nounits":
+			units = false
+		default:
+			return nil, false, false, badArgs(fmt.Sprintf("%q is not a valid format option.", opt))
+		}
+	}
+	for _, n := range names {
+		n = strings.TrimSpace(n)
+		f, ok := queryFields[n]
+		if !ok {
+			return nil, false, false, badArgs(fmt.Sprintf("Field %q is not a valid field to query.", n))
+		}
+		out = append(out, f)
+	}
+	return out, header, units, nil
+}
+
+// readDriver stands in for the real tool's talk to the driver: nvidiactl must be there, the inventory
+// readable, and the visible GPUs are the nvidia<N> character devices of major 195, by minor.
+func readDriver(env Env, stderr io.Writer) (fakegpu.Inventory, []gpu, int) {
+	fail := func(detail error) (fakegpu.Inventory, []gpu, int) {
+		fmt.Fprintf(stderr, "%s\n(fake nvidia-smi: %v)\n", DriverFailure, detail)
+		return fakegpu.Inventory{}, nil, ExitDriverError
+	}
+	ctl := filepath.Join(env.DevDir, "nvidiactl")
+	isChar, major, minor, err := env.Stat(ctl)
+	switch {
+	case err != nil:
+		return fail(fmt.Errorf("%s: %w", ctl, err))
+	case !isChar || major != fakegpu.NvidiaMajor || minor != fakegpu.NvidiaCtlMinor:
+		return fail(fmt.Errorf("%s is not character device %d:%d", ctl, fakegpu.NvidiaMajor, fakegpu.NvidiaCtlMinor))
+	}
+	inv, err := fakegpu.Load(env.InventoryFile)
+	if err != nil {
+		return fail(fmt.Errorf("cannot read the inventory: %w", err)) // the error names the file
+	}
+	entries, err := os.ReadDir(env.DevDir)
+	if err != nil {
+		return fail(err)
+	}
+
+	// Keyed by minor: two nodes with the same numbers are one GPU, as for the driver.
+	seen := map[int]fakegpu.GPU{}
+	for _, e := range entries {
+		digits, ok := strings.CutPrefix(e.Name(), "nvidia")
+		if !ok || !isDecimal(digits) {
+			continue // nvidiactl, nvidia-uvm, nvidia-caps, ...
+		}
+		isChar, major, minor, err := env.Stat(filepath.Join(env.DevDir, e.Name()))
+		if err != nil || !isChar || major != fakegpu.NvidiaMajor || minor == fakegpu.NvidiaCtlMinor {
+			continue // not a GPU node the driver would answer on
+		}
+		m := int(minor)
+		g, ok := inv.ByMinor(m)
+		if !ok {
+			// Listed rather than dropped, so a node the inventory does not know shows in the count.
+			g = fakegpu.GPU{Minor: m, UUID: fmt.Sprintf("GPU-unknown-minor-%d", m), Product: "Unknown"}
+		}
+		seen[m] = g
+	}
+	gpus := make([]gpu, 0, len(seen))
+	for _, g := range seen {
+		gpus = append(gpus, gpu{GPU: g})
+	}
+	// The real tool renumbers the GPUs a container sees from 0, in minor (PCI) order.
+	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Minor < gpus[j].Minor })
+	for i := range gpus {
+		gpus[i].index = i
+	}
+	return inv, gpus, ExitOK
+}
+
+// isDecimal reports whether s is a non-empty run of ASCII digits (strconv.Atoi would also take "+1").
+func isDecimal(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+func writeCSV(w io.Writer, inv fakegpu.Inventory, gpus []gpu, fields []field, header, units bool) {
+	cells := make([]string, len(fields))
+	if header {
+		for i, f := range fields {
+			cells[i] = f.header
+		}
+		fmt.Fprintln(w, strings.Join(cells, ", "))
+	}
+	for _, g := range gpus {
+		for i, f := range fields {
+			cells[i] = f.value(inv, len(gpus), g, units)
+		}
+		fmt.Fprintln(w, strings.Join(cells, ", "))
+	}
+}
+
+// writeSummary prints a compact form of the real tool's default table.
+func writeSummary(w io.Writer, inv fakegpu.Inventory, gpus []gpu) {
+	fmt.Fprintf(w, "NVIDIA-SMI %s   Driver Version: %s   CUDA Version: %s\n",
+		inv.DriverVersion, inv.DriverVersion, inv.CUDAVersion)
+	fmt.Fprintf(w, "%-4s %-32s %-18s %s\n", "GPU", "Name", "Bus-Id", "Memory-Total")
+	for _, g := range gpus {
+		mem := "[N/A]"
+		if g.MemoryMiB > 0 {
+			mem = fmt.Sprintf("%dMiB", g.MemoryMiB)
+		}
+		fmt.Fprintf(w, "%4d %-32s %-18s %s\n", g.index, g.Product, notAvailable(g.PCIBusID), mem)
+	}
+}

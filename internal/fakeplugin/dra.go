@@ -1,0 +1,242 @@
+package fakeplugin
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	resourceapi "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
+)
+
+// The DRA half of the agent: a kubelet DRA plugin written with k8s.io/dynamic-resource-allocation's
+// kubeletplugin helper (the library NVIDIA's DRA driver and the example driver use). It publishes the
+// node's DRA GPUs in a ResourceSlice with the attributes NVIDIA's driver publishes, and prepares claims by
+// handing the kubelet the same CDI devices the device-plugin half uses.
+
+// LogPublishedSlice is logged each time the agent hands a new device list to the ResourceSlice controller.
+const LogPublishedSlice = "published ResourceSlice devices"
+
+// DRADeviceName is the ResourceSlice device name of the GPU with physical index i; NVIDIA's driver names
+// GPUs "gpu-<index>".
+func DRADeviceName(i int) string { return "gpu-" + strconv.Itoa(i) }
+
+// draIndex parses a device name of ours back into the physical index.
+func draIndex(name string) (int, bool) {
+	n, err := strconv.Atoi(strings.TrimPrefix(name, "gpu-"))
+	return n, err == nil && strings.HasPrefix(name, "gpu-")
+}
+
+// draPlugin implements kubeletplugin.DRAPlugin on top of the agent's state.
+type draPlugin struct{ p *Plugin }
+
+// ServeDRA registers the DRA half with the kubelet, publishes the slice and republishes it on every
+// health or fault change, until ctx ends. The kubeletplugin helper re-registers by itself after a kubelet
+// restart (the kubelet finds the registration socket again in its plugin watcher directory).
+func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) error {
+	if p.cfg.DRADevices == 0 {
+		return nil
+	}
+	name := p.cfg.DRADriverName
+	helper, err := kubeletplugin.Start(ctx, draPlugin{p},
+		kubeletplugin.KubeClient(client),
+		kubeletplugin.NodeName(p.cfg.NodeName),
+		kubeletplugin.DriverName(name),
+		kubeletplugin.RegistrarDirectoryPath(p.cfg.KubeletRegistryDir),
+		kubeletplugin.PluginDataDirectoryPath(filepath.Join(p.cfg.KubeletPluginsDir, name)),
+	)
+	if err != nil {
+		return fmt.Errorf("start DRA kubelet plugin %s: %w", name, err)
+	}
+	defer helper.Stop()
+	p.log.Info("DRA kubelet plugin started", "driver", name, "devices", p.cfg.DRADevices)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		p.mu.Lock()
+		devs, changed := p.sliceDevicesLocked()
+		p.mu.Unlock()
+		res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
+			p.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: devs}}},
+		}}
+		if err := helper.PublishResources(ctx, res); err != nil {
+			p.log.Error("cannot publish ResourceSlice; retrying", "err", err)
+		} else {
+			names := make([]string, len(devs))
+			for i, d := range devs {
+				names[i] = d.Name
+			}
+			p.log.Info(LogPublishedSlice, "driver", name, "devices", names)
+		}
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-changed:
+				break wait
+			case <-tick.C:
+				// Readiness follows the kubelet's registration of the plugin (it can drop and come back).
+				st := helper.RegistrationStatus()
+				p.setDRAReady(st != nil && st.PluginRegistered)
+			}
+		}
+	}
+}
+
+// sliceDevicesLocked lists the devices to publish: every healthy DRA GPU (an unhealthy one is left out, so
+// the scheduler stops allocating it; its name and UUID stay the same when it comes back), plus the
+// phantom under FaultPhantomSliceDevice.
+func (p *Plugin) sliceDevicesLocked() ([]resourceapi.Device, <-chan struct{}) {
+	var devs []resourceapi.Device
+	for i := p.table.dp; i < len(p.table.uuids); i++ {
+		if p.unhealthy[i] && !p.faults[FaultIgnoreHealth] {
+			continue
+		}
+		devs = append(devs, p.sliceDevice(i))
+	}
+	if p.faults[FaultPhantomSliceDevice] {
+		devs = append(devs, p.sliceDevice(len(p.table.uuids)))
+	}
+	return devs, p.changed
+}
+
+// sliceDevice describes GPU i with the attribute names and types NVIDIA's DRA driver publishes for a
+// full GPU (type, uuid, productName, brand, architecture, driverVersion, cudaDriverVersion, index, minor,
+// pcieBusID; capacity memory), so CEL selectors written for real clusters select the fake ones.
+func (p *Plugin) sliceDevice(i int) resourceapi.Device {
+	str := func(s string) resourceapi.DeviceAttribute { return resourceapi.DeviceAttribute{StringValue: ptr.To(s)} }
+	attrs := map[resourceapi.QualifiedName]resourceapi.DeviceAttribute{
+		"type":         str("gpu"),
+		"uuid":         str(p.table.uuid(i)),
+		"productName":  str(p.cfg.Product),
+		"brand":        str("Nvidia"),
+		"architecture": str(strings.ToUpper(p.cfg.Family[:1]) + p.cfg.Family[1:]),
+		"index":        {IntValue: ptr.To(int64(i))},
+		"minor":        {IntValue: ptr.To(int64(i))},
+		"pcieBusID":    str(fmt.Sprintf("0000:%02x:00.0", 0x18+i)),
+	}
+	if v := semver(p.cfg.DriverVersion); v != "" {
+		attrs["driverVersion"] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
+	}
+	if v := semver(p.cfg.CUDAVersion); v != "" {
+		attrs["cudaDriverVersion"] = resourceapi.DeviceAttribute{VersionValue: ptr.To(v)}
+	}
+	return resourceapi.Device{
+		Name:       DRADeviceName(i),
+		Attributes: attrs,
+		Capacity: map[resourceapi.QualifiedName]resourceapi.DeviceCapacity{
+			"memory": {Value: *resource.NewQuantity(int64(p.cfg.MemoryMiB)<<20, resource.BinarySI)},
+		},
+	}
+}
+
+// semver pads a driver version such as "550.54.15" or "12.4" to the three parts a DRA version attribute
+// must have; "" when it is not numeric.
+func semver(v string) string {
+	parts := strings.Split(v, ".")
+	if v == "" || len(parts) > 3 {
+		return ""
+	}
+	for i, s := range parts {
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			return ""
+		}
+		parts[i] = strconv.Itoa(n) // semver forbids leading zeros
+	}
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	return strings.Join(parts, ".")
+}
+
+func (p *Plugin) setDRAReady(ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.draReady != ok {
+		p.log.Info("DRA kubelet plugin registration changed", "registered", ok)
+		p.draReady = ok
+		p.updateReadyLocked()
+	}
+}
+
+// PrepareResourceClaims implements kubeletplugin.DRAPlugin: each of our devices in the claim's allocation
+// becomes its CDI device. A device we do not have (a phantom, another node's) fails the claim, as a real
+// driver fails a GPU it cannot find.
+func (d draPlugin) PrepareResourceClaims(_ context.Context, claims []*resourceapi.ResourceClaim) (map[types.UID]kubeletplugin.PrepareResult, error) {
+	p := d.p
+	out := map[types.UID]kubeletplugin.PrepareResult{}
+	for _, claim := range claims {
+		out[claim.UID] = p.prepareClaim(claim)
+	}
+	return out, nil
+}
+
+func (p *Plugin) prepareClaim(claim *resourceapi.ResourceClaim) kubeletplugin.PrepareResult {
+	ref := claim.Namespace + "/" + claim.Name
+	if p.hasFault(FaultDRAPrepareFail) {
+		p.log.Warn("FAULT INJECTION: failing NodePrepareResources", "fault", string(FaultDRAPrepareFail), "claim", ref)
+		return kubeletplugin.PrepareResult{Err: fmt.Errorf("fake GPU driver on %s: prepare of claim %s failed (fault injection %s)", p.cfg.NodeName, ref, FaultDRAPrepareFail)}
+	}
+	if claim.Status.Allocation == nil {
+		return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s is not allocated", ref)}
+	}
+	type ours struct {
+		request, device string
+		index           int
+	}
+	var mine []ours
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		if r.Driver != p.cfg.DRADriverName || r.Pool != p.cfg.NodeName {
+			continue
+		}
+		i, ok := draIndex(r.Device)
+		if !ok || i < p.table.dp || i >= len(p.table.uuids) {
+			p.log.Error("prepare refused: no such GPU", "claim", ref, "device", r.Device)
+			return kubeletplugin.PrepareResult{Err: fmt.Errorf("fake GPU driver on %s: device %s of claim %s does not exist on this node (it has %s..%s)",
+				p.cfg.NodeName, r.Device, ref, DRADeviceName(p.table.dp), DRADeviceName(len(p.table.uuids)-1))}
+		}
+		mine = append(mine, ours{r.Request, r.Device, i})
+	}
+	idx := make([]int, len(mine))
+	for k, m := range mine {
+		idx[k] = m.index
+	}
+	handed := p.handOut(idx, "prepare "+ref, idx)
+	var res kubeletplugin.PrepareResult
+	for k, m := range mine {
+		var cdi []string
+		if p.cdiEnabled() && handed[k] < len(p.table.uuids) {
+			cdi = []string{CDIDeviceName(handed[k])}
+		}
+		res.Devices = append(res.Devices, kubeletplugin.Device{Requests: []string{m.request}, PoolName: p.cfg.NodeName, DeviceName: m.device, CDIDeviceIDs: cdi})
+	}
+	p.log.Info("prepared claim", "claim", ref, "uid", claim.UID, "devices", idx, "cdi", res.Devices)
+	return res
+}
+
+// UnprepareResourceClaims implements kubeletplugin.DRAPlugin. The CDI spec is static, so there is nothing
+// to undo per claim; the call is logged so a test can see the kubelet made it.
+func (d draPlugin) UnprepareResourceClaims(_ context.Context, claims []kubeletplugin.NamespacedObject) (map[types.UID]error, error) {
+	out := map[types.UID]error{}
+	for _, c := range claims {
+		d.p.log.Info("unprepared claim", "claim", c.String(), "uid", c.UID)
+		out[c.UID] = nil
+	}
+	return out, nil
+}
+
+// HandleError implements kubeletplugin.DRAPlugin: background errors (slice publishing) are logged; the
+// helper retries on its own.
+func (d draPlugin) HandleError(_ context.Context, err error, msg string) {
+	d.p.log.Error("DRA kubelet plugin: "+msg, "err", err)
+}

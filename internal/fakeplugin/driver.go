@@ -1,0 +1,185 @@
+package fakeplugin
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
+)
+
+// The fake driver: what the NVIDIA kernel driver and container toolkit put on a real GPU node, made by the
+// agent at start (and again after every node restart, since it lives under /run): a character device per
+// GPU and the control devices, the inventory the fake nvidia-smi reads, that nvidia-smi, and one CDI spec
+// through which the runtime injects exactly the allocated GPUs into exactly the containers that asked.
+// Both allocation paths name the same CDI devices, so a GPU looks the same to a container whichever path
+// gave it.
+
+// CDIKind is the CDI vendor/class of the fake GPUs: NVIDIA's own (nvidia-ctk generates nvidia.com/gpu
+// specs), so tooling that knows NVIDIA's CDI names recognises the fake's.
+const CDIKind = "nvidia.com/gpu"
+
+// CDISpecFile is the file name of the agent's CDI spec in the CDI directory.
+const CDISpecFile = "gpuconform-fake-gpu.json"
+
+// cdiVersion is the CDI spec version written: 0.5.0 added hostPath on device nodes, which the fake needs
+// (its device nodes live outside the node's /dev); 0.6.0 is what containerd 2.x and NVIDIA's toolkit use.
+const cdiVersion = "0.6.0"
+
+// CDIDeviceName is the fully qualified CDI name of the GPU with physical index (minor) i, as an
+// AllocateResponse or a DRA prepare result carries it: NVIDIA's index naming ("nvidia.com/gpu=3").
+func CDIDeviceName(i int) string { return CDIKind + "=" + strconv.Itoa(i) }
+
+func (p *Plugin) cdiEnabled() bool { return p.cfg.StateDir != "" && p.cfg.CDIDir != "" }
+
+// Inventory is the node's fake GPUs as the fake driver describes them to nvidia-smi and DRA.
+func (p *Plugin) Inventory() fakegpu.Inventory {
+	inv := fakegpu.Inventory{Node: p.cfg.NodeName, DriverVersion: p.cfg.DriverVersion, CUDAVersion: p.cfg.CUDAVersion}
+	for i, u := range p.table.uuids {
+		path := fakegpu.PathDevicePlugin
+		if i >= p.table.dp {
+			path = fakegpu.PathDRA
+		}
+		inv.GPUs = append(inv.GPUs, fakegpu.GPU{
+			Minor: i, UUID: u, Product: p.cfg.Product, MemoryMiB: p.cfg.MemoryMiB,
+			// Bus IDs as nvidia-smi prints them; distinct per GPU, stable per index.
+			PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x18+i), Path: path,
+		})
+	}
+	return inv
+}
+
+// InstallDriver lays out the fake driver in StateDir and writes the CDI spec into CDIDir. It is idempotent:
+// the agent calls it at every start, and what a previous start made is replaced.
+func (p *Plugin) InstallDriver() error {
+	if !p.cdiEnabled() {
+		return nil
+	}
+	dev := filepath.Join(p.cfg.StateDir, "dev")
+	if err := os.MkdirAll(dev, 0o755); err != nil {
+		return err
+	}
+	nodes := map[string][2]uint32{
+		"nvidiactl":        {fakegpu.NvidiaMajor, fakegpu.NvidiaCtlMinor},
+		"nvidia-uvm":       {fakegpu.NvidiaUVMMajor, fakegpu.NvidiaUVMMinor},
+		"nvidia-uvm-tools": {fakegpu.NvidiaUVMMajor, fakegpu.NvidiaUVMToolsMin},
+	}
+	for i := range p.table.uuids {
+		nodes["nvidia"+strconv.Itoa(i)] = [2]uint32{fakegpu.NvidiaMajor, uint32(i)}
+	}
+	for name, mm := range nodes {
+		if err := mknodChar(filepath.Join(dev, name), mm[0], mm[1]); err != nil {
+			return err
+		}
+	}
+	if err := p.Inventory().Save(filepath.Join(p.cfg.StateDir, "inventory.json")); err != nil {
+		return fmt.Errorf("write inventory: %w", err)
+	}
+	if p.cfg.NvidiaSMI != "" {
+		if err := copyFile(p.cfg.NvidiaSMI, filepath.Join(p.cfg.StateDir, "bin", "nvidia-smi"), 0o755); err != nil {
+			return fmt.Errorf("install nvidia-smi: %w", err)
+		}
+	}
+	raw, err := json.MarshalIndent(p.CDISpec(), "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(p.cfg.CDIDir, CDISpecFile), raw, 0o644); err != nil {
+		return fmt.Errorf("write CDI spec: %w", err)
+	}
+	p.log.Info("installed fake driver", "state_dir", p.cfg.StateDir, "cdi_spec", filepath.Join(p.cfg.CDIDir, CDISpecFile), "gpus", len(p.table.uuids))
+	return nil
+}
+
+// CDISpec is the agent's CDI spec: one device per GPU (its device node), and the edits every GPU
+// container gets once it has any of them (control devices, nvidia-smi, the inventory), the way NVIDIA's
+// generated specs put the driver's shared files in the spec-wide edits.
+func (p *Plugin) CDISpec() cdispec.Spec {
+	dev := filepath.Join(p.cfg.StateDir, "dev")
+	mode := os.FileMode(0o666)
+	node := func(name string, major, minor int64) *cdispec.DeviceNode {
+		return &cdispec.DeviceNode{Path: "/dev/" + name, HostPath: filepath.Join(dev, name), Type: "c", Major: major, Minor: minor, FileMode: &mode}
+	}
+	spec := cdispec.Spec{
+		Version: cdiVersion,
+		Kind:    CDIKind,
+		ContainerEdits: cdispec.ContainerEdits{
+			DeviceNodes: []*cdispec.DeviceNode{
+				node("nvidiactl", fakegpu.NvidiaMajor, fakegpu.NvidiaCtlMinor),
+				node("nvidia-uvm", fakegpu.NvidiaUVMMajor, fakegpu.NvidiaUVMMinor),
+				node("nvidia-uvm-tools", fakegpu.NvidiaUVMMajor, fakegpu.NvidiaUVMToolsMin),
+			},
+			Mounts: []*cdispec.Mount{
+				{HostPath: filepath.Join(p.cfg.StateDir, "inventory.json"), ContainerPath: fakegpu.ContainerInventoryFile, Options: []string{"ro", "nosuid", "nodev", "bind"}},
+			},
+		},
+	}
+	if p.cfg.NvidiaSMI != "" {
+		spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts, &cdispec.Mount{
+			HostPath: filepath.Join(p.cfg.StateDir, "bin", "nvidia-smi"), ContainerPath: fakegpu.ContainerNvidiaSMI, Options: []string{"ro", "nosuid", "nodev", "bind"}})
+	}
+	for i := range p.table.uuids {
+		spec.Devices = append(spec.Devices, cdispec.Device{
+			Name:           strconv.Itoa(i),
+			ContainerEdits: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{node("nvidia"+strconv.Itoa(i), fakegpu.NvidiaMajor, int64(i))}},
+		})
+	}
+	return spec
+}
+
+// mknodChar makes path a character device major:minor, replacing whatever is there with other numbers.
+func mknodChar(path string, major, minor uint32) error {
+	want := unix.Mkdev(major, minor)
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err == nil {
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR && uint64(st.Rdev) == want {
+			return unix.Chmod(path, 0o666)
+		}
+		if err := os.Remove(path); err != nil {
+			return err
+		}
+	}
+	if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(want)); err != nil {
+		return fmt.Errorf("mknod %s c %d %d: %w (the agent needs CAP_MKNOD: run it privileged)", path, major, minor, err)
+	}
+	return unix.Chmod(path, 0o666) // mknod honours the umask
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	raw, err := io.ReadAll(in)
+	if err != nil {
+		return err
+	}
+	return writeAtomic(dst, raw, mode)
+}
+
+// writeAtomic writes through a temporary file and a rename, so a runtime reading the CDI directory or a
+// container starting nvidia-smi never sees half a file.
+func writeAtomic(path string, data []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return err
+	}
+	if err := os.Chmod(tmp, mode); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return errors.Join(err, os.Remove(tmp))
+	}
+	return nil
+}

@@ -1,0 +1,114 @@
+package fakeplugin
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// Fault names a deliberate misbehaviour of the fake GPU agent. Each one plays a defect that real GPU stacks
+// have shown and that the conformance suite claims to catch; `make selfcheck` switches them on one at a
+// time and requires the suite's verdict to turn NO-GO. They are never on by default.
+//
+// A fault is switched on for the agent's whole life with --fault, or at run time on one node with the node
+// annotation FaultsAnnotation (a comma-separated list), which the agent watches.
+type Fault string
+
+const (
+	// FaultWrongIDs: containers get other GPUs than the ones allocated to them (device plugin: other than
+	// the IDs the kubelet asked for; DRA: other than the claim's devices). Plays a plugin whose ID-to-device
+	// mapping is broken. Caught by comparing what the container sees with the kubelet's or the claim's view.
+	FaultWrongIDs Fault = "wrong-ids"
+	// FaultOverAdvertise: the device plugin advertises one GPU more than the node has. The kubelet hands
+	// it out like any other; the container it goes to gets no device for it. Plays a plugin that counts a
+	// GPU that fell off the bus. Caught by filling a node: one pod sees fewer devices than it was given.
+	FaultOverAdvertise Fault = "over-advertise"
+	// FaultDoubleAllocate: each allocation is given the GPU of the previous allocation again, while that one
+	// still uses it. Plays a broken allocator (or time-slicing reported as exclusive). Caught by running
+	// GPU pods side by side: two of them see the same GPU.
+	FaultDoubleAllocate Fault = "double-allocate"
+	// FaultIgnoreHealth: a GPU marked unhealthy stays advertised as healthy (device plugin) and stays in
+	// the ResourceSlice (DRA), so it is still handed out. Caught by the health check: the unhealthy GPU
+	// must be withheld.
+	FaultIgnoreHealth Fault = "ignore-health"
+	// FaultLeakAll: every container on the node sees every GPU, including containers that asked for none
+	// (and the GPUs of other pods). Plays the NVIDIA runtime set as the default runtime with an image that
+	// says NVIDIA_VISIBLE_DEVICES=all. Caught by the isolation checks.
+	FaultLeakAll Fault = "leak-all"
+	// FaultDRAPrepareFail: the DRA half fails NodePrepareResources for every claim. Plays a broken DRA
+	// kubelet plugin; pods stay in ContainerCreating with FailedPrepareDynamicResources events.
+	FaultDRAPrepareFail Fault = "dra-prepare-fail"
+	// FaultPhantomSliceDevice: the ResourceSlice publishes one device more than the node has; a claim
+	// allocated that device cannot be prepared. Plays a driver that publishes stale inventory.
+	FaultPhantomSliceDevice Fault = "phantom-slice-device"
+	// FaultNoReregister: after the kubelet restarts (and wipes the device-plugin sockets) the device plugin
+	// never registers again, so its devices disappear from the node once the kubelet's grace period ends.
+	// Plays a plugin without a socket watch. Caught by the kubelet-restart and node-recovery checks.
+	FaultNoReregister Fault = "no-reregister"
+)
+
+// FaultsAnnotation is the node annotation that switches faults on at run time on that node only: a
+// comma-separated list of Fault names. Removing it switches them off again (faults given with --fault
+// stay on).
+const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
+
+// AllFaults lists every fault, in the order the documentation and `make selfcheck` use.
+func AllFaults() []Fault {
+	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
+		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister}
+}
+
+// ParseFaults parses a comma-separated list of fault names; an unknown name is an error naming the known ones.
+func ParseFaults(s string) ([]Fault, error) {
+	var out []Fault
+	for _, raw := range strings.Split(s, ",") {
+		f := Fault(strings.TrimSpace(raw))
+		if f == "" {
+			continue
+		}
+		if !slices.Contains(AllFaults(), f) {
+			known := make([]string, 0, len(AllFaults()))
+			for _, k := range AllFaults() {
+				known = append(known, string(k))
+			}
+			return nil, fmt.Errorf("unknown fault %q (known: %s)", f, strings.Join(known, ", "))
+		}
+		if !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out, nil
+}
+
+// JoinFaults is the inverse of ParseFaults.
+func JoinFaults(fs []Fault) string {
+	parts := make([]string, len(fs))
+	for i, f := range fs {
+		parts[i] = string(f)
+	}
+	return strings.Join(parts, ",")
+}
+
+// faultSet is the set of faults in force: the configured ones plus the node annotation's.
+type faultSet map[Fault]bool
+
+func newFaultSet(lists ...[]Fault) faultSet {
+	s := faultSet{}
+	for _, l := range lists {
+		for _, f := range l {
+			s[f] = true
+		}
+	}
+	return s
+}
+
+func (s faultSet) list() []Fault {
+	out := make([]Fault, 0, len(s))
+	for f := range s {
+		out = append(out, f)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}

@@ -1,0 +1,300 @@
+package fakeplugin
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
+)
+
+// cdiConfig is a test config with the fake driver (device nodes, CDI) pointed at temporary directories and
+// a DRA half of draDevices GPUs.
+func cdiConfig(t *testing.T, draDevices int) Config {
+	cfg := testConfig(t, shortDir(t), "node-a")
+	cfg.StateDir = t.TempDir()
+	cfg.CDIDir = t.TempDir()
+	cfg.DRADevices = draDevices
+	return cfg
+}
+
+func allocateResp(t *testing.T, c pluginapi.DevicePluginClient, ids ...string) *pluginapi.ContainerAllocateResponse {
+	t.Helper()
+	resp, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	if err != nil {
+		t.Fatalf("Allocate(%v): %v", ids, err)
+	}
+	return resp.ContainerResponses[0]
+}
+
+func cdiNames(r *pluginapi.ContainerAllocateResponse) []string {
+	var out []string
+	for _, d := range r.CdiDevices {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+func TestParseFaults(t *testing.T) {
+	got, err := ParseFaults(" wrong-ids,leak-all,,wrong-ids ")
+	if err != nil || !slices.Equal(got, []Fault{FaultLeakAll, FaultWrongIDs}) {
+		t.Errorf("ParseFaults = %v, %v", got, err)
+	}
+	if _, err := ParseFaults("wrong-ids,explode"); err == nil || !strings.Contains(err.Error(), "no-reregister") {
+		t.Errorf("unknown fault: err = %v, want one listing the known faults", err)
+	}
+}
+
+func TestAllocateInjectsTheCDIDevicesOfExactlyTheAllocatedGPUs(t *testing.T) {
+	p, c := servePlugin(t, cdiConfig(t, 4))
+	ids := p.DeviceIDs()
+	if len(ids) != 4 {
+		t.Fatalf("device plugin advertises %d IDs, want its 4 (the DRA GPUs are not its)", len(ids))
+	}
+	r := allocateResp(t, c, ids[1], ids[3])
+	if want := []string{"nvidia.com/gpu=1", "nvidia.com/gpu=3"}; !slices.Equal(cdiNames(r), want) {
+		t.Errorf("CDI devices = %v, want %v", cdiNames(r), want)
+	}
+	if got := r.Envs[EnvVisibleDevices]; got != ids[1]+","+ids[3] {
+		t.Errorf("%s = %q", EnvVisibleDevices, got)
+	}
+}
+
+func TestOverAdvertiseAdvertisesAPhantomWithoutADevice(t *testing.T) {
+	cfg := cdiConfig(t, 0)
+	cfg.Faults = []Fault{FaultOverAdvertise}
+	p, c := servePlugin(t, cfg)
+	devs := p.Devices()
+	if len(devs) != cfg.Devices+1 {
+		t.Fatalf("advertised %d devices, want %d (one phantom)", len(devs), cfg.Devices+1)
+	}
+	phantom := devs[len(devs)-1].ID
+	if slices.Contains(p.PhysicalUUIDs(), phantom) {
+		t.Fatalf("phantom %s is a real GPU", phantom)
+	}
+	r := allocateResp(t, c, p.DeviceIDs()[0], phantom)
+	if len(r.CdiDevices) != 1 {
+		t.Errorf("CDI devices = %v: the phantom must get no device", cdiNames(r))
+	}
+	if !strings.Contains(r.Envs[EnvVisibleDevices], phantom) {
+		t.Errorf("the broken plugin names the phantom to the runtime: %q", r.Envs[EnvVisibleDevices])
+	}
+}
+
+func TestDoubleAllocateHandsOutTheDeviceInUse(t *testing.T) {
+	cfg := cdiConfig(t, 0)
+	cfg.Faults = []Fault{FaultDoubleAllocate}
+	p, c := servePlugin(t, cfg)
+	ids := p.DeviceIDs()
+	first := allocateResp(t, c, ids[0])
+	second := allocateResp(t, c, ids[1])
+	if !slices.Equal(cdiNames(first), cdiNames(second)) || second.Envs[EnvVisibleDevices] != ids[0] {
+		t.Errorf("second allocation got %v / %q, want the first one's GPU %v", cdiNames(second), second.Envs[EnvVisibleDevices], cdiNames(first))
+	}
+}
+
+func TestIgnoreHealthKeepsAnUnhealthyGPUAdvertised(t *testing.T) {
+	cfg := cdiConfig(t, 2)
+	p := mustNew(t, cfg)
+	p.SetUnhealthyFromAnnotation("0,5")
+	if got := countUnhealthy(p.Devices()); got != 1 {
+		t.Fatalf("unhealthy devices = %d, want 1", got)
+	}
+	p.mu.Lock()
+	slice, _ := p.sliceDevicesLocked()
+	p.mu.Unlock()
+	if names := sliceNames(slice); !slices.Equal(names, []string{"gpu-4"}) {
+		t.Errorf("slice = %v, want gpu-4 only: unhealthy gpu-5 is withdrawn", names)
+	}
+	// The fault, switched on at run time through the node annotation.
+	p.SetFaultsFromAnnotation(string(FaultIgnoreHealth))
+	if got := countUnhealthy(p.Devices()); got != 0 {
+		t.Errorf("with ignore-health: %d unhealthy advertised, want 0", got)
+	}
+	p.mu.Lock()
+	slice, _ = p.sliceDevicesLocked()
+	p.mu.Unlock()
+	if names := sliceNames(slice); !slices.Equal(names, []string{"gpu-4", "gpu-5"}) {
+		t.Errorf("slice with ignore-health = %v, want both", names)
+	}
+	// Removing the annotation switches it off again; unknown names are ignored, not fatal.
+	p.SetFaultsFromAnnotation("explode")
+	if got := p.Faults(); len(got) != 0 {
+		t.Errorf("faults after clearing = %v", got)
+	}
+}
+
+func sliceNames(devs []resourceapi.Device) []string {
+	var out []string
+	for _, d := range devs {
+		out = append(out, d.Name)
+	}
+	return out
+}
+
+func TestSliceDevicesCarryNVIDIAsAttributes(t *testing.T) {
+	p := mustNew(t, cdiConfig(t, 2))
+	d := p.sliceDevice(4)
+	if d.Name != "gpu-4" {
+		t.Errorf("name %s", d.Name)
+	}
+	for _, a := range []resourceapi.QualifiedName{"type", "uuid", "productName", "brand", "architecture", "driverVersion", "cudaDriverVersion", "index", "minor", "pcieBusID"} {
+		if _, ok := d.Attributes[a]; !ok {
+			t.Errorf("attribute %s missing", a)
+		}
+	}
+	if *d.Attributes["uuid"].StringValue != p.PhysicalUUIDs()[4] || *d.Attributes["driverVersion"].VersionValue != "550.54.15" {
+		t.Errorf("uuid/driverVersion = %v/%v", *d.Attributes["uuid"].StringValue, *d.Attributes["driverVersion"].VersionValue)
+	}
+	if *d.Attributes["cudaDriverVersion"].VersionValue != "12.4.0" {
+		t.Errorf("cudaDriverVersion = %s, want padded to semver", *d.Attributes["cudaDriverVersion"].VersionValue)
+	}
+	if q := d.Capacity["memory"].Value; q.Value() != int64(p.cfg.MemoryMiB)<<20 {
+		t.Errorf("memory = %s", q.String())
+	}
+}
+
+func claim(devices ...string) *resourceapi.ResourceClaim {
+	c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "c", Namespace: "ns", UID: "uid-1"}}
+	c.Status.Allocation = &resourceapi.AllocationResult{}
+	for _, d := range devices {
+		c.Status.Allocation.Devices.Results = append(c.Status.Allocation.Devices.Results,
+			resourceapi.DeviceRequestAllocationResult{Request: "gpus", Driver: "gpu.nvidia.com", Pool: "node-a", Device: d})
+	}
+	return c
+}
+
+func TestPrepareHandsTheKubeletTheClaimsCDIDevices(t *testing.T) {
+	p := mustNew(t, cdiConfig(t, 4))
+	res := p.prepareClaim(claim("gpu-5", "gpu-7"))
+	if res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	var got []string
+	for _, d := range res.Devices {
+		got = append(got, d.CDIDeviceIDs...)
+	}
+	if !slices.Equal(got, []string{"nvidia.com/gpu=5", "nvidia.com/gpu=7"}) {
+		t.Errorf("CDI devices = %v", got)
+	}
+	// A device the node does not have (a phantom slice entry, a device-plugin GPU) fails the claim.
+	for _, bad := range []string{"gpu-8", "gpu-1", "nvme-0"} {
+		if res := p.prepareClaim(claim(bad)); res.Err == nil {
+			t.Errorf("prepare of %s succeeded", bad)
+		}
+	}
+	p.SetFaultsFromAnnotation(string(FaultDRAPrepareFail))
+	if res := p.prepareClaim(claim("gpu-4")); res.Err == nil || !strings.Contains(res.Err.Error(), "dra-prepare-fail") {
+		t.Errorf("prepare under dra-prepare-fail: %v", res.Err)
+	}
+	p.SetFaultsFromAnnotation(string(FaultPhantomSliceDevice))
+	p.mu.Lock()
+	slice, _ := p.sliceDevicesLocked()
+	p.mu.Unlock()
+	if names := sliceNames(slice); !slices.Contains(names, "gpu-8") {
+		t.Errorf("slice under phantom-slice-device = %v, want gpu-8 too", names)
+	}
+}
+
+func TestCDISpecInjectsOneDeviceNodePerGPUAndTheSharedFiles(t *testing.T) {
+	cfg := cdiConfig(t, 2)
+	cfg.NvidiaSMI = "/bin/true"
+	p := mustNew(t, cfg)
+	spec := p.CDISpec()
+	if spec.Kind != CDIKind || len(spec.Devices) != cfg.Devices+2 {
+		t.Fatalf("spec kind %s with %d devices", spec.Kind, len(spec.Devices))
+	}
+	for i, d := range spec.Devices {
+		n := d.ContainerEdits.DeviceNodes
+		if d.Name != strings.TrimPrefix(CDIDeviceName(i), CDIKind+"=") || len(n) != 1 || n[0].Path != fakegpu.DeviceNode("/dev", i) || n[0].Major != fakegpu.NvidiaMajor || n[0].Minor != int64(i) {
+			t.Errorf("device %d = %+v", i, d)
+		}
+	}
+	var mounts []string
+	for _, m := range spec.ContainerEdits.Mounts {
+		mounts = append(mounts, m.ContainerPath)
+	}
+	if !slices.Contains(mounts, fakegpu.ContainerNvidiaSMI) || !slices.Contains(mounts, fakegpu.ContainerInventoryFile) {
+		t.Errorf("shared mounts = %v", mounts)
+	}
+	if len(spec.ContainerEdits.DeviceNodes) != 3 {
+		t.Errorf("control devices = %+v", spec.ContainerEdits.DeviceNodes)
+	}
+}
+
+func TestInstallDriverMakesCharacterDevicesAndTheInventory(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mknod needs root (CI runs as root)")
+	}
+	cfg := cdiConfig(t, 2)
+	p := mustNew(t, cfg)
+	if err := p.InstallDriver(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range cfg.Devices + 2 {
+		var st unix.Stat_t
+		if err := unix.Stat(fakegpu.DeviceNode(filepath.Join(cfg.StateDir, "dev"), i), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(uint64(st.Rdev)) != fakegpu.NvidiaMajor || unix.Minor(uint64(st.Rdev)) != uint32(i) {
+			t.Errorf("nvidia%d: mode %o rdev %d:%d", i, st.Mode, unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev)))
+		}
+	}
+	inv, err := fakegpu.Load(filepath.Join(cfg.StateDir, "inventory.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(inv.OnPath(fakegpu.PathDevicePlugin)) != cfg.Devices || len(inv.OnPath(fakegpu.PathDRA)) != 2 {
+		t.Errorf("inventory paths: %+v", inv.GPUs)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.CDIDir, CDISpecFile)); err != nil {
+		t.Errorf("CDI spec: %v", err)
+	}
+	// Idempotent: a restarted agent finds its own nodes and files.
+	if err := p.InstallDriver(); err != nil {
+		t.Errorf("second install: %v", err)
+	}
+}
+
+func TestLeakAdjustmentGivesEveryGPU(t *testing.T) {
+	cfg := cdiConfig(t, 2)
+	cfg.NvidiaSMI = "/bin/true"
+	p := mustNew(t, cfg)
+	adj := p.leakAdjustment()
+	var gpus int
+	for _, d := range adj.GetLinux().GetDevices() {
+		if strings.HasPrefix(d.Path, "/dev/nvidia") && d.Major == fakegpu.NvidiaMajor && d.Minor != fakegpu.NvidiaCtlMinor {
+			gpus++
+		}
+	}
+	if gpus != cfg.Devices+2 {
+		t.Errorf("leak injects %d GPUs, want all %d", gpus, cfg.Devices+2)
+	}
+}
+
+func TestNoReregisterFaultStaysAwayAfterKubeletRestart(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "node-a")
+	cfg.Faults = []Fault{FaultNoReregister}
+	first := startFakeKubelet(t, dir)
+	p := mustNew(t, cfg)
+	startPlugin(t, p.ServeKubelet)
+	eventually(t, "first registration", func() bool { return len(first.requests()) == 1 })
+	first.srv.Stop()
+	_ = os.Remove(filepath.Join(dir, cfg.SocketName()))
+	_ = os.Remove(filepath.Join(dir, "kubelet.sock"))
+	second := startFakeKubelet(t, dir)
+	time.Sleep(20 * cfg.SocketPollInterval) // the healthy plugin re-registers within a few polls
+	if n := len(second.requests()); n != 0 {
+		t.Errorf("plugin with no-reregister registered %d times with the restarted kubelet", n)
+	}
+}

@@ -1,0 +1,397 @@
+package localstack
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/internal/fakegpu"
+	"gpuconform.io/gpuconform/internal/fakeplugin"
+	"gpuconform.io/gpuconform/internal/workload/probe"
+)
+
+// Specs of the fake GPU agent's fidelity (containers see their GPUs as device nodes and in nvidia-smi, and
+// nothing else) and of every fault mode it can play (each switched on through the node annotation and its
+// symptom observed). The conformance suite's checks are proven against the same faults by `make selfcheck`.
+
+// agentPod returns the running fake GPU agent pod on node.
+func agentPod(ctx context.Context, g Gomega, node string) corev1.Pod {
+	pods, err := cs.CoreV1().Pods(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/name=fake-device-plugin", FieldSelector: "spec.nodeName=" + node,
+	})
+	g.Expect(err).NotTo(HaveOccurred())
+	var running []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning {
+			running = append(running, p)
+		}
+	}
+	g.Expect(running).To(HaveLen(1), "running fake GPU agent pods on %s", node)
+	return running[0]
+}
+
+// waitAgentLogged waits until the agent on node has logged a line containing every part since the given time.
+func waitAgentLogged(ctx context.Context, node string, since time.Time, parts ...string) {
+	GinkgoHelper()
+	Eventually(func(g Gomega) {
+		p := agentPod(ctx, g, node)
+		t := metav1.NewTime(since.Add(-time.Second))
+		logs, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &t}).DoRaw(ctx)
+		g.Expect(err).NotTo(HaveOccurred())
+		found := slices.ContainsFunc(strings.Split(string(logs), "\n"), func(line string) bool {
+			for _, part := range parts {
+				if !strings.Contains(line, part) {
+					return false
+				}
+			}
+			return true
+		})
+		g.Expect(found).To(BeTrue(), "agent %s has not logged %q since %s", p.Name, parts, since.Format(time.RFC3339))
+	}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+}
+
+// annotateNode sets (value != nil) or removes one annotation of node.
+func annotateNode(ctx context.Context, node, key string, value *string) {
+	GinkgoHelper()
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{key: value}}})
+	_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{})
+	Expect(err).NotTo(HaveOccurred())
+}
+
+// withFault switches fault on for node through the agent's annotation, waits until the agent applied it,
+// and switches it off (waiting again) when the spec ends.
+func withFault(ctx context.Context, node string, fault fakeplugin.Fault) {
+	GinkgoHelper()
+	DeferCleanup(func(ctx SpecContext) {
+		start := time.Now()
+		annotateNode(ctx, node, fakeplugin.FaultsAnnotation, nil)
+		waitAgentLogged(ctx, node, start, fakeplugin.LogFaultsChanged, "was="+string(fault))
+	})
+	start := time.Now()
+	annotateNode(ctx, node, fakeplugin.FaultsAnnotation, ptr.To(string(fault)))
+	waitAgentLogged(ctx, node, start, fakeplugin.LogFaultsChanged, "faults="+string(fault))
+}
+
+// podSpec is a pod pinned to node whose containers run the probe; extra containers are named "c1", "c2"….
+func podSpec(ns, node string, containers int) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "agent-", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{corev1.LabelHostname: node},
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To[int64](1),
+		},
+	}
+	for i := range containers {
+		pod.Spec.Containers = append(pod.Spec.Containers, corev1.Container{
+			Name: fmt.Sprintf("c%d", i), Image: localcluster.ImageWorkload, ImagePullPolicy: corev1.PullIfNotPresent,
+			Command: []string{"/usr/local/bin/gpu-workload", "probe", "--hold", "10m"},
+		})
+	}
+	return pod
+}
+
+func withDPGPUs(c *corev1.Container, n int) {
+	c.Resources.Limits = corev1.ResourceList{resourceName: resource.MustParse(fmt.Sprint(n))}
+}
+
+// withDRAGPUs makes pod claim n GPUs of the agent's DRA half through a new template, for container c only.
+func withDRAGPUs(ctx context.Context, pod *corev1.Pod, c int, n int) {
+	GinkgoHelper()
+	name := fmt.Sprintf("gpus-%d", n)
+	tmpl := &resourcev1.ResourceClaimTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pod.Namespace},
+		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
+			Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
+				DeviceClassName: localcluster.DRADriverName, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(n)}}}}}},
+	}
+	if _, err := cs.ResourceV1().ResourceClaimTemplates(pod.Namespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+		_, err := cs.ResourceV1().ResourceClaimTemplates(pod.Namespace).Create(ctx, tmpl, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+	}
+	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(name)}}
+	pod.Spec.Containers[c].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+}
+
+// runProbes creates pod, waits until every container has printed its probe report, and returns the
+// reports by container name (init containers included).
+func runProbes(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, map[string]probe.Report) {
+	GinkgoHelper()
+	pod, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	reports := map[string]probe.Report{}
+	var names []string
+	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+		names = append(names, c.Name)
+	}
+	Eventually(func(g Gomega) {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		pod = p
+		g.Expect(p.Status.Phase).To(BeElementOf(corev1.PodRunning, corev1.PodSucceeded), "pod %s: %s", p.Name, podState(p))
+		for _, name := range names {
+			logs, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: name}).DoRaw(ctx)
+			g.Expect(err).NotTo(HaveOccurred())
+			line := strings.TrimSpace(strings.SplitN(string(logs), "\n", 2)[0])
+			g.Expect(line).NotTo(BeEmpty(), "no probe output yet from %s/%s", p.Name, name)
+			var r probe.Report
+			g.Expect(json.Unmarshal([]byte(line), &r)).To(Succeed(), "probe output of %s: %s", name, line)
+			reports[name] = r
+		}
+	}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
+	return pod, reports
+}
+
+// expectSeesExactly asserts that a container sees exactly the GPUs with these minors of node, through both
+// primary sources.
+func expectSeesExactly(r probe.Report, node string, minors ...int) {
+	GinkgoHelper()
+	var uuids, devs []string
+	for _, m := range minors {
+		uuids = append(uuids, fakeplugin.DeviceUUID(node, m))
+		devs = append(devs, fakegpu.DeviceNode("/dev", m))
+	}
+	Expect(r.Sources.DevFiles).To(ConsistOf(devs), "device nodes in the container (probe: %s)", r.Message)
+	Expect(r.Sources.NvidiaSMI).To(ConsistOf(uuids), "nvidia-smi -L in the container (error %q)", r.Sources.NvidiaSMIError)
+	Expect(r.Devices).To(ConsistOf(uuids))
+	Expect(r.CountedFrom).To(Equal([]string{probe.SourceNvidiaSMI}))
+}
+
+// expectSeesNone asserts a container has no GPU device node and no nvidia-smi listing a GPU.
+func expectSeesNone(r probe.Report, what string) {
+	GinkgoHelper()
+	Expect(r.Sources.DevFiles).To(BeEmpty(), "%s has GPU device nodes", what)
+	Expect(r.Sources.NvidiaSMI).To(BeEmpty(), "%s: nvidia-smi lists GPUs", what)
+	Expect(r.Devices).To(BeEmpty(), "%s sees GPUs: %s", what, r.Message)
+}
+
+// minorOf returns the physical index (device minor) of one of node's fake GPU UUIDs.
+func minorOf(node, uuid string) int {
+	GinkgoHelper()
+	for i := range 2 * *devices {
+		if fakeplugin.DeviceUUID(node, i) == uuid {
+			return i
+		}
+	}
+	Fail(fmt.Sprintf("%s is not a GPU of node %s", uuid, node))
+	return -1
+}
+
+// claimDevices returns the devices allocated to the pod's generated claim.
+func claimDevices(ctx context.Context, pod *corev1.Pod) []string {
+	GinkgoHelper()
+	Expect(pod.Status.ResourceClaimStatuses).To(HaveLen(1))
+	claim, err := cs.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, *pod.Status.ResourceClaimStatuses[0].ResourceClaimName, metav1.GetOptions{})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(claim.Status.Allocation).NotTo(BeNil())
+	var out []string
+	for _, r := range claim.Status.Allocation.Devices.Results {
+		out = append(out, r.Device)
+	}
+	return out
+}
+
+func sliceDeviceNames(ctx context.Context, g Gomega, node string) []string {
+	list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	var out []string
+	for _, s := range list.Items {
+		if s.Spec.Driver == localcluster.DRADriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+			for _, d := range s.Spec.Devices {
+				out = append(out, d.Name)
+			}
+		}
+	}
+	return out
+}
+
+var _ = Describe("The fake GPU agent", func() {
+	It("gives a device-plugin container exactly its GPU as a device node and in nvidia-smi, and its other containers nothing", func(ctx SpecContext) {
+		ns := testNamespace(ctx)
+		node := poolNodes(ctx)[0].Name
+		pod := podSpec(ns, node, 2)
+		withDPGPUs(&pod.Spec.Containers[0], 1)
+		pod.Spec.InitContainers = []corev1.Container{*pod.Spec.Containers[1].DeepCopy()}
+		pod.Spec.InitContainers[0].Name = "init"
+		pod.Spec.InitContainers[0].Command = []string{"/usr/local/bin/gpu-workload", "probe"}
+		_, r := runProbes(ctx, pod)
+		Expect(r["c0"].Sources.NvidiaSMI).To(HaveLen(1), "probe: %+v", r["c0"])
+		m := minorOf(node, r["c0"].Sources.NvidiaSMI[0])
+		Expect(m).To(BeNumerically("<", *devices), "the device plugin handed out GPU %d, which belongs to the DRA half", m)
+		expectSeesExactly(r["c0"], node, m)
+		Expect(r["c0"].Sources.NvidiaVisibleDevices).To(ConsistOf(fakeplugin.DeviceUUID(node, m)))
+		expectSeesNone(r["c1"], "a second container without a GPU request")
+		expectSeesNone(r["init"], "an init container without a GPU request")
+		AddReportEntry("device-plugin container view", r["c0"])
+	})
+
+	It("gives a DRA container exactly its claim's GPU as a device node and in nvidia-smi, and a container not referencing the claim nothing", func(ctx SpecContext) {
+		ns := testNamespace(ctx)
+		node := poolNodes(ctx)[0].Name
+		pod := podSpec(ns, node, 2)
+		withDRAGPUs(ctx, pod, 0, 1)
+		pod, r := runProbes(ctx, pod)
+		devs := claimDevices(ctx, pod)
+		Expect(devs).To(HaveLen(1))
+		m := 0
+		_, err := fmt.Sscanf(devs[0], "gpu-%d", &m)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(m).To(BeNumerically(">=", *devices), "the DRA half allocated %s, which belongs to the device plugin", devs[0])
+		expectSeesExactly(r["c0"], node, m)
+		expectSeesNone(r["c1"], "a container that does not reference the claim")
+		AddReportEntry("DRA container view", r["c0"])
+	})
+
+	It("shows a pod that asks for no GPU no device node and no nvidia-smi", func(ctx SpecContext) {
+		ns := testNamespace(ctx)
+		_, r := runProbes(ctx, podSpec(ns, poolNodes(ctx)[0].Name, 1))
+		expectSeesNone(r["c0"], "a pod without GPU requests")
+		Expect(r["c0"].Sources.NvidiaSMI).To(BeNil(), "nvidia-smi is mounted only into GPU containers")
+	})
+
+	It("withdraws an unhealthy DRA GPU from the ResourceSlice and publishes it again, same name, when it recovers", Serial, func(ctx SpecContext) {
+		node := poolNodes(ctx)[0].Name
+		bad := fakeplugin.DRADeviceName(*devices) // the first GPU of the DRA half
+		DeferCleanup(func(ctx SpecContext) { annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, nil) })
+		start := time.Now()
+		annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, ptr.To(fmt.Sprint(*devices)))
+		Eventually(func(g Gomega) []string { return sliceDeviceNames(ctx, g, node) }).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).
+			ShouldNot(ContainElement(bad), "unhealthy %s still published on %s", bad, node)
+		AddReportEntry("DRA unhealthy → withdrawn", time.Since(start).Round(100*time.Millisecond).String())
+		start = time.Now()
+		annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, nil)
+		Eventually(func(g Gomega) []string { return sliceDeviceNames(ctx, g, node) }).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).
+			Should(ContainElement(bad), "recovered %s not published again on %s", bad, node)
+		AddReportEntry("DRA healthy → published", time.Since(start).Round(100*time.Millisecond).String())
+	})
+})
+
+var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
+	var node, ns string
+	BeforeEach(func(ctx SpecContext) {
+		node = poolNodes(ctx)[0].Name
+		ns = testNamespace(ctx)
+	})
+
+	It("wrong-ids: a DRA container sees another GPU than its claim's", func(ctx SpecContext) {
+		withFault(ctx, node, fakeplugin.FaultWrongIDs)
+		pod := podSpec(ns, node, 1)
+		withDRAGPUs(ctx, pod, 0, 1)
+		pod, r := runProbes(ctx, pod)
+		devs := claimDevices(ctx, pod)
+		var m int
+		_, _ = fmt.Sscanf(devs[0], "gpu-%d", &m)
+		Expect(r["c0"].Devices).To(HaveLen(1))
+		Expect(r["c0"].Devices[0]).NotTo(Equal(fakeplugin.DeviceUUID(node, m)), "under wrong-ids the container saw its own GPU")
+	})
+
+	It("over-advertise: the node advertises one GPU more than it has", func(ctx SpecContext) {
+		withFault(ctx, node, fakeplugin.FaultOverAdvertise)
+		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(BeEquivalentTo(*devices + 1))
+		DeferCleanup(func(ctx SpecContext) {
+			Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(BeEquivalentTo(*devices))
+		})
+	})
+
+	It("double-allocate: two pods running side by side see the same GPU", func(ctx SpecContext) {
+		withFault(ctx, node, fakeplugin.FaultDoubleAllocate)
+		a := podSpec(ns, node, 1)
+		withDPGPUs(&a.Spec.Containers[0], 1)
+		_, ra := runProbes(ctx, a)
+		b := podSpec(ns, node, 1)
+		withDPGPUs(&b.Spec.Containers[0], 1)
+		_, rb := runProbes(ctx, b)
+		Expect(rb["c0"].Devices).To(Equal(ra["c0"].Devices), "under double-allocate the second pod got its own GPU")
+	})
+
+	It("ignore-health: a GPU marked unhealthy stays advertised", func(ctx SpecContext) {
+		withFault(ctx, node, fakeplugin.FaultIgnoreHealth)
+		DeferCleanup(func(ctx SpecContext) { annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, nil) })
+		start := time.Now()
+		annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, ptr.To(fmt.Sprintf("0,%d", *devices)))
+		waitAgentLogged(ctx, node, start, "device health changed", "index=0")
+		Consistently(func(g Gomega) {
+			g.Expect(allocatable(ctx, node)).To(BeEquivalentTo(*devices))
+			g.Expect(sliceDeviceNames(ctx, g, node)).To(ContainElement(fakeplugin.DRADeviceName(*devices)))
+		}).WithTimeout(15 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("leak-all: a container that asked for no GPU sees every GPU of the node", func(ctx SpecContext) {
+		withFault(ctx, node, fakeplugin.FaultLeakAll)
+		_, r := runProbes(ctx, podSpec(ns, node, 1))
+		Expect(r["c0"].Devices).To(HaveLen(2**devices), "probe: %s", r["c0"].Message)
+		Expect(r["c0"].Sources.NvidiaVisibleDevices).To(Equal([]string{"all"}))
+	})
+
+	It("dra-prepare-fail: a DRA pod never starts and the kubelet reports the failed prepare", func(ctx SpecContext) {
+		withFault(ctx, node, fakeplugin.FaultDRAPrepareFail)
+		pod := podSpec(ns, node, 1)
+		withDRAGPUs(ctx, pod, 0, 1)
+		pod, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func(g Gomega) {
+			evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(evs.Items).To(ContainElement(And(
+				HaveField("Reason", "FailedPrepareDynamicResources"),
+				HaveField("Message", ContainSubstring(string(fakeplugin.FaultDRAPrepareFail))))))
+		}).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed())
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(p.Status.Phase).To(Equal(corev1.PodPending))
+	})
+
+	It("phantom-slice-device: the ResourceSlice publishes a GPU the node does not have", func(ctx SpecContext) {
+		withFault(ctx, node, fakeplugin.FaultPhantomSliceDevice)
+		phantom := fakeplugin.DRADeviceName(2 * *devices)
+		Eventually(func(g Gomega) []string { return sliceDeviceNames(ctx, g, node) }).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).
+			Should(ContainElement(phantom))
+		DeferCleanup(func(ctx SpecContext) {
+			Eventually(func(g Gomega) []string { return sliceDeviceNames(ctx, g, node) }).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).
+				ShouldNot(ContainElement(phantom))
+		})
+	})
+
+	It("no-reregister: after a kubelet restart the device plugin stays away and GPU pods are refused", func(ctx SpecContext) {
+		withFault(ctx, node, fakeplugin.FaultNoReregister)
+		DeferCleanup(func(ctx SpecContext) {
+			// The plugin process sits out the fault; restarting its pod (as an operator would) brings it back.
+			Eventually(func(g Gomega) {
+				p := agentPod(ctx, g, node)
+				g.Expect(cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{})).To(Succeed())
+			}).WithTimeout(time.Minute).Should(Succeed())
+			waitPluginServing(ctx, node, time.Now())
+		})
+		start := time.Now()
+		out, err := exec.CommandContext(ctx, "docker", "exec", node, "systemctl", "restart", "kubelet").CombinedOutput()
+		Expect(err).NotTo(HaveOccurred(), "restart kubelet on %s: %s", node, out)
+		waitAgentLogged(ctx, node, start, "will not register again")
+		pod := podSpec(ns, node, 1)
+		withDPGPUs(&pod.Spec.Containers[0], 1)
+		Eventually(func(g Gomega) {
+			// The kubelet needs a few seconds after its restart to admit anything; a pod is retried until one is decided.
+			p, err := cs.CoreV1().Pods(ns).Create(ctx, pod.DeepCopy(), metav1.CreateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			var last *corev1.Pod
+			g.Eventually(func() corev1.PodPhase {
+				last, _ = cs.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+				return last.Status.Phase
+			}).WithTimeout(30 * time.Second).WithPolling(time.Second).Should(Equal(corev1.PodFailed))
+			g.Expect(last.Status.Reason).To(Equal("UnexpectedAdmissionError"), "pod %s: %s", p.Name, podState(last))
+		}).WithTimeout(2 * time.Minute).Should(Succeed())
+	})
+})
