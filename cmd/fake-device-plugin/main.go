@@ -50,6 +50,7 @@ func run(log *slog.Logger) error {
 	flag.StringVar(&cfg.StateDir, "state-dir", "", "directory for the fake driver's device nodes, inventory and nvidia-smi on the node (empty = no device nodes, no CDI)")
 	flag.StringVar(&cfg.CDIDir, "cdi-dir", "", "CDI spec directory the container runtime reads (empty = no CDI)")
 	flag.StringVar(&cfg.NvidiaSMI, "nvidia-smi", "", "the fake nvidia-smi binary to install for the CDI spec to mount")
+	flag.StringVar(&cfg.DeviceListStrategy, "device-list-strategy", cfg.DeviceListStrategy, "how the device plugin hands GPUs to the runtime: cdi (CDI device names) or device-specs (device nodes and mounts in the Allocate response)")
 	flag.StringVar(&cfg.Product, "product", cfg.Product, "GPU product name for the nvidia.com/gpu.product label")
 	flag.IntVar(&cfg.MemoryMiB, "memory-mib", cfg.MemoryMiB, "GPU memory in MiB for the nvidia.com/gpu.memory label")
 	flag.StringVar(&cfg.DriverVersion, "driver-version", cfg.DriverVersion, "driver version for the nvidia.com/cuda.driver-version.* labels")

@@ -29,6 +29,9 @@ const DRADriverName = "gpu.nvidia.com"
 // choice for the DRA half (Options.DRADriver = DRADriverExample).
 const ExampleDRADriverName = "gpu.example.com"
 
+// FakeNvidiaSMIInImage is where the tools image carries the fake nvidia-smi for the agent to install.
+const FakeNvidiaSMIInImage = "/opt/gpuconform/nvidia-smi"
+
 // Choices of Options.DRADriver.
 const (
 	DRADriverFake    = "fake"
@@ -105,9 +108,12 @@ func (c *Cluster) loadTools(ctx context.Context) (string, error) {
 		return "", err
 	}
 	spec := imageSpec{Ref: ImageWorkload, Dirs: []string{"tmp"}, Files: map[string]string{}}
-	for _, b := range []string{"fake-device-plugin", "gpu-workload", "gpuconform-net", "nvidia-smi"} {
+	for _, b := range []string{"fake-device-plugin", "gpu-workload", "gpuconform-net"} {
 		spec.Files["usr/local/bin/"+b] = filepath.Join(dir, b)
 	}
+	// Not on PATH: the workload image is also the test image, and a container must find an nvidia-smi only
+	// where the fake driver's CDI spec mounted one (as on a real node). The agent installs it from here.
+	spec.Files[strings.TrimPrefix(FakeNvidiaSMIInImage, "/")] = filepath.Join(dir, "nvidia-smi")
 	if err := c.buildImage(ctx, spec); err != nil {
 		return "", err
 	}

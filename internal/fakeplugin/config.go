@@ -64,6 +64,11 @@ type Config struct {
 	CDIDir   string
 	// NvidiaSMI is the fake nvidia-smi binary copied to StateDir for the CDI spec to mount.
 	NvidiaSMI string
+	// DeviceListStrategy is how Allocate hands GPUs to the runtime, like NVIDIA's device plugin's option of
+	// the same name: StrategyCDI (CDI device names, which kubelets since 1.28 pass to the runtime) or
+	// StrategyDeviceSpecs (device nodes and mounts in the AllocateResponse itself, for kubelets or runtimes
+	// without CDI).
+	DeviceListStrategy string
 
 	// Product, MemoryMiB, DriverVersion, CUDAVersion and Family describe the fake GPUs in the node labels.
 	Product       string
@@ -92,6 +97,12 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Device list strategies (Config.DeviceListStrategy).
+const (
+	StrategyCDI         = "cdi"
+	StrategyDeviceSpecs = "device-specs"
+)
+
 // DefaultConfig returns the defaults the command-line flags also use, so tests and the binary agree.
 func DefaultConfig() Config {
 	return Config{
@@ -100,6 +111,7 @@ func DefaultConfig() Config {
 		Replicas:               1,
 		PluginDir:              pluginapi.DevicePluginPath,
 		DRADriverName:          "gpu.nvidia.com",
+		DeviceListStrategy:     StrategyCDI,
 		KubeletRegistryDir:     "/var/lib/kubelet/plugins_registry",
 		KubeletPluginsDir:      "/var/lib/kubelet/plugins",
 		Product:                "NVIDIA H100 80GB HBM3",
@@ -127,6 +139,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("replicas must be at least 1, got %d", c.Replicas)
 	case c.PluginDir == "":
 		return fmt.Errorf("device plugin directory is empty")
+	case c.DeviceListStrategy != StrategyCDI && c.DeviceListStrategy != StrategyDeviceSpecs:
+		return fmt.Errorf("device list strategy %q: want %q or %q", c.DeviceListStrategy, StrategyCDI, StrategyDeviceSpecs)
 	case c.DRADevices < 0:
 		return fmt.Errorf("dra devices must not be negative, got %d", c.DRADevices)
 	case c.DRADevices > 0 && c.DRADriverName == "":

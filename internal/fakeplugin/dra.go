@@ -3,6 +3,7 @@ package fakeplugin
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,12 +47,17 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 		return nil
 	}
 	name := p.cfg.DRADriverName
+	// The helper listens in its data directory but does not create it.
+	dataDir := filepath.Join(p.cfg.KubeletPluginsDir, name)
+	if err := os.MkdirAll(dataDir, 0o750); err != nil {
+		return fmt.Errorf("DRA plugin directory: %w", err)
+	}
 	helper, err := kubeletplugin.Start(ctx, draPlugin{p},
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.NodeName(p.cfg.NodeName),
 		kubeletplugin.DriverName(name),
 		kubeletplugin.RegistrarDirectoryPath(p.cfg.KubeletRegistryDir),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join(p.cfg.KubeletPluginsDir, name)),
+		kubeletplugin.PluginDataDirectoryPath(dataDir),
 	)
 	if err != nil {
 		return fmt.Errorf("start DRA kubelet plugin %s: %w", name, err)

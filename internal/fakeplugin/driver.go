@@ -7,9 +7,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
+	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
@@ -132,6 +134,38 @@ func (p *Plugin) CDISpec() cdispec.Spec {
 		})
 	}
 	return spec
+}
+
+// addDevices puts the GPUs with physical indexes handed into a container's AllocateResponse, the way the
+// configured device list strategy says. Phantom indexes (of the wrong-ids fault) have no device to give.
+func (p *Plugin) addDevices(car *pluginapi.ContainerAllocateResponse, handed []int) {
+	var real []int
+	for _, i := range handed {
+		if i < len(p.table.uuids) {
+			real = append(real, i)
+		}
+	}
+	if len(real) == 0 {
+		return
+	}
+	if p.cfg.DeviceListStrategy == StrategyCDI {
+		for _, i := range real {
+			car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: CDIDeviceName(i)})
+		}
+		return
+	}
+	// The same edits as the CDI spec, spelt out: the GPUs' device nodes, the control devices, the files.
+	spec := p.CDISpec()
+	nodes := slices.Clone(spec.ContainerEdits.DeviceNodes)
+	for _, i := range real {
+		nodes = append(nodes, spec.Devices[i].ContainerEdits.DeviceNodes...)
+	}
+	for _, n := range nodes {
+		car.Devices = append(car.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: n.HostPath, Permissions: "rw"})
+	}
+	for _, m := range spec.ContainerEdits.Mounts {
+		car.Mounts = append(car.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: true})
+	}
 }
 
 // mknodChar makes path a character device major:minor, replacing whatever is there with other numbers.

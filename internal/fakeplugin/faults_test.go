@@ -69,6 +69,28 @@ func TestAllocateInjectsTheCDIDevicesOfExactlyTheAllocatedGPUs(t *testing.T) {
 	}
 }
 
+func TestDeviceSpecsStrategyGivesTheSameDeviceNodesAndFiles(t *testing.T) {
+	cfg := cdiConfig(t, 0)
+	cfg.DeviceListStrategy = StrategyDeviceSpecs
+	cfg.NvidiaSMI = "/bin/true"
+	p, c := servePlugin(t, cfg)
+	r := allocateResp(t, c, p.DeviceIDs()[2])
+	var paths []string
+	for _, d := range r.Devices {
+		paths = append(paths, d.ContainerPath)
+	}
+	if want := []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia2"}; !slices.Equal(paths, want) || len(r.CdiDevices) != 0 {
+		t.Errorf("device specs = %v (CDI %v), want %v and no CDI", paths, cdiNames(r), want)
+	}
+	var mounts []string
+	for _, m := range r.Mounts {
+		mounts = append(mounts, m.ContainerPath)
+	}
+	if !slices.Contains(mounts, fakegpu.ContainerNvidiaSMI) || !slices.Contains(mounts, fakegpu.ContainerInventoryFile) {
+		t.Errorf("mounts = %v", mounts)
+	}
+}
+
 func TestOverAdvertiseAdvertisesAPhantomWithoutADevice(t *testing.T) {
 	cfg := cdiConfig(t, 0)
 	cfg.Faults = []Fault{FaultOverAdvertise}

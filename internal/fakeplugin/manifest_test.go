@@ -143,7 +143,7 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	wantArgs := []string{"--devices=8", "--resource-name=nvidia.com/gpu", "--replicas=2",
 		"--driver-version=550.54.15", "--version=v2", "--ready-file=/run/fake-device-plugin/serving",
 		"--dra-devices=4", "--dra-driver-name=gpu.nvidia.com", "--state-dir=/run/gpuconform-fake-gpu", "--cdi-dir=/var/run/cdi",
-		"--nvidia-smi=/usr/local/bin/nvidia-smi"}
+		"--nvidia-smi=/opt/gpuconform/nvidia-smi"}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args = %v, want %v (no --fault when Fault is empty)", c.Args, wantArgs)
 	}

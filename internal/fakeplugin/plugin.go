@@ -269,11 +269,7 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		}
 		car := &pluginapi.ContainerAllocateResponse{Envs: env}
 		if p.cdiEnabled() {
-			for _, i := range handed {
-				if i < len(p.table.uuids) { // a phantom of the wrong-ids fault has no device to inject
-					car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: CDIDeviceName(i)})
-				}
-			}
+			p.addDevices(car, handed)
 		}
 		p.log.Info("allocated devices", "requested", ids, EnvVisibleDevices, env[EnvVisibleDevices])
 		resp.ContainerResponses = append(resp.ContainerResponses, car)
