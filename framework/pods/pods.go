@@ -2,6 +2,7 @@
 package pods
 
 import (
+	"slices"
 	"context"
 	"fmt"
 
@@ -80,12 +81,19 @@ func ExpectJobComplete(ctx context.Context, env *testenv.Env, job *batchv1.Job) 
 // message of the current or last run, else logs) and returns it.
 func ExpectProbeReport(ctx context.Context, env *testenv.Env, ns, name string) gpu.ProbeReport {
 	ginkgo.GinkgoHelper()
+	return ExpectContainerProbeReport(ctx, env, ns, name, fixtures.WorkloadContainer)
+}
+
+// ExpectContainerProbeReport waits for the probe report of one container (init containers included) of
+// pod ns/name: from its termination message when it has finished, else from its log.
+func ExpectContainerProbeReport(ctx context.Context, env *testenv.Env, ns, name, container string) gpu.ProbeReport {
+	ginkgo.GinkgoHelper()
 	var report gpu.ProbeReport
-	env.Wait.For(ctx, fmt.Sprintf("the probe report of pod %s/%s", ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.JobRun, func(g gomega.Gomega) {
+	env.Wait.For(ctx, fmt.Sprintf("the probe report of container %s of pod %s/%s", container, ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.JobRun, func(g gomega.Gomega) {
 		pod, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
-		for _, cs := range pod.Status.ContainerStatuses {
-			if cs.Name != fixtures.WorkloadContainer {
+		for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+			if cs.Name != container {
 				continue
 			}
 			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
@@ -97,7 +105,7 @@ func ExpectProbeReport(ctx context.Context, env *testenv.Env, ns, name string) g
 				}
 			}
 		}
-		raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: fixtures.WorkloadContainer}).DoRaw(ctx)
+		raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
 		g.Expect(err).NotTo(gomega.HaveOccurred(), "reading logs")
 		report, err = gpu.ParseProbe(string(raw))
 		g.Expect(err).NotTo(gomega.HaveOccurred())

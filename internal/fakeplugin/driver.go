@@ -137,19 +137,16 @@ func (p *Plugin) CDISpec() cdispec.Spec {
 }
 
 // addDevices puts the GPUs with physical indexes handed into a container's AllocateResponse, the way the
-// configured device list strategy says. Phantom indexes (of the wrong-ids fault) have no device to give.
+// configured device list strategy says. An index past the inventory (a phantom of the over-advertise or
+// wrong-ids faults) is handed over all the same, as a broken plugin would: the runtime then fails to
+// create the container (an unresolvable CDI device, a device node that does not exist), which is what
+// the NVIDIA toolkit does for a GPU that is not there ("unknown device").
 func (p *Plugin) addDevices(car *pluginapi.ContainerAllocateResponse, handed []int) {
-	var real []int
-	for _, i := range handed {
-		if i < len(p.table.uuids) {
-			real = append(real, i)
-		}
-	}
-	if len(real) == 0 {
+	if len(handed) == 0 {
 		return
 	}
 	if p.cfg.DeviceListStrategy == StrategyCDI {
-		for _, i := range real {
+		for _, i := range handed {
 			car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: CDIDeviceName(i)})
 		}
 		return
@@ -157,8 +154,9 @@ func (p *Plugin) addDevices(car *pluginapi.ContainerAllocateResponse, handed []i
 	// The same edits as the CDI spec, spelt out: the GPUs' device nodes, the control devices, the files.
 	spec := p.CDISpec()
 	nodes := slices.Clone(spec.ContainerEdits.DeviceNodes)
-	for _, i := range real {
-		nodes = append(nodes, spec.Devices[i].ContainerEdits.DeviceNodes...)
+	for _, i := range handed {
+		path := fakegpu.DeviceNode("/dev", i)
+		nodes = append(nodes, &cdispec.DeviceNode{Path: path, HostPath: fakegpu.DeviceNode(filepath.Join(p.cfg.StateDir, "dev"), i)})
 	}
 	for _, n := range nodes {
 		car.Devices = append(car.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: n.HostPath, Permissions: "rw"})

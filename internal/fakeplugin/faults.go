@@ -21,8 +21,9 @@ const (
 	// mapping is broken. Caught by comparing what the container sees with the kubelet's or the claim's view.
 	FaultWrongIDs Fault = "wrong-ids"
 	// FaultOverAdvertise: the device plugin advertises one GPU more than the node has. The kubelet hands
-	// it out like any other; the container it goes to gets no device for it. Plays a plugin that counts a
-	// GPU that fell off the bus. Caught by filling a node: one pod sees fewer devices than it was given.
+	// it out like any other; the runtime then cannot create the container it goes to (the CDI device does
+	// not exist), as NVIDIA's toolkit refuses an unknown GPU. Plays a plugin that counts a GPU that fell off
+	// the bus. Caught by filling a node: one of the pods never runs.
 	FaultOverAdvertise Fault = "over-advertise"
 	// FaultDoubleAllocate: each allocation is given the GPU of the previous allocation again, while that one
 	// still uses it. Plays a broken allocator (or time-slicing reported as exclusive). Caught by running

@@ -104,8 +104,13 @@ func TestOverAdvertiseAdvertisesAPhantomWithoutADevice(t *testing.T) {
 		t.Fatalf("phantom %s is a real GPU", phantom)
 	}
 	r := allocateResp(t, c, p.DeviceIDs()[0], phantom)
-	if len(r.CdiDevices) != 1 {
-		t.Errorf("CDI devices = %v: the phantom must get no device", cdiNames(r))
+	// The phantom is handed to the runtime as a CDI device the spec does not define, so the runtime refuses
+	// to create the container, as NVIDIA's toolkit does for an unknown GPU.
+	if want := []string{"nvidia.com/gpu=0", CDIDeviceName(cfg.Devices)}; !slices.Equal(cdiNames(r), want) {
+		t.Errorf("CDI devices = %v, want %v", cdiNames(r), want)
+	}
+	if n := len(p.CDISpec().Devices); n != cfg.Devices {
+		t.Errorf("CDI spec defines %d devices; the phantom must not be one of them", n)
 	}
 	if !strings.Contains(r.Envs[EnvVisibleDevices], phantom) {
 		t.Errorf("the broken plugin names the phantom to the runtime: %q", r.Envs[EnvVisibleDevices])

@@ -253,14 +253,14 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 			return nil, status.Error(codes.InvalidArgument, err.Error())
 		}
 		handed := p.handOut(idx, "allocate", ids)
-		visible := make([]string, 0, len(handed)+1)
+		if gotPhantom {
+			// Handed to the runtime as if it existed, as a broken plugin would (addDevices).
+			handed = append(handed, len(p.table.uuids))
+			p.log.Warn("FAULT INJECTION: handed out a GPU that does not exist", "fault", string(FaultOverAdvertise), "id", phantom)
+		}
+		visible := make([]string, 0, len(handed))
 		for _, i := range handed {
 			visible = append(visible, p.table.uuid(i))
-		}
-		if gotPhantom {
-			// The runtime is told about the phantom, as a broken plugin would, but there is no device to inject.
-			visible = append(visible, phantom)
-			p.log.Warn("FAULT INJECTION: handed out a GPU that does not exist", "fault", string(FaultOverAdvertise), "id", phantom)
 		}
 		env := map[string]string{
 			EnvVisibleDevices: strings.Join(visible, ","),
