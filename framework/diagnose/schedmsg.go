@@ -106,6 +106,16 @@ func classify(text string) causeClass {
 	switch {
 	case strings.Contains(t, "untolerated taint") || strings.Contains(t, "taints that the pod didn't tolerate"):
 		return classTaint
+	case strings.Contains(t, "didn't satisfy plugin"):
+		// Nodes a PreFilter plugin left out of the candidates (kube-scheduler's schedule_one.go:
+		// "node(s) didn't satisfy plugin(s) [NodeAffinity]", and the runtime's "didn't satisfy plugin(s) %v
+		// simultaneously" / "didn't satisfy plugin %v" when the plugins' node sets do not intersect): a
+		// placement gate, never a lack of capacity. TaintToleration is the taint gate; every other plugin
+		// that narrows nodes in PreFilter (NodeAffinity, NodeName, volume topology) restricts placement.
+		if strings.Contains(t, "tainttoleration") {
+			return classTaint
+		}
+		return classAffinity
 	case strings.Contains(t, "didn't match pod's node affinity/selector") || strings.Contains(t, "didn't match scheduler-enforced node affinity"):
 		return classAffinity
 	case strings.Contains(t, "were unschedulable") || strings.Contains(t, "didn't match the requested node name") || strings.Contains(t, "had unknown conditions"):

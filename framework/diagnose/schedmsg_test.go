@@ -85,6 +85,13 @@ func TestPrimaryCause(t *testing.T) {
 		{"dra claim missing wins outright", `0/3 nodes are available: resourceclaim.resource.k8s.io "shared-gpu" not found.`, DRAClaimMissing},
 		{"dra device class missing", "0/3 nodes are available: request gpu: device class gpu.example.com does not exist.", DRAClaimMissing},
 		{"volume", "0/3 nodes are available: 3 node(s) didn't find available persistent volumes to bind.", UnboundVolume},
+		// PreFilter narrowing (kube-scheduler ≥ 1.29): nodes the NodeAffinity PreFilter left out are a gate,
+		// recorded on this project's cluster for a pod pinned to a full GPU node.
+		{"prefilter affinity, device on the pinned node", "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 3 node(s) didn't satisfy plugin(s) [NodeAffinity]. preemption: 0/4 nodes are available: 1 No preemption victims found for incoming pod, 3 Preemption is not helpful for scheduling.", InsufficientDevice},
+		{"prefilter affinity and taint gates only", "0/4 nodes are available: 1 node(s) had untolerated taint(s), 3 node(s) didn't satisfy plugin(s) [NodeAffinity].", NodeSelectorMismatch},
+		{"prefilter plugins do not intersect", "0/4 nodes are available: 4 node(s) didn't satisfy plugin(s) [NodeAffinity NodeName] simultaneously.", NodeSelectorMismatch},
+		{"prefilter taint plugin", "0/2 nodes are available: 2 node(s) didn't satisfy plugin TaintToleration.", UntoleratedTaint},
+		{"prefilter dra after affinity", "0/4 nodes are available: 1 cannot allocate all claims, 3 node(s) didn't satisfy plugin(s) [NodeAffinity].", DRAAllocationFailed},
 		{"unknown text", "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules.", SchedulingPending},
 	}
 	for _, tc := range tests {

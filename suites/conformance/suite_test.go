@@ -173,6 +173,9 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 			GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised,
 		}
 	})
+	scenarios.IsolationSpec(func() scenarios.IsolationInput {
+		return scenarios.IsolationInput{Env: env, Paths: paths, GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised}
+	})
 	scenarios.ShortageSpec(func() scenarios.ShortageInput {
 		return scenarios.ShortageInput{
 			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existingLocalQueue(),

@@ -1,0 +1,151 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/diagnose"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/testenv"
+)
+
+// IsolationInput is the input of IsolationSpec.
+type IsolationInput struct {
+	// Env is the run's environment.
+	Env *testenv.Env
+	// Paths are the discovered allocation paths.
+	Paths []gpu.Path
+	// GPUPool are the nodes test pods may use.
+	GPUPool []string
+	// NotExercised records a check that is not registered and why.
+	NotExercised func(what, why string)
+}
+
+// holdFor keeps probe pods (and their devices) alive while the suite compares them; they are deleted
+// with the spec's namespace long before.
+const holdFor = "30m"
+
+// IsolationSpec registers, per path, the checks that one pod's devices are its own: a full node's devices
+// go one to each pod running side by side, all distinct and all of them, and one more pod waits; a GPU
+// pod's other containers, its init container and a pod beside it see none of its devices. They catch
+// over-advertising, double allocation and leaky isolation, which the single-pod allocation checks cannot.
+func IsolationSpec(input func() IsolationInput) {
+	reg := input()
+	notExercised := reg.NotExercised
+	if notExercised == nil {
+		notExercised = func(string, string) {}
+	}
+	for _, regPath := range reg.Paths {
+		pathName := regPath.Name()
+		nodes := eligibleNodes(regPath, 1, reg.GPUPool)
+		if len(nodes) == 0 {
+			notExercised(pathName+": exclusivity and isolation", "no node in the GPU pool has a device on this path")
+			continue
+		}
+		ginkgo.Describe(fmt.Sprintf("GPU exclusivity and isolation on the %s path", pathName), labels.Of(labels.ScenarioAllocation, labels.ForPath(pathName)), func() {
+			var (
+				env  *testenv.Env
+				path gpu.Path
+				ns   string
+			)
+			ginkgo.BeforeEach(func(ctx context.Context) {
+				in := input()
+				env = in.Env
+				path, ns = setUpPathSpec(ctx, env, in.Paths, pathName, "isol")
+			})
+
+			// Serial: it needs every device of one node, which another spec's pods would hold.
+			ginkgo.It("gives each device of a full node to exactly one of the pods running side by side, all of them, and makes one more pod wait for a device",
+				ginkgo.Serial, func(ctx context.Context) {
+					fillNode(ctx, env, path, ns, nodes[0])
+				})
+
+			ginkgo.It("shows a GPU pod's second container, its init container and a pod beside it none of its devices", func(ctx context.Context) {
+				isolation(ctx, env, path, ns, nodes[0])
+			})
+		})
+	}
+}
+
+func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node string) {
+	n := int(path.Capacity()[node])
+	ginkgo.By(fmt.Sprintf("starting %d one-device pods on %s, which advertises %d devices on the %s path", n, node, n, path.Name()))
+	var names []string
+	for i := range n {
+		w := env.Factory.GPUPod(fmt.Sprintf("fill-%d", i), ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
+		pod := w.Obj()
+		for _, pre := range w.Prerequisites() {
+			env.Create(ctx, pre)
+		}
+		env.Create(ctx, pod)
+		names = append(names, pod.Name)
+	}
+	owner := map[string]string{} // device → the pod whose container saw it
+	var union []string
+	for _, name := range names {
+		pod := pods.ExpectPodRunning(ctx, env, ns, name)
+		report := pods.ExpectProbeReport(ctx, env, ns, name)
+		given, err := path.Given(ctx, givenInput(env, pod, nil))
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocation of pod %s from %s", name, authority(path.Name()))
+		if given.CountOnly {
+			ginkgo.AddReportEntry("not exercised: device identity check", given.Note)
+		} else {
+			expectSameDevices(report, given)
+		}
+		gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s asked for 1 device and sees %s (%s)", name, gpu.FormatDevices(report.Devices), report.Message)
+		d := report.Devices[0]
+		if other, dup := owner[d]; dup {
+			ginkgo.Fail(fmt.Sprintf("device %s is seen by pod %s and by pod %s, both running on %s: a device was handed out twice", d, other, name, node))
+		}
+		owner[d] = name
+		union = append(union, d)
+	}
+	ginkgo.AddReportEntry("devices of "+node, strings.Join(union, " "))
+
+	ginkgo.By("asking for one more device on the full node")
+	want := expectation{stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientDevice,
+		messages: []string{"Insufficient " + string(path.QuotaResource())}}
+	if _, ok := path.(*gpu.DRA); ok {
+		want = expectation{stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
+			messages: []string{"cannot allocate all claims"}}
+	}
+	pendingPodDiagnosed(ctx, env, env.Factory.GPUPod("one-more", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).OnNodes(node), want)
+}
+
+func isolation(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node string) {
+	ginkgo.By(fmt.Sprintf("starting a one-device pod with a second container and an init container, and a pod without devices, on %s", node))
+	w := env.Factory.GPUPod("isolated", ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node).
+		SidecarProbe("sidecar", holdFor).InitProbe("init")
+	pod := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	env.Create(ctx, pod)
+	neighbour := env.Factory.GPUPod("neighbour", ns).Args(append(fixtures.ProbeArgs(0), "--hold", holdFor)...).OnNodes(node).Obj()
+	env.Create(ctx, neighbour)
+
+	running := pods.ExpectPodRunning(ctx, env, ns, pod.Name)
+	report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
+	gomega.Expect(report.Devices).To(gomega.HaveLen(1), "the GPU container asked for 1 device and sees %s (%s)", gpu.FormatDevices(report.Devices), report.Message)
+	given, err := path.Given(ctx, givenInput(env, running, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	if !given.CountOnly {
+		expectSameDevices(report, given)
+	}
+	for _, c := range []struct{ pod, container, what string }{
+		{pod.Name, "sidecar", "the GPU pod's second container, which asked for no device"},
+		{pod.Name, "init", "the GPU pod's init container, which asked for no device"},
+		{neighbour.Name, fixtures.WorkloadContainer, "a pod beside it on " + node + " that asked for no device"},
+	} {
+		r := pods.ExpectContainerProbeReport(ctx, env, ns, c.pod, c.container)
+		gomega.Expect(r.Devices).To(gomega.BeEmpty(), "%s sees %s (device nodes %v, nvidia-smi %v)", c.what, gpu.FormatDevices(r.Devices), r.Sources.DevFiles, r.Sources.NvidiaSMI)
+		gomega.Expect(r.Sources.DevFiles).To(gomega.BeEmpty(), "%s has GPU device nodes", c.what)
+	}
+}
