@@ -2,9 +2,9 @@
 package pods
 
 import (
-	"slices"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
