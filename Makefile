@@ -10,7 +10,7 @@ GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build unit vet lint cluster cluster-down cluster-logs e2e test report clean
+.PHONY: help build unit vet lint cluster cluster-down cluster-logs e2e test report selfcheck clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -48,6 +48,12 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 
 report: build ## render the signoff report from $(ARTIFACTS)
 	$(GPUCONFORM) report $(ARTIFACTS)
+
+# Faults `make selfcheck` proves (default: every fault of the fake GPU stack), e.g. SELFCHECK_FAULTS=leak-all.
+SELFCHECK_FAULTS ?=
+
+selfcheck: cluster ## on the local cluster: switch each fake-GPU fault on and require the specs that must catch it to fail
+	$(GPUCONFORM) selfcheck --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/selfcheck --faults=$(SELFCHECK_FAULTS)
 
 test: vet unit e2e ## what CI runs: vet, unit tests, then the suite on the local cluster
 

@@ -22,6 +22,8 @@ Usage:
   gpuconform run [suite flags]         run the conformance suite and write the signoff report
   gpuconform report [ARTIFACTS_DIR]    render the signoff report from a run's artifacts
   gpuconform diagnose KIND/NAME -n NS  where is this workload waiting, and why (read-only)
+  gpuconform selfcheck [--faults F,…]  on the local cluster: switch each fault of the fake GPU stack on
+                                       and require the specs that must catch it to fail
 `
 
 func main() {
@@ -47,6 +49,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return runCommand(ctx, args[1:], stdout, stderr)
 	case "report":
 		return reportCommand(ctx, args[1:], stdout, stderr)
+	case "selfcheck":
+		return selfcheckCommand(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "gpuconform: unknown command %q\n\n%s", args[0], usage)
 	return 2

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/internal/fakeplugin"
+	"gpuconform.io/gpuconform/reports"
+)
+
+// selfcheckRow says which conformance specs must catch one fault of the fake GPU stack: with the fault on,
+// a run of the specs matched by Focus must fail (NO-GO), and one of the failed specs must be one whose
+// text contains Catcher. A fault with no catching check yet has an empty Focus and says why: it is a
+// failing row, never a silent pass.
+type selfcheckRow struct {
+	Fault   fakeplugin.Fault
+	Focus   string
+	Catcher string
+	NoCheck string
+}
+
+// selfcheckTable is the proof table of `make selfcheck`: every fault mode of internal/fakeplugin.
+func selfcheckTable() []selfcheckRow {
+	return []selfcheckRow{
+		{Fault: fakeplugin.FaultWrongIDs, Focus: "shows a running pod exactly", Catcher: "shows a running pod exactly"},
+		{Fault: fakeplugin.FaultOverAdvertise, Focus: "full node", Catcher: "full node"},
+		{Fault: fakeplugin.FaultDoubleAllocate, Focus: "full node", Catcher: "full node"},
+		{Fault: fakeplugin.FaultIgnoreHealth, NoCheck: "no conformance check marks a device unhealthy yet (it needs the device fault layer of the failure scenario)"},
+		{Fault: fakeplugin.FaultLeakAll, Focus: "second container", Catcher: "second container"},
+		{Fault: fakeplugin.FaultDRAPrepareFail, Focus: "shows a running pod exactly", Catcher: "on the dra path"},
+		{Fault: fakeplugin.FaultPhantomSliceDevice, Focus: "full node", Catcher: "on the dra path"},
+		{Fault: fakeplugin.FaultNoReregister, NoCheck: "no conformance check restarts a kubelet yet (it needs the node fault layer of the failure scenario)"},
+	}
+}
+
+// selfcheckResult is one row's outcome.
+type selfcheckResult struct {
+	Row      selfcheckRow
+	Verdict  string   // NO-GO or GO (the subset run's), "-" when not run
+	CaughtBy []string // failed specs
+	Caught   bool
+	Note     string
+}
+
+// selfcheckCommand switches each fault of the fake GPU stack on, on every GPU/canary node of the local
+// cluster, runs the specs that must catch it, and requires them to fail; it prints the table and exits 1
+// when a row was not caught.
+func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flagSet("selfcheck", stderr)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
+	only := fs.String("faults", "", "comma-separated subset of faults to check (default: all)")
+	artifacts := fs.String("artifacts", "", "directory for each row's run artifacts (default: _artifacts/selfcheck)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	wd, _ := os.Getwd()
+	root, err := localcluster.FindRepoRoot(wd)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform selfcheck: %v\n", err)
+		return 2
+	}
+	if *kubeconfig == "" {
+		*kubeconfig = filepath.Join(root, "_output", "kubeconfig")
+	}
+	if *artifacts == "" {
+		*artifacts = filepath.Join(root, "_artifacts", "selfcheck")
+	}
+	want, err := fakeplugin.ParseFaults(*only)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform selfcheck: --faults: %v\n", err)
+		return 2
+	}
+	clients, err := cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: *kubeconfig, Timeout: 30 * time.Second})
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform selfcheck: %v\n", err)
+		return 2
+	}
+	var results []selfcheckResult
+	for _, row := range selfcheckTable() {
+		if len(want) > 0 && !containsFault(want, row.Fault) {
+			continue
+		}
+		res := selfcheckResult{Row: row, Verdict: "-"}
+		if row.NoCheck != "" {
+			res.Note = row.NoCheck
+			results = append(results, res)
+			continue
+		}
+		fmt.Fprintf(stderr, "selfcheck: %s on, running specs matching %q\n", row.Fault, row.Focus)
+		res = runSelfcheckRow(ctx, clients.Kube, root, *kubeconfig, filepath.Join(*artifacts, string(row.Fault)), row, stderr)
+		results = append(results, res)
+	}
+	printSelfcheck(stdout, results)
+	for _, r := range results {
+		if !r.Caught {
+			return 1
+		}
+	}
+	return 0
+}
+
+func containsFault(fs []fakeplugin.Fault, f fakeplugin.Fault) bool {
+	for _, x := range fs {
+		if x == f {
+			return true
+		}
+	}
+	return false
+}
+
+func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubeconfig, dir string, row selfcheckRow, stderr io.Writer) selfcheckResult {
+	res := selfcheckResult{Row: row, Verdict: "-"}
+	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: localcluster.PoolLabel})
+	if err != nil || len(nodes.Items) == 0 {
+		res.Note = fmt.Sprintf("cannot list the pool nodes: %v", err)
+		return res
+	}
+	set := func(value *string) error {
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{fakeplugin.FaultsAnnotation: value}}})
+		for _, n := range nodes.Items {
+			if _, err := kube.CoreV1().Nodes().Patch(ctx, n.Name, k8stypes.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	on := string(row.Fault)
+	start := time.Now()
+	if err := set(&on); err != nil {
+		res.Note = "switching the fault on: " + err.Error()
+		return res
+	}
+	defer func() {
+		// A fresh context: the fault must come off even when ctx was cancelled.
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		off := time.Now()
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{fakeplugin.FaultsAnnotation: nil}}})
+		for _, n := range nodes.Items {
+			_, _ = kube.CoreV1().Nodes().Patch(cctx, n.Name, k8stypes.MergePatchType, patch, metav1.PatchOptions{})
+		}
+		_ = waitAgentsLogged(cctx, kube, nodes.Items, off, "was="+on)
+	}()
+	if err := waitAgentsLogged(ctx, kube, nodes.Items, start, "faults="+on); err != nil {
+		res.Note = err.Error()
+		return res
+	}
+	_ = os.RemoveAll(dir)
+	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-timeout", "30m", "./suites/conformance/", "-args",
+		"--kubeconfig="+kubeconfig, "--artifacts="+dir, "--ginkgo.no-color", "--ginkgo.focus="+regexp.QuoteMeta(row.Focus))
+	cmd.Dir = root
+	log, _ := os.Create(dir + ".log")
+	if log != nil {
+		defer log.Close()
+		cmd.Stdout, cmd.Stderr = log, log
+	}
+	runErr := cmd.Run()
+	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
+	if err != nil {
+		res.Note = fmt.Sprintf("no report from the run (%v; run error %v; log %s.log)", err, runErr, dir)
+		return res
+	}
+	res.Verdict = "GO"
+	if runErr != nil {
+		res.Verdict = "NO-GO"
+	}
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType == types.NodeTypeIt && sp.State.Is(types.SpecStateFailureStates) {
+				res.CaughtBy = append(res.CaughtBy, sp.FullText())
+				if strings.Contains(sp.FullText(), row.Catcher) {
+					res.Caught = runErr != nil
+				}
+			}
+		}
+	}
+	if !res.Caught {
+		res.Note = "no spec matching " + fmt.Sprintf("%q", row.Catcher) + " failed"
+	}
+	fmt.Fprintf(stderr, "selfcheck: %s → %s (%d failed spec(s); log %s.log)\n", row.Fault, res.Verdict, len(res.CaughtBy), dir)
+	return res
+}
+
+// waitAgentsLogged waits until the fake GPU agent on every node has logged that the faults in force
+// changed (with the given fragment) since start.
+func waitAgentsLogged(ctx context.Context, kube kubernetes.Interface, nodes []corev1.Node, start time.Time, fragment string) error {
+	deadline := time.Now().Add(time.Minute)
+	since := metav1.NewTime(start.Add(-time.Second))
+	for _, n := range nodes {
+		for {
+			ok := false
+			pods, err := kube.CoreV1().Pods(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{
+				LabelSelector: "app.kubernetes.io/name=fake-device-plugin", FieldSelector: "spec.nodeName=" + n.Name})
+			if err == nil {
+				for _, p := range pods.Items {
+					logs, err := kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &since}).DoRaw(ctx)
+					if err == nil {
+						for _, line := range strings.Split(string(logs), "\n") {
+							ok = ok || strings.Contains(line, fakeplugin.LogFaultsChanged) && strings.Contains(line, fragment)
+						}
+					}
+				}
+			}
+			if ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("the fake GPU agent on %s did not log %q with %q within a minute", n.Name, fakeplugin.LogFaultsChanged, fragment)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Second):
+			}
+		}
+	}
+	return nil
+}
+
+func printSelfcheck(w io.Writer, results []selfcheckResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FAULT\tVERDICT\tCAUGHT\tCATCHING SPEC / WHY NOT")
+	caught := 0
+	for _, r := range results {
+		mark := "no"
+		if r.Caught {
+			mark = "yes"
+			caught++
+		}
+		why := r.Note
+		if r.Caught {
+			var hits []string
+			for _, s := range r.CaughtBy {
+				if strings.Contains(s, r.Row.Catcher) {
+					hits = append(hits, s)
+				}
+			}
+			why = strings.Join(hits, " | ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Row.Fault, r.Verdict, mark, why)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "selfcheck: %d passed, %d failed\n", caught, len(results)-caught)
+}
