@@ -36,6 +36,12 @@ type Record struct {
 	// LeakAudit is the end-of-run audit; nil when it did not run.
 	LeakAudit *audit.Result `json:"leakAudit,omitempty"`
 	Notes     []string      `json:"notes,omitempty"`
+	// Signoff is the verdict policy of this run (requirements, baseline).
+	Signoff Signoff `json:"signoff"`
+	// Results are the leaf specs' outcomes by full text: a later run's baseline.
+	Results map[string]string `json:"results,omitempty"`
+	// SetupFailure says why the run stopped before its specs ("" when it reached them).
+	SetupFailure string `json:"setupFailure,omitempty"`
 }
 
 // KueueRecord is Kueue's presence and version.

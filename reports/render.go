@@ -28,65 +28,39 @@ func ReadGinkgoJSON(path string) ([]types.Report, error) {
 	return reports, nil
 }
 
-// Verdict is the signoff answer.
-type Verdict struct {
-	Go      bool
-	Reasons []string
-}
-
-// Decide applies the verdict policy: no-go when any spec failed, the suite setup failed, no spec ran, or
-// the leak audit found this run's objects left.
-func Decide(suites []types.Report, rec Record) Verdict {
-	v := Verdict{Go: true}
-	ran := 0
-	for _, s := range suites {
-		if !s.SuiteSucceeded {
-			v.Go = false
-			v.Reasons = append(v.Reasons, fmt.Sprintf("suite %q did not succeed", s.SuiteDescription))
-		}
-		for _, sp := range s.SpecReports {
-			if sp.LeafNodeType != types.NodeTypeIt {
-				if sp.State.Is(types.SpecStateFailureStates) {
-					v.Go = false
-					v.Reasons = append(v.Reasons, fmt.Sprintf("%s failed: %s", sp.LeafNodeType, firstLine(sp.Failure.Message)))
-				}
-				continue
-			}
-			if sp.State.Is(types.SpecStateFailureStates) {
-				v.Go = false
-				v.Reasons = append(v.Reasons, "failed: "+sp.FullText())
-			}
-			if sp.State == types.SpecStatePassed {
-				ran++
-			}
-		}
-	}
-	if ran == 0 {
-		v.Go = false
-		v.Reasons = append(v.Reasons, "no spec passed (nothing was exercised)")
-	}
-	if rec.LeakAudit != nil && !rec.LeakAudit.Clean() {
-		v.Go = false
-		v.Reasons = append(v.Reasons, fmt.Sprintf("leak audit: %d object(s) of this run left on the cluster", len(rec.LeakAudit.Ours)))
-	}
-	return v
-}
-
 // RenderMarkdown renders the signoff report.
 func RenderMarkdown(suites []types.Report, rec Record) string {
 	var b strings.Builder
 	v := Decide(suites, rec)
-	verdict := "GO"
-	if !v.Go {
-		verdict = "NO-GO"
-	}
-	fmt.Fprintf(&b, "# GPU scheduling signoff: **%s**\n\n", verdict)
-	fmt.Fprintf(&b, "Run `%s` against context `%s` (%s), %s.\n\n", rec.RunID, rec.Context, rec.Server, rec.GeneratedAt.Format(time.RFC3339))
-	for _, r := range v.Reasons {
+	fmt.Fprintf(&b, "# GPU scheduling signoff: **%s**\n\n", v.Outcome)
+	fmt.Fprintf(&b, "Run `%s` against context `%s` (%s), %s. Exit code %d.\n\n", rec.RunID, rec.Context, rec.Server, rec.GeneratedAt.Format(time.RFC3339), v.ExitCode())
+	for _, r := range v.NoGo {
 		fmt.Fprintf(&b, "- %s\n", r)
 	}
-	if len(v.Reasons) > 0 {
+	for _, r := range v.Incomplete {
+		allowed := ""
+		if rec.Signoff.AllowIncomplete {
+			allowed = " (allowed by the signoff policy)"
+		}
+		fmt.Fprintf(&b, "- incomplete: %s%s\n", r, allowed)
+	}
+	if len(v.NoGo)+len(v.Incomplete) > 0 {
 		b.WriteString("\n")
+	}
+	if len(rec.Signoff.Require) > 0 {
+		fmt.Fprintf(&b, "Required: %s, and every discovered allocation path.\n\n", strings.Join(rec.Signoff.Require, ", "))
+	}
+	if bl := rec.Signoff.Baseline; bl != nil {
+		fmt.Fprintf(&b, "## Compared with baseline run `%s` (%s)\n\n", bl.RunID, bl.Source)
+		if len(v.Baseline) == 0 {
+			b.WriteString("Everything that passed in the baseline passes now.\n\n")
+		}
+		for _, d := range v.Baseline {
+			fmt.Fprintf(&b, "- %s\n", d)
+		}
+		if len(v.Baseline) > 0 {
+			b.WriteString("\n")
+		}
 	}
 
 	b.WriteString("## Compatibility record\n\n| | |\n|---|---|\n")

@@ -59,7 +59,7 @@ func TestNoGoWithEvidence(t *testing.T) {
 
 func TestNothingRanIsNoGo(t *testing.T) {
 	v := Decide([]types.Report{{SuiteSucceeded: true}}, record())
-	if v.Go || !strings.Contains(strings.Join(v.Reasons, ";"), "no spec passed") {
+	if v.Go() || v.ExitCode() != ExitNoGo || !strings.Contains(strings.Join(v.Reasons(), ";"), "no spec passed") {
 		t.Errorf("an empty run must be no-go: %+v", v)
 	}
 }

@@ -59,15 +59,15 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	cmd.Dir = root
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	runErr := cmd.Run()
-	reportCommand(ctx, []string{arts}, io.Discard, stderr)
 	if runErr != nil {
-		if ee, ok := runErr.(*exec.ExitError); ok {
-			return ee.ExitCode()
+		if _, ok := runErr.(*exec.ExitError); !ok {
+			fmt.Fprintf(stderr, "gpuconform run: %v\n", runErr)
+			return reports.ExitNoGo
 		}
-		fmt.Fprintf(stderr, "gpuconform run: %v\n", runErr)
-		return 1
 	}
-	return 0
+	// The exit code is the verdict's (0 GO, 1 NO-GO, 3 INCOMPLETE), decided from this run's artifacts; a
+	// run that stopped before its specs wrote a record saying why, so it is NO-GO too.
+	return reportCommand(ctx, []string{arts}, io.Discard, stderr)
 }
 
 // reportCommand re-renders the signoff report from a run's artifacts, offline.
@@ -80,15 +80,22 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 	if len(args) == 1 {
 		dir = args[0]
 	}
-	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
-	if err != nil {
-		fmt.Fprintf(stderr, "gpuconform report: %v (is %s the artifacts directory of a run?)\n", err, dir)
-		return 1
-	}
 	rec, err := reports.ReadRecord(filepath.Join(dir, reports.RecordFile))
 	if err != nil {
-		fmt.Fprintf(stderr, "gpuconform report: %v\n", err)
-		return 1
+		fmt.Fprintf(stderr, "gpuconform report: %v (is %s the artifacts directory of a run?)\n", err, dir)
+		return reports.ExitNoGo
+	}
+	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
+	switch {
+	case err != nil && rec.SetupFailure == "":
+		fmt.Fprintf(stderr, "gpuconform report: %v (is %s the artifacts directory of a run?)\n", err, dir)
+		return reports.ExitNoGo
+	case err != nil:
+		suites = nil // the run stopped before its specs: the record alone says why
+	case reports.ReportRunID(suites) != "" && reports.ReportRunID(suites) != rec.RunID:
+		fmt.Fprintf(stderr, "gpuconform report: %s holds the Ginkgo report of run %s but the record of run %s; refusing to mix runs\n",
+			dir, reports.ReportRunID(suites), rec.RunID)
+		return reports.ExitNoGo
 	}
 	md := reports.RenderMarkdown(suites, rec)
 	if err := os.WriteFile(filepath.Join(dir, "signoff.md"), []byte(md), 0o644); err != nil {
@@ -98,7 +105,9 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 	fmt.Fprint(stdout, md)
 	// One closing line in the form CI runners recognise.
 	passed, failed, skipped := reports.Count(suites)
+	v := reports.Decide(suites, rec)
 	fmt.Fprintf(stderr, "signoff report: %s\n", filepath.Join(dir, "signoff.md"))
+	fmt.Fprintf(stderr, "verdict: %s (exit code %d)\n", v.Outcome, v.ExitCode())
 	fmt.Fprintf(stderr, "signoff: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
-	return 0
+	return v.ExitCode()
 }

@@ -82,6 +82,20 @@ type Config struct {
 	CleanupLeftovers bool `json:"cleanupLeftovers,omitempty"`
 	// Tolerations are added to every test pod (real clusters taint GPU nodes).
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// Signoff is the verdict policy: what must be exercised, and the baseline to compare with.
+	Signoff SignoffConfig `json:"signoff,omitempty"`
+}
+
+// SignoffConfig is the verdict policy (reports.Decide applies it).
+type SignoffConfig struct {
+	// Require are labels that must each have a passed spec: path:<name> or scenario:<name>. Empty means the
+	// suite's default (every implemented scenario); every discovered path is always required.
+	Require []string `json:"require,omitempty"`
+	// AllowIncomplete signs off GO although something required was not exercised (the reasons stay listed).
+	AllowIncomplete bool `json:"allowIncomplete,omitempty"`
+	// Baseline is the compatibility record (gpuconform-record.json) of an earlier run: what passed there and
+	// fails or is missing now is NO-GO.
+	Baseline string `json:"baseline,omitempty"`
 }
 
 // DevicePluginConfig configures the device-plugin path.
@@ -213,6 +227,12 @@ func (c Config) Validate() error {
 	if _, err := timeouts.ForProfile(c.TimeoutProfile); err != nil {
 		errs = append(errs, fmt.Errorf("timeoutProfile: %w", err))
 	}
+	for _, r := range c.Signoff.Require {
+		kind, name, ok := strings.Cut(r, ":")
+		if !ok || name == "" || (kind != "path" && kind != "scenario") {
+			errs = append(errs, fmt.Errorf("signoff.require %q: want path:NAME or scenario:NAME", r))
+		}
+	}
 	if c.ArtifactsDir == "" {
 		errs = append(errs, errors.New("artifactsDir: empty"))
 	}
@@ -314,6 +334,12 @@ var flagDefs = []flagDef{
 	{name: "artifacts", usage: "artifacts directory (default $ARTIFACTS or _artifacts)", apply: func(c *Config, v string) error { c.ArtifactsDir = v; return nil }},
 	{name: "keep-resources", usage: "keep every created object (debugging)", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.KeepResources = b })},
 	{name: "cleanup-leftovers", usage: "delete an earlier run's leftovers at start instead of refusing to run", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.CleanupLeftovers = b })},
+	{name: "require", usage: "comma-separated labels that must each have a passed spec (path:NAME, scenario:NAME); default: every implemented scenario", apply: func(c *Config, v string) error {
+		c.Signoff.Require = splitList(v)
+		return nil
+	}},
+	{name: "allow-incomplete", usage: "sign off GO although something required was not exercised", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.Signoff.AllowIncomplete = b })},
+	{name: "baseline", usage: "gpuconform-record.json of an earlier run: what passed there and fails or is missing now is NO-GO", apply: func(c *Config, v string) error { c.Signoff.Baseline = v; return nil }},
 	{name: "toleration", usage: "toleration for test pods, key[=value]:Effect or key:Effect (Exists); repeatable", apply: func(c *Config, v string) error {
 		t, err := ParseToleration(v)
 		if err != nil {

@@ -130,3 +130,16 @@ func TestUnknownFlagAndKeyAreErrors(t *testing.T) {
 		t.Errorf("missing file: %v", err)
 	}
 }
+
+func TestSignoffFlags(t *testing.T) {
+	cfg, err := Parse([]string{"--require=path:dra,scenario:preemption", "--allow-incomplete", "--baseline=/tmp/last/gpuconform-record.json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Signoff.Require) != 2 || cfg.Signoff.Require[1] != "scenario:preemption" || !cfg.Signoff.AllowIncomplete || cfg.Signoff.Baseline != "/tmp/last/gpuconform-record.json" {
+		t.Errorf("signoff = %+v", cfg.Signoff)
+	}
+	if _, err := Parse([]string{"--require=dra"}); err == nil || !strings.Contains(err.Error(), "want path:NAME or scenario:NAME") {
+		t.Errorf("--require=dra: err = %v", err)
+	}
+}

@@ -58,21 +58,28 @@ func TestConformance(t *testing.T) {
 			cfg.ArtifactsDir = filepath.Join(root, cfg.ArtifactsDir)
 		}
 	}
+	// This run's artifacts replace an earlier run's: a stale report must never be rendered as this one's.
+	removeStaleArtifacts(cfg.ArtifactsDir)
+	signoff, err := signoffPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Timeouts().StackReady+time.Minute)
 	defer cancel()
 	if clients, err = cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: cfg.Kubeconfig, Context: cfg.Context, Timeout: cfg.Timeouts().API}); err != nil {
-		t.Fatal(err)
+		setupFailed(t, signoff, "", "", err)
 	}
 	// Discovery happens before RunSpecs because it decides which specs exist.
 	if caps, err = waitForStack(ctx); err != nil {
-		t.Fatal(err)
+		setupFailed(t, signoff, clients.Context, clients.Server, err)
 	}
 	paths = gpu.Paths(caps, cfg)
 	describers := make([]reports.PathDescriber, len(paths))
 	for i, p := range paths {
 		describers[i] = p
 	}
-	record = reports.NewRecord("", clients.Context, clients.Server, caps, describers)
+	record = reports.NewRecord(runID, clients.Context, clients.Server, caps, describers)
+	record.Signoff = signoff
 	gates, notes := cluster.ReadFeatureGates(ctx, clients.Kube, caps.GateNode)
 	record.FeatureGates, record.Notes = gates, append(record.Notes, notes...)
 
@@ -103,8 +110,46 @@ func waitForStack(ctx context.Context) (cluster.Capabilities, error) {
 	}
 }
 
+// runID names this run in every artifact and on every object it creates. With parallel processes every
+// process must agree: the first process's ID is the one SynchronizedBeforeSuite hands to all of them.
+var runID = cmpOr(os.Getenv("GPUCONFORM_RUN_ID"), run.NewID(time.Now()))
+
+// signoffPolicy is the verdict policy of this run, from the configuration; the baseline record is read now
+// and condensed into the record, so the report can be re-rendered without it.
+func signoffPolicy() (reports.Signoff, error) {
+	p := reports.Signoff{Require: cfg.Signoff.Require, AllowIncomplete: cfg.Signoff.AllowIncomplete}
+	if len(p.Require) == 0 {
+		p.Require = reports.DefaultRequire
+	}
+	if cfg.Signoff.Baseline != "" {
+		base, err := reports.ReadRecord(cfg.Signoff.Baseline)
+		if err != nil {
+			return p, fmt.Errorf("--baseline: %w", err)
+		}
+		p.Baseline = reports.BaselineFrom(base, cfg.Signoff.Baseline)
+	}
+	return p, nil
+}
+
+// setupFailed ends a run that cannot reach its specs, after writing a record and a signoff that say why:
+// an earlier run's report must not stand in for this one.
+func setupFailed(t *testing.T, signoff reports.Signoff, contextName, server string, cause error) {
+	t.Helper()
+	rec := reports.Record{RunID: runID, GeneratedAt: time.Now().UTC(), Context: contextName, Server: server, Signoff: signoff, SetupFailure: cause.Error()}
+	if _, err := rec.Write(cfg.ArtifactsDir); err == nil {
+		_ = os.WriteFile(filepath.Join(cfg.ArtifactsDir, "signoff.md"), []byte(reports.RenderMarkdown(nil, rec)), 0o644)
+	}
+	t.Fatal(cause)
+}
+
+// removeStaleArtifacts deletes the files an earlier run left in dir that this run writes again.
+func removeStaleArtifacts(dir string) {
+	for _, f := range []string{"gpuconform-report.json", "junit.gpuconform.xml", reports.RecordFile, "signoff.md"} {
+		_ = os.Remove(filepath.Join(dir, f))
+	}
+}
+
 var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
-	runID := cmpOr(os.Getenv("GPUCONFORM_RUN_ID"), run.NewID(time.Now()))
 	perms := cluster.PreflightNeeds(caps.Kueue.Present && cfg.Queues.Mode == config.QueuesOwn, caps.Kueue.Present, caps.DRA != nil)
 	gomega.Expect(cluster.Preflight(ctx, clients.Kube, perms)).To(gomega.Succeed())
 
@@ -118,6 +163,8 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 	for _, n := range record.NotExercised {
 		ginkgo.AddReportEntry("not exercised: "+n.What, n.Why)
 	}
+	// The run ID in the Ginkgo report ties it to this run's record (`gpuconform report` checks).
+	ginkgo.AddReportEntry(reports.RunIDEntry, runID)
 	return []byte(runID)
 }, func(runID []byte) {
 	factory := fixtures.NewFactory(string(runID))
@@ -156,6 +203,7 @@ var _ = ginkgo.SynchronizedAfterSuite(func() {}, func(ctx context.Context) {
 
 var _ = ginkgo.ReportAfterSuite("gpuconform record and signoff report", func(r types.Report) {
 	record.LeakAudit = leaks
+	record.Results = reports.Results([]types.Report{r})
 	dir := cfg.ArtifactsDir
 	if _, err := record.Write(dir); err != nil {
 		ginkgo.GinkgoWriter.Printf("writing the compatibility record: %v\n", err)

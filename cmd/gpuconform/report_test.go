@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/reports"
+)
+
+func writeRun(t *testing.T, dir, recordRun, reportRun string, state types.SpecState) {
+	t.Helper()
+	rec := reports.Record{RunID: recordRun, LeakAudit: &audit.Result{RunID: recordRun}}
+	if _, err := rec.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	suite := types.Report{SuiteSucceeded: state == types.SpecStatePassed, SpecReports: types.SpecReports{
+		{LeafNodeType: types.NodeTypeSynchronizedBeforeSuite, State: types.SpecStatePassed,
+			ReportEntries: types.ReportEntries{{Name: reports.RunIDEntry, Value: types.WrapEntryValue(reportRun)}}},
+		{LeafNodeType: types.NodeTypeIt, LeafNodeText: "admits a Job", State: state,
+			ContainerHierarchyLabels: [][]string{{"scenario:allocation", "scenario:shortage"}}},
+	}}
+	raw, _ := json.Marshal([]types.Report{suite})
+	if err := os.WriteFile(filepath.Join(dir, "gpuconform-report.json"), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestReportExitCodeIsTheVerdicts(t *testing.T) {
+	dir := t.TempDir()
+	var out, errb bytes.Buffer
+	writeRun(t, dir, "run-1", "run-1", types.SpecStatePassed)
+	if code := reportCommand(context.Background(), []string{dir}, &out, &errb); code != reports.ExitGo {
+		t.Errorf("GO run: exit %d\n%s", code, errb.String())
+	}
+	writeRun(t, dir, "run-1", "run-1", types.SpecStateFailed)
+	if code := reportCommand(context.Background(), []string{dir}, &out, &errb); code != reports.ExitNoGo {
+		t.Errorf("failed run: exit %d", code)
+	}
+}
+
+func TestReportRefusesToMixRuns(t *testing.T) {
+	dir := t.TempDir()
+	writeRun(t, dir, "run-2", "run-1", types.SpecStatePassed)
+	var out, errb bytes.Buffer
+	if code := reportCommand(context.Background(), []string{dir}, &out, &errb); code != reports.ExitNoGo || !strings.Contains(errb.String(), "refusing to mix runs") {
+		t.Errorf("mixed runs: exit %d, %s", code, errb.String())
+	}
+}
+
+func TestReportOfARunThatStoppedBeforeItsSpecs(t *testing.T) {
+	dir := t.TempDir()
+	rec := reports.Record{RunID: "run-3", SetupFailure: "Kueue's webhook does not answer"}
+	if _, err := rec.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := reportCommand(context.Background(), []string{dir}, &out, &errb); code != reports.ExitNoGo {
+		t.Errorf("exit %d", code)
+	}
+	if !strings.Contains(out.String(), "**NO-GO**") || !strings.Contains(out.String(), "Kueue's webhook does not answer") {
+		t.Errorf("signoff:\n%s", out.String())
+	}
+}

@@ -1,0 +1,278 @@
+package reports
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/onsi/ginkgo/v2/types"
+)
+
+// Outcome is the signoff answer.
+type Outcome string
+
+// The three outcomes. GO: everything the signoff covers was exercised and passed. NO-GO: something
+// failed, or regressed against the baseline. INCOMPLETE: nothing failed, but the run did not exercise
+// what the signoff covers (a filtered run, a required path or scenario not exercised, a check that fell
+// back at run time), and the user did not allow that.
+const (
+	OutcomeGo         Outcome = "GO"
+	OutcomeNoGo       Outcome = "NO-GO"
+	OutcomeIncomplete Outcome = "INCOMPLETE"
+)
+
+// Exit codes of `gpuconform run` and `gpuconform report`, one per outcome; 2 is kept for usage errors.
+const (
+	ExitGo         = 0
+	ExitNoGo       = 1
+	ExitIncomplete = 3
+)
+
+// DefaultRequire are the scenarios a signoff requires unless configured otherwise: every scenario the
+// suite implements today. Every discovered allocation path is required as well (Decide adds them).
+var DefaultRequire = []string{"scenario:allocation", "scenario:shortage"}
+
+// Signoff is the policy a run's verdict is decided with; it travels in the record, so a report rendered
+// again offline decides the same.
+type Signoff struct {
+	// Require are labels (path:X, scenario:Y) that must each have at least one passed spec.
+	Require []string `json:"require"`
+	// AllowIncomplete turns INCOMPLETE into GO (the reasons stay listed).
+	AllowIncomplete bool `json:"allowIncomplete,omitempty"`
+	// Baseline is the condensed record of an earlier run to compare with; nil when none was given.
+	Baseline *Baseline `json:"baseline,omitempty"`
+}
+
+// Baseline is what a later run is compared with: the paths an earlier run exercised and its spec results.
+type Baseline struct {
+	RunID   string            `json:"runID"`
+	Source  string            `json:"source"`
+	Paths   []string          `json:"paths"`
+	Results map[string]string `json:"results"`
+}
+
+// BaselineFrom condenses a record into a baseline.
+func BaselineFrom(r Record, source string) *Baseline {
+	b := &Baseline{RunID: r.RunID, Source: source, Results: r.Results}
+	for _, p := range r.Paths {
+		b.Paths = append(b.Paths, p.Name)
+	}
+	return b
+}
+
+// Spec result values in Record.Results.
+const (
+	ResultPassed  = "passed"
+	ResultFailed  = "failed"
+	ResultSkipped = "skipped"
+)
+
+// Results maps each leaf spec's full text to its result.
+func Results(suites []types.Report) map[string]string {
+	out := map[string]string{}
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType != types.NodeTypeIt {
+				continue
+			}
+			switch {
+			case sp.State == types.SpecStatePassed:
+				out[sp.FullText()] = ResultPassed
+			case sp.State.Is(types.SpecStateFailureStates):
+				out[sp.FullText()] = ResultFailed
+			default:
+				out[sp.FullText()] = ResultSkipped
+			}
+		}
+	}
+	return out
+}
+
+// Verdict is the signoff answer with its reasons.
+type Verdict struct {
+	Outcome Outcome
+	// NoGo are the reasons for NO-GO.
+	NoGo []string
+	// Incomplete are the reasons the run does not cover the whole signoff (listed even when allowed).
+	Incomplete []string
+	// Baseline are the differences from the baseline run, one line each.
+	Baseline []string
+}
+
+// Go is true for a GO verdict.
+func (v Verdict) Go() bool { return v.Outcome == OutcomeGo }
+
+// ExitCode is the process exit code that matches the verdict.
+func (v Verdict) ExitCode() int {
+	switch v.Outcome {
+	case OutcomeGo:
+		return ExitGo
+	case OutcomeIncomplete:
+		return ExitIncomplete
+	}
+	return ExitNoGo
+}
+
+// Reasons lists every reason in the order the report shows them.
+func (v Verdict) Reasons() []string {
+	out := slices.Clone(v.NoGo)
+	for _, r := range v.Incomplete {
+		out = append(out, "incomplete: "+r)
+	}
+	return out
+}
+
+// Decide applies the verdict policy to a run: its Ginkgo reports and its record (which carries the policy).
+func Decide(suites []types.Report, rec Record) Verdict {
+	var v Verdict
+	if rec.SetupFailure != "" {
+		v.NoGo = append(v.NoGo, "the run stopped before its specs: "+rec.SetupFailure)
+	}
+	passedLabels := map[string]bool{}
+	ran := 0
+	for _, s := range suites {
+		if !s.SuiteSucceeded {
+			v.NoGo = append(v.NoGo, fmt.Sprintf("suite %q did not succeed", s.SuiteDescription))
+		}
+		if f := filterOf(s.SuiteConfig); f != "" {
+			v.Incomplete = append(v.Incomplete, "filtered run ("+f+"): the signoff covers only the selected specs")
+		}
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType != types.NodeTypeIt {
+				if sp.State.Is(types.SpecStateFailureStates) {
+					v.NoGo = append(v.NoGo, fmt.Sprintf("%s failed: %s", sp.LeafNodeType, firstLine(sp.Failure.Message)))
+				}
+				continue
+			}
+			if sp.State.Is(types.SpecStateFailureStates) {
+				v.NoGo = append(v.NoGo, "failed: "+sp.FullText())
+			}
+			if sp.State != types.SpecStatePassed {
+				continue
+			}
+			ran++
+			for _, l := range sp.Labels() {
+				passedLabels[l] = true
+			}
+			for _, e := range sp.ReportEntries {
+				if strings.HasPrefix(e.Name, "not exercised:") {
+					v.Incomplete = append(v.Incomplete, fmt.Sprintf("runtime fallback in %q: %s: %s", sp.FullText(), strings.TrimSpace(strings.TrimPrefix(e.Name, "not exercised:")), e.StringRepresentation()))
+				}
+			}
+		}
+	}
+	if ran == 0 && rec.SetupFailure == "" {
+		v.NoGo = append(v.NoGo, "no spec passed (nothing was exercised)")
+	}
+	switch {
+	case rec.LeakAudit == nil && rec.SetupFailure == "" && ran > 0:
+		v.Incomplete = append(v.Incomplete, "the leak audit did not run: the cluster was not checked for objects this run left")
+	case rec.LeakAudit != nil && !rec.LeakAudit.Clean():
+		v.NoGo = append(v.NoGo, fmt.Sprintf("leak audit: %d object(s) of this run left on the cluster", len(rec.LeakAudit.Ours)))
+	case rec.LeakAudit != nil && len(rec.LeakAudit.Errors) > 0:
+		v.Incomplete = append(v.Incomplete, "leak audit could not list "+strings.Join(rec.LeakAudit.Errors, "; ")+": nothing is known about those kinds")
+	}
+
+	// Requirements: each required label, and each discovered path, needs a passed spec.
+	require := slices.Clone(rec.Signoff.Require)
+	for _, p := range rec.Paths {
+		require = append(require, "path:"+p.Name)
+	}
+	slices.Sort(require)
+	for _, r := range slices.Compact(require) {
+		if !passedLabels[r] && rec.SetupFailure == "" {
+			v.Incomplete = append(v.Incomplete, fmt.Sprintf("required %s was not exercised (no passed spec carries the label)%s", r, whyNotExercised(rec, r)))
+		}
+	}
+
+	if b := rec.Signoff.Baseline; b != nil {
+		now := map[string]bool{}
+		for _, p := range rec.Paths {
+			now[p.Name] = true
+		}
+		for _, p := range b.Paths {
+			if !now[p] {
+				v.Baseline = append(v.Baseline, fmt.Sprintf("path %s was exercised in baseline run %s and is absent now", p, b.RunID))
+			}
+		}
+		filtered := slices.ContainsFunc(suites, func(s types.Report) bool { return filterOf(s.SuiteConfig) != "" })
+		names := make([]string, 0, len(b.Results))
+		for n := range b.Results {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if b.Results[name] != ResultPassed {
+				continue
+			}
+			switch got, ok := rec.Results[name]; {
+			case got == ResultFailed:
+				v.Baseline = append(v.Baseline, fmt.Sprintf("passed in baseline run %s, fails now: %s", b.RunID, name))
+			case (!ok || got == ResultSkipped) && !filtered:
+				v.Baseline = append(v.Baseline, fmt.Sprintf("passed in baseline run %s, not run now: %s", b.RunID, name))
+			}
+		}
+		v.NoGo = append(v.NoGo, v.Baseline...)
+	}
+
+	switch {
+	case len(v.NoGo) > 0:
+		v.Outcome = OutcomeNoGo
+	case len(v.Incomplete) > 0 && !rec.Signoff.AllowIncomplete:
+		v.Outcome = OutcomeIncomplete
+	default:
+		v.Outcome = OutcomeGo
+	}
+	return v
+}
+
+// filterOf describes the spec filters of a Ginkgo run, "" when every spec was selected.
+func filterOf(c types.SuiteConfig) string {
+	var parts []string
+	if c.LabelFilter != "" {
+		parts = append(parts, "label filter "+c.LabelFilter)
+	}
+	for _, f := range c.FocusStrings {
+		parts = append(parts, "focus "+f)
+	}
+	for _, f := range c.SkipStrings {
+		parts = append(parts, "skip "+f)
+	}
+	for _, f := range c.FocusFiles {
+		parts = append(parts, "focus file "+f)
+	}
+	for _, f := range c.SkipFiles {
+		parts = append(parts, "skip file "+f)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// whyNotExercised finds the record's reason for a label that was not exercised, if it has one.
+func whyNotExercised(rec Record, label string) string {
+	_, name, _ := strings.Cut(label, ":")
+	for _, n := range rec.NotExercised {
+		if strings.Contains(n.What, name) || strings.Contains(n.Why, name) {
+			return fmt.Sprintf("; %s: %s", n.What, n.Why)
+		}
+	}
+	return ""
+}
+
+// RunIDEntry is the name of the report entry through which the suite writes its run ID into the Ginkgo
+// report, so a report and a record of different runs are never rendered together.
+const RunIDEntry = "gpuconform run"
+
+// ReportRunID returns the run ID the suite wrote into a Ginkgo report, "" when none.
+func ReportRunID(suites []types.Report) string {
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			for _, e := range sp.ReportEntries {
+				if e.Name == RunIDEntry {
+					return strings.Trim(e.StringRepresentation(), `"`)
+				}
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,146 @@
+package reports
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/audit"
+)
+
+// passing is a run where both paths' allocation and shortage specs passed and the audit is clean.
+func passing() ([]types.Report, Record) {
+	suite := types.Report{SuiteDescription: "GPU", SuiteSucceeded: true, SpecReports: []types.SpecReport{
+		spec("admits a Job", "device-plugin", types.SpecStatePassed, ""),
+		spec("admits a Job", "dra", types.SpecStatePassed, ""),
+		shortageSpec("diagnoses a shortage", "dra"),
+	}}
+	rec := record()
+	rec.Paths = []PathRecord{{Name: "device-plugin"}, {Name: "dra"}}
+	rec.Signoff.Require = DefaultRequire
+	rec.LeakAudit = &audit.Result{RunID: "run-1"}
+	rec.Results = Results([]types.Report{suite})
+	return []types.Report{suite}, rec
+}
+
+func shortageSpec(text, path string) types.SpecReport {
+	sp := spec(text, path, types.SpecStatePassed, "")
+	sp.ContainerHierarchyLabels = [][]string{{"scenario:shortage", "path:" + path}}
+	return sp
+}
+
+func expectOutcome(t *testing.T, suites []types.Report, rec Record, want Outcome, reason string) Verdict {
+	t.Helper()
+	v := Decide(suites, rec)
+	if v.Outcome != want {
+		t.Fatalf("outcome %s, want %s; reasons %q", v.Outcome, want, v.Reasons())
+	}
+	if reason != "" && !strings.Contains(strings.Join(v.Reasons(), "\n"), reason) {
+		t.Errorf("reasons %q lack %q", v.Reasons(), reason)
+	}
+	wantCode := map[Outcome]int{OutcomeGo: 0, OutcomeNoGo: 1, OutcomeIncomplete: 3}[want]
+	if v.ExitCode() != wantCode {
+		t.Errorf("exit code %d for %s, want %d", v.ExitCode(), want, wantCode)
+	}
+	return v
+}
+
+func TestVerdictGo(t *testing.T) {
+	s, rec := passing()
+	expectOutcome(t, s, rec, OutcomeGo, "")
+}
+
+func TestVerdictFailedSpecIsNoGo(t *testing.T) {
+	s, rec := passing()
+	s[0].SpecReports = append(s[0].SpecReports, spec("sees its devices", "dra", types.SpecStateFailed, "boom"))
+	expectOutcome(t, s, rec, OutcomeNoGo, "failed: GPU allocation on the dra path sees its devices")
+}
+
+func TestVerdictSetupFailureIsNoGo(t *testing.T) {
+	_, rec := passing()
+	rec.SetupFailure = "Kueue's webhook does not answer"
+	expectOutcome(t, nil, rec, OutcomeNoGo, "stopped before its specs: Kueue's webhook does not answer")
+}
+
+func TestVerdictFilteredRunIsIncomplete(t *testing.T) {
+	s, rec := passing()
+	s[0].SuiteConfig.LabelFilter = "path:dra"
+	v := expectOutcome(t, s, rec, OutcomeIncomplete, "filtered run (label filter path:dra)")
+	// Allowed: GO, with the reason still listed.
+	rec.Signoff.AllowIncomplete = true
+	v = expectOutcome(t, s, rec, OutcomeGo, "filtered run")
+	if len(v.Incomplete) == 0 {
+		t.Error("allowed incompleteness must stay listed")
+	}
+}
+
+func TestVerdictRequiredScenarioOrPathNotExercisedIsIncomplete(t *testing.T) {
+	s, rec := passing()
+	rec.Signoff.Require = append(rec.Signoff.Require, "scenario:preemption")
+	rec.NotExercised = []NotExercised{{What: "preemption", Why: "Kueue is absent"}}
+	expectOutcome(t, s, rec, OutcomeIncomplete, "required scenario:preemption was not exercised (no passed spec carries the label); preemption: Kueue is absent")
+
+	s, rec = passing()
+	rec.Paths = append(rec.Paths, PathRecord{Name: "mig"})
+	expectOutcome(t, s, rec, OutcomeIncomplete, "required path:mig was not exercised")
+}
+
+func TestVerdictRuntimeFallbackIsIncomplete(t *testing.T) {
+	s, rec := passing()
+	s[0].SpecReports[0].ReportEntries = types.ReportEntries{{Name: "not exercised: device identity check", Value: types.WrapEntryValue("hostPath pods are forbidden")}}
+	expectOutcome(t, s, rec, OutcomeIncomplete, "runtime fallback in \"GPU allocation on the device-plugin path admits a Job\": device identity check: hostPath pods are forbidden")
+}
+
+func TestVerdictLeakAudit(t *testing.T) {
+	s, rec := passing()
+	rec.LeakAudit = nil
+	expectOutcome(t, s, rec, OutcomeIncomplete, "leak audit did not run")
+	rec.LeakAudit = &audit.Result{Errors: []string{"ResourceFlavors: forbidden"}}
+	expectOutcome(t, s, rec, OutcomeIncomplete, "leak audit could not list ResourceFlavors: forbidden")
+	rec.LeakAudit = &audit.Result{Ours: []audit.Finding{{Kind: "Namespace", Name: "x"}}}
+	expectOutcome(t, s, rec, OutcomeNoGo, "leak audit: 1 object")
+}
+
+func TestVerdictBaselineRegressionIsNoGo(t *testing.T) {
+	s, rec := passing()
+	base := BaselineFrom(rec, "last-good/gpuconform-record.json")
+	base.RunID = "run-0"
+	rec.Signoff.Baseline = base
+
+	// Unchanged: GO, and the report says so.
+	expectOutcome(t, s, rec, OutcomeGo, "")
+	if md := RenderMarkdown(s, rec); !strings.Contains(md, "Compared with baseline run `run-0`") || !strings.Contains(md, "Everything that passed in the baseline passes now") {
+		t.Errorf("baseline section missing:\n%s", md)
+	}
+
+	// A path gone: NO-GO.
+	rec.Paths = rec.Paths[:1]
+	expectOutcome(t, s, rec, OutcomeNoGo, "path dra was exercised in baseline run run-0 and is absent now")
+
+	// A spec that passed now fails, or is gone from an unfiltered run: NO-GO, shown as a diff.
+	s, rec = passing()
+	rec.Signoff.Baseline = base
+	s[0].SpecReports[1].State = types.SpecStateFailed
+	rec.Results = Results(s)
+	expectOutcome(t, s, rec, OutcomeNoGo, "passed in baseline run run-0, fails now: GPU allocation on the dra path admits a Job")
+	s, rec = passing()
+	rec.Signoff.Baseline = base
+	delete(rec.Results, "GPU allocation on the dra path admits a Job")
+	expectOutcome(t, s, rec, OutcomeNoGo, "passed in baseline run run-0, not run now")
+
+	// Filtered out of this run: not a regression, but INCOMPLETE.
+	s[0].SuiteConfig.FocusStrings = []string{"device-plugin"}
+	expectOutcome(t, s, rec, OutcomeIncomplete, "filtered run (focus device-plugin)")
+}
+
+func TestVerdictRendersOutcome(t *testing.T) {
+	s, rec := passing()
+	s[0].SuiteConfig.LabelFilter = "path:dra"
+	md := RenderMarkdown(s, rec)
+	for _, want := range []string{"**INCOMPLETE**", "Exit code 3", "- incomplete: filtered run", "Required: scenario:allocation, scenario:shortage"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
