@@ -163,6 +163,7 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubec
 		return res
 	}
 	_ = os.RemoveAll(dir)
+	_ = os.MkdirAll(filepath.Dir(dir), 0o755)
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-timeout", "30m", "./suites/conformance/", "-args",
 		"--kubeconfig="+kubeconfig, "--artifacts="+dir, "--ginkgo.no-color", "--ginkgo.focus="+regexp.QuoteMeta(row.Focus))
 	cmd.Dir = root
