@@ -2,9 +2,12 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -12,28 +15,69 @@ import (
 	"gpuconform.io/gpuconform/framework/config"
 )
 
-// KueueWebhookService is the Service that fronts Kueue's admission webhooks. Until it has a ready
-// endpoint, creating a Job with a queue label fails with "no endpoints available".
+// KueueWebhookService is the name Kueue's own manifests give the Service that fronts its admission
+// webhooks. It is only the fallback: the Service is found from the cluster's webhook configurations, so an
+// installation that names it otherwise (a Helm release prefix, another namespace) works.
 const KueueWebhookService = "kueue-webhook-service"
 
-// CheckKueueWebhookReady returns nil when Kueue's webhook Service has at least one ready endpoint,
+// KueueWebhookRef is the Service a webhook configuration sends Kueue's admission requests to.
+type KueueWebhookRef struct {
+	Namespace, Name string
+	// Configuration and Webhook name where it was found ("" when it is the fallback).
+	Configuration, Webhook string
+}
+
+// FindKueueWebhook returns the Service behind the mutating webhook that handles Kueue's own resources
+// (a rule on the kueue.x-k8s.io API group), as the cluster's MutatingWebhookConfigurations say. It returns
+// an error when none handles them: Kueue's CRDs without its webhook are a broken installation.
+func FindKueueWebhook(ctx context.Context, kube kubernetes.Interface) (KueueWebhookRef, error) {
+	list, err := kube.AdmissionregistrationV1().MutatingWebhookConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return KueueWebhookRef{}, fmt.Errorf("listing MutatingWebhookConfigurations to find Kueue's webhook: %w", err)
+	}
+	for _, c := range list.Items {
+		for _, w := range c.Webhooks {
+			if w.ClientConfig.Service == nil {
+				continue
+			}
+			for _, r := range w.Rules {
+				if slices.Contains(r.APIGroups, kueueGroup) {
+					return KueueWebhookRef{Namespace: w.ClientConfig.Service.Namespace, Name: w.ClientConfig.Service.Name, Configuration: c.Name, Webhook: w.Name}, nil
+				}
+			}
+		}
+	}
+	return KueueWebhookRef{}, fmt.Errorf("no MutatingWebhookConfiguration handles %s resources: Kueue's CRDs are installed but its webhook is not (is kueue-controller-manager installed?)", kueueGroup)
+}
+
+const kueueGroup = "kueue.x-k8s.io"
+
+// CheckKueueWebhookReady returns nil when the Service behind Kueue's webhook (FindKueueWebhook; when the
+// configurations cannot be read, KueueWebhookService in namespace) has at least one ready endpoint,
 // otherwise an error saying what is missing. It is one check; callers poll it.
 func CheckKueueWebhookReady(ctx context.Context, kube kubernetes.Interface, namespace string) error {
-	slices, err := kube.DiscoveryV1().EndpointSlices(namespace).List(ctx, metav1.ListOptions{
-		LabelSelector: discoveryv1.LabelServiceName + "=" + KueueWebhookService,
+	ref, err := FindKueueWebhook(ctx, kube)
+	if err != nil {
+		if !apierrors.IsForbidden(errors.Unwrap(err)) {
+			return err
+		}
+		ref = KueueWebhookRef{Namespace: namespace, Name: KueueWebhookService}
+	}
+	eps, err := kube.DiscoveryV1().EndpointSlices(ref.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: discoveryv1.LabelServiceName + "=" + ref.Name,
 	})
 	if err != nil {
-		return fmt.Errorf("listing EndpointSlices of %s/%s: %w", namespace, KueueWebhookService, err)
+		return fmt.Errorf("listing EndpointSlices of %s/%s: %w", ref.Namespace, ref.Name, err)
 	}
-	for _, s := range slices.Items {
+	for _, s := range eps.Items {
 		for _, ep := range s.Endpoints {
 			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
 				return nil
 			}
 		}
 	}
-	return fmt.Errorf("Kueue webhook Service %s/%s has no ready endpoint (%d EndpointSlices); is kueue-controller-manager running? `kubectl -n %s get pods`",
-		namespace, KueueWebhookService, len(slices.Items), namespace)
+	return fmt.Errorf("Kueue webhook Service %s/%s (of webhook %s) has no ready endpoint (%d EndpointSlices); is kueue-controller-manager running? `kubectl -n %s get pods`",
+		ref.Namespace, ref.Name, cmpOr(ref.Webhook, "unknown"), len(eps.Items), ref.Namespace)
 }
 
 // CheckStackReady returns nil when every path the configuration demands is discovered with devices
