@@ -287,3 +287,22 @@ func plural(n int) string {
 	}
 	return fmt.Sprintf("%d devices", n)
 }
+
+// BrokenPathSpec registers, for each allocation path that discovery found present but not working
+// (cluster.Capabilities.Broken), a spec that fails with discovery's finding. A broken path is never "not
+// exercised": that would let the other path sign off GO for a cluster whose GPUs half cannot be used.
+func BrokenPathSpec(broken map[string]string) {
+	names := make([]string, 0, len(broken))
+	for name := range broken {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		why := broken[name]
+		ginkgo.Describe(fmt.Sprintf("GPU allocation on the %s path", name), labels.Of(labels.ScenarioAllocation, labels.ForPath(name)), func() {
+			ginkgo.It("serves the devices the cluster advertises", func() {
+				ginkgo.Fail(fmt.Sprintf("the %s path is present but not working: %s", name, why))
+			})
+		})
+	}
+}

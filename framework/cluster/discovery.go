@@ -122,6 +122,11 @@ type Capabilities struct {
 	Nodes []NodeInfo
 	// NotExercised says, per absent capability, why it is absent. Keys are path or feature names.
 	NotExercised map[string]string
+	// Broken says, per allocation path that is present but does not work, what is wrong and where:
+	// capacity without allocatable, GPU nodes whose device plugin serves nothing, a DeviceClass whose
+	// driver publishes no devices. A broken path is never "not exercised": the suite registers a failing
+	// spec for it, so the signoff is NO-GO.
+	Broken map[string]string
 	// GateNode is the Ready GPU node whose kubelet's feature gates the record reads ("" when none).
 	GateNode string
 	// Notes carry Snapshot notes.
@@ -213,18 +218,28 @@ func (c Capabilities) HasPath(path string) bool {
 
 // Discover decides the capabilities from a snapshot and the configuration. It never calls the API.
 func Discover(s Snapshot, cfg config.Config) Capabilities {
-	c := Capabilities{NotExercised: map[string]string{}, Notes: s.Notes, GateNode: gateNode(s)}
+	c := Capabilities{NotExercised: map[string]string{}, Broken: map[string]string{}, Notes: s.Notes, GateNode: gateNode(s)}
 	if s.ServerVersion != nil {
 		c.ServerVersion = s.ServerVersion.GitVersion
 	}
 
 	if cfg.WantsPath(config.PathDevicePlugin) {
 		c.DevicePlugin, c.NotExercised[config.PathDevicePlugin] = discoverDevicePlugin(s.Nodes, cfg.DevicePlugin.ResourceName)
+		if c.DevicePlugin == nil {
+			if why := brokenDevicePlugin(s.Nodes, cfg.DevicePlugin.ResourceName); why != "" {
+				c.Broken[config.PathDevicePlugin], c.NotExercised[config.PathDevicePlugin] = why, ""
+			}
+		}
 	} else {
 		c.NotExercised[config.PathDevicePlugin] = "not selected by allocationPaths"
 	}
 	if cfg.WantsPath(config.PathDRA) {
 		c.DRA, c.NotExercised[config.PathDRA] = discoverDRA(s, cfg.DRA.DeviceClass)
+		if c.DRA == nil {
+			if why := brokenDRA(s, cfg.DRA.DeviceClass); why != "" {
+				c.Broken[config.PathDRA], c.NotExercised[config.PathDRA] = why, ""
+			}
+		}
 	} else {
 		c.NotExercised[config.PathDRA] = "not selected by allocationPaths"
 	}
@@ -289,6 +304,77 @@ func discoverDevicePlugin(nodes []corev1.Node, configured string) (*DevicePlugin
 		}
 	}
 	return p, ""
+}
+
+// gpuNodeLabels are labels that say a node has GPUs whatever its allocatable says: GPU Feature Discovery's
+// count and the GPU Operator's presence label.
+var gpuNodeLabels = []string{"nvidia.com/gpu.count", "nvidia.com/gpu.present"}
+
+// brokenDevicePlugin tells a device-plugin path that is present but not working from an absent one: nodes
+// that report capacity for a GPU resource with nothing allocatable (the kubelet keeps the capacity of a
+// plugin that stopped serving), or nodes labelled as GPU nodes with no GPU resource at all. "" when neither.
+func brokenDevicePlugin(nodes []corev1.Node, configured string) string {
+	var capOnly, labelled []string
+	resource := ""
+	for _, n := range nodes {
+		for name, q := range n.Status.Capacity {
+			if q.Value() > 0 && isExtendedGPUResource(name) && (configured == "" || string(name) == configured) {
+				if a := n.Status.Allocatable[name]; a.Value() == 0 {
+					capOnly = append(capOnly, n.Name)
+					resource = string(name)
+				}
+			}
+		}
+		for _, l := range gpuNodeLabels {
+			if v, ok := n.Labels[l]; ok && v != "0" && v != "false" {
+				labelled = append(labelled, n.Name)
+				break
+			}
+		}
+	}
+	sort.Strings(capOnly)
+	sort.Strings(labelled)
+	switch {
+	case len(capOnly) > 0:
+		return fmt.Sprintf("node(s) %s report capacity for %s but 0 allocatable: the device plugin registered and no longer serves (check its pods and the kubelet's log on those nodes)",
+			strings.Join(firstN(capOnly, 5), ", "), resource)
+	case len(labelled) > 0:
+		return fmt.Sprintf("node(s) %s are labelled as GPU nodes (%s) but advertise no GPU resource: the device plugin is not running or not registered there",
+			strings.Join(firstN(labelled, 5), ", "), strings.Join(gpuNodeLabels, " or "))
+	}
+	return ""
+}
+
+// brokenDRA tells a DRA path that is present but not working from an absent one: a DeviceClass that
+// selects a driver with no ResourceSlice publishing devices (its kubelet plugin is not running or not
+// registered). "" when no such class exists.
+func brokenDRA(s Snapshot, configured string) string {
+	if !s.ResourceAPI {
+		return ""
+	}
+	publishing := map[string]bool{}
+	for _, sl := range s.ResourceSlices {
+		if len(sl.Spec.Devices) > 0 {
+			publishing[sl.Spec.Driver] = true
+		}
+	}
+	for _, dc := range s.DeviceClasses {
+		if configured != "" && dc.Name != configured {
+			continue
+		}
+		if d := deviceClassDriver(dc); d != "" && !publishing[d] {
+			return fmt.Sprintf("DeviceClass %s selects driver %s, but no ResourceSlice of %s publishes devices: its kubelet plugin is not running or not registered (kubectl get resourceslices; the driver's pods and the kubelet's log)",
+				dc.Name, d, d)
+		}
+	}
+	return ""
+}
+
+func firstN(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("and %d more", len(s)-n))
+	}
+	return s
 }
 
 // isExtendedGPUResource matches vendor resources that name a GPU (nvidia.com/gpu, amd.com/gpu,

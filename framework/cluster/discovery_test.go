@@ -166,3 +166,53 @@ func TestUnreachableErrorNamesServer(t *testing.T) {
 type errString string
 
 func (e errString) Error() string { return string(e) }
+
+func TestDiscoverTellsBrokenFromAbsent(t *testing.T) {
+	ctx := context.Background()
+	// The device plugin stopped serving: capacity stays, allocatable is 0. The DRA driver's kubelet plugin
+	// is gone: its DeviceClass is there, no slice publishes devices.
+	stopped := gpuNode("w1", map[string]string{"nvidia.com/gpu.count": "4"}, map[string]int64{"nvidia.com/gpu": 0})
+	stopped.Status.Capacity = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}
+	c := fake.NewClientset(stopped, &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"}, Spec: resourcev1.DeviceClassSpec{
+		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'`}}},
+	}})
+	c.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{
+		{GroupVersion: "resource.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "deviceclasses"}, {Name: "resourceslices"}, {Name: "resourceclaims"}}},
+	}
+	snap, err := Collect(ctx, c, "kueue-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := Discover(snap, config.Default())
+	if caps.DevicePlugin != nil || caps.DRA != nil {
+		t.Fatalf("broken paths discovered as working: %+v %+v", caps.DevicePlugin, caps.DRA)
+	}
+	if why := caps.Broken[config.PathDevicePlugin]; !strings.Contains(why, "w1 report capacity for nvidia.com/gpu but 0 allocatable") {
+		t.Errorf("device plugin broken = %q", why)
+	}
+	if why := caps.Broken[config.PathDRA]; !strings.Contains(why, "DeviceClass gpu.nvidia.com selects driver gpu.nvidia.com, but no ResourceSlice") {
+		t.Errorf("dra broken = %q", why)
+	}
+	if _, ok := caps.NotExercised[config.PathDevicePlugin]; ok {
+		t.Errorf("a broken path must not be 'not exercised': %v", caps.NotExercised)
+	}
+
+	// GPU nodes by label, no resource at all: the plugin never registered.
+	unserved := gpuNode("w2", map[string]string{"nvidia.com/gpu.present": "true"}, nil)
+	snap, err = Collect(ctx, fake.NewClientset(unserved), "kueue-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := Discover(snap, config.Default()).Broken[config.PathDevicePlugin]; !strings.Contains(why, "w2 are labelled as GPU nodes") {
+		t.Errorf("labelled, unserved: %q", why)
+	}
+
+	// Nothing GPU at all: absent, not broken.
+	snap, err = Collect(ctx, fake.NewClientset(gpuNode("cpu", nil, nil)), "kueue-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps := Discover(snap, config.Default()); len(caps.Broken) != 0 || caps.NotExercised[config.PathDevicePlugin] == "" {
+		t.Errorf("CPU-only cluster: broken %v, not exercised %v", caps.Broken, caps.NotExercised)
+	}
+}

@@ -215,6 +215,7 @@ var _ = ginkgo.ReportAfterSuite("gpuconform record and signoff report", func(r t
 })
 
 var _ = ginkgo.Describe("GPU scheduling", func() {
+	scenarios.BrokenPathSpec(caps.Broken)
 	scenarios.AllocationSpec(func() scenarios.AllocationInput {
 		return scenarios.AllocationInput{
 			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existingLocalQueue(),
