@@ -50,6 +50,10 @@ func selfcheckTable() []selfcheckRow {
 	}
 }
 
+// statusSettle covers one kubelet node-status period (nodeStatusUpdateFrequency, 10 s by default) and a
+// margin: after it the API shows what a fault changed in the node's allocatable.
+const statusSettle = 15 * time.Second
+
 // selfcheckResult is one row's outcome.
 type selfcheckResult struct {
 	Row      selfcheckRow
@@ -161,6 +165,12 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubec
 	if err := waitAgentsLogged(ctx, kube, nodes.Items, start, "faults="+on); err != nil {
 		res.Note = err.Error()
 		return res
+	}
+	// What the agents now advertise reaches the Node objects with the kubelet's next status update (every
+	// 10 s by default); the run's discovery must see it, or it sizes its checks from the old allocatable.
+	select {
+	case <-ctx.Done():
+	case <-time.After(statusSettle):
 	}
 	_ = os.RemoveAll(dir)
 	_ = os.MkdirAll(filepath.Dir(dir), 0o755)
