@@ -10,7 +10,7 @@ GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build unit vet lint cluster cluster-down cluster-logs e2e test report selfcheck clean
+.PHONY: help build unit vet lint cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -56,7 +56,13 @@ SELFCHECK_FAULTS ?=
 selfcheck: cluster ## on the local cluster: switch each fake-GPU fault on and require the specs that must catch it to fail
 	$(GPUCONFORM) selfcheck --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/selfcheck --faults=$(SELFCHECK_FAULTS)
 
-test: vet unit e2e ## what CI runs: vet, unit tests, then the suite on the local cluster
+# The faults CI proves on every run (a fast subset of `make selfcheck`: one per kind of check).
+SELFCHECK_CI_FAULTS ?= wrong-ids,leak-all
+
+selfcheck-ci: cluster ## the fast subset of make selfcheck that CI runs
+	$(GPUCONFORM) selfcheck --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/selfcheck --faults=$(SELFCHECK_CI_FAULTS)
+
+test: vet unit selfcheck-ci e2e ## what CI runs: vet, unit tests, a selfcheck subset, then the suites on the local cluster
 
 clean: ## remove this checkout's outputs (the machine-wide build cache stays)
 	rm -rf _output _artifacts
