@@ -69,6 +69,7 @@ func diff(want, got []string) (missing, unexpected []string) {
 	return missing, unexpected
 }
 
+// dedupSorted returns the distinct non-empty entries, sorted; never nil.
 func dedupSorted(ids []string) []string {
 	set := map[string]bool{}
 	out := []string{}

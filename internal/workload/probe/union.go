@@ -35,7 +35,7 @@ var nonSpecificVisibleDevices = map[string]bool{"none": true, "void": true, "": 
 func union(s Sources) (devices []string, countedFrom []string) {
 	countedFrom = []string{}
 	if s.NvidiaSMI != nil && s.NvidiaSMIError == "" {
-		devices = dedup(s.NvidiaSMI)
+		devices = dedupSorted(s.NvidiaSMI)
 		return devices, []string{SourceNvidiaSMI}
 	}
 	envIDs, envFrom, all := environmentIDs(s)
@@ -43,7 +43,7 @@ func union(s Sources) (devices []string, countedFrom []string) {
 		if len(envIDs) == len(s.DevFiles) && !all {
 			return envIDs, append(envFrom, SourceDevFiles)
 		}
-		return dedup(s.DevFiles), []string{SourceDevFiles}
+		return dedupSorted(s.DevFiles), []string{SourceDevFiles}
 	}
 	if all {
 		return []string{AllDevices}, []string{SourceNvidiaVisibleDevices}
@@ -88,22 +88,9 @@ func environmentIDs(s Sources) (ids []string, from []string, all bool) {
 	if from == nil {
 		from = []string{}
 	}
-	return dedup(raw), from, all
+	return dedupSorted(raw), from, all
 }
 
-// dedup returns the distinct non-empty entries, sorted; never nil.
-func dedup(ids []string) []string {
-	set := map[string]bool{}
-	out := []string{}
-	for _, id := range ids {
-		if id != "" && !set[id] {
-			set[id] = true
-			out = append(out, id)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
 
 // looksLikeUUID reports whether an NVIDIA_VISIBLE_DEVICES entry names a GPU or MIG instance by UUID
 // rather than by index.
