@@ -91,7 +91,6 @@ func environmentIDs(s Sources) (ids []string, from []string, all bool) {
 	return dedupSorted(raw), from, all
 }
 
-
 // looksLikeUUID reports whether an NVIDIA_VISIBLE_DEVICES entry names a GPU or MIG instance by UUID
 // rather than by index.
 func looksLikeUUID(v string) bool {
