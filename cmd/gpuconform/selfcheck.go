@@ -34,6 +34,9 @@ type selfcheckRow struct {
 	Focus   string
 	Catcher string
 	NoCheck string
+	// RestartAgents restarts the fake GPU agents after the row: a fault that leaves an agent out of
+	// service (no-reregister) is not undone by switching it off.
+	RestartAgents bool
 }
 
 // selfcheckTable is the proof table of `make selfcheck`: every fault mode of internal/fakeplugin.
@@ -42,11 +45,11 @@ func selfcheckTable() []selfcheckRow {
 		{Fault: fakeplugin.FaultWrongIDs, Focus: "shows a running pod exactly", Catcher: "shows a running pod exactly"},
 		{Fault: fakeplugin.FaultOverAdvertise, Focus: "full node", Catcher: "full node"},
 		{Fault: fakeplugin.FaultDoubleAllocate, Focus: "full node", Catcher: "full node"},
-		{Fault: fakeplugin.FaultIgnoreHealth, NoCheck: "no conformance check marks a device unhealthy yet (it needs the device fault layer of the failure scenario)"},
+		{Fault: fakeplugin.FaultIgnoreHealth, Focus: "withdraws exactly the device reported unhealthy", Catcher: "withdraws exactly the device reported unhealthy"},
 		{Fault: fakeplugin.FaultLeakAll, Focus: "second container", Catcher: "second container"},
 		{Fault: fakeplugin.FaultDRAPrepareFail, Focus: "shows a running pod exactly", Catcher: "on the dra path"},
 		{Fault: fakeplugin.FaultPhantomSliceDevice, Focus: "full node", Catcher: "on the dra path"},
-		{Fault: fakeplugin.FaultNoReregister, NoCheck: "no conformance check restarts a kubelet yet (it needs the node fault layer of the failure scenario)"},
+		{Fault: fakeplugin.FaultNoReregister, Focus: "after its kubelet restarts", Catcher: "device-plugin path advertises a node's devices again after its kubelet restarts", RestartAgents: true},
 	}
 }
 
@@ -161,6 +164,9 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubec
 			_, _ = kube.CoreV1().Nodes().Patch(cctx, n.Name, k8stypes.MergePatchType, patch, metav1.PatchOptions{})
 		}
 		_ = waitAgentsLogged(cctx, kube, nodes.Items, off, "was="+on)
+		if row.RestartAgents {
+			restartAgents(cctx, kube, nodes.Items, stderr)
+		}
 	}()
 	if err := waitAgentsLogged(ctx, kube, nodes.Items, start, "faults="+on); err != nil {
 		res.Note = err.Error()
@@ -175,7 +181,7 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubec
 	_ = os.RemoveAll(dir)
 	_ = os.MkdirAll(filepath.Dir(dir), 0o755)
 	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-timeout", "30m", "./suites/conformance/", "-args",
-		"--kubeconfig="+kubeconfig, "--artifacts="+dir, "--ginkgo.no-color", "--ginkgo.focus="+regexp.QuoteMeta(row.Focus))
+		"--kubeconfig="+kubeconfig, "--artifacts="+dir, "--disruptive", "--ginkgo.no-color", "--ginkgo.focus="+regexp.QuoteMeta(row.Focus))
 	cmd.Dir = root
 	log, _ := os.Create(dir + ".log")
 	if log != nil {
@@ -207,6 +213,29 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubec
 	}
 	fmt.Fprintf(stderr, "selfcheck: %s → %s (%d failed spec(s); log %s.log)\n", row.Fault, res.Verdict, len(res.CaughtBy), dir)
 	return res
+}
+
+// restartAgents deletes the fake GPU agent pods of the pool (their DaemonSet recreates them) and waits until
+// every pool node advertises its device-plugin GPUs again.
+func restartAgents(ctx context.Context, kube kubernetes.Interface, nodes []corev1.Node, stderr io.Writer) {
+	_ = kube.CoreV1().Pods(localcluster.SystemNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=fake-device-plugin"})
+	for _, n := range nodes {
+		want := n.Status.Capacity[corev1.ResourceName(localcluster.GPUResource)]
+		for {
+			got, err := kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err == nil {
+				if q := got.Status.Allocatable[corev1.ResourceName(localcluster.GPUResource)]; q.Cmp(want) == 0 || want.IsZero() {
+					break
+				}
+			}
+			select {
+			case <-ctx.Done():
+				fmt.Fprintf(stderr, "selfcheck: %s did not advertise its GPUs again after the agents restarted: %v\n", n.Name, ctx.Err())
+				return
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}
 }
 
 // waitAgentsLogged waits until the fake GPU agent on every node has logged that the faults in force

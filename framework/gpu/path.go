@@ -5,12 +5,14 @@ package gpu
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"gpuconform.io/gpuconform/fixtures"
@@ -120,3 +122,32 @@ func SameDevices(a, b []string) bool {
 
 // FormatDevices renders a device list for messages.
 func FormatDevices(d []string) string { return "[" + strings.Join(d, " ") + "]" }
+
+// LiveCapacity reads, now, how many devices node offers on path p: the node's allocatable for the device
+// plugin, the devices of the node's ResourceSlices for DRA. Capacity() is what discovery saw at start; a
+// health or kubelet check watches this one change.
+func LiveCapacity(ctx context.Context, kube kubernetes.Interface, p Path, node string) (int64, error) {
+	switch p := p.(type) {
+	case *DevicePlugin:
+		n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		q := n.Status.Allocatable[p.Resource]
+		return q.Value(), nil
+	case *DRA:
+		list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return 0, err
+		}
+		drivers := strings.Split(p.Driver, ",")
+		var count int64
+		for _, s := range list.Items {
+			if slices.Contains(drivers, s.Spec.Driver) && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+				count += int64(len(s.Spec.Devices))
+			}
+		}
+		return count, nil
+	}
+	return 0, fmt.Errorf("no live capacity for path %s", p.Name())
+}

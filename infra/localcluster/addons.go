@@ -25,6 +25,9 @@ var manifests embed.FS
 // DeviceClass): NVIDIA's DRA driver's, so that claims and CEL selectors written for real clusters work.
 const DRADriverName = "gpu.nvidia.com"
 
+// GPUResource is the extended resource the fake GPU agent's device plugin advertises.
+const GPUResource = "nvidia.com/gpu"
+
 // ExampleDRADriverName is the driver (and DeviceClass) of the community dra-example-driver, the other
 // choice for the DRA half (Options.DRADriver = DRADriverExample).
 const ExampleDRADriverName = "gpu.example.com"

@@ -62,7 +62,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := c.step("tools image", func() error { tools, err = c.loadTools(ctx); return err }); err != nil {
 		return err
 	}
-	stack := GPUStackOptions{Image: tools, Devices: c.opts.DevicesPerNode, ResourceName: "nvidia.com/gpu", Replicas: 1,
+	stack := GPUStackOptions{Image: tools, Devices: c.opts.DevicesPerNode, ResourceName: GPUResource, Replicas: 1,
 		DriverVersion: "550.54.15", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: c.opts.DevicesPerNode}
 	if c.opts.DRADriver == DRADriverExample {
 		stack.DriverName, stack.DRADevices, stack.ExampleDRADriver = ExampleDRADriverName, 0, true

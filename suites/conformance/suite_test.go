@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/testenv"
@@ -225,6 +227,16 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 	scenarios.IsolationSpec(func() scenarios.IsolationInput {
 		return scenarios.IsolationInput{Env: env, Paths: paths, GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised}
 	})
+	scenarios.DeviceHealthSpec(func() scenarios.DeviceHealthInput {
+		run := runID
+		if env != nil {
+			run = env.Factory.RunID
+		}
+		inj, why := faults.Detect(clients.Kube, poolNodes(), run)
+		return scenarios.DeviceHealthInput{
+			Env: env, Paths: paths, GPUPool: caps.Pools.GPU.Nodes, Injector: inj, InjectorWhy: why, Disruptive: cfg.Disruptive, NotExercised: notExercised,
+		}
+	})
 	scenarios.ShortageSpec(func() scenarios.ShortageInput {
 		return scenarios.ShortageInput{
 			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existingLocalQueue(),
@@ -253,6 +265,17 @@ var discoveredNodes = sync.OnceValue(func() []corev1.Node {
 	}
 	return list.Items
 })
+
+// poolNodes are the discovered nodes of the GPU pool.
+func poolNodes() []corev1.Node {
+	var out []corev1.Node
+	for _, n := range discoveredNodes() {
+		if slices.Contains(caps.Pools.GPU.Nodes, n.Name) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
 
 // notExercised records a check the scenarios did not register, in the record and the Ginkgo report.
 func notExercised(what, why string) {

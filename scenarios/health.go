@@ -1,0 +1,221 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/faults"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/wait"
+)
+
+// DeviceHealthInput is the input of DeviceHealthSpec.
+type DeviceHealthInput struct {
+	Env     *testenv.Env
+	Paths   []gpu.Path
+	GPUPool []string
+	// Injector injects the device and kubelet faults; nil when the cluster has no provider (InjectorWhy).
+	Injector    faults.Injector
+	InjectorWhy string
+	// Disruptive is the user's opt-in to specs that change nodes.
+	Disruptive   bool
+	NotExercised func(what, why string)
+}
+
+// DeviceHealthSpec registers, per path, the checks that a GPU stack follows device health and survives a
+// kubelet restart: the exact device reported unhealthy is withdrawn and never handed out while unhealthy,
+// and is handed out again after it recovers; after the kubelet of a GPU node restarts, its devices are
+// advertised again and a new pod gets one. Both change nodes: they need --disruptive and a fault injector.
+func DeviceHealthSpec(input func() DeviceHealthInput) {
+	reg := input()
+	notExercised := reg.NotExercised
+	if notExercised == nil {
+		notExercised = func(string, string) {}
+	}
+	for _, regPath := range reg.Paths {
+		pathName := regPath.Name()
+		switch {
+		case !reg.Disruptive:
+			notExercised(pathName+": device health and kubelet restart", "they change nodes of the GPU pool; run with --disruptive to include them")
+			continue
+		case reg.Injector == nil:
+			notExercised(pathName+": device health and kubelet restart", reg.InjectorWhy)
+			continue
+		}
+		nodes := eligibleNodes(regPath, 1, reg.GPUPool)
+		if len(nodes) == 0 {
+			notExercised(pathName+": device health and kubelet restart", "no node in the GPU pool has a device on this path")
+			continue
+		}
+		ginkgo.Describe(fmt.Sprintf("GPU device health on the %s path", pathName), labels.Of(labels.ScenarioFailure, labels.ForPath(pathName), labels.Disruptive), ginkgo.Serial, func() {
+			var (
+				in   DeviceHealthInput
+				path gpu.Path
+				ns   string
+			)
+			ginkgo.BeforeEach(func(ctx context.Context) {
+				in = input()
+				path, ns = setUpPathSpec(ctx, in.Env, in.Paths, pathName, "health")
+			})
+			ginkgo.It("withdraws exactly the device reported unhealthy, never hands it out while unhealthy, and hands it out again after it recovers", func(ctx context.Context) {
+				deviceHealth(ctx, in.Env, in.Injector, path, ns, nodes[0])
+			})
+			ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", func(ctx context.Context) {
+				kubeletRestart(ctx, in.Env, in.Injector, path, ns, nodes[len(nodes)-1])
+			})
+		})
+	}
+}
+
+// expectLiveCapacity waits until node offers want devices on path.
+func expectLiveCapacity(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64, why string, timeout time.Duration) {
+	ginkgo.GinkgoHelper()
+	env.Wait.For(ctx, fmt.Sprintf("%s to offer %d devices on the %s path (%s)", node, want, path.Name(), why), wait.Target{Kind: "Node", Name: node}, timeout, func(g gomega.Gomega) {
+		got, err := gpu.LiveCapacity(ctx, env.Clients.Kube, path, node)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(got).To(gomega.Equal(want), "%s offers %d devices on the %s path", node, got, path.Name())
+	})
+}
+
+func deviceHealth(ctx context.Context, env *testenv.Env, inj faults.Injector, path gpu.Path, ns, node string) {
+	n := path.Capacity()[node]
+	ginkgo.By("finding a device of " + node + " by running a pod on it")
+	probe := startHeldPod(ctx, env, path, ns, "pick", node, 1)
+	victim := probe.report.Devices[0]
+	deletePodAndWait(ctx, env, ns, probe.name)
+
+	ginkgo.By(fmt.Sprintf("reporting %s unhealthy through %s", victim, inj.Name()))
+	undo, err := inj.MarkDeviceUnhealthy(ctx, node, victim)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	restored := false
+	ginkgo.DeferCleanup(func(ctx context.Context) {
+		if !restored {
+			gomega.Expect(undo(ctx)).To(gomega.Succeed())
+		}
+	})
+	start := time.Now()
+	expectLiveCapacity(ctx, env, path, node, n-1, victim+" withdrawn", env.Timeouts.Release)
+	ginkgo.AddReportEntry("unhealthy → withdrawn", time.Since(start).Round(100*time.Millisecond).String())
+
+	ginkgo.By(fmt.Sprintf("filling the %d healthy devices of %s: none of the pods may see %s", n-1, node, victim))
+	seen := map[string]string{}
+	for i := range int(n - 1) {
+		p := startHeldPod(ctx, env, path, ns, fmt.Sprintf("healthy-%d", i), node, 1)
+		d := p.report.Devices[0]
+		gomega.Expect(d).NotTo(gomega.Equal(victim), "pod %s was given %s, which is reported unhealthy", p.name, victim)
+		gomega.Expect(seen).NotTo(gomega.HaveKey(d), "pods %s and %s both see %s", seen[d], p.name, d)
+		seen[d] = p.name
+	}
+	ginkgo.By("asking for one more device: it must wait while the only free device is unhealthy")
+	w := env.Factory.GPUPod("after-recovery", ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
+	last := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	env.Create(ctx, last)
+	env.Wait.Consistently(ctx, fmt.Sprintf("pod %s/%s to wait while %s is unhealthy", ns, last.Name, victim), wait.Target{Kind: "Pod", Namespace: ns, Name: last.Name}, 10*env.Timeouts.Poll, func(g gomega.Gomega) {
+		got, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, last.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(got.Status.Phase).To(gomega.Equal(corev1.PodPending), "pod %s runs although the only free device (%s) is unhealthy", last.Name, victim)
+	})
+
+	ginkgo.By(fmt.Sprintf("reporting %s healthy again", victim))
+	gomega.Expect(undo(ctx)).To(gomega.Succeed())
+	restored = true
+	start = time.Now()
+	expectLiveCapacity(ctx, env, path, node, n, victim+" back", env.Timeouts.Release)
+	ginkgo.AddReportEntry("healthy → advertised", time.Since(start).Round(100*time.Millisecond).String())
+	pods.ExpectPodRunning(ctx, env, ns, last.Name)
+	report := pods.ExpectProbeReport(ctx, env, ns, last.Name)
+	gomega.Expect(report.Devices).To(gomega.Equal([]string{victim}), "the waiting pod should get the recovered device %s; it sees %s (%s)", victim, gpu.FormatDevices(report.Devices), report.Message)
+}
+
+func kubeletRestart(ctx context.Context, env *testenv.Env, inj faults.Injector, path gpu.Path, ns, node string) {
+	n := path.Capacity()[node]
+	before, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	ginkgo.By(fmt.Sprintf("restarting the kubelet of %s through %s", node, inj.Name()))
+	start := time.Now()
+	gomega.Expect(inj.RestartKubelet(ctx, node)).To(gomega.Succeed())
+	env.Wait.For(ctx, fmt.Sprintf("node %s to report Ready from the restarted kubelet", node), wait.Target{Kind: "Node", Name: node}, env.Timeouts.StackReady, func(g gomega.Gomega) {
+		got, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(cluster.NodeReady(*got)).To(gomega.Equal(corev1.ConditionTrue))
+		g.Expect(got.ResourceVersion).NotTo(gomega.Equal(before.ResourceVersion))
+	})
+	expectLiveCapacity(ctx, env, path, node, n, "after the kubelet restart", env.Timeouts.StackReady)
+	ginkgo.AddReportEntry("kubelet restart → devices advertised", time.Since(start).Round(100*time.Millisecond).String())
+
+	// Right after a restart the kubelet may advertise devices it restored from its checkpoint before the
+	// plugin has registered again; a pod admitted in that window is rejected (UnexpectedAdmissionError).
+	// The check is that devices come back, so a rejected pod is recorded and a new one tried.
+	ginkgo.By("running a one-device pod on " + node)
+	var got heldPod
+	attempt := 0
+	env.Wait.For(ctx, "a one-device pod to run on "+node+" after the kubelet restart", wait.Target{Kind: "Node", Name: node}, env.Timeouts.StackReady, func(g gomega.Gomega) {
+		attempt++
+		w := env.Factory.GPUPod(fmt.Sprintf("after-restart-%d", attempt), ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
+		pod := w.Obj()
+		for _, pre := range w.Prerequisites() {
+			env.Create(ctx, pre)
+		}
+		env.Create(ctx, pod)
+		var phase corev1.PodPhase
+		g.Eventually(func(g gomega.Gomega) {
+			p, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			phase = p.Status.Phase
+			g.Expect(phase).To(gomega.BeElementOf(corev1.PodRunning, corev1.PodFailed, corev1.PodSucceeded))
+			if phase == corev1.PodFailed {
+				ginkgo.AddReportEntry("rejected after the kubelet restart", fmt.Sprintf("%s: %s %s", p.Name, p.Status.Reason, p.Status.Message))
+			}
+		}).WithTimeout(env.Timeouts.PodStart).WithPolling(env.Timeouts.Poll).Should(gomega.Succeed())
+		g.Expect(phase).To(gomega.Equal(corev1.PodRunning), "pod %s did not run", pod.Name)
+		got = heldPod{name: pod.Name}
+	})
+	report := pods.ExpectProbeReport(ctx, env, ns, got.name)
+	gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s sees %s (%s)", got.name, gpu.FormatDevices(report.Devices), report.Message)
+	ginkgo.AddReportEntry("kubelet restart → device allocated", time.Since(start).Round(100*time.Millisecond).String())
+}
+
+type heldPod struct {
+	name   string
+	report gpu.ProbeReport
+}
+
+// startHeldPod runs a pod asking for count devices on node, holding them, and returns what it sees.
+func startHeldPod(ctx context.Context, env *testenv.Env, path gpu.Path, ns, name, node string, count int) heldPod {
+	ginkgo.GinkgoHelper()
+	w := env.Factory.GPUPod(name, ns).Path(path).Devices(count).Args(append(fixtures.ProbeArgs(count), "--hold", holdFor)...).OnNodes(node)
+	pod := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	env.Create(ctx, pod)
+	pods.ExpectPodRunning(ctx, env, ns, pod.Name)
+	report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
+	gomega.Expect(report.Devices).To(gomega.HaveLen(count), "pod %s asked for %d devices and sees %s (%s)", pod.Name, count, gpu.FormatDevices(report.Devices), report.Message)
+	return heldPod{name: pod.Name, report: report}
+}
+
+// deletePodAndWait deletes a pod and waits until it is gone (its devices are free again).
+func deletePodAndWait(ctx context.Context, env *testenv.Env, ns, name string) {
+	ginkgo.GinkgoHelper()
+	gomega.Expect(env.Clients.Kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})).To(gomega.Succeed())
+	env.Wait.For(ctx, fmt.Sprintf("pod %s/%s to be gone", ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.Release, func(g gomega.Gomega) {
+		_, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "pod still exists (err=%v)", err)
+	})
+}
