@@ -225,10 +225,10 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 
 	if cfg.WantsPath(config.PathDevicePlugin) {
 		c.DevicePlugin, c.NotExercised[config.PathDevicePlugin] = discoverDevicePlugin(s.Nodes, cfg.DevicePlugin.ResourceName)
-		if c.DevicePlugin == nil {
-			if why := brokenDevicePlugin(s.Nodes, cfg.DevicePlugin.ResourceName); why != "" {
-				c.Broken[config.PathDevicePlugin], c.NotExercised[config.PathDevicePlugin] = why, ""
-			}
+		// Broken also when the path works elsewhere: a GPU node whose plugin stopped serving is advertised
+		// capacity the cluster cannot use, and the specs would silently avoid it.
+		if why := brokenDevicePlugin(s.Nodes, cfg.DevicePlugin.ResourceName); why != "" {
+			c.Broken[config.PathDevicePlugin], c.NotExercised[config.PathDevicePlugin] = why, ""
 		}
 	} else {
 		c.NotExercised[config.PathDevicePlugin] = "not selected by allocationPaths"
@@ -325,8 +325,15 @@ func brokenDevicePlugin(nodes []corev1.Node, configured string) string {
 				}
 			}
 		}
+		hasGPUResource := false
+		for name, q := range n.Status.Capacity {
+			hasGPUResource = hasGPUResource || q.Value() > 0 && isExtendedGPUResource(name)
+		}
+		for name, q := range n.Status.Allocatable {
+			hasGPUResource = hasGPUResource || q.Value() > 0 && isExtendedGPUResource(name)
+		}
 		for _, l := range gpuNodeLabels {
-			if v, ok := n.Labels[l]; ok && v != "0" && v != "false" {
+			if v, ok := n.Labels[l]; ok && v != "0" && v != "false" && !hasGPUResource {
 				labelled = append(labelled, n.Name)
 				break
 			}

@@ -216,3 +216,22 @@ func TestDiscoverTellsBrokenFromAbsent(t *testing.T) {
 		t.Errorf("CPU-only cluster: broken %v, not exercised %v", caps.Broken, caps.NotExercised)
 	}
 }
+
+func TestDiscoverBrokenNodeBesideWorkingOnes(t *testing.T) {
+	// w1 serves; w2's plugin stopped (capacity, no allocatable); w3 is MIG-only (labelled, a GPU resource
+	// of another name: not broken).
+	dead := gpuNode("w2", map[string]string{"nvidia.com/gpu.count": "4"}, map[string]int64{"nvidia.com/gpu": 0})
+	dead.Status.Capacity = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}
+	mig := gpuNode("w3", map[string]string{"nvidia.com/gpu.count": "1"}, map[string]int64{"nvidia.com/mig-1g.10gb": 7})
+	snap, err := Collect(context.Background(), fake.NewClientset(gpuNode("w1", map[string]string{"nvidia.com/gpu.count": "4"}, map[string]int64{"nvidia.com/gpu": 4}), dead, mig), "kueue-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := Discover(snap, config.Default())
+	if caps.DevicePlugin == nil || caps.DevicePlugin.Allocatable["w1"] != 4 {
+		t.Fatalf("the working node's path: %+v", caps.DevicePlugin)
+	}
+	if why := caps.Broken[config.PathDevicePlugin]; !strings.Contains(why, "w2 report capacity") || strings.Contains(why, "w3") {
+		t.Errorf("broken = %q, want w2 named and the MIG node not", why)
+	}
+}
