@@ -252,7 +252,7 @@ func filterOf(c types.SuiteConfig) string {
 func whyNotExercised(rec Record, label string) string {
 	_, name, _ := strings.Cut(label, ":")
 	for _, n := range rec.NotExercised {
-		if strings.Contains(n.What, name) || strings.Contains(n.Why, name) {
+		if n.What == name {
 			return fmt.Sprintf("; %s: %s", n.What, n.Why)
 		}
 	}
