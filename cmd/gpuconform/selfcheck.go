@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -101,7 +102,7 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	var results []selfcheckResult
 	for _, row := range selfcheckTable() {
-		if len(want) > 0 && !containsFault(want, row.Fault) {
+		if len(want) > 0 && !slices.Contains(want, row.Fault) {
 			continue
 		}
 		res := selfcheckResult{Row: row, Verdict: "-"}
@@ -121,15 +122,6 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 	}
 	return 0
-}
-
-func containsFault(fs []fakeplugin.Fault, f fakeplugin.Fault) bool {
-	for _, x := range fs {
-		if x == f {
-			return true
-		}
-	}
-	return false
 }
 
 func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubeconfig, dir string, row selfcheckRow, stderr io.Writer) selfcheckResult {
