@@ -230,7 +230,7 @@ func expectClaimsReleased(ctx context.Context, env *testenv.Env, ns string, pod 
 
 func expectSameDevices(report gpu.ProbeReport, given gpu.Allocation) {
 	ginkgo.GinkgoHelper()
-	if !gpu.SameDevices(report.Devices, given.Devices) {
+	if !gpu.SameDevices(given.Normalize(report.Devices), given.Devices) {
 		ginkgo.Fail(fmt.Sprintf("container saw %s but %s allocated %s (node %s; probe: %s)",
 			gpu.FormatDevices(report.Devices), given.Source, gpu.FormatDevices(given.Devices), given.Node, report.Message))
 	}

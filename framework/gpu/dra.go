@@ -137,6 +137,12 @@ func (p *DRA) Given(ctx context.Context, in GivenInput) (Allocation, error) {
 		return a, err
 	}
 	a.Devices = ids
+	a.Aliases = map[string]string{}
+	for i, r := range refs {
+		if r.Device != ids[i] {
+			a.Aliases[r.Device] = ids[i]
+		}
+	}
 	sort.Strings(a.Devices)
 	sort.Strings(a.DeviceRefs)
 	a.Count = len(a.Devices)

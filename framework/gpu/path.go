@@ -65,6 +65,10 @@ type Allocation struct {
 	Devices []string
 	// DeviceRefs are the allocated devices as the API names them ("pool/device"; DRA only), sorted.
 	DeviceRefs []string
+	// Aliases maps another name a container may know a device by to its identity in Devices: for DRA the
+	// device name, which drivers that publish no uuid attribute, or that name devices by it in the
+	// container's environment (the dra-example-driver), hand to the container.
+	Aliases map[string]string
 	// Source names the authority, e.g. "kubelet podresources" or "ResourceClaim ns/x".
 	Source string
 	// CountOnly is true when the authority could not be read and only the count is known (Devices is
@@ -109,6 +113,18 @@ func NodesWithAtLeast(p Path, n int64) []string {
 		}
 	}
 	sort.Strings(out)
+	return out
+}
+
+// Normalize maps the names a container reported to the allocation's identities through Aliases.
+func (a Allocation) Normalize(seen []string) []string {
+	out := make([]string, len(seen))
+	for i, d := range seen {
+		if id, ok := a.Aliases[d]; ok {
+			d = id
+		}
+		out[i] = d
+	}
 	return out
 }
 

@@ -177,6 +177,10 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 		if err := c.applyManifest(ctx, "dra driver", dra); err != nil {
 			return err
 		}
+		// The agent serves no DRA devices now; its DeviceClass would select a driver that publishes nothing.
+		if err := c.kubectl(ctx, "remove the agent's DeviceClass", "delete", "--ignore-not-found", "deviceclass/"+DRADriverName); err != nil {
+			return err
+		}
 	} else if err := c.removeExampleDRADriver(ctx); err != nil {
 		return err
 	}
