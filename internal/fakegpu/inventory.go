@@ -29,14 +29,9 @@ const (
 	NvidiaUVMToolsMin = 1
 )
 
-// Paths on the node. The agent owns HostDir (a tmpfs under /run: like a real driver's device nodes, the
-// fake ones are created again at every boot by the agent).
-const (
-	HostDir           = "/run/gpuconform-fake-gpu"
-	HostDevDir        = HostDir + "/dev"
-	HostInventoryFile = HostDir + "/inventory.json"
-	HostNvidiaSMI     = HostDir + "/bin/nvidia-smi"
-)
+// HostDir is where the agent keeps the fake driver on the node (its --state-dir in the shipped manifest): a
+// tmpfs under /run, so like a real driver's device nodes the fake ones are made again at every boot.
+const HostDir = "/run/gpuconform-fake-gpu"
 
 // Paths inside a container given a GPU. The NVIDIA container toolkit mounts the driver's nvidia-smi at
 // /usr/bin/nvidia-smi; the inventory is the fake's stand-in for the driver's own knowledge of its GPUs.
