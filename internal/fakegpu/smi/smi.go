@@ -27,9 +27,10 @@ import (
 // Exit codes of the real nvidia-smi that the fake reproduces.
 const (
 	ExitOK          = 0
-	ExitBadArgs     = 2 // invalid or unsupported arguments
-	ExitNoDevices   = 6 // "No devices were found"
-	ExitDriverError = 9 // could not communicate with the driver
+	ExitBadArgs     = 2   // an option, field or format the command does not take
+	ExitUnknownOpt  = 255 // an option the tool does not know at all
+	ExitNoDevices   = 6   // "No devices were found"
+	ExitDriverError = 9   // could not communicate with the driver
 )
 
 // DriverFailure is the real tool's message when it cannot reach the driver.
@@ -98,8 +99,7 @@ func Main(args []string, env Env, stdout, stderr io.Writer) int {
 
 	opt, err := parseArgs(args)
 	if err != nil {
-		fmt.Fprintf(stderr, "%v\nPlease run 'nvidia-smi -h' for help.\n", err)
-		return ExitBadArgs
+		return argError(stdout, err)
 	}
 	if opt.help {
 		fmt.Fprint(stdout, usage)
@@ -110,8 +110,7 @@ func Main(args []string, env Env, stdout, stderr io.Writer) int {
 	var header, units bool
 	if opt.query != nil {
 		if fields, header, units, err = parseQuery(opt.query, opt.format); err != nil {
-			fmt.Fprintln(stderr, err)
-			return ExitBadArgs
+			return argError(stdout, err)
 		}
 	}
 
@@ -120,8 +119,8 @@ func Main(args []string, env Env, stdout, stderr io.Writer) int {
 		return code
 	}
 	if opt.version {
-		fmt.Fprintf(stdout, "NVIDIA-SMI version  : %s\nDRIVER version      : %s\nCUDA Version        : %s\n",
-			inv.DriverVersion, inv.DriverVersion, inv.CUDAVersion)
+		fmt.Fprintf(stdout, "NVIDIA-SMI version  : %s\nNVML version        : %s\nDRIVER version      : %s\nCUDA Version        : %s\n",
+			inv.DriverVersion, nvmlVersion(inv.DriverVersion), inv.DriverVersion, inv.CUDAVersion)
 		return ExitOK
 	}
 	if len(gpus) == 0 {
@@ -148,61 +147,91 @@ Usage: nvidia-smi [OPTION]
     -h,   --help                Print this usage and exit.
           --version             Print the driver and CUDA versions.
     -L,   --list-gpus           List the visible GPUs: GPU <index>: <name> (UUID: <uuid>).
-          --query-gpu=FIELDS    Query the visible GPUs; needs --format. FIELDS: index, uuid, name,
-                                memory.total, driver_version, pci.bus_id, minor_number, count.
-          --format=csv[,noheader][,nounits]
+          --query-gpu=FIELDS    Query the visible GPUs. FIELDS: index, uuid (gpu_uuid), name
+                                (gpu_name), memory.total, driver_version, pci.bus_id (gpu_bus_id), count.
+          --format=csv[,noheader][,nounits]  CSV is also the default.
 
 Without options a summary table of the visible GPUs is printed.
 `
 
-// parseArgs accepts "--opt=value" and "--opt value" for the options that take a value.
+// parseArgs accepts "--opt=value" and "--opt value" for the options that take a value. Its errors
+// carry the real tool's wording and exit code.
 func parseArgs(args []string) (options, error) {
 	var opt options
-	modes := 0
+	var modeArgs []string // the options that chose a command, as given
 	for i := 0; i < len(args); i++ {
 		name, value, hasValue := strings.Cut(args[i], "=")
 		takesValue := name == "--query-gpu" || name == "--format"
 		if takesValue && !hasValue {
 			if i+1 >= len(args) {
-				return opt, badArgs(fmt.Sprintf("Option %s requires a value.", name))
+				return opt, argErr{ExitBadArgs, fmt.Sprintf("ERROR: Option %s requires a value. Please run 'nvidia-smi -h' for help.\n", name)}
 			}
 			i++
 			value, hasValue = args[i], true
 		}
 		if hasValue && !takesValue {
-			return opt, badArgs(fmt.Sprintf("Invalid combination of input arguments: %q.", args[i]))
+			return opt, unknownOption(args[i])
 		}
 		switch name {
 		case "-h", "--help":
 			opt.help = true
 		case "-L", "--list-gpus":
-			opt.list, modes = true, modes+1
+			opt.list, modeArgs = true, append(modeArgs, name)
 		case "--version":
-			opt.version, modes = true, modes+1
+			opt.version, modeArgs = true, append(modeArgs, name)
 		case "--query-gpu":
-			opt.query, modes = strings.Split(value, ","), modes+1
+			opt.query, modeArgs = strings.Split(value, ","), append(modeArgs, name)
 		case "--format":
 			opt.format = value
 		default:
-			return opt, badArgs(fmt.Sprintf("Invalid combination of input arguments: unknown option %q.", args[i]))
+			return opt, unknownOption(args[i])
 		}
 	}
 	switch {
 	case opt.help:
 		return opt, nil
-	case modes > 1:
-		return opt, badArgs("Invalid combination of input arguments: -L, --version and --query-gpu exclude each other.")
+	case len(modeArgs) > 1:
+		// Recorded: `-L --version` names -L; the other pairs are assumed to read the same way.
+		return opt, argErr{ExitBadArgs, fmt.Sprintf("ERROR: Option %s is not valid for this command. Please run 'nvidia-smi -h' for help.\n", modeArgs[0])}
 	case opt.format != "" && opt.query == nil:
-		return opt, badArgs("Invalid combination of input arguments: --format needs --query-gpu.")
+		// Recorded: --format without a query is "not recognized", as an unknown option.
+		return opt, unknownOption("--format=" + opt.format)
 	}
 	return opt, nil
 }
 
-// badArgs is a message for an invalid command line, worded as the real tool words it (hence not an
-// error string in Go's lower-case style).
-type badArgs string
+// argErr is an invalid command line: the real tool's message (printed on stdout, as it does) and exit
+// code.
+type argErr struct {
+	code int
+	msg  string
+}
 
-func (e badArgs) Error() string { return string(e) }
+func (e argErr) Error() string { return e.msg }
+
+func unknownOption(arg string) argErr {
+	return argErr{ExitUnknownOpt, fmt.Sprintf("ERROR: Option %s is not recognized. Please run 'nvidia-smi -h'.\n", arg)}
+}
+
+// argError prints an argument error as the real tool does and returns its exit code.
+func argError(stdout io.Writer, err error) int {
+	if e, ok := err.(argErr); ok {
+		fmt.Fprintln(stdout, e.msg)
+		return e.code
+	}
+	fmt.Fprintln(stdout, err)
+	return ExitBadArgs
+}
+
+// nvmlVersion is the NVML library version the real tool prints beside a driver version: its first two
+// components (580.159.04 → 580.159).
+func nvmlVersion(driver string) string {
+	parts := strings.Split(driver, ".")
+	if len(parts) > 2 {
+		parts = parts[:2]
+	}
+	return strings.Join(parts, ".")
+}
 
 // field is one supported --query-gpu field.
 type field struct {
@@ -235,37 +264,37 @@ var queryFields = func() map[string]field {
 		return notAvailable(inv.DriverVersion)
 	}}
 	bus := field{"pci.bus_id", func(_ fakegpu.Inventory, _ int, g gpu, _ bool) string { return notAvailable(g.PCIBusID) }}
-	minor := field{"minor_number", func(_ fakegpu.Inventory, _ int, g gpu, _ bool) string { return strconv.Itoa(g.Minor) }}
 	count := field{"count", func(_ fakegpu.Inventory, n int, _ gpu, _ bool) string { return strconv.Itoa(n) }}
 	return map[string]field{
 		"index": index, "uuid": uuid, "gpu_uuid": uuid, "name": name, "gpu_name": name,
 		"memory.total": mem, "driver_version": driver, "pci.bus_id": bus, "gpu_bus_id": bus,
-		"minor_number": minor, "count": count,
+		"count": count, // the real tool (580) has no minor_number field: the transcript records its refusal
 	}
 }()
 
 // parseQuery resolves the --query-gpu fields and the --format value.
 func parseQuery(names []string, format string) (out []field, header, units bool, err error) {
 	if format == "" {
-		return nil, false, false, badArgs("Option --format is mandatory with --query-gpu (--format=csv).")
+		format = "csv" // recorded: without --format the real tool prints CSV with a header
 	}
 	header, units = true, true
 	for i, opt := range strings.Split(format, ",") {
-		switch opt = strings.TrimSpace(opt); {
+		switch {
 		case i == 0 && opt == "csv":
 		case i > 0 && opt == "noheader":
 			header = false
 		case i > 0 && opt == "nounits":
 			units = false
 		default:
-			return nil, false, false, badArgs(fmt.Sprintf("%q is not a valid format option.", opt))
+			// Recorded, also for "csv, noheader" (a space after the comma) and "json".
+			return nil, false, false, argErr{ExitBadArgs, "Format modifier is not recognized."}
 		}
 	}
 	for _, n := range names {
 		n = strings.TrimSpace(n)
 		f, ok := queryFields[n]
 		if !ok {
-			return nil, false, false, badArgs(fmt.Sprintf("Field %q is not a valid field to query.", n))
+			return nil, false, false, argErr{ExitBadArgs, fmt.Sprintf("Field %q is not a valid field to query.\n", n)}
 		}
 		out = append(out, f)
 	}

@@ -133,10 +133,10 @@ func TestCLI(t *testing.T) {
 		{
 			name:  "query with header and units",
 			nodes: twoOfFour(),
-			args:  []string{"--query-gpu=index,uuid,name,memory.total,driver_version,pci.bus_id,minor_number,count", "--format=csv"},
-			wantStdout: "index, uuid, name, memory.total [MiB], driver_version, pci.bus_id, minor_number, count\n" +
-				"0, GPU-11111111-1111-2222-3333-111111111111, NVIDIA H100 80GB HBM3, 81559 MiB, 550.54.15, 00000000:2A:00.0, 1, 2\n" +
-				"1, GPU-33333333-1111-2222-3333-333333333333, NVIDIA H100 80GB HBM3, 81559 MiB, 550.54.15, 00000000:5D:00.0, 3, 2\n",
+			args:  []string{"--query-gpu=index,uuid,name,memory.total,driver_version,pci.bus_id,count", "--format=csv"},
+			wantStdout: "index, uuid, name, memory.total [MiB], driver_version, pci.bus_id, count\n" +
+				"0, GPU-11111111-1111-2222-3333-111111111111, NVIDIA H100 80GB HBM3, 81559 MiB, 550.54.15, 00000000:2A:00.0, 2\n" +
+				"1, GPU-33333333-1111-2222-3333-333333333333, NVIDIA H100 80GB HBM3, 81559 MiB, 550.54.15, 00000000:5D:00.0, 2\n",
 		},
 		{
 			name:  "query without header and units, separate values",
@@ -162,20 +162,26 @@ func TestCLI(t *testing.T) {
 			nodes:      twoOfFour(),
 			args:       []string{"--query-gpu=uuid,x", "--format=csv"},
 			wantCode:   ExitBadArgs,
-			wantStderr: `Field "x" is not a valid field to query.`,
+			wantStdout: "Field \"x\" is not a valid field to query.\n\n",
 		},
 		{
-			name:       "query without format",
+			name:       "no minor_number field (the real tool has none)",
+			nodes:      twoOfFour(),
+			args:       []string{"--query-gpu=uuid,minor_number", "--format=csv"},
+			wantCode:   ExitBadArgs,
+			wantStdout: "Field \"minor_number\" is not a valid field to query.\n\n",
+		},
+		{
+			name:       "query without format is CSV with a header",
 			nodes:      twoOfFour(),
 			args:       []string{"--query-gpu=uuid"},
-			wantCode:   ExitBadArgs,
-			wantStderr: "--format",
+			wantStdout: "uuid\nGPU-11111111-1111-2222-3333-111111111111\nGPU-33333333-1111-2222-3333-333333333333\n",
 		},
 		{
 			name:       "version",
 			nodes:      twoOfFour(),
 			args:       []string{"--version"},
-			wantStdout: "NVIDIA-SMI version  : 550.54.15\nDRIVER version      : 550.54.15\nCUDA Version        : 12.4\n",
+			wantStdout: "NVIDIA-SMI version  : 550.54.15\nNVML version        : 550.54\nDRIVER version      : 550.54.15\nCUDA Version        : 12.4\n",
 		},
 		{
 			name:      "summary shows only the visible GPUs",
@@ -224,23 +230,23 @@ func TestCLI(t *testing.T) {
 		{
 			name:       "unknown option",
 			nodes:      twoOfFour(),
-			args:       []string{"-q"},
-			wantCode:   ExitBadArgs,
-			wantStderr: `"-q"`,
+			args:       []string{"--bogus"},
+			wantCode:   ExitUnknownOpt,
+			wantStdout: "ERROR: Option --bogus is not recognized. Please run 'nvidia-smi -h'.\n\n",
 		},
 		{
 			name:       "value on a flag",
 			nodes:      twoOfFour(),
 			args:       []string{"-L=1"},
-			wantCode:   ExitBadArgs,
-			wantStderr: "Invalid combination",
+			wantCode:   ExitUnknownOpt,
+			wantStdout: "ERROR: Option -L=1 is not recognized. Please run 'nvidia-smi -h'.\n\n",
 		},
 		{
 			name:       "two modes",
 			nodes:      twoOfFour(),
 			args:       []string{"-L", "--version"},
 			wantCode:   ExitBadArgs,
-			wantStderr: "Invalid combination",
+			wantStdout: "ERROR: Option -L is not valid for this command. Please run 'nvidia-smi -h' for help.\n\n",
 		},
 	}
 	for _, tc := range cases {

@@ -431,3 +431,18 @@ func TestRunCompactsOversizedTerminationMessage(t *testing.T) {
 		t.Errorf("compact report = %+v, want truncated, ok, devices [gpu-0]", compact)
 	}
 }
+
+func TestNvidiaSMIFailureOnStdoutIsReported(t *testing.T) {
+	// The real tool prints its failures on stdout (recorded on a real H200 for bad arguments).
+	f := newFixture(t)
+	dir := t.TempDir()
+	script := "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\nexit 9\n"
+	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.env = append(f.env, "PATH="+dir)
+	r := f.gather()
+	if !strings.Contains(r.Sources.NvidiaSMIError, "could not communicate") {
+		t.Errorf("sources.nvidia_smi_error = %q, want the tool's stdout when its stderr is empty", r.Sources.NvidiaSMIError)
+	}
+}

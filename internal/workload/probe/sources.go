@@ -178,8 +178,17 @@ func runNvidiaSMI(ctx context.Context, pathList string, timeout time.Duration) (
 		return []string{}, ""
 	}
 	if err != nil {
-		if errors.As(err, &exitErr) && len(exitErr.Stderr) > 0 {
-			return []string{}, fmt.Sprintf("%s -L: %v: %s", bin, err, strings.TrimSpace(string(exitErr.Stderr)))
+		// The real tool prints most of its failures on stdout (a recorded transcript shows it for bad
+		// arguments); quote whichever stream said something.
+		said := ""
+		if errors.As(err, &exitErr) {
+			said = strings.TrimSpace(string(exitErr.Stderr))
+		}
+		if said == "" {
+			said = strings.TrimSpace(string(out))
+		}
+		if said != "" {
+			return []string{}, fmt.Sprintf("%s -L: %v: %s", bin, err, said)
 		}
 		return []string{}, fmt.Sprintf("%s -L: %v", bin, err)
 	}
