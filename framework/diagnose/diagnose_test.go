@@ -76,6 +76,7 @@ type runCase struct {
 	wantMsgs   []string // each must appear verbatim in one of Result.Messages
 	wantObject string   // optional ObjectRef.String() that must be listed
 	notMsgs    []string // texts that must not appear (stale or unrelated evidence)
+	terminal   bool     // the verdict must be final (a wait for progress stops at once)
 }
 
 func job(name string) Target { return Target{Kind: "Job", Namespace: "ml", Name: name} }
@@ -143,21 +144,21 @@ func runCases() []runCase {
 			stage: StageScheduling, layer: LayerScheduler, reason: InsufficientMemory,
 			wantMsgs: []string{"2 Insufficient memory."}},
 		{name: "taint", file: "untolerated-taint.yaml", target: pod(podName),
-			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
+			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
 			wantMsgs: []string{"2 node(s) had untolerated taint(s)."}},
 		{name: "selector", file: "node-selector-mismatch.yaml", target: pod(podName),
-			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
+			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
 			wantMsgs: []string{"2 node(s) didn't match Pod's node affinity/selector."}},
 		// Scheduler layer, refined by a read-only list of nodes.
 		{name: "pinned to the tainted control plane is a taint, not a selector mismatch", file: "taint-behind-selector.yaml", target: pod(podName),
-			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
+			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
 			wantMsgs: []string{
 				"1 node(s) had untolerated taint(s), 3 node(s) didn't match Pod's node affinity/selector.",
 				"every node matching the pod's node selector and required node affinity (1 of 4) carries a taint the pod does not tolerate: kind-control-plane (node-role.kubernetes.io/control-plane=:NoSchedule)",
 			},
 			wantObject: "Node kind-control-plane"},
 		{name: "a selector no node matches stays a selector mismatch", file: "selector-matches-no-node.yaml", target: pod(podName),
-			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
+			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
 			wantMsgs: []string{"no node matches the pod's node selector and required node affinity (nodeSelector {kubernetes.io/hostname=no-such-node}; 4 node(s) read)"}},
 		{name: "nodes unreadable: the scheduler's counts decide", file: "taint-behind-selector.yaml", target: pod(podName),
 			setup: func(kube *fake.Clientset, _ *kueuefake.Clientset, _ *Clients) {
@@ -165,10 +166,10 @@ func runCases() []runCase {
 					return true, nil, forbidden("list", "nodes", "system:serviceaccount:ml:reader")
 				})
 			},
-			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
+			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
 			wantMsgs: []string{"nodes could not be read", "the verdict rests on the scheduler's message alone"}},
 		{name: "more devices than any node has", file: "device-exceeds-every-node.yaml", target: pod(podName),
-			stage: StageScheduling, layer: LayerScheduler, reason: InsufficientDevice,
+			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: InsufficientDevice,
 			wantMsgs: []string{
 				"3 Insufficient nvidia.com/gpu.",
 				"the pod requests 5 nvidia.com/gpu; the most any node has allocatable is 4 (node kind-worker): no node can ever satisfy the request, whatever is freed",
@@ -185,6 +186,18 @@ func runCases() []runCase {
 			wantMsgs: []string{"0/3 nodes are available: pod has unbound immediate PersistentVolumeClaims."}},
 		{name: "no attempt yet", file: "scheduling-pending.yaml", target: pod(podName),
 			stage: StageScheduling, layer: LayerScheduler, reason: SchedulingPending},
+		{name: "a message the classifier does not know is quoted, not guessed", file: "unknown-scheduler-message.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: Unknown,
+			wantMsgs: []string{"3 node(s) didn't satisfy existing pods anti-affinity rules"}},
+		{name: "GPU dedication taint on every eligible node outranks the unallocated claim", file: "dedicated-gpu-taint.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint, terminal: true,
+			wantMsgs: []string{"4 node(s) had untolerated taint(s)", "gpu-a (nvidia.com/gpu=present:NoSchedule)"},
+			notMsgs:  []string{"control-plane ("}},
+
+		// Admission.
+		{name: "pods refused by Pod Security", file: "admission-denied.yaml", target: job("train"),
+			stage: StageScheduling, layer: LayerAdmission, reason: AdmissionDenied, terminal: true,
+			wantMsgs: []string{`refused by PodSecurity "restricted:latest"`, `pods "train-clfbc" is forbidden`}},
 
 		// DRA layer.
 		{name: "claim not allocatable", file: "dra-allocation-failed.yaml", target: pod(podName),
@@ -206,13 +219,13 @@ func runCases() []runCase {
 
 		// Kubelet and runtime.
 		{name: "image pull", file: "image-pull-failed.yaml", target: pod(podName),
-			stage: StageStarting, layer: LayerRuntime, reason: ImagePullFailed,
+			terminal: true, stage: StageStarting, layer: LayerRuntime, reason: ImagePullFailed,
 			wantMsgs: []string{`ImagePullBackOff: Back-off pulling image "registry.local/gpu-workload:v9"`}},
 		{name: "config error", file: "container-create-failed.yaml", target: pod(podName),
 			stage: StageStarting, layer: LayerRuntime, reason: ContainerCreateFailed,
 			wantMsgs: []string{`CreateContainerConfigError: secret "hf-token" not found`}},
 		{name: "device plugin allocate", file: "device-plugin-allocate-failed.yaml", target: pod(podName),
-			stage: StageFailed, layer: LayerKubelet, reason: DevicePluginAllocateFailed,
+			terminal: true, stage: StageFailed, layer: LayerKubelet, reason: DevicePluginAllocateFailed,
 			wantMsgs: []string{"Pod was rejected: Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected"}},
 		{name: "mount", file: "volume-mount-failed.yaml", target: pod(podName),
 			stage: StageStarting, layer: LayerKubelet, reason: VolumeMountFailed,
@@ -226,7 +239,7 @@ func runCases() []runCase {
 			stage: StageRunning, layer: LayerApplication, reason: ApplicationError,
 			wantMsgs: []string{"probe: requested 1 device(s), container sees 0", "CrashLoopBackOff"}},
 		{name: "oom", file: "oomkilled.yaml", target: pod(podName),
-			stage: StageFailed, layer: LayerApplication, reason: OOMKilled,
+			terminal: true, stage: StageFailed, layer: LayerApplication, reason: OOMKilled,
 			wantMsgs: []string{"exit code 137, reason OOMKilled"}},
 		{name: "running", file: "running.yaml", target: pod(podName),
 			stage: StageRunning, layer: LayerNone, reason: ReasonRunning},
@@ -300,6 +313,9 @@ func TestRun(t *testing.T) {
 				if containsText(res.Messages, bad) {
 					t.Errorf("messages contain %q, which belongs to another object", bad)
 				}
+			}
+			if res.Terminal != tc.terminal {
+				t.Errorf("terminal = %v (%s), want %v", res.Terminal, res.TerminalWhy, tc.terminal)
 			}
 			if res.Next == "" {
 				t.Error("Next is empty")

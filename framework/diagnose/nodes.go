@@ -75,18 +75,17 @@ func UntoleratedTaints(node *corev1.Node, tolerations []corev1.Toleration) []cor
 // selector and required affinity is a selector mismatch; matching nodes that
 // all carry an untolerated taint are a taint.
 func (d *diagnosis) refineGates(ctx context.Context, pod *corev1.Pod, parsed SchedulerMessage, res *Result) {
-	var taint, affinity, capacity bool
+	// With or without a node selector, the taints of the nodes the pod may use are named.
+	var taint, capacity bool
 	for _, c := range parsed.Causes {
 		switch cl := classify(c.Text); {
 		case cl == classTaint:
 			taint = true
-		case cl == classAffinity:
-			affinity = true
 		case !cl.isGate():
 			capacity = true
 		}
 	}
-	if !taint || !affinity || capacity {
+	if !taint || capacity {
 		return
 	}
 	nodes := d.nodesFor(ctx, res)
@@ -156,6 +155,7 @@ func (d *diagnosis) refineCapacity(ctx context.Context, pod *corev1.Pod, name co
 	line := fmt.Sprintf("the pod requests %s %s; the most any node has allocatable is %s (node %s)", requested.String(), name, most.String(), mostNode)
 	if requested.Cmp(most) > 0 {
 		line += ": no node can ever satisfy the request, whatever is freed"
+		res.terminal(fmt.Sprintf("the request (%s %s) is above every node's allocatable", requested.String(), name))
 	} else {
 		line += ": the eligible nodes' capacity is in use"
 	}

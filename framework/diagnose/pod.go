@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Container waiting reasons, as the kubelet writes them (pkg/kubelet/images,
@@ -125,8 +126,8 @@ func (d *diagnosis) diagnosePod(ctx context.Context, pod *corev1.Pod) (*Result, 
 	// device manager's error ("Allocate failed due to ...") or OutOf<resource>.
 	if pod.Status.Phase == corev1.PodFailed &&
 		(pod.Status.Reason == reasonUnexpectedAdmission || strings.HasPrefix(pod.Status.Reason, admissionOutOfResourceHead)) {
-		return &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: DevicePluginAllocateFailed,
-			Messages: []string{pod.Status.Reason + ": " + pod.Status.Message}, Next: eventsCmd}, nil
+		return finalIfBare(pod, &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: DevicePluginAllocateFailed,
+			Messages: []string{pod.Status.Reason + ": " + pod.Status.Message}, Next: eventsCmd}), nil
 	}
 	if pod.Spec.NodeName == "" {
 		return d.unscheduled(ctx, pod, describe)
@@ -138,7 +139,11 @@ func (d *diagnosis) diagnosePod(ctx context.Context, pod *corev1.Pod) (*Result, 
 			msg := fmt.Sprintf("container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
 			switch {
 			case imagePullReasons[w.Reason]:
-				return &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ImagePullFailed, Messages: []string{msg}, Next: describe}, nil
+				res := &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ImagePullFailed, Messages: []string{msg}, Next: describe}
+				if why := imageNeverPullable(w); why != "" {
+					res.terminal(why)
+				}
+				return res, nil
 			case createReasons[w.Reason]:
 				return &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ContainerCreateFailed, Messages: []string{msg}, Next: describe}, nil
 			case w.Reason == "CrashLoopBackOff":
@@ -162,12 +167,16 @@ func (d *diagnosis) diagnosePod(ctx context.Context, pod *corev1.Pod) (*Result, 
 			if t.Reason == "OOMKilled" {
 				reason = OOMKilled
 			}
-			return &Result{Stage: stage, Layer: LayerApplication, Reason: reason, Messages: []string{terminatedText(cs.Name, t)}, Next: logsCmd(cs.Name)}, nil
+			res := &Result{Stage: stage, Layer: LayerApplication, Reason: reason, Messages: []string{terminatedText(cs.Name, t)}, Next: logsCmd(cs.Name)}
+			if stage == StageFailed {
+				finalIfBare(pod, res)
+			}
+			return res, nil
 		}
 	}
 	if pod.Status.Phase == corev1.PodFailed {
-		return &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: ApplicationError,
-			Messages: []string{fmt.Sprintf("pod %s phase Failed: %s: %s", pod.Name, pod.Status.Reason, pod.Status.Message)}, Next: describe}, nil
+		return finalIfBare(pod, &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: ApplicationError,
+			Messages: []string{fmt.Sprintf("pod %s phase Failed: %s: %s", pod.Name, pod.Status.Reason, pod.Status.Message)}, Next: describe}), nil
 	}
 	if pod.Status.Phase == corev1.PodRunning && allRunning(pod) {
 		return &Result{Stage: StageRunning, Layer: LayerNone, Reason: ReasonRunning,
@@ -286,9 +295,16 @@ func (d *diagnosis) unscheduled(ctx context.Context, pod *corev1.Pod, describe s
 		cls = classDRA
 	}
 	res.Layer, res.Reason = cls.reason()
+	if cls == classOther && schedMsg == "" {
+		// No scheduling attempt is recorded yet (an unknown message stays Unknown, quoted, not guessed).
+		res.Reason = SchedulingPending
+	}
 	switch res.Reason {
 	case UntoleratedTaint, NodeSelectorMismatch:
 		d.refineGates(ctx, pod, parsed, res)
+		if why := gatedEverywhere(parsed, evs); why != "" && (res.Reason == UntoleratedTaint || res.Reason == NodeSelectorMismatch) {
+			res.terminal(why)
+		}
 	case InsufficientDevice, InsufficientCPU, InsufficientMemory:
 		if name, ok := capacityResource(res.Reason, primary.Text); ok {
 			d.refineCapacity(ctx, pod, name, res)
@@ -317,4 +333,54 @@ func (d *diagnosis) unscheduled(ctx context.Context, pod *corev1.Pod, describe s
 		res.Messages = []string{fmt.Sprintf("pod %s has no node and no scheduling attempt is recorded yet", pod.Name)}
 	}
 	return res, nil
+}
+
+// imageNeverPullable says why an image pull can never succeed, or "" when a retry might: the kubelet's
+// ErrImageNeverPull (pull policy Never and the image is not on the node) and InvalidImageName are final;
+// so is a registry that answered that the image or tag does not exist. A timeout or a rate limit is not.
+func imageNeverPullable(w *corev1.ContainerStateWaiting) string {
+	switch w.Reason {
+	case "ErrImageNeverPull":
+		return "the image is not on the node and its pull policy is Never"
+	case "InvalidImageName":
+		return "the image name is invalid"
+	}
+	m := strings.ToLower(w.Message)
+	for _, s := range []string{"not found", "manifest unknown", "name unknown", "repository does not exist", "pull access denied"} {
+		if strings.Contains(m, s) {
+			return "the registry says the image does not exist or may not be pulled (" + s + ")"
+		}
+	}
+	return ""
+}
+
+// finalIfBare marks the result of a failed pod terminal when no controller will replace it (no owner)
+// and it will not restart; a controller's pod is final only through its controller (a failed Job).
+func finalIfBare(pod *corev1.Pod, res *Result) *Result {
+	if metav1.GetControllerOf(pod) == nil && pod.Spec.RestartPolicy == corev1.RestartPolicyNever {
+		res.terminal(fmt.Sprintf("pod %s has failed, will not restart (restartPolicy Never) and no controller replaces it", pod.Name))
+	}
+	return res
+}
+
+// eventTriggeredScaleUp is the cluster autoscaler's event on a pod it is adding a node for.
+const eventTriggeredScaleUp = "TriggeredScaleUp"
+
+// gatedEverywhere says why a scheduling failure is final, or "": every node the scheduler counted was
+// excluded by a gate (taint, node affinity or selector, cordon), none for lack of capacity, so nothing
+// that finishes or is freed can make room. A cluster autoscaler adding a node for the pod
+// (TriggeredScaleUp) may still change that, so then it is not final.
+func gatedEverywhere(parsed SchedulerMessage, evs []corev1.Event) string {
+	if len(parsed.Causes) == 0 {
+		return ""
+	}
+	for _, c := range parsed.Causes {
+		if !classify(c.Text).isGate() {
+			return ""
+		}
+	}
+	if latestEvent(evs, eventTriggeredScaleUp) != nil {
+		return ""
+	}
+	return "every node is excluded by a gate (taint, node affinity or cordon), none by a lack of capacity: freeing devices cannot help"
 }

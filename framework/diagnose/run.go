@@ -197,6 +197,13 @@ func (d *diagnosis) decide(ctx context.Context, job *batchv1.Job, wl *kueue.Work
 		if res.Reason == SchedulingPending && len(pod.Spec.SchedulingGates) > 0 && wl != nil && !isTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
 			return d.diagnoseWorkload(ctx, wl)
 		}
+		// A failed Job creates no more pods: whatever its last pod says is final.
+		if job != nil {
+			if jf := jobFinished(job); jf != nil && jf.Terminal && !res.Terminal {
+				res.Messages = append(res.Messages, jf.Messages...)
+				res.terminal(jf.TerminalWhy)
+			}
+		}
 		return res, nil
 	}
 	if job != nil {
@@ -229,17 +236,30 @@ func (d *diagnosis) decide(ctx context.Context, job *batchv1.Job, wl *kueue.Work
 	if err != nil {
 		return nil, err
 	}
+	return d.noPodsYet(evs, "Job", job.Namespace, job.Name), nil
+}
+
+// noPodsYet explains a controller (Job, ReplicaSet, StatefulSet, ...) that should have pods and has
+// none, from its events: an admission refusal quoted in FailedCreate is AdmissionDenied, and final; any
+// other FailedCreate is quoted as Unknown; no such event means the controller has not acted yet.
+func (d *diagnosis) noPodsYet(evs []corev1.Event, kind, ns, name string) *Result {
 	res := &Result{Stage: StageScheduling, Layer: LayerNone, Reason: SchedulingPending,
-		Messages: []string{fmt.Sprintf("Job %s/%s is not suspended and has no pods yet", job.Namespace, job.Name)},
-		Next:     fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=Job,involvedObject.name=%s", job.Namespace, job.Name)}
-	for _, e := range evs {
-		if e.Reason == "FailedCreate" {
-			res.Layer = LayerAPI
-			res.Messages = append(res.Messages, e.Message)
-			d.ref("Event", e.Namespace, e.Name)
-		}
+		Messages: []string{fmt.Sprintf("%s %s/%s has no pods yet", kind, ns, name)},
+		Next:     fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=%s,involvedObject.name=%s", ns, kind, name)}
+	// The newest FailedCreate decides; controllers retry with backoff and repeat the same refusal.
+	e := latestEvent(evs, "FailedCreate")
+	if e == nil {
+		return res
 	}
-	return res, nil
+	d.ref("Event", e.Namespace, e.Name)
+	res.Messages = append(res.Messages, e.Message)
+	if denial, ok := ParseAdmissionDenial(e.Message); ok {
+		res.Layer, res.Reason = LayerAdmission, AdmissionDenied
+		res.Messages[0] = fmt.Sprintf("%s %s/%s cannot create its pods: refused by %s", kind, ns, name, denial.By)
+		return res.terminal(fmt.Sprintf("admission (%s) refuses the pods; it repeats the refusal on every retry until the policy or the pod template changes", denial.By))
+	}
+	res.Layer, res.Reason = LayerAPI, Unknown
+	return res
 }
 
 func allTerminating(pods []corev1.Pod) bool {
@@ -273,9 +293,9 @@ func jobFinished(job *batchv1.Job) *Result {
 				Messages: []string{fmt.Sprintf("Job condition Complete=True %s", c.Message)},
 				Next:     fmt.Sprintf("kubectl describe job -n %s %s", job.Namespace, job.Name)}
 		case batchv1.JobFailed:
-			return &Result{Stage: StageFailed, Layer: LayerApplication, Reason: ApplicationError,
+			return (&Result{Stage: StageFailed, Layer: LayerApplication, Reason: ApplicationError,
 				Messages: []string{fmt.Sprintf("Job condition Failed=True reason %s: %s", c.Reason, c.Message)},
-				Next:     fmt.Sprintf("kubectl describe job -n %s %s", job.Namespace, job.Name)}
+				Next:     fmt.Sprintf("kubectl describe job -n %s %s", job.Namespace, job.Name)}).terminal("the Job has failed: it creates no more pods")
 		}
 	}
 	return nil

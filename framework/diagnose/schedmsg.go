@@ -168,7 +168,7 @@ func (c causeClass) reason() (Layer, Reason) {
 	case classDRAMissing:
 		return LayerDRA, DRAClaimMissing
 	}
-	return LayerScheduler, SchedulingPending
+	return LayerScheduler, Unknown
 }
 
 // PrimaryCause picks the cause that holds the pod back, and reports whether

@@ -92,7 +92,7 @@ func TestPrimaryCause(t *testing.T) {
 		{"prefilter plugins do not intersect", "0/4 nodes are available: 4 node(s) didn't satisfy plugin(s) [NodeAffinity NodeName] simultaneously.", NodeSelectorMismatch},
 		{"prefilter taint plugin", "0/2 nodes are available: 2 node(s) didn't satisfy plugin TaintToleration.", UntoleratedTaint},
 		{"prefilter dra after affinity", "0/4 nodes are available: 1 cannot allocate all claims, 3 node(s) didn't satisfy plugin(s) [NodeAffinity].", DRAAllocationFailed},
-		{"unknown text", "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules.", SchedulingPending},
+		{"unknown text", "0/3 nodes are available: 3 node(s) didn't satisfy existing pods anti-affinity rules.", Unknown},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -78,6 +78,9 @@ const (
 	LayerApplication Layer = "Application"
 	// LayerAPI: an API the target needs is not served, or the target is absent.
 	LayerAPI Layer = "API"
+	// LayerAdmission: the API server's admission (Pod Security, a webhook, a validating policy, a quota)
+	// refused to create the workload's pods.
+	LayerAdmission Layer = "Admission"
 	// LayerRBAC: a read the diagnosis needs was denied.
 	LayerRBAC Layer = "RBAC"
 	// LayerNone: nothing is holding the workload back.
@@ -143,9 +146,20 @@ const (
 	// UnboundVolume: the pod has unbound PersistentVolumeClaims or no node can
 	// bind its volumes.
 	UnboundVolume Reason = "UnboundVolume"
-	// SchedulingPending: not bound yet and no specific cause was found
-	// (scheduling gates, no attempt yet, or an unrecognised message).
+	// SchedulingPending: not bound yet and the scheduler has not said why
+	// (scheduling gates, no attempt recorded yet).
 	SchedulingPending Reason = "SchedulingPending"
+	// Unknown: a component said why the workload waits, in a message the
+	// classifier does not know; the raw text is the evidence.
+	Unknown Reason = "Unknown"
+)
+
+// Admission reasons.
+const (
+	// AdmissionDenied: the controller's creates of the workload's pods are
+	// refused by admission (event FailedCreate): Pod Security, a webhook, a
+	// ValidatingAdmissionPolicy, a ResourceQuota or a LimitRange.
+	AdmissionDenied Reason = "AdmissionDenied"
 )
 
 // DRA layer reasons.
@@ -226,7 +240,9 @@ var reasonDescriptions = map[Reason]string{
 	UntoleratedTaint:           "The nodes are tainted and the pod does not tolerate the taints.",
 	NodeSelectorMismatch:       "No node matches the pod's node selector or required node affinity.",
 	UnboundVolume:              "The pod's PersistentVolumeClaims are unbound or cannot be bound on any node.",
-	SchedulingPending:          "The pod is not bound to a node yet and the scheduler gave no specific cause.",
+	SchedulingPending:          "The pod is not bound to a node yet and the scheduler has not said why.",
+	Unknown:                    "A component said why the workload waits, in a message this suite does not classify; the evidence quotes it.",
+	AdmissionDenied:            "The API server's admission (Pod Security, a webhook, a policy, a quota) refuses to create the workload's pods.",
 	DRAAllocationFailed:        "The scheduler cannot allocate devices for the pod's ResourceClaims from the published ResourceSlices.",
 	DRAClaimMissing:            "A ResourceClaim, ResourceClaimTemplate or DeviceClass the pod needs does not exist.",
 	DRAPrepareFailed:           "The kubelet could not prepare the allocated devices through the DRA driver.",
@@ -292,6 +308,18 @@ type Result struct {
 	Objects []ObjectRef `json:"objects"`
 	// Next is the read-only command a human should run next.
 	Next string `json:"next"`
+	// Terminal is set when the workload cannot get further without someone changing the cluster or the
+	// workload (an admission denial, a gate on every eligible node, a request above every node's
+	// allocatable, an image that can never be pulled, a failed Job): a wait for progress ends at once.
+	Terminal bool `json:"terminal,omitempty"`
+	// TerminalWhy says why the diagnosis is terminal.
+	TerminalWhy string `json:"terminalWhy,omitempty"`
+}
+
+// terminal marks the result terminal and says why; it returns the result for chaining.
+func (r *Result) terminal(why string) *Result {
+	r.Terminal, r.TerminalWhy = true, why
+	return r
 }
 
 // String renders the verdict for a terminal or a failed-wait message.
@@ -320,6 +348,9 @@ func (r *Result) String() string {
 			refs[i] = o.String()
 		}
 		fmt.Fprintf(&b, "  Read:    %s\n", strings.Join(refs, ", "))
+	}
+	if r.Terminal {
+		fmt.Fprintf(&b, "  Final:   %s\n", r.TerminalWhy)
 	}
 	fmt.Fprintf(&b, "  Next:    %s\n", r.Next)
 	return b.String()
