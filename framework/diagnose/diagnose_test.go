@@ -144,10 +144,10 @@ func runCases() []runCase {
 			stage: StageScheduling, layer: LayerScheduler, reason: InsufficientMemory,
 			wantMsgs: []string{"2 Insufficient memory."}},
 		{name: "taint", file: "untolerated-taint.yaml", target: pod(podName),
-			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
+			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
 			wantMsgs: []string{"2 node(s) had untolerated taint(s)."}},
 		{name: "selector", file: "node-selector-mismatch.yaml", target: pod(podName),
-			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
+			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
 			wantMsgs: []string{"2 node(s) didn't match Pod's node affinity/selector."}},
 		// Scheduler layer, refined by a read-only list of nodes.
 		{name: "pinned to the tainted control plane is a taint, not a selector mismatch", file: "taint-behind-selector.yaml", target: pod(podName),
@@ -166,7 +166,7 @@ func runCases() []runCase {
 					return true, nil, forbidden("list", "nodes", "system:serviceaccount:ml:reader")
 				})
 			},
-			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
+			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
 			wantMsgs: []string{"nodes could not be read", "the verdict rests on the scheduler's message alone"}},
 		{name: "more devices than any node has", file: "device-exceeds-every-node.yaml", target: pod(podName),
 			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: InsufficientDevice,
@@ -193,6 +193,10 @@ func runCases() []runCase {
 			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint, terminal: true,
 			wantMsgs: []string{"4 node(s) had untolerated taint(s)", "gpu-a (nvidia.com/gpu=present:NoSchedule)"},
 			notMsgs:  []string{"control-plane ("}},
+
+		{name: "a node that is only NotReady is not a final gate", file: "dedicated-gpu-taint-notready.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
+			wantMsgs: []string{"not final: node gpu-b carries node.kubernetes.io/not-ready=:NoSchedule"}},
 
 		// Admission.
 		{name: "pods refused by Pod Security", file: "admission-denied.yaml", target: job("train"),

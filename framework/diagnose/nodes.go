@@ -42,6 +42,38 @@ func (d *diagnosis) nodesFor(ctx context.Context, res *Result) []corev1.Node {
 	return d.nodes
 }
 
+// lifecycleTaintPrefixes are the taint keys Kubernetes itself puts on nodes while they start, lose
+// contact, run short of memory or disk, or are cordoned (node lifecycle controller, kubelet, cloud
+// node controller); they go away by themselves, so a pod they keep off is not stuck for good.
+var lifecycleTaintPrefixes = []string{"node.kubernetes.io/", "node.cloudprovider.kubernetes.io/"}
+
+// transientGate returns a sentence when a node the pod may use is kept from it by a lifecycle taint
+// (NotReady, unreachable, pressure, cordon) and so may become usable by itself; "" otherwise. Without a
+// node list it cannot rule that out and says so.
+func (d *diagnosis) transientGate(ctx context.Context, pod *corev1.Pod, res *Result) string {
+	nodes := d.nodesFor(ctx, res)
+	if len(nodes) == 0 {
+		return "not final: without the nodes it cannot be ruled out that a node is only temporarily tainted"
+	}
+	required := nodeaffinity.GetRequiredNodeAffinity(pod)
+	for i := range nodes {
+		if m, err := required.Match(&nodes[i]); err != nil || !m {
+			continue
+		}
+		if nodes[i].Spec.Unschedulable {
+			return fmt.Sprintf("not final: node %s is cordoned, which maintenance lifts", nodes[i].Name)
+		}
+		for _, t := range UntoleratedTaints(&nodes[i], pod.Spec.Tolerations) {
+			for _, p := range lifecycleTaintPrefixes {
+				if strings.HasPrefix(t.Key, p) {
+					return fmt.Sprintf("not final: node %s carries %s, a taint Kubernetes removes when the node recovers", nodes[i].Name, formatTaints([]corev1.Taint{t}))
+				}
+			}
+		}
+	}
+	return ""
+}
+
 // UntoleratedTaints returns the node's NoSchedule and NoExecute taints that none
 // of the tolerations tolerates: the taints that keep a pod with those
 // tolerations off the node. PreferNoSchedule never excludes a node.

@@ -303,7 +303,11 @@ func (d *diagnosis) unscheduled(ctx context.Context, pod *corev1.Pod, describe s
 	case UntoleratedTaint, NodeSelectorMismatch:
 		d.refineGates(ctx, pod, parsed, res)
 		if why := gatedEverywhere(parsed, evs); why != "" && (res.Reason == UntoleratedTaint || res.Reason == NodeSelectorMismatch) {
-			res.terminal(why)
+			if transient := d.transientGate(ctx, pod, res); transient != "" {
+				res.Messages = append(res.Messages, transient)
+			} else {
+				res.terminal(why)
+			}
 		}
 	case InsufficientDevice, InsufficientCPU, InsufficientMemory:
 		if name, ok := capacityResource(res.Reason, primary.Text); ok {
@@ -375,7 +379,8 @@ func gatedEverywhere(parsed SchedulerMessage, evs []corev1.Event) string {
 		return ""
 	}
 	for _, c := range parsed.Causes {
-		if !classify(c.Text).isGate() {
+		// A cordon (unschedulable) is a gate that maintenance lifts: never final.
+		if cl := classify(c.Text); !cl.isGate() || cl == classNodeUnusable {
 			return ""
 		}
 	}

@@ -32,7 +32,7 @@ func OfJob(ctx context.Context, env *testenv.Env, job *batchv1.Job) ([]corev1.Po
 func ExpectJobPodStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job) *corev1.Pod {
 	ginkgo.GinkgoHelper()
 	var pod *corev1.Pod
-	env.Wait.For(ctx, fmt.Sprintf("a pod of Job %s/%s to start", job.Namespace, job.Name),
+	env.Wait.ForProgress(ctx, fmt.Sprintf("a pod of Job %s/%s to start", job.Namespace, job.Name),
 		wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name}, env.Timeouts.PodStart, func(g gomega.Gomega) {
 			list, err := OfJob(ctx, env, job)
 			g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -49,7 +49,7 @@ func ExpectJobPodStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job
 func ExpectPodRunning(ctx context.Context, env *testenv.Env, ns, name string) *corev1.Pod {
 	ginkgo.GinkgoHelper()
 	var pod *corev1.Pod
-	env.Wait.For(ctx, fmt.Sprintf("pod %s/%s to run", ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.PodStart, func(g gomega.Gomega) {
+	env.Wait.ForProgress(ctx, fmt.Sprintf("pod %s/%s to run", ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.PodStart, func(g gomega.Gomega) {
 		var err error
 		pod, err = env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -62,7 +62,7 @@ func ExpectPodRunning(ctx context.Context, env *testenv.Env, ns, name string) *c
 // ExpectJobComplete waits for the Job's Complete condition.
 func ExpectJobComplete(ctx context.Context, env *testenv.Env, job *batchv1.Job) {
 	ginkgo.GinkgoHelper()
-	env.Wait.For(ctx, fmt.Sprintf("Job %s/%s to complete", job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
+	env.Wait.ForProgress(ctx, fmt.Sprintf("Job %s/%s to complete", job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
 		env.Timeouts.JobRun, func(g gomega.Gomega) {
 			got, err := env.Clients.Kube.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
 			g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -89,7 +89,7 @@ func ExpectProbeReport(ctx context.Context, env *testenv.Env, ns, name string) g
 func ExpectContainerProbeReport(ctx context.Context, env *testenv.Env, ns, name, container string) gpu.ProbeReport {
 	ginkgo.GinkgoHelper()
 	var report gpu.ProbeReport
-	env.Wait.For(ctx, fmt.Sprintf("the probe report of container %s of pod %s/%s", container, ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.JobRun, func(g gomega.Gomega) {
+	env.Wait.ForProgress(ctx, fmt.Sprintf("the probe report of container %s of pod %s/%s", container, ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.JobRun, func(g gomega.Gomega) {
 		pod, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {

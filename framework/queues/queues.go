@@ -85,7 +85,7 @@ func WorkloadFor(ctx context.Context, env *testenv.Env, job *batchv1.Job) (*kueu
 func ExpectAdmitted(ctx context.Context, env *testenv.Env, job *batchv1.Job, quotaResource corev1.ResourceName, count int) *kueue.Workload {
 	ginkgo.GinkgoHelper()
 	var wl *kueue.Workload
-	env.Wait.For(ctx, fmt.Sprintf("Kueue to admit the Workload of Job %s/%s", job.Namespace, job.Name),
+	env.Wait.ForProgress(ctx, fmt.Sprintf("Kueue to admit the Workload of Job %s/%s", job.Namespace, job.Name),
 		wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name}, env.Timeouts.Admission, func(g gomega.Gomega) {
 			var err error
 			wl, err = WorkloadFor(ctx, env, job)

@@ -194,3 +194,22 @@ func DiagnoseExplainer(c *cluster.Clients, kueuePresent bool) wait.Explainer {
 		return diagnose.Explain(ctx, dc, diagnose.Target{Kind: t.Kind, Namespace: t.Namespace, Name: t.Name})
 	}
 }
+
+// DiagnoseJudge returns the judge progress waits consult: framework/diagnose's verdict for the target and
+// whether it is final. Targets it cannot diagnose (nodes) are never final.
+func DiagnoseJudge(c *cluster.Clients, kueuePresent bool) wait.Judge {
+	dc := diagnose.Clients{Kube: c.Kube}
+	if kueuePresent {
+		dc.Kueue = c.Kueue
+	}
+	return func(ctx context.Context, t wait.Target) (string, bool) {
+		if _, err := diagnose.ParseKind(t.Kind); err != nil {
+			return "", false
+		}
+		res, err := diagnose.Run(ctx, dc, diagnose.Target{Kind: t.Kind, Namespace: t.Namespace, Name: t.Name})
+		if err != nil {
+			return "", false
+		}
+		return res.String(), res.Terminal
+	}
+}

@@ -5,6 +5,7 @@ package wait
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -28,12 +29,92 @@ func NoExplainer(_ context.Context, t Target) string {
 	return fmt.Sprintf("(no diagnosis available for %s: framework/diagnose is not wired into this run)", t)
 }
 
+// Judge diagnoses a target while a wait for progress runs and says whether the diagnosis is final
+// (nothing will change without someone changing the cluster or the workload), with the diagnosis text.
+// It must never fail: a diagnosis that cannot be made is not final.
+type Judge func(ctx context.Context, t Target) (text string, final bool)
+
 // Waiter runs waits with one poll interval and one explainer.
 type Waiter struct {
 	// Poll is the interval between checks.
 	Poll time.Duration
 	// Explain diagnoses a target when a wait fails; nil means NoExplainer.
 	Explain Explainer
+	// Judge, when set, lets ForProgress end a wait as soon as the target's diagnosis is final.
+	Judge Judge
+	// JudgeEvery is how often ForProgress diagnoses while its check fails (zero: 2s). A diagnosis reads
+	// several objects, so it runs less often than the check.
+	JudgeEvery time.Duration
+}
+
+// finalConfirmations is how many consecutive final diagnoses end a wait: one diagnosis can catch a
+// moment (an event from a previous attempt, a node between states); two, JudgeEvery apart, cannot.
+const finalConfirmations = 2
+
+// ForProgress is For for a wait on forward progress (admitted, scheduled, started, completed): while
+// the check fails it diagnoses the target every JudgeEvery, and when the diagnosis is final twice in a
+// row the wait ends at once with that diagnosis as its failure instead of running to its timeout. A
+// wait that expects the target to be stuck must use For.
+func (w Waiter) ForProgress(ctx context.Context, what string, target Target, timeout time.Duration, check func(g gomega.Gomega)) {
+	ginkgo.GinkgoHelper()
+	if w.Judge == nil || target == (Target{}) {
+		w.For(ctx, what, target, timeout, check)
+		return
+	}
+	start := time.Now()
+	var lastJudged time.Time
+	finals := 0
+	poll := func() error {
+		failure := runCheck(check)
+		if failure == "" {
+			return nil
+		}
+		if time.Since(lastJudged) < w.judgeEvery() {
+			return errors.New(failure)
+		}
+		lastJudged = time.Now()
+		text, final := w.Judge(ctx, target)
+		if !final {
+			finals = 0
+			return errors.New(failure)
+		}
+		if finals++; finals < finalConfirmations {
+			return errors.New(failure)
+		}
+		return gomega.StopTrying(fmt.Sprintf("gave up after %s waiting for %s: the diagnosis of %s is final (%s)\n\nDiagnosis of %s:\n%s",
+			time.Since(start).Round(time.Second), what, target, failure, target, text))
+	}
+	gomega.Eventually(ctx, poll).
+		WithTimeout(timeout).
+		WithPolling(w.poll()).
+		Should(gomega.Succeed(), func() string { return w.Message(what, target, time.Since(start)) })
+}
+
+// checkFailed is the panic runCheck's Gomega raises to leave a failing check at its first failure.
+type checkFailed struct{}
+
+// runCheck runs check with its own Gomega and returns its failure message ("" when it passed).
+func runCheck(check func(g gomega.Gomega)) (failure string) {
+	g := gomega.NewGomega(func(message string, _ ...int) {
+		failure = message
+		panic(checkFailed{})
+	})
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(checkFailed); !ok {
+				panic(r)
+			}
+		}
+	}()
+	check(g)
+	return ""
+}
+
+func (w Waiter) judgeEvery() time.Duration {
+	if w.JudgeEvery <= 0 {
+		return 2 * time.Second
+	}
+	return w.JudgeEvery
 }
 
 // For polls check until it succeeds or timeout passes. what completes the sentence "timed out after T

@@ -2,9 +2,12 @@ package wait
 
 import (
 	"context"
+	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/onsi/gomega"
 )
 
 // A failed wait must print the diagnosis of its target, never just "timed out".
@@ -28,4 +31,61 @@ func TestMessageCarriesTheDiagnosis(t *testing.T) {
 	if got := w.Message("namespace to be deleted", Target{}, time.Second); strings.Contains(got, "Diagnosis") {
 		t.Errorf("a wait without a target has nothing to diagnose: %s", got)
 	}
+}
+
+// failingCheck never passes.
+func failingCheck(g gomega.Gomega) { g.Expect(false).To(gomega.BeTrue(), "pod is not scheduled") }
+
+func TestForProgressEndsOnAFinalDiagnosis(t *testing.T) {
+	target := Target{Kind: "Pod", Namespace: "ns", Name: "p"}
+	judged := 0
+	w := Waiter{Poll: 5 * time.Millisecond, JudgeEvery: 5 * time.Millisecond,
+		Explain: func(context.Context, Target) string { return "explained" },
+		Judge: func(_ context.Context, got Target) (string, bool) {
+			judged++
+			return "Reason:  UntoleratedTaint", true
+		}}
+	failures := gomega.InterceptGomegaFailures(func() {
+		w.ForProgress(context.Background(), "pod ns/p to run", target, time.Hour, failingCheck)
+	})
+	if len(failures) != 1 {
+		t.Fatalf("failures = %q, want one", failures)
+	}
+	for _, want := range []string{"the diagnosis of Pod ns/p is final", "pod is not scheduled", "Reason:  UntoleratedTaint"} {
+		if !strings.Contains(failures[0], want) {
+			t.Errorf("failure lacks %q:\n%s", want, failures[0])
+		}
+	}
+	if judged != finalConfirmations {
+		t.Errorf("judged %d times, want %d (a final diagnosis must be confirmed, then the wait ends)", judged, finalConfirmations)
+	}
+}
+
+func TestForProgressRunsToItsTimeoutWhileNotFinal(t *testing.T) {
+	target := Target{Kind: "Pod", Namespace: "ns", Name: "p"}
+	n := 0
+	w := Waiter{Poll: 5 * time.Millisecond, JudgeEvery: 5 * time.Millisecond,
+		Explain: func(context.Context, Target) string { return "explained" },
+		// Final every other time: never twice in a row, so never confirmed.
+		Judge: func(context.Context, Target) (string, bool) { n++; return "flapping", n%2 == 0 }}
+	failures := gomega.InterceptGomegaFailures(func() {
+		w.ForProgress(context.Background(), "pod ns/p to run", target, 200*time.Millisecond, failingCheck)
+	})
+	if len(failures) != 1 || !strings.Contains(failures[0], "timed out after") || strings.Contains(failures[0], "is final") {
+		t.Errorf("failures = %q, want one timeout", failures)
+	}
+	// A passing check never diagnoses.
+	n = 0
+	failures = gomega.InterceptGomegaFailures(func() {
+		w.ForProgress(context.Background(), "pod ns/p to run", target, time.Second, func(gomega.Gomega) {})
+	})
+	if len(failures) != 0 || n != 0 {
+		t.Errorf("passing check: failures %q, judged %d times", failures, n)
+	}
+}
+
+func TestMain(m *testing.M) {
+	// The waits use the global Gomega, as inside Ginkgo; the tests intercept its failures.
+	gomega.RegisterFailHandler(func(message string, _ ...int) { panic(message) })
+	os.Exit(m.Run())
 }

@@ -175,7 +175,8 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 	t := cfg.Timeouts()
 	env = &testenv.Env{
 		Clients: clients, KueuePresent: caps.Kueue.Present, Factory: factory, Timeouts: t,
-		Wait:            wait.Waiter{Poll: t.Poll, Explain: testenv.DiagnoseExplainer(clients, caps.Kueue.Present)},
+		Wait: wait.Waiter{Poll: t.Poll, Explain: testenv.DiagnoseExplainer(clients, caps.Kueue.Present),
+			Judge: testenv.DiagnoseJudge(clients, caps.Kueue.Present)},
 		NamespacePrefix: cfg.NamespacePrefix, ArtifactsDir: cfg.ArtifactsDir, KeepResources: cfg.KeepResources,
 	}
 	record.RunID = string(runID)
