@@ -11,6 +11,8 @@ import (
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
 )
@@ -42,6 +44,20 @@ type Record struct {
 	Results map[string]string `json:"results,omitempty"`
 	// SetupFailure says why the run stopped before its specs ("" when it reached them).
 	SetupFailure string `json:"setupFailure,omitempty"`
+	// Taints are the GPU pool's dedication taints, those test pods tolerated, and nodes left out.
+	Taints cluster.Taints `json:"taints"`
+	// Parameters are how the run was set up (profile, namespace mode, pool, tolerations).
+	Parameters Parameters `json:"parameters"`
+}
+
+// Parameters are the run's set-up as the report shows it.
+type Parameters struct {
+	TimeoutProfile    string              `json:"timeoutProfile"`
+	TimeoutProfileWhy string              `json:"timeoutProfileWhy,omitempty"`
+	Namespace         string              `json:"namespace,omitempty"`
+	LocalQueue        string              `json:"localQueue,omitempty"`
+	GPUPool           []string            `json:"gpuPool,omitempty"`
+	Tolerations       []corev1.Toleration `json:"tolerations,omitempty"`
 }
 
 // KueueRecord is Kueue's presence and version.

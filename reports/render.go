@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
+	corev1 "k8s.io/api/core/v1"
 
 	"gpuconform.io/gpuconform/framework/cluster"
 )
@@ -95,6 +96,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 		}
 	}
 	renderFeatureGates(&b, rec.FeatureGates)
+	renderParameters(&b, rec)
 
 	b.WriteString("\n## Results\n\n| Path | Spec | Result | Time |\n|---|---|---|---|\n")
 	var failures []types.SpecReport
@@ -253,4 +255,54 @@ func renderFeatureGates(b *strings.Builder, gates []cluster.FeatureGate) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// renderParameters writes how the run was set up: timeout profile, namespace mode, pool, and the taints
+// it tolerated or was kept off by.
+func renderParameters(b *strings.Builder, rec Record) {
+	p := rec.Parameters
+	b.WriteString("\n## Run parameters\n\n| | |\n|---|---|\n")
+	row := func(k, v string) { fmt.Fprintf(b, "| %s | %s |\n", k, cell(v)) }
+	profile := p.TimeoutProfile
+	if p.TimeoutProfileWhy != "" {
+		profile += " (" + p.TimeoutProfileWhy + ")"
+	}
+	row("Timeout profile", cmp.Or(profile, "not recorded"))
+	if p.Namespace != "" {
+		row("Namespace", p.Namespace+" (team-namespace mode: no namespace or cluster-scoped object created)")
+	} else {
+		row("Namespace", "one per spec")
+	}
+	row("Queues", cmp.Or(p.LocalQueue, "own ResourceFlavor, ClusterQueue and LocalQueue per spec"))
+	row("GPU pool", strings.Join(p.GPUPool, ", "))
+	taints := func(ts []corev1.Taint) string {
+		out := make([]string, 0, len(ts))
+		for _, t := range ts {
+			out = append(out, cluster.FormatTaint(t))
+		}
+		return cmp.Or(strings.Join(out, ", "), "none")
+	}
+	row("Dedication taints", taints(rec.Taints.Dedication))
+	row("Tolerated automatically", taints(rec.Taints.Tolerated))
+	tols := make([]string, 0, len(p.Tolerations))
+	for _, t := range p.Tolerations {
+		s := t.Key
+		if t.Value != "" {
+			s += "=" + t.Value
+		}
+		tols = append(tols, s+":"+cmp.Or(string(t.Effect), "*"))
+	}
+	row("Test pod tolerations", cmp.Or(strings.Join(tols, ", "), "none"))
+	for _, n := range sortedNodeKeys(rec.Taints.Excluding) {
+		row("Left out: "+n, "untolerated "+taints(rec.Taints.Excluding[n]))
+	}
+}
+
+func sortedNodeKeys(m map[string][]corev1.Taint) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

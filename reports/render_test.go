@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
+	corev1 "k8s.io/api/core/v1"
 
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
@@ -103,6 +104,27 @@ func TestFeatureGatesTable(t *testing.T) {
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+func TestRenderRunParameters(t *testing.T) {
+	rec := Record{RunID: "r1"}
+	rec.Parameters = Parameters{TimeoutProfile: "real", TimeoutProfileWhy: "auto: not a kind cluster", Namespace: "team-a", LocalQueue: "gpus",
+		GPUPool: []string{"w1", "w2"}, Tolerations: []corev1.Toleration{{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}}}
+	gpu := corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}
+	rec.Taints.Dedication, rec.Taints.Tolerated = []corev1.Taint{gpu}, []corev1.Taint{gpu}
+	rec.Taints.Excluding = map[string][]corev1.Taint{"w3": {{Key: "maintenance", Effect: corev1.TaintEffectNoExecute}}}
+	md := RenderMarkdown(nil, rec)
+	for _, want := range []string{
+		"| Timeout profile | real (auto: not a kind cluster) |",
+		"| Namespace | team-a (team-namespace mode",
+		"| Queues | gpus |",
+		"| Tolerated automatically | nvidia.com/gpu=present:NoSchedule |",
+		"| Left out: w3 | untolerated maintenance:NoExecute |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("signoff lacks %q", want)
 		}
 	}
 }

@@ -129,6 +129,11 @@ type Capabilities struct {
 	Broken map[string]string
 	// GateNode is the Ready GPU node whose kubelet's feature gates the record reads ("" when none).
 	GateNode string
+	// Taints are the GPU pool's dedication taints, which of them test pods tolerate, and the pool nodes
+	// left out because a taint of their own keeps the pods off.
+	Taints Taints
+	// KindCluster is true when every node's providerID is kind://: the timeout profile "auto" is local.
+	KindCluster bool
 	// Notes carry Snapshot notes.
 	Notes []string
 }
@@ -258,6 +263,23 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 		Canary:    resolvePool("canary", cfg.Pools.Canary, cfg.Pools.Explicit("canary"), s.Nodes, withDevices, false),
 		KnownGood: resolvePool("knownGood", cfg.Pools.KnownGood, cfg.Pools.Explicit("knownGood"), s.Nodes, withDevices, true),
 	}
+	c.Taints = discoverTaints(c.Pools.GPU.Nodes, s.Nodes, cfg.DedicationTaints, cfg.AutoTolerate(), cfg.Tolerations)
+	if len(c.Taints.Excluding) > 0 {
+		// Nodes the test pods cannot use are not part of the pool the specs size and pin to.
+		c.Pools.GPU.Nodes = slices.DeleteFunc(c.Pools.GPU.Nodes, func(n string) bool { return c.Taints.Excluding[n] != nil })
+		for _, n := range sortedKeys(c.Taints.Excluding) {
+			names := make([]string, 0, len(c.Taints.Excluding[n]))
+			advice := "tolerate it with --toleration or --dedication-taint to use the node"
+			for _, t := range c.Taints.Excluding[n] {
+				names = append(names, FormatTaint(t))
+				if lifecycleTaint(t) {
+					advice = "Kubernetes put it there: the node is not usable now"
+				}
+			}
+			c.Notes = append(c.Notes, fmt.Sprintf("GPU node %s is left out of the pool: taint %s keeps the suite's pods off it and the rest of the pool does not carry it (%s)", n, strings.Join(names, ", "), advice))
+		}
+	}
+	c.KindCluster = len(s.Nodes) > 0 && !slices.ContainsFunc(s.Nodes, func(n corev1.Node) bool { return !strings.HasPrefix(n.Spec.ProviderID, "kind://") })
 	for k, v := range c.NotExercised {
 		if v == "" {
 			delete(c.NotExercised, k)

@@ -71,8 +71,18 @@ type Config struct {
 	Disruptive bool `json:"disruptive,omitempty"`
 	// Image is the workload image.
 	Image string `json:"image,omitempty"`
-	// TimeoutProfile is "local" or "real".
+	// TimeoutProfile is "auto" (default: local on a kind cluster, real otherwise), "local" or "real".
 	TimeoutProfile string `json:"timeoutProfile,omitempty"`
+	// Namespace, when set, is an existing namespace every spec runs in (team-namespace mode): the suite
+	// creates no namespace and no cluster-scoped object, names and labels its objects per spec, and
+	// cleans up by label. Kueue specs then need queues.localQueue in it.
+	Namespace string `json:"namespace,omitempty"`
+	// DedicationTaints are taint keys that reserve GPU nodes (e.g. nvidia.com/gpu); test pods tolerate them
+	// wherever they appear in the GPU pool. Taints every GPU node carries are found without this list.
+	DedicationTaints []string `json:"dedicationTaints,omitempty"`
+	// AutoTolerateDedicationTaints lets test pods tolerate the dedication taints (default true). Off, the
+	// pods carry only Tolerations, and a pool reserved by a taint shows as UntoleratedTaint.
+	AutoTolerateDedicationTaints *bool `json:"autoTolerateDedicationTaints,omitempty"`
 	// ArtifactsDir receives reports, dumps and logs; default $ARTIFACTS or _artifacts.
 	ArtifactsDir string `json:"artifactsDir,omitempty"`
 	// KeepResources leaves every created object in place for debugging (the leak audit then reports them
@@ -157,12 +167,17 @@ func Default() Config {
 		Queues:         QueuesConfig{Mode: QueuesOwn},
 		Kueue:          KueueConfig{Namespace: "kueue-system"},
 		Image:          "gpuconform.local/gpu-workload:dev",
-		TimeoutProfile: timeouts.ProfileLocal,
+		TimeoutProfile: timeouts.ProfileAuto,
 		ArtifactsDir:   cmp.Or(os.Getenv("ARTIFACTS"), "_artifacts"),
 	}
 }
 
-// Timeouts returns the budgets of the configured profile.
+// AutoTolerate reports whether test pods tolerate the discovered dedication taints.
+func (c Config) AutoTolerate() bool {
+	return c.AutoTolerateDedicationTaints == nil || *c.AutoTolerateDedicationTaints
+}
+
+// Timeouts returns the budgets of the configured profile ("auto" not yet resolved waits as real does).
 func (c Config) Timeouts() timeouts.Timeouts {
 	t, err := timeouts.ForProfile(c.TimeoutProfile)
 	if err != nil {
@@ -187,6 +202,14 @@ func (c Config) ExplicitPaths() []string {
 // Validate returns every problem at once, each naming the key and the accepted values.
 func (c Config) Validate() error {
 	var errs []error
+	if c.Namespace != "" && (len(c.Namespace) > 63 || !dnsLabel(c.Namespace)) {
+		errs = append(errs, fmt.Errorf("namespace %q: not a namespace name (a DNS label of at most 63 characters)", c.Namespace))
+	}
+	for _, k := range c.DedicationTaints {
+		if k == "" || strings.ContainsAny(k, "=: ") {
+			errs = append(errs, fmt.Errorf("dedicationTaints: %q is not a taint key (give the key alone, e.g. nvidia.com/gpu)", k))
+		}
+	}
 	if c.NamespacePrefix == "" || len(c.NamespacePrefix) > 40 || !dnsLabel(c.NamespacePrefix) {
 		errs = append(errs, fmt.Errorf("namespacePrefix %q: must be a DNS label of at most 40 characters (lowercase letters, digits, '-')", c.NamespacePrefix))
 	}
@@ -330,7 +353,13 @@ var flagDefs = []flagDef{
 	{name: "kueue-namespace", usage: "namespace of the Kueue installation", apply: func(c *Config, v string) error { c.Kueue.Namespace = v; return nil }},
 	{name: "disruptive", usage: "opt in to specs that change nodes", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.Disruptive = b })},
 	{name: "image", usage: "workload image", apply: func(c *Config, v string) error { c.Image = v; return nil }},
-	{name: "timeout-profile", usage: "local or real", apply: func(c *Config, v string) error { c.TimeoutProfile = v; return nil }},
+	{name: "namespace", usage: "run every spec in this existing namespace (team-namespace mode: no namespace or cluster-scoped object is created)", apply: func(c *Config, v string) error { c.Namespace = v; return nil }},
+	{name: "dedication-taint", usage: "taint key that reserves GPU nodes; test pods tolerate it wherever it is in the GPU pool; repeatable", apply: func(c *Config, v string) error {
+		c.DedicationTaints = append(c.DedicationTaints, v)
+		return nil
+	}},
+	{name: "auto-tolerate", usage: "tolerate the GPU pool's dedication taints automatically (default true)", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.AutoTolerateDedicationTaints = &b })},
+	{name: "timeout-profile", usage: "auto (default: local on a kind cluster, real otherwise), local or real", apply: func(c *Config, v string) error { c.TimeoutProfile = v; return nil }},
 	{name: "artifacts", usage: "artifacts directory (default $ARTIFACTS or _artifacts)", apply: func(c *Config, v string) error { c.ArtifactsDir = v; return nil }},
 	{name: "keep-resources", usage: "keep every created object (debugging)", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.KeepResources = b })},
 	{name: "cleanup-leftovers", usage: "delete an earlier run's leftovers at start instead of refusing to run", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.CleanupLeftovers = b })},

@@ -70,8 +70,31 @@ tolerations:
 	if len(cfg.Tolerations) != 2 || cfg.Tolerations[1].Key != "dedicated" || cfg.Tolerations[1].Effect != corev1.TaintEffectNoExecute {
 		t.Errorf("tolerations: %+v", cfg.Tolerations)
 	}
-	if cfg.Timeouts().PodStart <= Default().Timeouts().PodStart {
+	local := Default()
+	local.TimeoutProfile = "local"
+	if cfg.Timeouts().PodStart <= local.Timeouts().PodStart {
 		t.Error("real profile must wait longer than local")
+	}
+	if Default().TimeoutProfile != "auto" || Default().Timeouts() != cfg.Timeouts() {
+		t.Error("the default profile is auto, which waits as real does until the nodes decide")
+	}
+}
+
+func TestTeamNamespaceAndTaintFlags(t *testing.T) {
+	cfg, err := Parse([]string{"--namespace", "team-a", "--local-queue", "gpus", "--dedication-taint", "nvidia.com/gpu", "--dedication-taint", "dedicated", "--auto-tolerate=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Namespace != "team-a" || cfg.Queues.LocalQueue != "gpus" || len(cfg.DedicationTaints) != 2 || cfg.AutoTolerate() {
+		t.Errorf("flags not applied: %+v", cfg)
+	}
+	if !Default().AutoTolerate() {
+		t.Error("dedication taints are tolerated by default")
+	}
+	for _, bad := range [][]string{{"--namespace", "Team_A"}, {"--dedication-taint", "nvidia.com/gpu=present:NoSchedule"}} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
 	}
 }
 

@@ -14,6 +14,9 @@ const (
 	ProfileLocal = "local"
 	// ProfileReal is a real cluster: images are pulled, autoscalers may add nodes, drivers load.
 	ProfileReal = "real"
+	// ProfileAuto picks local for a kind cluster (every node's providerID is kind://) and real otherwise,
+	// once the nodes are read; until then it waits as real does.
+	ProfileAuto = "auto"
 )
 
 // Timeouts holds every budget the suite waits with. Each field says what it waits for and why that long.
@@ -90,10 +93,10 @@ func Real() Timeouts {
 // ForProfile returns the named profile.
 func ForProfile(name string) (Timeouts, error) {
 	switch name {
-	case ProfileLocal, "":
+	case ProfileLocal:
 		return Local(), nil
-	case ProfileReal:
+	case ProfileReal, ProfileAuto, "":
 		return Real(), nil
 	}
-	return Timeouts{}, fmt.Errorf("unknown timeout profile %q: use %q (kind cluster) or %q (real cluster)", name, ProfileLocal, ProfileReal)
+	return Timeouts{}, fmt.Errorf("unknown timeout profile %q: use %q (decide from the nodes), %q (kind cluster) or %q (real cluster)", name, ProfileAuto, ProfileLocal, ProfileReal)
 }

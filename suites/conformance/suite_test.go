@@ -31,6 +31,7 @@ import (
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/timeouts"
 	"gpuconform.io/gpuconform/framework/wait"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/reports"
@@ -46,6 +47,10 @@ var (
 	env     *testenv.Env
 	record  reports.Record
 	leaks   *audit.Result
+	// tolerations are every test pod's: the configured ones and the GPU pool's dedication taints.
+	tolerations []corev1.Toleration
+	// profileWhy says how the timeout profile was chosen when it was "auto".
+	profileWhy string
 )
 
 func TestConformance(t *testing.T) {
@@ -75,6 +80,15 @@ func TestConformance(t *testing.T) {
 	if caps, err = waitForStack(ctx); err != nil {
 		setupFailed(t, signoff, clients.Context, clients.Server, err)
 	}
+	if cfg.TimeoutProfile == timeouts.ProfileAuto {
+		cfg.TimeoutProfile = timeouts.ProfileReal
+		if caps.KindCluster {
+			cfg.TimeoutProfile = timeouts.ProfileLocal
+		}
+		profileWhy = "auto: " + map[bool]string{true: "every node's providerID is kind://", false: "not a kind cluster"}[caps.KindCluster]
+	}
+	// Test pods tolerate what the user listed and the GPU pool's dedication taints.
+	tolerations = append(slices.Clone(cfg.Tolerations), caps.Taints.Tolerations()...)
 	paths = gpu.Paths(caps, cfg)
 	describers := make([]reports.PathDescriber, len(paths))
 	for i, p := range paths {
@@ -82,6 +96,9 @@ func TestConformance(t *testing.T) {
 	}
 	record = reports.NewRecord(runID, clients.Context, clients.Server, caps, describers)
 	record.Signoff = signoff
+	record.Taints = caps.Taints
+	record.Parameters = reports.Parameters{TimeoutProfile: cfg.TimeoutProfile, TimeoutProfileWhy: profileWhy, Namespace: cfg.Namespace,
+		LocalQueue: existingLocalQueue(), GPUPool: caps.Pools.GPU.Nodes, Tolerations: tolerations}
 	gates, notes := cluster.ReadFeatureGates(ctx, clients.Kube, caps.GateNode)
 	record.FeatureGates, record.Notes = gates, append(record.Notes, notes...)
 
@@ -171,7 +188,7 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 }, func(runID []byte) {
 	factory := fixtures.NewFactory(string(runID))
 	factory.Image = cfg.Image
-	factory.Tolerations = cfg.Tolerations
+	factory.Tolerations = tolerations
 	t := cfg.Timeouts()
 	env = &testenv.Env{
 		Clients: clients, KueuePresent: caps.Kueue.Present, Factory: factory, Timeouts: t,
@@ -241,7 +258,7 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 	scenarios.ShortageSpec(func() scenarios.ShortageInput {
 		return scenarios.ShortageInput{
 			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existingLocalQueue(),
-			GPUPool: caps.Pools.GPU.Nodes, Nodes: discoveredNodes(), Tolerations: cfg.Tolerations, NotExercised: notExercised,
+			GPUPool: caps.Pools.GPU.Nodes, Nodes: discoveredNodes(), Tolerations: tolerations, NotExercised: notExercised,
 		}
 	})
 })

@@ -1,0 +1,135 @@
+package cluster
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+)
+
+// Taints is what discovery found about the GPU pool's taints and what the suite does about them.
+type Taints struct {
+	// Dedication are the taints that reserve the pool for GPU work: NoSchedule or PreferNoSchedule taints
+	// that every node of the pool carries (same key, value and effect), and taints whose key is in the
+	// configured dedicationTaints list. Lifecycle taints (node.kubernetes.io/...) never count.
+	Dedication []corev1.Taint `json:"dedication,omitempty"`
+	// Tolerated are the dedication taints test pods tolerate automatically (all of Dedication unless
+	// autoTolerateDedicationTaints is off).
+	Tolerated []corev1.Taint `json:"tolerated,omitempty"`
+	// Excluding names, per pool node, the taints that keep the suite's pods off it although the rest of
+	// the pool does not carry them (maintenance, a broken node, a team's reservation). Such a node is
+	// left out of the pool the specs use.
+	Excluding map[string][]corev1.Taint `json:"excluding,omitempty"`
+}
+
+// Tolerations returns one toleration per tolerated taint: Equal with the taint's value (Exists when it
+// has none) and its effect, so nothing wider than the taint is tolerated.
+func (t Taints) Tolerations() []corev1.Toleration {
+	out := make([]corev1.Toleration, 0, len(t.Tolerated))
+	for _, taint := range t.Tolerated {
+		tol := corev1.Toleration{Key: taint.Key, Effect: taint.Effect, Operator: corev1.TolerationOpExists}
+		if taint.Value != "" {
+			tol.Operator, tol.Value = corev1.TolerationOpEqual, taint.Value
+		}
+		out = append(out, tol)
+	}
+	return out
+}
+
+// lifecycleTaint reports taints Kubernetes manages itself (not-ready, unreachable, pressure, cordon,
+// cloud initialisation): they come and go with the node's state and never dedicate a pool.
+func lifecycleTaint(t corev1.Taint) bool {
+	return strings.HasPrefix(t.Key, "node.kubernetes.io/") || strings.HasPrefix(t.Key, "node.cloudprovider.kubernetes.io/")
+}
+
+// FormatTaint renders a taint as kubectl does: key[=value]:Effect.
+func FormatTaint(t corev1.Taint) string {
+	if t.Value == "" {
+		return t.Key + ":" + string(t.Effect)
+	}
+	return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+}
+
+// discoverTaints decides the pool's dedication taints, which of them test pods tolerate, and which pool
+// nodes remain unusable to test pods with those and the configured tolerations.
+func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string, autoTolerate bool, configured []corev1.Toleration) Taints {
+	var members []corev1.Node
+	for _, n := range nodes {
+		if slices.Contains(pool, n.Name) {
+			members = append(members, n)
+		}
+	}
+	var t Taints
+	if len(members) == 0 {
+		return t
+	}
+	key := FormatTaint
+	seen := map[string]bool{}
+	add := func(taint corev1.Taint) {
+		if !seen[key(taint)] {
+			seen[key(taint)] = true
+			t.Dedication = append(t.Dedication, corev1.Taint{Key: taint.Key, Value: taint.Value, Effect: taint.Effect})
+		}
+	}
+	for _, taint := range members[0].Spec.Taints {
+		if lifecycleTaint(taint) || (taint.Effect != corev1.TaintEffectNoSchedule && taint.Effect != corev1.TaintEffectPreferNoSchedule) {
+			continue
+		}
+		onAll := true
+		for _, n := range members[1:] {
+			onAll = onAll && slices.ContainsFunc(n.Spec.Taints, func(o corev1.Taint) bool { return key(o) == key(taint) })
+		}
+		if onAll {
+			add(taint)
+		}
+	}
+	for _, n := range members {
+		for _, taint := range n.Spec.Taints {
+			if slices.Contains(configuredKeys, taint.Key) && !lifecycleTaint(taint) {
+				add(taint)
+			}
+		}
+	}
+	sort.Slice(t.Dedication, func(i, j int) bool { return key(t.Dedication[i]) < key(t.Dedication[j]) })
+	if autoTolerate {
+		t.Tolerated = slices.Clone(t.Dedication)
+	}
+
+	// A node the pods still cannot use, for a taint the other pool nodes do not share, is named and
+	// excluded. A taint on every node stays: the specs run into it and say so (UntoleratedTaint).
+	tolerations := append(slices.Clone(configured), t.Tolerations()...)
+	for _, n := range members {
+		for _, taint := range untolerated(n, tolerations) {
+			shared := true
+			for _, o := range members {
+				shared = shared && slices.ContainsFunc(o.Spec.Taints, func(x corev1.Taint) bool { return key(x) == key(taint) })
+			}
+			if shared {
+				continue
+			}
+			if t.Excluding == nil {
+				t.Excluding = map[string][]corev1.Taint{}
+			}
+			t.Excluding[n.Name] = append(t.Excluding[n.Name], taint)
+		}
+	}
+	return t
+}
+
+// untolerated returns the node's NoSchedule and NoExecute taints none of the tolerations tolerates.
+func untolerated(n corev1.Node, tolerations []corev1.Toleration) []corev1.Taint {
+	var out []corev1.Taint
+	for i := range n.Spec.Taints {
+		taint := &n.Spec.Taints[i]
+		if taint.Effect == corev1.TaintEffectPreferNoSchedule {
+			continue
+		}
+		if !slices.ContainsFunc(tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), taint, false) }) {
+			out = append(out, *taint)
+		}
+	}
+	return out
+}
