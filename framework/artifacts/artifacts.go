@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 	"sigs.k8s.io/yaml"
 )
@@ -38,7 +40,7 @@ func Sanitize(s string) string {
 // DumpNamespace writes events, pods, jobs, claims, Kueue workloads and pod logs of namespace into dir.
 // It never fails: what it cannot read becomes a line in errors.txt, because a dump is evidence and
 // partial evidence beats none.
-func DumpNamespace(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, namespace, dir string) {
+func DumpNamespace(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, namespace, selector, dir string) {
 	var problems []string
 	note := func(format string, a ...any) { problems = append(problems, fmt.Sprintf(format, a...)) }
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -54,21 +56,15 @@ func DumpNamespace(ctx context.Context, kube kubernetes.Interface, kq kueueclien
 			note("write %s: %v", name, err)
 		}
 	}
-	opts := metav1.ListOptions{}
-	if ev, err := kube.CoreV1().Events(namespace).List(ctx, opts); err == nil {
-		sort.Slice(ev.Items, func(i, j int) bool { return eventTime(ev.Items[i]).Time.Before(eventTime(ev.Items[j]).Time) })
-		var b strings.Builder
-		for _, e := range ev.Items {
-			fmt.Fprintf(&b, "%s %s %s/%s %s: %s (x%d)\n", eventTime(e).Format("15:04:05"), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, max(e.Count, 1))
-		}
-		_ = os.WriteFile(filepath.Join(dir, "events.txt"), []byte(b.String()), 0o644)
-	} else {
-		note("events: %v", err)
-	}
+	// With a selector (a shared team namespace) only the spec's objects are dumped, and only the events
+	// and Workloads about them: the rest of the namespace is other people's.
+	opts := metav1.ListOptions{LabelSelector: selector}
+	ours := map[string]bool{}
 	pods, err := kube.CoreV1().Pods(namespace).List(ctx, opts)
 	if err == nil {
 		write("pods.yaml", stripManaged(pods))
 		for _, p := range pods.Items {
+			ours["Pod/"+p.Name] = true
 			for _, c := range append(append([]corev1.Container{}, p.Spec.InitContainers...), p.Spec.Containers...) {
 				for _, previous := range []bool{false, true} {
 					raw, err := kube.CoreV1().Pods(namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, Previous: previous}).DoRaw(ctx)
@@ -88,19 +84,46 @@ func DumpNamespace(ctx context.Context, kube kubernetes.Interface, kq kueueclien
 	}
 	if jobs, err := kube.BatchV1().Jobs(namespace).List(ctx, opts); err == nil {
 		write("jobs.yaml", stripManaged(jobs))
+		for _, j := range jobs.Items {
+			ours["Job/"+j.Name] = true
+		}
 	} else {
 		note("jobs: %v", err)
 	}
 	if claims, err := kube.ResourceV1().ResourceClaims(namespace).List(ctx, opts); err == nil {
 		write("resourceclaims.yaml", stripManaged(claims))
+		for _, c := range claims.Items {
+			ours["ResourceClaim/"+c.Name] = true
+		}
 	}
 	if kq != nil {
-		if wls, err := kq.KueueV1beta2().Workloads(namespace).List(ctx, opts); err == nil {
+		if wls, err := kq.KueueV1beta2().Workloads(namespace).List(ctx, metav1.ListOptions{}); err == nil {
+			if selector != "" {
+				wls.Items = slices.DeleteFunc(wls.Items, func(w kueue.Workload) bool {
+					return !slices.ContainsFunc(w.OwnerReferences, func(o metav1.OwnerReference) bool { return ours[o.Kind+"/"+o.Name] })
+				})
+			}
+			for _, w := range wls.Items {
+				ours["Workload/"+w.Name] = true
+			}
 			write("workloads.yaml", stripManaged(wls))
 		}
-		if lqs, err := kq.KueueV1beta2().LocalQueues(namespace).List(ctx, opts); err == nil {
+		if lqs, err := kq.KueueV1beta2().LocalQueues(namespace).List(ctx, metav1.ListOptions{}); err == nil {
 			write("localqueues.yaml", stripManaged(lqs))
 		}
+	}
+	if ev, err := kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{}); err == nil {
+		if selector != "" {
+			ev.Items = slices.DeleteFunc(ev.Items, func(e corev1.Event) bool { return !ours[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name] })
+		}
+		sort.Slice(ev.Items, func(i, j int) bool { return eventTime(ev.Items[i]).Time.Before(eventTime(ev.Items[j]).Time) })
+		var b strings.Builder
+		for _, e := range ev.Items {
+			fmt.Fprintf(&b, "%s %s %s/%s %s: %s (x%d)\n", eventTime(e).Format("15:04:05"), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, max(e.Count, 1))
+		}
+		_ = os.WriteFile(filepath.Join(dir, "events.txt"), []byte(b.String()), 0o644)
+	} else {
+		note("events: %v", err)
 	}
 	if len(problems) > 0 {
 		_ = os.WriteFile(filepath.Join(dir, "errors.txt"), []byte(strings.Join(problems, "\n")+"\n"), 0o644)

@@ -79,6 +79,13 @@ func Summary(fs []Finding) string {
 // Run lists every kind the suite creates and sorts labelled objects into this run's and others'. kq may
 // be nil when Kueue is absent.
 func Run(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, runID string) Result {
+	return RunIn(ctx, kube, kq, runID, "")
+}
+
+// RunIn is Run for team-namespace mode when namespace is set: the suite created no namespace and no
+// cluster-scoped object, so it lists the namespaced kinds it creates (pods, Jobs, claim templates,
+// claims) in that namespace, and the node marks.
+func RunIn(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, runID, namespace string) Result {
 	res := Result{RunID: runID}
 	sel := metav1.ListOptions{LabelSelector: fixtures.RunLabel}
 	add := func(kind, ns, name string, lbls map[string]string, detail string) {
@@ -95,6 +102,13 @@ func Run(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interfac
 		}
 	}
 
+	if namespace != "" {
+		listNamespaced(ctx, kube, namespace, sel, add, fail)
+		listNodeMarks(ctx, kube, runID, &res, fail)
+		sortFindings(res.Ours)
+		sortFindings(res.Others)
+		return res
+	}
 	if l, err := kube.CoreV1().Namespaces().List(ctx, sel); err == nil {
 		for _, o := range l.Items {
 			detail := ""
@@ -143,22 +157,60 @@ func Run(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interfac
 			fail("workloadpriorityclasses", err)
 		}
 	}
-	if l, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); err == nil {
-		for _, n := range l.Items {
-			for _, f := range nodeMarks(n) {
-				if f.Run == runID {
-					res.Ours = append(res.Ours, f)
-				} else {
-					res.Others = append(res.Others, f)
-				}
-			}
-		}
-	} else {
-		fail("nodes", err)
-	}
+	listNodeMarks(ctx, kube, runID, &res, fail)
 	sortFindings(res.Ours)
 	sortFindings(res.Others)
 	return res
+}
+
+func listNodeMarks(ctx context.Context, kube kubernetes.Interface, runID string, res *Result, fail func(string, error)) {
+	l, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fail("nodes", err)
+		return
+	}
+	for _, n := range l.Items {
+		for _, f := range nodeMarks(n) {
+			if f.Run == runID {
+				res.Ours = append(res.Ours, f)
+			} else {
+				res.Others = append(res.Others, f)
+			}
+		}
+	}
+}
+
+// listNamespaced lists the namespaced kinds the suite creates in one namespace.
+func listNamespaced(ctx context.Context, kube kubernetes.Interface, ns string, sel metav1.ListOptions,
+	add func(kind, ns, name string, lbls map[string]string, detail string), fail func(string, error)) {
+	if l, err := kube.CoreV1().Pods(ns).List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			add("Pod", o.Namespace, o.Name, o.Labels, "")
+		}
+	} else {
+		fail("pods", err)
+	}
+	if l, err := kube.BatchV1().Jobs(ns).List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			add("Job", o.Namespace, o.Name, o.Labels, "")
+		}
+	} else {
+		fail("jobs", err)
+	}
+	if l, err := kube.ResourceV1().ResourceClaimTemplates(ns).List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			add("ResourceClaimTemplate", o.Namespace, o.Name, o.Labels, "")
+		}
+	} else {
+		fail("resourceclaimtemplates", err)
+	}
+	if l, err := kube.ResourceV1().ResourceClaims(ns).List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			add("ResourceClaim", o.Namespace, o.Name, o.Labels, "")
+		}
+	} else {
+		fail("resourceclaims", err)
+	}
 }
 
 // nodeMarks returns what the suite may have left on a node: its taints, a cordon it made (recorded by
@@ -208,6 +260,12 @@ func Delete(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Inter
 			err = kube.CoreV1().Namespaces().Delete(ctx, f.Name, opts)
 		case "ResourceClaim":
 			err = kube.ResourceV1().ResourceClaims(f.Namespace).Delete(ctx, f.Name, opts)
+		case "ResourceClaimTemplate":
+			err = kube.ResourceV1().ResourceClaimTemplates(f.Namespace).Delete(ctx, f.Name, opts)
+		case "Pod":
+			err = kube.CoreV1().Pods(f.Namespace).Delete(ctx, f.Name, opts)
+		case "Job":
+			err = kube.BatchV1().Jobs(f.Namespace).Delete(ctx, f.Name, opts)
 		case "DeviceClass":
 			err = kube.ResourceV1().DeviceClasses().Delete(ctx, f.Name, opts)
 		case "ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass":

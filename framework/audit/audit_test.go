@@ -69,3 +69,29 @@ func TestLeaksAndLeftoversAreSeparated(t *testing.T) {
 		t.Error("a cordon the suite did not make must be left alone")
 	}
 }
+
+func TestTeamNamespaceAuditListsOnlyThatNamespace(t *testing.T) {
+	kube := fake.NewClientset(
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe-1-alloc-x1", Namespace: "team-a", Labels: lbl("run-a")}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "their-pod", Namespace: "team-a"}}, // the team's own: never ours
+		&resourcev1.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "old-gpus", Namespace: "team-a", Labels: lbl("run-old")}},
+		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "team-b", Labels: lbl("run-a")}},
+		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}},
+	)
+	res := RunIn(context.Background(), kube, nil, "run-a", "team-a")
+	if len(res.Ours) != 1 || res.Ours[0].Kind != "Pod" || res.Ours[0].Name != "probe-1-alloc-x1" {
+		t.Errorf("ours = %v, want the one labelled pod in team-a", res.Ours)
+	}
+	if len(res.Others) != 1 || res.Others[0].Kind != "ResourceClaimTemplate" {
+		t.Errorf("others = %v, want the earlier run's claim template", res.Others)
+	}
+	if err := Delete(context.Background(), kube, nil, append(res.Ours, res.Others...)); err != nil {
+		t.Fatal(err)
+	}
+	if again := RunIn(context.Background(), kube, nil, "run-a", "team-a"); len(again.Ours)+len(again.Others) != 0 {
+		t.Errorf("after delete: %+v", again)
+	}
+	if _, err := kube.CoreV1().Pods("team-a").Get(context.Background(), "their-pod", metav1.GetOptions{}); err != nil {
+		t.Errorf("the team's own pod was touched: %v", err)
+	}
+}

@@ -15,6 +15,8 @@ type Permission struct {
 	Verb, Group, Resource string
 	// Why is shown when the permission is missing.
 	Why string
+	// Namespace is where the permission is needed; "" means cluster-wide (or every namespace).
+	Namespace string
 }
 
 func (p Permission) String() string {
@@ -22,38 +24,73 @@ func (p Permission) String() string {
 	if g == "" {
 		g = "core"
 	}
-	return fmt.Sprintf("%s %s (%s)", p.Verb, p.Resource, g)
+	s := fmt.Sprintf("%s %s (%s)", p.Verb, p.Resource, g)
+	if p.Namespace != "" {
+		s += " in namespace " + p.Namespace
+	}
+	return s
+}
+
+// Needs says which parts of the suite will run, so the preflight asks for what they need and no more.
+type Needs struct {
+	// OwnQueues: specs create their own ResourceFlavor, ClusterQueue and LocalQueue.
+	OwnQueues bool
+	// Kueue: specs submit through Kueue (own or existing queues).
+	Kueue bool
+	// DRA: the DRA path is exercised.
+	DRA bool
+	// Namespace: team-namespace mode; the suite's writes all happen in this existing namespace.
+	Namespace string
 }
 
 // PreflightNeeds lists what the non-disruptive level needs. Kueue objects are included only when the
-// suite will create them, DRA objects only when the DRA path is exercised.
-func PreflightNeeds(kueueOwnQueues, kueueUsed, dra bool) []Permission {
-	perms := []Permission{
-		{"list", "", "nodes", "discover GPU nodes and pools"},
-		{"create", "", "namespaces", "run each spec in its own namespace"},
-		{"delete", "", "namespaces", "clean up each spec's namespace"},
-		{"list", "", "namespaces", "leak audit and leftover check"},
-		{"create", "batch", "jobs", "submit GPU jobs"},
-		{"create", "", "pods", "run probe and podresources helper pods"},
-		{"get", "", "pods/log", "read probe output"},
-		{"list", "", "events", "diagnose failures"},
-	}
-	if dra {
+// suite will create them, DRA objects only when the DRA path is exercised. In team-namespace mode the
+// writes are asked for in that namespace (fixtures/rbac/team-namespace.yaml's Role grants them) and the
+// cluster-wide part is reads only (fixtures/rbac/read-only.yaml).
+func PreflightNeeds(n Needs) []Permission {
+	ns := n.Namespace
+	perms := []Permission{{Verb: "list", Resource: "nodes", Why: "discover GPU nodes and pools"}}
+	if ns == "" {
 		perms = append(perms,
-			Permission{"create", "resource.k8s.io", "resourceclaimtemplates", "ask for DRA devices"},
-			Permission{"list", "resource.k8s.io", "resourceclaims", "read which devices a pod was given"},
-			Permission{"list", "resource.k8s.io", "resourceslices", "discover DRA capacity"},
-			Permission{"list", "resource.k8s.io", "deviceclasses", "discover DRA device classes"},
+			Permission{Verb: "create", Resource: "namespaces", Why: "run each spec in its own namespace"},
+			Permission{Verb: "delete", Resource: "namespaces", Why: "clean up each spec's namespace"},
+			Permission{Verb: "list", Resource: "namespaces", Why: "leak audit and leftover check"})
+	} else {
+		perms = append(perms,
+			Permission{Verb: "list", Resource: "pods", Why: "leak audit and leftover check in the team namespace", Namespace: ns},
+			Permission{Verb: "delete", Resource: "pods", Why: "clean up each spec's pods", Namespace: ns},
+			Permission{Verb: "list", Group: "batch", Resource: "jobs", Why: "leak audit and cleanup by label", Namespace: ns},
+			Permission{Verb: "delete", Group: "batch", Resource: "jobs", Why: "clean up each spec's Jobs", Namespace: ns})
+	}
+	perms = append(perms,
+		Permission{Verb: "create", Group: "batch", Resource: "jobs", Why: "submit GPU jobs", Namespace: ns},
+		Permission{Verb: "create", Resource: "pods", Why: "run probe and podresources helper pods", Namespace: ns},
+		Permission{Verb: "get", Resource: "pods/log", Why: "read probe output", Namespace: ns},
+		Permission{Verb: "list", Resource: "events", Why: "diagnose failures", Namespace: ns})
+	if n.DRA {
+		perms = append(perms,
+			Permission{Verb: "create", Group: "resource.k8s.io", Resource: "resourceclaimtemplates", Why: "ask for DRA devices", Namespace: ns},
+			Permission{Verb: "list", Group: "resource.k8s.io", Resource: "resourceclaims", Why: "read which devices a pod was given", Namespace: ns},
+			Permission{Verb: "list", Group: "resource.k8s.io", Resource: "resourceslices", Why: "discover DRA capacity"},
+			Permission{Verb: "list", Group: "resource.k8s.io", Resource: "deviceclasses", Why: "discover DRA device classes"},
 		)
+		if ns != "" {
+			perms = append(perms,
+				Permission{Verb: "list", Group: "resource.k8s.io", Resource: "resourceclaimtemplates", Why: "leak audit and cleanup by label", Namespace: ns},
+				Permission{Verb: "delete", Group: "resource.k8s.io", Resource: "resourceclaimtemplates", Why: "clean up each spec's claim templates", Namespace: ns})
+		}
 	}
-	if kueueUsed {
-		perms = append(perms, Permission{"list", "kueue.x-k8s.io", "workloads", "check admission"})
+	if n.Kueue {
+		perms = append(perms, Permission{Verb: "list", Group: "kueue.x-k8s.io", Resource: "workloads", Why: "check admission", Namespace: ns})
+		if ns != "" {
+			perms = append(perms, Permission{Verb: "get", Group: "kueue.x-k8s.io", Resource: "localqueues", Why: "check the team's LocalQueue is active", Namespace: ns})
+		}
 	}
-	if kueueOwnQueues {
+	if n.OwnQueues {
 		for _, r := range []string{"resourceflavors", "clusterqueues", "localqueues", "workloadpriorityclasses"} {
 			perms = append(perms,
-				Permission{"create", "kueue.x-k8s.io", r, "create each spec's own queues"},
-				Permission{"delete", "kueue.x-k8s.io", r, "clean up each spec's queues"})
+				Permission{Verb: "create", Group: "kueue.x-k8s.io", Resource: r, Why: "create each spec's own queues"},
+				Permission{Verb: "delete", Group: "kueue.x-k8s.io", Resource: r, Why: "clean up each spec's queues"})
 		}
 	}
 	return perms
@@ -65,7 +102,7 @@ func Preflight(ctx context.Context, kube kubernetes.Interface, perms []Permissio
 	var missing []string
 	for _, p := range perms {
 		review := &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{
-			ResourceAttributes: &authv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: baseResource(p.Resource), Subresource: subresource(p.Resource)},
+			ResourceAttributes: &authv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: baseResource(p.Resource), Subresource: subresource(p.Resource), Namespace: p.Namespace},
 		}}
 		res, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 		if err != nil {
@@ -76,8 +113,15 @@ func Preflight(ctx context.Context, kube kubernetes.Interface, perms []Permissio
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("RBAC preflight: the current user lacks %d permission(s) for the non-disruptive level:\n  - %s\napply fixtures/rbac/non-disruptive.yaml and bind it to this user",
-			len(missing), strings.Join(missing, "\n  - "))
+		advice := "apply fixtures/rbac/non-disruptive.yaml and bind it to this user"
+		for _, p := range perms {
+			if p.Namespace != "" {
+				advice = fmt.Sprintf("apply fixtures/rbac/team-namespace.yaml in namespace %s and fixtures/rbac/read-only.yaml, and bind both to this user (see their headers)", p.Namespace)
+				break
+			}
+		}
+		return fmt.Errorf("RBAC preflight: the current user lacks %d permission(s) for the non-disruptive level:\n  - %s\n%s",
+			len(missing), strings.Join(missing, "\n  - "), advice)
 	}
 	return nil
 }

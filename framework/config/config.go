@@ -259,6 +259,9 @@ func (c Config) Validate() error {
 	if c.ArtifactsDir == "" {
 		errs = append(errs, errors.New("artifactsDir: empty"))
 	}
+	if c.Namespace != "" && c.Disruptive {
+		errs = append(errs, fmt.Errorf("namespace %q with disruptive: disruptive specs change nodes, which team-namespace mode never does; drop one of them", c.Namespace))
+	}
 	if c.KeepResources && c.CleanupLeftovers {
 		// Not contradictory strictly, but almost always a mistake worth saying out loud.
 		errs = append(errs, errors.New("keepResources and cleanupLeftovers are both set: this run would keep what the next one must delete; pick one"))

@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -45,6 +47,10 @@ type Env struct {
 	ArtifactsDir string
 	// KeepResources skips every delete.
 	KeepResources bool
+	// Namespace, when set, is the existing namespace every spec runs in (team-namespace mode): no
+	// namespace is created, each spec's objects carry a spec tag in their names and labels, and cleanup
+	// deletes by that label.
+	Namespace string
 }
 
 // NewNamespace creates a namespace for the current spec, named <prefix>-<purpose>-<random>, carrying
@@ -53,6 +59,10 @@ type Env struct {
 // namespace is dumped before that.
 func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespace {
 	ginkgo.GinkgoHelper()
+	if e.Namespace != "" {
+		return e.useTeamNamespace(purpose)
+	}
+	e.Factory.SpecTag = ""
 	base := e.NamespacePrefix + "-" + purpose + "-"
 	ns := e.Factory.Namespace(envconf.RandomName(base, min(len(base)+6, 63)))
 	created, err := e.Clients.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
@@ -86,10 +96,90 @@ func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespac
 		if !e.KueuePresent {
 			kq = nil
 		}
-		artifacts.DumpNamespace(ctx, e.Clients.Kube, kq, created.Name, dir)
+		artifacts.DumpNamespace(ctx, e.Clients.Kube, kq, created.Name, "", dir)
 		ginkgo.AddReportEntry("artifacts", dir)
 	})
 	return created
+}
+
+// useTeamNamespace gives the current spec the configured namespace. The spec's objects are named and
+// labelled with a fresh tag (fixtures.SpecLabel); cleanup (registered first, so it runs last) deletes
+// whatever still carries the tag and waits until its pods and claims are gone, so the devices are free
+// for the next spec; a failed spec's objects are dumped before that.
+func (e *Env) useTeamNamespace(purpose string) *corev1.Namespace {
+	ginkgo.GinkgoHelper()
+	tag := purpose + "-" + rand.String(5)
+	e.Factory.SpecTag = tag
+	ns := e.Namespace
+	selector := fixtures.SpecLabel + "=" + tag
+	ginkgo.DeferCleanup(func() {
+		if e.KeepResources {
+			ginkgo.GinkgoWriter.Printf("keeping the objects labelled %s in %s (keep-resources)\n", selector, ns)
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), e.Timeouts.Cleanup)
+		defer cancel()
+		gomega.Expect(e.deleteLabelled(ctx, ns, selector)).To(gomega.Succeed())
+		e.Wait.For(ctx, fmt.Sprintf("the objects labelled %s in %s to be gone", selector, ns), wait.Target{}, e.Timeouts.Cleanup, func(g gomega.Gomega) {
+			pods, err := e.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			g.Expect(pods.Items).To(gomega.BeEmpty(), "pods of this spec still exist")
+			claims, err := e.Clients.Kube.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+			if err == nil {
+				g.Expect(claims.Items).To(gomega.BeEmpty(), "ResourceClaims of this spec still exist")
+			}
+		})
+	})
+	ginkgo.DeferCleanup(func() {
+		if !ginkgo.CurrentSpecReport().Failed() {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		dir := artifacts.SpecDir(e.ArtifactsDir, ginkgo.CurrentSpecReport().FullText())
+		var kq = e.Clients.Kueue
+		if !e.KueuePresent {
+			kq = nil
+		}
+		artifacts.DumpNamespace(ctx, e.Clients.Kube, kq, ns, selector, dir)
+		ginkgo.AddReportEntry("artifacts", dir)
+	})
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+}
+
+// deleteLabelled deletes the namespaced kinds the suite creates that carry the selector. Generated
+// ResourceClaims go with their pods; Kueue's Workloads with their Jobs.
+func (e *Env) deleteLabelled(ctx context.Context, ns, selector string) error {
+	c := e.Clients.Kube
+	bg := metav1.DeletePropagationBackground
+	del := metav1.DeleteOptions{PropagationPolicy: &bg}
+	list := metav1.ListOptions{LabelSelector: selector}
+	var errs []error
+	keep := func(err error) {
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	if jobs, err := c.BatchV1().Jobs(ns).List(ctx, list); err == nil {
+		for _, j := range jobs.Items {
+			keep(c.BatchV1().Jobs(ns).Delete(ctx, j.Name, del))
+		}
+	} else {
+		keep(err)
+	}
+	if pods, err := c.CoreV1().Pods(ns).List(ctx, list); err == nil {
+		for _, p := range pods.Items {
+			keep(c.CoreV1().Pods(ns).Delete(ctx, p.Name, del))
+		}
+	} else {
+		keep(err)
+	}
+	if tmpls, err := c.ResourceV1().ResourceClaimTemplates(ns).List(ctx, list); err == nil {
+		for _, t := range tmpls.Items {
+			keep(c.ResourceV1().ResourceClaimTemplates(ns).Delete(ctx, t.Name, del))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Create creates obj and registers its deletion (fresh context, LIFO). Supported kinds are the ones

@@ -20,6 +20,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 
@@ -169,10 +170,18 @@ func removeStaleArtifacts(dir string) {
 }
 
 var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
-	perms := cluster.PreflightNeeds(caps.Kueue.Present && cfg.Queues.Mode == config.QueuesOwn, caps.Kueue.Present, caps.DRA != nil)
+	perms := cluster.PreflightNeeds(cluster.Needs{OwnQueues: kueueUsable() && cfg.Queues.Mode == config.QueuesOwn, Kueue: kueueUsable(), DRA: caps.DRA != nil, Namespace: cfg.Namespace})
 	gomega.Expect(cluster.Preflight(ctx, clients.Kube, perms)).To(gomega.Succeed())
 
-	leftovers := audit.Run(ctx, clients.Kube, kueueOrNil(), runID)
+	if cfg.Namespace != "" {
+		// Team-namespace mode: the namespace must exist; the suite may not be able to read it (a Role
+		// cannot grant reads of Namespace objects), so only "not found" stops the run.
+		_, err := clients.Kube.CoreV1().Namespaces().Get(ctx, cfg.Namespace, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			ginkgo.Fail(fmt.Sprintf("--namespace %s: the namespace does not exist; team-namespace mode runs in an existing namespace (create it, or ask the cluster's administrators to)", cfg.Namespace))
+		}
+	}
+	leftovers := audit.RunIn(ctx, clients.Kube, kueueOrNil(), runID, cfg.Namespace)
 	if len(leftovers.Others) > 0 {
 		if !cfg.CleanupLeftovers {
 			ginkgo.Fail("the cluster holds objects of earlier gpuconform runs; refusing to start (re-run with --cleanup-leftovers to delete them first):\n" + audit.Summary(leftovers.Others))
@@ -195,6 +204,7 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 		Wait: wait.Waiter{Poll: t.Poll, Explain: testenv.DiagnoseExplainer(clients, caps.Kueue.Present),
 			Judge: testenv.DiagnoseJudge(clients, caps.Kueue.Present)},
 		NamespacePrefix: cfg.NamespacePrefix, ArtifactsDir: cfg.ArtifactsDir, KeepResources: cfg.KeepResources,
+		Namespace: cfg.Namespace,
 	}
 	record.RunID = string(runID)
 })
@@ -206,12 +216,12 @@ var _ = ginkgo.SynchronizedAfterSuite(func() {}, func(ctx context.Context) {
 	// The leak audit fails the run if anything of this run is left once cleanup has had its time.
 	var res audit.Result
 	check := func(g gomega.Gomega) {
-		res = audit.Run(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID)
+		res = audit.RunIn(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID, cfg.Namespace)
 		g.Expect(res.Ours).To(gomega.BeEmpty())
 	}
 	defer func() { leaks = &res }()
 	if cfg.KeepResources {
-		res = audit.Run(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID)
+		res = audit.RunIn(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID, cfg.Namespace)
 		ginkgo.GinkgoWriter.Printf("keep-resources: %d object(s) of this run were kept:\n%s\n", len(res.Ours), audit.Summary(res.Ours))
 		return
 	}
@@ -238,7 +248,7 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 	scenarios.BrokenPathSpec(caps.Broken)
 	scenarios.AllocationSpec(func() scenarios.AllocationInput {
 		return scenarios.AllocationInput{
-			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existingLocalQueue(),
+			Env: env, Paths: paths, KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(),
 			GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised,
 		}
 	})
@@ -257,11 +267,24 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 	})
 	scenarios.ShortageSpec(func() scenarios.ShortageInput {
 		return scenarios.ShortageInput{
-			Env: env, Paths: paths, KueuePresent: caps.Kueue.Present, ExistingLocalQueue: existingLocalQueue(),
+			Env: env, Paths: paths, KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(),
 			GPUPool: caps.Pools.GPU.Nodes, Nodes: discoveredNodes(), Tolerations: tolerations, NotExercised: notExercised,
 		}
 	})
 })
+
+// kueueUsable reports whether specs may submit through Kueue: it is installed, and in team-namespace mode
+// the user named a LocalQueue (the suite may not create cluster-scoped queues there).
+func kueueUsable() bool {
+	if !caps.Kueue.Present {
+		return false
+	}
+	if cfg.Namespace != "" && existingLocalQueue() == "" {
+		notExercised("specs submitted through Kueue", fmt.Sprintf("team-namespace mode (--namespace %s) without --local-queue: the suite may not create ClusterQueues there; name the namespace's LocalQueue", cfg.Namespace))
+		return false
+	}
+	return true
+}
 
 // existingLocalQueue is the user's LocalQueue when the suite submits to one, else "" (own queues).
 func existingLocalQueue() string {
