@@ -62,6 +62,12 @@ SELFCHECK_CI_FAULTS ?= wrong-ids,leak-all
 selfcheck-ci: cluster ## the fast subset of make selfcheck that CI runs
 	$(GPUCONFORM) selfcheck --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/selfcheck --faults=$(SELFCHECK_CI_FAULTS)
 
+# Hardening variations `make hardening` proves (default: all), e.g. HARDENING_VARIANTS=dedication-taint.
+HARDENING_VARIANTS ?=
+
+hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restricted admission, run as a team in one namespace; require GO (NO-GO for an untolerated taint)
+	$(GPUCONFORM) hardening --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/hardening --variants=$(HARDENING_VARIANTS)
+
 test: vet unit selfcheck-ci e2e ## what CI runs: vet, unit tests, a selfcheck subset, then the suites on the local cluster
 
 clean: ## remove this checkout's outputs (the machine-wide build cache stays)

@@ -24,6 +24,9 @@ Usage:
   gpuconform diagnose KIND/NAME -n NS  where is this workload waiting, and why (read-only)
   gpuconform selfcheck [--faults F,…]  on the local cluster: switch each fault of the fake GPU stack on
                                        and require the specs that must catch it to fail
+  gpuconform hardening [--variants V,…] on the local cluster: taint the GPU nodes, enforce a restricted
+                                       admission policy, or run as a team in one namespace, and
+                                       require GO (and NO-GO, found at once, for an untolerated taint)
 `
 
 func main() {
@@ -51,6 +54,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return reportCommand(ctx, args[1:], stdout, stderr)
 	case "selfcheck":
 		return selfcheckCommand(ctx, args[1:], stdout, stderr)
+	case "hardening":
+		return hardeningCommand(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "gpuconform: unknown command %q\n\n%s", args[0], usage)
 	return 2

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/reports"
+)
+
+// hardeningRow is one production set-up put on the local cluster, and the verdict a run must give under
+// it: a healthy cluster that is merely hardened must still be GO (no false NO-GO), and a pool the suite
+// is told not to tolerate must be NO-GO for the right reason, found without waiting out the timeouts.
+type hardeningRow struct {
+	Name string
+	// Want is the verdict the run must give: "GO" or "NO-GO".
+	Want string
+	// Apply sets the variation up and returns the run's extra flags, its kubeconfig ("" for the admin
+	// one) and the undo.
+	Apply func(ctx context.Context, h hardeningEnv) (args []string, kubeconfig string, undo localcluster.Undo, err error)
+	// Failures, when set, must hold for every failed spec's failure message (the reason and that the
+	// wait ended on a final diagnosis).
+	Failures []string
+}
+
+type hardeningEnv struct {
+	clients *cluster.Clients
+	root    string
+	dir     string
+}
+
+func hardeningTable() []hardeningRow {
+	taint := func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+		undo, err := localcluster.ApplyDedicationTaint(ctx, h.clients.Kube)
+		return nil, "", undo, err
+	}
+	return []hardeningRow{
+		{Name: "dedication-taint", Want: "GO", Apply: taint},
+		{Name: "restricted-admission", Want: "GO", Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+			undo, err := localcluster.ApplyRestrictedAdmission(ctx, h.clients.Kube)
+			return nil, "", undo, err
+		}},
+		{Name: "team-namespace", Want: "GO", Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+			team, undo, err := localcluster.ApplyTeamNamespace(ctx, h.clients.REST, h.clients.Kube, h.clients.Kueue, h.root, h.dir)
+			return []string{"--namespace=" + team.Namespace, "--local-queue=" + team.LocalQueue}, team.Kubeconfig, undo, err
+		}},
+		{Name: "untolerated-taint", Want: "NO-GO", Failures: []string{"UntoleratedTaint", "is final"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				_, kc, undo, err := taint(ctx, h)
+				return []string{"--auto-tolerate=false"}, kc, undo, err
+			}},
+	}
+}
+
+// hardeningResult is one row's outcome.
+type hardeningResult struct {
+	Row     hardeningRow
+	Verdict string
+	OK      bool
+	Passed  int
+	Failed  int
+	// Slowest is the longest failed spec, to show that failures ended early.
+	Slowest time.Duration
+	Wall    time.Duration
+	Note    string
+}
+
+// hardeningCommand runs the conformance suite (non-disruptive specs) on the local cluster under each
+// hardening variation and requires the verdict the row names; every variation is undone after its run.
+func hardeningCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flagSet("hardening", stderr)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
+	only := fs.String("variants", "", "comma-separated subset of variations (default: all): "+strings.Join(hardeningNames(), ", "))
+	artifacts := fs.String("artifacts", "", "directory for each variation's run artifacts (default: _artifacts/hardening)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	wd, _ := os.Getwd()
+	root, err := localcluster.FindRepoRoot(wd)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
+		return 2
+	}
+	if *kubeconfig == "" {
+		*kubeconfig = filepath.Join(root, "_output", "kubeconfig")
+	}
+	if *artifacts == "" {
+		*artifacts = filepath.Join(root, "_artifacts", "hardening")
+	}
+	want := splitNonEmpty(*only)
+	for _, w := range want {
+		if !slices.Contains(hardeningNames(), w) {
+			fmt.Fprintf(stderr, "gpuconform hardening: unknown variation %q; use %s\n", w, strings.Join(hardeningNames(), ", "))
+			return 2
+		}
+	}
+	clients, err := cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: *kubeconfig, Timeout: 30 * time.Second})
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
+		return 2
+	}
+	var results []hardeningResult
+	for _, row := range hardeningTable() {
+		if len(want) > 0 && !slices.Contains(want, row.Name) {
+			continue
+		}
+		dir := filepath.Join(*artifacts, row.Name)
+		fmt.Fprintf(stderr, "hardening: %s, expecting %s\n", row.Name, row.Want)
+		res := runHardeningRow(ctx, hardeningEnv{clients: clients, root: root, dir: dir}, *kubeconfig, row, stderr)
+		fmt.Fprintf(stderr, "hardening: %s → %s (%d passed, %d failed, %s; log %s.log)\n", row.Name, res.Verdict, res.Passed, res.Failed, res.Wall.Round(time.Second), dir)
+		results = append(results, res)
+	}
+	printHardening(stdout, results)
+	for _, r := range results {
+		if !r.OK {
+			return 1
+		}
+	}
+	return 0
+}
+
+func hardeningNames() []string {
+	var out []string
+	for _, r := range hardeningTable() {
+		out = append(out, r.Name)
+	}
+	return out
+}
+
+func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string, row hardeningRow, stderr io.Writer) hardeningResult {
+	res := hardeningResult{Row: row, Verdict: "-"}
+	_ = os.RemoveAll(h.dir)
+	if err := os.MkdirAll(h.dir, 0o755); err != nil {
+		res.Note = err.Error()
+		return res
+	}
+	extra, kubeconfig, undo, err := row.Apply(ctx, h)
+	if err != nil {
+		res.Note = "setting the variation up: " + err.Error()
+		return res
+	}
+	defer func() {
+		// A fresh context: the variation must come off even when ctx was cancelled.
+		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		if err := undo(cctx); err != nil {
+			fmt.Fprintf(stderr, "hardening: undoing %s: %v\n", row.Name, err)
+			res.OK, res.Note = false, "undo failed: "+err.Error()
+		}
+	}()
+	if kubeconfig == "" {
+		kubeconfig = adminKubeconfig
+	}
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "go", append([]string{"test", "-count=1", "-timeout", "40m", "./suites/conformance/", "-args",
+		"--kubeconfig=" + kubeconfig, "--artifacts=" + h.dir, "--ginkgo.no-color"}, extra...)...)
+	cmd.Dir = h.root
+	if log, err := os.Create(h.dir + ".log"); err == nil {
+		defer log.Close()
+		cmd.Stdout, cmd.Stderr = log, log
+	}
+	_ = cmd.Run()
+	res.Wall = time.Since(start)
+	// The verdict is the signoff's, decided from the run's record and report as `gpuconform report` does.
+	switch reportCommand(ctx, []string{h.dir}, io.Discard, io.Discard) {
+	case 0:
+		res.Verdict = "GO"
+	case 1:
+		res.Verdict = "NO-GO"
+	case 3:
+		res.Verdict = "INCOMPLETE"
+	default:
+		res.Verdict = "no report"
+	}
+	suites, err := reports.ReadGinkgoJSON(filepath.Join(h.dir, "gpuconform-report.json"))
+	if err != nil {
+		res.Note = fmt.Sprintf("no Ginkgo report: %v", err)
+		return res
+	}
+	var bad []string
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType != types.NodeTypeIt {
+				continue
+			}
+			switch {
+			case sp.State == types.SpecStatePassed:
+				res.Passed++
+			case sp.State.Is(types.SpecStateFailureStates):
+				res.Failed++
+				res.Slowest = max(res.Slowest, sp.RunTime)
+				for _, w := range row.Failures {
+					if !strings.Contains(sp.Failure.Message, w) {
+						bad = append(bad, fmt.Sprintf("%q lacks %q", sp.LeafNodeText, w))
+					}
+				}
+			}
+		}
+	}
+	res.OK = res.Verdict == row.Want && len(bad) == 0
+	switch {
+	case len(bad) > 0:
+		res.Note = strings.Join(bad, "; ")
+	case res.Verdict != row.Want:
+		res.Note = fmt.Sprintf("want %s (see %s/signoff.md)", row.Want, h.dir)
+	}
+	return res
+}
+
+func printHardening(w io.Writer, results []hardeningResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "VARIATION\tWANT\tVERDICT\tSPECS PASSED/FAILED\tSLOWEST FAILURE\tWALL\tNOTE")
+	ok := 0
+	for _, r := range results {
+		if r.OK {
+			ok++
+		}
+		slowest := "-"
+		if r.Failed > 0 {
+			slowest = r.Slowest.Round(100 * time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s\t%s\t%s\n", r.Row.Name, r.Row.Want, r.Verdict, r.Passed, r.Failed, slowest, r.Wall.Round(time.Second), r.Note)
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "hardening: %d passed, %d failed\n", ok, len(results)-ok)
+}
+
+func splitNonEmpty(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
