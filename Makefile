@@ -10,7 +10,7 @@ GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build unit vet lint cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci clean
+.PHONY: help build unit vet lint cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
