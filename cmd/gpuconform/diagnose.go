@@ -34,8 +34,15 @@ Say where a workload is waiting (queue, scheduler, DRA, kubelet/runtime,
 application) and why, quoting the exact condition or event. Read-only: it
 only gets and lists objects.
 
-KIND is job, workload or pod (plural and kubectl forms such as
-workloads.kueue.x-k8s.io are accepted). "KIND NAME" also works.
+KIND is job, workload or pod; deployment, statefulset or replicaset; or a
+kind Kueue integrates (jobset, leaderworkerset, rayjob, raycluster,
+pytorchjob, tfjob, mpijob, xgboostjob, paddlejob, jaxjob, trainjob,
+appwrapper), found through owner references. Plural and kubectl forms such
+as workloads.kueue.x-k8s.io are accepted. "KIND NAME" also works.
+
+A verdict marked Final cannot change without someone changing the cluster
+or the workload (an admission denial, a taint on every eligible node, a
+request above every node's allocatable, an image that can never be pulled).
 
 Exit codes: 0 diagnosed, 2 usage error, 3 cannot connect or target not found.
 

@@ -198,6 +198,17 @@ func runCases() []runCase {
 			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint,
 			wantMsgs: []string{"not final: node gpu-b carries node.kubernetes.io/not-ready=:NoSchedule"}},
 
+		// Other workload kinds, through owner references.
+		{name: "a Deployment whose ReplicaSet is refused by a webhook", file: "deployment-admission-denied.yaml", target: Target{Kind: "deployment", Namespace: "ml", Name: "serve"},
+			stage: StageScheduling, layer: LayerAdmission, reason: AdmissionDenied, terminal: true,
+			wantMsgs: []string{`ReplicaSet ml/serve-5d8f7 cannot create its pods: refused by admission webhook "gpu-quota.example.com"`}, wantObject: "ReplicaSet ml/serve-5d8f7"},
+		{name: "a StatefulSet's pod behind the GPU dedication taint", file: "statefulset-untolerated.yaml", target: Target{Kind: "statefulset", Namespace: "ml", Name: "infer"},
+			stage: StageScheduling, layer: LayerScheduler, reason: UntoleratedTaint, terminal: true,
+			wantMsgs: []string{"gpu-a (nvidia.com/gpu=present:NoSchedule)"}, wantObject: "Pod ml/infer-0"},
+		{name: "a JobSet's pod through its child Job, quota first", file: "jobset-queued.yaml", target: Target{Kind: "jobsets.jobset.x-k8s.io", Namespace: "ml", Name: "pretrain"},
+			stage: StageQueued, layer: LayerKueue, reason: QueueQuotaExhausted,
+			wantMsgs: []string{"insufficient unused quota"}, wantObject: "Workload ml/jobset-pretrain-7a1b2"},
+
 		// Admission.
 		{name: "pods refused by Pod Security", file: "admission-denied.yaml", target: job("train"),
 			stage: StageScheduling, layer: LayerAdmission, reason: AdmissionDenied, terminal: true,
@@ -411,7 +422,7 @@ func TestExplain(t *testing.T) {
 	if got := Explain(context.Background(), Clients{}, pod(podName)); !strings.HasPrefix(got, "diagnosis of pod ml/train-0-x7k2p failed:") {
 		t.Errorf("Explain without clients = %q", got)
 	}
-	if got := Explain(context.Background(), c, Target{Kind: "deployment", Namespace: "ml", Name: "x"}); !strings.Contains(got, "unsupported kind") {
+	if got := Explain(context.Background(), c, Target{Kind: "node", Namespace: "ml", Name: "x"}); !strings.Contains(got, "unsupported kind") {
 		t.Errorf("Explain with a bad kind = %q", got)
 	}
 }
@@ -420,12 +431,13 @@ func TestParseKind(t *testing.T) {
 	for in, want := range map[string]string{
 		"job": "Job", "Jobs": "Job", "jobs.batch": "Job", "workload": "Workload",
 		"workloads.kueue.x-k8s.io": "Workload", "POD": "Pod", "pods": "Pod", "po": "Pod",
+		"deployments.apps": "Deployment", "sts": "StatefulSet", "jobsets.jobset.x-k8s.io": "JobSet", "RayJob": "RayJob",
 	} {
 		if got, err := ParseKind(in); err != nil || got != want {
 			t.Errorf("ParseKind(%q) = %q, %v; want %q", in, got, err, want)
 		}
 	}
-	if _, err := ParseKind("deployment"); err == nil {
-		t.Error("ParseKind(deployment) succeeded")
+	if _, err := ParseKind("node"); err == nil {
+		t.Error("ParseKind(node) succeeded: a node is not a workload")
 	}
 }

@@ -91,7 +91,10 @@ func ParseKind(s string) (string, error) {
 	case "pod", "pods", "po":
 		return "Pod", nil
 	}
-	return "", fmt.Errorf("unsupported kind %q: use job, workload or pod", s)
+	if kind, ok := ownerKind(k); ok {
+		return kind, nil
+	}
+	return "", unsupportedKind(s)
 }
 
 // diagnosis holds what one Run has read so far.
@@ -157,6 +160,8 @@ func (d *diagnosis) run(ctx context.Context) (*Result, error) {
 				}
 			}
 		}
+	default:
+		return d.diagnoseOwner(ctx)
 	case "Pod":
 		pod, err := d.getPod(ctx, d.t.Name)
 		if err != nil {
