@@ -18,7 +18,7 @@ func TestDiagnoseCommandUsageErrors(t *testing.T) {
 	for name, args := range map[string][]string{
 		"no target":       {},
 		"no slash":        {"train"},
-		"bad kind":        {"deployment/train"},
+		"bad kind":        {"node/train"},
 		"bad output":      {"job/train", "-o", "yaml"},
 		"unknown flag":    {"job/train", "--watch"},
 		"too many":        {"job/a", "job/b", "job/c"},
