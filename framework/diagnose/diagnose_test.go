@@ -103,7 +103,7 @@ func runCases() []runCase {
 			wantMsgs:   []string{"couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu-a100, 2 more needed"},
 			wantObject: "Workload ml/job-train-5b7c9"},
 		{name: "no matching flavor", file: "queue-no-matching-flavor.yaml", target: job("train"),
-			stage: StageQueued, layer: LayerKueue, reason: QueueNoMatchingFlavor,
+			terminal: true, stage: StageQueued, layer: LayerKueue, reason: QueueNoMatchingFlavor,
 			wantMsgs: []string{"couldn't assign flavors to pod set main: resource example.com/gpu unavailable in ClusterQueue"}},
 		{name: "local queue missing", file: "queue-inactive.yaml", target: workload(wlName),
 			stage: StageQueued, layer: LayerKueue, reason: QueueInactive,

@@ -90,6 +90,9 @@ func (d *diagnosis) notReserved(ctx context.Context, wl *kueue.Workload, qr *met
 	}
 	res.Messages = appendUnique(res.Messages, msg)
 	res.Reason = classifyKueueMessage(msg)
+	if why := kueueFinal(msg); why != "" {
+		res.terminal(why)
+	}
 	switch res.Reason {
 	case QueueQuotaExhausted, QueueNoMatchingFlavor:
 		if cq := d.clusterQueueName(ctx, wl); cq != "" {
@@ -131,7 +134,23 @@ func classifyKueueMessage(msg string) Reason {
 	case strings.Contains(m, "failed admission checks"):
 		return QueueAdmissionCheckPending
 	}
-	return QueuePending
+	// Kueue said why, in words this classifier does not know: quote it, do not guess.
+	return Unknown
+}
+
+// kueueFinal says why a Kueue message means the workload can never be admitted as it is, or "": the
+// flavor assigner's "insufficient quota ... > maximum capacity" (the request exceeds what the
+// ClusterQueue can hold even with its cohort, whatever finishes) and "resource X unavailable in
+// ClusterQueue" (the queue does not cover the resource at all).
+func kueueFinal(msg string) string {
+	m := strings.ToLower(msg)
+	switch {
+	case strings.Contains(m, "insufficient quota") && strings.Contains(m, "> maximum capacity"):
+		return "the request is above the ClusterQueue's maximum capacity (nominal quota plus what it may borrow): no finished workload frees enough"
+	case strings.Contains(m, "unavailable in clusterqueue"):
+		return "the ClusterQueue does not cover the requested resource"
+	}
+	return ""
 }
 
 // clusterQueueName resolves the Workload's ClusterQueue via its LocalQueue,

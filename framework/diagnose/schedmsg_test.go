@@ -109,3 +109,33 @@ func TestPrimaryCause(t *testing.T) {
 		t.Error("empty message has a primary cause")
 	}
 }
+
+// TestClassifyKueueMessage covers the inadmissible messages of Kueue v0.17, each built from the format in
+// Kueue's source (flavorassigner, workload_controller, scheduler), and whether each is final.
+func TestClassifyKueueMessage(t *testing.T) {
+	cases := []struct {
+		msg   string
+		want  Reason
+		final bool
+	}{
+		{"couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor gpu, 2 more needed", QueueQuotaExhausted, false},
+		{"couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor gpu, previously considered podsets requests (0) + current podset request (9) > maximum capacity (8)", QueueQuotaExhausted, true},
+		{"couldn't assign flavors to pod set main: resource example.com/gpu unavailable in ClusterQueue", QueueNoMatchingFlavor, true},
+		{"couldn't assign flavors to pod set main: flavor gpu-a100 not found", QueueNoMatchingFlavor, false},
+		{"LocalQueue team-gpus doesn't exist", QueueInactive, false},
+		{"LocalQueue team-gpus is inactive", QueueInactive, false},
+		{"ClusterQueue team-a doesn't exist", QueueInactive, false},
+		{"ClusterQueue team-a is inactive", QueueInactive, false},
+		{"The workload has failed admission checks", QueueAdmissionCheckPending, false},
+		{"", QueuePending, false},
+		{"Workload waits for the cluster to grow (a future Kueue message)", Unknown, false},
+	}
+	for _, tc := range cases {
+		if got := classifyKueueMessage(tc.msg); got != tc.want {
+			t.Errorf("classifyKueueMessage(%q) = %s, want %s", tc.msg, got, tc.want)
+		}
+		if final := kueueFinal(tc.msg) != ""; final != tc.final {
+			t.Errorf("kueueFinal(%q) = %v, want %v", tc.msg, final, tc.final)
+		}
+	}
+}
