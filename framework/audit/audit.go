@@ -4,6 +4,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"sort"
@@ -24,6 +25,8 @@ const (
 	NodeTaintPrefix = "gpuconform.io/"
 	// UnhealthyDevicesAnnotation tells the fake device plugin that devices are unhealthy.
 	UnhealthyDevicesAnnotation = "gpuconform.io/unhealthy-devices"
+	// FaultRunAnnotation names the run that injected a device fault on the node (framework/faults).
+	FaultRunAnnotation = "gpuconform.io/fault-run"
 )
 
 // Finding is one labelled object (or node mark) found on the cluster.
@@ -216,10 +219,7 @@ func listNamespaced(ctx context.Context, kube kubernetes.Interface, ns string, s
 // nodeMarks returns what the suite may have left on a node: its taints, a cordon it made (recorded by
 // the run label on the node), the unhealthy-devices annotation.
 func nodeMarks(n corev1.Node) []Finding {
-	run := n.Labels[fixtures.RunLabel]
-	if run == "" {
-		run = n.Annotations[fixtures.RunLabel]
-	}
+	run := cmp.Or(n.Labels[fixtures.RunLabel], n.Annotations[fixtures.RunLabel], n.Annotations[FaultRunAnnotation])
 	var out []Finding
 	for _, t := range n.Spec.Taints {
 		if strings.HasPrefix(t.Key, NodeTaintPrefix) {
@@ -314,6 +314,7 @@ func clearNode(ctx context.Context, kube kubernetes.Interface, name string) erro
 		n.Spec.Unschedulable = false // only a cordon the suite recorded as its own
 	}
 	delete(n.Annotations, UnhealthyDevicesAnnotation)
+	delete(n.Annotations, FaultRunAnnotation)
 	delete(n.Annotations, fixtures.RunLabel)
 	delete(n.Labels, fixtures.RunLabel)
 	_, err = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})

@@ -95,3 +95,19 @@ func TestTeamNamespaceAuditListsOnlyThatNamespace(t *testing.T) {
 		t.Errorf("the team's own pod was touched: %v", err)
 	}
 }
+
+func TestAnInterruptedRunsDeviceFaultIsFoundAndCleared(t *testing.T) {
+	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1",
+		Annotations: map[string]string{UnhealthyDevicesAnnotation: "GPU-1", FaultRunAnnotation: "run-old"}}})
+	res := Run(context.Background(), kube, nil, "run-a")
+	if len(res.Others) != 1 || res.Others[0].Run != "run-old" || res.Others[0].Kind != "NodeAnnotation" {
+		t.Fatalf("others = %v, want the fault of run-old", res.Others)
+	}
+	if err := Delete(context.Background(), kube, nil, res.Others); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := kube.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	if len(n.Annotations) != 0 {
+		t.Errorf("annotations left: %v", n.Annotations)
+	}
+}
