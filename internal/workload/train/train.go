@@ -169,6 +169,10 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		}
 		state.Step = step
 		state.Digest = nextDigest(state.Digest, step)
+		if step == sum.ResumedFrom+1 {
+			// The attempt's first useful step: timelines measure start-up and idle reservation up to it.
+			ev.emit(map[string]any{"event": "first_step", "step": step, "resumed": resumed != nil})
+		}
 		if step%cfg.CheckpointEvery == 0 && step < cfg.Steps {
 			if err := save("interval"); err != nil {
 				return sum, err

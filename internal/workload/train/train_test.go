@@ -351,6 +351,10 @@ func TestInterruptMidStepCheckpointsAndResumes(t *testing.T) {
 	if start["resumed_from"] != float64(6) || start["restarts"] != float64(1) || start["resumed"] != true {
 		t.Errorf("start = %v, want resumed_from 6 restarts 1", start)
 	}
+	// One progress line per attempt marks its first useful step: the step after the checkpoint.
+	if first := find(events(t, &out), "first_step"); len(first) != 1 || first[0]["step"] != float64(7) || first[0]["resumed"] != true {
+		t.Errorf("first_step events = %v, want one at step 7, resumed", first)
+	}
 	if resumed.CompletedSteps != 20 || resumed.StepsRunThisAttempt != 14 || resumed.FirstStart != sum.FirstStart {
 		t.Errorf("resumed summary = %+v, want 14 steps run and first_start %s kept", resumed, sum.FirstStart)
 	}
