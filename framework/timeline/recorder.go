@@ -1,0 +1,326 @@
+package timeline
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
+	kueueinformers "sigs.k8s.io/kueue/client-go/informers/externalversions"
+)
+
+// Container is the container whose log carries the workload's progress lines (fixtures.WorkloadContainer;
+// repeated so the framework's lowest layer imports no fixtures).
+const Container = "workload"
+
+// Recorder watches one spec's Jobs, Pods and Kueue Workloads and turns what it sees into events. It
+// keeps every transition it observes (an eviction and the re-admission after it), and the last state
+// of deleted objects.
+type Recorder struct {
+	kube kubernetes.Interface
+	ns   string
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	start  time.Time
+	events map[string]map[string]Event // workload → key → event (deduplicated)
+	owner  map[string]string           // "Pod/name" or "Workload/name" → workload
+	jobs   map[string]bool
+	logged map[string]bool // pods whose logs were read after their container stopped
+}
+
+// Start starts informers on the namespace (objects matching selector; "" for all) and returns at once;
+// Stop ends them. kq may be nil (no Kueue).
+func Start(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, ns, selector string) *Recorder {
+	r := &Recorder{kube: kube, ns: ns, stop: make(chan struct{}), start: time.Now().UTC(),
+		events: map[string]map[string]Event{}, owner: map[string]string{}, jobs: map[string]bool{}, logged: map[string]bool{}}
+	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
+	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns), informers.WithTweakListOptions(tweak))
+	handler := func(add func(obj any)) cache.ResourceEventHandlerFuncs {
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    add,
+			UpdateFunc: func(_, obj any) { add(obj) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				add(obj)
+			},
+		}
+	}
+	_, _ = f.Batch().V1().Jobs().Informer().AddEventHandler(handler(func(obj any) {
+		if j, ok := obj.(*batchv1.Job); ok {
+			r.job(j)
+		}
+	}))
+	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(handler(func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			r.pod(ctx, p)
+		}
+	}))
+	f.Start(r.stop)
+	if kq != nil {
+		// Kueue's Workloads carry none of the suite's labels: all of the namespace's are watched and
+		// attributed to a workload through their owner Job.
+		kf := kueueinformers.NewSharedInformerFactoryWithOptions(kq, 0, kueueinformers.WithNamespace(ns))
+		_, _ = kf.Kueue().V1beta2().Workloads().Informer().AddEventHandler(handler(func(obj any) {
+			if w, ok := obj.(*kueue.Workload); ok {
+				r.workload(w)
+			}
+		}))
+		kf.Start(r.stop)
+	}
+	return r
+}
+
+func (r *Recorder) add(workload string, e Event) {
+	if workload == "" || e.At.IsZero() {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.events[workload] == nil {
+		r.events[workload] = map[string]Event{}
+	}
+	key := string(e.Kind) + "|" + e.Object + "|" + e.At.Format(time.RFC3339Nano)
+	if _, seen := r.events[workload][key]; !seen {
+		r.events[workload][key] = e
+	}
+}
+
+func (r *Recorder) job(j *batchv1.Job) {
+	r.mu.Lock()
+	r.jobs[j.Name] = true
+	r.mu.Unlock()
+	obj := "Job/" + j.Name
+	r.add(j.Name, Event{At: j.CreationTimestamp.UTC(), Kind: Created, Object: obj})
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			r.add(j.Name, Event{At: c.LastTransitionTime.UTC(), Kind: Finished, Object: obj})
+		case batchv1.JobFailed:
+			r.add(j.Name, Event{At: c.LastTransitionTime.UTC(), Kind: Failed, Object: obj, Detail: c.Reason + ": " + c.Message})
+		}
+	}
+}
+
+// workloadOf names the workload a pod belongs to: its Job, or the pod itself.
+func workloadOf(p *corev1.Pod) string {
+	if c := metav1.GetControllerOf(p); c != nil && c.Kind == "Job" {
+		return c.Name
+	}
+	return p.Name
+}
+
+func (r *Recorder) pod(ctx context.Context, p *corev1.Pod) {
+	w := workloadOf(p)
+	obj := "Pod/" + p.Name
+	bare := metav1.GetControllerOf(p) == nil
+	if bare {
+		r.add(w, Event{At: p.CreationTimestamp.UTC(), Kind: Created, Object: obj})
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
+			r.add(w, Event{At: c.LastTransitionTime.UTC(), Kind: Scheduled, Object: obj, Detail: p.Spec.NodeName})
+		}
+	}
+	stopped := false
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != Container {
+			continue
+		}
+		for _, st := range []corev1.ContainerState{cs.LastTerminationState, cs.State} {
+			if st.Running != nil {
+				r.add(w, Event{At: st.Running.StartedAt.UTC(), Kind: Started, Object: obj, Detail: p.Spec.NodeName})
+			}
+			if t := st.Terminated; t != nil {
+				r.add(w, Event{At: t.StartedAt.UTC(), Kind: Started, Object: obj, Detail: p.Spec.NodeName})
+				r.add(w, Event{At: t.FinishedAt.UTC(), Kind: Stopped, Object: obj, Detail: t.Reason})
+				stopped = true
+			}
+		}
+	}
+	if bare {
+		switch p.Status.Phase {
+		case corev1.PodSucceeded:
+			r.add(w, Event{At: lastFinish(p), Kind: Finished, Object: obj})
+		case corev1.PodFailed:
+			r.add(w, Event{At: lastFinish(p), Kind: Failed, Object: obj, Detail: p.Status.Reason})
+		}
+	}
+	// A stopped container's log is read once, at once: the pod may be deleted before the spec ends.
+	if stopped {
+		r.mu.Lock()
+		first := !r.logged[p.Name]
+		r.logged[p.Name] = true
+		r.mu.Unlock()
+		if first {
+			r.wg.Add(1)
+			go func() {
+				defer r.wg.Done()
+				r.readLog(ctx, w, p.Name)
+			}()
+		}
+	}
+}
+
+func lastFinish(p *corev1.Pod) time.Time {
+	var at time.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil && t.FinishedAt.After(at) {
+			at = t.FinishedAt.UTC()
+		}
+	}
+	return at
+}
+
+func (r *Recorder) workload(wl *kueue.Workload) {
+	var job string
+	for _, o := range wl.OwnerReferences {
+		if o.Kind == "Job" {
+			job = o.Name
+		}
+	}
+	if job == "" {
+		return
+	}
+	obj := "Workload/" + wl.Name
+	r.add(job, Event{At: wl.CreationTimestamp.UTC(), Kind: Queued, Object: obj})
+	for _, c := range wl.Status.Conditions {
+		if c.Status != metav1.ConditionTrue {
+			continue
+		}
+		at := c.LastTransitionTime.UTC()
+		switch c.Type {
+		case kueue.WorkloadQuotaReserved:
+			r.add(job, Event{At: at, Kind: QuotaReserved, Object: obj})
+		case kueue.WorkloadAdmitted:
+			r.add(job, Event{At: at, Kind: Admitted, Object: obj})
+		case kueue.WorkloadEvicted:
+			kind := Evicted
+			if c.Reason == kueue.WorkloadEvictedByPreemption {
+				kind = Preempted
+			}
+			r.add(job, Event{At: at, Kind: kind, Object: obj, Detail: c.Reason + ": " + c.Message})
+		}
+	}
+}
+
+// progressLine is one JSON line of the workload's own log (gpu-workload train).
+type progressLine struct {
+	Event   string    `json:"event"`
+	Time    time.Time `json:"time"`
+	Step    int       `json:"step"`
+	Resumed bool      `json:"resumed"`
+	From    int       `json:"resumed_from"`
+	Reason  string    `json:"reason"`
+}
+
+// readLog turns the workload container's progress lines into events.
+func (r *Recorder) readLog(ctx context.Context, workload, pod string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	raw, err := r.kube.CoreV1().Pods(r.ns).GetLogs(pod, &corev1.PodLogOptions{Container: Container}).DoRaw(ctx)
+	if err != nil {
+		return
+	}
+	for _, e := range ParseProgress(pod, string(raw)) {
+		r.add(workload, e)
+	}
+}
+
+// ParseProgress turns the JSON progress lines of a workload container's log (gpu-workload train: start,
+// first_step, checkpoint) into events; other lines are ignored.
+func ParseProgress(pod, log string) []Event {
+	obj := "Pod/" + pod
+	var out []Event
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		var l progressLine
+		if json.Unmarshal(sc.Bytes(), &l) != nil || l.Event == "" || l.Time.IsZero() {
+			continue
+		}
+		switch l.Event {
+		case "first_step":
+			out = append(out, Event{At: l.Time.UTC(), Kind: FirstStep, Object: obj, Detail: "step " + itoa(l.Step)})
+		case "checkpoint":
+			out = append(out, Event{At: l.Time.UTC(), Kind: Checkpoint, Object: obj, Detail: "step " + itoa(l.Step) + " (" + l.Reason + ")"})
+		case "start":
+			if l.Resumed {
+				out = append(out, Event{At: l.Time.UTC(), Kind: Resumed, Object: obj, Detail: "from step " + itoa(l.From)})
+			}
+		}
+	}
+	return out
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+// Snapshot returns the timeline as recorded so far, for a spec that asserts on its timings.
+func (r *Recorder) Snapshot(spec string) Timeline {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := Timeline{Spec: spec, Namespace: r.ns, Start: r.start, End: time.Now().UTC()}
+	for name, evs := range r.events {
+		w := Workload{Name: name}
+		for _, e := range evs {
+			w.Events = append(w.Events, e)
+		}
+		w.Derive()
+		t.Workloads = append(t.Workloads, w)
+	}
+	sortWorkloads(t.Workloads)
+	return t
+}
+
+// Stop reads the logs of the pods whose containers have not stopped yet, waits for the log reads in
+// flight, stops the informers and returns the timeline.
+func (r *Recorder) Stop(ctx context.Context, spec string) Timeline {
+	pods, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{})
+	if err == nil {
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			r.mu.Lock()
+			done := r.logged[p.Name]
+			r.logged[p.Name] = true
+			r.mu.Unlock()
+			if !done && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
+				r.readLog(ctx, workloadOf(p), p.Name)
+			}
+		}
+	}
+	r.wg.Wait()
+	close(r.stop)
+	return r.Snapshot(spec)
+}
+
+func sortWorkloads(ws []Workload) {
+	first := func(w Workload) time.Time {
+		if len(w.Events) == 0 {
+			return time.Time{}
+		}
+		return w.Events[0].At
+	}
+	sort.SliceStable(ws, func(i, j int) bool {
+		if a, b := first(ws[i]), first(ws[j]); !a.Equal(b) {
+			return a.Before(b)
+		}
+		return ws[i].Name < ws[j].Name
+	})
+}

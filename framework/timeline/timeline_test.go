@@ -1,0 +1,156 @@
+package timeline
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueuefake "sigs.k8s.io/kueue/client-go/clientset/versioned/fake"
+)
+
+var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+
+func at(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+
+func get(d *Duration) time.Duration {
+	if d == nil {
+		return -1
+	}
+	return time.Duration(*d)
+}
+
+// A training Job preempted once and resumed: every derived timing follows from the events.
+func TestDerivePreemptedAndResumed(t *testing.T) {
+	w := Workload{Name: "train", Events: []Event{
+		{At: at(0), Kind: Created}, {At: at(0), Kind: Queued},
+		{At: at(2), Kind: QuotaReserved}, {At: at(2), Kind: Admitted},
+		{At: at(3), Kind: Scheduled}, {At: at(5), Kind: Started}, {At: at(6), Kind: FirstStep},
+		{At: at(20), Kind: Preempted}, {At: at(21), Kind: Stopped},
+		{At: at(30), Kind: Admitted}, {At: at(31), Kind: Scheduled}, {At: at(32), Kind: Started},
+		{At: at(32), Kind: Resumed}, {At: at(34), Kind: FirstStep}, {At: at(50), Kind: Stopped}, {At: at(51), Kind: Finished},
+	}}
+	w.Derive()
+	d := w.Derived
+	for name, c := range map[string]struct{ got, want time.Duration }{
+		"admission wait": {get(d.AdmissionWait), 2 * time.Second},
+		"pending":        {get(d.Pending), 1 * time.Second},
+		"start":          {get(d.Start), 2 * time.Second},
+		// 6→20 and 34→50.
+		"useful work": {get(d.UsefulWork), 30 * time.Second},
+		// admitted 2→first step 6, re-admitted 30→first step 34.
+		"idle reservation": {get(d.IdleReservation), 8 * time.Second},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %s, want %s", name, c.got, c.want)
+		}
+	}
+	if d.Evictions != 1 {
+		t.Errorf("evictions = %d, want 1", d.Evictions)
+	}
+}
+
+// Without Kueue and without progress lines, what cannot be measured stays unmeasured (nil), never 0.
+func TestDeriveWithoutKueueOrProgress(t *testing.T) {
+	w := Workload{Name: "probe", Events: []Event{{At: at(0), Kind: Created}, {At: at(4), Kind: Scheduled}, {At: at(7), Kind: Started}, {At: at(8), Kind: Stopped}}}
+	w.Derive()
+	if w.Derived.AdmissionWait != nil || w.Derived.UsefulWork != nil || w.Derived.IdleReservation != nil {
+		t.Errorf("unmeasurable timings were filled in: %+v", w.Derived)
+	}
+	if get(w.Derived.Pending) != 4*time.Second || get(w.Derived.Start) != 3*time.Second {
+		t.Errorf("pending %s start %s, want 4s and 3s", w.Derived.Pending, w.Derived.Start)
+	}
+}
+
+func TestParseProgress(t *testing.T) {
+	log := `{"event":"start","resumed":true,"resumed_from":6,"time":"2026-12-01T10:00:01Z"}
+not json
+{"event":"first_step","step":7,"resumed":true,"time":"2026-12-01T10:00:02Z"}
+{"event":"checkpoint","step":10,"reason":"interval","time":"2026-12-01T10:00:05Z"}
+{"event":"done","steps":20,"time":"2026-12-01T10:00:09Z"}`
+	evs := ParseProgress("train-x", log)
+	if len(evs) != 3 || evs[0].Kind != Resumed || evs[1].Kind != FirstStep || evs[2].Kind != Checkpoint || evs[2].Detail != "step 10 (interval)" {
+		t.Errorf("events = %+v", evs)
+	}
+}
+
+// The recorder keeps each transition it sees, an eviction and the re-admission after it included, with
+// the components' own timestamps, and attributes Workloads and pods to their Job.
+func TestRecorderKeepsEveryTransition(t *testing.T) {
+	ctx := context.Background()
+	ctrl := true
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ns", UID: "j", CreationTimestamp: metav1.NewTime(at(0))}}
+	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Name: "job-train-1", Namespace: "ns", CreationTimestamp: metav1.NewTime(at(0)),
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Job", Name: "train", UID: "j", Controller: &ctrl}}}}
+	wl.Status.Conditions = []metav1.Condition{{Type: kueue.WorkloadAdmitted, Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(at(2))}}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-abc", Namespace: "ns",
+		OwnerReferences: []metav1.OwnerReference{{Kind: "Job", Name: "train", UID: "j", Controller: &ctrl}}}}
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(at(3))}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: Container, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(at(5))}}}}
+	kube := fake.NewClientset(job, pod)
+	kq := kueuefake.NewSimpleClientset(wl)
+
+	r := Start(ctx, kube, kq, "ns", "")
+	waitFor(t, func() bool { return r.Snapshot("s").Workload("train") != nil && len(r.Snapshot("s").Workload("train").Events) >= 5 })
+
+	// Preempted, then admitted again: both transitions must stay in the record.
+	wl.Status.Conditions = []metav1.Condition{
+		{Type: kueue.WorkloadAdmitted, Status: metav1.ConditionFalse, LastTransitionTime: metav1.NewTime(at(20))},
+		{Type: kueue.WorkloadEvicted, Status: metav1.ConditionTrue, Reason: kueue.WorkloadEvictedByPreemption, LastTransitionTime: metav1.NewTime(at(20))},
+	}
+	if _, err := kq.KueueV1beta2().Workloads("ns").Update(ctx, wl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return r.Snapshot("s").Workload("train").Derived.Evictions == 1 })
+	wl.Status.Conditions = []metav1.Condition{
+		{Type: kueue.WorkloadAdmitted, Status: metav1.ConditionTrue, LastTransitionTime: metav1.NewTime(at(30))},
+		{Type: kueue.WorkloadEvicted, Status: metav1.ConditionFalse, LastTransitionTime: metav1.NewTime(at(30))},
+	}
+	if _, err := kq.KueueV1beta2().Workloads("ns").Update(ctx, wl, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return count(r.Snapshot("s").Workload("train").Events, Admitted) == 2 })
+
+	tl := r.Stop(ctx, "spec")
+	w := tl.Workload("train")
+	if w == nil || count(w.Events, Created) != 1 || count(w.Events, Queued) != 1 || count(w.Events, Scheduled) != 1 || count(w.Events, Started) != 1 || count(w.Events, Preempted) != 1 {
+		t.Fatalf("events = %+v", w)
+	}
+	if get(w.Derived.AdmissionWait) != 2*time.Second || get(w.Derived.Pending) != time.Second || get(w.Derived.Start) != 2*time.Second {
+		t.Errorf("derived = admission %s pending %s start %s", w.Derived.AdmissionWait, w.Derived.Pending, w.Derived.Start)
+	}
+
+	dir := t.TempDir()
+	if _, err := tl.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	back, err := Read(dir)
+	if err != nil || back.Workload("train") == nil || get(back.Workload("train").Derived.Start) != 2*time.Second {
+		t.Errorf("read back: %+v, %v", back, err)
+	}
+}
+
+func count(evs []Event, k Kind) int {
+	n := 0
+	for _, e := range evs {
+		if e.Kind == k {
+			n++
+		}
+	}
+	return n
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
