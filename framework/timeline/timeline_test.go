@@ -95,7 +95,9 @@ func TestRecorderKeepsEveryTransition(t *testing.T) {
 	kq := kueuefake.NewSimpleClientset(wl)
 
 	r := Start(ctx, kube, kq, "ns", "")
-	waitFor(t, func() bool { return r.Snapshot("s").Workload("train") != nil && len(r.Snapshot("s").Workload("train").Events) >= 5 })
+	waitFor(t, func() bool {
+		return r.Snapshot("s").Workload("train") != nil && len(r.Snapshot("s").Workload("train").Events) >= 5
+	})
 
 	// Preempted, then admitted again: both transitions must stay in the record.
 	wl.Status.Conditions = []metav1.Condition{
