@@ -15,6 +15,7 @@ import (
 
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/timeline"
 )
 
 // RecordFile is the name of the record in the artifacts directory.
@@ -48,6 +49,10 @@ type Record struct {
 	Taints cluster.Taints `json:"taints"`
 	// Parameters are how the run was set up (profile, namespace mode, pool, tolerations).
 	Parameters Parameters `json:"parameters"`
+
+	// Timelines are the specs' timelines (specs/<spec>/timeline.json), read from the artifacts directory
+	// when a report is rendered; they are files of their own, not part of the record.
+	Timelines []timeline.Timeline `json:"-"`
 }
 
 // Parameters are the run's set-up as the report shows it.

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/timeline"
 )
 
 // ReadGinkgoJSON reads a report written by --json-report (an array of suite reports).
@@ -119,6 +120,8 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 			}
 		}
 	}
+
+	renderTimings(&b, rec.Timelines)
 
 	b.WriteString("\n## Not exercised\n\n")
 	if len(rec.NotExercised) == 0 {
@@ -305,4 +308,21 @@ func sortedNodeKeys(m map[string][]corev1.Taint) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// renderTimings writes one row per workload of every spec that recorded a timeline: the timings the
+// platform is judged by.
+func renderTimings(b *strings.Builder, tls []timeline.Timeline) {
+	if len(tls) == 0 {
+		return
+	}
+	b.WriteString("\n## Timings\n\nPer workload, from the objects' own timestamps (`specs/<spec>/timeline.json`); — where it does not apply.\n\n")
+	b.WriteString("| Spec | Workload | Admission wait | Pending | Start | Useful work | Idle reservation | Evictions |\n|---|---|---|---|---|---|---|---|\n")
+	for _, t := range tls {
+		for _, w := range t.Workloads {
+			d := w.Derived
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %d |\n", cell(t.Spec), cell(w.Name),
+				d.AdmissionWait, d.Pending, d.Start, d.UsefulWork, d.IdleReservation, d.Evictions)
+		}
+	}
 }

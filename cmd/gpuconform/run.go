@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/reports"
 )
 
@@ -97,8 +98,15 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 			dir, reports.ReportRunID(suites), rec.RunID)
 		return reports.ExitNoGo
 	}
+	if rec.Timelines, err = timeline.ReadAll(dir); err != nil {
+		fmt.Fprintf(stderr, "gpuconform report: reading the timelines: %v\n", err)
+	}
 	md := reports.RenderMarkdown(suites, rec)
 	if err := os.WriteFile(filepath.Join(dir, "signoff.md"), []byte(md), 0o644); err != nil {
+		fmt.Fprintf(stderr, "gpuconform report: %v\n", err)
+		return 1
+	}
+	if err := os.WriteFile(filepath.Join(dir, reports.HTMLFile), []byte(reports.RenderHTML(suites, rec)), 0o644); err != nil {
 		fmt.Fprintf(stderr, "gpuconform report: %v\n", err)
 		return 1
 	}
@@ -106,7 +114,7 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 	// One closing line in the form CI runners recognise.
 	passed, failed, skipped := reports.Count(suites)
 	v := reports.Decide(suites, rec)
-	fmt.Fprintf(stderr, "signoff report: %s\n", filepath.Join(dir, "signoff.md"))
+	fmt.Fprintf(stderr, "signoff report: %s (and %s)\n", filepath.Join(dir, "signoff.md"), filepath.Join(dir, reports.HTMLFile))
 	fmt.Fprintf(stderr, "verdict: %s (exit code %d)\n", v.Outcome, v.ExitCode())
 	fmt.Fprintf(stderr, "signoff: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
 	return v.ExitCode()

@@ -20,11 +20,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/rand"
 	"sigs.k8s.io/e2e-framework/pkg/envconf"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/artifacts"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/diagnose"
+	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/framework/timeouts"
 	"gpuconform.io/gpuconform/framework/wait"
 )
@@ -51,6 +53,47 @@ type Env struct {
 	// namespace is created, each spec's objects carry a spec tag in their names and labels, and cleanup
 	// deletes by that label.
 	Namespace string
+
+	// recorder is the current spec's timeline recorder (specs of one process run one at a time).
+	recorder *timeline.Recorder
+}
+
+// Timeline returns the current spec's timeline as recorded so far (its workloads' events and timings),
+// for a spec that asserts on or reports them. It is written to the spec's artifacts when the spec ends.
+func (e *Env) Timeline() timeline.Timeline {
+	if e.recorder == nil {
+		return timeline.Timeline{}
+	}
+	return e.recorder.Snapshot(ginkgo.CurrentSpecReport().FullText())
+}
+
+// recordTimeline starts the spec's timeline recorder on ns (selector: the spec's objects in a shared
+// namespace) and registers writing it into the spec's artifacts directory. Registered after the
+// namespace's deletion, it runs before it, while the pods and their logs still exist.
+func (e *Env) recordTimeline(ctx context.Context, ns, selector string) {
+	var kq kueueclient.Interface
+	if e.KueuePresent {
+		kq = e.Clients.Kueue
+	}
+	r := timeline.Start(context.WithoutCancel(ctx), e.Clients.Kube, kq, ns, selector)
+	e.recorder = r
+	ginkgo.DeferCleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		spec := ginkgo.CurrentSpecReport().FullText()
+		t := r.Stop(ctx, spec)
+		if e.recorder == r {
+			e.recorder = nil
+		}
+		if len(t.Workloads) == 0 {
+			return
+		}
+		if path, err := t.Write(artifacts.SpecDir(e.ArtifactsDir, spec)); err != nil {
+			ginkgo.GinkgoWriter.Printf("writing the timeline: %v\n", err)
+		} else {
+			ginkgo.AddReportEntry(timeline.ReportEntry, path)
+		}
+	})
 }
 
 // NewNamespace creates a namespace for the current spec, named <prefix>-<purpose>-<random>, carrying
@@ -84,6 +127,7 @@ func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespac
 			g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "namespace %s still exists (err=%v)", created.Name, err)
 		})
 	})
+	e.recordTimeline(ctx, created.Name, "")
 	// Registered after the delete, so it runs before it.
 	ginkgo.DeferCleanup(func() {
 		if !ginkgo.CurrentSpecReport().Failed() {
@@ -130,6 +174,7 @@ func (e *Env) useTeamNamespace(purpose string) *corev1.Namespace {
 			}
 		})
 	})
+	e.recordTimeline(context.Background(), ns, selector)
 	ginkgo.DeferCleanup(func() {
 		if !ginkgo.CurrentSpecReport().Failed() {
 			return

@@ -21,6 +21,9 @@ import (
 // File is the timeline's name in a spec's artifacts directory.
 const File = "timeline.json"
 
+// ReportEntry names the Ginkgo report entry that points at a spec's timeline file.
+const ReportEntry = "timeline"
+
 // Kind is what happened.
 type Kind string
 

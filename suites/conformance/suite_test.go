@@ -32,6 +32,7 @@ import (
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/framework/timeouts"
 	"gpuconform.io/gpuconform/framework/wait"
 	"gpuconform.io/gpuconform/infra/localcluster"
@@ -164,9 +165,11 @@ func setupFailed(t *testing.T, signoff reports.Signoff, contextName, server stri
 
 // removeStaleArtifacts deletes the files an earlier run left in dir that this run writes again.
 func removeStaleArtifacts(dir string) {
-	for _, f := range []string{"gpuconform-report.json", "junit.gpuconform.xml", reports.RecordFile, "signoff.md"} {
+	for _, f := range []string{"gpuconform-report.json", "junit.gpuconform.xml", reports.RecordFile, "signoff.md", reports.HTMLFile} {
 		_ = os.Remove(filepath.Join(dir, f))
 	}
+	// Timelines are per spec: an earlier run's would be drawn as this run's.
+	_ = os.RemoveAll(filepath.Join(dir, "specs"))
 }
 
 var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
@@ -238,9 +241,17 @@ var _ = ginkgo.ReportAfterSuite("gpuconform record and signoff report", func(r t
 	if _, err := record.Write(dir); err != nil {
 		ginkgo.GinkgoWriter.Printf("writing the compatibility record: %v\n", err)
 	}
+	tls, err := timeline.ReadAll(dir)
+	if err != nil {
+		ginkgo.GinkgoWriter.Printf("reading the timelines: %v\n", err)
+	}
+	record.Timelines = tls
 	md := reports.RenderMarkdown([]types.Report{r}, record)
 	if err := os.WriteFile(filepath.Join(dir, "signoff.md"), []byte(md), 0o644); err != nil {
 		ginkgo.GinkgoWriter.Printf("writing the signoff report: %v\n", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, reports.HTMLFile), []byte(reports.RenderHTML([]types.Report{r}, record)), 0o644); err != nil {
+		ginkgo.GinkgoWriter.Printf("writing the HTML signoff: %v\n", err)
 	}
 })
 
