@@ -20,7 +20,8 @@ Usage:
   gpuconform cluster down              delete the local cluster (caches and images stay)
   gpuconform cluster logs DIR          collect node, kubelet, containerd and control-plane logs
   gpuconform run [suite flags]         run the conformance suite and write the signoff report
-  gpuconform report [ARTIFACTS_DIR]    render the signoff report from a run's artifacts
+  gpuconform report [ARTIFACTS_DIR]    render the signoff report (signoff.md, signoff.html) from a run's artifacts
+  gpuconform report --history DIR…     verdict and key timings of several runs, and what changed between them
   gpuconform diagnose KIND/NAME -n NS  where is this workload waiting, and why (read-only)
   gpuconform selfcheck [--faults F,…]  on the local cluster: switch each fault of the fake GPU stack on
                                        and require the specs that must catch it to fail

@@ -73,6 +73,19 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 
 // reportCommand re-renders the signoff report from a run's artifacts, offline.
 func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "--history" {
+		if len(args) < 2 {
+			fmt.Fprintln(stderr, "usage: gpuconform report --history ARTIFACTS_DIR...")
+			return 2
+		}
+		runs, err := reports.History(args[1:])
+		if err != nil {
+			fmt.Fprintf(stderr, "gpuconform report --history: %v\n", err)
+			return 1
+		}
+		fmt.Fprint(stdout, reports.RenderHistory(runs))
+		return 0
+	}
 	dir := "_artifacts"
 	if len(args) > 1 {
 		fmt.Fprintln(stderr, "usage: gpuconform report [ARTIFACTS_DIR]")

@@ -1,0 +1,216 @@
+package reports
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/timeline"
+)
+
+// RunSummary is one run of a nightly history: its verdict, its stack and its key timings.
+type RunSummary struct {
+	Dir     string
+	RunID   string
+	At      time.Time
+	Verdict Outcome
+	Passed  int
+	Failed  int
+	Skipped int
+	// Stack is the compatibility record condensed: "Kubernetes" → version, "Kueue" → version,
+	// "driver" → the node drivers, "path <name>" → its description.
+	Stack map[string]string
+	// Timings are, per derived timing, the median and the maximum over every workload of the run.
+	Timings map[string][2]time.Duration
+	// Results are the leaf specs' results.
+	Results map[string]string
+	// Changes say what differs from the run before it (none for the first).
+	Changes []string
+}
+
+// timingNames orders the derived timings in tables.
+var timingNames = []string{"admission wait", "pending", "start", "useful work", "idle reservation"}
+
+// ReadRun reads one run's artifacts directory: its record, its Ginkgo report and its timelines.
+func ReadRun(dir string) ([]types.Report, Record, error) {
+	rec, err := ReadRecord(filepath.Join(dir, RecordFile))
+	if err != nil {
+		return nil, rec, err
+	}
+	suites, err := ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
+	if err != nil && rec.SetupFailure == "" {
+		return nil, rec, err
+	}
+	rec.Timelines, err = timeline.ReadAll(dir)
+	return suites, rec, err
+}
+
+// History summarises several runs' artifacts, oldest first, each compared with the one before.
+func History(dirs []string) ([]RunSummary, error) {
+	var runs []RunSummary
+	for _, dir := range dirs {
+		suites, rec, err := ReadRun(dir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+		runs = append(runs, summarise(dir, suites, rec))
+	}
+	sort.SliceStable(runs, func(i, j int) bool { return runs[i].At.Before(runs[j].At) })
+	for i := 1; i < len(runs); i++ {
+		runs[i].Changes = compareRuns(runs[i-1], runs[i])
+	}
+	return runs, nil
+}
+
+func summarise(dir string, suites []types.Report, rec Record) RunSummary {
+	s := RunSummary{Dir: dir, RunID: rec.RunID, At: rec.GeneratedAt, Verdict: Decide(suites, rec).Outcome,
+		Stack: map[string]string{"Kubernetes": rec.KubernetesVersion, "Kueue": "absent"}, Results: Results(suites),
+		Timings: map[string][2]time.Duration{}}
+	s.Passed, s.Failed, s.Skipped = Count(suites)
+	if rec.Kueue.Present {
+		s.Stack["Kueue"] = rec.Kueue.Version
+	}
+	var drivers []string
+	for _, n := range rec.Nodes {
+		if n.Driver != "" && !slices.Contains(drivers, n.Driver) {
+			drivers = append(drivers, n.Driver)
+		}
+	}
+	sort.Strings(drivers)
+	s.Stack["driver"] = strings.Join(drivers, ", ")
+	for _, p := range rec.Paths {
+		desc := p.Description
+		if p.DriverVersion != "" {
+			desc += ", driver " + p.DriverVersion
+		}
+		s.Stack["path "+p.Name] = desc
+	}
+	values := map[string][]time.Duration{}
+	for _, t := range rec.Timelines {
+		for _, w := range t.Workloads {
+			d := w.Derived
+			for name, v := range map[string]*timeline.Duration{"admission wait": d.AdmissionWait, "pending": d.Pending, "start": d.Start, "useful work": d.UsefulWork, "idle reservation": d.IdleReservation} {
+				if v != nil {
+					values[name] = append(values[name], time.Duration(*v))
+				}
+			}
+		}
+	}
+	for name, vs := range values {
+		slices.Sort(vs)
+		s.Timings[name] = [2]time.Duration{vs[len(vs)/2], vs[len(vs)-1]}
+	}
+	return s
+}
+
+// compareRuns says what changed from prev to cur: the verdict, the stack, spec results, and median
+// timings that moved by more than half (and by more than a second).
+func compareRuns(prev, cur RunSummary) []string {
+	var out []string
+	if prev.Verdict != cur.Verdict {
+		out = append(out, fmt.Sprintf("verdict %s → %s", prev.Verdict, cur.Verdict))
+	}
+	keys := map[string]bool{}
+	for k := range prev.Stack {
+		keys[k] = true
+	}
+	for k := range cur.Stack {
+		keys[k] = true
+	}
+	for _, k := range sortedKeysOf(keys) {
+		a, b := prev.Stack[k], cur.Stack[k]
+		switch {
+		case a == b:
+		case a == "":
+			out = append(out, fmt.Sprintf("%s appeared: %s", k, b))
+		case b == "":
+			out = append(out, fmt.Sprintf("%s is gone (was %s)", k, a))
+		default:
+			out = append(out, fmt.Sprintf("%s %s → %s", k, a, b))
+		}
+	}
+	names := map[string]bool{}
+	for n := range prev.Results {
+		names[n] = true
+	}
+	for n := range cur.Results {
+		names[n] = true
+	}
+	for _, n := range sortedKeysOf(names) {
+		a, b := prev.Results[n], cur.Results[n]
+		switch {
+		case a == b:
+		case a == "":
+			out = append(out, fmt.Sprintf("new spec (%s): %s", b, n))
+		case b == "":
+			out = append(out, fmt.Sprintf("spec no longer run (was %s): %s", a, n))
+		default:
+			out = append(out, fmt.Sprintf("%s → %s: %s", a, b, n))
+		}
+	}
+	for _, name := range timingNames {
+		a, okA := prev.Timings[name]
+		b, okB := cur.Timings[name]
+		if !okA || !okB {
+			continue
+		}
+		diff := b[0] - a[0]
+		if diff < 0 {
+			diff = -diff
+		}
+		if diff > time.Second && a[0] > 0 && diff*2 > a[0] {
+			out = append(out, fmt.Sprintf("median %s %s → %s", name, a[0].Round(100*time.Millisecond), b[0].Round(100*time.Millisecond)))
+		}
+	}
+	return out
+}
+
+func sortedKeysOf(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// RenderHistory renders the runs as Markdown: one row per run with its verdict and key timings, then
+// what changed between consecutive runs.
+func RenderHistory(runs []RunSummary) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# GPU scheduling signoff history (%d runs)\n\n", len(runs))
+	b.WriteString("| Run | When | Verdict | Passed/failed/skipped |")
+	for _, n := range timingNames {
+		fmt.Fprintf(&b, " %s (median / max) |", n)
+	}
+	b.WriteString("\n|---|---|---|---|" + strings.Repeat("---|", len(timingNames)) + "\n")
+	for _, r := range runs {
+		fmt.Fprintf(&b, "| `%s` | %s | **%s** | %d/%d/%d |", r.RunID, r.At.Format("2006-01-02 15:04"), r.Verdict, r.Passed, r.Failed, r.Skipped)
+		for _, n := range timingNames {
+			if t, ok := r.Timings[n]; ok {
+				fmt.Fprintf(&b, " %s / %s |", t[0].Round(100*time.Millisecond), t[1].Round(100*time.Millisecond))
+			} else {
+				b.WriteString(" — |")
+			}
+		}
+		b.WriteString("\n")
+	}
+	for i, r := range runs {
+		if i == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n## `%s` against `%s`\n\n", r.RunID, runs[i-1].RunID)
+		if len(r.Changes) == 0 {
+			b.WriteString("Nothing changed: same verdict, stack and results; no median timing moved by half.\n")
+		}
+		for _, c := range r.Changes {
+			fmt.Fprintf(&b, "- %s\n", c)
+		}
+	}
+	return b.String()
+}
