@@ -9,8 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/framework/timeline"
+	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/reports"
 )
 
