@@ -10,7 +10,7 @@ GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build unit vet lint cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening clean
+.PHONY: help build unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -21,6 +21,12 @@ build: ## build the gpuconform CLI into _output/bin
 
 unit: ## unit tests (no cluster)
 	$(GO) test $$($(GO) list ./... | grep -v /suites/)
+
+browser: ## install Debian's chromium (as root) so the unit tests open the HTML signoff in a real headless browser
+	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
+		{ DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1 || \
+		  { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends chromium >/dev/null 2>&1; }; } || true
+	@command -v chromium >/dev/null 2>&1 && echo "browser: $$(chromium --version 2>/dev/null)" || echo "browser: chromium could not be installed; the headless-browser check of the HTML signoff is skipped"
 
 vet: ## go vet
 	$(GO) vet ./...
@@ -68,7 +74,7 @@ HARDENING_VARIANTS ?=
 hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restricted admission, run as a team in one namespace; require GO (NO-GO for an untolerated taint)
 	$(GPUCONFORM) hardening --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/hardening --variants=$(HARDENING_VARIANTS)
 
-test: vet unit selfcheck-ci e2e ## what CI runs: vet, unit tests, a selfcheck subset, then the suites on the local cluster
+test: vet browser unit selfcheck-ci e2e ## what CI runs: vet, unit tests, a selfcheck subset, then the suites on the local cluster
 
 clean: ## remove this checkout's outputs (the machine-wide build cache stays)
 	rm -rf _output _artifacts
