@@ -50,6 +50,9 @@ type Record struct {
 	// Parameters are how the run was set up (profile, namespace mode, pool, tolerations).
 	Parameters Parameters `json:"parameters"`
 
+	// APIRequests are the requests the whole run sent to the API server, by kind.
+	APIRequests cluster.Counts `json:"apiRequests,omitempty"`
+
 	// Timelines are the specs' timelines (specs/<spec>/timeline.json), read from the artifacts directory
 	// when a report is rendered; they are files of their own, not part of the record.
 	Timelines []timeline.Timeline `json:"-"`

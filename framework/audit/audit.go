@@ -82,13 +82,14 @@ func Summary(fs []Finding) string {
 // Run lists every kind the suite creates and sorts labelled objects into this run's and others'. kq may
 // be nil when Kueue is absent.
 func Run(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, runID string) Result {
-	return RunIn(ctx, kube, kq, runID, "")
+	return RunIn(ctx, kube, kq, runID, "", "")
 }
 
 // RunIn is Run for team-namespace mode when namespace is set: the suite created no namespace and no
 // cluster-scoped object, so it lists the namespaced kinds it creates (pods, Jobs, claim templates,
-// claims) in that namespace, and the node marks.
-func RunIn(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, runID, namespace string) Result {
+// claims) in that namespace, and the node marks. helperNamespace, when set, is where the suite's helper
+// pods run outside the spec namespaces; its labelled pods are listed too.
+func RunIn(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, runID, namespace, helperNamespace string) Result {
 	res := Result{RunID: runID}
 	sel := metav1.ListOptions{LabelSelector: fixtures.RunLabel}
 	add := func(kind, ns, name string, lbls map[string]string, detail string) {
@@ -105,6 +106,15 @@ func RunIn(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interf
 		}
 	}
 
+	if helperNamespace != "" && helperNamespace != namespace {
+		if l, err := kube.CoreV1().Pods(helperNamespace).List(ctx, sel); err == nil {
+			for _, o := range l.Items {
+				add("Pod", o.Namespace, o.Name, o.Labels, "helper")
+			}
+		} else {
+			fail("pods in "+helperNamespace, err)
+		}
+	}
 	if namespace != "" {
 		listNamespaced(ctx, kube, namespace, sel, add, fail)
 		listNodeMarks(ctx, kube, runID, &res, fail)

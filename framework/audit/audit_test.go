@@ -78,7 +78,7 @@ func TestTeamNamespaceAuditListsOnlyThatNamespace(t *testing.T) {
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "elsewhere", Namespace: "team-b", Labels: lbl("run-a")}},
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}},
 	)
-	res := RunIn(context.Background(), kube, nil, "run-a", "team-a")
+	res := RunIn(context.Background(), kube, nil, "run-a", "team-a", "")
 	if len(res.Ours) != 1 || res.Ours[0].Kind != "Pod" || res.Ours[0].Name != "probe-1-alloc-x1" {
 		t.Errorf("ours = %v, want the one labelled pod in team-a", res.Ours)
 	}
@@ -88,7 +88,7 @@ func TestTeamNamespaceAuditListsOnlyThatNamespace(t *testing.T) {
 	if err := Delete(context.Background(), kube, nil, append(res.Ours, res.Others...)); err != nil {
 		t.Fatal(err)
 	}
-	if again := RunIn(context.Background(), kube, nil, "run-a", "team-a"); len(again.Ours)+len(again.Others) != 0 {
+	if again := RunIn(context.Background(), kube, nil, "run-a", "team-a", ""); len(again.Ours)+len(again.Others) != 0 {
 		t.Errorf("after delete: %+v", again)
 	}
 	if _, err := kube.CoreV1().Pods("team-a").Get(context.Background(), "their-pod", metav1.GetOptions{}); err != nil {

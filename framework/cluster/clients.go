@@ -33,6 +33,8 @@ type Clients struct {
 	Server string
 	// Context is the kubeconfig context in use.
 	Context string
+	// Requests counts what these clients sent to the API server.
+	Requests *RequestCounter
 }
 
 // ConnectOptions selects the cluster.
@@ -75,8 +77,10 @@ func Connect(ctx context.Context, o ConnectOptions) (*Clients, error) {
 		return nil, fmt.Errorf("kubeconfig %s, context %q: %w", where, contextName, err)
 	}
 	restCfg.QPS, restCfg.Burst = 50, 100 // the suite is bursty at spec start; the default 5 QPS throttles it.
+	counter := &RequestCounter{}
+	restCfg.Wrap(counter.Wrap)
 
-	c := &Clients{REST: restCfg, Server: restCfg.Host, Context: contextName}
+	c := &Clients{REST: restCfg, Server: restCfg.Host, Context: contextName, Requests: counter}
 	if c.Kube, err = kubernetes.NewForConfig(restCfg); err != nil {
 		return nil, fmt.Errorf("building Kubernetes client for %s: %w", restCfg.Host, err)
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,5 +37,27 @@ func TestConnectErrors(t *testing.T) {
 	_, err = Connect(context.Background(), ConnectOptions{Kubeconfig: p, Timeout: 2e9})
 	if err == nil || !strings.Contains(err.Error(), "cannot reach the API server https://127.0.0.1:1") {
 		t.Errorf("unreachable: %v", err)
+	}
+}
+
+func TestRequestCounterCountsByKind(t *testing.T) {
+	var c RequestCounter
+	rt := c.Wrap(roundTripFunc(func(*http.Request) (*http.Response, error) { return &http.Response{StatusCode: 200}, nil }))
+	before := c.Snapshot()
+	for _, r := range []struct{ method, url string }{
+		{"GET", "https://api/api/v1/pods"}, {"GET", "https://api/api/v1/pods?watch=true"}, {"POST", "https://api/api/v1/namespaces"},
+		{"DELETE", "https://api/api/v1/namespaces/x"}, {"GET", "https://api/version"},
+	} {
+		req, _ := http.NewRequest(r.method, r.url, nil)
+		if _, err := rt.RoundTrip(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := c.Since(before)
+	if got["get"] != 2 || got["watch"] != 1 || got["create"] != 1 || got["delete"] != 1 || got.Total() != 5 {
+		t.Errorf("counts = %v", got)
+	}
+	if s := got.String(); s != "5 (create 1, delete 1, get 2, watch 1)" {
+		t.Errorf("String() = %q", s)
 	}
 }

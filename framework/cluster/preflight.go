@@ -41,6 +41,8 @@ type Needs struct {
 	DRA bool
 	// Namespace: team-namespace mode; the suite's writes all happen in this existing namespace.
 	Namespace string
+	// HelperNamespace: where the podresources helper pods run, when not in the spec's namespace.
+	HelperNamespace string
 }
 
 // PreflightNeeds lists what the non-disruptive level needs. Kueue objects are included only when the
@@ -67,6 +69,12 @@ func PreflightNeeds(n Needs) []Permission {
 		Permission{Verb: "create", Resource: "pods", Why: "run probe and podresources helper pods", Namespace: ns},
 		Permission{Verb: "get", Resource: "pods/log", Why: "read probe output", Namespace: ns},
 		Permission{Verb: "list", Resource: "events", Why: "diagnose failures", Namespace: ns})
+	if n.HelperNamespace != "" {
+		perms = append(perms,
+			Permission{Verb: "create", Resource: "pods", Why: "run the podresources helper where hostPath pods are admitted", Namespace: n.HelperNamespace},
+			Permission{Verb: "delete", Resource: "pods", Why: "remove the podresources helper", Namespace: n.HelperNamespace},
+			Permission{Verb: "get", Resource: "pods/log", Why: "read the podresources helper's report", Namespace: n.HelperNamespace})
+	}
 	if n.DRA {
 		perms = append(perms,
 			Permission{Verb: "create", Group: "resource.k8s.io", Resource: "resourceclaimtemplates", Why: "ask for DRA devices", Namespace: ns},

@@ -77,6 +77,11 @@ type Config struct {
 	// creates no namespace and no cluster-scoped object, names and labels its objects per spec, and
 	// cleans up by label. Kueue specs then need queues.localQueue in it.
 	Namespace string `json:"namespace,omitempty"`
+	// HelperNamespace is where the device-plugin path's podresources helper runs: it reads the kubelet's
+	// pod-resources socket through a hostPath, as root, which Pod Security "restricted" refuses. Name a
+	// namespace your policies exempt (empty: the spec's namespace; refused there, the identity check
+	// falls back to a count and the verdict is INCOMPLETE).
+	HelperNamespace string `json:"helperNamespace,omitempty"`
 	// DedicationTaints are taint keys that reserve GPU nodes (e.g. nvidia.com/gpu); test pods tolerate them
 	// wherever they appear in the GPU pool. Taints every GPU node carries are found without this list.
 	DedicationTaints []string `json:"dedicationTaints,omitempty"`
@@ -357,6 +362,7 @@ var flagDefs = []flagDef{
 	{name: "disruptive", usage: "opt in to specs that change nodes", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.Disruptive = b })},
 	{name: "image", usage: "workload image", apply: func(c *Config, v string) error { c.Image = v; return nil }},
 	{name: "namespace", usage: "run every spec in this existing namespace (team-namespace mode: no namespace or cluster-scoped object is created)", apply: func(c *Config, v string) error { c.Namespace = v; return nil }},
+	{name: "helper-namespace", usage: "namespace where the hostPath podresources helper may run (one your admission policies exempt); default: the spec's namespace", apply: func(c *Config, v string) error { c.HelperNamespace = v; return nil }},
 	{name: "dedication-taint", usage: "taint key that reserves GPU nodes; test pods tolerate it wherever it is in the GPU pool; repeatable", apply: func(c *Config, v string) error {
 		c.DedicationTaints = append(c.DedicationTaints, v)
 		return nil

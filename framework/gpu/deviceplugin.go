@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,8 +112,9 @@ var errHelperForbidden = errors.New("helper pod forbidden")
 func runPodResourcesHelper(ctx context.Context, in GivenInput, _ corev1.ResourceName) (string, error) {
 	pod := in.Pod
 	name := "podresources-" + strings.TrimSuffix(truncateName(pod.Name, 40), "-")
+	ns := cmp.Or(in.HelperNamespace, pod.Namespace)
 	helper := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Namespace: pod.Namespace, Labels: map[string]string{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Namespace: ns, Labels: map[string]string{
 			fixtures.RunLabel: in.Factory.RunID, fixtures.ManagedByLabel: fixtures.ManagedByValue,
 		}},
 		Spec: corev1.PodSpec{
@@ -132,12 +134,12 @@ func runPodResourcesHelper(ctx context.Context, in GivenInput, _ corev1.Resource
 			}}}},
 		},
 	}
-	created, err := in.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, helper, metav1.CreateOptions{})
+	created, err := in.Kube.CoreV1().Pods(ns).Create(ctx, helper, metav1.CreateOptions{})
 	// The helper must run as root with a hostPath mount, which Pod Security "restricted" and most policy
 	// engines refuse: any admission refusal (RBAC, PodSecurity, a webhook or a validating policy, which
 	// may answer Invalid and name another rule first) is the documented fallback, not a failure.
 	if _, denied := diagnose.ParseAdmissionDenial(fmt.Sprint(err)); err != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err) && (denied || strings.Contains(err.Error(), "hostPath"))) {
-		return "", fmt.Errorf("%w: creating a hostPath pod in %s was refused: %v", errHelperForbidden, pod.Namespace, err)
+		return "", fmt.Errorf("%w: creating a hostPath pod in %s was refused (a namespace that admits it can be named with --helper-namespace): %v", errHelperForbidden, ns, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("creating podresources helper pod: %w", err)

@@ -53,6 +53,9 @@ type GivenInput struct {
 	Claims *ClaimRecorder
 	// HelperTimeout bounds the podresources helper pod; Poll is its check interval.
 	HelperTimeout, Poll time.Duration
+	// HelperNamespace is where the podresources helper runs (it mounts the kubelet's socket through a
+	// hostPath, as root); empty means the pod's own namespace.
+	HelperNamespace string
 }
 
 // Allocation is what a pod was given.

@@ -53,6 +53,8 @@ type Env struct {
 	// namespace is created, each spec's objects carry a spec tag in their names and labels, and cleanup
 	// deletes by that label.
 	Namespace string
+	// HelperNamespace is where node-level helper pods (the podresources reader) run; empty: the spec's.
+	HelperNamespace string
 
 	// recorder is the current spec's timeline recorder (specs of one process run one at a time).
 	recorder *timeline.Recorder

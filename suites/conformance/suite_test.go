@@ -173,7 +173,8 @@ func removeStaleArtifacts(dir string) {
 }
 
 var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
-	perms := cluster.PreflightNeeds(cluster.Needs{OwnQueues: kueueUsable() && cfg.Queues.Mode == config.QueuesOwn, Kueue: kueueUsable(), DRA: caps.DRA != nil, Namespace: cfg.Namespace})
+	perms := cluster.PreflightNeeds(cluster.Needs{OwnQueues: kueueUsable() && cfg.Queues.Mode == config.QueuesOwn, Kueue: kueueUsable(), DRA: caps.DRA != nil,
+		Namespace: cfg.Namespace, HelperNamespace: cfg.HelperNamespace})
 	gomega.Expect(cluster.Preflight(ctx, clients.Kube, perms)).To(gomega.Succeed())
 
 	if cfg.Namespace != "" {
@@ -184,7 +185,7 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 			ginkgo.Fail(fmt.Sprintf("--namespace %s: the namespace does not exist; team-namespace mode runs in an existing namespace (create it, or ask the cluster's administrators to)", cfg.Namespace))
 		}
 	}
-	leftovers := audit.RunIn(ctx, clients.Kube, kueueOrNil(), runID, cfg.Namespace)
+	leftovers := audit.RunIn(ctx, clients.Kube, kueueOrNil(), runID, cfg.Namespace, cfg.HelperNamespace)
 	if len(leftovers.Others) > 0 {
 		if !cfg.CleanupLeftovers {
 			ginkgo.Fail("the cluster holds objects of earlier gpuconform runs; refusing to start (re-run with --cleanup-leftovers to delete them first):\n" + audit.Summary(leftovers.Others))
@@ -207,7 +208,7 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 		Wait: wait.Waiter{Poll: t.Poll, Explain: testenv.DiagnoseExplainer(clients, caps.Kueue.Present),
 			Judge: testenv.DiagnoseJudge(clients, caps.Kueue.Present)},
 		NamespacePrefix: cfg.NamespacePrefix, ArtifactsDir: cfg.ArtifactsDir, KeepResources: cfg.KeepResources,
-		Namespace: cfg.Namespace,
+		Namespace: cfg.Namespace, HelperNamespace: cfg.HelperNamespace,
 	}
 	record.RunID = string(runID)
 })
@@ -219,12 +220,12 @@ var _ = ginkgo.SynchronizedAfterSuite(func() {}, func(ctx context.Context) {
 	// The leak audit fails the run if anything of this run is left once cleanup has had its time.
 	var res audit.Result
 	check := func(g gomega.Gomega) {
-		res = audit.RunIn(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID, cfg.Namespace)
+		res = audit.RunIn(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID, cfg.Namespace, cfg.HelperNamespace)
 		g.Expect(res.Ours).To(gomega.BeEmpty())
 	}
 	defer func() { leaks = &res }()
 	if cfg.KeepResources {
-		res = audit.RunIn(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID, cfg.Namespace)
+		res = audit.RunIn(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID, cfg.Namespace, cfg.HelperNamespace)
 		ginkgo.GinkgoWriter.Printf("keep-resources: %d object(s) of this run were kept:\n%s\n", len(res.Ours), audit.Summary(res.Ours))
 		return
 	}
@@ -237,6 +238,9 @@ var _ = ginkgo.SynchronizedAfterSuite(func() {}, func(ctx context.Context) {
 var _ = ginkgo.ReportAfterSuite("gpuconform record and signoff report", func(r types.Report) {
 	record.LeakAudit = leaks
 	record.Results = reports.Results([]types.Report{r})
+	if clients != nil {
+		record.APIRequests = clients.Requests.Snapshot()
+	}
 	dir := cfg.ArtifactsDir
 	if _, err := record.Write(dir); err != nil {
 		ginkgo.GinkgoWriter.Printf("writing the compatibility record: %v\n", err)
@@ -256,6 +260,13 @@ var _ = ginkgo.ReportAfterSuite("gpuconform record and signoff report", func(r t
 })
 
 var _ = ginkgo.Describe("GPU scheduling", func() {
+	// Every spec reports what it cost the API server (cleanup included: registered first, it runs last).
+	ginkgo.BeforeEach(func() {
+		before := clients.Requests.Snapshot()
+		ginkgo.DeferCleanup(func() {
+			ginkgo.AddReportEntry(reports.APIRequestsEntry, clients.Requests.Since(before), ginkgo.ReportEntryVisibilityNever)
+		})
+	})
 	scenarios.BrokenPathSpec(caps.Broken)
 	scenarios.AllocationSpec(func() scenarios.AllocationInput {
 		return scenarios.AllocationInput{

@@ -1,0 +1,170 @@
+package reports
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/timeline"
+)
+
+// APIRequestsEntry names the Ginkgo report entry in which each spec records the API requests it sent.
+const APIRequestsEntry = "api requests"
+
+// BenchRow is the suite's own cost for one scenario.
+type BenchRow struct {
+	Scenario string
+	Specs    int
+	// Wall is the specs' summed run time; Inherent the summed time their workloads needed on the
+	// cluster (per spec, the union of its workloads' lifetimes from the timelines).
+	Wall, Inherent time.Duration
+	// Requests are the API requests the specs sent.
+	Requests int64
+	// WithTimeline counts the specs that recorded a timeline; TimelineWall is their run time, the
+	// numerator of Ratio (specs without workloads have no inherent wait to compare with).
+	WithTimeline int
+	TimelineWall time.Duration
+}
+
+// Ratio is wall time over inherent time for the specs with a timeline (0 when none has one).
+func (r BenchRow) Ratio() float64 {
+	if r.Inherent <= 0 {
+		return 0
+	}
+	return float64(r.TimelineWall) / float64(r.Inherent)
+}
+
+// Rate is requests per second of wall time.
+func (r BenchRow) Rate() float64 {
+	if r.Wall <= 0 {
+		return 0
+	}
+	return float64(r.Requests) / r.Wall.Seconds()
+}
+
+// Bench is the suite's cost, per scenario and in total.
+type Bench struct {
+	Rows []BenchRow
+	// Suite is the whole run: wall time of the suite and every request, discovery and audits included.
+	SuiteWall     time.Duration
+	SuiteRequests int64
+}
+
+// ComputeBench measures a run from its artifacts: specs' run times and request entries from the Ginkgo
+// report, inherent waits from the timelines, totals from the record.
+func ComputeBench(suites []types.Report, rec Record) Bench {
+	lifetimes := map[string]time.Duration{}
+	for _, t := range rec.Timelines {
+		lifetimes[t.Spec] = inherent(t)
+	}
+	rows := map[string]*BenchRow{}
+	var b Bench
+	for _, s := range suites {
+		b.SuiteWall += s.RunTime
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType != types.NodeTypeIt || sp.State == types.SpecStateSkipped || sp.State == types.SpecStatePending {
+				continue
+			}
+			scenario := "other"
+			for _, l := range sp.Labels() {
+				if strings.HasPrefix(l, "scenario:") {
+					scenario = strings.TrimPrefix(l, "scenario:")
+				}
+			}
+			r := rows[scenario]
+			if r == nil {
+				r = &BenchRow{Scenario: scenario}
+				rows[scenario] = r
+			}
+			r.Specs++
+			r.Wall += sp.RunTime
+			if life, ok := lifetimes[sp.FullText()]; ok && life > 0 {
+				r.WithTimeline++
+				r.Inherent += life
+				r.TimelineWall += sp.RunTime
+			}
+			for _, e := range sp.ReportEntries {
+				if e.Name != APIRequestsEntry {
+					continue
+				}
+				var c cluster.Counts
+				if data, err := json.Marshal(e.Value.GetRawValue()); err == nil && json.Unmarshal(data, &c) == nil {
+					r.Requests += c.Total()
+				}
+			}
+		}
+	}
+	for _, r := range rows {
+		b.Rows = append(b.Rows, *r)
+	}
+	sort.Slice(b.Rows, func(i, j int) bool { return b.Rows[i].Scenario < b.Rows[j].Scenario })
+	b.SuiteRequests = rec.APIRequests.Total()
+	return b
+}
+
+// inherent is the union of the spec's workloads' lifetimes: from each workload's first event to its
+// last, overlapping stretches counted once.
+func inherent(t timeline.Timeline) time.Duration {
+	type span struct{ from, to time.Time }
+	var spans []span
+	for _, w := range t.Workloads {
+		if len(w.Events) == 0 {
+			continue
+		}
+		from, to := w.Events[0].At, w.Events[0].At
+		for _, e := range w.Events {
+			if e.At.Before(from) {
+				from = e.At
+			}
+			if e.At.After(to) {
+				to = e.At
+			}
+		}
+		spans = append(spans, span{from, to})
+	}
+	sort.Slice(spans, func(i, j int) bool { return spans[i].from.Before(spans[j].from) })
+	var total time.Duration
+	var cur span
+	for i, s := range spans {
+		switch {
+		case i == 0:
+			cur = s
+		case !s.from.After(cur.to):
+			if s.to.After(cur.to) {
+				cur.to = s.to
+			}
+		default:
+			total += cur.to.Sub(cur.from)
+			cur = s
+		}
+	}
+	if len(spans) > 0 {
+		total += cur.to.Sub(cur.from)
+	}
+	return total
+}
+
+// RenderBench renders the cost table; the goals are printed beside the figures, never asserted.
+func RenderBench(b Bench) string {
+	var s strings.Builder
+	s.WriteString("| Scenario | Specs (with timeline) | Wall | Inherent waits | Wall / inherent (goal ≤ 1.3) | API requests | Requests/s (goal ≤ 1) |\n|---|---|---|---|---|---|---|\n")
+	for _, r := range b.Rows {
+		ratio := "—"
+		if r.Ratio() > 0 {
+			ratio = fmt.Sprintf("%.2f", r.Ratio())
+		}
+		fmt.Fprintf(&s, "| %s | %d (%d) | %s | %s | %s | %d | %.2f |\n", r.Scenario, r.Specs, r.WithTimeline,
+			r.Wall.Round(time.Second), r.Inherent.Round(time.Second), ratio, r.Requests, r.Rate())
+	}
+	rate := 0.0
+	if b.SuiteWall > 0 {
+		rate = float64(b.SuiteRequests) / b.SuiteWall.Seconds()
+	}
+	fmt.Fprintf(&s, "\nWhole suite: %s wall (goal ≤ 10 min on the local cluster), %d API requests (%.2f/s).\n", b.SuiteWall.Round(time.Second), b.SuiteRequests, rate)
+	return s.String()
+}
