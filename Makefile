@@ -10,7 +10,7 @@ GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening clean
+.PHONY: help build unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening bench clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -50,8 +50,15 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./suites/conformance/ -args \
 		--kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1; \
 	rc=$$?; grep -E '^(---|===|ok|FAIL|PASS|Ran |•)|\[FAIL\]|not exercised' $(ARTIFACTS)/conformance.log | tail -n 200; \
+	$(GPUCONFORM) bench $(ARTIFACTS) | tail -n +3 || true; \
 	$(GPUCONFORM) report $(ARTIFACTS) > /dev/null; vrc=$$?; \
 	if [ $$rc -ne 0 ] && [ $$vrc -eq 0 ]; then vrc=1; fi; exit $$vrc
+
+bench: cluster ## run the conformance suite (disruptive specs included) and print its own cost: wall vs inherent waits, API requests (kept in $(ARTIFACTS)/bench)
+	@mkdir -p $(ARTIFACTS)/bench
+	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./suites/conformance/ -args --kubeconfig=$(KUBECONFIG_LOCAL) \
+		--artifacts=$(ARTIFACTS)/bench --disruptive --ginkgo.no-color $(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
+	$(GPUCONFORM) bench $(ARTIFACTS)/bench
 
 report: build ## render the signoff report from $(ARTIFACTS)
 	$(GPUCONFORM) report $(ARTIFACTS)
