@@ -10,7 +10,7 @@ GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening bench clean
+.PHONY: help build unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening bench scale clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -59,6 +59,11 @@ bench: cluster ## run the conformance suite (disruptive specs included) and prin
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./suites/conformance/ -args --kubeconfig=$(KUBECONFIG_LOCAL) \
 		--artifacts=$(ARTIFACTS)/bench --disruptive --ginkgo.no-color $(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
 	$(GPUCONFORM) bench $(ARTIFACTS)/bench
+
+scale: build ## preflight, discovery and diagnose against a simulated 5,000-node GPU cluster (a throwaway API server built here)
+	$(GPUCONFORM) scale --nodes=$(SCALE_NODES)
+
+SCALE_NODES ?= 5000
 
 report: build ## render the signoff report from $(ARTIFACTS)
 	$(GPUCONFORM) report $(ARTIFACTS)

@@ -24,6 +24,8 @@ Usage:
   gpuconform report --history DIR…     verdict and key timings of several runs, and what changed between them
   gpuconform bench [ARTIFACTS_DIR]     the suite's own cost per scenario: wall time against inherent
                                        waits, API requests and their rate (bench.md)
+  gpuconform scale [--nodes N]         preflight, discovery and diagnose against a simulated N-node
+                                       GPU cluster (a throwaway API server built here)
   gpuconform diagnose KIND/NAME -n NS  where is this workload waiting, and why (read-only)
   gpuconform selfcheck [--faults F,…]  on the local cluster: switch each fault of the fake GPU stack on
                                        and require the specs that must catch it to fail
@@ -61,6 +63,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return hardeningCommand(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
+	case "scale":
+		return scaleCommand(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "gpuconform: unknown command %q\n\n%s", args[0], usage)
 	return 2

@@ -173,3 +173,29 @@ func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// ControlPlaneBinaries builds (or finds in the cache) kube-apiserver, kubectl and etcd and returns a
+// directory holding links to the three under the names envtest looks for: a throwaway API server for
+// checks that need only API objects (the scale check's simulated 5,000-node cluster).
+func (c *Cluster) ControlPlaneBinaries(ctx context.Context) (string, error) {
+	kube, err := c.buildGo(ctx, compKubernetes)
+	if err != nil {
+		return "", err
+	}
+	etcd, err := c.buildGo(ctx, compEtcd)
+	if err != nil {
+		return "", err
+	}
+	dir := filepath.Join(c.opts.OutputDir, "controlplane-bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	for name, from := range map[string]string{"kube-apiserver": kube, "kubectl": kube, "etcd": etcd} {
+		link := filepath.Join(dir, name)
+		_ = os.Remove(link)
+		if err := os.Symlink(filepath.Join(from, name), link); err != nil {
+			return "", err
+		}
+	}
+	return dir, nil
+}
