@@ -3,7 +3,9 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -334,11 +336,12 @@ func expectDiagnosis(ctx context.Context, env *testenv.Env, target wait.Target, 
 		var err error
 		res, err = diagnose.Run(ctx, dc, diagnose.Target{Kind: target.Kind, Namespace: target.Namespace, Name: target.Name})
 		g.Expect(err).NotTo(gomega.HaveOccurred(), "diagnose.Run")
-		// A final verdict for another reason will not turn into the expected one: stop (after seeing it
-		// twice, as progress waits do) instead of waiting out the budget.
-		if res.Terminal && res.Reason != want.reason {
+		// A final verdict that is not the expected one (another reason, or evidence it lacks) will not
+		// change: stop (after seeing it twice, as progress waits do) instead of waiting out the budget.
+		if res.Terminal && !matches(res, want) {
 			if otherFinal++; otherFinal >= 2 {
-				gomega.StopTrying(fmt.Sprintf("the diagnosis of %s is final and not %s:\n%s", target, want.reason, res)).Now()
+				gomega.StopTrying(fmt.Sprintf("the diagnosis of %s is final and is not the expected %s/%s/%s with evidence %q:\n%s",
+					target, want.stage, want.layer, want.reason, want.messages, res)).Now()
 			}
 		} else {
 			otherFinal = 0
@@ -353,6 +356,19 @@ func expectDiagnosis(ctx context.Context, env *testenv.Env, target wait.Target, 
 	ginkgo.GinkgoWriter.Printf("shortage diagnosis of %s:\n%s", target, res)
 	ginkgo.AddReportEntry("diagnosis of "+target.String(), res.String())
 	return res
+}
+
+// matches reports whether a verdict is the expected one, evidence included.
+func matches(res *diagnose.Result, want expectation) bool {
+	if res.Reason != want.reason || res.Stage != want.stage || res.Layer != want.layer {
+		return false
+	}
+	for _, m := range want.messages {
+		if !slices.ContainsFunc(res.Messages, func(have string) bool { return strings.Contains(have, m) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // taintedControlPlane returns the control-plane nodes when every one of them carries a taint the test
