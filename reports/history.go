@@ -115,44 +115,14 @@ func compareRuns(prev, cur RunSummary) []string {
 	if prev.Verdict != cur.Verdict {
 		out = append(out, fmt.Sprintf("verdict %s → %s", prev.Verdict, cur.Verdict))
 	}
-	keys := map[string]bool{}
-	for k := range prev.Stack {
-		keys[k] = true
-	}
-	for k := range cur.Stack {
-		keys[k] = true
-	}
-	for _, k := range sortedKeysOf(keys) {
-		a, b := prev.Stack[k], cur.Stack[k]
-		switch {
-		case a == b:
-		case a == "":
-			out = append(out, fmt.Sprintf("%s appeared: %s", k, b))
-		case b == "":
-			out = append(out, fmt.Sprintf("%s is gone (was %s)", k, a))
-		default:
-			out = append(out, fmt.Sprintf("%s %s → %s", k, a, b))
-		}
-	}
-	names := map[string]bool{}
-	for n := range prev.Results {
-		names[n] = true
-	}
-	for n := range cur.Results {
-		names[n] = true
-	}
-	for _, n := range sortedKeysOf(names) {
-		a, b := prev.Results[n], cur.Results[n]
-		switch {
-		case a == b:
-		case a == "":
-			out = append(out, fmt.Sprintf("new spec (%s): %s", b, n))
-		case b == "":
-			out = append(out, fmt.Sprintf("spec no longer run (was %s): %s", a, n))
-		default:
-			out = append(out, fmt.Sprintf("%s → %s: %s", a, b, n))
-		}
-	}
+	out = append(out, diffMaps(prev.Stack, cur.Stack,
+		func(k, b string) string { return fmt.Sprintf("%s appeared: %s", k, b) },
+		func(k, a string) string { return fmt.Sprintf("%s is gone (was %s)", k, a) },
+		func(k, a, b string) string { return fmt.Sprintf("%s %s → %s", k, a, b) })...)
+	out = append(out, diffMaps(prev.Results, cur.Results,
+		func(n, b string) string { return fmt.Sprintf("new spec (%s): %s", b, n) },
+		func(n, a string) string { return fmt.Sprintf("spec no longer run (was %s): %s", a, n) },
+		func(n, a, b string) string { return fmt.Sprintf("%s → %s: %s", a, b, n) })...)
 	for _, name := range timingNames {
 		a, okA := prev.Timings[name]
 		b, okB := cur.Timings[name]
@@ -170,12 +140,31 @@ func compareRuns(prev, cur RunSummary) []string {
 	return out
 }
 
-func sortedKeysOf(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// diffMaps says, key by key in order, what appeared, what is gone and what changed from a to b.
+func diffMaps(a, b map[string]string, added, gone func(k, v string) string, changed func(k, was, is string) string) []string {
+	keys := make([]string, 0, len(a)+len(b))
+	for k := range a {
+		keys = append(keys, k)
 	}
-	sort.Strings(out)
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	var out []string
+	for _, k := range keys {
+		was, is := a[k], b[k]
+		switch {
+		case was == is:
+		case was == "":
+			out = append(out, added(k, is))
+		case is == "":
+			out = append(out, gone(k, was))
+		default:
+			out = append(out, changed(k, was, is))
+		}
+	}
 	return out
 }
 

@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
+	"gpuconform.io/gpuconform/framework/artifacts"
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/timeline"
@@ -154,15 +154,7 @@ func (r *Record) SortNotExercised() {
 
 // Write writes the record as JSON into dir.
 func (r Record) Write(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	data, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, RecordFile)
-	return p, os.WriteFile(p, data, 0o644)
+	return artifacts.WriteJSON(dir, RecordFile, r)
 }
 
 // ReadRecord reads a record file.

@@ -4,6 +4,7 @@ package artifacts
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -128,6 +129,19 @@ func DumpNamespace(ctx context.Context, kube kubernetes.Interface, kq kueueclien
 	if len(problems) > 0 {
 		_ = os.WriteFile(filepath.Join(dir, "errors.txt"), []byte(strings.Join(problems, "\n")+"\n"), 0o644)
 	}
+}
+
+// WriteJSON writes v as indented JSON into dir/name (dir is created) and returns the file's path.
+func WriteJSON(dir, name string, v any) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, name)
+	return path, os.WriteFile(path, data, 0o644)
 }
 
 // WriteObject writes one object as YAML into dir/name.

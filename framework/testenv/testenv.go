@@ -73,11 +73,7 @@ func (e *Env) Timeline() timeline.Timeline {
 // namespace) and registers writing it into the spec's artifacts directory. Registered after the
 // namespace's deletion, it runs before it, while the pods and their logs still exist.
 func (e *Env) recordTimeline(ctx context.Context, ns, selector string) {
-	var kq kueueclient.Interface
-	if e.KueuePresent {
-		kq = e.Clients.Kueue
-	}
-	r := timeline.Start(context.WithoutCancel(ctx), e.Clients.Kube, kq, ns, selector)
+	r := timeline.Start(context.WithoutCancel(ctx), e.Clients.Kube, e.kueueOrNil(), ns, selector)
 	e.recorder = r
 	ginkgo.DeferCleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -131,20 +127,7 @@ func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespac
 	})
 	e.recordTimeline(ctx, created.Name, "")
 	// Registered after the delete, so it runs before it.
-	ginkgo.DeferCleanup(func() {
-		if !ginkgo.CurrentSpecReport().Failed() {
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		dir := artifacts.SpecDir(e.ArtifactsDir, ginkgo.CurrentSpecReport().FullText())
-		var kq = e.Clients.Kueue
-		if !e.KueuePresent {
-			kq = nil
-		}
-		artifacts.DumpNamespace(ctx, e.Clients.Kube, kq, created.Name, "", dir)
-		ginkgo.AddReportEntry("artifacts", dir)
-	})
+	e.dumpOnFailure(created.Name, "")
 	return created
 }
 
@@ -177,6 +160,13 @@ func (e *Env) useTeamNamespace(purpose string) *corev1.Namespace {
 		})
 	})
 	e.recordTimeline(context.Background(), ns, selector)
+	e.dumpOnFailure(ns, selector)
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+}
+
+// dumpOnFailure registers, for a failed spec, a dump of its objects in ns (those matching selector, when
+// set) into the spec's artifacts directory.
+func (e *Env) dumpOnFailure(ns, selector string) {
 	ginkgo.DeferCleanup(func() {
 		if !ginkgo.CurrentSpecReport().Failed() {
 			return
@@ -184,14 +174,17 @@ func (e *Env) useTeamNamespace(purpose string) *corev1.Namespace {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		dir := artifacts.SpecDir(e.ArtifactsDir, ginkgo.CurrentSpecReport().FullText())
-		var kq = e.Clients.Kueue
-		if !e.KueuePresent {
-			kq = nil
-		}
-		artifacts.DumpNamespace(ctx, e.Clients.Kube, kq, ns, selector, dir)
+		artifacts.DumpNamespace(ctx, e.Clients.Kube, e.kueueOrNil(), ns, selector, dir)
 		ginkgo.AddReportEntry("artifacts", dir)
 	})
-	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+}
+
+// kueueOrNil is the Kueue client when Kueue is installed.
+func (e *Env) kueueOrNil() kueueclient.Interface {
+	if e.KueuePresent {
+		return e.Clients.Kueue
+	}
+	return nil
 }
 
 // deleteLabelled deletes the namespaced kinds the suite creates that carry the selector. Generated

@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"gpuconform.io/gpuconform/framework/artifacts"
 )
 
 // File is the timeline's name in a spec's artifacts directory.
@@ -132,15 +134,7 @@ func (t Timeline) Workload(name string) *Workload {
 
 // Write stores the timeline as dir/timeline.json.
 func (t Timeline) Write(dir string) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	data, err := json.MarshalIndent(t, "", "  ")
-	if err != nil {
-		return "", err
-	}
-	path := filepath.Join(dir, File)
-	return path, os.WriteFile(path, data, 0o644)
+	return artifacts.WriteJSON(dir, File, t)
 }
 
 // Read loads dir/timeline.json.
