@@ -64,6 +64,7 @@ func (w Waiter) ForProgress(ctx context.Context, what string, target Target, tim
 	start := time.Now()
 	var lastJudged time.Time
 	finals := 0
+	final := "" // the final diagnosis that ended the wait
 	poll := func() error {
 		failure := runCheck(check)
 		if failure == "" {
@@ -81,13 +82,19 @@ func (w Waiter) ForProgress(ctx context.Context, what string, target Target, tim
 		if finals++; finals < finalConfirmations {
 			return errors.New(failure)
 		}
-		return gomega.StopTrying(fmt.Sprintf("gave up after %s waiting for %s: the diagnosis of %s is final (%s)\n\nDiagnosis of %s:\n%s",
-			time.Since(start).Round(time.Second), what, target, failure, target, text))
+		final = fmt.Sprintf("gave up after %s waiting for %s: the diagnosis of %s is final (%s)\n\nDiagnosis of %s:\n%s",
+			time.Since(start).Round(time.Second), what, target, failure, target, text)
+		return gomega.StopTrying("the diagnosis is final")
 	}
 	gomega.Eventually(ctx, poll).
 		WithTimeout(timeout).
 		WithPolling(w.poll()).
-		Should(gomega.Succeed(), func() string { return w.Message(what, target, time.Since(start)) })
+		Should(gomega.Succeed(), func() string {
+			if final != "" {
+				return final
+			}
+			return w.Message(what, target, time.Since(start))
+		})
 }
 
 // checkFailed is the panic runCheck's Gomega raises to leave a failing check at its first failure.

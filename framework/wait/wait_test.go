@@ -56,6 +56,9 @@ func TestForProgressEndsOnAFinalDiagnosis(t *testing.T) {
 			t.Errorf("failure lacks %q:\n%s", want, failures[0])
 		}
 	}
+	if strings.Contains(failures[0], "timed out") {
+		t.Errorf("a wait ended by a final diagnosis must not read as a timeout:\n%s", failures[0])
+	}
 	if judged != finalConfirmations {
 		t.Errorf("judged %d times, want %d (a final diagnosis must be confirmed, then the wait ends)", judged, finalConfirmations)
 	}
