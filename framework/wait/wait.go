@@ -64,7 +64,7 @@ func (w Waiter) ForProgress(ctx context.Context, what string, target Target, tim
 	start := time.Now()
 	var lastJudged time.Time
 	finals := 0
-	final := "" // the final diagnosis that ended the wait
+	ended := "" // the final diagnosis that ended the wait
 	poll := func() error {
 		failure := runCheck(check)
 		if failure == "" {
@@ -82,7 +82,7 @@ func (w Waiter) ForProgress(ctx context.Context, what string, target Target, tim
 		if finals++; finals < finalConfirmations {
 			return errors.New(failure)
 		}
-		final = fmt.Sprintf("gave up after %s waiting for %s: the diagnosis of %s is final (%s)\n\nDiagnosis of %s:\n%s",
+		ended = fmt.Sprintf("gave up after %s waiting for %s: the diagnosis of %s is final (%s)\n\nDiagnosis of %s:\n%s",
 			time.Since(start).Round(time.Second), what, target, failure, target, text)
 		return gomega.StopTrying("the diagnosis is final")
 	}
@@ -90,8 +90,8 @@ func (w Waiter) ForProgress(ctx context.Context, what string, target Target, tim
 		WithTimeout(timeout).
 		WithPolling(w.poll()).
 		Should(gomega.Succeed(), func() string {
-			if final != "" {
-				return final
+			if ended != "" {
+				return ended
 			}
 			return w.Message(what, target, time.Since(start))
 		})
