@@ -56,9 +56,13 @@ func FormatTaint(t corev1.Taint) string {
 // discoverTaints decides the pool's dedication taints, which of them test pods tolerate, and which pool
 // nodes remain unusable to test pods with those and the configured tolerations.
 func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string, autoTolerate bool, configured []corev1.Toleration) Taints {
+	inPool := make(map[string]bool, len(pool))
+	for _, name := range pool {
+		inPool[name] = true
+	}
 	var members []corev1.Node
 	for _, n := range nodes {
-		if slices.Contains(pool, n.Name) {
+		if inPool[n.Name] {
 			members = append(members, n)
 		}
 	}
@@ -67,6 +71,19 @@ func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string,
 		return t
 	}
 	key := FormatTaint
+	// How many pool nodes carry each taint (key, value and effect): linear in nodes × taints, so a pool
+	// of thousands of nodes is decided in milliseconds.
+	carriers := map[string]int{}
+	for _, n := range members {
+		seenOnNode := map[string]bool{}
+		for _, taint := range n.Spec.Taints {
+			if k := key(taint); !seenOnNode[k] {
+				seenOnNode[k] = true
+				carriers[k]++
+			}
+		}
+	}
+	onAll := func(taint corev1.Taint) bool { return carriers[key(taint)] == len(members) }
 	seen := map[string]bool{}
 	add := func(taint corev1.Taint) {
 		if !seen[key(taint)] {
@@ -78,11 +95,7 @@ func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string,
 		if lifecycleTaint(taint) || (taint.Effect != corev1.TaintEffectNoSchedule && taint.Effect != corev1.TaintEffectPreferNoSchedule) {
 			continue
 		}
-		onAll := true
-		for _, n := range members[1:] {
-			onAll = onAll && slices.ContainsFunc(n.Spec.Taints, func(o corev1.Taint) bool { return key(o) == key(taint) })
-		}
-		if onAll {
+		if onAll(taint) {
 			add(taint)
 		}
 	}
@@ -103,11 +116,7 @@ func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string,
 	tolerations := append(slices.Clone(configured), t.Tolerations()...)
 	for _, n := range members {
 		for _, taint := range untolerated(n, tolerations) {
-			shared := true
-			for _, o := range members {
-				shared = shared && slices.ContainsFunc(o.Spec.Taints, func(x corev1.Taint) bool { return key(x) == key(taint) })
-			}
-			if shared {
+			if onAll(taint) {
 				continue
 			}
 			if t.Excluding == nil {
