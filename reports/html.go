@@ -138,6 +138,13 @@ func Phases(w timeline.Workload, end time.Time) []Phase {
 	var out []Phase
 	state, since := "", time.Time{}
 	sawAdmission := false
+	// Without Kueue (no Workload was ever queued) the wait before scheduling is Pending, not queued.
+	firstWait := "pending"
+	for _, e := range w.Events {
+		if e.Kind == timeline.Queued || e.Kind == timeline.Admitted {
+			firstWait = "queued"
+		}
+	}
 	open := func(name string, at time.Time) { state, since = name, at }
 	closeAt := func(at time.Time) {
 		if state != "" && !at.Before(since) {
@@ -149,7 +156,7 @@ func Phases(w timeline.Workload, end time.Time) []Phase {
 		switch e.Kind {
 		case timeline.Created:
 			if state == "" {
-				open("queued", e.At)
+				open(firstWait, e.At)
 			}
 		case timeline.Admitted:
 			sawAdmission = true
