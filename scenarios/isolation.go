@@ -64,7 +64,7 @@ func IsolationSpec(input func() IsolationInput) {
 			// Serial: it needs every device of one node, which another spec's pods would hold.
 			ginkgo.It("gives each device of a full node to exactly one of the pods running side by side, all of them, and makes one more pod wait for a device",
 				ginkgo.Serial, func(ctx context.Context) {
-					fillNode(ctx, env, path, ns, nodes[0])
+					fillNode(ctx, env, path, ns, nodes)
 				})
 
 			ginkgo.It("shows a GPU pod's second container, its init container and a pod beside it none of its devices", func(ctx context.Context) {
@@ -74,9 +74,18 @@ func IsolationSpec(input func() IsolationInput) {
 	}
 }
 
-func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node string) {
-	n := int(path.Capacity()[node])
-	ginkgo.By(fmt.Sprintf("starting %d one-device pods on %s, which advertises %d devices on the %s path", n, node, n, path.Name()))
+// fillNode fills the eligible node with the most free devices: on a shared cluster other workloads hold
+// some, and only the free ones can be handed out to the suite's pods.
+func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, candidates []string) {
+	node, n, held := freestNode(ctx, env, path, candidates)
+	if n == 0 {
+		ginkgo.AddReportEntry("not exercised: filling a node", fmt.Sprintf("every device of the eligible nodes %v is held by other workloads (%s)", candidates, held))
+		return
+	}
+	if held != "" {
+		ginkgo.AddReportEntry("devices of "+node+" held by other workloads", held)
+	}
+	ginkgo.By(fmt.Sprintf("starting %d one-device pods on %s, which has %d free devices on the %s path", n, node, n, path.Name()))
 	var names []string
 	for i := range n {
 		w := env.Factory.GPUPod(fmt.Sprintf("fill-%d", i), ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
@@ -117,6 +126,31 @@ func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node str
 			messages: []string{"cannot allocate all claims"}}
 	}
 	pendingPodDiagnosed(ctx, env, env.Factory.GPUPod("one-more", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).OnNodes(node), want)
+}
+
+// freestNode returns the candidate with the most free devices on path now (advertised minus held by
+// other workloads), how many, and who holds the rest. When what others hold cannot be read (team RBAC
+// reads no other namespace), every advertised device counts as free and the report says so.
+func freestNode(ctx context.Context, env *testenv.Env, path gpu.Path, candidates []string) (string, int, string) {
+	best, bestFree, bestHeld := candidates[0], -1, ""
+	for _, node := range candidates {
+		capNow, err := gpu.LiveCapacity(ctx, env.Clients.Kube, path, node)
+		if err != nil {
+			capNow = path.Capacity()[node]
+		}
+		held := ""
+		use, err := gpu.InUse(ctx, env.Clients.Kube, path, node)
+		switch {
+		case err != nil:
+			held = fmt.Sprintf("not read: %v; every advertised device counted as free", err)
+		case use.Devices > 0:
+			held = fmt.Sprintf("%d device(s) held by %s", use.Devices, strings.Join(use.Holders, ", "))
+		}
+		if free := int(capNow - use.Devices); free > bestFree {
+			best, bestFree, bestHeld = node, free, held
+		}
+	}
+	return best, max(bestFree, 0), bestHeld
 }
 
 func isolation(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node string) {
