@@ -60,6 +60,15 @@ type Env struct {
 	recorder *timeline.Recorder
 }
 
+// Changed returns a channel closed at the next change of the current spec's Jobs, Pods or Workloads (nil,
+// which never fires, between specs). The run's Waiter wakes on it.
+func (e *Env) Changed() <-chan struct{} {
+	if r := e.recorder; r != nil {
+		return r.Changed()
+	}
+	return nil
+}
+
 // Timeline returns the current spec's timeline as recorded so far (its workloads' events and timings),
 // for a spec that asserts on or reports them. It is written to the spec's artifacts when the spec ends.
 func (e *Env) Timeline() timeline.Timeline {
@@ -96,7 +105,8 @@ func (e *Env) recordTimeline(ctx context.Context, ns, selector string) {
 
 // NewNamespace creates a namespace for the current spec, named <prefix>-<purpose>-<random>, carrying
 // the run label. Cleanup (registered right after the create, so it runs last) deletes it and waits
-// until it is gone, so the devices its pods held are free for the next spec; a failed spec's
+// until its pods and claims are gone, so the devices they held are free for the next spec (the
+// namespace itself finalizes in the background; the leak audit waits for it); a failed spec's
 // namespace is dumped before that.
 func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespace {
 	ginkgo.GinkgoHelper()
@@ -120,10 +130,9 @@ func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespac
 		if err != nil && !apierrors.IsNotFound(err) {
 			gomega.Expect(err).NotTo(gomega.HaveOccurred(), "deleting spec namespace %s", created.Name)
 		}
-		e.Wait.For(ctx, fmt.Sprintf("namespace %s to be deleted", created.Name), wait.Target{}, e.Timeouts.Cleanup, func(g gomega.Gomega) {
-			_, err := e.Clients.Kube.CoreV1().Namespaces().Get(ctx, created.Name, metav1.GetOptions{})
-			g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "namespace %s still exists (err=%v)", created.Name, err)
-		})
+		// The namespace finalizes in the background (the leak audit at the end waits for it); the next
+		// spec needs only the devices back.
+		e.waitDevicesFree(ctx, created.Name, "")
 	})
 	e.recordTimeline(ctx, created.Name, "")
 	// Registered after the delete, so it runs before it.
@@ -149,19 +158,29 @@ func (e *Env) useTeamNamespace(purpose string) *corev1.Namespace {
 		ctx, cancel := context.WithTimeout(context.Background(), e.Timeouts.Cleanup)
 		defer cancel()
 		gomega.Expect(e.deleteLabelled(ctx, ns, selector)).To(gomega.Succeed())
-		e.Wait.For(ctx, fmt.Sprintf("the objects labelled %s in %s to be gone", selector, ns), wait.Target{}, e.Timeouts.Cleanup, func(g gomega.Gomega) {
-			pods, err := e.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-			g.Expect(err).NotTo(gomega.HaveOccurred())
-			g.Expect(pods.Items).To(gomega.BeEmpty(), "pods of this spec still exist")
-			claims, err := e.Clients.Kube.ResourceV1().ResourceClaims(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-			if err == nil {
-				g.Expect(claims.Items).To(gomega.BeEmpty(), "ResourceClaims of this spec still exist")
-			}
-		})
+		e.waitDevicesFree(ctx, ns, selector)
 	})
 	e.recordTimeline(context.Background(), ns, selector)
 	e.dumpOnFailure(ns, selector)
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+}
+
+// waitDevicesFree waits until ns holds no pod and no ResourceClaim of the spec (those matching selector;
+// "" for all): their devices are free for the next spec. It polls: the spec's informers are stopped.
+func (e *Env) waitDevicesFree(ctx context.Context, ns, selector string) {
+	ginkgo.GinkgoHelper()
+	w := e.Wait
+	w.Wake = nil
+	opts := metav1.ListOptions{LabelSelector: selector}
+	w.For(ctx, fmt.Sprintf("the pods and ResourceClaims of the spec in %s to be gone", ns), wait.Target{}, e.Timeouts.Cleanup, func(g gomega.Gomega) {
+		pods, err := e.Clients.Kube.CoreV1().Pods(ns).List(ctx, opts)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(pods.Items).To(gomega.BeEmpty(), "pods of this spec still exist in %s", ns)
+		claims, err := e.Clients.Kube.ResourceV1().ResourceClaims(ns).List(ctx, opts)
+		if err == nil {
+			g.Expect(claims.Items).To(gomega.BeEmpty(), "ResourceClaims of this spec still exist in %s", ns)
+		}
+	})
 }
 
 // dumpOnFailure registers, for a failed spec, a dump of its objects in ns (those matching selector, when

@@ -33,8 +33,9 @@ type Recorder struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
-	mu     sync.Mutex
-	start  time.Time
+	mu      sync.Mutex
+	changed chan struct{} // closed at the next change; see Changed
+	start   time.Time
 	events map[string]map[string]Event // workload → key → event (deduplicated)
 	owner  map[string]string           // "Pod/name" or "Workload/name" → workload
 	jobs   map[string]bool
@@ -48,7 +49,11 @@ func Start(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interf
 		events: map[string]map[string]Event{}, owner: map[string]string{}, jobs: map[string]bool{}, logged: map[string]bool{}}
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
 	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns), informers.WithTweakListOptions(tweak))
-	handler := func(add func(obj any)) cache.ResourceEventHandlerFuncs {
+	handler := func(record func(obj any)) cache.ResourceEventHandlerFuncs {
+		add := func(obj any) {
+			record(obj)
+			r.signal()
+		}
 		return cache.ResourceEventHandlerFuncs{
 			AddFunc:    add,
 			UpdateFunc: func(_, obj any) { add(obj) },
@@ -83,6 +88,26 @@ func Start(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interf
 		kf.Start(r.stop)
 	}
 	return r
+}
+
+// Changed returns a channel that is closed at the next change the recorder sees (any add, update or
+// delete of the spec's Jobs, Pods or Workloads): waits sleep on it instead of polling.
+func (r *Recorder) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
+}
+
+func (r *Recorder) signal() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
 }
 
 func (r *Recorder) add(workload string, e Event) {

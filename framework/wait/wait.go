@@ -45,6 +45,45 @@ type Waiter struct {
 	// JudgeEvery is how often ForProgress diagnoses while its check fails (zero: 2s). A diagnosis reads
 	// several objects, so it runs less often than the check.
 	JudgeEvery time.Duration
+	// Wake, when set, returns a channel that is closed at the next change of the objects waits look at
+	// (the spec's Jobs, Pods and Kueue Workloads, from the spec's informers). Waits then check again on
+	// each change, and after Fallback at the latest, instead of every Poll: the API server is read when
+	// something happened, not on a clock.
+	Wake func() <-chan struct{}
+	// Fallback bounds the sleep between checks of a wait with Wake (zero: 2s); it covers what the
+	// informers do not see (nodes, logs, cluster-scoped queues).
+	Fallback time.Duration
+}
+
+// gated returns check, preceded from its second run on by a sleep until the next change (or Fallback).
+// The channel is taken before each check runs, so a change during the check is not missed.
+func (w Waiter) gated(ctx context.Context, check func(g gomega.Gomega)) func(g gomega.Gomega) {
+	if w.Wake == nil {
+		return check
+	}
+	var next <-chan struct{}
+	first := true
+	return func(g gomega.Gomega) {
+		if !first {
+			t := time.NewTimer(w.fallback())
+			select {
+			case <-next:
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			t.Stop()
+		}
+		first = false
+		next = w.Wake()
+		check(g)
+	}
+}
+
+func (w Waiter) fallback() time.Duration {
+	if w.Fallback <= 0 {
+		return 2 * time.Second
+	}
+	return w.Fallback
 }
 
 // finalConfirmations is how many consecutive final diagnoses end a wait: one diagnosis can catch a
@@ -65,6 +104,7 @@ func (w Waiter) ForProgress(ctx context.Context, what string, target Target, tim
 	var lastJudged time.Time
 	finals := 0
 	ended := "" // the final diagnosis that ended the wait
+	check = w.gated(ctx, check)
 	poll := func() error {
 		failure := runCheck(check)
 		if failure == "" {
@@ -129,7 +169,7 @@ func (w Waiter) judgeEvery() time.Duration {
 func (w Waiter) For(ctx context.Context, what string, target Target, timeout time.Duration, check func(g gomega.Gomega)) {
 	ginkgo.GinkgoHelper()
 	start := time.Now()
-	gomega.Eventually(ctx, check).
+	gomega.Eventually(ctx, w.gated(ctx, check)).
 		WithTimeout(timeout).
 		WithPolling(w.poll()).
 		Should(gomega.Succeed(), func() string { return w.Message(what, target, time.Since(start)) })
@@ -154,15 +194,22 @@ func (w Waiter) Message(what string, target Target, elapsed time.Duration) strin
 // Consistently checks that check keeps succeeding for d (e.g. "stays suspended").
 func (w Waiter) Consistently(ctx context.Context, what string, target Target, d time.Duration, check func(g gomega.Gomega)) {
 	ginkgo.GinkgoHelper()
+	interval := w.Poll
+	if interval <= 0 {
+		interval = time.Second
+	}
 	gomega.Consistently(ctx, check).
 		WithTimeout(d).
-		WithPolling(w.poll()).
+		WithPolling(interval).
 		Should(gomega.Succeed(), func() string {
 			return w.Message("the condition to keep holding: "+what, target, d)
 		})
 }
 
 func (w Waiter) poll() time.Duration {
+	if w.Wake != nil {
+		return 10 * time.Millisecond // the gate does the waiting
+	}
 	if w.Poll <= 0 {
 		return time.Second
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -91,4 +93,39 @@ func TestMain(m *testing.M) {
 	// The waits use the global Gomega, as inside Ginkgo; the tests intercept its failures.
 	gomega.RegisterFailHandler(func(message string, _ ...int) { panic(message) })
 	os.Exit(m.Run())
+}
+
+// With Wake, a wait checks again when something changed, not on a clock: a change wakes it at once,
+// and without changes it sleeps Fallback between checks.
+func TestWaitsWakeOnChange(t *testing.T) {
+	changed := make(chan struct{})
+	var mu sync.Mutex
+	wake := func() <-chan struct{} { mu.Lock(); defer mu.Unlock(); return changed }
+	signal := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		close(changed)
+		changed = make(chan struct{})
+	}
+	checks := 0
+	var ready atomic.Bool
+	w := Waiter{Poll: time.Millisecond, Wake: wake, Fallback: time.Hour}
+	go func() {
+		for !ready.Load() {
+			time.Sleep(time.Millisecond)
+		}
+		signal() // the change that makes the check pass
+	}()
+	failures := gomega.InterceptGomegaFailures(func() {
+		w.For(context.Background(), "the change", Target{}, time.Minute, func(g gomega.Gomega) {
+			checks++
+			if checks == 1 {
+				ready.Store(true)
+				g.Expect(false).To(gomega.BeTrue(), "not yet")
+			}
+		})
+	})
+	if len(failures) != 0 || checks != 2 {
+		t.Errorf("failures %q, %d checks; want success on the second check, woken by the change (the fallback is an hour)", failures, checks)
+	}
 }

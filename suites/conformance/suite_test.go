@@ -210,6 +210,8 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 		NamespacePrefix: cfg.NamespacePrefix, ArtifactsDir: cfg.ArtifactsDir, KeepResources: cfg.KeepResources,
 		Namespace: cfg.Namespace, HelperNamespace: cfg.HelperNamespace,
 	}
+	// Waits wake on the spec's informers instead of polling on a clock.
+	env.Wait.Wake = env.Changed
 	record.RunID = string(runID)
 })
 
