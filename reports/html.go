@@ -88,6 +88,9 @@ func (p pageData) Failures() []specRow {
 	return out
 }
 
+// Filters says how the run was narrowed, "" when it was not.
+func (p pageData) Filters() string { return Filters(p.Suites) }
+
 func (p pageData) Kueue() string {
 	if p.Rec.Kueue.Present {
 		return p.Rec.Kueue.Version
@@ -352,7 +355,8 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 {{range .Rec.FeatureGates}}<tr><td>{{.Name}}</td><td>{{with .Stage}}{{.}}{{else}}GA{{end}}</td><td>{{.Component}}</td><td>{{if .Enabled}}on{{else}}off{{end}}</td></tr>{{end}}</table>{{end}}
 
 <h2>Run parameters</h2>
-<table><tr><th>Timeout profile</th><td>{{.Rec.Parameters.TimeoutProfile}}{{with .Rec.Parameters.TimeoutProfileWhy}} ({{.}}){{end}}</td></tr>
+<table><tr><th>Filters</th><td>{{with .Filters}}{{.}}{{else}}none: every registered spec ran{{end}}</td></tr>
+<tr><th>Timeout profile</th><td>{{.Rec.Parameters.TimeoutProfile}}{{with .Rec.Parameters.TimeoutProfileWhy}} ({{.}}){{end}}</td></tr>
 <tr><th>Namespace</th><td>{{with .Rec.Parameters.Namespace}}{{.}} (team-namespace mode){{else}}one per spec{{end}}</td></tr>
 <tr><th>Queues</th><td>{{with .Rec.Parameters.LocalQueue}}{{.}}{{else}}own per spec{{end}}</td></tr>
 <tr><th>GPU pool</th><td>{{join .Rec.Parameters.GPUPool ", "}}</td></tr>

@@ -75,7 +75,7 @@ func TestRenderHTMLIsSelfContainedAndComplete(t *testing.T) {
 		"train preempted at", "train checkpoint at", "train resumed at",
 		"Failures and their diagnosis", "UntoleratedTaint &lt;script&gt;", // escaped
 		"Not exercised", "<b>dra</b>: no ResourceSlice publishes devices",
-		"Run parameters",
+		"Run parameters", "<th>Filters</th><td>none: every registered spec ran</td>",
 	} {
 		if !strings.Contains(page, want) {
 			t.Errorf("page lacks %q", want)

@@ -97,7 +97,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 		}
 	}
 	renderFeatureGates(&b, rec.FeatureGates)
-	renderParameters(&b, rec)
+	renderParameters(&b, rec, Filters(suites))
 
 	b.WriteString("\n## Results\n\n| Path | Spec | Result | Time |\n|---|---|---|---|\n")
 	var failures []types.SpecReport
@@ -262,10 +262,11 @@ func renderFeatureGates(b *strings.Builder, gates []cluster.FeatureGate) {
 
 // renderParameters writes how the run was set up: timeout profile, namespace mode, pool, and the taints
 // it tolerated or was kept off by.
-func renderParameters(b *strings.Builder, rec Record) {
+func renderParameters(b *strings.Builder, rec Record, filters string) {
 	p := rec.Parameters
 	b.WriteString("\n## Run parameters\n\n| | |\n|---|---|\n")
 	row := func(k, v string) { fmt.Fprintf(b, "| %s | %s |\n", k, cell(v)) }
+	row("Filters", cmp.Or(filters, "none: every registered spec ran"))
 	profile := p.TimeoutProfile
 	if p.TimeoutProfileWhy != "" {
 		profile += " (" + p.TimeoutProfileWhy + ")"
@@ -325,4 +326,15 @@ func renderTimings(b *strings.Builder, tls []timeline.Timeline) {
 				d.AdmissionWait, d.Pending, d.Start, d.UsefulWork, d.IdleReservation, d.Evictions)
 		}
 	}
+}
+
+// Filters says how the run was narrowed (label filter, focus, skip), "" when it was not.
+func Filters(suites []types.Report) string {
+	var parts []string
+	for _, s := range suites {
+		if f := filterOf(s.SuiteConfig); f != "" && !slices.Contains(parts, f) {
+			parts = append(parts, f)
+		}
+	}
+	return strings.Join(parts, "; ")
 }

@@ -115,8 +115,10 @@ func TestRenderRunParameters(t *testing.T) {
 	gpu := corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}
 	rec.Taints.Dedication, rec.Taints.Tolerated = []corev1.Taint{gpu}, []corev1.Taint{gpu}
 	rec.Taints.Excluding = map[string][]corev1.Taint{"w3": {{Key: "maintenance", Effect: corev1.TaintEffectNoExecute}}}
-	md := RenderMarkdown(nil, rec)
+	filtered := []types.Report{{SuiteConfig: types.SuiteConfig{LabelFilter: "path:dra"}}}
+	md := RenderMarkdown(filtered, rec)
 	for _, want := range []string{
+		"| Filters | label filter path:dra |",
 		"| Timeout profile | real (auto: not a kind cluster) |",
 		"| Namespace | team-a (team-namespace mode",
 		"| Queues | gpus |",
