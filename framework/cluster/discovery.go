@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/diagnose"
 )
 
 // GFD (GPU Feature Discovery) node labels read by discovery.
@@ -272,7 +273,7 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 			advice := "tolerate it with --toleration or --dedication-taint to use the node"
 			for _, t := range c.Taints.Excluding[n] {
 				names = append(names, FormatTaint(t))
-				if lifecycleTaint(t) {
+				if diagnose.LifecycleTaint(t) {
 					advice = "Kubernetes put it there: the node is not usable now"
 				}
 			}

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
+
+	"gpuconform.io/gpuconform/framework/diagnose"
 )
 
 // Taints is what discovery found about the GPU pool's taints and what the suite does about them.
@@ -37,12 +37,6 @@ func (t Taints) Tolerations() []corev1.Toleration {
 		out = append(out, tol)
 	}
 	return out
-}
-
-// lifecycleTaint reports taints Kubernetes manages itself (not-ready, unreachable, pressure, cordon,
-// cloud initialisation): they come and go with the node's state and never dedicate a pool.
-func lifecycleTaint(t corev1.Taint) bool {
-	return strings.HasPrefix(t.Key, "node.kubernetes.io/") || strings.HasPrefix(t.Key, "node.cloudprovider.kubernetes.io/")
 }
 
 // FormatTaint renders a taint as kubectl does: key[=value]:Effect.
@@ -92,7 +86,7 @@ func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string,
 		}
 	}
 	for _, taint := range members[0].Spec.Taints {
-		if lifecycleTaint(taint) || (taint.Effect != corev1.TaintEffectNoSchedule && taint.Effect != corev1.TaintEffectPreferNoSchedule) {
+		if diagnose.LifecycleTaint(taint) || (taint.Effect != corev1.TaintEffectNoSchedule && taint.Effect != corev1.TaintEffectPreferNoSchedule) {
 			continue
 		}
 		if onAll(taint) {
@@ -101,7 +95,7 @@ func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string,
 	}
 	for _, n := range members {
 		for _, taint := range n.Spec.Taints {
-			if slices.Contains(configuredKeys, taint.Key) && !lifecycleTaint(taint) {
+			if slices.Contains(configuredKeys, taint.Key) && !diagnose.LifecycleTaint(taint) {
 				add(taint)
 			}
 		}
@@ -115,7 +109,7 @@ func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string,
 	// excluded. A taint on every node stays: the specs run into it and say so (UntoleratedTaint).
 	tolerations := append(slices.Clone(configured), t.Tolerations()...)
 	for _, n := range members {
-		for _, taint := range untolerated(n, tolerations) {
+		for _, taint := range diagnose.UntoleratedTaints(&n, tolerations) {
 			if onAll(taint) {
 				continue
 			}
@@ -126,19 +120,4 @@ func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string,
 		}
 	}
 	return t
-}
-
-// untolerated returns the node's NoSchedule and NoExecute taints none of the tolerations tolerates.
-func untolerated(n corev1.Node, tolerations []corev1.Toleration) []corev1.Taint {
-	var out []corev1.Taint
-	for i := range n.Spec.Taints {
-		taint := &n.Spec.Taints[i]
-		if taint.Effect == corev1.TaintEffectPreferNoSchedule {
-			continue
-		}
-		if !slices.ContainsFunc(tolerations, func(tol corev1.Toleration) bool { return tol.ToleratesTaint(klog.Background(), taint, false) }) {
-			out = append(out, *taint)
-		}
-	}
-	return out
 }

@@ -42,10 +42,13 @@ func (d *diagnosis) nodesFor(ctx context.Context, res *Result) []corev1.Node {
 	return d.nodes
 }
 
-// lifecycleTaintPrefixes are the taint keys Kubernetes itself puts on nodes while they start, lose
-// contact, run short of memory or disk, or are cordoned (node lifecycle controller, kubelet, cloud
-// node controller); they go away by themselves, so a pod they keep off is not stuck for good.
-var lifecycleTaintPrefixes = []string{"node.kubernetes.io/", "node.cloudprovider.kubernetes.io/"}
+// LifecycleTaint reports the taints Kubernetes itself puts on nodes while they start, lose contact,
+// run short of memory or disk, or are cordoned (node lifecycle controller, kubelet, cloud node
+// controller): they go away by themselves, so a pod they keep off is not stuck for good, and they
+// never dedicate a pool.
+func LifecycleTaint(t corev1.Taint) bool {
+	return strings.HasPrefix(t.Key, "node.kubernetes.io/") || strings.HasPrefix(t.Key, "node.cloudprovider.kubernetes.io/")
+}
 
 // transientGate returns a sentence when a node the pod may use is kept from it by a lifecycle taint
 // (NotReady, unreachable, pressure, cordon) and so may become usable by itself; "" otherwise. Without a
@@ -64,10 +67,8 @@ func (d *diagnosis) transientGate(ctx context.Context, pod *corev1.Pod, res *Res
 			return fmt.Sprintf("not final: node %s is cordoned, which maintenance lifts", nodes[i].Name)
 		}
 		for _, t := range UntoleratedTaints(&nodes[i], pod.Spec.Tolerations) {
-			for _, p := range lifecycleTaintPrefixes {
-				if strings.HasPrefix(t.Key, p) {
-					return fmt.Sprintf("not final: node %s carries %s, a taint Kubernetes removes when the node recovers", nodes[i].Name, formatTaints([]corev1.Taint{t}))
-				}
+			if LifecycleTaint(t) {
+				return fmt.Sprintf("not final: node %s carries %s, a taint Kubernetes removes when the node recovers", nodes[i].Name, formatTaints([]corev1.Taint{t}))
 			}
 		}
 	}

@@ -36,10 +36,10 @@ type Recorder struct {
 	mu      sync.Mutex
 	changed chan struct{} // closed at the next change; see Changed
 	start   time.Time
-	events map[string]map[string]Event // workload → key → event (deduplicated)
-	owner  map[string]string           // "Pod/name" or "Workload/name" → workload
-	jobs   map[string]bool
-	logged map[string]bool // pods whose logs were read after their container stopped
+	events  map[string]map[string]Event // workload → key → event (deduplicated)
+	owner   map[string]string           // "Pod/name" or "Workload/name" → workload
+	jobs    map[string]bool
+	logged  map[string]bool // pods whose logs were read after their container stopped
 }
 
 // Start starts informers on the namespace (objects matching selector; "" for all) and returns at once;
