@@ -11,7 +11,6 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 	corev1 "k8s.io/api/core/v1"
 
-	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/timeline"
 )
 
@@ -113,17 +112,6 @@ type gantt struct {
 	Spec      string
 	SVG       template.HTML
 	Workloads []timeline.Workload
-}
-
-func taintList(ts []corev1.Taint) string {
-	out := make([]string, 0, len(ts))
-	for _, t := range ts {
-		out = append(out, cluster.FormatTaint(t))
-	}
-	if len(out) == 0 {
-		return "none"
-	}
-	return strings.Join(out, ", ")
 }
 
 // Phase is one stretch of a workload's life in a Gantt row.
@@ -294,20 +282,7 @@ func truncate(s string, n int) string {
 
 var pageTemplate = template.Must(template.New("signoff").Funcs(template.FuncMap{
 	"join": strings.Join,
-	"tols": func(p Parameters) string {
-		var out []string
-		for _, t := range p.Tolerations {
-			s := t.Key
-			if t.Value != "" {
-				s += "=" + t.Value
-			}
-			out = append(out, s+":"+string(t.Effect))
-		}
-		if len(out) == 0 {
-			return "none"
-		}
-		return strings.Join(out, ", ")
-	},
+	"tols": func(p Parameters) string { return tolerationList(p.Tolerations) },
 }).Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>GPU scheduling signoff: {{.V.Outcome}}</title>
 <style>

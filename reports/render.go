@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -279,36 +280,34 @@ func renderParameters(b *strings.Builder, rec Record, filters string) {
 	}
 	row("Queues", cmp.Or(p.LocalQueue, "own ResourceFlavor, ClusterQueue and LocalQueue per spec"))
 	row("GPU pool", strings.Join(p.GPUPool, ", "))
-	taints := func(ts []corev1.Taint) string {
-		out := make([]string, 0, len(ts))
-		for _, t := range ts {
-			out = append(out, cluster.FormatTaint(t))
-		}
-		return cmp.Or(strings.Join(out, ", "), "none")
+	row("Dedication taints", taintList(rec.Taints.Dedication))
+	row("Tolerated automatically", taintList(rec.Taints.Tolerated))
+	row("Test pod tolerations", tolerationList(p.Tolerations))
+	for _, n := range slices.Sorted(maps.Keys(rec.Taints.Excluding)) {
+		row("Left out: "+n, "untolerated "+taintList(rec.Taints.Excluding[n]))
 	}
-	row("Dedication taints", taints(rec.Taints.Dedication))
-	row("Tolerated automatically", taints(rec.Taints.Tolerated))
-	tols := make([]string, 0, len(p.Tolerations))
-	for _, t := range p.Tolerations {
+}
+
+// taintList renders taints as kubectl does (key=value:Effect), "none" for none.
+func taintList(ts []corev1.Taint) string {
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, cluster.FormatTaint(t))
+	}
+	return cmp.Or(strings.Join(out, ", "), "none")
+}
+
+// tolerationList renders tolerations as key[=value]:Effect ("*" for every effect), "none" for none.
+func tolerationList(ts []corev1.Toleration) string {
+	out := make([]string, 0, len(ts))
+	for _, t := range ts {
 		s := t.Key
 		if t.Value != "" {
 			s += "=" + t.Value
 		}
-		tols = append(tols, s+":"+cmp.Or(string(t.Effect), "*"))
+		out = append(out, s+":"+cmp.Or(string(t.Effect), "*"))
 	}
-	row("Test pod tolerations", cmp.Or(strings.Join(tols, ", "), "none"))
-	for _, n := range sortedNodeKeys(rec.Taints.Excluding) {
-		row("Left out: "+n, "untolerated "+taints(rec.Taints.Excluding[n]))
-	}
-}
-
-func sortedNodeKeys(m map[string][]corev1.Taint) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return cmp.Or(strings.Join(out, ", "), "none")
 }
 
 // renderTimings writes one row per workload of every spec that recorded a timeline: the timings the
