@@ -89,17 +89,10 @@ func hardeningCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	wd, _ := os.Getwd()
-	root, err := localcluster.FindRepoRoot(wd)
+	root, err := localCheckout(kubeconfig, artifacts, "hardening")
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
 		return 2
-	}
-	if *kubeconfig == "" {
-		*kubeconfig = filepath.Join(root, "_output", "kubeconfig")
-	}
-	if *artifacts == "" {
-		*artifacts = filepath.Join(root, "_artifacts", "hardening")
 	}
 	want := splitNonEmpty(*only)
 	for _, w := range want {

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -49,8 +48,7 @@ func scaleCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	wd, _ := os.Getwd()
-	root, err := localcluster.FindRepoRoot(wd)
+	root, err := localCheckout(nil, nil, "scale")
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform scale: %v\n", err)
 		return 2
@@ -134,12 +132,6 @@ func scaleCommand(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return fmt.Sprintf("%d SelfSubjectAccessReviews", len(perms)), cluster.Preflight(ctx, clients.Kube, perms)
 		}); err != nil {
 			return err
-		}
-		if prof := os.Getenv("GPUCONFORM_CPUPROFILE"); prof != "" {
-			if f, err := os.Create(prof); err == nil {
-				_ = pprof.StartCPUProfile(f)
-				defer pprof.StopCPUProfile()
-			}
 		}
 		if err := measure("discovery", func() (string, error) {
 			snap, err := cluster.Collect(ctx, clients.Kube, cfg.Kueue.Namespace)

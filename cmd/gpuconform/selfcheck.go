@@ -67,6 +67,24 @@ type selfcheckResult struct {
 	Note     string
 }
 
+// localCheckout finds the checkout the command runs in (the local cluster's commands need its sources and
+// outputs) and fills the defaults of --kubeconfig (its _output/kubeconfig) and --artifacts
+// (_artifacts/<name>) when they were not given; either pointer may be nil.
+func localCheckout(kubeconfig, artifacts *string, name string) (string, error) {
+	wd, _ := os.Getwd()
+	root, err := localcluster.FindRepoRoot(wd)
+	if err != nil {
+		return "", err
+	}
+	if kubeconfig != nil && *kubeconfig == "" {
+		*kubeconfig = filepath.Join(root, "_output", "kubeconfig")
+	}
+	if artifacts != nil && *artifacts == "" {
+		*artifacts = filepath.Join(root, "_artifacts", name)
+	}
+	return root, nil
+}
+
 // selfcheckCommand switches each fault of the fake GPU stack on, on every GPU/canary node of the local
 // cluster, runs the specs that must catch it, and requires them to fail; it prints the table and exits 1
 // when a row was not caught.
@@ -78,17 +96,10 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	wd, _ := os.Getwd()
-	root, err := localcluster.FindRepoRoot(wd)
+	root, err := localCheckout(kubeconfig, artifacts, "selfcheck")
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform selfcheck: %v\n", err)
 		return 2
-	}
-	if *kubeconfig == "" {
-		*kubeconfig = filepath.Join(root, "_output", "kubeconfig")
-	}
-	if *artifacts == "" {
-		*artifacts = filepath.Join(root, "_artifacts", "selfcheck")
 	}
 	want, err := fakeplugin.ParseFaults(*only)
 	if err != nil {

@@ -53,6 +53,8 @@ var (
 	tolerations []corev1.Toleration
 	// profileWhy says how the timeout profile was chosen when it was "auto".
 	profileWhy string
+	// kueueOK: specs may submit through Kueue (see kueueUsable).
+	kueueOK bool
 )
 
 func TestConformance(t *testing.T) {
@@ -101,6 +103,7 @@ func TestConformance(t *testing.T) {
 	record.Taints = caps.Taints
 	record.Parameters = reports.Parameters{TimeoutProfile: cfg.TimeoutProfile, TimeoutProfileWhy: profileWhy, Namespace: cfg.Namespace,
 		LocalQueue: existingLocalQueue(), GPUPool: caps.Pools.GPU.Nodes, Tolerations: tolerations}
+	decideKueue()
 	gates, notes := cluster.ReadFeatureGates(ctx, clients.Kube, caps.GateNode)
 	record.FeatureGates, record.Notes = gates, append(record.Notes, notes...)
 
@@ -298,16 +301,18 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 })
 
 // kueueUsable reports whether specs may submit through Kueue: it is installed, and in team-namespace mode
-// the user named a LocalQueue (the suite may not create cluster-scoped queues there).
-func kueueUsable() bool {
-	if !caps.Kueue.Present {
-		return false
-	}
-	if cfg.Namespace != "" && existingLocalQueue() == "" {
+// the user named a LocalQueue (the suite may not create cluster-scoped queues there). Decided once, by
+// decideKueue, after discovery.
+func kueueUsable() bool { return kueueOK }
+
+// decideKueue sets kueueUsable's answer and records why Kueue specs do not run in a team namespace
+// without a LocalQueue.
+func decideKueue() {
+	kueueOK = caps.Kueue.Present
+	if kueueOK && cfg.Namespace != "" && existingLocalQueue() == "" {
+		kueueOK = false
 		notExercised("specs submitted through Kueue", fmt.Sprintf("team-namespace mode (--namespace %s) without --local-queue: the suite may not create ClusterQueues there; name the namespace's LocalQueue", cfg.Namespace))
-		return false
 	}
-	return true
 }
 
 // existingLocalQueue is the user's LocalQueue when the suite submits to one, else "" (own queues).
