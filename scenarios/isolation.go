@@ -130,27 +130,29 @@ func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, c
 
 // freestNode returns the candidate with the most free devices on path now (advertised minus held by
 // other workloads), how many, and who holds the rest. When what others hold cannot be read (team RBAC
-// reads no other namespace), every advertised device counts as free and the report says so.
+// reads no other namespace), the advertised devices from discovery count as free and the report says so.
 func freestNode(ctx context.Context, env *testenv.Env, path gpu.Path, candidates []string) (string, int, string) {
-	best, bestFree, bestHeld := candidates[0], -1, ""
-	for _, node := range candidates {
-		capNow, err := gpu.LiveCapacity(ctx, env.Clients.Kube, path, node)
-		if err != nil {
-			capNow = path.Capacity()[node]
-		}
-		held := ""
-		use, err := gpu.InUse(ctx, env.Clients.Kube, path, node)
-		switch {
-		case err != nil:
-			held = fmt.Sprintf("not read: %v; every advertised device counted as free", err)
-		case use.Devices > 0:
-			held = fmt.Sprintf("%d device(s) held by %s", use.Devices, strings.Join(use.Holders, ", "))
-		}
-		if free := int(capNow - use.Devices); free > bestFree {
-			best, bestFree, bestHeld = node, free, held
+	usage, err := gpu.InUse(ctx, env.Clients.Kube, path, candidates...)
+	if err != nil {
+		usage = map[string]gpu.Usage{}
+		for _, n := range candidates {
+			usage[n] = gpu.Usage{Capacity: path.Capacity()[n]}
 		}
 	}
-	return best, max(bestFree, 0), bestHeld
+	best, bestFree := candidates[0], int64(-1)
+	for _, n := range candidates {
+		if f := usage[n].Free(); f > bestFree {
+			best, bestFree = n, f
+		}
+	}
+	held := ""
+	switch u := usage[best]; {
+	case err != nil:
+		held = fmt.Sprintf("not read: %v; every advertised device counted as free", err)
+	case u.Devices > 0:
+		held = fmt.Sprintf("%d device(s) held by %s", u.Devices, strings.Join(u.Holders, ", "))
+	}
+	return best, int(bestFree), held
 }
 
 func isolation(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node string) {

@@ -13,31 +13,56 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// Usage is what other workloads hold of one node's devices on one path, read now.
+// Usage is what one node offers on a path now, and what other workloads hold of it.
 type Usage struct {
+	// Capacity is what the node advertises now: allocatable (device plugin) or its slices' devices (DRA).
+	Capacity int64
 	// Devices is how many devices are held.
 	Devices int64
 	// Holders names the pods (device plugin) or ResourceClaims (DRA) that hold them, as namespace/name.
 	Holders []string
 }
 
-// InUse reads how many of node's devices on path p are held by workloads outside the namespaces in
-// ignore (the suite's own): for the device plugin, the requests of the node's pods that have not ended;
-// for DRA, the allocated devices of ResourceClaims from the node's pools. A cluster the suite was not
-// built beside runs other GPU work; a check that needs a whole node must count only what is free.
-func InUse(ctx context.Context, kube kubernetes.Interface, p Path, node string, ignore ...string) (Usage, error) {
-	var u Usage
+// Free is the devices nobody holds.
+func (u Usage) Free() int64 { return max(u.Capacity-u.Devices, 0) }
+
+// InUse reads, for each of nodes, what it offers on path p and how much of it workloads hold: for the
+// device plugin, the node's allocatable and the requests of its pods that have not ended; for DRA, the
+// devices of the node's ResourceSlices and the allocated devices of ResourceClaims from its pools. A
+// cluster the suite was not built beside runs other GPU work; a check that needs a whole node must count
+// only what is free. One list per kind serves every node.
+func InUse(ctx context.Context, kube kubernetes.Interface, p Path, nodes ...string) (map[string]Usage, error) {
+	out := make(map[string]Usage, len(nodes))
+	for _, n := range nodes {
+		out[n] = Usage{}
+	}
+	hold := func(node string, n int64, holder string) {
+		u := out[node]
+		u.Devices += n
+		u.Holders = append(u.Holders, holder)
+		out[node] = u
+	}
 	switch p := p.(type) {
 	case *DevicePlugin:
-		sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.nodeName", node),
-			fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
-			fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
-		list, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel})
+		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return u, fmt.Errorf("listing the pods on %s: %w", node, err)
+			return nil, fmt.Errorf("listing nodes: %w", err)
 		}
-		for _, pod := range list.Items {
-			if pod.Spec.NodeName != node || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || slices.Contains(ignore, pod.Namespace) {
+		for _, n := range list.Items {
+			if u, ok := out[n.Name]; ok {
+				q := n.Status.Allocatable[p.Resource]
+				u.Capacity = q.Value()
+				out[n.Name] = u
+			}
+		}
+		sel := fields.AndSelectors(fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+			fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
+		pods, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel})
+		if err != nil {
+			return nil, fmt.Errorf("listing pods: %w", err)
+		}
+		for _, pod := range pods.Items {
+			if _, ok := out[pod.Spec.NodeName]; !ok || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 				continue
 			}
 			var n int64
@@ -49,44 +74,50 @@ func InUse(ctx context.Context, kube kubernetes.Interface, p Path, node string, 
 				n += q.Value()
 			}
 			if n > 0 {
-				u.Devices += n
-				u.Holders = append(u.Holders, pod.Namespace+"/"+pod.Name)
+				hold(pod.Spec.NodeName, n, pod.Namespace+"/"+pod.Name)
 			}
 		}
 	case *DRA:
 		slicesList, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return u, fmt.Errorf("listing ResourceSlices: %w", err)
+			return nil, fmt.Errorf("listing ResourceSlices: %w", err)
 		}
 		drivers := strings.Split(p.Driver, ",")
-		pools := map[string]bool{} // driver/pool of the node's devices
+		poolNode := map[string]string{} // driver/pool → node
 		for _, s := range slicesList.Items {
-			if slices.Contains(drivers, s.Spec.Driver) && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
-				pools[s.Spec.Driver+"/"+s.Spec.Pool.Name] = true
+			if !slices.Contains(drivers, s.Spec.Driver) || s.Spec.NodeName == nil {
+				continue
+			}
+			if u, ok := out[*s.Spec.NodeName]; ok {
+				u.Capacity += int64(len(s.Spec.Devices))
+				out[*s.Spec.NodeName] = u
+				poolNode[s.Spec.Driver+"/"+s.Spec.Pool.Name] = *s.Spec.NodeName
 			}
 		}
 		claims, err := kube.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return u, fmt.Errorf("listing ResourceClaims: %w", err)
+			return nil, fmt.Errorf("listing ResourceClaims: %w", err)
 		}
 		for _, c := range claims.Items {
-			if c.Status.Allocation == nil || slices.Contains(ignore, c.Namespace) {
+			if c.Status.Allocation == nil {
 				continue
 			}
-			var n int64
+			per := map[string]int64{}
 			for _, r := range c.Status.Allocation.Devices.Results {
-				if pools[r.Driver+"/"+r.Pool] {
-					n++
+				if node, ok := poolNode[r.Driver+"/"+r.Pool]; ok {
+					per[node]++
 				}
 			}
-			if n > 0 {
-				u.Devices += n
-				u.Holders = append(u.Holders, c.Namespace+"/"+c.Name)
+			for node, n := range per {
+				hold(node, n, c.Namespace+"/"+c.Name)
 			}
 		}
 	default:
-		return u, fmt.Errorf("no usage reading for path %s", p.Name())
+		return nil, fmt.Errorf("no usage reading for path %s", p.Name())
 	}
-	sort.Strings(u.Holders)
-	return u, nil
+	for n, u := range out {
+		sort.Strings(u.Holders)
+		out[n] = u
+	}
+	return out, nil
 }
