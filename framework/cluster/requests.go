@@ -3,6 +3,7 @@ package cluster
 import (
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -36,20 +37,9 @@ func (c Counts) String() string {
 	sort.Strings(kinds)
 	parts := make([]string, 0, len(kinds))
 	for _, k := range kinds {
-		parts = append(parts, k+" "+itoa64(c[k]))
+		parts = append(parts, k+" "+strconv.FormatInt(c[k], 10))
 	}
-	return itoa64(c.Total()) + " (" + strings.Join(parts, ", ") + ")"
-}
-
-func itoa64(n int64) string {
-	if n == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; n > 0; n /= 10 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-	}
-	return string(b)
+	return strconv.FormatInt(c.Total(), 10) + " (" + strings.Join(parts, ", ") + ")"
 }
 
 // Snapshot returns the counts so far.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -283,19 +284,17 @@ func ParseProgress(pod, log string) []Event {
 		}
 		switch l.Event {
 		case "first_step":
-			out = append(out, Event{At: l.Time.UTC(), Kind: FirstStep, Object: obj, Detail: "step " + itoa(l.Step)})
+			out = append(out, Event{At: l.Time.UTC(), Kind: FirstStep, Object: obj, Detail: "step " + strconv.Itoa(l.Step)})
 		case "checkpoint":
-			out = append(out, Event{At: l.Time.UTC(), Kind: Checkpoint, Object: obj, Detail: "step " + itoa(l.Step) + " (" + l.Reason + ")"})
+			out = append(out, Event{At: l.Time.UTC(), Kind: Checkpoint, Object: obj, Detail: "step " + strconv.Itoa(l.Step) + " (" + l.Reason + ")"})
 		case "start":
 			if l.Resumed {
-				out = append(out, Event{At: l.Time.UTC(), Kind: Resumed, Object: obj, Detail: "from step " + itoa(l.From)})
+				out = append(out, Event{At: l.Time.UTC(), Kind: Resumed, Object: obj, Detail: "from step " + strconv.Itoa(l.From)})
 			}
 		}
 	}
 	return out
 }
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 // Snapshot returns the timeline as recorded so far, for a spec that asserts on its timings.
 func (r *Recorder) Snapshot(spec string) Timeline {
