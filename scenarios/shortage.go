@@ -335,21 +335,18 @@ func expectDiagnosis(ctx context.Context, env *testenv.Env, target wait.Target, 
 	}
 	var res *diagnose.Result
 	budget := env.Timeouts.Admission + env.Timeouts.PodStart
-	otherFinal := 0 // consecutive final verdicts for another reason
-	env.Wait.For(ctx, fmt.Sprintf("the diagnosis of %s to be %s/%s/%s", target, want.stage, want.layer, want.reason), target, budget, func(g gomega.Gomega) {
+	// A final verdict that is not the expected one (another reason, or evidence it lacks) will not
+	// change: the wait ends on it instead of waiting out the budget. The verdict is the check's own.
+	otherFinal := func(context.Context, wait.Target) (string, bool) {
+		if res == nil {
+			return "", false
+		}
+		return res.String(), res.Terminal && !matches(res, want)
+	}
+	env.Wait.ForJudged(ctx, fmt.Sprintf("the diagnosis of %s to be %s/%s/%s", target, want.stage, want.layer, want.reason), target, budget, otherFinal, func(g gomega.Gomega) {
 		var err error
 		res, err = diagnose.Run(ctx, dc, diagnose.Target{Kind: target.Kind, Namespace: target.Namespace, Name: target.Name})
 		g.Expect(err).NotTo(gomega.HaveOccurred(), "diagnose.Run")
-		// A final verdict that is not the expected one (another reason, or evidence it lacks) will not
-		// change: stop (after seeing it twice, as progress waits do) instead of waiting out the budget.
-		if res.Terminal && !matches(res, want) {
-			if otherFinal++; otherFinal >= 2 {
-				gomega.StopTrying(fmt.Sprintf("the diagnosis of %s is final and is not the expected %s/%s/%s with evidence %q:\n%s",
-					target, want.stage, want.layer, want.reason, want.messages, res)).Now()
-			}
-		} else {
-			otherFinal = 0
-		}
 		g.Expect(res.Reason).To(gomega.Equal(want.reason), "reason; verdict:\n%s", res)
 		g.Expect(res.Stage).To(gomega.Equal(want.stage), "stage; verdict:\n%s", res)
 		g.Expect(res.Layer).To(gomega.Equal(want.layer), "layer; verdict:\n%s", res)
