@@ -30,20 +30,13 @@ import (
 // (to decide registration: paths, Kueue, pool) and again in each spec (for the live environment), so
 // the suite must have discovered capabilities before RunSpecs.
 type AllocationInput struct {
-	// Env is the run's environment.
-	Env *testenv.Env
-	// Paths are the discovered allocation paths.
-	Paths []gpu.Path
+	Base
 	// KueuePresent registers the queue-based specs.
 	KueuePresent bool
 	// ExistingLocalQueue, when set, is submitted to instead of per-spec queues.
 	ExistingLocalQueue string
-	// GPUPool are the nodes test pods may use.
-	GPUPool []string
 	// DeviceCounts are the device counts to ask for, in order (default 1, 2).
 	DeviceCounts []int
-	// NotExercised records a check that is not registered and why.
-	NotExercised func(what, why string)
 }
 
 // AllocationSpec registers the allocation scenario: per path and device count, a Job submitted through
@@ -55,64 +48,47 @@ func AllocationSpec(input func() AllocationInput) {
 	if len(counts) == 0 {
 		counts = []int{1, 2}
 	}
-	notExercised := reg.NotExercised
-	if notExercised == nil {
-		notExercised = func(string, string) {}
-	}
 	if !reg.KueuePresent {
-		notExercised("allocation through a Kueue LocalQueue", "Kueue is absent; direct-submission checks still run")
+		reg.notExercised("allocation through a Kueue LocalQueue", "Kueue is absent; direct-submission checks still run")
 	}
 	for _, regPath := range reg.Paths {
 		pathName := regPath.Name()
-		ginkgo.Describe(fmt.Sprintf("GPU allocation on the %s path", pathName), labels.Of(labels.ScenarioAllocation, labels.ForPath(pathName)), func() {
-			var (
-				env  *testenv.Env
-				in   AllocationInput
-				path gpu.Path
-				ns   string
-			)
-			ginkgo.BeforeEach(func(ctx context.Context) {
-				in = input()
-				env = in.Env
-				path, ns = setUpPathSpec(ctx, env, in.Paths, pathName, "alloc")
-			})
-
+		describePath(input, regPath, "GPU allocation", "alloc", []any{labels.Of(labels.ScenarioAllocation)}, func(s *Spec[AllocationInput]) {
 			for _, n := range counts {
-				nodes := eligibleNodes(regPath, n, reg.GPUPool)
+				nodes := reg.eligible(regPath, n)
 				if len(nodes) == 0 {
-					notExercised(fmt.Sprintf("%s: %d device(s) per pod", pathName, n), fmt.Sprintf("no node in the GPU pool has %d devices on this path", n))
+					reg.notExercised(fmt.Sprintf("%s: %d device(s) per pod", pathName, n), fmt.Sprintf("no node in the GPU pool has %d devices on this path", n))
 					continue
 				}
 
 				if reg.KueuePresent {
 					ginkgo.It(fmt.Sprintf("admits a Job asking for %s through a LocalQueue, places it on a node with the devices, shows it exactly the devices it was given, and completes it", plural(n)),
 						labels.Of(labels.NeedsKueue), func(ctx context.Context) {
-							queuedJobGetsItsDevices(ctx, env, in, path, ns, n, nodes)
+							queuedJobGetsItsDevices(ctx, s.Env, s.In, s.Path, s.NS, n, nodes)
 						})
 				}
 
-				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it, and frees them when the pod is deleted", plural(n), authority(pathName)),
+				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it, and frees them when the pod is deleted", plural(n), regPath.Authority()),
 					func(ctx context.Context) {
-						runningPodSeesGivenDevices(ctx, env, path, ns, n, nodes)
+						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, nodes)
 					})
 			}
 
 			ginkgo.It("shows no device to a pod that asks for none", func(ctx context.Context) {
-				pod := env.Factory.GPUPod("no-gpu", ns).Args(fixtures.ProbeArgs(0)...).OnNodes(eligibleNodes(path, 1, in.GPUPool)...).Obj()
-				env.Create(ctx, pod)
-				report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
+				pod := s.Env.Factory.GPUPod("no-gpu", s.NS).Args(fixtures.ProbeArgs(0)...).OnNodes(s.In.eligible(s.Path, 1)...).Obj()
+				s.Env.Create(ctx, pod)
+				report := pods.ExpectProbeReport(ctx, s.Env, s.NS, pod.Name)
 				gomega.Expect(report.Devices).To(gomega.BeEmpty(),
 					"a pod that asked for no GPU saw %s on node %s (%s)", gpu.FormatDevices(report.Devices), report.Node, report.Message)
 			})
 
-			if pathName == "device-plugin" {
+			if dp, ok := regPath.(*gpu.DevicePlugin); ok {
 				ginkgo.It("rejects a pod whose GPU request differs from its limit", func(ctx context.Context) {
-					dp := path.(*gpu.DevicePlugin)
-					pod := env.Factory.GPUPod("request-ne-limit", ns).Args(fixtures.ProbeArgs(1)...).Resources(corev1.ResourceRequirements{
+					pod := s.Env.Factory.GPUPod("request-ne-limit", s.NS).Args(fixtures.ProbeArgs(1)...).Resources(corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{dp.Resource: resource.MustParse("1")},
 						Limits:   corev1.ResourceList{dp.Resource: resource.MustParse("2")},
 					}).Obj()
-					err := env.TryCreate(ctx, pod)
+					err := s.Env.TryCreate(ctx, pod)
 					gomega.Expect(err).To(gomega.HaveOccurred(), "the API server accepted a pod requesting 1 %s with a limit of 2; extended resources must not be overcommitted", dp.Resource)
 					gomega.Expect(apierrors.IsInvalid(err)).To(gomega.BeTrue(), "expected an Invalid error, got: %v", err)
 					gomega.Expect(err.Error()).To(gomega.ContainSubstring(string(dp.Resource)), "the rejection should name the resource")
@@ -124,7 +100,7 @@ func AllocationSpec(input func() AllocationInput) {
 
 func queuedJobGetsItsDevices(ctx context.Context, env *testenv.Env, in AllocationInput, path gpu.Path, ns string, n int, nodes []string) {
 	var recorder *gpu.ClaimRecorder
-	if path.Name() == "dra" {
+	if path.ClaimBased() {
 		// Started before the Job: the claim of a short pod can be allocated and released between polls.
 		recorder = gpu.RecordClaims(ctx, env.Clients.Kube, ns)
 		ginkgo.DeferCleanup(recorder.Stop)
@@ -184,9 +160,9 @@ func runningPodSeesGivenDevices(ctx context.Context, env *testenv.Env, path gpu.
 	pod := pods.ExpectPodRunning(ctx, env, ns, podObj.Name)
 	report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
 
-	ginkgo.By(fmt.Sprintf("asking %s which devices it allocated", authority(path.Name())))
+	ginkgo.By(fmt.Sprintf("asking %s which devices it allocated", path.Authority()))
 	given, err := path.Given(ctx, givenInput(env, pod, nil))
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the pod's allocation from %s", authority(path.Name()))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the pod's allocation from %s", path.Authority())
 	gomega.Expect(given.Node).To(gomega.Equal(pod.Spec.NodeName))
 	if given.CountOnly {
 		ginkgo.AddReportEntry("not exercised: device identity check", given.Note)
@@ -254,31 +230,6 @@ func eligibleNodes(p gpu.Path, n int, pool []string) []string {
 		}
 	}
 	return out
-}
-
-// setUpPathSpec resolves, for one spec of a per-path container, the live path registered under pathName
-// and creates the spec's namespace.
-func setUpPathSpec(ctx context.Context, env *testenv.Env, paths []gpu.Path, pathName, nsPrefix string) (gpu.Path, string) {
-	ginkgo.GinkgoHelper()
-	path := pathByName(paths, pathName)
-	gomega.Expect(path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
-	return path, env.NewNamespace(ctx, nsPrefix).Name
-}
-
-func pathByName(paths []gpu.Path, name string) gpu.Path {
-	for _, p := range paths {
-		if p.Name() == name {
-			return p
-		}
-	}
-	return nil
-}
-
-func authority(path string) string {
-	if path == "dra" {
-		return "the ResourceClaim"
-	}
-	return "the kubelet"
 }
 
 func plural(n int) string {

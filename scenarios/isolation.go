@@ -18,14 +18,7 @@ import (
 
 // IsolationInput is the input of IsolationSpec.
 type IsolationInput struct {
-	// Env is the run's environment.
-	Env *testenv.Env
-	// Paths are the discovered allocation paths.
-	Paths []gpu.Path
-	// GPUPool are the nodes test pods may use.
-	GPUPool []string
-	// NotExercised records a check that is not registered and why.
-	NotExercised func(what, why string)
+	Base
 }
 
 // holdFor keeps probe pods (and their devices) alive while the suite compares them; they are deleted
@@ -38,37 +31,21 @@ const holdFor = "30m"
 // over-advertising, double allocation and leaky isolation, which the single-pod allocation checks cannot.
 func IsolationSpec(input func() IsolationInput) {
 	reg := input()
-	notExercised := reg.NotExercised
-	if notExercised == nil {
-		notExercised = func(string, string) {}
-	}
 	for _, regPath := range reg.Paths {
-		pathName := regPath.Name()
-		nodes := eligibleNodes(regPath, 1, reg.GPUPool)
+		nodes := reg.eligible(regPath, 1)
 		if len(nodes) == 0 {
-			notExercised(pathName+": exclusivity and isolation", "no node in the GPU pool has a device on this path")
+			reg.notExercised(regPath.Name()+": exclusivity and isolation", "no node in the GPU pool has a device on this path")
 			continue
 		}
-		ginkgo.Describe(fmt.Sprintf("GPU exclusivity and isolation on the %s path", pathName), labels.Of(labels.ScenarioAllocation, labels.ForPath(pathName)), func() {
-			var (
-				env  *testenv.Env
-				path gpu.Path
-				ns   string
-			)
-			ginkgo.BeforeEach(func(ctx context.Context) {
-				in := input()
-				env = in.Env
-				path, ns = setUpPathSpec(ctx, env, in.Paths, pathName, "isol")
-			})
-
+		describePath(input, regPath, "GPU exclusivity and isolation", "isol", []any{labels.Of(labels.ScenarioAllocation)}, func(s *Spec[IsolationInput]) {
 			// Serial: it needs every device of one node, which another spec's pods would hold.
 			ginkgo.It("gives each device of a full node to exactly one of the pods running side by side, all of them, and makes one more pod wait for a device",
 				ginkgo.Serial, func(ctx context.Context) {
-					fillNode(ctx, env, path, ns, nodes)
+					fillNode(ctx, s.Env, s.Path, s.NS, nodes)
 				})
 
 			ginkgo.It("shows a GPU pod's second container, its init container and a pod beside it none of its devices", func(ctx context.Context) {
-				isolation(ctx, env, path, ns, nodes[0])
+				isolation(ctx, s.Env, s.Path, s.NS, nodes[0])
 			})
 		})
 	}
@@ -102,7 +79,7 @@ func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, c
 		pod := pods.ExpectPodRunning(ctx, env, ns, name)
 		report := pods.ExpectProbeReport(ctx, env, ns, name)
 		given, err := path.Given(ctx, givenInput(env, pod, nil))
-		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocation of pod %s from %s", name, authority(path.Name()))
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocation of pod %s from %s", name, path.Authority())
 		if given.CountOnly {
 			ginkgo.AddReportEntry("not exercised: device identity check", given.Note)
 		} else {
@@ -121,7 +98,7 @@ func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, c
 	ginkgo.By("asking for one more device on the full node")
 	want := expectation{stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientDevice,
 		messages: []string{"Insufficient " + string(path.QuotaResource())}}
-	if _, ok := path.(*gpu.DRA); ok {
+	if path.ClaimBased() {
 		want = expectation{stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
 			messages: []string{"cannot allocate all claims"}}
 	}

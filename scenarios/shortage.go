@@ -28,25 +28,18 @@ import (
 // ShortageInput is the input of ShortageSpec. Like AllocationInput, the getter is called while the spec
 // tree is built (Env is nil then; Nodes and Paths decide registration) and again in each spec.
 type ShortageInput struct {
-	// Env is the run's environment.
-	Env *testenv.Env
-	// Paths are the discovered allocation paths.
-	Paths []gpu.Path
+	Base
 	// KueuePresent registers the queue-quota spec and sends device shortages through a LocalQueue.
 	KueuePresent bool
 	// ExistingLocalQueue, when set, means the suite cannot size a ClusterQueue's quota: the queue-quota
 	// spec is not registered and device shortages are submitted as bare pods.
 	ExistingLocalQueue string
-	// GPUPool are the nodes the Jobs that must run may use.
-	GPUPool []string
 	// Nodes are the cluster's nodes as discovery read them: allocatable CPU and memory, labels and taints
 	// size the shortages without assuming this project's pool labels.
 	Nodes []corev1.Node
 	// Tolerations are the ones every test pod carries (from config); a taint they tolerate cannot be
 	// the one a spec relies on.
 	Tolerations []corev1.Toleration
-	// NotExercised records a check that is not registered and why.
-	NotExercised func(what, why string)
 }
 
 // controlPlaneLabel marks control-plane nodes (kubeadm, kind, most distributions). Their NoSchedule
@@ -68,10 +61,6 @@ const maxDevicesPerClaimRequest = 32
 // discovered nodes.
 func ShortageSpec(input func() ShortageInput) {
 	reg := input()
-	notExercised := reg.NotExercised
-	if notExercised == nil {
-		notExercised = func(string, string) {}
-	}
 	taintNodes, taintWhy := taintedControlPlane(reg.Nodes, reg.Tolerations)
 	maxCPU, cpuNode := mostAllocatable(reg.Nodes, corev1.ResourceCPU)
 	maxMem, memNode := mostAllocatable(reg.Nodes, corev1.ResourceMemory)
@@ -79,44 +68,32 @@ func ShortageSpec(input func() ShortageInput) {
 
 	for _, regPath := range reg.Paths {
 		pathName := regPath.Name()
-		ginkgo.Describe(fmt.Sprintf("Deliberate shortages on the %s path", pathName), labels.Of(labels.ScenarioShortage, labels.ForPath(pathName)), func() {
-			var (
-				env  *testenv.Env
-				in   ShortageInput
-				path gpu.Path
-				ns   string
-			)
-			ginkgo.BeforeEach(func(ctx context.Context) {
-				in = input()
-				env = in.Env
-				path, ns = setUpPathSpec(ctx, env, in.Paths, pathName, "short")
-			})
-
+		describePath(input, regPath, "Deliberate shortages", "short", []any{labels.Of(labels.ScenarioShortage)}, func(s *Spec[ShortageInput]) {
 			// (a) Kueue quota.
 			switch {
 			case !reg.KueuePresent:
-				notExercised(pathName+": Kueue quota shortage", "Kueue is absent")
+				reg.notExercised(pathName+": Kueue quota shortage", "Kueue is absent")
 			case !ownQueues:
-				notExercised(pathName+": Kueue quota shortage", "queues.mode=existing: the suite cannot size the ClusterQueue's quota")
+				reg.notExercised(pathName+": Kueue quota shortage", "queues.mode=existing: the suite cannot size the ClusterQueue's quota")
 			case len(eligibleNodes(regPath, 1, reg.GPUPool)) == 0:
-				notExercised(pathName+": Kueue quota shortage", "no node in the GPU pool has a device on this path")
+				reg.notExercised(pathName+": Kueue quota shortage", "no node in the GPU pool has a device on this path")
 			default:
 				ginkgo.It("holds a Job beyond the ClusterQueue's device quota unadmitted and without a pod, diagnosed as QueueQuotaExhausted, and admits and completes it once the first Job finishes",
 					labels.Of(labels.NeedsKueue), func(ctx context.Context) {
-						quotaShortage(ctx, env, path, ns, eligibleNodes(path, 1, in.GPUPool))
+						quotaShortage(ctx, s.Env, s.Path, s.NS, eligibleNodes(s.Path, 1, s.In.GPUPool))
 					})
 			}
 
 			// (b) more devices than any node has; on DRA, (d) a claim no node can satisfy.
 			over := int(maxCapacity(regPath)) + 1
-			if pathName == "dra" {
+			if regPath.ClaimBased() {
 				if over > maxDevicesPerClaimRequest {
-					notExercised(pathName+": a claim no node can satisfy", fmt.Sprintf("a node has %d devices; a claim may ask for at most %d", over-1, maxDevicesPerClaimRequest))
+					reg.notExercised(pathName+": a claim no node can satisfy", fmt.Sprintf("a node has %d devices; a claim may ask for at most %d", over-1, maxDevicesPerClaimRequest))
 				} else {
 					ginkgo.It("keeps a pod whose claim asks for more devices than any node has Pending, diagnosed as DRAAllocationFailed with the scheduler's own message",
 						func(ctx context.Context) {
 							ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
-							deviceShortage(ctx, env, in, path, ns, over, expectation{
+							deviceShortage(ctx, s.Env, s.In, s.Path, s.NS, over, expectation{
 								stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
 								messages: []string{"cannot allocate all claims", "not allocated (status.allocation is empty)"},
 							})
@@ -126,25 +103,25 @@ func ShortageSpec(input func() ShortageInput) {
 				ginkgo.It("keeps a pod asking for more devices than any node has Pending, diagnosed as InsufficientDevice with the scheduler's own message",
 					func(ctx context.Context) {
 						ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
-						deviceShortage(ctx, env, in, path, ns, over, expectation{
+						deviceShortage(ctx, s.Env, s.In, s.Path, s.NS, over, expectation{
 							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientDevice,
-							messages: []string{"Insufficient " + string(path.QuotaResource()), "no node can ever satisfy the request"},
+							messages: []string{"Insufficient " + string(s.Path.QuotaResource()), "no node can ever satisfy the request"},
 						})
 					})
 			}
 
-			if pathName != "dra" {
+			if !regPath.ClaimBased() {
 				ginkgo.It("diagnoses a pod asking for an extended resource that no node advertises as DeviceNotAdvertised, not as devices in use", func(ctx context.Context) {
 					one := resource.MustParse("1")
-					w := env.Factory.GPUPod("unadvertised", ns).Args(fixtures.ProbeArgs(0)...).Resources(corev1.ResourceRequirements{
+					w := s.Env.Factory.GPUPod("unadvertised", s.NS).Args(fixtures.ProbeArgs(0)...).Resources(corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{absentDevice: one, corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
 						Limits:   corev1.ResourceList{absentDevice: one, corev1.ResourceMemory: resource.MustParse("128Mi")},
 					})
-					for _, n := range in.Nodes {
+					for _, n := range s.In.Nodes {
 						q := n.Status.Allocatable[absentDevice]
 						gomega.Expect(q.IsZero()).To(gomega.BeTrue(), "node %s advertises %s", n.Name, absentDevice)
 					}
-					pendingPodDiagnosed(ctx, env, w, expectation{
+					pendingPodDiagnosed(ctx, s.Env, w, expectation{
 						stage: diagnose.StageScheduling, layer: diagnose.LayerKubelet, reason: diagnose.DeviceNotAdvertised,
 						messages: []string{"Insufficient " + string(absentDevice), "no node advertises " + string(absentDevice)},
 					})
@@ -153,27 +130,27 @@ func ShortageSpec(input func() ShortageInput) {
 
 			// (c) a taint and a node selector are gates, not shortages.
 			if len(taintNodes) == 0 {
-				notExercised(pathName+": untolerated taint", taintWhy)
+				reg.notExercised(pathName+": untolerated taint", taintWhy)
 			} else {
 				ginkgo.It("diagnoses a pod that selects only the tainted control-plane nodes as UntoleratedTaint, not as a shortage",
 					func(ctx context.Context) {
 						ginkgo.By(fmt.Sprintf("selecting %s, which only %v carry", controlPlaneLabel, taintNodes))
-						w := env.Factory.GPUPod("on-tainted", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).
+						w := s.Env.Factory.GPUPod("on-tainted", s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).
 							NodeSelector(map[string]string{controlPlaneLabel: ""})
-						pendingPodDiagnosed(ctx, env, w, expectation{
+						pendingPodDiagnosed(ctx, s.Env, w, expectation{
 							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.UntoleratedTaint,
 							messages: []string{"had untolerated taint", "carries a taint the pod does not tolerate"},
 						})
 					})
 			}
 			ginkgo.It("diagnoses a pod whose node selector matches no node as NodeSelectorMismatch, not as a shortage", func(ctx context.Context) {
-				value := "gpuconform-no-such-node-" + ns
-				for _, n := range in.Nodes {
+				value := "gpuconform-no-such-node-" + s.NS
+				for _, n := range s.In.Nodes {
 					gomega.Expect(n.Labels[corev1.LabelHostname]).NotTo(gomega.Equal(value), "node %s unexpectedly carries %s=%s", n.Name, corev1.LabelHostname, value)
 				}
-				w := env.Factory.GPUPod("nowhere", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).
+				w := s.Env.Factory.GPUPod("nowhere", s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).
 					NodeSelector(map[string]string{corev1.LabelHostname: value})
-				pendingPodDiagnosed(ctx, env, w, expectation{
+				pendingPodDiagnosed(ctx, s.Env, w, expectation{
 					stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.NodeSelectorMismatch,
 					// The scheduler names the selector when a node passes its taint filter; when every node is
 					// tainted it names the taints, and the diagnosis reads the nodes to find the selector.
@@ -183,7 +160,7 @@ func ShortageSpec(input func() ShortageInput) {
 
 			// (e) a free device but not enough CPU or memory.
 			if cpuNode == "" || memNode == "" {
-				notExercised(pathName+": CPU and memory shortage", "no node's allocatable CPU and memory could be read at discovery")
+				reg.notExercised(pathName+": CPU and memory shortage", "no node's allocatable CPU and memory could be read at discovery")
 			} else {
 				mem := maxMem.DeepCopy()
 				mem.Add(resource.MustParse("1Gi"))
@@ -201,8 +178,8 @@ func ShortageSpec(input func() ShortageInput) {
 					ginkgo.It(fmt.Sprintf("diagnoses a pod asking for 1 device and more %s than any node's allocatable as %s, not as a device shortage", c.what, c.reason),
 						func(ctx context.Context) {
 							ginkgo.By(fmt.Sprintf("requesting %s %s; the most any node has allocatable is %s (%s)", c.ask.String(), c.what, c.most.String(), c.node))
-							w := env.Factory.GPUPod("too-much-"+string(c.resource), ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(c.resource, c.ask)
-							pendingPodDiagnosed(ctx, env, w, expectation{
+							w := s.Env.Factory.GPUPod("too-much-"+string(c.resource), s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(c.resource, c.ask)
+							pendingPodDiagnosed(ctx, s.Env, w, expectation{
 								stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: c.reason,
 								messages: []string{"Insufficient " + string(c.resource), "no node can ever satisfy the request"},
 							})

@@ -40,6 +40,12 @@ var _ Path = (*DevicePlugin)(nil)
 // Name implements Path.
 func (p *DevicePlugin) Name() string { return config.PathDevicePlugin }
 
+// Authority implements Path.
+func (p *DevicePlugin) Authority() string { return "the kubelet" }
+
+// ClaimBased implements Path.
+func (p *DevicePlugin) ClaimBased() bool { return false }
+
 // Label implements Path.
 func (p *DevicePlugin) Label() string { return labels.PathDevicePlugin }
 

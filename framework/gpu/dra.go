@@ -44,6 +44,12 @@ var _ Path = (*DRA)(nil)
 // Name implements Path.
 func (p *DRA) Name() string { return config.PathDRA }
 
+// Authority implements Path.
+func (p *DRA) Authority() string { return "the ResourceClaim" }
+
+// ClaimBased implements Path.
+func (p *DRA) ClaimBased() bool { return true }
+
 // Label implements Path.
 func (p *DRA) Label() string { return labels.PathDRA }
 

@@ -1,0 +1,79 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/testenv"
+)
+
+// Base is what every scenario's input carries. Each input embeds it; the suite fills it once.
+type Base struct {
+	// Env is the run's environment (nil while the spec tree is built).
+	Env *testenv.Env
+	// Paths are the discovered allocation paths.
+	Paths []gpu.Path
+	// GPUPool are the nodes test pods may use.
+	GPUPool []string
+	// NotExercised records a check that is not registered and why.
+	NotExercised func(what, why string)
+}
+
+func (b Base) base() Base { return b }
+
+// notExercised records what is not registered; without a recorder it does nothing.
+func (b Base) notExercised(what, why string) {
+	if b.NotExercised != nil {
+		b.NotExercised(what, why)
+	}
+}
+
+// eligible are the GPU pool's nodes with at least n devices on path.
+func (b Base) eligible(path gpu.Path, n int) []string { return eligibleNodes(path, n, b.GPUPool) }
+
+// scenarioInput is any scenario input (it embeds Base).
+type scenarioInput interface{ base() Base }
+
+// Spec is the live state of one spec inside a per-path container: the input read again when the spec
+// runs, the path by the name it was registered under, and the spec's own namespace.
+type Spec[I scenarioInput] struct {
+	In   I
+	Env  *testenv.Env
+	Path gpu.Path
+	NS   string
+}
+
+// describePath registers the container "<title> on the <path> path" for one discovered path, labelled
+// with the path's label and decorators (scenario label, Serial, …). Its BeforeEach reads the input
+// again, resolves the live path registered under the same name and creates the spec's namespace
+// (nsPrefix); body registers the container's specs, reading the live state from s inside them.
+func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPrefix string, decorators []any, body func(s *Spec[I])) {
+	pathName := regPath.Name()
+	args := append([]any{ginkgo.Label(labels.ForPath(pathName))}, decorators...)
+	s := &Spec[I]{}
+	args = append(args, func() {
+		ginkgo.BeforeEach(func(ctx context.Context) {
+			s.In = input()
+			s.Env = s.In.base().Env
+			s.Path = pathByName(s.In.base().Paths, pathName)
+			gomega.Expect(s.Path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
+			s.NS = s.Env.NewNamespace(ctx, nsPrefix).Name
+		})
+		body(s)
+	})
+	ginkgo.Describe(fmt.Sprintf("%s on the %s path", title, pathName), args...)
+}
+
+func pathByName(paths []gpu.Path, name string) gpu.Path {
+	for _, p := range paths {
+		if p.Name() == name {
+			return p
+		}
+	}
+	return nil
+}
