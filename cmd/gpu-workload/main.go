@@ -5,8 +5,9 @@
 //	gpu-workload train --steps S --step-duration D --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
 //	gpu-workload podresources [--socket PATH] [--namespace NS] [--pod NAME] [--timeout D]
 //
-// Every subcommand prints JSON lines on stdout. Exit codes: 0 success (train also on SIGTERM after a
-// final checkpoint), 1 failed check or runtime error, 2 usage error.
+// Every subcommand prints JSON lines on stdout. Exit codes: 0 success, 1 failed check or runtime error,
+// 2 usage error, 143 (128+SIGTERM) train interrupted by SIGTERM after it saved its final checkpoint: an
+// interrupted attempt is not a completed one, so a Job counts it as a failed pod and replaces it.
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 	"syscall"
 	"time"
 
+	"gpuconform.io/gpuconform/internal/workload/hostproc"
 	"gpuconform.io/gpuconform/internal/workload/podresources"
 	"gpuconform.io/gpuconform/internal/workload/probe"
 	"gpuconform.io/gpuconform/internal/workload/termlog"
@@ -33,6 +35,8 @@ const (
 	exitOK    = 0
 	exitFail  = 1
 	exitUsage = 2
+	// exitInterrupted is the shell's code for a process ended by SIGTERM.
+	exitInterrupted = 143
 )
 
 const usage = `usage: gpu-workload <command> [flags]
@@ -41,6 +45,8 @@ commands:
   probe         report the devices this container sees; fail if they differ from --expect/--expect-ids
   train         restartable training loop that checkpoints and resumes (preemption scenarios)
   podresources  ask the kubelet which devices it allocated to pods
+  host-signal   freeze (SIGSTOP, then SIGCONT) or signal a host process by name (needs hostPID; the
+                kubelet-stop fault provider)
 
 Run 'gpu-workload <command> -h' for the flags of a command.
 `
@@ -67,6 +73,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runTrain(ctx, args[1:], stdout, stderr)
 	case "podresources":
 		return runPodResources(ctx, args[1:], stdout, stderr)
+	case "host-signal":
+		return runHostSignal(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -191,9 +199,13 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := cfg.Validate(); err != nil {
 		return usageError(fs, stderr, err.Error())
 	}
-	if _, err := train.Run(ctx, cfg, stdout); err != nil {
+	sum, err := train.Run(ctx, cfg, stdout)
+	if err != nil {
 		fmt.Fprintf(stderr, "gpu-workload train: %v\n", err)
 		return exitFail
+	}
+	if sum.Status == train.StatusInterrupted {
+		return exitInterrupted
 	}
 	return exitOK
 }
@@ -227,4 +239,41 @@ func runPodResources(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "%s\n", line)
 	return code
+}
+
+// runHostSignal freezes a host process for a while (--stop-for) or sends it one signal (--signal).
+func runHostSignal(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("host-signal", "--process NAME (--stop-for D | --signal TERM)", stderr)
+	name := fs.String("process", "kubelet", "command name of the host process (/proc/PID/comm)")
+	stopFor := fs.Duration("stop-for", 0, "stop the process for this long, then continue it (also when terminated early)")
+	sig := fs.String("signal", "", "send this signal once instead: TERM, KILL or HUP")
+	procRoot := fs.String("proc", "/proc", "the proc filesystem to search")
+	if code, done := parseFlags(fs, args, stderr); done {
+		return code
+	}
+	logf := func(s string) {
+		fmt.Fprintf(stdout, "{\"time\":%q,\"msg\":%q}\n", time.Now().UTC().Format(time.RFC3339Nano), s)
+	}
+	switch {
+	case *stopFor > 0 && *sig == "":
+		if err := hostproc.Freeze(ctx, *procRoot, *name, *stopFor, logf); err != nil {
+			fmt.Fprintf(stderr, "gpu-workload host-signal: %v\n", err)
+			return exitFail
+		}
+		return exitOK
+	case *sig != "" && *stopFor == 0:
+		s, ok := map[string]syscall.Signal{"TERM": syscall.SIGTERM, "KILL": syscall.SIGKILL, "HUP": syscall.SIGHUP}[strings.ToUpper(*sig)]
+		if !ok {
+			return usageError(fs, stderr, "--signal must be TERM, KILL or HUP")
+		}
+		pids, err := hostproc.Signal(*procRoot, *name, s)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpu-workload host-signal: %v\n", err)
+			return exitFail
+		}
+		logf(fmt.Sprintf("sent %s to %s (pids %v)", *sig, *name, pids))
+		return exitOK
+	default:
+		return usageError(fs, stderr, "give exactly one of --stop-for and --signal")
+	}
 }

@@ -211,8 +211,8 @@ func TestBinaryTrainSIGTERMThenResume(t *testing.T) {
 	sig := waitEvent(t, lines, 20*time.Second, func(ev map[string]any) bool { return ev["event"] == "sigterm" })
 	for range lines { // drain until the pipe closes, so Wait cannot race the reader
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("train exited with %v after SIGTERM, want 0; stderr: %s", err, stderr.String())
+	if err := cmd.Wait(); err == nil || err.(*exec.ExitError).ExitCode() != exitInterrupted {
+		t.Fatalf("train exited with %v after SIGTERM, want exit status %d (interrupted, not completed); stderr: %s", err, exitInterrupted, stderr.String())
 	}
 	// A step is 50ms; anything near the 30s grace period means the signal was not honoured mid-step.
 	if took := time.Since(signalled); took > 10*time.Second {

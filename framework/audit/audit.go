@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -17,6 +18,7 @@ import (
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 
 	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/faults"
 )
 
 // Node marks the disruptive specs leave (and must remove).
@@ -25,8 +27,8 @@ const (
 	NodeTaintPrefix = "gpuconform.io/"
 	// UnhealthyDevicesAnnotation tells the fake device plugin that devices are unhealthy.
 	UnhealthyDevicesAnnotation = "gpuconform.io/unhealthy-devices"
-	// FaultRunAnnotation names the run that injected a device fault on the node (framework/faults).
-	FaultRunAnnotation = "gpuconform.io/fault-run"
+	// FaultRunAnnotation names the run that injected a fault on the node (framework/faults).
+	FaultRunAnnotation = faults.FaultRunAnnotation
 )
 
 // Finding is one labelled object (or node mark) found on the cluster.
@@ -140,6 +142,13 @@ func RunIn(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interf
 	} else {
 		fail("resourceclaims", err)
 	}
+	if l, err := kube.CoreV1().PersistentVolumes().List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			add("PersistentVolume", "", o.Name, o.Labels, string(o.Status.Phase))
+		}
+	} else {
+		fail("persistentvolumes", err)
+	}
 	if l, err := kube.ResourceV1().DeviceClasses().List(ctx, sel); err == nil {
 		for _, o := range l.Items {
 			add("DeviceClass", "", o.Name, o.Labels, "")
@@ -169,6 +178,13 @@ func RunIn(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interf
 		} else {
 			fail("workloadpriorityclasses", err)
 		}
+	}
+	if rules, err := faults.ListTaintRules(ctx, kube); err == nil {
+		for name, run := range rules {
+			add("DeviceTaintRule", "", name, map[string]string{fixtures.RunLabel: run}, "")
+		}
+	} else {
+		fail("devicetaintrules", err)
 	}
 	listNodeMarks(ctx, kube, runID, &res, fail)
 	sortFindings(res.Ours)
@@ -210,6 +226,13 @@ func listNamespaced(ctx context.Context, kube kubernetes.Interface, ns string, s
 	} else {
 		fail("jobs", err)
 	}
+	if l, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, sel); err == nil {
+		for _, o := range l.Items {
+			add("PersistentVolumeClaim", o.Namespace, o.Name, o.Labels, "")
+		}
+	} else {
+		fail("persistentvolumeclaims", err)
+	}
 	if l, err := kube.ResourceV1().ResourceClaimTemplates(ns).List(ctx, sel); err == nil {
 		for _, o := range l.Items {
 			add("ResourceClaimTemplate", o.Namespace, o.Name, o.Labels, "")
@@ -238,6 +261,9 @@ func nodeMarks(n corev1.Node) []Finding {
 	}
 	if n.Spec.Unschedulable && run != "" {
 		out = append(out, Finding{Kind: "NodeCordon", Name: n.Name, Run: run, Detail: "cordoned by the suite"})
+	}
+	if v := n.Annotations[faults.FaultsAnnotation]; v != "" {
+		out = append(out, Finding{Kind: "NodeFault", Name: n.Name, Run: run, Detail: v})
 	}
 	if v, ok := n.Annotations[UnhealthyDevicesAnnotation]; ok {
 		out = append(out, Finding{Kind: "NodeAnnotation", Name: n.Name, Run: run, Detail: UnhealthyDevicesAnnotation + "=" + v})
@@ -291,6 +317,23 @@ func Delete(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Inter
 			default:
 				err = kq.KueueV1beta2().WorkloadPriorityClasses().Delete(ctx, f.Name, opts)
 			}
+		case "PersistentVolume":
+			err = kube.CoreV1().PersistentVolumes().Delete(ctx, f.Name, opts)
+		case "PersistentVolumeClaim":
+			err = kube.CoreV1().PersistentVolumeClaims(f.Namespace).Delete(ctx, f.Name, opts)
+		case "DeviceTaintRule":
+			err = faults.DeleteTaintRule(ctx, kube, f.Name)
+		case "NodeFault":
+			if slices.Contains(faults.ParseMarks(f.Detail), string(faults.StopNode)) {
+				err = fmt.Errorf("node %s was stopped by run %s: start it (a run with the same fault provider and --cleanup-leftovers does), then clear the mark", f.Name, f.Run)
+				break
+			}
+			if slices.Contains(faults.ParseMarks(f.Detail), string(faults.OutOfService)) {
+				if err = faults.RemoveOutOfService(ctx, kube, f.Name); err != nil {
+					break
+				}
+			}
+			err = clearNode(ctx, kube, f.Name)
 		case "NodeTaint", "NodeCordon", "NodeAnnotation", "NodeLabel":
 			err = clearNode(ctx, kube, f.Name)
 		default:
@@ -325,6 +368,7 @@ func clearNode(ctx context.Context, kube kubernetes.Interface, name string) erro
 	}
 	delete(n.Annotations, UnhealthyDevicesAnnotation)
 	delete(n.Annotations, FaultRunAnnotation)
+	delete(n.Annotations, faults.FaultsAnnotation)
 	delete(n.Annotations, fixtures.RunLabel)
 	delete(n.Labels, fixtures.RunLabel)
 	_, err = kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})

@@ -12,8 +12,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
@@ -99,6 +101,53 @@ type Config struct {
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// Signoff is the verdict policy: what must be exercised, and the baseline to compare with.
 	Signoff SignoffConfig `json:"signoff,omitempty"`
+	// Faults chooses how the failure scenario injects node and device faults (with Disruptive only).
+	Faults FaultsConfig `json:"faults,omitempty"`
+	// Checkpoints is storage that outlives a node, for the scenarios that resume a job elsewhere.
+	Checkpoints CheckpointConfig `json:"checkpoints,omitempty"`
+}
+
+// Fault providers (framework/faults).
+const (
+	FaultProviderAuto        = "auto"
+	FaultProviderNone        = "none"
+	FaultProviderLocal       = "local"
+	FaultProviderCommand     = "command"
+	FaultProviderKubeletStop = "kubelet-stop"
+	FaultProviderTaintRule   = "device-taint-rule"
+)
+
+// FaultsConfig chooses the fault providers.
+type FaultsConfig struct {
+	// NodeProvider stops and starts GPU nodes: auto (local on the project's kind cluster, else command when
+	// Command is set, else none), local, command, kubelet-stop or none.
+	NodeProvider string `json:"nodeProvider,omitempty"`
+	// DeviceProvider turns a device unhealthy: auto (local on the project's kind cluster, else command when
+	// Command is set, else none), local, command or none. The DRA path uses DRADeviceProvider.
+	DeviceProvider string `json:"deviceProvider,omitempty"`
+	// DRADeviceProvider turns a DRA device unhealthy: auto (device-taint-rule where the API server serves
+	// DeviceTaintRules, else as DeviceProvider), device-taint-rule, local, command or none.
+	DRADeviceProvider string `json:"draDeviceProvider,omitempty"`
+	// Command is the user's script for the command provider: `SCRIPT ACTION NODE [DEVICE]`.
+	Command string `json:"command,omitempty"`
+	// CommandDeviceEvicts says the command's device fault also evicts the pods using the device.
+	CommandDeviceEvicts bool `json:"commandDeviceEvicts,omitempty"`
+	// KubeletStopFor bounds each kubelet-stop outage (the helper thaws the kubelet after it).
+	KubeletStopFor metav1.Duration `json:"kubeletStopFor,omitempty"`
+	// EvictionToleration is the tolerationSeconds of the failure scenario's training pods for the
+	// not-ready and unreachable taints: how long Kubernetes waits before evicting them from a lost node.
+	EvictionToleration metav1.Duration `json:"evictionToleration,omitempty"`
+}
+
+// CheckpointConfig is storage that outlives a node. Without either field, a directory every GPU node
+// mounts from shared storage is discovered from the nodes' gpuconform.io/shared-dir annotation (the local
+// cluster sets it); with none, specs that need it say "not exercised".
+type CheckpointConfig struct {
+	// StorageClass provisions a ReadWriteMany volume per spec.
+	StorageClass string `json:"storageClass,omitempty"`
+	// HostPath is a directory every GPU node mounts from the same shared storage (NFS, a kind extraMount),
+	// offered to specs as a static ReadWriteMany PersistentVolume.
+	HostPath string `json:"hostPath,omitempty"`
 }
 
 // SignoffConfig is the verdict policy (reports.Decide applies it).
@@ -174,6 +223,8 @@ func Default() Config {
 		Image:          "gpuconform.local/gpu-workload:dev",
 		TimeoutProfile: timeouts.ProfileAuto,
 		ArtifactsDir:   cmp.Or(os.Getenv("ARTIFACTS"), "_artifacts"),
+		Faults: FaultsConfig{NodeProvider: FaultProviderAuto, DeviceProvider: FaultProviderAuto, DRADeviceProvider: FaultProviderAuto,
+			KubeletStopFor: metav1.Duration{Duration: 2 * time.Minute}, EvictionToleration: metav1.Duration{Duration: 10 * time.Second}},
 	}
 }
 
@@ -266,6 +317,29 @@ func (c Config) Validate() error {
 	}
 	if c.Namespace != "" && c.Disruptive {
 		errs = append(errs, fmt.Errorf("namespace %q with disruptive: disruptive specs change nodes, which team-namespace mode never does; drop one of them", c.Namespace))
+	}
+	check := func(key, v string, allowed ...string) {
+		if !slices.Contains(allowed, v) {
+			errs = append(errs, fmt.Errorf("%s %q: use one of %s", key, v, strings.Join(allowed, ", ")))
+		}
+	}
+	check("faults.nodeProvider", c.Faults.NodeProvider, FaultProviderAuto, FaultProviderLocal, FaultProviderCommand, FaultProviderKubeletStop, FaultProviderNone)
+	check("faults.deviceProvider", c.Faults.DeviceProvider, FaultProviderAuto, FaultProviderLocal, FaultProviderCommand, FaultProviderNone)
+	check("faults.draDeviceProvider", c.Faults.DRADeviceProvider, FaultProviderAuto, FaultProviderTaintRule, FaultProviderLocal, FaultProviderCommand, FaultProviderNone)
+	if c.Faults.Command == "" && (c.Faults.NodeProvider == FaultProviderCommand || c.Faults.DeviceProvider == FaultProviderCommand || c.Faults.DRADeviceProvider == FaultProviderCommand) {
+		errs = append(errs, errors.New("faults: the command provider is chosen but faults.command (--fault-command) is empty; name the script"))
+	}
+	if c.Faults.KubeletStopFor.Duration < 30*time.Second {
+		errs = append(errs, fmt.Errorf("faults.kubeletStopFor %s: at least 30s (the node must be seen NotReady)", c.Faults.KubeletStopFor.Duration))
+	}
+	if c.Faults.EvictionToleration.Duration < 0 {
+		errs = append(errs, fmt.Errorf("faults.evictionToleration %s: negative", c.Faults.EvictionToleration.Duration))
+	}
+	if c.Checkpoints.StorageClass != "" && c.Checkpoints.HostPath != "" {
+		errs = append(errs, errors.New("checkpoints: storageClass and hostPath are both set; pick one"))
+	}
+	if c.Checkpoints.HostPath != "" && !strings.HasPrefix(c.Checkpoints.HostPath, "/") {
+		errs = append(errs, fmt.Errorf("checkpoints.hostPath %q: an absolute path on the nodes", c.Checkpoints.HostPath))
 	}
 	if c.KeepResources && c.CleanupLeftovers {
 		// Not contradictory strictly, but almost always a mistake worth saying out loud.
@@ -378,6 +452,14 @@ var flagDefs = []flagDef{
 	}},
 	{name: "allow-incomplete", usage: "sign off GO although something required was not exercised", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.Signoff.AllowIncomplete = b })},
 	{name: "baseline", usage: "gpuconform-record.json of an earlier run: what passed there and fails or is missing now is NO-GO", apply: func(c *Config, v string) error { c.Signoff.Baseline = v; return nil }},
+	{name: "fault-provider", usage: "how GPU nodes are stopped: auto, local, command, kubelet-stop or none", apply: func(c *Config, v string) error { c.Faults.NodeProvider = v; return nil }},
+	{name: "device-fault-provider", usage: "how a device turns unhealthy on the device-plugin path: auto, local, command or none", apply: func(c *Config, v string) error { c.Faults.DeviceProvider = v; return nil }},
+	{name: "dra-device-fault-provider", usage: "how a device turns unhealthy on the DRA path: auto, device-taint-rule, local, command or none", apply: func(c *Config, v string) error { c.Faults.DRADeviceProvider = v; return nil }},
+	{name: "fault-command", usage: "script of the command fault provider, called as SCRIPT ACTION NODE [DEVICE] (implies --fault-provider=command and --device-fault-provider=command unless set)", apply: func(c *Config, v string) error { c.Faults.Command = v; return nil }},
+	{name: "kubelet-stop-for", usage: "how long the kubelet-stop provider keeps a kubelet stopped (default 2m)", apply: durationSetter(func(c *Config, d time.Duration) { c.Faults.KubeletStopFor.Duration = d })},
+	{name: "eviction-toleration", usage: "tolerationSeconds of the failure scenario's pods for the not-ready/unreachable taints (default 10s)", apply: durationSetter(func(c *Config, d time.Duration) { c.Faults.EvictionToleration.Duration = d })},
+	{name: "checkpoint-storage-class", usage: "StorageClass of ReadWriteMany volumes for checkpoints that outlive a node", apply: func(c *Config, v string) error { c.Checkpoints.StorageClass = v; return nil }},
+	{name: "checkpoint-host-path", usage: "directory every GPU node mounts from shared storage, for checkpoints that outlive a node", apply: func(c *Config, v string) error { c.Checkpoints.HostPath = v; return nil }},
 	{name: "toleration", usage: "toleration for test pods, key[=value]:Effect or key:Effect (Exists); repeatable", apply: func(c *Config, v string) error {
 		t, err := ParseToleration(v)
 		if err != nil {
@@ -402,6 +484,17 @@ func boolSetter(set func(*Config, bool)) func(*Config, string) error {
 			return fmt.Errorf("not a boolean: %q", v)
 		}
 		set(c, b)
+		return nil
+	}
+}
+
+func durationSetter(set func(*Config, time.Duration)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("not a duration: %q", v)
+		}
+		set(c, d)
 		return nil
 	}
 }

@@ -5,6 +5,7 @@ package gpu
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sort"
@@ -12,8 +13,10 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/cluster"
@@ -37,6 +40,12 @@ type Path interface {
 	Given(ctx context.Context, in GivenInput) (Allocation, error)
 	// Describe is a one-line description for reports.
 	Describe() string
+	// Authority names what decides which devices a pod gets, for messages: "the kubelet" (device
+	// plugin) or "the ResourceClaim" (DRA).
+	Authority() string
+	// ClaimBased reports whether devices are allocated through ResourceClaims (DRA): pods carry claims,
+	// the scheduler allocates them, and a lost pod's claim must be released.
+	ClaimBased() bool
 }
 
 // GivenInput is what Given needs.
@@ -160,13 +169,74 @@ func LiveCapacity(ctx context.Context, kube kubernetes.Interface, p Path, node s
 			return 0, err
 		}
 		drivers := strings.Split(p.Driver, ",")
+		rules := taintRuleSelectors(ctx, kube)
 		var count int64
 		for _, s := range list.Items {
 			if slices.Contains(drivers, s.Spec.Driver) && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
-				count += int64(len(s.Spec.Devices))
+				for _, d := range s.Spec.Devices {
+					if !deviceTainted(d, s.Spec.Driver, s.Spec.Pool.Name, rules) {
+						count++
+					}
+				}
 			}
 		}
 		return count, nil
 	}
 	return 0, fmt.Errorf("no live capacity for path %s", p.Name())
+}
+
+// taintSelector is a DeviceTaintRule's device selector (empty fields match any) with a scheduling effect.
+type taintSelector struct{ driver, pool, device string }
+
+// taintRuleSelectors lists the DeviceTaintRules that keep devices from new allocations (NoSchedule,
+// NoExecute). The typed client of this client-go predates their v1, so they are read raw; a server that
+// does not serve them has none.
+func taintRuleSelectors(ctx context.Context, kube kubernetes.Interface) []taintSelector {
+	rc, ok := kube.ResourceV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc == nil {
+		return nil
+	}
+	raw, err := rc.Get().Resource("devicetaintrules").Do(ctx).Raw()
+	if err != nil {
+		return nil
+	}
+	var list struct {
+		Items []struct {
+			Spec struct {
+				DeviceSelector *struct{ Driver, Pool, Device string } `json:"deviceSelector"`
+				Taint          struct{ Effect string }                `json:"taint"`
+			} `json:"spec"`
+		} `json:"items"`
+	}
+	if json.Unmarshal(raw, &list) != nil {
+		return nil
+	}
+	var out []taintSelector
+	for _, it := range list.Items {
+		if e := it.Spec.Taint.Effect; e != "NoSchedule" && e != "NoExecute" {
+			continue
+		}
+		sel := taintSelector{}
+		if d := it.Spec.DeviceSelector; d != nil {
+			sel = taintSelector{driver: d.Driver, pool: d.Pool, device: d.Device}
+		}
+		out = append(out, sel)
+	}
+	return out
+}
+
+// deviceTainted reports whether d is kept from new allocations: a NoSchedule or NoExecute taint in the
+// slice (a driver's own health report) or a DeviceTaintRule selecting it.
+func deviceTainted(d resourcev1.Device, driver, pool string, rules []taintSelector) bool {
+	for _, t := range d.Taints {
+		if t.Effect == resourcev1.DeviceTaintEffectNoSchedule || t.Effect == resourcev1.DeviceTaintEffectNoExecute {
+			return true
+		}
+	}
+	for _, r := range rules {
+		if (r.driver == "" || r.driver == driver) && (r.pool == "" || r.pool == pool) && (r.device == "" || r.device == d.Name) {
+			return true
+		}
+	}
+	return false
 }

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,12 +22,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
 	"gpuconform.io/gpuconform/internal/workload/probe"
@@ -172,19 +171,17 @@ var _ = Describe("The fake device plugin", func() {
 
 	It("drops allocatable by one when a device is marked unhealthy and restores it when healthy", Serial, func(ctx SpecContext) {
 		node := poolNodes(ctx)[0].Name
-		patch := func(ctx context.Context, value *string) {
-			b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{fakeplugin.UnhealthyDevicesAnnotation: value}}})
-			_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{})
-			Expect(err).NotTo(HaveOccurred())
-		}
-		DeferCleanup(func(ctx SpecContext) { patch(ctx, nil) })
+		// Through the fault layer's local provider, which the conformance suite's failure scenario uses.
+		local := &faults.Local{Kube: cs}
+		dev := faults.Device{Node: node, ID: "0"}
+		DeferCleanup(func(ctx SpecContext) { Expect(local.SetHealth(ctx, dev, true)).To(Succeed()) })
 		start := time.Now()
-		patch(ctx, ptr.To("0"))
+		Expect(local.SetHealth(ctx, dev, false)).To(Succeed())
 		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).
 			Should(BeEquivalentTo(*devices-1), "allocatable on %s after marking device 0 unhealthy", node)
 		AddReportEntry("unhealthy → allocatable dropped", time.Since(start).Round(100*time.Millisecond).String())
 		start = time.Now()
-		patch(ctx, nil)
+		Expect(local.SetHealth(ctx, dev, true)).To(Succeed())
 		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(60*time.Second).WithPolling(250*time.Millisecond).
 			Should(BeEquivalentTo(*devices), "allocatable on %s after restoring device 0", node)
 		AddReportEntry("healthy → allocatable restored", time.Since(start).Round(100*time.Millisecond).String())
@@ -207,8 +204,7 @@ var _ = Describe("The fake device plugin", func() {
 
 	It("keeps the resource advertised across a kubelet restart on a GPU node", Serial, func(ctx SpecContext) {
 		node := poolNodes(ctx)[0].Name
-		out, err := exec.CommandContext(ctx, "docker", "exec", node, "systemctl", "restart", "kubelet").CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "restart kubelet on %s: %s", node, out)
+		Expect((&faults.Local{Kube: cs}).RestartKubelet(ctx, node)).To(Succeed())
 		start := time.Now()
 		// The restarted kubelet wipes the device-plugins directory; the plugin must notice and register again.
 		// Allocatable alone proves nothing here: the kubelet restores the devices from its checkpoint and keeps
@@ -339,17 +335,16 @@ var _ = Describe("A GPU worker of the local cluster", Serial, func() {
 			}
 			return cluster.NodeReady(*n)
 		}
-		DeferCleanup(func(ctx SpecContext) { _ = exec.CommandContext(ctx, "docker", "start", node).Run() })
+		local := &faults.Local{Kube: cs}
+		DeferCleanup(func(ctx SpecContext) { _ = local.StartNode(ctx, node) })
 		start := time.Now()
-		out, err := exec.CommandContext(ctx, "docker", "stop", node).CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "docker stop %s: %s", node, out)
+		Expect(local.StopNode(ctx, node)).To(Succeed())
 		AddReportEntry("docker stop", time.Since(start).Round(100*time.Millisecond).String())
 		start = time.Now()
 		Eventually(ready).WithTimeout(3*time.Minute).WithPolling(time.Second).ShouldNot(Equal(corev1.ConditionTrue), "node %s still Ready", node)
 		AddReportEntry("stopped → NotReady", time.Since(start).Round(100*time.Millisecond).String())
 		start = time.Now()
-		out, err = exec.CommandContext(ctx, "docker", "start", node).CombinedOutput()
-		Expect(err).NotTo(HaveOccurred(), "docker start %s: %s", node, out)
+		Expect(local.StartNode(ctx, node)).To(Succeed())
 		Eventually(ready).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Equal(corev1.ConditionTrue), "node %s not Ready again", node)
 		AddReportEntry("started → Ready", time.Since(start).Round(100*time.Millisecond).String())
 		waitPluginServing(ctx, node, start)

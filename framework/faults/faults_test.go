@@ -1,0 +1,208 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"gpuconform.io/gpuconform/framework/config"
+)
+
+func node(name, providerID string, agent bool) *corev1.Node {
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}, Annotations: map[string]string{}}, Spec: corev1.NodeSpec{ProviderID: providerID}}
+	if agent {
+		n.Labels[localAgentLabel] = "v1"
+	}
+	return n
+}
+
+func docker(string) (string, error)   { return "/usr/bin/docker", nil }
+func noDocker(string) (string, error) { return "", errors.New("not found") }
+
+func defaults() config.FaultsConfig { return config.Default().Faults }
+
+func TestNewChoosesProvidersFromTheCluster(t *testing.T) {
+	kind := []corev1.Node{*node("w1", "kind://docker/x/w1", true), *node("w2", "kind://docker/x/w2", true)}
+	real := []corev1.Node{*node("gpu-1", "aws:///us-east-1a/i-1", false)}
+
+	inj := New(Options{Pool: kind, Config: defaults(), LookPath: docker, ServesDeviceTaintRules: true})
+	if _, ok := inj.Nodes.(*Local); !ok {
+		t.Errorf("kind cluster: node provider %T (%s), want local", inj.Nodes, inj.NodesWhy)
+	}
+	if _, ok := inj.DRADevices.(*Local); !ok {
+		t.Errorf("kind cluster: DRA device provider %T, want the fake agent (local)", inj.DRADevices)
+	}
+	if _, ok := inj.DRAEvict.(*TaintRule); !ok || !inj.DRAEvict.Evicts() {
+		t.Errorf("served DeviceTaintRules: evicting DRA provider %T, want a NoExecute TaintRule", inj.DRAEvict)
+	}
+
+	inj = New(Options{Pool: kind, Config: defaults(), LookPath: noDocker})
+	if inj.Nodes != nil || !strings.Contains(inj.NodesWhy, "docker") {
+		t.Errorf("no docker: node provider %v, why %q", inj.Nodes, inj.NodesWhy)
+	}
+
+	inj = New(Options{Pool: real, Config: defaults(), LookPath: docker})
+	if inj.Nodes != nil || !strings.Contains(inj.NodesWhy, "--fault-command") || inj.Devices != nil || inj.DRAEvict != nil {
+		t.Errorf("real cluster without configuration must have no providers and say what to give: %+v", inj)
+	}
+	if inj.DRADevices != nil || !strings.Contains(inj.DRADevicesWhy, "--fault-command") {
+		t.Errorf("real cluster, DRA without DeviceTaintRules: %v %q", inj.DRADevices, inj.DRADevicesWhy)
+	}
+
+	c := defaults()
+	c.Command = "/opt/faults.sh"
+	inj = New(Options{Pool: real, Config: c, ServesDeviceTaintRules: true})
+	if _, ok := inj.Nodes.(*Command); !ok {
+		t.Errorf("--fault-command: node provider %T", inj.Nodes)
+	}
+	if _, ok := inj.DRADevices.(*Command); !ok {
+		t.Errorf("--fault-command: DRA device provider %T (the user's script wins over auto)", inj.DRADevices)
+	}
+
+	c = defaults()
+	c.NodeProvider = config.FaultProviderKubeletStop
+	if inj = New(Options{Pool: real, Config: c}); inj.Nodes != nil || !strings.Contains(inj.NodesWhy, "--helper-namespace") {
+		t.Errorf("kubelet-stop without a helper namespace: %v %q", inj.Nodes, inj.NodesWhy)
+	}
+	if inj = New(Options{Pool: real, Config: c, HelperNamespace: "gpu-operator"}); inj.Nodes == nil {
+		t.Errorf("kubelet-stop: %q", inj.NodesWhy)
+	}
+
+	c = defaults()
+	c.DRADeviceProvider = config.FaultProviderTaintRule
+	if inj = New(Options{Pool: kind, Config: c, LookPath: docker}); inj.DRADevices != nil || !strings.Contains(inj.DRADevicesWhy, "DeviceTaintRules") {
+		t.Errorf("device-taint-rule where not served: %v %q", inj.DRADevices, inj.DRADevicesWhy)
+	}
+}
+
+// recorder is a provider that records what it was asked.
+type recorder struct{ calls []string }
+
+func (r *recorder) Name() string { return "rec (test)" }
+func (r *recorder) StopNode(_ context.Context, n string) error {
+	r.calls = append(r.calls, "stop "+n)
+	return nil
+}
+func (r *recorder) StartNode(_ context.Context, n string) error {
+	r.calls = append(r.calls, "start "+n)
+	return nil
+}
+func (r *recorder) RestartKubelet(_ context.Context, n string) error { return nil }
+func (r *recorder) Evicts() bool                                     { return false }
+func (r *recorder) SetHealth(_ context.Context, d Device, healthy bool) error {
+	r.calls = append(r.calls, "health "+d.ID+" "+map[bool]string{true: "ok", false: "bad"}[healthy])
+	return nil
+}
+
+// A fault is recorded on its node before it is injected; an interrupted run's faults are found there and
+// undone by Restore with the same kind of provider; nodes outside the pool are refused.
+func TestFaultsAreRecordedAndAnInterruptedRunsAreRestored(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewClientset(node("w1", "", true), node("cp", "", false))
+	rec := &recorder{}
+	inj := &Injector{Kube: kube, RunID: "run-1", Pool: []string{"w1"}, Nodes: rec, Devices: rec}
+
+	if _, err := inj.StopNode(ctx, "cp"); err == nil || !strings.Contains(err.Error(), "not in the configured GPU pool") {
+		t.Fatalf("a node outside the pool must be refused: %v", err)
+	}
+	if _, err := inj.StopNode(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inj.MarkDeviceUnhealthy(ctx, rec, Device{Node: "w1", ID: "GPU-1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inj.PutOutOfService(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	n, _ := kube.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+	if n.Annotations[FaultRunAnnotation] != "run-1" || n.Annotations[FaultsAnnotation] != "device-unhealthy=rec/GPU-1,out-of-service,stop-node" {
+		t.Fatalf("marks = %v", n.Annotations)
+	}
+	if len(n.Spec.Taints) != 1 || n.Spec.Taints[0].Key != corev1.TaintNodeOutOfService {
+		t.Fatalf("taints = %v", n.Spec.Taints)
+	}
+
+	// The next run, with the same providers, undoes all of it.
+	next := &Injector{Kube: kube, RunID: "run-2", Pool: []string{"w1"}, Nodes: rec, Devices: rec}
+	rec.calls = nil
+	if err := next.Restore(ctx, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(rec.calls, ";") != "health GPU-1 ok;start w1" {
+		t.Errorf("restore calls = %q", rec.calls)
+	}
+	n, _ = kube.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+	if len(n.Spec.Taints) != 0 || n.Annotations[FaultsAnnotation] != "" || n.Annotations[FaultRunAnnotation] != "" {
+		t.Errorf("after restore: taints %v, annotations %v", n.Spec.Taints, n.Annotations)
+	}
+
+	// Without a node provider the stopped node is reported, not silently forgotten.
+	_ = Mark(ctx, kube, "w1", "run-3", string(StopNode), true)
+	if err := (&Injector{Kube: kube, NodesWhy: "none configured"}).Restore(ctx, "w1"); err == nil || !strings.Contains(err.Error(), "was stopped by run run-3") {
+		t.Errorf("restore without a node provider: %v", err)
+	}
+}
+
+// The command provider passes the action, node and device as arguments and environment, and fails
+// with the script's output.
+func TestCommandProviderCallsTheScript(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls")
+	script := filepath.Join(dir, "faults.sh")
+	body := "#!/bin/sh\necho \"$@ run=$GPUCONFORM_RUN_ID pool=$GPUCONFORM_DEVICE_POOL\" >> " + log + "\n[ \"$1\" = restart-kubelet ] && { echo 'no ssh to the node' >&2; exit 3; }\nexit 0\n"
+	if err := os.WriteFile(script, []byte(body), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &Command{Path: script, RunID: "r1"}
+	ctx := context.Background()
+	if err := c.StopNode(ctx, "gpu-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetHealth(ctx, Device{Node: "gpu-1", ID: "GPU-9", Pool: "gpu-1", Name: "gpu-3"}, false); err != nil {
+		t.Fatal(err)
+	}
+	err := c.RestartKubelet(ctx, "gpu-1")
+	if err == nil || !strings.Contains(err.Error(), "no ssh to the node") {
+		t.Errorf("a failing script must fail with its output: %v", err)
+	}
+	got, _ := os.ReadFile(log)
+	want := "stop-node gpu-1 run=r1 pool=\ndevice-unhealthy gpu-1 GPU-9 run=r1 pool=gpu-1\nrestart-kubelet gpu-1 run=r1 pool=\n"
+	if string(got) != want {
+		t.Errorf("calls:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// The kubelet-stop helper shares the host's PID namespace, is privileged, tolerates every taint (its own
+// node's NotReady taint included) and bounds the outage.
+func TestKubeletStopHelperPod(t *testing.T) {
+	k := &KubeletStop{RunID: "r1", Namespace: "gpu-operator", Image: "reg/gpu-workload:1", StopFor: 90 * time.Second}
+	p := k.helper("gpu-1", "kubelet-stop", "--stop-for", k.StopFor.String())
+	c := p.Spec.Containers[0]
+	if !p.Spec.HostPID || p.Spec.NodeName != "gpu-1" || c.SecurityContext == nil || !*c.SecurityContext.Privileged {
+		t.Fatalf("helper pod: %+v", p.Spec)
+	}
+	if len(p.Spec.Tolerations) != 1 || p.Spec.Tolerations[0].Operator != corev1.TolerationOpExists || p.Spec.Tolerations[0].Key != "" {
+		t.Errorf("tolerations = %v", p.Spec.Tolerations)
+	}
+	if got := strings.Join(c.Command, " "); !strings.HasSuffix(got, "host-signal --process kubelet --stop-for 1m30s") {
+		t.Errorf("command = %s", got)
+	}
+	if p.Namespace != "gpu-operator" || p.Labels["gpuconform.io/run"] != "r1" {
+		t.Errorf("meta = %+v", p.ObjectMeta)
+	}
+}
+
+func TestRuleNameIsAValidName(t *testing.T) {
+	got := RuleName("20261201-0350-abcd", Device{Pool: "gpuconform-worker", Name: "gpu-3"})
+	if got != "gpuconform-20261201-0350-abcd-gpuconform-worker-gpu-3" {
+		t.Errorf("RuleName = %s", got)
+	}
+}

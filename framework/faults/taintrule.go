@@ -1,0 +1,143 @@
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"gpuconform.io/gpuconform/fixtures"
+)
+
+// DeviceTaintKey is the key of the taints the device-taint-rule provider puts on devices.
+const DeviceTaintKey = "gpuconform.io/unhealthy"
+
+// TaintRule is the DRA device provider that works through the API alone: a DeviceTaintRule
+// (resource.k8s.io/v1) selects exactly the device by driver, pool and name and taints it. NoSchedule keeps
+// it from new allocations; NoExecute also makes kube-controller-manager evict the pods using it, which is
+// what a DRA driver's health reporting does. Healthy again deletes the rule.
+type TaintRule struct {
+	Kube   kubernetes.Interface
+	RunID  string
+	Effect string // NoExecute (default) or NoSchedule
+}
+
+// Name implements DeviceProvider.
+func (t *TaintRule) Name() string { return "device-taint-rule (" + t.effect() + ")" }
+
+func (t *TaintRule) effect() string {
+	if t.Effect == "" {
+		return "NoExecute"
+	}
+	return t.Effect
+}
+
+// Evicts implements DeviceProvider.
+func (t *TaintRule) Evicts() bool { return t.effect() == "NoExecute" }
+
+var nonName = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// RuleName is the DeviceTaintRule's name for dev in run.
+func RuleName(runID string, dev Device) string {
+	n := nonName.ReplaceAllString(strings.ToLower(fmt.Sprintf("gpuconform-%s-%s-%s", runID, dev.Pool, dev.Name)), "-")
+	if len(n) > 253 {
+		n = n[:253]
+	}
+	return strings.Trim(n, "-")
+}
+
+// SetHealth implements DeviceProvider.
+func (t *TaintRule) SetHealth(ctx context.Context, dev Device, healthy bool) error {
+	rc, ok := restClient(t.Kube)
+	if !ok {
+		return fmt.Errorf("no REST client for resource.k8s.io/v1")
+	}
+	if dev.Name == "" || dev.Driver == "" {
+		return fmt.Errorf("device %s has no DRA identity (driver, pool, name) to select in a DeviceTaintRule", dev.ID)
+	}
+	name := RuleName(t.RunID, dev)
+	if healthy {
+		err := rc.Delete().Resource("devicetaintrules").Name(name).Do(ctx).Error()
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return err
+	}
+	rule := map[string]any{
+		"apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+		"metadata": map[string]any{"name": name, "labels": map[string]string{fixtures.RunLabel: t.RunID, fixtures.ManagedByLabel: fixtures.ManagedByValue}},
+		"spec": map[string]any{
+			"deviceSelector": map[string]any{"driver": dev.Driver, "pool": dev.Pool, "device": dev.Name},
+			"taint":          map[string]any{"key": DeviceTaintKey, "value": "gpuconform", "effect": t.effect()},
+		},
+	}
+	body, _ := json.Marshal(rule)
+	return rc.Post().Resource("devicetaintrules").Body(body).SetHeader("Content-Type", "application/json").Do(ctx).Error()
+}
+
+// restClient returns the REST client of resource.k8s.io/v1, which also serves DeviceTaintRules (the
+// typed client of this client-go predates their v1).
+func restClient(kube kubernetes.Interface) (*rest.RESTClient, bool) {
+	rc, ok := kube.ResourceV1().RESTClient().(*rest.RESTClient)
+	return rc, ok && rc != nil
+}
+
+// ServesDeviceTaintRules reports whether the API server serves resource.k8s.io/v1 DeviceTaintRules.
+func ServesDeviceTaintRules(kube kubernetes.Interface) bool {
+	list, err := kube.Discovery().ServerResourcesForGroupVersion("resource.k8s.io/v1")
+	if err != nil {
+		return false
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "devicetaintrules" {
+			return true
+		}
+	}
+	return false
+}
+
+// ListTaintRules lists the DeviceTaintRules carrying the run label: name → run.
+func ListTaintRules(ctx context.Context, kube kubernetes.Interface) (map[string]string, error) {
+	rc, ok := restClient(kube)
+	if !ok {
+		return nil, nil
+	}
+	raw, err := rc.Get().Resource("devicetaintrules").Param("labelSelector", fixtures.RunLabel).Do(ctx).Raw()
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Items []struct {
+			Metadata struct {
+				Name   string            `json:"name"`
+				Labels map[string]string `json:"labels"`
+			} `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, it := range list.Items {
+		out[it.Metadata.Name] = it.Metadata.Labels[fixtures.RunLabel]
+	}
+	return out, nil
+}
+
+// DeleteTaintRule deletes one DeviceTaintRule.
+func DeleteTaintRule(ctx context.Context, kube kubernetes.Interface, name string) error {
+	rc, ok := restClient(kube)
+	if !ok {
+		return fmt.Errorf("no REST client for resource.k8s.io/v1")
+	}
+	err := rc.Delete().Resource("devicetaintrules").Name(name).Do(ctx).Error()
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
