@@ -69,6 +69,14 @@ func (e *Env) Changed() <-chan struct{} {
 	return nil
 }
 
+// Note records an event the spec observed (a fault, a node state) in the timeline of workload (a Job
+// name) of the current spec.
+func (e *Env) Note(workload string, kind timeline.Kind, object, detail string) {
+	if e.recorder != nil {
+		e.recorder.Note(workload, timeline.Event{At: time.Now().UTC(), Kind: kind, Object: object, Detail: detail})
+	}
+}
+
 // Timeline returns the current spec's timeline as recorded so far (its workloads' events and timings),
 // for a spec that asserts on or reports them. It is written to the spec's artifacts when the spec ends.
 func (e *Env) Timeline() timeline.Timeline {
@@ -238,6 +246,11 @@ func (e *Env) deleteLabelled(ctx context.Context, ns, selector string) error {
 			keep(c.ResourceV1().ResourceClaimTemplates(ns).Delete(ctx, t.Name, del))
 		}
 	}
+	if pvcs, err := c.CoreV1().PersistentVolumeClaims(ns).List(ctx, list); err == nil {
+		for _, p := range pvcs.Items {
+			keep(c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, p.Name, del))
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -287,6 +300,10 @@ func (e *Env) create(ctx context.Context, obj fixtures.Object) (fixtures.Object,
 		return c.Kube.BatchV1().Jobs(t.Namespace).Create(ctx, t, o)
 	case *resourcev1.ResourceClaimTemplate:
 		return c.Kube.ResourceV1().ResourceClaimTemplates(t.Namespace).Create(ctx, t, o)
+	case *corev1.PersistentVolumeClaim:
+		return c.Kube.CoreV1().PersistentVolumeClaims(t.Namespace).Create(ctx, t, o)
+	case *corev1.PersistentVolume:
+		return c.Kube.CoreV1().PersistentVolumes().Create(ctx, t, o)
 	case *kueue.ResourceFlavor:
 		return c.Kueue.KueueV1beta2().ResourceFlavors().Create(ctx, t, o)
 	case *kueue.ClusterQueue:
@@ -311,6 +328,10 @@ func (e *Env) delete(ctx context.Context, obj fixtures.Object) error {
 		return c.Kube.BatchV1().Jobs(ns).Delete(ctx, name, o)
 	case *resourcev1.ResourceClaimTemplate:
 		return c.Kube.ResourceV1().ResourceClaimTemplates(ns).Delete(ctx, name, o)
+	case *corev1.PersistentVolumeClaim:
+		return c.Kube.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, o)
+	case *corev1.PersistentVolume:
+		return c.Kube.CoreV1().PersistentVolumes().Delete(ctx, name, o)
 	case *kueue.ResourceFlavor:
 		return c.Kueue.KueueV1beta2().ResourceFlavors().Delete(ctx, name, o)
 	case *kueue.ClusterQueue:

@@ -346,6 +346,18 @@ patches:
   target:
     kind: Deployment
     name: kueue-controller-manager
+# Kueue runs on the control plane, as a platform team keeps it off the GPU pool: the failure scenario
+# stops GPU workers, and Kueue's webhooks fail closed while its only replica is on a stopped node.
+- patch: |-
+    - op: add
+      path: /spec/template/spec/nodeSelector
+      value: {node-role.kubernetes.io/control-plane: ""}
+    - op: add
+      path: /spec/template/spec/tolerations
+      value: [{key: node-role.kubernetes.io/control-plane, operator: Exists, effect: NoSchedule}]
+  target:
+    kind: Deployment
+    name: kueue-controller-manager
 configMapGenerator:
 # the same merge Kueue's own e2e overlays (test/e2e/config/*) use.
 - name: kueue-manager-config

@@ -38,6 +38,9 @@ type Options struct {
 	// gpu.nvidia.com, sharing one inventory and the device nodes with the device plugin) or DRADriverExample
 	// (the community dra-example-driver, driver gpu.example.com, environment variables only).
 	DRADriver string
+	// SharedDir is the host directory every worker mounts at NodeSharedDir (checkpoint storage that
+	// outlives a node); empty: none.
+	SharedDir string
 	// Log receives progress lines.
 	Log io.Writer
 }
@@ -61,6 +64,7 @@ func DefaultOptions(repoRoot string) Options {
 		CanaryWorkers:  1,
 		DevicesPerNode: 4,
 		DRADriver:      DRADriverFake,
+		SharedDir:      filepath.Join(cache, "shared", "gpuconform"),
 		Log:            os.Stderr,
 	}
 }

@@ -30,6 +30,11 @@ func KindConfig(opts Options, q HostQuirks) string {
 	b.WriteString("nodes:\n- role: control-plane\n")
 	worker := func(pool string) {
 		fmt.Fprintf(&b, "- role: worker\n  labels:\n    %s: %s\n", PoolLabel, pool)
+		if opts.SharedDir != "" {
+			// One host directory in every worker: checkpoint storage that outlives any one node (the
+			// failure and preemption scenarios resume from it on another node).
+			fmt.Fprintf(&b, "  extraMounts:\n  - hostPath: %s\n    containerPath: %s\n", opts.SharedDir, NodeSharedDir)
+		}
 	}
 	for i := 0; i < opts.GPUWorkers; i++ {
 		worker(GPUPool)

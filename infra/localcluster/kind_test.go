@@ -73,3 +73,22 @@ func TestNormalizeRef(t *testing.T) {
 		}
 	}
 }
+
+func TestKindConfigSharedMount(t *testing.T) {
+	raw := KindConfig(Options{GPUWorkers: 2, CanaryWorkers: 1, SharedDir: "/cache/shared/x"}, HostQuirks{})
+	var cfg v1alpha4.Cluster
+	if err := yaml.UnmarshalStrict([]byte(raw), &cfg); err != nil {
+		t.Fatalf("config does not decode as kind v1alpha4: %v\n%s", err, raw)
+	}
+	if len(cfg.Nodes[0].ExtraMounts) != 0 {
+		t.Errorf("the control plane mounts the shared directory: %+v", cfg.Nodes[0].ExtraMounts)
+	}
+	for _, n := range cfg.Nodes[1:] {
+		if len(n.ExtraMounts) != 1 || n.ExtraMounts[0].HostPath != "/cache/shared/x" || n.ExtraMounts[0].ContainerPath != NodeSharedDir {
+			t.Errorf("worker %v: mounts %+v, want /cache/shared/x → %s", n.Labels, n.ExtraMounts, NodeSharedDir)
+		}
+	}
+	if strings.Contains(KindConfig(Options{GPUWorkers: 1}, HostQuirks{}), "extraMounts") {
+		t.Error("a mount without a shared directory configured")
+	}
+}

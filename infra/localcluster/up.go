@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/kind/pkg/cluster/nodes"
 )
 
 // Up brings the cluster to the wanted state and returns when it is usable: every node Ready, the pod
@@ -46,6 +48,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 		} else {
 			c.logf("using the node image given: %s (the system images it lacks are loaded after creation)", nodeImage)
 		}
+		if err := c.prepareSharedDir(); err != nil {
+			return err
+		}
 		if err := c.step("kind create cluster", func() error { return c.createCluster(nodeImage) }); err != nil {
 			return err
 		}
@@ -56,6 +61,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 		}
 	}
 	if err := c.step("nodes Ready", func() error { return c.waitNodesReady(ctx, 300*time.Second) }); err != nil {
+		return err
+	}
+	if err := c.step("shared checkpoint directory", func() error { return c.annotateSharedDir(ctx) }); err != nil {
 		return err
 	}
 	var tools string
@@ -168,6 +176,9 @@ func (c *Cluster) revive(ctx context.Context) (bool, string) {
 			stopped = append(stopped, n.String())
 		}
 	}
+	if why := c.missingSharedMount(ctx, ns); why != "" {
+		return false, why
+	}
 	if len(stopped) > 0 {
 		c.logf("starting stopped node containers: %s", strings.Join(stopped, " "))
 		if err := c.run(ctx, "docker start nodes", "docker", append([]string{"start"}, stopped...)...); err != nil {
@@ -236,4 +247,48 @@ func (c *Cluster) nodeStartTimes(ctx context.Context) map[string]time.Time {
 		}
 	}
 	return started
+}
+
+// prepareSharedDir creates the host directory every worker mounts, writable by the workloads' non-root
+// user (sticky, like /tmp: each work writes its own subdirectory).
+func (c *Cluster) prepareSharedDir() error {
+	if c.opts.SharedDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(c.opts.SharedDir, 0o755); err != nil {
+		return err
+	}
+	return os.Chmod(c.opts.SharedDir, 0o1777|os.ModeSticky)
+}
+
+// missingSharedMount says why the existing cluster's workers do not match the configuration's shared
+// mount (a cluster created before it existed), or "" when they do: kind cannot add a mount to a node.
+func (c *Cluster) missingSharedMount(ctx context.Context, ns []nodes.Node) string {
+	if c.opts.SharedDir == "" {
+		return ""
+	}
+	for _, n := range ns {
+		if role, _ := n.Role(); role != "worker" {
+			continue
+		}
+		out, err := output(ctx, "docker", "inspect", "-f", `{{range .Mounts}}{{.Source}}={{.Destination}} {{end}}`, n.String())
+		if err != nil {
+			return err.Error()
+		}
+		if !strings.Contains(" "+out+" ", " "+c.opts.SharedDir+"="+NodeSharedDir+" ") {
+			return fmt.Sprintf("node %s lacks the shared checkpoint mount %s → %s (a cluster from before it existed)", n, c.opts.SharedDir, NodeSharedDir)
+		}
+	}
+	if err := c.prepareSharedDir(); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// annotateSharedDir tells the suite, on each worker, where the shared directory is mounted.
+func (c *Cluster) annotateSharedDir(ctx context.Context) error {
+	if c.opts.SharedDir == "" {
+		return nil
+	}
+	return c.kubectl(ctx, "annotate shared dir", "annotate", "nodes", "--overwrite", "-l", PoolLabel, SharedDirAnnotation+"="+NodeSharedDir)
 }

@@ -1,5 +1,7 @@
 package localcluster
 
+import "gpuconform.io/gpuconform/framework/checkpoints"
+
 // Versions of everything the local cluster is built from. Changing one changes the content keys of the
 // steps that use it, so the next `make cluster` rebuilds exactly what depends on it.
 const (
@@ -32,5 +34,9 @@ const (
 	PoolLabel       = "gpuconform.io/pool"
 	GPUPool         = "gpu"
 	CanaryPool      = "canary"
-	SystemNamespace = "gpuconform-system"
+	// NodeSharedDir is where every worker mounts the cluster's shared host directory; the nodes carry
+	// it in the annotation SharedDirAnnotation, which the suite discovers as checkpoint storage.
+	NodeSharedDir       = "/var/lib/gpuconform-shared"
+	SharedDirAnnotation = checkpoints.SharedDirAnnotation
+	SystemNamespace     = "gpuconform-system"
 )
