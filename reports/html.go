@@ -337,7 +337,9 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 <tr><th>GPU pool</th><td>{{join .Rec.Parameters.GPUPool ", "}}</td></tr>
 <tr><th>Dedication taints</th><td>{{.Taints .Rec.Taints.Dedication}}</td></tr>
 <tr><th>Tolerated automatically</th><td>{{.Taints .Rec.Taints.Tolerated}}</td></tr>
-<tr><th>Test pod tolerations</th><td>{{tols .Rec.Parameters}}</td></tr></table>
+<tr><th>Test pod tolerations</th><td>{{tols .Rec.Parameters}}</td></tr>
+<tr><th>Checkpoint storage</th><td>{{with .Rec.Parameters.Checkpoints}}{{.}}{{else}}not recorded{{end}}</td></tr>
+<tr><th>Fault providers</th><td>{{with .Rec.Parameters.Faults}}{{.}}{{else}}none: not a disruptive run{{end}}</td></tr></table>
 
 {{if .Rec.Notes}}<h2>Notes</h2><ul>{{range .Rec.Notes}}<li>{{.}}</li>{{end}}</ul>{{end}}
 {{with .Rec.LeakAudit}}<h2>Leak audit</h2>{{if .Clean}}<p>Nothing labelled by this run is left on the cluster.</p>{{else}}<ul>{{range .Ours}}<li>left behind: {{.}}</li>{{end}}</ul>{{end}}{{end}}

@@ -66,6 +66,10 @@ type Parameters struct {
 	LocalQueue        string              `json:"localQueue,omitempty"`
 	GPUPool           []string            `json:"gpuPool,omitempty"`
 	Tolerations       []corev1.Toleration `json:"tolerations,omitempty"`
+	// Faults says which provider injects which fault (disruptive runs).
+	Faults string `json:"faults,omitempty"`
+	// Checkpoints is the storage that outlives a node ("none" without).
+	Checkpoints string `json:"checkpoints,omitempty"`
 }
 
 // KueueRecord is Kueue's presence and version.

@@ -283,6 +283,8 @@ func renderParameters(b *strings.Builder, rec Record, filters string) {
 	row("Dedication taints", taintList(rec.Taints.Dedication))
 	row("Tolerated automatically", taintList(rec.Taints.Tolerated))
 	row("Test pod tolerations", tolerationList(p.Tolerations))
+	row("Checkpoint storage", cmp.Or(p.Checkpoints, "not recorded"))
+	row("Fault providers", cmp.Or(p.Faults, "none: not a disruptive run"))
 	for _, n := range slices.Sorted(maps.Keys(rec.Taints.Excluding)) {
 		row("Left out: "+n, "untolerated "+taintList(rec.Taints.Excluding[n]))
 	}

@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -15,69 +16,10 @@ import (
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
-	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/wait"
 )
-
-// DeviceHealthInput is the input of DeviceHealthSpec.
-type DeviceHealthInput struct {
-	Env     *testenv.Env
-	Paths   []gpu.Path
-	GPUPool []string
-	// Injector injects the device and kubelet faults; nil when the cluster has no provider (InjectorWhy).
-	Injector    faults.Injector
-	InjectorWhy string
-	// Disruptive is the user's opt-in to specs that change nodes.
-	Disruptive   bool
-	NotExercised func(what, why string)
-}
-
-// DeviceHealthSpec registers, per path, the checks that a GPU stack follows device health and survives a
-// kubelet restart: the exact device reported unhealthy is withdrawn and never handed out while unhealthy,
-// and is handed out again after it recovers; after the kubelet of a GPU node restarts, its devices are
-// advertised again and a new pod gets one. Both change nodes: they need --disruptive and a fault injector.
-func DeviceHealthSpec(input func() DeviceHealthInput) {
-	reg := input()
-	notExercised := reg.NotExercised
-	if notExercised == nil {
-		notExercised = func(string, string) {}
-	}
-	for _, regPath := range reg.Paths {
-		pathName := regPath.Name()
-		switch {
-		case !reg.Disruptive:
-			notExercised(pathName+": device health and kubelet restart", "they change nodes of the GPU pool; run with --disruptive to include them")
-			continue
-		case reg.Injector == nil:
-			notExercised(pathName+": device health and kubelet restart", reg.InjectorWhy)
-			continue
-		}
-		nodes := eligibleNodes(regPath, 1, reg.GPUPool)
-		if len(nodes) == 0 {
-			notExercised(pathName+": device health and kubelet restart", "no node in the GPU pool has a device on this path")
-			continue
-		}
-		ginkgo.Describe(fmt.Sprintf("GPU device health on the %s path", pathName), labels.Of(labels.ScenarioFailure, labels.ForPath(pathName), labels.Disruptive), ginkgo.Serial, func() {
-			var (
-				in   DeviceHealthInput
-				path gpu.Path
-				ns   string
-			)
-			ginkgo.BeforeEach(func(ctx context.Context) {
-				in = input()
-				path, ns = setUpPathSpec(ctx, in.Env, in.Paths, pathName, "health")
-			})
-			ginkgo.It("withdraws exactly the device reported unhealthy, never hands it out while unhealthy, and hands it out again after it recovers", func(ctx context.Context) {
-				deviceHealth(ctx, in.Env, in.Injector, path, ns, nodes[0])
-			})
-			ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", func(ctx context.Context) {
-				kubeletRestart(ctx, in.Env, in.Injector, path, ns, nodes[len(nodes)-1])
-			})
-		})
-	}
-}
 
 // expectLiveCapacity waits until node offers want devices on path.
 func expectLiveCapacity(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64, why string, timeout time.Duration) {
@@ -89,15 +31,29 @@ func expectLiveCapacity(ctx context.Context, env *testenv.Env, path gpu.Path, no
 	})
 }
 
-func deviceHealth(ctx context.Context, env *testenv.Env, inj faults.Injector, path gpu.Path, ns, node string) {
+func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, devices faults.DeviceProvider, path gpu.Path, ns, node string) {
 	n := path.Capacity()[node]
 	ginkgo.By("finding a device of " + node + " by running a pod on it")
 	probe := startHeldPod(ctx, env, path, ns, "pick", node, 1)
 	victim := probe.report.Devices[0]
+	if path.ClaimBased() {
+		// A device fault through the API (a DeviceTaintRule) names the device as the slice does.
+		pod, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, probe.name, metav1.GetOptions{})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		probe.given, err = path.Given(ctx, givenInput(env, pod, nil))
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	}
 	deletePodAndWait(ctx, env, ns, probe.name)
 
-	ginkgo.By(fmt.Sprintf("reporting %s unhealthy through %s", victim, inj.Name()))
-	undo, err := inj.MarkDeviceUnhealthy(ctx, node, victim)
+	ginkgo.By(fmt.Sprintf("reporting %s unhealthy through %s", victim, devices.Name()))
+	dev := faults.Device{Node: node, ID: victim}
+	if len(probe.given.DeviceRefs) == 1 {
+		dev.Pool, dev.Name, _ = strings.Cut(probe.given.DeviceRefs[0], "/")
+		if dra, ok := path.(*gpu.DRA); ok && !strings.Contains(dra.Driver, ",") {
+			dev.Driver = dra.Driver
+		}
+	}
+	undo, err := inj.MarkDeviceUnhealthy(ctx, devices, dev)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	restored := false
 	ginkgo.DeferCleanup(func(ctx context.Context) {
@@ -142,11 +98,11 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj faults.Injector, pa
 	gomega.Expect(report.Devices).To(gomega.Equal([]string{victim}), "the waiting pod should get the recovered device %s; it sees %s (%s)", victim, gpu.FormatDevices(report.Devices), report.Message)
 }
 
-func kubeletRestart(ctx context.Context, env *testenv.Env, inj faults.Injector, path gpu.Path, ns, node string) {
+func kubeletRestart(ctx context.Context, env *testenv.Env, inj *faults.Injector, path gpu.Path, ns, node string) {
 	n := path.Capacity()[node]
 	before, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	ginkgo.By(fmt.Sprintf("restarting the kubelet of %s through %s", node, inj.Name()))
+	ginkgo.By(fmt.Sprintf("restarting the kubelet of %s through %s", node, inj.Nodes.Name()))
 	start := time.Now()
 	gomega.Expect(inj.RestartKubelet(ctx, node)).To(gomega.Succeed())
 	env.Wait.For(ctx, fmt.Sprintf("node %s to report Ready from the restarted kubelet", node), wait.Target{Kind: "Node", Name: node}, env.Timeouts.StackReady, func(g gomega.Gomega) {
@@ -158,13 +114,21 @@ func kubeletRestart(ctx context.Context, env *testenv.Env, inj faults.Injector, 
 	expectLiveCapacity(ctx, env, path, node, n, "after the kubelet restart", env.Timeouts.StackReady)
 	ginkgo.AddReportEntry("kubelet restart → devices advertised", time.Since(start).Round(100*time.Millisecond).String())
 
-	// Right after a restart the kubelet may advertise devices it restored from its checkpoint before the
-	// plugin has registered again; a pod admitted in that window is rejected (UnexpectedAdmissionError).
-	// The check is that devices come back, so a rejected pod is recorded and a new one tried.
 	ginkgo.By("running a one-device pod on " + node)
-	var got heldPod
+	runOnceDevicesBack(ctx, env, path, ns, node)
+	ginkgo.AddReportEntry("kubelet restart → device allocated", time.Since(start).Round(100*time.Millisecond).String())
+}
+
+// runOnceDevicesBack runs a one-device pod on node, whose kubelet or machine just restarted, and checks
+// it sees one device; it returns the pod's name. Right after a restart the kubelet may advertise devices
+// it restored from its checkpoint before the plugin has registered again; a pod admitted in that window
+// is rejected (UnexpectedAdmissionError). The check is that devices come back, so a rejected pod is
+// recorded and a new one tried.
+func runOnceDevicesBack(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node string) string {
+	ginkgo.GinkgoHelper()
+	var got string
 	attempt := 0
-	env.Wait.For(ctx, "a one-device pod to run on "+node+" after the kubelet restart", wait.Target{Kind: "Node", Name: node}, env.Timeouts.StackReady, func(g gomega.Gomega) {
+	env.Wait.For(ctx, "a one-device pod to run on "+node+" after its restart", wait.Target{Kind: "Node", Name: node}, env.Timeouts.StackReady, func(g gomega.Gomega) {
 		attempt++
 		w := env.Factory.GPUPod(fmt.Sprintf("after-restart-%d", attempt), ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
 		pod := w.Obj()
@@ -179,20 +143,22 @@ func kubeletRestart(ctx context.Context, env *testenv.Env, inj faults.Injector, 
 			phase = p.Status.Phase
 			g.Expect(phase).To(gomega.BeElementOf(corev1.PodRunning, corev1.PodFailed, corev1.PodSucceeded))
 			if phase == corev1.PodFailed {
-				ginkgo.AddReportEntry("rejected after the kubelet restart", fmt.Sprintf("%s: %s %s", p.Name, p.Status.Reason, p.Status.Message))
+				ginkgo.AddReportEntry("rejected after the restart", fmt.Sprintf("%s: %s %s", p.Name, p.Status.Reason, p.Status.Message))
 			}
 		}).WithTimeout(env.Timeouts.PodStart).WithPolling(env.Timeouts.Poll).Should(gomega.Succeed())
 		g.Expect(phase).To(gomega.Equal(corev1.PodRunning), "pod %s did not run", pod.Name)
-		got = heldPod{name: pod.Name}
+		got = pod.Name
 	})
-	report := pods.ExpectProbeReport(ctx, env, ns, got.name)
-	gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s sees %s (%s)", got.name, gpu.FormatDevices(report.Devices), report.Message)
-	ginkgo.AddReportEntry("kubelet restart → device allocated", time.Since(start).Round(100*time.Millisecond).String())
+	report := pods.ExpectProbeReport(ctx, env, ns, got)
+	gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s sees %s (%s)", got, gpu.FormatDevices(report.Devices), report.Message)
+	return got
 }
 
 type heldPod struct {
 	name   string
 	report gpu.ProbeReport
+	// given is what the path's authority allocated (read only where a caller needs it).
+	given gpu.Allocation
 }
 
 // startHeldPod runs a pod asking for count devices on node, holding them, and returns what it sees.

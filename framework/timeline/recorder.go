@@ -111,6 +111,13 @@ func (r *Recorder) signal() {
 	}
 }
 
+// Note records an event the spec observed itself (a fault it injected, a node going NotReady) in a
+// workload's timeline.
+func (r *Recorder) Note(workload string, e Event) {
+	r.add(workload, e)
+	r.signal()
+}
+
 func (r *Recorder) add(workload string, e Event) {
 	if workload == "" || e.At.IsZero() {
 		return
@@ -163,6 +170,10 @@ func (r *Recorder) pod(ctx context.Context, p *corev1.Pod) {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
 			r.add(w, Event{At: c.LastTransitionTime.UTC(), Kind: Scheduled, Object: obj, Detail: p.Spec.NodeName})
+		}
+		// The taint-eviction controller, the pod GC and preemption say why they delete a pod here.
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			r.add(w, Event{At: c.LastTransitionTime.UTC(), Kind: PodEvicted, Object: obj, Detail: strings.TrimSpace(c.Reason + ": " + c.Message)})
 		}
 	}
 	stopped := false

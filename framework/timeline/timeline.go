@@ -45,6 +45,14 @@ const (
 	Stopped       Kind = "stopped"        // a pod's workload container terminated (SIGTERM, failure, end)
 	Finished      Kind = "finished"       // the Job completed (or a bare pod succeeded)
 	Failed        Kind = "failed"         // the Job failed (or a bare pod failed)
+
+	// Faults and what the cluster did about them (the failure scenario records these).
+	Fault           Kind = "fault"            // the suite injected a fault (node stopped, device unhealthy)
+	NodeNotReady    Kind = "node-not-ready"   // the faulty node's Ready condition left True
+	PodEvicted      Kind = "pod-evicted"      // a pod was marked for deletion by a disruption (DisruptionTarget)
+	NodeReady       Kind = "node-ready"       // the node is Ready again
+	DeviceWithdrawn Kind = "device-withdrawn" // the unhealthy device is no longer offered
+	Recovered       Kind = "recovered"        // the fault was undone and the node or device is offered again
 )
 
 // Event is one thing that happened, at the time the component recorded it.
@@ -79,6 +87,8 @@ type Derived struct {
 	IdleReservation *Duration `json:"idleReservation,omitempty"`
 	// Evictions counts evictions and preemptions.
 	Evictions int `json:"evictions,omitempty"`
+	// Recovery: the first fault → the first resumed step after it (the work was going again).
+	Recovery *Duration `json:"recovery,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string in JSON ("1m2.5s").
@@ -236,8 +246,19 @@ func (w *Workload) Derive() {
 		case Evicted, Preempted:
 			d.Evictions++
 			end(e.At)
+		case Fault:
+			// Work on a stopped node or a lost device ends at the fault, whenever the API learns of it.
+			end(e.At)
 		case Stopped, Finished, Failed:
 			end(e.At)
+		}
+	}
+	if fault := first(Fault); !fault.IsZero() {
+		for _, e := range w.Events {
+			if (e.Kind == Resumed || e.Kind == FirstStep) && e.At.After(fault) {
+				d.Recovery = dur(fault, e.At)
+				break
+			}
 		}
 	}
 	if measured {

@@ -53,6 +53,12 @@ type Timeouts struct {
 	// Cleanup bounds deleting one spec's objects, namespace included: pods terminate with their grace
 	// period and namespace finalization deletes every object inside.
 	Cleanup time.Duration
+	// NodeLost waits for a stopped node to be reported not Ready (kube-controller-manager's
+	// --node-monitor-grace-period, 50s by default) and its pods to be evicted (their tolerationSeconds).
+	NodeLost time.Duration
+	// NodeReturn waits for a started node to be Ready again and to advertise its devices: the machine
+	// boots, the kubelet registers, the GPU driver and plugin come up.
+	NodeReturn time.Duration
 }
 
 // Local is the profile for the offline kind cluster.
@@ -69,6 +75,8 @@ func Local() Timeouts {
 		HelperPod:   60 * time.Second,
 		Rejection:   15 * time.Second,
 		Cleanup:     2 * time.Minute,
+		NodeLost:    3 * time.Minute,
+		NodeReturn:  4 * time.Minute,
 	}
 }
 
@@ -87,6 +95,8 @@ func Real() Timeouts {
 		HelperPod:   5 * time.Minute,
 		Rejection:   30 * time.Second,
 		Cleanup:     10 * time.Minute,
+		NodeLost:    10 * time.Minute,
+		NodeReturn:  20 * time.Minute,
 	}
 }
 

@@ -47,6 +47,12 @@ const (
 	// never registers again, so its devices disappear from the node once the kubelet's grace period ends.
 	// Plays a plugin without a socket watch. Caught by the kubelet-restart and node-recovery checks.
 	FaultNoReregister Fault = "no-reregister"
+	// FaultStaleAfterReboot: when its node comes back from a restart, the agent finds the state it left
+	// before the restart and refuses to serve: the device plugin never registers and the DRA half publishes
+	// no slice, so the node returns Ready without its GPUs. Plays a driver or plugin that does not come back
+	// after a reboot (a stale lock, a driver that needs a manual reload). A restart of the agent alone is
+	// not a reboot. Caught by the failed-worker check (the node's devices must come back).
+	FaultStaleAfterReboot Fault = "stale-after-reboot"
 )
 
 // FaultsAnnotation is the node annotation that switches faults on at run time on that node only: a
@@ -57,7 +63,7 @@ const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
 // AllFaults lists every fault, in the order the documentation and `make selfcheck` use.
 func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
-		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister}
+		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot}
 }
 
 // ParseFaults parses a comma-separated list of fault names; an unknown name is an error naming the known ones.

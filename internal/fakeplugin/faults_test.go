@@ -325,3 +325,23 @@ func TestNoReregisterFaultStaysAwayAfterKubeletRestart(t *testing.T) {
 		t.Errorf("plugin with no-reregister registered %d times with the restarted kubelet", n)
 	}
 }
+
+// The agent tells a node restart (its /run state gone) from its own restart, and with
+// stale-after-reboot on refuses to serve only after a restart of a node it ran on before.
+func TestStaleAfterRebootRefusesOnlyAfterANodeRestart(t *testing.T) {
+	cfg := testConfig(t, t.TempDir(), "n1")
+	cfg.StateDir, cfg.KubeletPluginsDir = t.TempDir(), t.TempDir()
+	p := mustNew(t, cfg)
+	if rebooted, ran := p.bootState(); !rebooted || ran {
+		t.Fatalf("first start: rebooted=%t ran=%t, want true false", rebooted, ran)
+	}
+	_ = os.MkdirAll(filepath.Join(cfg.StateDir, "dev"), 0o755) // what InstallDriver leaves on /run
+	p.markRan()
+	if rebooted, ran := p.bootState(); rebooted || !ran {
+		t.Fatalf("agent restart: rebooted=%t ran=%t, want false true", rebooted, ran)
+	}
+	_ = os.RemoveAll(cfg.StateDir) // the node restarted: /run is empty
+	if rebooted, ran := p.bootState(); !rebooted || !ran {
+		t.Fatalf("node restart: rebooted=%t ran=%t, want true true", rebooted, ran)
+	}
+}

@@ -3,6 +3,8 @@ package fakeplugin
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -38,9 +40,16 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 			return nil
 		}
 	}
+	rebooted, ranBefore := p.bootState()
 	if err := p.InstallDriver(); err != nil {
 		return fmt.Errorf("install the fake driver (device nodes, nvidia-smi, CDI spec): %w", err)
 	}
+	if rebooted && ranBefore && p.hasFault(FaultStaleAfterReboot) {
+		p.log.Warn("FAULT INJECTION: the node restarted and the agent found its state from before; it will not serve (no registration, no ResourceSlice)", "fault", string(FaultStaleAfterReboot))
+		<-ctx.Done()
+		return nil
+	}
+	p.markRan()
 	if client != nil && p.cfg.DRADevices > 0 {
 		// The DRA half ends only with ctx; an error starting it ends the agent, so the pod restarts.
 		draErr := make(chan error, 1)
@@ -54,4 +63,28 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 	}
 	wg.Go(func() { p.RunLeak(ctx) })
 	return p.ServeKubelet(ctx)
+}
+
+// bootState tells whether the node restarted since the agent last ran on it (the fake driver's state
+// directory lives on the node's /run, which a restart empties) and whether it ran on this node before (a
+// marker beside the kubelet's plugin directories, which a restart keeps). Read before InstallDriver.
+func (p *Plugin) bootState() (rebooted, ranBefore bool) {
+	if p.cfg.StateDir == "" || p.cfg.KubeletPluginsDir == "" {
+		return false, false
+	}
+	_, err := os.Stat(filepath.Join(p.cfg.StateDir, "dev"))
+	rebooted = os.IsNotExist(err)
+	_, err = os.Stat(p.ranMarker())
+	return rebooted, err == nil
+}
+
+func (p *Plugin) ranMarker() string {
+	return filepath.Join(p.cfg.KubeletPluginsDir, "gpuconform-fake-gpu.ran")
+}
+
+// markRan records that the agent served on this node.
+func (p *Plugin) markRan() {
+	if p.cfg.KubeletPluginsDir != "" {
+		_ = os.WriteFile(p.ranMarker(), []byte(time.Now().UTC().Format(time.RFC3339)), 0o644)
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ import (
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/checkpoints"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/faults"
@@ -104,6 +106,11 @@ func TestConformance(t *testing.T) {
 	record.Parameters = reports.Parameters{TimeoutProfile: cfg.TimeoutProfile, TimeoutProfileWhy: profileWhy, Namespace: cfg.Namespace,
 		LocalQueue: existingLocalQueue(), GPUPool: caps.Pools.GPU.Nodes, Tolerations: tolerations}
 	decideKueue()
+	checkpointStorage.Storage, checkpointStorage.why = checkpoints.Discover(cfg.Checkpoints, poolNodes())
+	record.Parameters.Checkpoints = checkpointStorage.String()
+	if cfg.Disruptive {
+		record.Parameters.Faults = describeFaults(injector())
+	}
 	gates, notes := cluster.ReadFeatureGates(ctx, clients.Kube, caps.GateNode)
 	record.FeatureGates, record.Notes = gates, append(record.Notes, notes...)
 
@@ -193,6 +200,13 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 		if !cfg.CleanupLeftovers {
 			ginkgo.Fail("the cluster holds objects of earlier gpuconform runs; refusing to start (re-run with --cleanup-leftovers to delete them first):\n" + audit.Summary(leftovers.Others))
 		}
+		// A fault an interrupted run left (a stopped node, an unhealthy device) is undone with this run's
+		// providers before its marks are cleared.
+		for _, f := range leftovers.Others {
+			if f.Kind == "NodeFault" {
+				gomega.Expect(injector().Restore(ctx, f.Name)).To(gomega.Succeed(), "undoing the faults run %s left on node %s", f.Run, f.Name)
+			}
+		}
 		gomega.Expect(audit.Delete(ctx, clients.Kube, kueueOrNil(), leftovers.Others)).To(gomega.Succeed())
 	}
 	for _, n := range record.NotExercised {
@@ -274,31 +288,38 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 	})
 	scenarios.BrokenPathSpec(caps.Broken)
 	scenarios.AllocationSpec(func() scenarios.AllocationInput {
-		return scenarios.AllocationInput{
-			Env: env, Paths: paths, KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(),
-			GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised,
-		}
+		return scenarios.AllocationInput{Base: base(), KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue()}
 	})
-	scenarios.IsolationSpec(func() scenarios.IsolationInput {
-		return scenarios.IsolationInput{Env: env, Paths: paths, GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised}
-	})
-	scenarios.DeviceHealthSpec(func() scenarios.DeviceHealthInput {
-		run := runID
-		if env != nil {
-			run = env.Factory.RunID
-		}
-		inj, why := faults.Detect(clients.Kube, poolNodes(), run)
-		return scenarios.DeviceHealthInput{
-			Env: env, Paths: paths, GPUPool: caps.Pools.GPU.Nodes, Injector: inj, InjectorWhy: why, Disruptive: cfg.Disruptive, NotExercised: notExercised,
-		}
+	scenarios.IsolationSpec(func() scenarios.IsolationInput { return scenarios.IsolationInput{Base: base()} })
+	scenarios.FailureSpec(func() scenarios.FailureInput {
+		return scenarios.FailureInput{Base: base(), Faults: injector(), Disruptive: cfg.Disruptive, KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(),
+			Checkpoints: checkpointStorage.Storage, CheckpointsWhy: checkpointStorage.why, EvictAfter: cfg.Faults.EvictionToleration.Duration}
 	})
 	scenarios.ShortageSpec(func() scenarios.ShortageInput {
-		return scenarios.ShortageInput{
-			Env: env, Paths: paths, KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(),
-			GPUPool: caps.Pools.GPU.Nodes, Nodes: discoveredNodes(), Tolerations: tolerations, NotExercised: notExercised,
-		}
+		return scenarios.ShortageInput{Base: base(), KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(), Nodes: discoveredNodes(), Tolerations: tolerations}
 	})
 })
+
+// base is what every scenario's input carries.
+func base() scenarios.Base {
+	return scenarios.Base{Env: env, Paths: paths, GPUPool: caps.Pools.GPU.Nodes, NotExercised: notExercised}
+}
+
+// injector is the run's fault layer, chosen once from the configuration and the cluster.
+var injector = sync.OnceValue(func() *faults.Injector {
+	run := runID
+	if env != nil {
+		run = env.Factory.RunID
+	}
+	return faults.New(faults.Options{Kube: clients.Kube, RunID: run, Pool: poolNodes(), Config: cfg.Faults, HelperNamespace: cfg.HelperNamespace,
+		Image: cfg.Image, ServesDeviceTaintRules: faults.ServesDeviceTaintRules(clients.Kube)})
+})
+
+// checkpointStorage is storage that outlives a node, discovered once.
+var checkpointStorage struct {
+	checkpoints.Storage
+	why string
+}
 
 // kueueUsable reports whether specs may submit through Kueue: it is installed, and in team-namespace mode
 // the user named a LocalQueue (the suite may not create cluster-scoped queues there). Decided once, by
@@ -364,4 +385,20 @@ func cmpOr(a, b string) string {
 		return a
 	}
 	return b
+}
+
+// describeFaults says which provider injects which fault, and why one is missing.
+func describeFaults(inj *faults.Injector) string {
+	part := func(what string, name func() string, ok bool, why string) string {
+		if ok {
+			return what + ": " + name()
+		}
+		return what + ": none (" + why + ")"
+	}
+	return strings.Join([]string{
+		part("nodes", func() string { return inj.Nodes.Name() }, inj.Nodes != nil, inj.NodesWhy),
+		part("devices (device plugin)", func() string { return inj.Devices.Name() }, inj.Devices != nil, inj.DevicesWhy),
+		part("devices (DRA)", func() string { return inj.DRADevices.Name() }, inj.DRADevices != nil, inj.DRADevicesWhy),
+		part("evicting device fault (DRA)", func() string { return inj.DRAEvict.Name() }, inj.DRAEvict != nil, inj.DRAEvictWhy),
+	}, "; ")
 }

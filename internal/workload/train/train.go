@@ -265,3 +265,13 @@ func (e *eventWriter) emit(fields map[string]any) {
 		e.err = err
 	}
 }
+
+// Digest is the state digest an uninterrupted run of steps steps of work workID ends with: a run that
+// was interrupted and resumed must end with the same one.
+func Digest(workID string, steps int) string {
+	d := initialDigest(workID)
+	for s := 1; s <= steps; s++ {
+		d = nextDigest(d, s)
+	}
+	return d
+}

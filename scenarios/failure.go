@@ -1,0 +1,491 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/checkpoints"
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/faults"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/queues"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/timeline"
+	"gpuconform.io/gpuconform/framework/wait"
+	"gpuconform.io/gpuconform/internal/workload/train"
+)
+
+// FailureInput is the input of FailureSpec.
+type FailureInput struct {
+	Base
+	// Faults injects node and device faults; its providers are nil with the reason where the cluster
+	// has none.
+	Faults *faults.Injector
+	// Disruptive is the user's opt-in to specs that change nodes.
+	Disruptive bool
+	// KueuePresent submits the training jobs through a LocalQueue.
+	KueuePresent       bool
+	ExistingLocalQueue string
+	// Checkpoints is storage that outlives a node (none: CheckpointsWhy); without it the resume half of
+	// the checks is not exercised and the reschedule half still runs.
+	Checkpoints    checkpoints.Storage
+	CheckpointsWhy string
+	// EvictAfter is the training pods' tolerationSeconds for the not-ready and unreachable taints.
+	EvictAfter time.Duration
+}
+
+// The failure scenario's training job: long enough to be interrupted after a checkpoint and to finish
+// soon after it resumes. Steps are seconds of simulated work; a checkpoint every trainEvery steps.
+const (
+	trainSteps    = 30
+	trainEvery    = 5
+	trainStepTime = time.Second
+	trainDir      = "/checkpoints"
+)
+
+// FailureSpec registers, per path, the checks that a GPU cluster survives a lost worker and a bad
+// device: the device reported unhealthy is withdrawn and never handed out, and handed out again after it
+// recovers; a kubelet restart brings the node's devices back; a training job whose node fails is
+// rescheduled onto another GPU node, resumes from its last checkpoint and completes with the state of
+// an uninterrupted run, and the node comes back with its devices; a device that fails under a training
+// job is not handed to its replacement, which resumes on a healthy device. All change nodes: they need
+// --disruptive and a fault provider (framework/faults), and run one at a time (Serial).
+func FailureSpec(input func() FailureInput) {
+	reg := input()
+	for _, regPath := range reg.Paths {
+		pathName := regPath.Name()
+		if !reg.Disruptive {
+			reg.notExercised(pathName+": failed worker and failed device", "they change nodes of the GPU pool; run with --disruptive to include them")
+			continue
+		}
+		nodes := reg.eligible(regPath, 1)
+		if len(nodes) == 0 {
+			reg.notExercised(pathName+": failed worker and failed device", "no node in the GPU pool has a device on this path")
+			continue
+		}
+		devices, devicesWhy := reg.Faults.DevicesFor(regPath.ClaimBased())
+		evictor, evictorWhy := devices, devicesWhy
+		if regPath.ClaimBased() && reg.Faults.DRAEvict != nil {
+			evictor, evictorWhy = reg.Faults.DRAEvict, ""
+		}
+		nodeFaults, nodeWhy := reg.Faults.Nodes, reg.Faults.NodesWhy
+		if reg.Checkpoints.None() {
+			reg.notExercised(pathName+": resume from a checkpoint after a failure", reg.CheckpointsWhy+"; the reschedule half of the checks still runs")
+		}
+		describePath(input, regPath, "GPU failure and recovery", "fail", []any{labels.Of(labels.ScenarioFailure, labels.Disruptive), ginkgo.Serial}, func(s *Spec[FailureInput]) {
+			if devices == nil {
+				reg.notExercised(pathName+": device health", devicesWhy)
+			} else {
+				ginkgo.It("withdraws exactly the device reported unhealthy, never hands it out while unhealthy, and hands it out again after it recovers", func(ctx context.Context) {
+					deviceHealth(ctx, s.Env, s.In.Faults, devices, s.Path, s.NS, nodes[0])
+				})
+			}
+			if nodeFaults == nil {
+				reg.notExercised(pathName+": kubelet restart and failed worker", nodeWhy)
+			} else {
+				ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", func(ctx context.Context) {
+					kubeletRestart(ctx, s.Env, s.In.Faults, s.Path, s.NS, nodes[len(nodes)-1])
+				})
+				if len(nodes) < 2 {
+					reg.notExercised(pathName+": failed worker", "the GPU pool has one node with a device on this path; the replacement needs another")
+				} else {
+					ginkgo.It("reschedules a training job whose GPU node fails onto another GPU node, where it resumes from its last checkpoint and completes; the node comes back with its devices", func(ctx context.Context) {
+						failedWorker(ctx, s, nodes)
+					})
+				}
+			}
+			if evictor == nil {
+				reg.notExercised(pathName+": failed device under a running job", evictorWhy)
+			} else {
+				ginkgo.It("keeps a device that fails under a training job from its replacement, which resumes from the last checkpoint on a healthy device", func(ctx context.Context) {
+					failedDevice(ctx, s, evictor, nodes)
+				})
+			}
+		})
+	}
+}
+
+// trainingJob is one submitted training Job of the failure scenario.
+type trainingJob struct {
+	job    *batchv1.Job
+	workID string
+	resume bool // its checkpoints outlive a node
+}
+
+// submitTraining creates the checkpoint storage, the queue (when Kueue is there) and a checkpointing
+// training Job on one device of one of nodes, and waits until it has written a checkpoint at step
+// trainEvery*2 or later, so that a resume is distinguishable from a restart. It returns the Job and its
+// running pod.
+func submitTraining(ctx context.Context, s *Spec[FailureInput], name string, nodes []string) (trainingJob, *corev1.Pod) {
+	ginkgo.GinkgoHelper()
+	env, ns, path := s.Env, s.NS, s.Path
+	t := trainingJob{resume: !s.In.Checkpoints.None()}
+	w := env.Factory.GPUJob(name, ns).Path(path).Devices(1).OnNodes(nodes...).EvictAfter(s.In.EvictAfter).BackoffLimit(4)
+	jobName := w.Obj().Name
+	t.workID = ns + "-" + jobName
+	if t.resume {
+		ginkgo.By("offering checkpoint storage that outlives a node: " + s.In.Checkpoints.String())
+		for _, o := range s.In.Checkpoints.Objects(env.Factory, ns, "checkpoints") {
+			env.Create(ctx, o)
+		}
+		w.PersistentVolume("checkpoints", trainDir)
+	} else {
+		w.ScratchDir("checkpoints", trainDir)
+	}
+	w.Args("train", "--steps", strconv.Itoa(trainSteps), "--step-duration", trainStepTime.String(), "--checkpoint-every", strconv.Itoa(trainEvery),
+		"--checkpoint-dir", trainDir+"/"+t.workID, "--work-id", t.workID)
+	if s.In.KueuePresent {
+		lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, ExistingLocalQueue: s.In.ExistingLocalQueue, Quota: queues.QuotaFor(path.QuotaResource(), 1)})
+		w.Queue(lq)
+	} else {
+		ginkgo.AddReportEntry("submitted without Kueue", "Kueue is absent: the training Job is created directly")
+	}
+	obj := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	t.job = env.Create(ctx, obj).(*batchv1.Job)
+	if s.In.KueuePresent {
+		queues.ExpectAdmitted(ctx, env, t.job, path.QuotaResource(), 1)
+	}
+	pod := pods.ExpectJobPodStarted(ctx, env, t.job)
+	ginkgo.By(fmt.Sprintf("training on %s (pod %s); waiting for a checkpoint at step %d or later", pod.Spec.NodeName, pod.Name, 2*trainEvery))
+	expectCheckpoint(ctx, env, ns, pod.Name, 2*trainEvery)
+	return t, pod
+}
+
+// expectCheckpoint waits until the pod's training log shows a checkpoint at step atLeast or later and
+// returns the newest checkpointed step.
+func expectCheckpoint(ctx context.Context, env *testenv.Env, ns, pod string, atLeast int) int {
+	ginkgo.GinkgoHelper()
+	var step int
+	env.Wait.ForProgress(ctx, fmt.Sprintf("pod %s/%s to checkpoint step %d", ns, pod, atLeast), wait.Target{Kind: "Pod", Namespace: ns, Name: pod},
+		time.Duration(atLeast+trainEvery)*trainStepTime+env.Timeouts.PodStart, func(g gomega.Gomega) {
+			var err error
+			step, err = lastCheckpoint(ctx, env, ns, pod)
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			g.Expect(step).To(gomega.BeNumerically(">=", atLeast), "newest checkpoint")
+		})
+	return step
+}
+
+// lastCheckpoint reads the newest checkpointed step from the pod's log.
+func lastCheckpoint(ctx context.Context, env *testenv.Env, ns, pod string) (int, error) {
+	raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: fixtures.WorkloadContainer}).DoRaw(ctx)
+	if err != nil {
+		return 0, err
+	}
+	step := 0
+	for _, e := range timeline.ParseProgress(pod, string(raw)) {
+		if e.Kind != timeline.Checkpoint {
+			continue
+		}
+		var n int
+		if _, err := fmt.Sscanf(e.Detail, "step %d", &n); err == nil && n > step {
+			step = n
+		}
+	}
+	return step, nil
+}
+
+// expectReplacement waits for a pod of the Job other than the lost ones to start, and returns it.
+func expectReplacement(ctx context.Context, env *testenv.Env, job *batchv1.Job, lost ...string) *corev1.Pod {
+	ginkgo.GinkgoHelper()
+	var pod *corev1.Pod
+	env.Wait.ForProgress(ctx, fmt.Sprintf("a replacement pod of Job %s/%s to start", job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
+		env.Timeouts.PodStart, func(g gomega.Gomega) {
+			list, err := pods.OfJob(ctx, env, job)
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			pod = nil
+			for i := range list {
+				p := &list[i]
+				if slices.Contains(lost, p.Name) || p.DeletionTimestamp != nil {
+					continue
+				}
+				pod = p
+			}
+			g.Expect(pod).NotTo(gomega.BeNil(), "Job %s/%s has no pod besides %v", job.Namespace, job.Name, lost)
+			g.Expect(pod.Spec.NodeName).NotTo(gomega.BeEmpty(), "replacement %s is not scheduled", pod.Name)
+			started := false
+			for _, cs := range pod.Status.ContainerStatuses {
+				started = started || cs.Name == fixtures.WorkloadContainer && (cs.State.Running != nil || cs.State.Terminated != nil)
+			}
+			g.Expect(started).To(gomega.BeTrue(), "replacement %s has not started (phase %s)", pod.Name, pod.Status.Phase)
+		})
+	return pod
+}
+
+// expectResumedAndComplete waits for the Job to complete and checks what its last pod reports: resumed
+// from a checkpoint at or after lastSeen (lost work under one interval), one restart more, every step
+// done and the state digest of an uninterrupted run. Without storage that outlives a node it checks
+// only completion and records the restart from step 0.
+func expectResumedAndComplete(ctx context.Context, env *testenv.Env, t trainingJob, pod string, lastSeen int) train.Summary {
+	ginkgo.GinkgoHelper()
+	pods.ExpectJobComplete(ctx, env, t.job)
+	sum := trainSummary(ctx, env, t.job.Namespace, pod)
+	gomega.Expect(sum.Status).To(gomega.Equal(train.StatusCompleted), "the replacement's training did not complete: %+v", sum)
+	gomega.Expect(sum.CompletedSteps).To(gomega.Equal(trainSteps), "steps completed")
+	ginkgo.AddReportEntry("training after the failure", fmt.Sprintf("resumed=%t from step %d (newest checkpoint seen before the fault: step %d), restarts %d, %d steps run by the replacement",
+		sum.Resumed, sum.ResumedFrom, lastSeen, sum.Restarts, sum.StepsRunThisAttempt))
+	if !t.resume {
+		ginkgo.AddReportEntry("not exercised: resume", "no storage that outlives a node: the replacement started over")
+		return sum
+	}
+	gomega.Expect(sum.Resumed).To(gomega.BeTrue(), "the replacement started over from step 0 although its checkpoints were on storage that outlives the node: %+v", sum)
+	gomega.Expect(sum.Restarts).To(gomega.Equal(1), "restart counter: one interruption, one resume")
+	gomega.Expect(sum.ResumedFrom).To(gomega.BeNumerically(">=", lastSeen),
+		"resumed from step %d, older than the checkpoint at step %d written before the fault: more than one interval of work was lost", sum.ResumedFrom, lastSeen)
+	gomega.Expect(sum.StateDigest).To(gomega.Equal(train.Digest(t.workID, trainSteps)), "the resumed job's final state differs from an uninterrupted run's")
+	ginkgo.AddReportEntry("steps lost", fmt.Sprintf("at most %d (checkpoint every %d steps; resumed from step %d)", trainEvery-1, trainEvery, sum.ResumedFrom))
+	return sum
+}
+
+// trainSummary reads the training summary from the pod's termination message.
+func trainSummary(ctx context.Context, env *testenv.Env, ns, pod string) train.Summary {
+	ginkgo.GinkgoHelper()
+	var sum train.Summary
+	env.Wait.For(ctx, fmt.Sprintf("the training summary of pod %s/%s", ns, pod), wait.Target{Kind: "Pod", Namespace: ns, Name: pod}, env.Timeouts.JobRun, func(g gomega.Gomega) {
+		p, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		msg := ""
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == fixtures.WorkloadContainer && cs.State.Terminated != nil {
+				msg = cs.State.Terminated.Message
+			}
+		}
+		g.Expect(msg).NotTo(gomega.BeEmpty(), "no termination message yet")
+		g.Expect(json.Unmarshal([]byte(lastLine(msg)), &sum)).To(gomega.Succeed(), "termination message: %s", msg)
+	})
+	return sum
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// nodeReady reads whether node is Ready.
+func nodeReady(ctx context.Context, env *testenv.Env, node string) (corev1.ConditionStatus, error) {
+	n, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return cluster.NodeReady(*n), nil
+}
+
+func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }
+
+func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
+	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
+	t, pod := submitTraining(ctx, s, "train", nodes)
+	node := pod.Spec.NodeName
+	capacity := path.Capacity()[node]
+	var oldClaims []gpu.ClaimInfo
+	if path.ClaimBased() {
+		given, err := path.Given(ctx, givenInput(env, pod, nil))
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		oldClaims = given.Claims
+	}
+	lastSeen, err := lastCheckpoint(ctx, env, ns, pod.Name)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+
+	ginkgo.By(fmt.Sprintf("stopping %s through %s", node, inj.Nodes.Name()))
+	faultAt := time.Now()
+	env.Note(t.job.Name, timeline.Fault, "Node/"+node, "stopped through "+inj.Nodes.Name())
+	start, err := inj.StopNode(ctx, node)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	started := false
+	ginkgo.DeferCleanup(func(ctx context.Context) {
+		if !started {
+			gomega.Expect(start(ctx)).To(gomega.Succeed())
+			waitNodeBack(ctx, env, path, node, capacity)
+		}
+	})
+
+	env.Wait.For(ctx, fmt.Sprintf("node %s to be reported not Ready", node), wait.Target{Kind: "Node", Name: node}, env.Timeouts.NodeLost, func(g gomega.Gomega) {
+		st, err := nodeReady(ctx, env, node)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(st).NotTo(gomega.Equal(corev1.ConditionTrue), "node %s is still Ready", node)
+	})
+	env.Note(t.job.Name, timeline.NodeNotReady, "Node/"+node, "")
+	ginkgo.AddReportEntry("node stopped → NotReady", since(faultAt))
+
+	ginkgo.By(fmt.Sprintf("waiting for Kubernetes to evict %s from the lost node (tolerationSeconds %s)", pod.Name, s.In.EvictAfter))
+	env.Wait.For(ctx, fmt.Sprintf("pod %s/%s to be evicted from %s", ns, pod.Name, node), wait.Target{Kind: "Pod", Namespace: ns, Name: pod.Name}, env.Timeouts.NodeLost, func(g gomega.Gomega) {
+		p, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return
+		}
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(p.DeletionTimestamp).NotTo(gomega.BeNil(), "pod %s on the lost node is not being deleted", pod.Name)
+	})
+	ginkgo.AddReportEntry("node stopped → pod evicted", since(faultAt))
+
+	repl := expectReplacement(ctx, env, t.job, pod.Name)
+	ginkgo.AddReportEntry("node stopped → replacement running", since(faultAt))
+	gomega.Expect(repl.Spec.NodeName).NotTo(gomega.Equal(node), "the replacement %s was placed on the lost node", repl.Name)
+	gomega.Expect(nodes).To(gomega.ContainElement(repl.Spec.NodeName), "the replacement runs outside the GPU pool")
+	given, err := path.Given(ctx, givenInput(env, repl, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the replacement's devices from %s", path.Authority())
+	gomega.Expect(given.Node).To(gomega.Equal(repl.Spec.NodeName), "the replacement's devices are on %s, not on its node %s", given.Node, repl.Spec.NodeName)
+	if !given.CountOnly {
+		gomega.Expect(given.Devices).To(gomega.HaveLen(1), "the replacement holds %s", gpu.FormatDevices(given.Devices))
+	}
+	ginkgo.AddReportEntry("replacement", fmt.Sprintf("%s on %s with %s (%s)", repl.Name, repl.Spec.NodeName, gpu.FormatDevices(given.Devices), given.Source))
+
+	// The lost pod stays Terminating: only its kubelet could confirm it is gone. Kubernetes' answer for a
+	// node that will not come back soon is the out-of-service taint: the pod GC then force-deletes the
+	// pod, and DRA releases its claim.
+	ginkgo.By(fmt.Sprintf("putting %s out of service so the lost pod %s and its claims are released", node, pod.Name))
+	oosAt := time.Now()
+	unOOS, err := inj.PutOutOfService(ctx, node)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	oosRemoved := false
+	ginkgo.DeferCleanup(func(ctx context.Context) {
+		if !oosRemoved {
+			gomega.Expect(unOOS(ctx)).To(gomega.Succeed())
+		}
+	})
+	env.Wait.For(ctx, fmt.Sprintf("the lost pod %s/%s to be deleted", ns, pod.Name), wait.Target{Kind: "Pod", Namespace: ns, Name: pod.Name}, env.Timeouts.Release, func(g gomega.Gomega) {
+		_, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "the lost pod %s still exists (err=%v)", pod.Name, err)
+	})
+	expectClaimsReleased(ctx, env, ns, pod, oldClaims)
+	ginkgo.AddReportEntry("out-of-service → lost pod deleted", since(oosAt))
+
+	sum := expectResumedAndComplete(ctx, env, t, repl.Name, lastSeen)
+	_ = sum
+	ginkgo.AddReportEntry("node stopped → job complete", since(faultAt))
+
+	ginkgo.By(fmt.Sprintf("starting %s again", node))
+	backAt := time.Now()
+	gomega.Expect(start(ctx)).To(gomega.Succeed())
+	started = true
+	waitNodeBack(ctx, env, path, node, capacity)
+	env.Note(t.job.Name, timeline.NodeReady, "Node/"+node, "")
+	gomega.Expect(unOOS(ctx)).To(gomega.Succeed())
+	oosRemoved = true
+	ginkgo.AddReportEntry("node started → Ready with its devices", since(backAt))
+	ginkgo.By("running a one-device pod on " + node)
+	held := runOnceDevicesBack(ctx, env, path, ns, node)
+	env.Note(t.job.Name, timeline.Recovered, "Node/"+node, "pod "+held+" got a device")
+	ginkgo.AddReportEntry("node started → device allocated", since(backAt))
+}
+
+// waitNodeBack waits until node is Ready and offers want devices on path again.
+func waitNodeBack(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64) {
+	ginkgo.GinkgoHelper()
+	env.Wait.For(ctx, fmt.Sprintf("node %s to be Ready again", node), wait.Target{Kind: "Node", Name: node}, env.Timeouts.NodeReturn, func(g gomega.Gomega) {
+		st, err := nodeReady(ctx, env, node)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(st).To(gomega.Equal(corev1.ConditionTrue), "node %s Ready", node)
+	})
+	expectLiveCapacity(ctx, env, path, node, want, "after it came back", env.Timeouts.NodeReturn)
+}
+
+func failedDevice(ctx context.Context, s *Spec[FailureInput], evictor faults.DeviceProvider, nodes []string) {
+	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
+	t, pod := submitTraining(ctx, s, "train", nodes)
+	node := pod.Spec.NodeName
+	capacity := path.Capacity()[node]
+	given, err := path.Given(ctx, givenInput(env, pod, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the training pod's device from %s", path.Authority())
+	if given.CountOnly {
+		ginkgo.Skip("not exercised: the training pod's device identity cannot be read (" + given.Note + ")")
+	}
+	gomega.Expect(given.Devices).To(gomega.HaveLen(1))
+	victim := faults.Device{Node: node, ID: given.Devices[0]}
+	if dra, ok := path.(*gpu.DRA); ok && len(given.DeviceRefs) == 1 {
+		pool, name, _ := strings.Cut(given.DeviceRefs[0], "/")
+		victim.Pool, victim.Name = pool, name
+		if !strings.Contains(dra.Driver, ",") {
+			victim.Driver = dra.Driver
+		}
+	}
+	lastSeen, err := lastCheckpoint(ctx, env, ns, pod.Name)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+
+	ginkgo.By(fmt.Sprintf("reporting %s, used by %s, unhealthy through %s", victim, pod.Name, evictor.Name()))
+	faultAt := time.Now()
+	env.Note(t.job.Name, timeline.Fault, "Device/"+victim.ID, "unhealthy through "+evictor.Name())
+	undo, err := inj.MarkDeviceUnhealthy(ctx, evictor, victim)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	restored := false
+	ginkgo.DeferCleanup(func(ctx context.Context) {
+		if !restored {
+			gomega.Expect(undo(ctx)).To(gomega.Succeed())
+		}
+	})
+	expectLiveCapacity(ctx, env, path, node, capacity-1, victim.ID+" withdrawn", env.Timeouts.Release)
+	env.Note(t.job.Name, timeline.DeviceWithdrawn, "Device/"+victim.ID, "")
+	ginkgo.AddReportEntry("device unhealthy → withdrawn", since(faultAt))
+
+	if evictor.Evicts() {
+		ginkgo.By(fmt.Sprintf("waiting for the cluster to evict %s from the unhealthy device", pod.Name))
+		env.Wait.For(ctx, fmt.Sprintf("pod %s/%s to be evicted from %s", ns, pod.Name, victim.ID), wait.Target{Kind: "Pod", Namespace: ns, Name: pod.Name}, env.Timeouts.Release, func(g gomega.Gomega) {
+			p, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			g.Expect(p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed).To(gomega.BeTrue(), "pod %s still runs on the unhealthy device %s", pod.Name, victim.ID)
+		})
+		ginkgo.AddReportEntry("device unhealthy → pod evicted", since(faultAt))
+	} else {
+		// Nothing in Kubernetes evicts a pod whose device-plugin device turns unhealthy: the application
+		// fails (a real GPU error kills its CUDA context) and the Job replaces the pod. The pod's status
+		// shows the device's health where the kubelet serves it (ResourceHealthStatus).
+		p, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		ginkgo.AddReportEntry("pod status after the device failed", resourceHealth(p))
+		ginkgo.By(fmt.Sprintf("%s does not evict: failing %s as the application would (deleting it)", evictor.Name(), pod.Name))
+		gomega.Expect(env.Clients.Kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{})).To(gomega.Succeed())
+	}
+	repl := expectReplacement(ctx, env, t.job, pod.Name)
+	ginkgo.AddReportEntry("device unhealthy → replacement running", since(faultAt))
+	rg, err := path.Given(ctx, givenInput(env, repl, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the replacement's device from %s", path.Authority())
+	gomega.Expect(rg.Devices).NotTo(gomega.ContainElement(victim.ID), "the replacement %s was given the unhealthy device %s", repl.Name, victim.ID)
+	ginkgo.AddReportEntry("replacement", fmt.Sprintf("%s on %s with %s", repl.Name, repl.Spec.NodeName, gpu.FormatDevices(rg.Devices)))
+	expectResumedAndComplete(ctx, env, t, repl.Name, lastSeen)
+
+	ginkgo.By(fmt.Sprintf("reporting %s healthy again", victim.ID))
+	recoverAt := time.Now()
+	gomega.Expect(undo(ctx)).To(gomega.Succeed())
+	restored = true
+	expectLiveCapacity(ctx, env, path, node, capacity, victim.ID+" back", env.Timeouts.Release)
+	env.Note(t.job.Name, timeline.Recovered, "Device/"+victim.ID, "")
+	ginkgo.AddReportEntry("device healthy → advertised", since(recoverAt))
+}
+
+// resourceHealth describes the health the kubelet reports for the pod's allocated devices
+// (status.containerStatuses[].allocatedResourcesStatus), or says it reports none.
+func resourceHealth(p *corev1.Pod) string {
+	var out []string
+	for _, cs := range p.Status.ContainerStatuses {
+		for _, rs := range cs.AllocatedResourcesStatus {
+			for _, r := range rs.Resources {
+				out = append(out, fmt.Sprintf("%s %s: %s", rs.Name, r.ResourceID, r.Health))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return fmt.Sprintf("phase %s; no allocatedResourcesStatus (the kubelet reports device health in pod status only with the ResourceHealthStatus feature)", p.Status.Phase)
+	}
+	return fmt.Sprintf("phase %s; %s", p.Status.Phase, strings.Join(out, "; "))
+}
