@@ -94,7 +94,7 @@ func summarise(dir string, suites []types.Report, rec Record) RunSummary {
 	for _, t := range rec.Timelines {
 		for _, w := range t.Workloads {
 			d := w.Derived
-			for name, v := range map[string]*timeline.Duration{"admission wait": d.AdmissionWait, "pending": d.Pending, "start": d.Start, "useful work": d.UsefulWork, "idle reservation": d.IdleReservation} {
+			for name, v := range map[string]*timeline.Duration{"admission wait": d.AdmissionWait, "pending": d.Pending, "start": d.Start, "useful work": d.UsefulWork, "idle reservation": d.IdleReservation, "recovery": d.Recovery} {
 				if v != nil {
 					values[name] = append(values[name], time.Duration(*v))
 				}

@@ -124,7 +124,8 @@ type Phase struct {
 
 // Phases cuts a workload's events into the stretches the chart draws: queued (created → admitted),
 // pending (→ scheduled), starting (→ container running), idle (running, no useful step yet), working
-// (first useful step → stop), running (a workload with no progress lines), evicted (→ admitted again).
+// (first useful step → stop), running (a workload with no progress lines), evicted (→ admitted again),
+// down (a node or device fault → the replacement is scheduled).
 func Phases(w timeline.Workload, end time.Time) []Phase {
 	var out []Phase
 	state, since := "", time.Time{}
@@ -159,7 +160,7 @@ func Phases(w timeline.Workload, end time.Time) []Phase {
 			if state == "queued" && !sawAdmission {
 				state = "pending" // no Kueue: the wait before scheduling is Pending
 			}
-			if state == "queued" || state == "pending" || state == "" {
+			if state == "queued" || state == "pending" || state == "" || state == "down" {
 				closeAt(e.At)
 				open("starting", e.At)
 			}
@@ -177,6 +178,12 @@ func Phases(w timeline.Workload, end time.Time) []Phase {
 		case timeline.Preempted, timeline.Evicted:
 			closeAt(e.At)
 			open("evicted", e.At)
+		case timeline.Fault:
+			// The work stops at the fault; until a replacement is scheduled the workload is down.
+			if state == "working" || state == "running" || state == "idle" || state == "starting" {
+				closeAt(e.At)
+				open("down", e.At)
+			}
 		case timeline.Stopped:
 			if state == "working" || state == "running" || state == "idle" {
 				closeAt(e.At)
@@ -190,7 +197,8 @@ func Phases(w timeline.Workload, end time.Time) []Phase {
 	}
 	for _, e := range w.Events {
 		switch e.Kind {
-		case timeline.Checkpoint, timeline.Resumed, timeline.Preempted, timeline.Evicted, timeline.Finished, timeline.Failed:
+		case timeline.Checkpoint, timeline.Resumed, timeline.Preempted, timeline.Evicted, timeline.Finished, timeline.Failed,
+			timeline.Fault, timeline.NodeNotReady, timeline.PodEvicted, timeline.NodeReady, timeline.DeviceWithdrawn, timeline.Recovered:
 			out = append(out, Phase{Name: string(e.Kind), From: e.At, To: e.At, Event: e.Detail, markerOnly: true})
 		}
 	}
@@ -199,7 +207,7 @@ func Phases(w timeline.Workload, end time.Time) []Phase {
 
 var phaseColors = map[string]string{
 	"queued": "#b0b7c3", "pending": "#f2c14e", "starting": "#f08a4b", "idle": "#e05a5a",
-	"working": "#3aa655", "running": "#4a90d9", "evicted": "#9b59b6",
+	"working": "#3aa655", "running": "#4a90d9", "evicted": "#9b59b6", "down": "#6b6b6b",
 }
 
 // GanttSVG draws the timeline as an inline SVG: one row per workload, its phases as bars, checkpoints,
@@ -317,8 +325,8 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 
 {{with .Gantts}}<h2>Timelines</h2><p class="muted">Per spec, each workload's life from the objects' own timestamps; hover a bar or marker for times.</p>
 {{range .}}<h3>{{.Spec}}</h3>{{.SVG}}
-<table><tr><th>Workload</th><th>Admission wait</th><th>Pending</th><th>Start</th><th>Useful work</th><th>Idle reservation</th><th>Evictions</th></tr>
-{{range .Workloads}}<tr><td>{{.Name}}</td><td>{{.Derived.AdmissionWait}}</td><td>{{.Derived.Pending}}</td><td>{{.Derived.Start}}</td><td>{{.Derived.UsefulWork}}</td><td>{{.Derived.IdleReservation}}</td><td>{{.Derived.Evictions}}</td></tr>{{end}}</table>{{end}}{{end}}
+<table><tr><th>Workload</th><th>Admission wait</th><th>Pending</th><th>Start</th><th>Useful work</th><th>Idle reservation</th><th>Evictions</th><th>Recovery</th></tr>
+{{range .Workloads}}<tr><td>{{.Name}}</td><td>{{.Derived.AdmissionWait}}</td><td>{{.Derived.Pending}}</td><td>{{.Derived.Start}}</td><td>{{.Derived.UsefulWork}}</td><td>{{.Derived.IdleReservation}}</td><td>{{.Derived.Evictions}}</td><td>{{.Derived.Recovery}}</td></tr>{{end}}</table>{{end}}{{end}}
 
 {{with .Failures}}<h2>Failures and their diagnosis</h2>
 {{range .}}<h3>{{.Text}}</h3><p class="muted">{{.Location}}</p><pre>{{.Failure}}</pre>{{if .Entries}}<ul>{{range .Entries}}<li>{{.}}</li>{{end}}</ul>{{end}}{{end}}{{end}}

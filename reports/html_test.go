@@ -113,3 +113,34 @@ func TestGanttPhases(t *testing.T) {
 		t.Errorf("derived timings: %+v", d)
 	}
 }
+
+// A node fault cuts the work: the workload is down from the fault until its replacement is scheduled, and
+// the derived recovery runs from the fault to the first resumed step.
+func TestGanttNodeFault(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 4, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	w := timeline.Workload{Name: "train", Events: []timeline.Event{
+		{At: at(0), Kind: timeline.Created}, {At: at(0), Kind: timeline.Admitted}, {At: at(1), Kind: timeline.Scheduled},
+		{At: at(2), Kind: timeline.Started}, {At: at(3), Kind: timeline.FirstStep},
+		{At: at(13), Kind: timeline.Fault, Object: "Node/w1"}, {At: at(60), Kind: timeline.NodeNotReady},
+		{At: at(70), Kind: timeline.PodEvicted}, {At: at(71), Kind: timeline.Scheduled}, {At: at(72), Kind: timeline.Started},
+		{At: at(72), Kind: timeline.Resumed}, {At: at(73), Kind: timeline.FirstStep}, {At: at(90), Kind: timeline.Stopped},
+		{At: at(91), Kind: timeline.Finished},
+	}}
+	var down Phase
+	for _, p := range Phases(w, at(91)) {
+		if p.Name == "down" {
+			down = p
+		}
+	}
+	if down.From != at(13) || down.To != at(71) {
+		t.Errorf("down %s → %s, want the fault (13 s) → the replacement scheduled (71 s)", down.From, down.To)
+	}
+	w.Derive()
+	if w.Derived.Recovery == nil || time.Duration(*w.Derived.Recovery) != 59*time.Second {
+		t.Errorf("recovery = %v, want 59s (fault → resumed)", w.Derived.Recovery)
+	}
+	if w.Derived.UsefulWork == nil || time.Duration(*w.Derived.UsefulWork) != 27*time.Second {
+		t.Errorf("useful work = %v, want 10s before the fault + 17s after", w.Derived.UsefulWork)
+	}
+}

@@ -33,6 +33,12 @@ const (
 // suite implements today. Every discovered allocation path is required as well (Decide adds them).
 var DefaultRequire = []string{"scenario:allocation", "scenario:shortage"}
 
+// KueueRequire are the scenarios a signoff requires besides DefaultRequire where Kueue is usable.
+var KueueRequire = []string{"scenario:preemption"}
+
+// DisruptiveRequire are the scenarios a --disruptive run requires besides DefaultRequire.
+var DisruptiveRequire = []string{"scenario:failure"}
+
 // Signoff is the policy a run's verdict is decided with; it travels in the record, so a report rendered
 // again offline decides the same.
 type Signoff struct {

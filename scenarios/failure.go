@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -134,27 +133,16 @@ type trainingJob struct {
 func submitTraining(ctx context.Context, s *Spec[FailureInput], name string, nodes []string) (trainingJob, *corev1.Pod) {
 	ginkgo.GinkgoHelper()
 	env, ns, path := s.Env, s.NS, s.Path
-	t := trainingJob{resume: !s.In.Checkpoints.None()}
-	w := env.Factory.GPUJob(name, ns).Path(path).Devices(1).OnNodes(nodes...).EvictAfter(s.In.EvictAfter).BackoffLimit(4)
-	jobName := w.Obj().Name
-	t.workID = ns + "-" + jobName
-	if t.resume {
-		ginkgo.By("offering checkpoint storage that outlives a node: " + s.In.Checkpoints.String())
-		for _, o := range s.In.Checkpoints.Objects(env.Factory, ns, "checkpoints") {
-			env.Create(ctx, o)
-		}
-		w.PersistentVolume("checkpoints", trainDir)
-	} else {
-		w.ScratchDir("checkpoints", trainDir)
-	}
-	w.Args("train", "--steps", strconv.Itoa(trainSteps), "--step-duration", trainStepTime.String(), "--checkpoint-every", strconv.Itoa(trainEvery),
-		"--checkpoint-dir", trainDir+"/"+t.workID, "--work-id", t.workID)
+	spec := training{Name: name, Steps: trainSteps, Every: trainEvery, StepTime: trainStepTime, Storage: s.In.Checkpoints, Nodes: nodes, EvictAfter: s.In.EvictAfter}
+	created := false
+	t := trainingJob{resume: ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)}
 	if s.In.KueuePresent {
-		lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, ExistingLocalQueue: s.In.ExistingLocalQueue, Quota: queues.QuotaFor(path.QuotaResource(), 1)})
-		w.Queue(lq)
+		spec.Queue = queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, ExistingLocalQueue: s.In.ExistingLocalQueue, Quota: queues.QuotaFor(path.QuotaResource(), 1)})
 	} else {
 		ginkgo.AddReportEntry("submitted without Kueue", "Kueue is absent: the training Job is created directly")
 	}
+	w, workID := spec.build(env, ns, path)
+	t.workID = workID
 	obj := w.Obj()
 	for _, pre := range w.Prerequisites() {
 		env.Create(ctx, pre)
@@ -376,25 +364,35 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	backAt := time.Now()
 	gomega.Expect(start(ctx)).To(gomega.Succeed())
 	started = true
-	waitNodeBack(ctx, env, path, node, capacity)
+	waitNodeReady(ctx, env, node)
 	env.Note(t.job.Name, timeline.NodeReady, "Node/"+node, "")
+	ginkgo.AddReportEntry("node started → Ready", since(backAt))
+	// The taint goes once the node is back, as the node-shutdown docs say: while it is there it also
+	// keeps off the GPU stack's own DaemonSet pods unless they tolerate everything.
 	gomega.Expect(unOOS(ctx)).To(gomega.Succeed())
 	oosRemoved = true
-	ginkgo.AddReportEntry("node started → Ready with its devices", since(backAt))
+	expectLiveCapacity(ctx, env, path, node, capacity, "after it came back", env.Timeouts.NodeReturn)
+	ginkgo.AddReportEntry("node started → devices advertised", since(backAt))
 	ginkgo.By("running a one-device pod on " + node)
 	held := runOnceDevicesBack(ctx, env, path, ns, node)
 	env.Note(t.job.Name, timeline.Recovered, "Node/"+node, "pod "+held+" got a device")
 	ginkgo.AddReportEntry("node started → device allocated", since(backAt))
 }
 
-// waitNodeBack waits until node is Ready and offers want devices on path again.
-func waitNodeBack(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64) {
+// waitNodeReady waits until node is Ready again.
+func waitNodeReady(ctx context.Context, env *testenv.Env, node string) {
 	ginkgo.GinkgoHelper()
 	env.Wait.For(ctx, fmt.Sprintf("node %s to be Ready again", node), wait.Target{Kind: "Node", Name: node}, env.Timeouts.NodeReturn, func(g gomega.Gomega) {
 		st, err := nodeReady(ctx, env, node)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(st).To(gomega.Equal(corev1.ConditionTrue), "node %s Ready", node)
 	})
+}
+
+// waitNodeBack waits until node is Ready and offers want devices on path again.
+func waitNodeBack(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64) {
+	ginkgo.GinkgoHelper()
+	waitNodeReady(ctx, env, node)
 	expectLiveCapacity(ctx, env, path, node, want, "after it came back", env.Timeouts.NodeReturn)
 }
 

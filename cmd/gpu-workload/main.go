@@ -193,6 +193,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "directory for checkpoints; must survive the pod (required)")
 	fs.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "checkpoint every K steps (required, > 0)")
 	fs.StringVar(&cfg.WorkID, "work-id", train.DefaultWorkID, "identity of the work; checkpoints of another work are never resumed")
+	fs.DurationVar(&cfg.CheckpointWriteTime, "checkpoint-write-time", 0, "simulated time each checkpoint write takes (a large model)")
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}

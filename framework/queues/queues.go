@@ -29,6 +29,14 @@ type SetupInput struct {
 	ExistingLocalQueue string
 	// Quota is the nominal quota per resource, e.g. {nvidia.com/gpu: 4, cpu: 4, memory: 4Gi}.
 	Quota map[corev1.ResourceName]string
+	// Name distinguishes several queues of one spec (default "gpu").
+	Name string
+	// WithinClusterQueue and ReclaimWithinCohort are the ClusterQueue's preemption policies (default: none).
+	WithinClusterQueue, ReclaimWithinCohort kueue.PreemptionPolicy
+	// Cohort puts the ClusterQueue in a cohort.
+	Cohort string
+	// Flavor is an existing ResourceFlavor to use (queues of one cohort borrow per flavor); default: a new one.
+	Flavor string
 }
 
 // Setup returns the LocalQueue to submit to: the existing one, or a new ResourceFlavor, ClusterQueue and
@@ -40,9 +48,23 @@ func Setup(ctx context.Context, env *testenv.Env, in SetupInput) string {
 		return in.ExistingLocalQueue
 	}
 	f := env.Factory
-	rf := env.Create(ctx, f.ResourceFlavor("gpu", in.Namespace).Obj())
-	cq := env.Create(ctx, f.ClusterQueue("gpu", in.Namespace).Flavor(rf.GetName(), in.Quota).Obj())
-	lq := env.Create(ctx, f.LocalQueue("gpu", in.Namespace).ClusterQueue(cq.GetName()).Obj())
+	name := in.Name
+	if name == "" {
+		name = "gpu"
+	}
+	flavor := in.Flavor
+	if flavor == "" {
+		flavor = env.Create(ctx, f.ResourceFlavor(name, in.Namespace).Obj()).GetName()
+	}
+	cqw := f.ClusterQueue(name, in.Namespace).Flavor(flavor, in.Quota)
+	if in.WithinClusterQueue != "" || in.ReclaimWithinCohort != "" {
+		cqw.Preemption(in.WithinClusterQueue, in.ReclaimWithinCohort)
+	}
+	if in.Cohort != "" {
+		cqw.Cohort(in.Cohort)
+	}
+	cq := env.Create(ctx, cqw.Obj())
+	lq := env.Create(ctx, f.LocalQueue(name, in.Namespace).ClusterQueue(cq.GetName()).Obj())
 	env.Wait.For(ctx, fmt.Sprintf("ClusterQueue %s to be Active", cq.GetName()), wait.Target{}, env.Timeouts.QueueActive, func(g gomega.Gomega) {
 		got, err := env.Clients.Kueue.KueueV1beta2().ClusterQueues().Get(ctx, cq.GetName(), metav1.GetOptions{})
 		g.Expect(err).NotTo(gomega.HaveOccurred())

@@ -361,8 +361,49 @@ func DiagnoseExplainer(c *cluster.Clients, kueuePresent bool) wait.Explainer {
 		dc.Kueue = c.Kueue
 	}
 	return func(ctx context.Context, t wait.Target) string {
+		if t.Kind == "Node" {
+			return explainNode(ctx, c, t.Name)
+		}
 		return diagnose.Explain(ctx, dc, diagnose.Target{Kind: t.Kind, Namespace: t.Namespace, Name: t.Name})
 	}
+}
+
+// explainNode is what a failed wait on a node prints: its Ready condition, taints, cordon, the GPU
+// resources it advertises (capacity and allocatable of every extended resource) and the devices its
+// ResourceSlices publish.
+func explainNode(ctx context.Context, c *cluster.Clients, name string) string {
+	n, err := c.Kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Sprintf("Node %s: %v", name, err)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Node %s:\n", name)
+	for _, cond := range n.Status.Conditions {
+		if cond.Type == corev1.NodeReady {
+			fmt.Fprintf(&b, "  Ready=%s (%s) since %s: %s\n", cond.Status, cond.Reason, cond.LastTransitionTime.UTC().Format(time.RFC3339), cond.Message)
+		}
+	}
+	for _, t := range n.Spec.Taints {
+		fmt.Fprintf(&b, "  taint %s\n", cluster.FormatTaint(t))
+	}
+	if n.Spec.Unschedulable {
+		b.WriteString("  cordoned\n")
+	}
+	for res, q := range n.Status.Capacity {
+		if strings.Contains(string(res), "/") {
+			a := n.Status.Allocatable[res]
+			fmt.Fprintf(&b, "  %s: capacity %s, allocatable %s\n", res, q.String(), a.String())
+		}
+	}
+	if slices, err := c.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + name}); err == nil {
+		for _, sl := range slices.Items {
+			fmt.Fprintf(&b, "  ResourceSlice %s (driver %s, pool %s): %d devices\n", sl.Name, sl.Spec.Driver, sl.Spec.Pool.Name, len(sl.Spec.Devices))
+		}
+		if len(slices.Items) == 0 {
+			b.WriteString("  no ResourceSlice on this node\n")
+		}
+	}
+	return b.String()
 }
 
 // DiagnoseJudge returns the judge progress waits consult: framework/diagnose's verdict for the target and

@@ -106,6 +106,10 @@ func TestConformance(t *testing.T) {
 	record.Parameters = reports.Parameters{TimeoutProfile: cfg.TimeoutProfile, TimeoutProfileWhy: profileWhy, Namespace: cfg.Namespace,
 		LocalQueue: existingLocalQueue(), GPUPool: caps.Pools.GPU.Nodes, Tolerations: tolerations}
 	decideKueue()
+	if len(cfg.Signoff.Require) == 0 && kueueOK && existingLocalQueue() == "" {
+		// Preemption is Kueue's: a signoff requires it where the suite can set up its own queues for it.
+		record.Signoff.Require = append(record.Signoff.Require, reports.KueueRequire...)
+	}
 	checkpointStorage.Storage, checkpointStorage.why = checkpoints.Discover(cfg.Checkpoints, poolNodes())
 	record.Parameters.Checkpoints = checkpointStorage.String()
 	if cfg.Disruptive {
@@ -150,7 +154,12 @@ var runID = cmpOr(os.Getenv("GPUCONFORM_RUN_ID"), run.NewID(time.Now()))
 func signoffPolicy() (reports.Signoff, error) {
 	p := reports.Signoff{Require: cfg.Signoff.Require, AllowIncomplete: cfg.Signoff.AllowIncomplete}
 	if len(p.Require) == 0 {
-		p.Require = reports.DefaultRequire
+		p.Require = slices.Clone(reports.DefaultRequire)
+		if cfg.Disruptive {
+			// The user opted in to the specs that change nodes: a run that could not exercise them (no
+			// fault provider, a one-node pool) is not a signoff of them.
+			p.Require = append(p.Require, reports.DisruptiveRequire...)
+		}
 	}
 	if cfg.Signoff.Baseline != "" {
 		base, err := reports.ReadRecord(cfg.Signoff.Baseline)
@@ -294,6 +303,10 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 	scenarios.FailureSpec(func() scenarios.FailureInput {
 		return scenarios.FailureInput{Base: base(), Faults: injector(), Disruptive: cfg.Disruptive, KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(),
 			Checkpoints: checkpointStorage.Storage, CheckpointsWhy: checkpointStorage.why, EvictAfter: cfg.Faults.EvictionToleration.Duration}
+	})
+	scenarios.PreemptionSpec(func() scenarios.PreemptionInput {
+		return scenarios.PreemptionInput{Base: base(), KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(),
+			Checkpoints: checkpointStorage.Storage, CheckpointsWhy: checkpointStorage.why}
 	})
 	scenarios.ShortageSpec(func() scenarios.ShortageInput {
 		return scenarios.ShortageInput{Base: base(), KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(), Nodes: discoveredNodes(), Tolerations: tolerations}

@@ -39,6 +39,10 @@ type State struct {
 	FirstStart time.Time `json:"first_start"`
 	// WrittenAt is when this checkpoint was written.
 	WrittenAt time.Time `json:"written_at"`
+	// Reason is why this checkpoint was written: "interval", "sigterm" or "final". A resumed attempt
+	// reports it, so the suite can tell a job that saved its last step on SIGTERM from one that was
+	// killed before it could (a grace period shorter than the checkpoint write).
+	Reason string `json:"reason,omitempty"`
 	// Digest is the simulated model: a hash chained over every completed step. A resumed run ends with
 	// the same digest as an uninterrupted one, so the suite can check recovery lost no state.
 	Digest string `json:"digest"`

@@ -39,6 +39,9 @@ type Config struct {
 	WorkID string
 	// Keep is how many checkpoints to retain; zero means DefaultKeep.
 	Keep int
+	// CheckpointWriteTime simulates a large model's checkpoint: each write takes this long before it is
+	// committed (a SIGKILL during it loses that checkpoint, as it would a real one).
+	CheckpointWriteTime time.Duration
 	// TerminationLogPath receives the summary; empty disables it.
 	TerminationLogPath string
 	// Warnings receives human-readable warnings (skipped checkpoints); nil discards them.
@@ -88,6 +91,8 @@ type Summary struct {
 	ResumedFrom int `json:"resumed_from"`
 	// Resumed is true when a checkpoint was found, which ResumedFrom 0 alone cannot tell.
 	Resumed bool `json:"resumed"`
+	// ResumedReason is why the checkpoint this attempt started from was written (State.Reason).
+	ResumedReason string `json:"resumed_reason,omitempty"`
 	// Restarts is how many attempts of this work resumed from a checkpoint, including this one.
 	Restarts int `json:"restarts"`
 	// StepsRunThisAttempt is CompletedSteps - ResumedFrom.
@@ -140,8 +145,14 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		TotalSteps:  cfg.Steps,
 		ResumedFrom: state.Step,
 		Resumed:     resumed != nil,
-		Restarts:    state.Restarts,
-		FirstStart:  state.FirstStart.Format(time.RFC3339),
+		ResumedReason: func() string {
+			if resumed != nil {
+				return resumed.Reason
+			}
+			return ""
+		}(),
+		Restarts:   state.Restarts,
+		FirstStart: state.FirstStart.Format(time.RFC3339),
 	}
 	ev.emit(map[string]any{
 		"event": "start", "work_id": cfg.WorkID, "resumed": resumed != nil, "resumed_from": state.Step,
@@ -151,7 +162,12 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 	})
 
 	save := func(reason string) error {
+		if cfg.CheckpointWriteTime > 0 {
+			// Not cancellable: a real write does not stop for SIGTERM either.
+			_ = cfg.sleep(context.Background(), cfg.CheckpointWriteTime)
+		}
 		state.WrittenAt = cfg.now().UTC()
+		state.Reason = reason
 		path, err := store.Save(state)
 		if err != nil {
 			return fmt.Errorf("checkpoint at step %d: %w", state.Step, err)

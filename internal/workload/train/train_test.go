@@ -355,6 +355,9 @@ func TestInterruptMidStepCheckpointsAndResumes(t *testing.T) {
 	if first := find(events(t, &out), "first_step"); len(first) != 1 || first[0]["step"] != float64(7) || first[0]["resumed"] != true {
 		t.Errorf("first_step events = %v, want one at step 7, resumed", first)
 	}
+	if resumed.ResumedReason != "sigterm" {
+		t.Errorf("resumed from a checkpoint written for %q, want sigterm", resumed.ResumedReason)
+	}
 	if resumed.CompletedSteps != 20 || resumed.StepsRunThisAttempt != 14 || resumed.FirstStart != sum.FirstStart {
 		t.Errorf("resumed summary = %+v, want 14 steps run and first_start %s kept", resumed, sum.FirstStart)
 	}
@@ -364,8 +367,25 @@ func TestInterruptMidStepCheckpointsAndResumes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resumed.StateDigest != straight.StateDigest {
-		t.Errorf("digest after resume %s != uninterrupted %s", resumed.StateDigest, straight.StateDigest)
+	if resumed.StateDigest != straight.StateDigest || Digest("w1", 20) != straight.StateDigest {
+		t.Errorf("digest after resume %s, uninterrupted %s, Digest() %s: all three must agree", resumed.StateDigest, straight.StateDigest, Digest("w1", 20))
+	}
+}
+
+// A slow checkpoint write takes its time before the checkpoint exists: the write time is spent for each
+// checkpoint, the SIGTERM one included.
+func TestCheckpointWriteTimeIsSpentPerCheckpoint(t *testing.T) {
+	cfg := baseConfig(t.TempDir())
+	cfg.CheckpointWriteTime = 3 * time.Second
+	var slept time.Duration
+	cfg.sleep = func(ctx context.Context, d time.Duration) error { slept += d; return nil }
+	sum, err := Run(context.Background(), cfg, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 20 steps of 1ms, checkpoints at 5, 10, 15 and the final one.
+	if want := 20*time.Millisecond + 4*3*time.Second; slept != want || sum.Status != StatusCompleted {
+		t.Errorf("slept %s, want %s (4 checkpoints of 3s)", slept, want)
 	}
 }
 
