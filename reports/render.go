@@ -123,6 +123,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	}
 
 	renderTimings(&b, rec.Timelines)
+	renderSteps(&b, suites)
 
 	b.WriteString("\n## Not exercised\n\n")
 	if len(rec.NotExercised) == 0 {
@@ -338,4 +339,31 @@ func Filters(suites []types.Report) string {
 		}
 	}
 	return strings.Join(parts, "; ")
+}
+
+// renderSteps lists what the resilience scenarios measured in each passed spec (fault → NotReady,
+// preempted → re-admitted, steps lost, …): their report entries, in the order recorded.
+func renderSteps(b *strings.Builder, suites []types.Report) {
+	var rows []string
+	for _, r := range suites {
+		for _, sp := range r.SpecReports {
+			if sp.LeafNodeType != types.NodeTypeIt || sp.State != types.SpecStatePassed {
+				continue
+			}
+			if !slices.ContainsFunc(sp.Labels(), func(l string) bool { return l == "scenario:failure" || l == "scenario:preemption" || l == "scenario:upgrade" }) {
+				continue
+			}
+			for _, e := range sp.ReportEntries {
+				if e.Visibility == types.ReportEntryVisibilityNever || e.Name == RunIDEntry || e.Name == timeline.ReportEntry || e.Name == "artifacts" {
+					continue
+				}
+				rows = append(rows, fmt.Sprintf("| %s | %s | %s |", cell(sp.FullText()), cell(e.Name), cell(e.StringRepresentation())))
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\n## Measured steps of the resilience scenarios\n\n| Spec | Step | Value |\n|---|---|---|\n")
+	b.WriteString(strings.Join(rows, "\n") + "\n")
 }

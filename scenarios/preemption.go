@@ -43,6 +43,9 @@ type PreemptionInput struct {
 const (
 	preemptSteps = 30
 	preemptGrace = 30 * time.Second
+	// preemptStepTime keeps the preempted job short: it is not lost to a node, so its pace only sets how
+	// long it runs.
+	preemptStepTime = 500 * time.Millisecond
 )
 
 // PreemptionSpec registers, per path, Kueue preemption with checkpoint recovery: a high-priority Job
@@ -252,7 +255,7 @@ func priorityPreemption(ctx context.Context, s *Spec[PreemptionInput]) {
 	lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Quota: queues.QuotaFor(path.QuotaResource(), 1), WithinClusterQueue: kueue.PreemptionPolicyLowerPriority})
 	created := false
 	ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)
-	p := startPreemptible(ctx, env, s, training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: trainStepTime, Storage: s.In.Checkpoints,
+	p := startPreemptible(ctx, env, s, training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Storage: s.In.Checkpoints,
 		Queue: lq, Priority: low, Grace: preemptGrace, Nodes: s.In.eligible(path, 1)})
 	lastSeenAt := time.Now()
 
@@ -287,7 +290,7 @@ func cohortReclaim(ctx context.Context, s *Spec[PreemptionInput]) {
 	trainingLQ := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Name: "training", Flavor: flavor, Cohort: cohort, Quota: trainingQuota})
 	created := false
 	ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)
-	p := startPreemptible(ctx, env, s, training{Name: "train", Steps: preemptSteps, Every: trainEvery, StepTime: trainStepTime, Storage: s.In.Checkpoints,
+	p := startPreemptible(ctx, env, s, training{Name: "train", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Storage: s.In.Checkpoints,
 		Queue: trainingLQ, Grace: preemptGrace, Nodes: s.In.eligible(path, 1)})
 	lastSeenAt := time.Now()
 
@@ -322,7 +325,7 @@ const (
 func preemptionNegative(ctx context.Context, s *Spec[PreemptionInput], kind negative) {
 	env, ns, path := s.Env, s.NS, s.Path
 	f := env.Factory
-	t := training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: trainStepTime, Grace: preemptGrace, Nodes: s.In.eligible(path, 1)}
+	t := training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Grace: preemptGrace, Nodes: s.In.eligible(path, 1)}
 	switch kind {
 	case negativeNoCheckpoint:
 		t.Storage = checkpoints.Storage{} // the pod's own emptyDir

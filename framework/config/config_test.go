@@ -166,3 +166,33 @@ func TestSignoffFlags(t *testing.T) {
 		t.Errorf("--require=dra: err = %v", err)
 	}
 }
+
+func TestFaultAndCheckpointFlags(t *testing.T) {
+	cfg, err := Parse([]string{"--fault-command", "/opt/f.sh", "--fault-provider", "command", "--kubelet-stop-for", "90s", "--eviction-toleration", "5s",
+		"--dra-device-fault-provider", "device-taint-rule", "--checkpoint-storage-class", "efs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Faults.Command != "/opt/f.sh" || cfg.Faults.NodeProvider != "command" || cfg.Faults.KubeletStopFor.Duration.String() != "1m30s" ||
+		cfg.Faults.EvictionToleration.Duration.String() != "5s" || cfg.Faults.DRADeviceProvider != "device-taint-rule" || cfg.Checkpoints.StorageClass != "efs" {
+		t.Errorf("flags not applied: %+v %+v", cfg.Faults, cfg.Checkpoints)
+	}
+	cfg, err = Parse([]string{"--config", writeFile(t, "faults:\n  nodeProvider: kubelet-stop\n  kubeletStopFor: 3m\ncheckpoints:\n  hostPath: /mnt/nfs\n")})
+	if err != nil || cfg.Faults.NodeProvider != "kubelet-stop" || cfg.Faults.KubeletStopFor.Duration.String() != "3m0s" || cfg.Checkpoints.HostPath != "/mnt/nfs" {
+		t.Errorf("YAML not applied: %v %+v", err, cfg)
+	}
+	for bad, want := range map[string]string{
+		"--fault-provider=ssh":                                   "faults.nodeProvider",
+		"--fault-provider=command":                               "faults.command",
+		"--kubelet-stop-for=5s":                                  "at least 30s",
+		"--checkpoint-host-path=relative":                        "absolute",
+		"--dra-device-fault-provider=kubelet-stop":               "faults.draDeviceProvider",
+		"--checkpoint-host-path=/a --checkpoint-storage-class=b": "pick one",
+		"--eviction-toleration=soon":                             "not a duration",
+	} {
+		_, err := Parse(strings.Fields(bad))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %q", bad, err, want)
+		}
+	}
+}

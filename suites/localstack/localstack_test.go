@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
-	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
@@ -324,46 +323,9 @@ var _ = Describe("The fake device plugin's layers", Serial, func() {
 	})
 })
 
-var _ = Describe("A GPU worker of the local cluster", Serial, func() {
-	It("goes NotReady when its container stops and comes back Ready, with its devices, when it starts", func(ctx SpecContext) {
-		pool := poolNodes(ctx)
-		node := pool[len(pool)-1].Name
-		ready := func() corev1.ConditionStatus {
-			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			if err != nil {
-				return ""
-			}
-			return cluster.NodeReady(*n)
-		}
-		local := &faults.Local{Kube: cs}
-		DeferCleanup(func(ctx SpecContext) { _ = local.StartNode(ctx, node) })
-		start := time.Now()
-		Expect(local.StopNode(ctx, node)).To(Succeed())
-		AddReportEntry("docker stop", time.Since(start).Round(100*time.Millisecond).String())
-		start = time.Now()
-		Eventually(ready).WithTimeout(3*time.Minute).WithPolling(time.Second).ShouldNot(Equal(corev1.ConditionTrue), "node %s still Ready", node)
-		AddReportEntry("stopped → NotReady", time.Since(start).Round(100*time.Millisecond).String())
-		start = time.Now()
-		Expect(local.StartNode(ctx, node)).To(Succeed())
-		Eventually(ready).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Equal(corev1.ConditionTrue), "node %s not Ready again", node)
-		AddReportEntry("started → Ready", time.Since(start).Round(100*time.Millisecond).String())
-		waitPluginServing(ctx, node, start)
-		Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(3*time.Minute).WithPolling(time.Second).
-			Should(BeEquivalentTo(*devices), "devices on %s after the restart", node)
-		AddReportEntry("started → devices advertised", time.Since(start).Round(100*time.Millisecond).String())
-		// Whatever ran on that node (the GPU stack, perhaps Kueue) must be back before the next spec:
-		// Kueue's webhooks fail closed, so a Kueue pod still starting would fail every pod creation.
-		Eventually(func(g Gomega) {
-			dss, err := cs.AppsV1().DaemonSets(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{})
-			g.Expect(err).NotTo(HaveOccurred())
-			for _, ds := range dss.Items {
-				g.Expect(ds.Status.NumberAvailable).To(Equal(ds.Status.DesiredNumberScheduled), "DaemonSet %s", ds.Name)
-			}
-			g.Expect(cluster.CheckKueueWebhookReady(ctx, cs, "kueue-system")).To(Succeed())
-		}).WithTimeout(3 * time.Minute).WithPolling(2 * time.Second).Should(Succeed())
-		AddReportEntry("started → GPU stack and Kueue webhook back", time.Since(start).Round(100*time.Millisecond).String())
-	})
-})
+// A GPU worker stopped and started through framework/faults' local provider is the conformance suite's
+// failed-worker spec (scenarios/failure.go), which checks everything this suite used to here (NotReady,
+// Ready again, devices back, a pod gets one) and more; it is not repeated.
 
 var _ = Describe("The DRA driver", func() {
 	It("allocates a claim from a slice on the pod's node, shows the container that device, and releases it", func(ctx SpecContext) {
