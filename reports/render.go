@@ -350,7 +350,9 @@ func renderSteps(b *strings.Builder, suites []types.Report) {
 			if sp.LeafNodeType != types.NodeTypeIt || sp.State != types.SpecStatePassed {
 				continue
 			}
-			if !slices.ContainsFunc(sp.Labels(), func(l string) bool { return l == "scenario:failure" || l == "scenario:preemption" || l == "scenario:upgrade" }) {
+			if !slices.ContainsFunc(sp.Labels(), func(l string) bool {
+				return l == "scenario:failure" || l == "scenario:preemption" || l == "scenario:upgrade"
+			}) {
 				continue
 			}
 			for _, e := range sp.ReportEntries {
