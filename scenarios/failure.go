@@ -337,27 +337,34 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	ginkgo.AddReportEntry("replacement", fmt.Sprintf("%s on %s with %s (%s)", repl.Name, repl.Spec.NodeName, gpu.FormatDevices(given.Devices), given.Source))
 
 	// The lost pod stays Terminating: only its kubelet could confirm it is gone. Kubernetes' answer for a
-	// node that will not come back soon is the out-of-service taint: the pod GC then force-deletes the
-	// pod, and DRA releases its claim.
-	ginkgo.By(fmt.Sprintf("putting %s out of service so the lost pod %s and its claims are released", node, pod.Name))
-	oosAt := time.Now()
-	unOOS, err := inj.PutOutOfService(ctx, node)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	oosRemoved := false
-	ginkgo.DeferCleanup(func(ctx context.Context) {
-		if !oosRemoved {
-			gomega.Expect(unOOS(ctx)).To(gomega.Succeed())
-		}
-	})
-	env.Wait.For(ctx, fmt.Sprintf("the lost pod %s/%s to be deleted", ns, pod.Name), wait.Target{Kind: "Pod", Namespace: ns, Name: pod.Name}, env.Timeouts.Release, func(g gomega.Gomega) {
-		_, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "the lost pod %s still exists (err=%v)", pod.Name, err)
-	})
-	expectClaimsReleased(ctx, env, ns, pod, oldClaims)
-	ginkgo.AddReportEntry("out-of-service → lost pod deleted", since(oosAt))
+	// node that is shut down and will not come back soon is the out-of-service taint: the pod GC then
+	// force-deletes the pod, and DRA releases its claim. It is only for nodes that are really shut down:
+	// where only the kubelet stopped, the pod's containers still run and the pod is left to its kubelet.
+	unOOS := func(context.Context) error { return nil }
+	oosRemoved := true
+	if inj.Nodes.ShutsDown() {
+		ginkgo.By(fmt.Sprintf("putting %s out of service so the lost pod %s and its claims are released", node, pod.Name))
+		oosAt := time.Now()
+		unOOS, err = inj.PutOutOfService(ctx, node)
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		oosRemoved = false
+		ginkgo.DeferCleanup(func(ctx context.Context) {
+			if !oosRemoved {
+				gomega.Expect(unOOS(ctx)).To(gomega.Succeed())
+			}
+		})
+		expectPodGone(ctx, env, ns, pod.Name)
+		expectClaimsReleased(ctx, env, ns, pod, oldClaims)
+		ginkgo.AddReportEntry("out-of-service → lost pod deleted", since(oosAt))
+	} else {
+		ginkgo.AddReportEntry("out-of-service taint", fmt.Sprintf("not applied: %s stops only the kubelet, the lost pod's containers keep running; the pod is deleted when its kubelet is back", inj.Nodes.Name()))
+	}
 
 	sum := expectResumedAndComplete(ctx, env, t, repl.Name, lastSeen)
-	_ = sum
+	if sum.ResumedFrom >= lastSeen+trainEvery {
+		// The lost pod checkpointed after its node was lost: it kept running beside its replacement.
+		ginkgo.AddReportEntry("warning: two writers", fmt.Sprintf("the replacement resumed from step %d, written after the fault (the newest checkpoint seen before it was step %d): the lost pod kept training on its unreachable node, beside its replacement, on the same checkpoints", sum.ResumedFrom, lastSeen))
+	}
 	ginkgo.AddReportEntry("node stopped → job complete", since(faultAt))
 
 	ginkgo.By(fmt.Sprintf("starting %s again", node))
@@ -367,6 +374,11 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	waitNodeReady(ctx, env, node)
 	env.Note(t.job.Name, timeline.NodeReady, "Node/"+node, "")
 	ginkgo.AddReportEntry("node started → Ready", since(backAt))
+	if !inj.Nodes.ShutsDown() {
+		expectPodGone(ctx, env, ns, pod.Name)
+		expectClaimsReleased(ctx, env, ns, pod, oldClaims)
+		ginkgo.AddReportEntry("node back → lost pod deleted", since(backAt))
+	}
 	// The taint goes once the node is back, as the node-shutdown docs say: while it is there it also
 	// keeps off the GPU stack's own DaemonSet pods unless they tolerate everything.
 	gomega.Expect(unOOS(ctx)).To(gomega.Succeed())
@@ -377,6 +389,15 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	held := runOnceDevicesBack(ctx, env, path, ns, node)
 	env.Note(t.job.Name, timeline.Recovered, "Node/"+node, "pod "+held+" got a device")
 	ginkgo.AddReportEntry("node started → device allocated", since(backAt))
+}
+
+// expectPodGone waits until the pod is deleted.
+func expectPodGone(ctx context.Context, env *testenv.Env, ns, name string) {
+	ginkgo.GinkgoHelper()
+	env.Wait.For(ctx, fmt.Sprintf("the lost pod %s/%s to be deleted", ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.Release, func(g gomega.Gomega) {
+		_, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "the lost pod %s still exists (err=%v)", name, err)
+	})
 }
 
 // waitNodeReady waits until node is Ready again.

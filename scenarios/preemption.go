@@ -30,9 +30,12 @@ type PreemptionInput struct {
 	Base
 	// KueuePresent registers the scenario (it is Kueue's).
 	KueuePresent bool
-	// ExistingLocalQueue: the suite cannot set up priorities and a quota it fills there, so the scenario
-	// is not exercised (queues.mode=existing).
-	ExistingLocalQueue string
+	// ExistingLocalQueue, when set, is the user's LocalQueue (queues.mode=existing): the priority spec
+	// fills its ClusterQueue's device quota with a job of LowPriorityClass and preempts it with one of
+	// HighPriorityClass (both the user's); the cohort spec and the negatives need queues of their own
+	// and are not exercised.
+	ExistingLocalQueue                  string
+	LowPriorityClass, HighPriorityClass string
 	// Checkpoints is storage that outlives the preempted pod; without it "resume" is not exercised.
 	Checkpoints    checkpoints.Storage
 	CheckpointsWhy string
@@ -62,9 +65,11 @@ func PreemptionSpec(input func() PreemptionInput) {
 	case !reg.KueuePresent:
 		reg.notExercised("preemption with checkpoint recovery", "Kueue is absent (or not usable in this mode); preemption is Kueue's")
 		return
-	case reg.ExistingLocalQueue != "":
-		reg.notExercised("preemption with checkpoint recovery", "queues.mode=existing: the suite would need its own WorkloadPriorityClasses and a ClusterQueue whose device quota its low-priority job fills")
+	case reg.ExistingLocalQueue != "" && reg.LowPriorityClass == "":
+		reg.notExercised("preemption with checkpoint recovery", "queues.mode=existing: name the WorkloadPriorityClasses of a preemptible and an urgent job (--low-priority-class, --high-priority-class)")
 		return
+	case reg.ExistingLocalQueue != "":
+		reg.notExercised("preemption: serving reserve through a cohort, and the negative checks", "queues.mode=existing: they need ClusterQueues of their own")
 	case reg.Checkpoints.None():
 		reg.notExercised("preemption with checkpoint recovery: resume", reg.CheckpointsWhy+"; the preempted job would start over, which is checked on its own")
 	}
@@ -79,6 +84,9 @@ func PreemptionSpec(input func() PreemptionInput) {
 			ginkgo.It("evicts a low-priority training Job for a high-priority one, which runs on the freed quota; the low one checkpoints on SIGTERM, is re-admitted and resumes where it stopped", func(ctx context.Context) {
 				priorityPreemption(ctx, s)
 			})
+			if reg.ExistingLocalQueue != "" {
+				return
+			}
 			ginkgo.It("lets a serving ClusterQueue reclaim the device quota it lent to training in its cohort; training resumes from its checkpoint when serving ends", func(ctx context.Context) {
 				cohortReclaim(ctx, s)
 			})
@@ -113,7 +121,7 @@ func startPreemptible(ctx context.Context, env *testenv.Env, s *Spec[PreemptionI
 		env.Create(ctx, pre)
 	}
 	p := preemptible{job: env.Create(ctx, obj).(*batchv1.Job), workID: workID, spec: t, resume: !t.Storage.None()}
-	queues.ExpectAdmitted(ctx, env, p.job, s.Path.QuotaResource(), 1)
+	queues.ExpectAdmitted(ctx, env, p.job, s.Path.QuotaResource(), max(t.Devices, 1))
 	p.pod = pods.ExpectJobPodStarted(ctx, env, p.job)
 	ginkgo.By(fmt.Sprintf("training (%s) on %s; waiting for a checkpoint at step %d", t, p.pod.Spec.NodeName, 2*t.Every))
 	p.lastSeen = expectCheckpoint(ctx, env, s.NS, p.pod.Name, 2*t.Every)
@@ -122,10 +130,10 @@ func startPreemptible(ctx context.Context, env *testenv.Env, s *Spec[PreemptionI
 
 // expectPreempted waits for Kueue to evict the Job's Workload by preemption for the given reason (the
 // Preempted condition's: InClusterQueue, InCohortReclamation, …) and returns when.
-func expectPreempted(ctx context.Context, env *testenv.Env, job *batchv1.Job, reasons ...string) time.Time {
+func expectPreempted(ctx context.Context, env *testenv.Env, job *batchv1.Job, queueConfig string, reasons ...string) time.Time {
 	ginkgo.GinkgoHelper()
 	var at time.Time
-	env.Wait.For(ctx, fmt.Sprintf("Kueue to preempt the Workload of Job %s/%s", job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
+	env.Wait.For(ctx, fmt.Sprintf("Kueue to preempt the Workload of Job %s/%s (%s)", job.Namespace, job.Name, queueConfig), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
 		env.Timeouts.Admission, func(g gomega.Gomega) {
 			wl, err := queues.WorkloadFor(ctx, env, job)
 			g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -219,7 +227,7 @@ func writeWord(d time.Duration) string {
 func expectResumedAfterPreemption(ctx context.Context, env *testenv.Env, s *Spec[PreemptionInput], p preemptible, preemptedAt, lastSeenAt time.Time) {
 	ginkgo.GinkgoHelper()
 	readmitted := time.Now()
-	queues.ExpectAdmitted(ctx, env, p.job, s.Path.QuotaResource(), 1)
+	queues.ExpectAdmitted(ctx, env, p.job, s.Path.QuotaResource(), max(p.spec.Devices, 1))
 	ginkgo.AddReportEntry("preempted → re-admitted", readmitted.Sub(preemptedAt).Round(100*time.Millisecond).String())
 	expectFinished(ctx, env, p.job)
 	last := lastPodOf(ctx, env, p.job)
@@ -249,17 +257,33 @@ func expectResumedAfterPreemption(ctx context.Context, env *testenv.Env, s *Spec
 func priorityPreemption(ctx context.Context, s *Spec[PreemptionInput]) {
 	env, ns, path := s.Env, s.NS, s.Path
 	f := env.Factory
-	low := env.Create(ctx, f.WorkloadPriorityClass("low", ns, 100).Description("gpuconform: preemptible training").Obj()).GetName()
-	high := env.Create(ctx, f.WorkloadPriorityClass("high", ns, 1000).Description("gpuconform: urgent work").Obj()).GetName()
-	ginkgo.By(fmt.Sprintf("a ClusterQueue with quota for one %s that preempts lower priorities within itself", path.QuotaResource()))
-	lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Quota: queues.QuotaFor(path.QuotaResource(), 1), WithinClusterQueue: kueue.PreemptionPolicyLowerPriority})
+	var lq, low, high, cqPolicy string
+	devices := 1
+	if s.In.ExistingLocalQueue != "" {
+		lq, low, high = s.In.ExistingLocalQueue, s.In.LowPriorityClass, s.In.HighPriorityClass
+		cq, quota, policy := existingQueueQuota(ctx, env, ns, lq, path.QuotaResource())
+		if quota == 0 {
+			ginkgo.Fail(fmt.Sprintf("ClusterQueue %s (behind LocalQueue %s/%s) has no nominal quota for %s: nothing to fill and preempt", cq, ns, lq, path.QuotaResource()))
+		}
+		if len(s.In.eligible(path, int(quota))) == 0 {
+			ginkgo.Skip(fmt.Sprintf("not exercised: ClusterQueue %s's quota of %d %s is more than any one node of the GPU pool has", cq, quota, path.QuotaResource()))
+		}
+		devices, cqPolicy = int(quota), fmt.Sprintf("ClusterQueue %s: %s", cq, policy)
+		ginkgo.AddReportEntry("existing queue", fmt.Sprintf("LocalQueue %s → %s; the low-priority job asks for its whole quota of %d", lq, cqPolicy, quota))
+	} else {
+		low = env.Create(ctx, f.WorkloadPriorityClass("low", ns, 100).Description("gpuconform: preemptible training").Obj()).GetName()
+		high = env.Create(ctx, f.WorkloadPriorityClass("high", ns, 1000).Description("gpuconform: urgent work").Obj()).GetName()
+		ginkgo.By(fmt.Sprintf("a ClusterQueue with quota for one %s that preempts lower priorities within itself", path.QuotaResource()))
+		lq = queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Quota: queues.QuotaFor(path.QuotaResource(), 1), WithinClusterQueue: kueue.PreemptionPolicyLowerPriority})
+		cqPolicy = "withinClusterQueue: LowerPriority (the suite's own)"
+	}
 	created := false
 	ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)
 	p := startPreemptible(ctx, env, s, training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Storage: s.In.Checkpoints,
-		Queue: lq, Priority: low, Grace: preemptGrace, Nodes: s.In.eligible(path, 1)})
+		Queue: lq, Priority: low, Grace: preemptGrace, Nodes: s.In.eligible(path, devices), Devices: devices})
 	lastSeenAt := time.Now()
 
-	ginkgo.By("submitting a high-priority Job for the same device")
+	ginkgo.By("submitting a high-priority Job for one device of the same quota")
 	hw := f.GPUJob("high", ns).Path(path).Devices(1).Queue(lq).PriorityClass(high).Args(fixtures.ProbeArgs(1)...).OnNodes(s.In.eligible(path, 1)...)
 	hobj := hw.Obj()
 	for _, pre := range hw.Prerequisites() {
@@ -267,7 +291,7 @@ func priorityPreemption(ctx context.Context, s *Spec[PreemptionInput]) {
 	}
 	submitted := time.Now()
 	hj := env.Create(ctx, hobj).(*batchv1.Job)
-	preemptedAt := expectPreempted(ctx, env, p.job, kueue.InClusterQueueReason)
+	preemptedAt := expectPreempted(ctx, env, p.job, cqPolicy, kueue.InClusterQueueReason)
 	ginkgo.AddReportEntry("high-priority created → low preempted", since(submitted))
 	queues.ExpectAdmitted(ctx, env, hj, path.QuotaResource(), 1)
 	hp := pods.ExpectJobPodStarted(ctx, env, hj)
@@ -276,6 +300,40 @@ func priorityPreemption(ctx context.Context, s *Spec[PreemptionInput]) {
 	gomega.Expect(report.Devices).To(gomega.HaveLen(1), "the high-priority pod sees %v", report.Devices)
 	expectFinished(ctx, env, hj)
 	expectResumedAfterPreemption(ctx, env, s, p, preemptedAt, lastSeenAt)
+}
+
+// existingQueueQuota reads the ClusterQueue behind the user's LocalQueue: its name, its nominal quota of
+// resource (over every flavor) and its preemption policy in words.
+func existingQueueQuota(ctx context.Context, env *testenv.Env, ns, lq string, resource corev1.ResourceName) (string, int64, string) {
+	ginkgo.GinkgoHelper()
+	l, err := env.Clients.Kueue.KueueV1beta2().LocalQueues(ns).Get(ctx, lq, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading LocalQueue %s/%s", ns, lq)
+	cq, err := env.Clients.Kueue.KueueV1beta2().ClusterQueues().Get(ctx, string(l.Spec.ClusterQueue), metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading ClusterQueue %s", l.Spec.ClusterQueue)
+	var quota int64
+	for _, rg := range cq.Spec.ResourceGroups {
+		for _, fq := range rg.Flavors {
+			for _, r := range fq.Resources {
+				if r.Name == resource {
+					quota += r.NominalQuota.Value()
+				}
+			}
+		}
+	}
+	return cq.Name, quota, preemptionWords(cq.Spec.Preemption)
+}
+
+// preemptionWords describes a ClusterQueue's preemption policy, saying plainly when it never preempts
+// within itself (Kueue's default).
+func preemptionWords(p *kueue.ClusterQueuePreemption) string {
+	within := kueue.PreemptionPolicyNever
+	if p != nil && p.WithinClusterQueue != "" {
+		within = p.WithinClusterQueue
+	}
+	if within == kueue.PreemptionPolicyNever {
+		return "preemption.withinClusterQueue is Never (Kueue's default): a higher-priority workload can never take quota from a lower one in this queue"
+	}
+	return "preemption.withinClusterQueue: " + string(within)
 }
 
 func cohortReclaim(ctx context.Context, s *Spec[PreemptionInput]) {
@@ -302,7 +360,7 @@ func cohortReclaim(ctx context.Context, s *Spec[PreemptionInput]) {
 	}
 	submitted := time.Now()
 	sj := env.Create(ctx, sobj).(*batchv1.Job)
-	preemptedAt := expectPreempted(ctx, env, p.job, kueue.InCohortReclamationReason, kueue.InCohortReclaimWhileBorrowingReason)
+	preemptedAt := expectPreempted(ctx, env, p.job, "serving reclaims within the cohort: reclaimWithinCohort Any", kueue.InCohortReclamationReason, kueue.InCohortReclaimWhileBorrowingReason)
 	ginkgo.AddReportEntry("serving created → training preempted", since(submitted))
 	queues.ExpectAdmitted(ctx, env, sj, path.QuotaResource(), 1)
 	ginkgo.AddReportEntry("serving created → admitted", since(submitted))
@@ -350,7 +408,7 @@ func preemptionNegative(ctx context.Context, s *Spec[PreemptionInput], kind nega
 		env.Create(ctx, pre)
 	}
 	hj := env.Create(ctx, hobj).(*batchv1.Job)
-	preemptedAt := expectPreempted(ctx, env, p.job, kueue.InClusterQueueReason)
+	preemptedAt := expectPreempted(ctx, env, p.job, "withinClusterQueue: LowerPriority", kueue.InClusterQueueReason)
 	expectFinished(ctx, env, hj)
 	queues.ExpectAdmitted(ctx, env, p.job, path.QuotaResource(), 1)
 	expectFinished(ctx, env, p.job)

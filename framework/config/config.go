@@ -105,6 +105,15 @@ type Config struct {
 	Faults FaultsConfig `json:"faults,omitempty"`
 	// Checkpoints is storage that outlives a node, for the scenarios that resume a job elsewhere.
 	Checkpoints CheckpointConfig `json:"checkpoints,omitempty"`
+	// Preemption names what the preemption scenario uses on an existing installation (queues.mode
+	// existing): the WorkloadPriorityClasses of the preemptible and of the urgent job.
+	Preemption PreemptionConfig `json:"preemption,omitempty"`
+}
+
+// PreemptionConfig names existing WorkloadPriorityClasses for the preemption scenario.
+type PreemptionConfig struct {
+	LowPriorityClass  string `json:"lowPriorityClass,omitempty"`
+	HighPriorityClass string `json:"highPriorityClass,omitempty"`
 }
 
 // Fault providers (framework/faults).
@@ -341,6 +350,9 @@ func (c Config) Validate() error {
 	if c.Checkpoints.HostPath != "" && !strings.HasPrefix(c.Checkpoints.HostPath, "/") {
 		errs = append(errs, fmt.Errorf("checkpoints.hostPath %q: an absolute path on the nodes", c.Checkpoints.HostPath))
 	}
+	if (c.Preemption.LowPriorityClass == "") != (c.Preemption.HighPriorityClass == "") {
+		errs = append(errs, errors.New("preemption: name both lowPriorityClass and highPriorityClass (--low-priority-class, --high-priority-class), or neither"))
+	}
 	if c.KeepResources && c.CleanupLeftovers {
 		// Not contradictory strictly, but almost always a mistake worth saying out loud.
 		errs = append(errs, errors.New("keepResources and cleanupLeftovers are both set: this run would keep what the next one must delete; pick one"))
@@ -460,6 +472,8 @@ var flagDefs = []flagDef{
 	{name: "eviction-toleration", usage: "tolerationSeconds of the failure scenario's pods for the not-ready/unreachable taints (default 10s)", apply: durationSetter(func(c *Config, d time.Duration) { c.Faults.EvictionToleration.Duration = d })},
 	{name: "checkpoint-storage-class", usage: "StorageClass of ReadWriteMany volumes for checkpoints that outlive a node", apply: func(c *Config, v string) error { c.Checkpoints.StorageClass = v; return nil }},
 	{name: "checkpoint-host-path", usage: "directory every GPU node mounts from shared storage, for checkpoints that outlive a node", apply: func(c *Config, v string) error { c.Checkpoints.HostPath = v; return nil }},
+	{name: "low-priority-class", usage: "existing WorkloadPriorityClass of the preemptible training job (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.LowPriorityClass = v; return nil }},
+	{name: "high-priority-class", usage: "existing WorkloadPriorityClass of the urgent job that preempts it (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.HighPriorityClass = v; return nil }},
 	{name: "toleration", usage: "toleration for test pods, key[=value]:Effect or key:Effect (Exists); repeatable", apply: func(c *Config, v string) error {
 		t, err := ParseToleration(v)
 		if err != nil {

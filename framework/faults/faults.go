@@ -83,6 +83,9 @@ type NodeProvider interface {
 	StartNode(ctx context.Context, node string) error
 	// RestartKubelet restarts the kubelet of node; it returns once the restart is issued.
 	RestartKubelet(ctx context.Context, node string) error
+	// ShutsDown reports whether StopNode really stops the machine (its containers stop). Only then may the
+	// node be put out of service; a stopped kubelet leaves the pods' containers running.
+	ShutsDown() bool
 }
 
 // DeviceProvider turns devices unhealthy and healthy again.

@@ -97,6 +97,7 @@ func (r *recorder) StartNode(_ context.Context, n string) error {
 }
 func (r *recorder) RestartKubelet(_ context.Context, n string) error { return nil }
 func (r *recorder) Evicts() bool                                     { return false }
+func (r *recorder) ShutsDown() bool                                  { return true }
 func (r *recorder) SetHealth(_ context.Context, d Device, healthy bool) error {
 	r.calls = append(r.calls, "health "+d.ID+" "+map[bool]string{true: "ok", false: "bad"}[healthy])
 	return nil

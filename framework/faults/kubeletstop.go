@@ -103,6 +103,9 @@ func (k *KubeletStop) start(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
+// ShutsDown implements NodeProvider: only the kubelet stops; the pods' containers keep running.
+func (k *KubeletStop) ShutsDown() bool { return false }
+
 // StopNode implements NodeProvider.
 func (k *KubeletStop) StopNode(ctx context.Context, node string) error {
 	return k.start(ctx, k.helper(node, "kubelet-stop", "--stop-for", k.StopFor.String()))

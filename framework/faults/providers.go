@@ -50,6 +50,9 @@ func (l *Local) docker(ctx context.Context, args ...string) error {
 // processes get SIGTERM, then SIGKILL after docker's grace period).
 func (l *Local) StopNode(ctx context.Context, node string) error { return l.docker(ctx, "stop", node) }
 
+// ShutsDown implements NodeProvider: the node container and everything in it stop.
+func (l *Local) ShutsDown() bool { return true }
+
 // StartNode implements NodeProvider.
 func (l *Local) StartNode(ctx context.Context, node string) error {
 	return l.docker(ctx, "start", node)
@@ -120,6 +123,9 @@ func (c *Command) run(ctx context.Context, action Action, node string, dev *Devi
 func (c *Command) StopNode(ctx context.Context, node string) error {
 	return c.run(ctx, StopNode, node, nil)
 }
+
+// ShutsDown implements NodeProvider: the contract of stop-node is that the machine stops.
+func (c *Command) ShutsDown() bool { return true }
 
 // StartNode implements NodeProvider.
 func (c *Command) StartNode(ctx context.Context, node string) error {

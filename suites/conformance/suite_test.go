@@ -106,11 +106,16 @@ func TestConformance(t *testing.T) {
 	record.Parameters = reports.Parameters{TimeoutProfile: cfg.TimeoutProfile, TimeoutProfileWhy: profileWhy, Namespace: cfg.Namespace,
 		LocalQueue: existingLocalQueue(), GPUPool: caps.Pools.GPU.Nodes, Tolerations: tolerations}
 	decideKueue()
-	if len(cfg.Signoff.Require) == 0 && kueueOK && existingLocalQueue() == "" {
-		// Preemption is Kueue's: a signoff requires it where the suite can set up its own queues for it.
+	if len(cfg.Signoff.Require) == 0 && kueueOK && (existingLocalQueue() == "" || cfg.Preemption.LowPriorityClass != "") {
+		// Preemption is Kueue's: a signoff requires it where the suite can exercise it (its own queues, or
+		// the user's queue with the priority classes named).
 		record.Signoff.Require = append(record.Signoff.Require, reports.KueueRequire...)
 	}
 	checkpointStorage.Storage, checkpointStorage.why = checkpoints.Discover(cfg.Checkpoints, poolNodes())
+	if cfg.Namespace != "" && checkpointStorage.HostPath != "" {
+		checkpointStorage.Storage, checkpointStorage.why = checkpoints.Storage{}, "no storage that outlives a pod in team-namespace mode: the shared directory "+
+			checkpointStorage.HostPath+" would need a PersistentVolume, a cluster-scoped object; give --checkpoint-storage-class (ReadWriteMany)"
+	}
 	record.Parameters.Checkpoints = checkpointStorage.String()
 	if cfg.Disruptive {
 		record.Parameters.Faults = describeFaults(injector())
@@ -306,6 +311,7 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 	})
 	scenarios.PreemptionSpec(func() scenarios.PreemptionInput {
 		return scenarios.PreemptionInput{Base: base(), KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(),
+			LowPriorityClass: cfg.Preemption.LowPriorityClass, HighPriorityClass: cfg.Preemption.HighPriorityClass,
 			Checkpoints: checkpointStorage.Storage, CheckpointsWhy: checkpointStorage.why}
 	})
 	scenarios.ShortageSpec(func() scenarios.ShortageInput {
