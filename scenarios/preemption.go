@@ -130,14 +130,21 @@ func startPreemptible(ctx context.Context, env *testenv.Env, s *Spec[PreemptionI
 
 // expectPreempted waits for Kueue to evict the Job's Workload by preemption for the given reason (the
 // Preempted condition's: InClusterQueue, InCohortReclamation, …) and returns when.
-func expectPreempted(ctx context.Context, env *testenv.Env, job *batchv1.Job, queueConfig string, reasons ...string) time.Time {
+func expectPreempted(ctx context.Context, env *testenv.Env, job, preemptor *batchv1.Job, queueConfig string, reasons ...string) time.Time {
 	ginkgo.GinkgoHelper()
 	var at time.Time
-	env.Wait.For(ctx, fmt.Sprintf("Kueue to preempt the Workload of Job %s/%s (%s)", job.Namespace, job.Name, queueConfig), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
+	// On failure the diagnosis is the preemptor's: it is the one left waiting, with Kueue's reason.
+	env.Wait.For(ctx, fmt.Sprintf("Kueue to preempt the Workload of Job %s/%s for Job %s (%s)", job.Namespace, job.Name, preemptor.Name, queueConfig),
+		wait.Target{Kind: "Job", Namespace: preemptor.Namespace, Name: preemptor.Name},
 		env.Timeouts.Admission, func(g gomega.Gomega) {
 			wl, err := queues.WorkloadFor(ctx, env, job)
 			g.Expect(err).NotTo(gomega.HaveOccurred())
 			g.Expect(wl).NotTo(gomega.BeNil())
+			if meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {
+				// Its quota is free now without any preemption: waiting longer proves nothing.
+				gomega.StopTrying(fmt.Sprintf("Job %s/%s finished without being preempted: Kueue left it running while Job %s waited for its quota (%s)",
+					job.Namespace, job.Name, preemptor.Name, queueConfig)).Now()
+			}
 			ev := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted)
 			g.Expect(ev).NotTo(gomega.BeNil(), "Workload %s has no %s condition", wl.Name, kueue.WorkloadEvicted)
 			g.Expect(ev.Status).To(gomega.Equal(metav1.ConditionTrue), "Workload %s: %s=%s %s", wl.Name, ev.Type, ev.Status, ev.Message)
@@ -291,7 +298,7 @@ func priorityPreemption(ctx context.Context, s *Spec[PreemptionInput]) {
 	}
 	submitted := time.Now()
 	hj := env.Create(ctx, hobj).(*batchv1.Job)
-	preemptedAt := expectPreempted(ctx, env, p.job, cqPolicy, kueue.InClusterQueueReason)
+	preemptedAt := expectPreempted(ctx, env, p.job, hj, cqPolicy, kueue.InClusterQueueReason)
 	ginkgo.AddReportEntry("high-priority created → low preempted", since(submitted))
 	queues.ExpectAdmitted(ctx, env, hj, path.QuotaResource(), 1)
 	hp := pods.ExpectJobPodStarted(ctx, env, hj)
@@ -360,7 +367,7 @@ func cohortReclaim(ctx context.Context, s *Spec[PreemptionInput]) {
 	}
 	submitted := time.Now()
 	sj := env.Create(ctx, sobj).(*batchv1.Job)
-	preemptedAt := expectPreempted(ctx, env, p.job, "serving reclaims within the cohort: reclaimWithinCohort Any", kueue.InCohortReclamationReason, kueue.InCohortReclaimWhileBorrowingReason)
+	preemptedAt := expectPreempted(ctx, env, p.job, sj, "serving reclaims within the cohort: reclaimWithinCohort Any", kueue.InCohortReclamationReason, kueue.InCohortReclaimWhileBorrowingReason)
 	ginkgo.AddReportEntry("serving created → training preempted", since(submitted))
 	queues.ExpectAdmitted(ctx, env, sj, path.QuotaResource(), 1)
 	ginkgo.AddReportEntry("serving created → admitted", since(submitted))
@@ -408,7 +415,7 @@ func preemptionNegative(ctx context.Context, s *Spec[PreemptionInput], kind nega
 		env.Create(ctx, pre)
 	}
 	hj := env.Create(ctx, hobj).(*batchv1.Job)
-	preemptedAt := expectPreempted(ctx, env, p.job, "withinClusterQueue: LowerPriority", kueue.InClusterQueueReason)
+	preemptedAt := expectPreempted(ctx, env, p.job, hj, "withinClusterQueue: LowerPriority", kueue.InClusterQueueReason)
 	expectFinished(ctx, env, hj)
 	queues.ExpectAdmitted(ctx, env, p.job, path.QuotaResource(), 1)
 	expectFinished(ctx, env, p.job)
