@@ -58,6 +58,15 @@ func hardeningTable() []hardeningRow {
 			team, undo, err := localcluster.ApplyTeamNamespace(ctx, h.clients.REST, h.clients.Kube, h.clients.Kueue, h.root, h.dir)
 			return []string{"--namespace=" + team.Namespace, "--local-queue=" + team.LocalQueue}, team.Kubeconfig, undo, err
 		}},
+		// A platform team's queue without preemption: the preemption scenario (on the team's queue, with the
+		// team's priority classes) must be NO-GO and name the ClusterQueue's policy.
+		{Name: "queue-without-preemption", Want: "NO-GO", Failures: []string{"preemption.withinClusterQueue is Never"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				undo, err := localcluster.ApplyQueueWithoutPreemption(ctx, h.clients.Kube, h.clients.Kueue)
+				return []string{"--namespace=" + localcluster.NoPreemptNamespace, "--local-queue=" + localcluster.NoPreemptLocalQueue,
+					"--low-priority-class=" + localcluster.NoPreemptLow, "--high-priority-class=" + localcluster.NoPreemptHigh,
+					"--ginkgo.label-filter=scenario:preemption"}, "", undo, err
+			}},
 		{Name: "untolerated-taint", Want: "NO-GO", Failures: []string{"UntoleratedTaint", "is final"},
 			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
 				_, kc, undo, err := taint(ctx, h)

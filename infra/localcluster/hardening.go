@@ -258,3 +258,75 @@ func ignoreNotFound(err error) error {
 	}
 	return err
 }
+
+// A platform team's queue that does not preempt: the preemption scenario must be NO-GO on it and name
+// the ClusterQueue's policy (hardening row queue-without-preemption).
+const (
+	NoPreemptNamespace  = "team-gpu-nopreempt"
+	NoPreemptLocalQueue = "team-gpus"
+	NoPreemptLow        = "team-nopreempt-low"
+	NoPreemptHigh       = "team-nopreempt-high"
+	noPreemptQueue      = "team-gpu-nopreempt"
+)
+
+// ApplyQueueWithoutPreemption creates a namespace with a LocalQueue whose ClusterQueue has quota for one
+// GPU on each path and no preemption policy (Kueue's default: never within the queue), and two
+// WorkloadPriorityClasses. The undo deletes all of it.
+func ApplyQueueWithoutPreemption(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface) (Undo, error) {
+	var undos []Undo
+	undo := func(ctx context.Context) error {
+		var errs []error
+		for i := len(undos) - 1; i >= 0; i-- {
+			errs = append(errs, undos[i](ctx))
+		}
+		return errors.Join(errs...)
+	}
+	fail := func(err error) (Undo, error) { return nil, errors.Join(err, undo(ctx)) }
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: NoPreemptNamespace}}, metav1.CreateOptions{}); err != nil {
+		return fail(fmt.Errorf("creating namespace %s: %w", NoPreemptNamespace, err))
+	}
+	undos = append(undos, func(ctx context.Context) error {
+		return ignoreNotFound(kube.CoreV1().Namespaces().Delete(ctx, NoPreemptNamespace, metav1.DeleteOptions{}))
+	})
+	k := kq.KueueV1beta2()
+	for name, value := range map[string]int32{NoPreemptLow: 100, NoPreemptHigh: 1000} {
+		if _, err := k.WorkloadPriorityClasses().Create(ctx, &kueue.WorkloadPriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: value}, metav1.CreateOptions{}); err != nil {
+			return fail(fmt.Errorf("creating WorkloadPriorityClass %s: %w", name, err))
+		}
+		undos = append(undos, func(ctx context.Context) error {
+			return ignoreNotFound(k.WorkloadPriorityClasses().Delete(ctx, name, metav1.DeleteOptions{}))
+		})
+	}
+	if _, err := k.ResourceFlavors().Create(ctx, &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: noPreemptQueue}}, metav1.CreateOptions{}); err != nil {
+		return fail(fmt.Errorf("creating ResourceFlavor: %w", err))
+	}
+	undos = append(undos, func(ctx context.Context) error {
+		return ignoreNotFound(k.ResourceFlavors().Delete(ctx, noPreemptQueue, metav1.DeleteOptions{}))
+	})
+	quota := func(name string, q string) kueue.ResourceQuota {
+		return kueue.ResourceQuota{Name: corev1.ResourceName(name), NominalQuota: resource.MustParse(q)}
+	}
+	cq := &kueue.ClusterQueue{
+		ObjectMeta: metav1.ObjectMeta{Name: noPreemptQueue},
+		Spec: kueue.ClusterQueueSpec{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: NoPreemptNamespace}},
+			ResourceGroups: []kueue.ResourceGroup{{
+				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, GPUResource, KueueDRAResource},
+				Flavors: []kueue.FlavorQuotas{{Name: noPreemptQueue, Resources: []kueue.ResourceQuota{
+					quota("cpu", "16"), quota("memory", "64Gi"), quota(GPUResource, "1"), quota(KueueDRAResource, "1"),
+				}}},
+			}},
+		},
+	}
+	if _, err := k.ClusterQueues().Create(ctx, cq, metav1.CreateOptions{}); err != nil {
+		return fail(fmt.Errorf("creating ClusterQueue: %w", err))
+	}
+	undos = append(undos, func(ctx context.Context) error {
+		return ignoreNotFound(k.ClusterQueues().Delete(ctx, noPreemptQueue, metav1.DeleteOptions{}))
+	})
+	lq := &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: NoPreemptLocalQueue, Namespace: NoPreemptNamespace}, Spec: kueue.LocalQueueSpec{ClusterQueue: noPreemptQueue}}
+	if _, err := k.LocalQueues(NoPreemptNamespace).Create(ctx, lq, metav1.CreateOptions{}); err != nil {
+		return fail(fmt.Errorf("creating LocalQueue: %w", err))
+	}
+	return undo, nil
+}
