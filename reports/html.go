@@ -44,6 +44,9 @@ type specRow struct {
 	Entries                  []string
 }
 
+// Upgrades are the upgrade rehearsals' verdicts.
+func (p pageData) Upgrades() []string { return UpgradeVerdicts(p.Suites) }
+
 func (p pageData) Specs() []specRow {
 	var out []specRow
 	for _, s := range p.Suites {
@@ -309,6 +312,7 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 <p class="muted">Run <code>{{.Rec.RunID}}</code> against context <code>{{.Rec.Context}}</code> ({{.Rec.Server}}), {{.Rec.GeneratedAt.Format "2006-01-02 15:04:05 MST"}}. Exit code {{.V.ExitCode}}.</p>
 {{if or .V.NoGo .V.Incomplete}}<ul>{{range .V.NoGo}}<li>{{.}}</li>{{end}}{{range .V.Incomplete}}<li>incomplete: {{.}}{{if $.Rec.Signoff.AllowIncomplete}} (allowed by the signoff policy){{end}}</li>{{end}}</ul>{{end}}
 {{if .Rec.Signoff.Require}}<p>Required: {{join .Rec.Signoff.Require ", "}}, and every discovered allocation path.</p>{{end}}
+{{range .Upgrades}}<p><strong>{{.}}</strong></p>{{end}}
 {{with .Rec.Signoff.Baseline}}<h2>Compared with baseline run <code>{{.RunID}}</code></h2><p class="muted">{{.Source}}</p>
 {{if $.V.Baseline}}<ul>{{range $.V.Baseline}}<li>{{.}}</li>{{end}}</ul>{{else}}<p>Everything that passed in the baseline passes now.</p>{{end}}{{end}}
 

@@ -16,6 +16,7 @@ import (
 
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/timeline"
+	"gpuconform.io/gpuconform/framework/upgrade"
 )
 
 // ReadGinkgoJSON reads a report written by --json-report (an array of suite reports).
@@ -66,6 +67,9 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 		}
 	}
 
+	for _, u := range UpgradeVerdicts(suites) {
+		fmt.Fprintf(&b, "**%s**\n\n", u)
+	}
 	b.WriteString("## Compatibility record\n\n| | |\n|---|---|\n")
 	row := func(k, v string) { fmt.Fprintf(&b, "| %s | %s |\n", k, cell(v)) }
 	row("Kubernetes", rec.KubernetesVersion)
@@ -368,4 +372,19 @@ func renderSteps(b *strings.Builder, suites []types.Report) {
 	}
 	b.WriteString("\n## Measured steps of the resilience scenarios\n\n| Spec | Step | Value |\n|---|---|---|\n")
 	b.WriteString(strings.Join(rows, "\n") + "\n")
+}
+
+// UpgradeVerdicts lists the upgrade rehearsals' verdicts of the run.
+func UpgradeVerdicts(suites []types.Report) []string {
+	var out []string
+	for _, r := range suites {
+		for _, sp := range r.SpecReports {
+			for _, e := range sp.ReportEntries {
+				if e.Name == upgrade.VerdictEntry {
+					out = append(out, e.StringRepresentation())
+				}
+			}
+		}
+	}
+	return out
 }

@@ -36,6 +36,9 @@ var DefaultRequire = []string{"scenario:allocation", "scenario:shortage"}
 // KueueRequire are the scenarios a signoff requires besides DefaultRequire where Kueue is usable.
 var KueueRequire = []string{"scenario:preemption"}
 
+// UpgradeRequire is required besides DefaultRequire by a --disruptive run on a cluster with a canary pool.
+var UpgradeRequire = []string{"scenario:upgrade"}
+
 // DisruptiveRequire are the scenarios a --disruptive run requires besides DefaultRequire.
 var DisruptiveRequire = []string{"scenario:failure"}
 

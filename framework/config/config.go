@@ -105,9 +105,23 @@ type Config struct {
 	Faults FaultsConfig `json:"faults,omitempty"`
 	// Checkpoints is storage that outlives a node, for the scenarios that resume a job elsewhere.
 	Checkpoints CheckpointConfig `json:"checkpoints,omitempty"`
+	// Upgrade configures the driver-upgrade rehearsal on the canary pool (with Disruptive only).
+	Upgrade UpgradeConfig `json:"upgrade,omitempty"`
 	// Preemption names what the preemption scenario uses on an existing installation (queues.mode
 	// existing): the WorkloadPriorityClasses of the preemptible and of the urgent job.
 	Preemption PreemptionConfig `json:"preemption,omitempty"`
+}
+
+// UpgradeConfig configures the upgrade rehearsal.
+type UpgradeConfig struct {
+	// To is the driver version to rehearse; on the project's local cluster the default is 560.35.03.
+	To string `json:"to,omitempty"`
+	// Command is the user's upgrade script: `SCRIPT upgrade|rollback VERSION NODE...`; without it only the
+	// local cluster's provider exists.
+	Command string `json:"command,omitempty"`
+	// VersionLabel is the node label that reports the driver version (default NVIDIA GFD's
+	// nvidia.com/cuda.driver-version.full).
+	VersionLabel string `json:"versionLabel,omitempty"`
 }
 
 // PreemptionConfig names existing WorkloadPriorityClasses for the preemption scenario.
@@ -472,6 +486,9 @@ var flagDefs = []flagDef{
 	{name: "eviction-toleration", usage: "tolerationSeconds of the failure scenario's pods for the not-ready/unreachable taints (default 10s)", apply: durationSetter(func(c *Config, d time.Duration) { c.Faults.EvictionToleration.Duration = d })},
 	{name: "checkpoint-storage-class", usage: "StorageClass of ReadWriteMany volumes for checkpoints that outlive a node", apply: func(c *Config, v string) error { c.Checkpoints.StorageClass = v; return nil }},
 	{name: "checkpoint-host-path", usage: "directory every GPU node mounts from shared storage, for checkpoints that outlive a node", apply: func(c *Config, v string) error { c.Checkpoints.HostPath = v; return nil }},
+	{name: "upgrade-to", usage: "driver version the upgrade rehearsal moves the canary pool to (local cluster default 560.35.03)", apply: func(c *Config, v string) error { c.Upgrade.To = v; return nil }},
+	{name: "upgrade-command", usage: "upgrade script, called as SCRIPT upgrade|rollback VERSION NODE...", apply: func(c *Config, v string) error { c.Upgrade.Command = v; return nil }},
+	{name: "driver-version-label", usage: "node label reporting the driver version (default nvidia.com/cuda.driver-version.full)", apply: func(c *Config, v string) error { c.Upgrade.VersionLabel = v; return nil }},
 	{name: "low-priority-class", usage: "existing WorkloadPriorityClass of the preemptible training job (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.LowPriorityClass = v; return nil }},
 	{name: "high-priority-class", usage: "existing WorkloadPriorityClass of the urgent job that preempts it (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.HighPriorityClass = v; return nil }},
 	{name: "toleration", usage: "toleration for test pods, key[=value]:Effect or key:Effect (Exists); repeatable", apply: func(c *Config, v string) error {

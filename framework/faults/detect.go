@@ -159,6 +159,8 @@ func (i *Injector) Restore(ctx context.Context, node string) error {
 			}
 		case m == string(OutOfService):
 			err = RemoveOutOfService(ctx, i.Kube, node)
+		case strings.HasPrefix(m, "upgraded-from="):
+			err = fmt.Errorf("run %s upgraded the driver of %s from %s and was interrupted: roll the node back with your upgrade provider (e.g. the upgrade command's rollback), then clear the mark with --cleanup-leftovers", run, node, strings.TrimPrefix(m, "upgraded-from="))
 		case strings.HasPrefix(m, string(DeviceUnhealthy)+"="):
 			err = i.restoreDevice(ctx, node, strings.TrimPrefix(m, string(DeviceUnhealthy)+"="))
 		default:

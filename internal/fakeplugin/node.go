@@ -217,10 +217,28 @@ func (p *Plugin) onNode(obj any) {
 	}
 	p.SetUnhealthyFromAnnotation(node.Annotations[UnhealthyDevicesAnnotation])
 	p.SetFaultsFromAnnotation(node.Annotations[FaultsAnnotation])
+	p.mu.Lock()
+	p.versionOverride = node.Annotations[DriverVersionAnnotation]
+	p.mu.Unlock()
 	if !p.cfg.labelsCurrent(node.Labels) {
 		select {
 		case p.labelsDrifted <- struct{}{}:
 		default: // a resync is already pending
 		}
 	}
+}
+
+// DriverVersionAnnotation on a node sets the fake driver version the agent reports there, read when the
+// agent starts: a pool-scoped driver upgrade (framework/upgrade's local provider) sets it on the pool's
+// nodes and restarts their agents, as a GPU operator rolls a new driver onto a node pool.
+const DriverVersionAnnotation = "gpuconform.io/fake-driver-version"
+
+// BrokenVersionSuffix marks a fake driver version whose plugin never comes up (it neither registers nor
+// publishes a slice): the broken upgrade of the rehearsal's selfcheck.
+const BrokenVersionSuffix = "-broken"
+
+func (p *Plugin) driverVersionOverride() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.versionOverride
 }

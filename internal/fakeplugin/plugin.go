@@ -37,11 +37,13 @@ type Plugin struct {
 	table *deviceTable
 
 	mu        sync.Mutex
-	unhealthy map[int]bool  // physical indexes reported Unhealthy
-	faults    faultSet      // in force now: configured plus the node annotation's
-	changed   chan struct{} // closed (and replaced) on every health or fault change, waking ListAndWatch streams and the slice publisher
-	lastGiven []int         // physical indexes of the latest Allocate or Prepare (the double-allocate fault hands them out again)
-	draReady  bool          // the DRA half is registered with the kubelet (or turned off)
+	unhealthy map[int]bool // physical indexes reported Unhealthy
+	// versionOverride is the node's DriverVersionAnnotation as last seen.
+	versionOverride string
+	faults          faultSet      // in force now: configured plus the node annotation's
+	changed         chan struct{} // closed (and replaced) on every health or fault change, waking ListAndWatch streams and the slice publisher
+	lastGiven       []int         // physical indexes of the latest Allocate or Prepare (the double-allocate fault hands them out again)
+	draReady        bool          // the DRA half is registered with the kubelet (or turned off)
 
 	streams int // open ListAndWatch streams; ReadyFile exists while it is above zero
 

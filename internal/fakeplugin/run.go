@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +32,6 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 		p.log.Warn("no Kubernetes client: node health annotation and labels are disabled")
 	} else {
 		wg.Go(func() { p.WatchNode(ctx, client) })
-		wg.Go(func() { p.SyncLabels(ctx, client) })
 		select {
 		case <-p.nodeSynced:
 		case <-time.After(nodeSyncGrace):
@@ -39,6 +39,18 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 		case <-ctx.Done():
 			return nil
 		}
+		// A driver version set for this node (an upgrade of its pool) replaces the configured one before
+		// anything is published; labels are published only from here on.
+		if v := p.driverVersionOverride(); v != "" && v != p.cfg.DriverVersion {
+			p.log.Info("driver version of this node", "version", v, "configured", p.cfg.DriverVersion, "annotation", DriverVersionAnnotation)
+			p.cfg.DriverVersion = v
+		}
+		wg.Go(func() { p.SyncLabels(ctx, client) })
+	}
+	if strings.HasSuffix(p.cfg.DriverVersion, BrokenVersionSuffix) {
+		p.log.Warn("FAULT INJECTION: this driver version's plugin does not come up (no registration, no ResourceSlice)", "version", p.cfg.DriverVersion)
+		<-ctx.Done()
+		return nil
 	}
 	rebooted, ranBefore := p.bootState()
 	if err := p.InstallDriver(); err != nil {

@@ -36,6 +36,7 @@ import (
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/framework/timeouts"
+	"gpuconform.io/gpuconform/framework/upgrade"
 	"gpuconform.io/gpuconform/framework/wait"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/reports"
@@ -110,6 +111,10 @@ func TestConformance(t *testing.T) {
 		// Preemption is Kueue's: a signoff requires it where the suite can exercise it (its own queues, or
 		// the user's queue with the priority classes named).
 		record.Signoff.Require = append(record.Signoff.Require, reports.KueueRequire...)
+	}
+	if len(cfg.Signoff.Require) == 0 && cfg.Disruptive && len(caps.Pools.Canary.Nodes) > 0 {
+		// With a canary pool, a disruptive run is the upgrade's go/no-go too.
+		record.Signoff.Require = append(record.Signoff.Require, reports.UpgradeRequire...)
 	}
 	checkpointStorage.Storage, checkpointStorage.why = checkpoints.Discover(cfg.Checkpoints, poolNodes())
 	if cfg.Namespace != "" && checkpointStorage.HostPath != "" {
@@ -314,6 +319,16 @@ var _ = ginkgo.Describe("GPU scheduling", func() {
 			LowPriorityClass: cfg.Preemption.LowPriorityClass, HighPriorityClass: cfg.Preemption.HighPriorityClass,
 			Checkpoints: checkpointStorage.Storage, CheckpointsWhy: checkpointStorage.why}
 	})
+	scenarios.UpgradeSpec(func() scenarios.UpgradeInput {
+		u, why := upgrader()
+		run := runID
+		if env != nil {
+			run = env.Factory.RunID
+		}
+		return scenarios.UpgradeInput{Base: base(), Disruptive: cfg.Disruptive, Canary: caps.Pools.Canary.Nodes, KnownGood: knownGood(),
+			Upgrader: u, UpgraderWhy: why, To: upgradeTarget(), VersionLabel: cmpOr(cfg.Upgrade.VersionLabel, upgrade.DriverVersionLabel),
+			Checkpoints: checkpointStorage.Storage, RunID: run}
+	})
 	scenarios.ShortageSpec(func() scenarios.ShortageInput {
 		return scenarios.ShortageInput{Base: base(), KueuePresent: kueueUsable(), ExistingLocalQueue: existingLocalQueue(), Nodes: discoveredNodes(), Tolerations: tolerations}
 	})
@@ -420,4 +435,44 @@ func describeFaults(inj *faults.Injector) string {
 		part("devices (DRA)", func() string { return inj.DRADevices.Name() }, inj.DRADevices != nil, inj.DRADevicesWhy),
 		part("evicting device fault (DRA)", func() string { return inj.DRAEvict.Name() }, inj.DRAEvict != nil, inj.DRAEvictWhy),
 	}, "; ")
+}
+
+// knownGood are the GPU nodes the upgrade rehearsal must leave untouched: the known-good pool without the
+// canary nodes.
+func knownGood() []string {
+	return slices.DeleteFunc(slices.Clone(caps.Pools.KnownGood.Nodes), func(n string) bool { return slices.Contains(caps.Pools.Canary.Nodes, n) })
+}
+
+// localUpgradeTarget is the driver version the rehearsal moves the local cluster's canary pool to when
+// --upgrade-to is not given (the fake stack starts at 550.54.15).
+const localUpgradeTarget = "560.35.03"
+
+// upgrader is the upgrade provider: the user's command, else the local cluster's, else none and why.
+func upgrader() (upgrade.Provider, string) {
+	if cfg.Upgrade.Command != "" {
+		return &upgrade.Command{Path: cfg.Upgrade.Command, RunID: runID}, ""
+	}
+	var lbls []map[string]string
+	for _, n := range discoveredNodes() {
+		if slices.Contains(caps.Pools.Canary.Nodes, n.Name) {
+			lbls = append(lbls, n.Labels)
+		}
+	}
+	if upgrade.LocalServes(lbls) {
+		return &upgrade.Local{Kube: clients.Kube, Namespace: localcluster.SystemNamespace}, ""
+	}
+	return nil, "no upgrade provider for this cluster: give --upgrade-command SCRIPT (called as SCRIPT upgrade|rollback VERSION NODE...)"
+}
+
+// upgradeTarget is the rehearsal's target driver version.
+func upgradeTarget() string {
+	if cfg.Upgrade.To != "" {
+		return cfg.Upgrade.To
+	}
+	if u, _ := upgrader(); u != nil {
+		if _, local := u.(*upgrade.Local); local {
+			return localUpgradeTarget
+		}
+	}
+	return ""
 }

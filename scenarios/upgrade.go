@@ -1,0 +1,458 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"gpuconform.io/gpuconform/framework/checkpoints"
+	"gpuconform.io/gpuconform/framework/faults"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/upgrade"
+	"gpuconform.io/gpuconform/framework/wait"
+	"gpuconform.io/gpuconform/internal/workload/train"
+)
+
+// UpgradeInput is the input of UpgradeSpec.
+type UpgradeInput struct {
+	Base
+	// Disruptive is the user's opt-in.
+	Disruptive bool
+	// Canary are the nodes the rehearsal upgrades; KnownGood the GPU nodes it must leave untouched.
+	Canary, KnownGood []string
+	// Upgrader changes the driver (nil: UpgraderWhy).
+	Upgrader    upgrade.Provider
+	UpgraderWhy string
+	// To is the target driver version; VersionLabel the node label that reports it.
+	To, VersionLabel string
+	// Checkpoints is storage for the short resume job on the canary pool (none: a restart is checked).
+	Checkpoints checkpoints.Storage
+	// RunID marks the cordon and the upgrade on the nodes (the leftover check finds them).
+	RunID string
+}
+
+// UpgradeSpec registers the driver-upgrade rehearsal: the canary pool is cordoned and drained, upgraded
+// to the target version alone, must come back reporting it and advertising its devices, and must then run
+// GPU pods on every path and a checkpoint/resume job; the known-good pool must be untouched (its driver
+// versions, its GPU stack's pods, a sentinel GPU pod holding the same devices throughout); then the canary
+// is rolled back and checked again. The signoff states "upgrade from X to Y on pool P: GO/NO-GO".
+func UpgradeSpec(input func() UpgradeInput) {
+	reg := input()
+	what := "driver-upgrade rehearsal on the canary pool"
+	switch {
+	case !reg.Disruptive:
+		reg.notExercised(what, "it cordons, drains and upgrades the canary pool; run with --disruptive to include it")
+		return
+	case len(reg.Canary) == 0:
+		reg.notExercised(what, "no canary pool (pools.canary selects no node)")
+		return
+	case len(reg.KnownGood) == 0:
+		reg.notExercised(what, "the canary pool is the only GPU pool: a rehearsal needs a known-good pool to leave untouched")
+		return
+	case reg.Upgrader == nil:
+		reg.notExercised(what, reg.UpgraderWhy)
+		return
+	case reg.To == "":
+		reg.notExercised(what, "no target driver version: give --upgrade-to VERSION")
+		return
+	case len(reg.Paths) == 0:
+		reg.notExercised(what, "no allocation path")
+		return
+	}
+	ginkgo.Describe("Driver upgrade rehearsal on the canary pool", labels.Of(labels.ScenarioUpgrade, labels.Disruptive), ginkgo.Serial, func() {
+		ginkgo.It(fmt.Sprintf("upgrades the canary pool %v alone to driver %s: it comes back with its devices and runs GPU work, the known-good pool is untouched, and the rollback restores it", reg.Canary, reg.To),
+			func(ctx context.Context) {
+				in := input()
+				rehearse(ctx, in, in.Env.NewNamespace(ctx, "upgrade").Name)
+			})
+	})
+}
+
+// nodeState is what the rehearsal compares before and after on one node.
+type nodeState struct {
+	Version string
+	Devices map[string]int64 // path → devices offered
+}
+
+// stackPod is a DaemonSet pod (the GPU stack: driver, plugin, DRA driver) on a known-good node.
+type stackPod struct {
+	Name, Node string
+	UID        types.UID
+	Restarts   int32
+}
+
+func snapshot(ctx context.Context, env *testenv.Env, in UpgradeInput, nodes []string) map[string]nodeState {
+	ginkgo.GinkgoHelper()
+	out := map[string]nodeState{}
+	for _, n := range nodes {
+		node, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		st := nodeState{Version: node.Labels[in.VersionLabel], Devices: map[string]int64{}}
+		for _, p := range in.Paths {
+			c, err := gpu.LiveCapacity(ctx, env.Clients.Kube, p, n)
+			gomega.Expect(err).NotTo(gomega.HaveOccurred())
+			st.Devices[p.Name()] = c
+		}
+		out[n] = st
+	}
+	return out
+}
+
+// stackPods lists the DaemonSet pods on nodes, in every namespace.
+func stackPods(ctx context.Context, env *testenv.Env, nodes []string) map[types.UID]stackPod {
+	ginkgo.GinkgoHelper()
+	out := map[types.UID]stackPod{}
+	for _, n := range nodes {
+		list, err := env.Clients.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		for _, p := range list.Items {
+			if c := metav1.GetControllerOf(&p); c == nil || c.Kind != "DaemonSet" {
+				continue
+			}
+			var restarts int32
+			for _, cs := range p.Status.ContainerStatuses {
+				restarts += cs.RestartCount
+			}
+			out[p.UID] = stackPod{Name: p.Namespace + "/" + p.Name, Node: n, UID: p.UID, Restarts: restarts}
+		}
+	}
+	return out
+}
+
+// cordon marks nodes unschedulable, recorded under the run (the leftover check finds a forgotten one).
+func cordon(ctx context.Context, env *testenv.Env, runID string, nodes []string, on bool) {
+	ginkgo.GinkgoHelper()
+	for _, n := range nodes {
+		var run any
+		if on {
+			run = runID
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{"gpuconform.io/run": run}}, "spec": map[string]any{"unschedulable": on}})
+		_, err := env.Clients.Kube.CoreV1().Nodes().Patch(ctx, n, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "cordon %s=%t", n, on)
+	}
+}
+
+// drainGPUWork evicts every pod on nodes that uses GPUs (not DaemonSet pods) through the Eviction API,
+// which honours PodDisruptionBudgets (a refusal is retried until the wait ends), and waits until they are
+// gone.
+func drainGPUWork(ctx context.Context, env *testenv.Env, in UpgradeInput, nodes []string) []string {
+	ginkgo.GinkgoHelper()
+	var evicted []string
+	gpuPod := func(p corev1.Pod) bool {
+		if c := metav1.GetControllerOf(&p); c != nil && c.Kind == "DaemonSet" {
+			return false
+		}
+		if len(p.Spec.ResourceClaims) > 0 {
+			return true
+		}
+		for _, c := range p.Spec.Containers {
+			for r := range c.Resources.Limits {
+				for _, path := range in.Paths {
+					if r == path.QuotaResource() {
+						return true
+					}
+				}
+			}
+		}
+		return false
+	}
+	env.Wait.For(ctx, fmt.Sprintf("the GPU workloads of %v to be drained", nodes), wait.Target{}, env.Timeouts.Cleanup, func(g gomega.Gomega) {
+		left := 0
+		for _, n := range nodes {
+			list, err := env.Clients.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			for _, p := range list.Items {
+				if !gpuPod(p) || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+					continue
+				}
+				left++
+				if p.DeletionTimestamp != nil {
+					continue
+				}
+				err := env.Clients.Kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
+				if err == nil && !slices.Contains(evicted, p.Namespace+"/"+p.Name) {
+					evicted = append(evicted, p.Namespace+"/"+p.Name)
+				}
+				g.Expect(err == nil || apierrors.IsNotFound(err) || apierrors.IsTooManyRequests(err)).To(gomega.BeTrue(), "evicting %s/%s: %v", p.Namespace, p.Name, err)
+			}
+		}
+		g.Expect(left).To(gomega.BeZero(), "%d GPU pod(s) still on %v", left, nodes)
+	})
+	return evicted
+}
+
+// expectUpgraded waits until every node reports version in the label and offers the devices it did before.
+func expectUpgraded(ctx context.Context, env *testenv.Env, in UpgradeInput, nodes []string, version string, before map[string]nodeState, why string) {
+	ginkgo.GinkgoHelper()
+	for _, n := range nodes {
+		env.Wait.For(ctx, fmt.Sprintf("%s to report driver %s (%s)", n, version, in.VersionLabel), wait.Target{Kind: "Node", Name: n}, env.Timeouts.StackReady, func(g gomega.Gomega) {
+			node, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			g.Expect(node.Labels[in.VersionLabel]).To(gomega.Equal(version), "%s of %s", in.VersionLabel, n)
+		})
+		for _, p := range in.Paths {
+			expectLiveCapacity(ctx, env, p, n, before[n].Devices[p.Name()], why, env.Timeouts.StackReady)
+		}
+	}
+}
+
+func rehearse(ctx context.Context, in UpgradeInput, ns string) {
+	env := in.Env
+	canary, good := in.Canary, in.KnownGood
+	pool := strings.Join(canary, ",")
+	before := snapshot(ctx, env, in, append(slices.Clone(canary), good...))
+	from := before[canary[0]].Version
+	verdict := fmt.Sprintf("upgrade from %s to %s on pool %s", from, in.To, pool)
+	ginkgo.DeferCleanup(func() {
+		if ginkgo.CurrentSpecReport().Failed() {
+			ginkgo.AddReportEntry(upgrade.VerdictEntry, verdict+": NO-GO")
+		} else {
+			ginkgo.AddReportEntry(upgrade.VerdictEntry, verdict+": GO")
+		}
+	})
+	ginkgo.AddReportEntry("record before", describeStates(before))
+	goodStack := stackPods(ctx, env, good)
+
+	ginkgo.By("starting a sentinel GPU pod on the known-good pool")
+	sentinelPath := in.Paths[0]
+	sentinelNode := firstWith(sentinelPath, good)
+	gomega.Expect(sentinelNode).NotTo(gomega.BeEmpty(), "no known-good node has a device on the %s path", sentinelPath.Name())
+	sentinel := startHeldPod(ctx, env, sentinelPath, ns, "sentinel", sentinelNode, 1)
+	sp, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, sentinel.name, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+
+	ginkgo.By(fmt.Sprintf("a GPU workload on the canary pool, to be drained (%s)", canary[0]))
+	startHeldPod(ctx, env, sentinelPath, ns, "canary-load", firstWith(sentinelPath, canary), 1)
+
+	ginkgo.By(fmt.Sprintf("cordoning and draining the canary pool %s", pool))
+	cordonAt := time.Now()
+	cordon(ctx, env, in.RunID, canary, true)
+	cordoned := true
+	ginkgo.DeferCleanup(func(ctx context.Context) {
+		if cordoned {
+			cordon(ctx, env, in.RunID, canary, false)
+		}
+	})
+	evicted := drainGPUWork(ctx, env, in, canary)
+	ginkgo.AddReportEntry("cordon → drained", fmt.Sprintf("%s (evicted %s)", since(cordonAt), strings.Join(evicted, ", ")))
+
+	ginkgo.By(fmt.Sprintf("upgrading the canary pool to %s through %s", in.To, in.Upgrader.Name()))
+	appliedAt := time.Now()
+	for _, n := range canary {
+		gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, in.RunID, "upgraded-from="+from, true)).To(gomega.Succeed())
+	}
+	rolledBack := false
+	ginkgo.DeferCleanup(func(ctx context.Context) {
+		if !rolledBack {
+			// Leave the cluster as it was found, also after a broken upgrade.
+			gomega.Expect(in.Upgrader.Rollback(ctx, canary, from)).To(gomega.Succeed())
+			expectUpgraded(ctx, env, in, canary, from, before, "after the rollback")
+			for _, n := range canary {
+				gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, in.RunID, "upgraded-from="+from, false)).To(gomega.Succeed())
+			}
+		}
+	})
+	gomega.Expect(in.Upgrader.Apply(ctx, canary, in.To)).To(gomega.Succeed())
+	expectUpgraded(ctx, env, in, canary, in.To, before, "after the upgrade to "+in.To)
+	ginkgo.AddReportEntry("upgrade applied → devices advertised", since(appliedAt))
+	for _, p := range in.Paths {
+		if dra, ok := p.(*gpu.DRA); ok {
+			expectSliceDriverVersion(ctx, env, dra, canary, in.To)
+		}
+	}
+
+	cordon(ctx, env, in.RunID, canary, false)
+	cordoned = false
+	ginkgo.AddReportEntry("cordon → canary back in service", since(cordonAt))
+
+	ginkgo.By("running GPU pods on the upgraded canary pool, on every path")
+	for _, p := range in.Paths {
+		node := firstWith(p, canary)
+		if node == "" {
+			continue
+		}
+		// The kubelet keeps advertising a restarted plugin's devices for a while; a pod admitted before the
+		// new plugin registered is rejected, recorded and retried (runOnceDevicesBack).
+		held := runOnceDevicesBack(ctx, env, p, ns, node, "canary-"+p.Name())
+		ginkgo.AddReportEntry("canary allocation ("+p.Name()+")", fmt.Sprintf("%s on %s got a device", held, node))
+		deletePodAndWait(ctx, env, ns, held)
+	}
+	canaryResume(ctx, in, ns, sentinelPath, canary)
+
+	ginkgo.By("comparing the known-good pool with before")
+	after := snapshot(ctx, env, in, append(slices.Clone(canary), good...))
+	ginkgo.AddReportEntry("record after", describeStates(after))
+	for _, n := range good {
+		gomega.Expect(after[n]).To(gomega.Equal(before[n]), "known-good node %s changed during the rehearsal", n)
+	}
+	for _, n := range canary {
+		gomega.Expect(after[n].Version).To(gomega.Equal(in.To), "canary node %s", n)
+	}
+	ginkgo.AddReportEntry("record diff", diffStates(before, after))
+	gomega.Expect(stackPods(ctx, env, good)).To(gomega.Equal(goodStack), "the GPU stack's pods on the known-good pool were replaced or restarted")
+	now, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, sentinel.name, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "the sentinel pod %s is gone", sentinel.name)
+	gomega.Expect(now.UID).To(gomega.Equal(sp.UID))
+	gomega.Expect(now.Status.Phase).To(gomega.Equal(corev1.PodRunning), "sentinel %s", sentinel.name)
+	for _, cs := range now.Status.ContainerStatuses {
+		gomega.Expect(cs.RestartCount).To(gomega.BeZero(), "the sentinel's container %s restarted", cs.Name)
+	}
+	given, err := sentinelPath.Given(ctx, givenInput(env, now, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	if !given.CountOnly {
+		gomega.Expect(gpu.SameDevices(given.Normalize(sentinel.report.Devices), given.Devices)).To(gomega.BeTrue(),
+			"the sentinel saw %s at start; %s now says %s", gpu.FormatDevices(sentinel.report.Devices), given.Source, gpu.FormatDevices(given.Devices))
+	}
+
+	ginkgo.By("rolling the canary pool back to " + from)
+	rbAt := time.Now()
+	gomega.Expect(in.Upgrader.Rollback(ctx, canary, from)).To(gomega.Succeed())
+	expectUpgraded(ctx, env, in, canary, from, before, "after the rollback")
+	rolledBack = true
+	for _, n := range canary {
+		gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, in.RunID, "upgraded-from="+from, false)).To(gomega.Succeed())
+	}
+	ginkgo.AddReportEntry("rollback → devices advertised", since(rbAt))
+	node := firstWith(sentinelPath, canary)
+	held := startHeldPod(ctx, env, sentinelPath, ns, "rolled-back", node, 1)
+	ginkgo.AddReportEntry("after the rollback", fmt.Sprintf("%s on %s sees %s", held.name, node, gpu.FormatDevices(held.report.Devices)))
+}
+
+// canaryResume runs a short checkpointing job on the canary pool, fails its pod after a checkpoint and
+// requires the replacement to resume from it (or, without storage that outlives a pod, to restart).
+func canaryResume(ctx context.Context, in UpgradeInput, ns string, path gpu.Path, canary []string) {
+	ginkgo.GinkgoHelper()
+	env := in.Env
+	created := false
+	resume := ensureCheckpointStorage(ctx, env, ns, in.Checkpoints, &created)
+	t := training{Name: "canary-train", Steps: 20, Every: trainEvery, StepTime: preemptStepTime, Storage: in.Checkpoints, Nodes: canary}
+	w, workID := t.build(env, ns, path)
+	obj := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	job := env.Create(ctx, obj).(*batchv1.Job)
+	pod := pods.ExpectJobPodStarted(ctx, env, job)
+	last := expectCheckpoint(ctx, env, ns, pod.Name, trainEvery)
+	gomega.Expect(env.Clients.Kube.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{})).To(gomega.Succeed())
+	repl := expectReplacement(ctx, env, job, pod.Name)
+	pods.ExpectJobComplete(ctx, env, job)
+	sum := trainSummary(ctx, env, ns, repl.Name)
+	ginkgo.AddReportEntry("canary checkpoint/resume", fmt.Sprintf("resumed=%t from step %d (%s), digest ok=%t", sum.Resumed, sum.ResumedFrom, sum.ResumedReason, sum.StateDigest == train.Digest(workID, t.Steps)))
+	if resume {
+		gomega.Expect(sum.Resumed).To(gomega.BeTrue(), "the canary job did not resume from its checkpoint: %+v", sum)
+		gomega.Expect(sum.ResumedFrom).To(gomega.BeNumerically(">=", last))
+	}
+	gomega.Expect(sum.StateDigest).To(gomega.Equal(train.Digest(workID, t.Steps)))
+}
+
+// expectSliceDriverVersion checks the DRA driver's slices on the nodes publish the target version in the
+// driverVersion attribute (NVIDIA's DRA driver publishes it; a driver that does not is noted).
+func expectSliceDriverVersion(ctx context.Context, env *testenv.Env, dra *gpu.DRA, nodes []string, version string) {
+	ginkgo.GinkgoHelper()
+	want := semverOf(version)
+	if want == "" {
+		ginkgo.AddReportEntry("DRA driverVersion", fmt.Sprintf("%q is not a numeric version; the slices' driverVersion attribute is not compared", version))
+		return
+	}
+	for _, n := range nodes {
+		env.Wait.For(ctx, fmt.Sprintf("the DRA slices of %s to publish driverVersion %s", n, want), wait.Target{Kind: "Node", Name: n}, env.Timeouts.StackReady, func(g gomega.Gomega) {
+			list, err := env.Clients.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			seen := 0
+			for _, s := range list.Items {
+				if !slices.Contains(strings.Split(dra.Driver, ","), s.Spec.Driver) {
+					continue
+				}
+				for _, d := range s.Spec.Devices {
+					if a, ok := d.Attributes["driverVersion"]; ok && a.VersionValue != nil {
+						seen++
+						g.Expect(*a.VersionValue).To(gomega.Equal(want), "device %s of %s", d.Name, n)
+					}
+				}
+			}
+			if seen == 0 {
+				ginkgo.AddReportEntry("DRA driverVersion", fmt.Sprintf("the DRA driver publishes no driverVersion attribute on %s; only the node label is checked", n))
+			}
+		})
+	}
+}
+
+// semverOf makes a driver version a semantic version as DRA version attributes carry it: three numeric
+// parts without leading zeros (560.35.03 → 560.35.3, 560.35 → 560.35.0); "" when it is not numeric.
+func semverOf(v string) string {
+	parts := strings.Split(v, ".")
+	if len(parts) > 3 {
+		return ""
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return ""
+		}
+		parts[i] = strconv.Itoa(n)
+	}
+	for len(parts) < 3 {
+		parts = append(parts, "0")
+	}
+	return strings.Join(parts, ".")
+}
+
+func firstWith(p gpu.Path, nodes []string) string {
+	for _, n := range nodes {
+		if p.Capacity()[n] > 0 {
+			return n
+		}
+	}
+	return ""
+}
+
+func describeStates(m map[string]nodeState) string {
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		st := m[n]
+		var devs []string
+		for _, p := range slices.Sorted(maps.Keys(st.Devices)) {
+			devs = append(devs, fmt.Sprintf("%s=%d", p, st.Devices[p]))
+		}
+		out = append(out, fmt.Sprintf("%s: driver %s, %s", n, st.Version, strings.Join(devs, " ")))
+	}
+	return strings.Join(out, "; ")
+}
+
+func diffStates(before, after map[string]nodeState) string {
+	var out []string
+	for _, n := range slices.Sorted(maps.Keys(before)) {
+		b, a := before[n], after[n]
+		if b.Version != a.Version {
+			out = append(out, fmt.Sprintf("%s: driver %s → %s", n, b.Version, a.Version))
+		}
+		for p, c := range b.Devices {
+			if a.Devices[p] != c {
+				out = append(out, fmt.Sprintf("%s: %s devices %d → %d", n, p, c, a.Devices[p]))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return "no change"
+	}
+	return strings.Join(out, "; ")
+}
