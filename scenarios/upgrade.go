@@ -332,8 +332,8 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	}
 	ginkgo.AddReportEntry("rollback → devices advertised", since(rbAt))
 	node := firstWith(sentinelPath, canary)
-	held := startHeldPod(ctx, env, sentinelPath, ns, "rolled-back", node, 1)
-	ginkgo.AddReportEntry("after the rollback", fmt.Sprintf("%s on %s sees %s", held.name, node, gpu.FormatDevices(held.report.Devices)))
+	held := runOnceDevicesBack(ctx, env, sentinelPath, ns, node, "rolled-back")
+	ginkgo.AddReportEntry("after the rollback", fmt.Sprintf("%s on %s got a device", held, node))
 }
 
 // canaryResume runs a short checkpointing job on the canary pool, fails its pod after a checkpoint and
