@@ -48,8 +48,8 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./suites/localstack/ -args --kubeconfig=$(KUBECONFIG_LOCAL) \
 		--ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./suites/conformance/ -args \
-		--kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1; \
-	rc=$$?; grep -E '^(---|===|ok|FAIL|PASS|Ran |•)|\[FAIL\]|not exercised' $(ARTIFACTS)/conformance.log | tail -n 200; \
+		--kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --ginkgo.no-color $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1; \
+	rc=$$?; grep -E '^(--- |=== |ok|FAIL|PASS|Ran |•)|\[FAIL\]|not exercised' $(ARTIFACTS)/conformance.log | tail -n 200; \
 	$(GPUCONFORM) bench $(ARTIFACTS) | tail -n +3 || true; \
 	$(GPUCONFORM) report $(ARTIFACTS) > /dev/null; vrc=$$?; \
 	if [ $$rc -ne 0 ] && [ $$vrc -eq 0 ]; then vrc=1; fi; exit $$vrc
