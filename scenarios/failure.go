@@ -386,7 +386,7 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	expectLiveCapacity(ctx, env, path, node, capacity, "after it came back", env.Timeouts.NodeReturn)
 	ginkgo.AddReportEntry("node started → devices advertised", since(backAt))
 	ginkgo.By("running a one-device pod on " + node)
-	held := runOnceDevicesBack(ctx, env, path, ns, node, "after-restart")
+	held := runOnceDevicesBack(ctx, env, path, ns, node, "after-restart", "after the node came back")
 	env.Note(t.job.Name, timeline.Recovered, "Node/"+node, "pod "+held+" got a device")
 	ginkgo.AddReportEntry("node started → device allocated", since(backAt))
 }

@@ -115,7 +115,7 @@ func kubeletRestart(ctx context.Context, env *testenv.Env, inj *faults.Injector,
 	ginkgo.AddReportEntry("kubelet restart → devices advertised", time.Since(start).Round(100*time.Millisecond).String())
 
 	ginkgo.By("running a one-device pod on " + node)
-	runOnceDevicesBack(ctx, env, path, ns, node, "after-restart")
+	runOnceDevicesBack(ctx, env, path, ns, node, "after-restart", "after its kubelet restarted")
 	ginkgo.AddReportEntry("kubelet restart → device allocated", time.Since(start).Round(100*time.Millisecond).String())
 }
 
@@ -124,11 +124,11 @@ func kubeletRestart(ctx context.Context, env *testenv.Env, inj *faults.Injector,
 // it restored from its checkpoint before the plugin has registered again; a pod admitted in that window
 // is rejected (UnexpectedAdmissionError). The check is that devices come back, so a rejected pod is
 // recorded and a new one tried.
-func runOnceDevicesBack(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node, prefix string) string {
+func runOnceDevicesBack(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node, prefix, after string) string {
 	ginkgo.GinkgoHelper()
 	var got string
 	attempt := 0
-	env.Wait.For(ctx, "a one-device pod to run on "+node+" after its restart", wait.Target{Kind: "Node", Name: node}, env.Timeouts.StackReady, func(g gomega.Gomega) {
+	env.Wait.For(ctx, fmt.Sprintf("a one-device pod to run on %s on the %s path %s", node, path.Name(), after), wait.Target{Kind: "Node", Name: node}, env.Timeouts.StackReady, func(g gomega.Gomega) {
 		attempt++
 		w := env.Factory.GPUPod(fmt.Sprintf("%s-%d", prefix, attempt), ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
 		pod := w.Obj()

@@ -291,7 +291,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 		}
 		// The kubelet keeps advertising a restarted plugin's devices for a while; a pod admitted before the
 		// new plugin registered is rejected, recorded and retried (runOnceDevicesBack).
-		held := runOnceDevicesBack(ctx, env, p, ns, node, "canary-"+p.Name())
+		held := runOnceDevicesBack(ctx, env, p, ns, node, "canary-"+p.Name(), "after the upgrade to "+in.To)
 		ginkgo.AddReportEntry("canary allocation ("+p.Name()+")", fmt.Sprintf("%s on %s got a device", held, node))
 		deletePodAndWait(ctx, env, ns, held)
 	}
@@ -332,7 +332,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	}
 	ginkgo.AddReportEntry("rollback → devices advertised", since(rbAt))
 	node := firstWith(sentinelPath, canary)
-	held := runOnceDevicesBack(ctx, env, sentinelPath, ns, node, "rolled-back")
+	held := runOnceDevicesBack(ctx, env, sentinelPath, ns, node, "rolled-back", "after the rollback to "+from)
 	ginkgo.AddReportEntry("after the rollback", fmt.Sprintf("%s on %s got a device", held, node))
 }
 
