@@ -43,6 +43,11 @@ type Needs struct {
 	Namespace string
 	// HelperNamespace: where the podresources helper pods run, when not in the spec's namespace.
 	HelperNamespace string
+	// Checkpoints: specs create PersistentVolumeClaims for checkpoints; SharedDir: and the static
+	// PersistentVolumes of a shared directory (cluster-scoped).
+	Checkpoints, SharedDir bool
+	// Disruptive: the failure and upgrade scenarios change nodes (fixtures/rbac/disruptive.yaml).
+	Disruptive bool
 }
 
 // PreflightNeeds lists what the non-disruptive level needs. Kueue objects are included only when the
@@ -92,6 +97,33 @@ func PreflightNeeds(n Needs) []Permission {
 		perms = append(perms, Permission{Verb: "list", Group: "kueue.x-k8s.io", Resource: "workloads", Why: "check admission", Namespace: ns})
 		if ns != "" {
 			perms = append(perms, Permission{Verb: "get", Group: "kueue.x-k8s.io", Resource: "localqueues", Why: "check the team's LocalQueue is active", Namespace: ns})
+		}
+	}
+	if n.Checkpoints {
+		perms = append(perms,
+			Permission{Verb: "create", Resource: "persistentvolumeclaims", Why: "offer checkpoint storage that outlives a node", Namespace: ns},
+			Permission{Verb: "delete", Resource: "persistentvolumeclaims", Why: "clean up each spec's checkpoint claim", Namespace: ns})
+		if ns != "" {
+			perms = append(perms, Permission{Verb: "list", Resource: "persistentvolumeclaims", Why: "leak audit and cleanup by label", Namespace: ns})
+		}
+	}
+	if n.SharedDir {
+		perms = append(perms,
+			Permission{Verb: "create", Resource: "persistentvolumes", Why: "offer the shared checkpoint directory as a volume"},
+			Permission{Verb: "delete", Resource: "persistentvolumes", Why: "remove the checkpoint volume (its files stay)"},
+			Permission{Verb: "list", Resource: "persistentvolumes", Why: "leak audit"})
+	}
+	if n.Disruptive {
+		perms = append(perms,
+			Permission{Verb: "patch", Resource: "nodes", Why: "record faults on nodes, cordon the canary pool, put a stopped node out of service"},
+			Permission{Verb: "update", Resource: "nodes", Why: "add and remove the out-of-service taint"},
+			Permission{Verb: "create", Resource: "pods/eviction", Why: "drain the canary pool, honouring PodDisruptionBudgets"},
+			Permission{Verb: "list", Resource: "pods", Why: "find GPU workloads and the GPU stack's pods on the pools"})
+		if n.DRA {
+			perms = append(perms,
+				Permission{Verb: "create", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "turn a DRA device unhealthy through the API"},
+				Permission{Verb: "delete", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "make the device healthy again"},
+				Permission{Verb: "list", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "leak audit"})
 		}
 	}
 	if n.OwnQueues {

@@ -203,7 +203,8 @@ func removeStaleArtifacts(dir string) {
 
 var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 	perms := cluster.PreflightNeeds(cluster.Needs{OwnQueues: kueueUsable() && cfg.Queues.Mode == config.QueuesOwn, Kueue: kueueUsable(), DRA: caps.DRA != nil,
-		Namespace: cfg.Namespace, HelperNamespace: cfg.HelperNamespace})
+		Namespace: cfg.Namespace, HelperNamespace: cfg.HelperNamespace, Checkpoints: !checkpointStorage.None(), SharedDir: checkpointStorage.HostPath != "",
+		Disruptive: cfg.Disruptive})
 	gomega.Expect(cluster.Preflight(ctx, clients.Kube, perms)).To(gomega.Succeed())
 
 	if cfg.Namespace != "" {
