@@ -11,6 +11,7 @@ import (
 
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
@@ -66,6 +67,7 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 	p.log.Info("DRA kubelet plugin started", "driver", name, "devices", p.cfg.DRADevices)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	ticks := 0
 	for {
 		p.mu.Lock()
 		devs, changed := p.sliceDevicesLocked()
@@ -92,7 +94,15 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 			case <-tick.C:
 				// Readiness follows the kubelet's registration of the plugin (it can drop and come back).
 				st := helper.RegistrationStatus()
-				p.setDRAReady(st != nil && st.PluginRegistered)
+				registered := st != nil && st.PluginRegistered
+				p.setDRAReady(registered)
+				// A starting kubelet deletes the node's ResourceSlices until its drivers register again; the
+				// helper's controller recreates them, but after two quick kubelet restarts it was seen not to
+				// for minutes. Once registered, a missing slice is published again.
+				if ticks++; registered && ticks%10 == 0 && len(devs) > 0 && !p.sliceExists(ctx, client, name) {
+					p.log.Warn("own ResourceSlice is missing while registered; publishing it again", "driver", name)
+					break wait
+				}
 			}
 		}
 	}
@@ -245,4 +255,11 @@ func (d draPlugin) UnprepareResourceClaims(_ context.Context, claims []kubeletpl
 // helper retries on its own.
 func (d draPlugin) HandleError(_ context.Context, err error, msg string) {
 	d.p.log.Error("DRA kubelet plugin: "+msg, "err", err)
+}
+
+// sliceExists reports whether the API holds a ResourceSlice of driver for this node (true when it cannot
+// tell: only a certain absence triggers a republish).
+func (p *Plugin) sliceExists(ctx context.Context, client kubernetes.Interface, driver string) bool {
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.cfg.NodeName + ",spec.driver=" + driver})
+	return err != nil || len(list.Items) > 0
 }
