@@ -80,7 +80,9 @@ func PreemptionSpec(input func() PreemptionInput) {
 			continue
 		}
 		first := i == 0
-		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.ScenarioPreemption, labels.NeedsKueue)}, func(s *Spec[PreemptionInput]) {
+		// Serial: its timings (time to preempt, to resume) must not include a scheduling wait for devices a
+		// parallel spec's pods hold, and its preemptor must find the devices its victim frees.
+		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.ScenarioPreemption, labels.NeedsKueue), ginkgo.Serial}, func(s *Spec[PreemptionInput]) {
 			ginkgo.It("evicts a low-priority training Job for a high-priority one, which runs on the freed quota; the low one checkpoints on SIGTERM, is re-admitted and resumes where it stopped", func(ctx context.Context) {
 				priorityPreemption(ctx, s)
 			})

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -175,14 +174,10 @@ func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string
 		kubeconfig = adminKubeconfig
 	}
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "go", append([]string{"test", "-count=1", "-timeout", "40m", "./suites/conformance/", "-args",
-		"--kubeconfig=" + kubeconfig, "--artifacts=" + h.dir, "--ginkgo.no-color"}, extra...)...)
-	cmd.Dir = h.root
 	if log, err := os.Create(h.dir + ".log"); err == nil {
 		defer log.Close()
-		cmd.Stdout, cmd.Stderr = log, log
+		_ = suiteProcess(ctx, log, append([]string{"--timeout=40m", "--kubeconfig=" + kubeconfig, "--artifacts=" + h.dir, "--ginkgo.no-color"}, extra...)...)
 	}
-	_ = cmd.Run()
 	res.Wall = time.Since(start)
 	// The verdict is the signoff's, decided from the run's record and report as `gpuconform report` does.
 	switch reportCommand(ctx, []string{h.dir}, io.Discard, io.Discard) {

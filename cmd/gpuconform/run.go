@@ -2,73 +2,115 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"golang.org/x/term"
+
 	"gpuconform.io/gpuconform/framework/timeline"
-	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/reports"
+	"gpuconform.io/gpuconform/suites/conformance"
 )
 
-// artifactsDir finds the artifacts directory the suite will use: --artifacts, else $ARTIFACTS, else
-// _artifacts under dir.
-func artifactsDir(args []string, dir string) string {
+// flagValue returns the value of --name (or -name) in args, and whether it was given.
+func flagValue(args []string, name string) (string, bool) {
 	for i, a := range args {
-		a = strings.TrimLeft(a, "-")
-		if v, ok := strings.CutPrefix(a, "artifacts="); ok {
-			return v
-		}
-		if a == "artifacts" && i+1 < len(args) {
-			return args[i+1]
-		}
-	}
-	if v := os.Getenv("ARTIFACTS"); v != "" {
-		return v
-	}
-	return filepath.Join(dir, "_artifacts")
-}
-
-// runCommand runs the conformance suite (its flags are passed through: --kubeconfig, --context, --config,
-// …; see the README) and renders the signoff report. The suite is a Ginkgo test package, so it runs from a
-// checkout with `go test`; the exit code is the suite's (non-zero on no-go).
-func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	wd, _ := os.Getwd()
-	root, err := localcluster.FindRepoRoot(wd)
-	if err != nil {
-		fmt.Fprintf(stderr, "gpuconform run: %v\n", err)
-		return 2
-	}
-	timeout := "90m"
-	var pass []string
-	for _, a := range args {
-		if v, ok := strings.CutPrefix(a, "--timeout="); ok {
-			timeout = v
+		if !strings.HasPrefix(a, "-") {
 			continue
 		}
-		pass = append(pass, a)
-	}
-	arts := artifactsDir(pass, root)
-	if !filepath.IsAbs(arts) {
-		arts = filepath.Join(wd, arts)
-	}
-	cmd := exec.CommandContext(ctx, "go", append([]string{"test", "-count=1", "-timeout", timeout, "-v", "./suites/conformance/", "-args",
-		"--artifacts=" + arts}, pass...)...)
-	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	runErr := cmd.Run()
-	if runErr != nil {
-		if _, ok := runErr.(*exec.ExitError); !ok {
-			fmt.Fprintf(stderr, "gpuconform run: %v\n", runErr)
-			return reports.ExitNoGo
+		a = strings.TrimLeft(a, "-")
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v, true
+		}
+		if a == name && i+1 < len(args) {
+			return args[i+1], true
 		}
 	}
-	// The exit code is the verdict's (0 GO, 1 NO-GO, 3 INCOMPLETE), decided from this run's artifacts; a
-	// run that stopped before its specs wrote a record saying why, so it is NO-GO too.
-	return reportCommand(ctx, []string{arts}, io.Discard, stderr)
+	return "", false
+}
+
+// suiteT receives Ginkgo's verdict on the specs.
+type suiteT struct{ failed bool }
+
+func (t *suiteT) Fail() { t.failed = true }
+
+// runCommand runs the conformance suite compiled into this binary (no Go toolchain, no checkout): its
+// flags (--kubeconfig, --context, --config, --disruptive, --ginkgo.*, …; see the README) are the suite's,
+// and the exit code is the verdict's (0 GO, 1 NO-GO, 3 INCOMPLETE, 2 a usage error). With --in-cluster it
+// runs the same binary as a Job on the cluster instead (incluster.go).
+func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if v, _ := flagValue(args, "in-cluster"); v == "true" || slices.Contains(args, "--in-cluster") || slices.Contains(args, "-in-cluster") {
+		return inClusterCommand(ctx, args, stdout, stderr)
+	}
+	fs := flag.CommandLine
+	fs.Init("gpuconform run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	help := slices.Contains(args, "-h") || slices.Contains(args, "--help") || slices.Contains(args, "-help")
+	fs.Usage = func() {
+		if !help {
+			fmt.Fprintln(stderr, "gpuconform run --help lists the suite's flags")
+			return
+		}
+		fmt.Fprintln(stderr, "usage: gpuconform run [--kubeconfig F] [--context C] [--config F] [--disruptive] [--in-cluster --image IMG] [--ginkgo.* flags] …")
+		fmt.Fprintln(stderr, "the suite's flags:")
+		fs.VisitAll(func(f *flag.Flag) {
+			if !strings.HasPrefix(f.Name, "ginkgo.") {
+				fmt.Fprintf(stderr, "  --%s\n\t%s\n", f.Name, f.Usage)
+			}
+		})
+		fmt.Fprintln(stderr, "and Ginkgo's, prefixed --ginkgo. (e.g. --ginkgo.label-filter, --ginkgo.focus, --ginkgo.v)")
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "gpuconform run: unexpected argument %q: the suite takes only flags\n", fs.Arg(0))
+		return 2
+	}
+	t := &suiteT{}
+	err := conformance.Run(t, conformance.Options{Stdout: stdout, IsTerminal: isTerminal(stdout)})
+	arts := conformance.ArtifactsDir()
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform run: %v\n", err)
+		if arts == "" {
+			return 2 // the flags did not make a configuration
+		}
+	}
+	// The exit code is the verdict's, decided from this run's artifacts; a run that stopped before its
+	// specs wrote a record saying why, so it is NO-GO too.
+	code := reportCommand(ctx, []string{arts}, io.Discard, stderr)
+	if t.failed && code == reports.ExitGo {
+		code = reports.ExitNoGo
+	}
+	return code
+}
+
+// isTerminal reports whether w is a terminal (colour codes only there).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// suiteProcess runs `gpuconform run ARGS` in a child process of this binary (Ginkgo runs one suite per
+// process), its output to log.
+func suiteProcess(ctx context.Context, log io.Writer, args ...string) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, self, append([]string{"run"}, args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	return cmd.Run()
 }
 
 // reportCommand re-renders the signoff report from a run's artifacts, offline.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -184,15 +183,13 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubec
 	}
 	_ = os.RemoveAll(dir)
 	_ = os.MkdirAll(filepath.Dir(dir), 0o755)
-	cmd := exec.CommandContext(ctx, "go", "test", "-count=1", "-timeout", "30m", "./suites/conformance/", "-args",
-		"--kubeconfig="+kubeconfig, "--artifacts="+dir, "--disruptive", "--ginkgo.no-color", "--ginkgo.focus="+regexp.QuoteMeta(row.Focus))
-	cmd.Dir = root
-	log, _ := os.Create(dir + ".log")
-	if log != nil {
-		defer log.Close()
-		cmd.Stdout, cmd.Stderr = log, log
+	var log io.Writer = io.Discard
+	if f, err := os.Create(dir + ".log"); err == nil {
+		defer f.Close()
+		log = f
 	}
-	runErr := cmd.Run()
+	runErr := suiteProcess(ctx, log, "--timeout=30m", "--kubeconfig="+kubeconfig, "--artifacts="+dir, "--disruptive",
+		"--ginkgo.no-color", "--ginkgo.focus="+regexp.QuoteMeta(row.Focus))
 	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
 	if err != nil {
 		res.Note = fmt.Sprintf("no report from the run (%v; run error %v; log %s.log)", err, runErr, dir)

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,6 +76,9 @@ type Config struct {
 	Image string `json:"image,omitempty"`
 	// TimeoutProfile is "auto" (default: local on a kind cluster, real otherwise), "local" or "real".
 	TimeoutProfile string `json:"timeoutProfile,omitempty"`
+	// RunTimeout bounds the whole run (the suite's timeout); zero means the later of Ginkgo's --timeout
+	// and 90 minutes.
+	RunTimeout metav1.Duration `json:"timeout,omitempty"`
 	// Namespace, when set, is an existing namespace every spec runs in (team-namespace mode): the suite
 	// creates no namespace and no cluster-scoped object, names and labels its objects per spec, and
 	// cleans up by label. Kueue specs then need queues.localQueue in it.
@@ -424,6 +428,10 @@ func LoadFile(path string, base Config) (Config, error) {
 
 // Flags binds the suite's flags to a FlagSet and builds the Config after parsing.
 type Flags struct {
+	// BaseDir resolves a relative --config path; empty means the current directory.
+	BaseDir    string
+	fs         *flag.FlagSet
+	shared     []string
 	configFile string
 	set        []setting
 }
@@ -469,6 +477,14 @@ var flagDefs = []flagDef{
 	}},
 	{name: "auto-tolerate", usage: "tolerate the GPU pool's dedication taints automatically (default true)", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.AutoTolerateDedicationTaints = &b })},
 	{name: "timeout-profile", usage: "auto (default: local on a kind cluster, real otherwise), local or real", apply: func(c *Config, v string) error { c.TimeoutProfile = v; return nil }},
+	{name: "timeout", usage: "bound on the whole run, e.g. 2h (default: the later of Ginkgo's --timeout and 90m)", apply: func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q: want a positive duration such as 2h", v)
+		}
+		c.RunTimeout = metav1.Duration{Duration: d}
+		return nil
+	}},
 	{name: "artifacts", usage: "artifacts directory (default $ARTIFACTS or _artifacts)", apply: func(c *Config, v string) error { c.ArtifactsDir = v; return nil }},
 	{name: "keep-resources", usage: "keep every created object (debugging)", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.KeepResources = b })},
 	{name: "cleanup-leftovers", usage: "delete an earlier run's leftovers at start instead of refusing to run", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.CleanupLeftovers = b })},
@@ -560,11 +576,21 @@ func ParseToleration(s string) (corev1.Toleration, error) {
 	return t, nil
 }
 
-// RegisterFlags adds the suite's flags to fs. Call Config after fs is parsed.
+// RegisterFlags adds the suite's flags to fs. Call Config after fs is parsed. A flag another package
+// already defined on fs (controller-runtime's config package defines --kubeconfig on the command line's
+// FlagSet in its init, and e2e-framework's klient imports it) is shared: Config reads its value.
 func RegisterFlags(fs *flag.FlagSet) *Flags {
-	f := &Flags{}
-	fs.StringVar(&f.configFile, "config", "", "YAML configuration file; flags override its values")
+	f := &Flags{fs: fs}
+	if fs.Lookup("config") == nil {
+		fs.StringVar(&f.configFile, "config", "", "YAML configuration file; flags override its values")
+	} else {
+		f.shared = append(f.shared, "config")
+	}
 	for _, d := range flagDefs {
+		if fs.Lookup(d.name) != nil {
+			f.shared = append(f.shared, d.name)
+			continue
+		}
 		record := func(v string) error {
 			f.set = append(f.set, setting{name: d.name, value: v})
 			return nil
@@ -578,17 +604,40 @@ func RegisterFlags(fs *flag.FlagSet) *Flags {
 	return f
 }
 
+// sharedSettings are the values given to the flags shared with another package.
+func (f *Flags) sharedSettings() []setting {
+	var out []setting
+	if f.fs == nil {
+		return nil
+	}
+	f.fs.Visit(func(fl *flag.Flag) {
+		if slices.Contains(f.shared, fl.Name) {
+			if fl.Name == "config" {
+				f.configFile = fl.Value.String()
+				return
+			}
+			out = append(out, setting{name: fl.Name, value: fl.Value.String()})
+		}
+	})
+	return out
+}
+
 // Config returns the configuration: defaults, then the --config file, then the flags in the order
 // given, then validation.
 func (f *Flags) Config() (Config, error) {
 	cfg := Default()
+	set := append(f.sharedSettings(), f.set...)
 	if f.configFile != "" {
+		file := f.configFile
+		if f.BaseDir != "" && !filepath.IsAbs(file) {
+			file = filepath.Join(f.BaseDir, file)
+		}
 		var err error
-		if cfg, err = LoadFile(f.configFile, cfg); err != nil {
+		if cfg, err = LoadFile(file, cfg); err != nil {
 			return cfg, err
 		}
 	}
-	for _, s := range f.set {
+	for _, s := range set {
 		for _, d := range flagDefs {
 			if d.name == s.name {
 				if err := d.apply(&cfg, s.value); err != nil {
