@@ -11,10 +11,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/diagnose"
 )
 
@@ -150,43 +149,20 @@ func parseDiagnoseTarget(positional []string, namespace string) (diagnose.Target
 	return diagnose.Target{Kind: k, Namespace: namespace, Name: name}, nil
 }
 
-// diagnoseClients builds the clients from the kubeconfig, checks the API
-// server answers, and leaves Kueue nil when kueue.x-k8s.io/v1beta2 is not
-// served so the diagnosis reports APIMissing instead of a 404 per read.
+// diagnoseClients connects as the suite does (cluster.Connect: the same
+// kubeconfig, context and reachability errors) and leaves Kueue nil when
+// kueue.x-k8s.io/v1beta2 is not served so the diagnosis reports APIMissing
+// instead of a 404 per read.
 func diagnoseClients(ctx context.Context, kubeconfig, kubeContext string) (diagnose.Clients, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	}
-	where := kubeconfig
-	if where == "" {
-		where = strings.Join(rules.GetLoadingPrecedence(), ":")
-	}
-	overrides := &clientcmd.ConfigOverrides{CurrentContext: kubeContext}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, overrides).ClientConfig()
-	if err != nil {
-		return diagnose.Clients{}, fmt.Errorf("cannot load a cluster from kubeconfig %s (context %q): %v; pass --kubeconfig and --context, or set KUBECONFIG", where, kubeContext, err)
-	}
 	// The reachability check should fail fast rather than hang on a dead VPN.
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 20 * time.Second
-	}
-	kube, err := kubernetes.NewForConfig(cfg)
+	clients, err := cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: kubeconfig, Context: kubeContext, Timeout: 20 * time.Second})
 	if err != nil {
-		return diagnose.Clients{}, fmt.Errorf("building a client for %s: %v", cfg.Host, err)
-	}
-	if _, err := kube.Discovery().ServerVersion(); err != nil {
-		return diagnose.Clients{}, fmt.Errorf("cannot reach the API server at %s: %v; check that the cluster is running, that this machine can reach it, and --context", cfg.Host, err)
-	}
-	if err := ctx.Err(); err != nil {
 		return diagnose.Clients{}, err
 	}
-	c := diagnose.Clients{Kube: kube}
-	if _, err := kube.Discovery().ServerResourcesForGroupVersion("kueue.x-k8s.io/v1beta2"); err != nil && apierrors.IsNotFound(err) {
+	c := diagnose.Clients{Kube: clients.Kube}
+	if _, err := clients.Kube.Discovery().ServerResourcesForGroupVersion(kueue.GroupVersion.String()); err != nil && apierrors.IsNotFound(err) {
 		return c, nil
 	}
-	if c.Kueue, err = kueueclient.NewForConfig(cfg); err != nil {
-		return diagnose.Clients{}, fmt.Errorf("building a Kueue client for %s: %v", cfg.Host, err)
-	}
+	c.Kueue = clients.Kueue
 	return c, nil
 }

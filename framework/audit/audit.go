@@ -6,18 +6,27 @@ package audit
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes"
-	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/faults"
 )
 
@@ -81,115 +90,208 @@ func Summary(fs []Finding) string {
 	return strings.Join(lines, "\n")
 }
 
-// Run lists every kind the suite creates and sorts labelled objects into this run's and others'. kq may
-// be nil when Kueue is absent.
-func Run(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, runID string) Result {
-	return RunIn(ctx, kube, kq, runID, "", "")
+// Objects lists and deletes objects of any kind: e2e-framework's klient in a run (For), a fake in tests.
+type Objects interface {
+	// List fills list (an unstructured list naming its kind) from namespace; "" lists all namespaces
+	// or a cluster-scoped kind.
+	List(ctx context.Context, namespace string, list k8s.ObjectList, opts ...resources.ListOption) error
+	// Delete deletes obj (its kind, namespace and name).
+	Delete(ctx context.Context, obj k8s.Object, opts ...resources.DeleteOption) error
+}
+
+// Auditor finds and deletes what runs left behind.
+type Auditor struct {
+	// Objects lists and deletes the kinds the suite creates.
+	Objects Objects
+	// Kube reads and updates nodes: the suite's marks on them are fields, not objects.
+	Kube kubernetes.Interface
+	// Kueue says whether Kueue's API is served; its kinds are listed only then.
+	Kueue bool
+}
+
+// For audits through c's klient, which shares the counted connection of c's typed clients.
+func For(c *cluster.Clients, kueuePresent bool) Auditor {
+	return Auditor{Objects: klientObjects{c}, Kube: c.Kube, Kueue: kueuePresent}
+}
+
+type klientObjects struct{ c *cluster.Clients }
+
+func (k klientObjects) List(ctx context.Context, ns string, list k8s.ObjectList, opts ...resources.ListOption) error {
+	return k.c.ResourcesIn(ns).List(ctx, list, opts...)
+}
+
+func (k klientObjects) Delete(ctx context.Context, obj k8s.Object, opts ...resources.DeleteOption) error {
+	return k.c.Resources.Delete(ctx, obj, opts...)
+}
+
+// The kinds the suite creates, by the names findings carry. DeviceTaintRule is resource.k8s.io/v1 as
+// framework/faults creates it; client-go has no v1 type for it yet, hence unstructured lists.
+var (
+	podKind                   = corev1.SchemeGroupVersion.WithKind("Pod")
+	jobKind                   = batchv1.SchemeGroupVersion.WithKind("Job")
+	pvcKind                   = corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim")
+	claimTemplateKind         = resourcev1.SchemeGroupVersion.WithKind("ResourceClaimTemplate")
+	claimKind                 = resourcev1.SchemeGroupVersion.WithKind("ResourceClaim")
+	namespaceKind             = corev1.SchemeGroupVersion.WithKind("Namespace")
+	pvKind                    = corev1.SchemeGroupVersion.WithKind("PersistentVolume")
+	deviceClassKind           = resourcev1.SchemeGroupVersion.WithKind("DeviceClass")
+	deviceTaintRuleKind       = resourcev1.SchemeGroupVersion.WithKind("DeviceTaintRule")
+	clusterQueueKind          = kueue.GroupVersion.WithKind("ClusterQueue")
+	resourceFlavorKind        = kueue.GroupVersion.WithKind("ResourceFlavor")
+	workloadPriorityClassKind = kueue.GroupVersion.WithKind("WorkloadPriorityClass")
+
+	// namespacedKinds are listed in a team namespace.
+	namespacedKinds = []schema.GroupVersionKind{podKind, jobKind, pvcKind, claimTemplateKind, claimKind}
+	// clusterKinds are listed when the suite creates its own namespaces (claims across all of them).
+	clusterKinds = []schema.GroupVersionKind{namespaceKind, claimKind, pvKind, deviceClassKind}
+	// kueueKinds are listed where Kueue is installed.
+	kueueKinds = []schema.GroupVersionKind{clusterQueueKind, resourceFlavorKind, workloadPriorityClassKind}
+	// deletable are the kinds Delete removes as objects, by finding kind.
+	deletable = kindsByName(namespacedKinds, clusterKinds, kueueKinds, []schema.GroupVersionKind{deviceTaintRuleKind})
+)
+
+func kindsByName(groups ...[]schema.GroupVersionKind) map[string]schema.GroupVersionKind {
+	out := map[string]schema.GroupVersionKind{}
+	for _, g := range groups {
+		for _, k := range g {
+			out[k.Kind] = k
+		}
+	}
+	return out
+}
+
+// Run lists every kind the suite creates and sorts labelled objects into this run's and others'.
+func (a Auditor) Run(ctx context.Context, runID string) Result {
+	return a.RunIn(ctx, runID, "", "")
 }
 
 // RunIn is Run for team-namespace mode when namespace is set: the suite created no namespace and no
 // cluster-scoped object, so it lists the namespaced kinds it creates (pods, Jobs, claim templates,
 // claims) in that namespace, and the node marks. helperNamespace, when set, is where the suite's helper
 // pods run outside the spec namespaces; its labelled pods are listed too.
-func RunIn(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, runID, namespace, helperNamespace string) Result {
+func (a Auditor) RunIn(ctx context.Context, runID, namespace, helperNamespace string) Result {
 	res := Result{RunID: runID}
-	sel := metav1.ListOptions{LabelSelector: fixtures.RunLabel}
-	add := func(kind, ns, name string, lbls map[string]string, detail string) {
-		f := Finding{Kind: kind, Namespace: ns, Name: name, Run: lbls[fixtures.RunLabel], Detail: detail}
+	add := func(f Finding) {
 		if f.Run == runID {
 			res.Ours = append(res.Ours, f)
 		} else {
 			res.Others = append(res.Others, f)
 		}
 	}
-	fail := func(kind string, err error) {
-		if err != nil && !apierrors.IsNotFound(err) && !isNoMatch(err) {
-			res.Errors = append(res.Errors, fmt.Sprintf("listing %s: %v", kind, err))
+	fail := func(what string, err error) {
+		if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) && !isNoMatch(err) {
+			res.Errors = append(res.Errors, fmt.Sprintf("listing %s: %v", what, err))
+		}
+	}
+	list := func(gvk schema.GroupVersionKind, ns, what, detail string) {
+		l := &unstructured.UnstructuredList{}
+		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := a.Objects.List(ctx, ns, l, resources.WithLabelSelector(fixtures.RunLabel)); err != nil {
+			fail(what, err)
+			return
+		}
+		for _, o := range l.Items {
+			d := cmp.Or(detail, objectDetail(gvk, o))
+			add(Finding{Kind: gvk.Kind, Namespace: o.GetNamespace(), Name: o.GetName(), Run: o.GetLabels()[fixtures.RunLabel], Detail: d})
 		}
 	}
 
 	if helperNamespace != "" && helperNamespace != namespace {
-		if l, err := kube.CoreV1().Pods(helperNamespace).List(ctx, sel); err == nil {
-			for _, o := range l.Items {
-				add("Pod", o.Namespace, o.Name, o.Labels, "helper")
-			}
-		} else {
-			fail("pods in "+helperNamespace, err)
-		}
+		list(podKind, helperNamespace, "pods in "+helperNamespace, "helper")
 	}
-	if namespace != "" {
-		listNamespaced(ctx, kube, namespace, sel, add, fail)
-		listNodeMarks(ctx, kube, runID, &res, fail)
-		sortFindings(res.Ours)
-		sortFindings(res.Others)
-		return res
+	kinds := namespacedKinds
+	if namespace == "" {
+		kinds = clusterKinds
+		if a.Kueue {
+			kinds = slices.Concat(kinds, kueueKinds)
+		}
+		kinds = append(kinds, deviceTaintRuleKind)
 	}
-	if l, err := kube.CoreV1().Namespaces().List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			detail := ""
-			if o.DeletionTimestamp != nil {
-				detail = "terminating"
-			}
-			add("Namespace", "", o.Name, o.Labels, detail)
-		}
-	} else {
-		fail("namespaces", err)
+	for _, k := range kinds {
+		list(k, namespace, resourceName(k), "")
 	}
-	if l, err := kube.ResourceV1().ResourceClaims("").List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			add("ResourceClaim", o.Namespace, o.Name, o.Labels, "")
-		}
-	} else {
-		fail("resourceclaims", err)
-	}
-	if l, err := kube.CoreV1().PersistentVolumes().List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			add("PersistentVolume", "", o.Name, o.Labels, string(o.Status.Phase))
-		}
-	} else {
-		fail("persistentvolumes", err)
-	}
-	if l, err := kube.ResourceV1().DeviceClasses().List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			add("DeviceClass", "", o.Name, o.Labels, "")
-		}
-	} else {
-		fail("deviceclasses", err)
-	}
-	if kq != nil {
-		if l, err := kq.KueueV1beta2().ClusterQueues().List(ctx, sel); err == nil {
-			for _, o := range l.Items {
-				add("ClusterQueue", "", o.Name, o.Labels, "")
-			}
-		} else {
-			fail("clusterqueues", err)
-		}
-		if l, err := kq.KueueV1beta2().ResourceFlavors().List(ctx, sel); err == nil {
-			for _, o := range l.Items {
-				add("ResourceFlavor", "", o.Name, o.Labels, "")
-			}
-		} else {
-			fail("resourceflavors", err)
-		}
-		if l, err := kq.KueueV1beta2().WorkloadPriorityClasses().List(ctx, sel); err == nil {
-			for _, o := range l.Items {
-				add("WorkloadPriorityClass", "", o.Name, o.Labels, "")
-			}
-		} else {
-			fail("workloadpriorityclasses", err)
-		}
-	}
-	if rules, err := faults.ListTaintRules(ctx, kube); err == nil {
-		for name, run := range rules {
-			add("DeviceTaintRule", "", name, map[string]string{fixtures.RunLabel: run}, "")
-		}
-	} else {
-		fail("devicetaintrules", err)
-	}
-	listNodeMarks(ctx, kube, runID, &res, fail)
+	listNodeMarks(ctx, a.Kube, runID, &res, fail)
 	sortFindings(res.Ours)
 	sortFindings(res.Others)
 	return res
+}
+
+// objectDetail is what a finding of kind says besides its name: a terminating namespace, a
+// PersistentVolume's phase.
+func objectDetail(gvk schema.GroupVersionKind, o unstructured.Unstructured) string {
+	switch gvk {
+	case namespaceKind:
+		if o.GetDeletionTimestamp() != nil {
+			return "terminating"
+		}
+	case pvKind:
+		phase, _, _ := unstructured.NestedString(o.Object, "status", "phase")
+		return phase
+	}
+	return ""
+}
+
+// resourceName is the kind's resource, for messages ("resourceclaims").
+func resourceName(gvk schema.GroupVersionKind) string {
+	plural, _ := meta.UnsafeGuessKindToResource(gvk)
+	return plural.Resource
+}
+
+// Delete removes the findings: objects are deleted, node marks are removed. It returns one error
+// naming every failure. Only objects carrying the run label are ever found, so only those are deleted.
+func (a Auditor) Delete(ctx context.Context, fs []Finding) error {
+	var errs []string
+	for _, f := range fs {
+		isMark, err := deleteNodeMark(ctx, a.Kube, f)
+		if !isMark {
+			err = a.deleteObject(ctx, f)
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Sprintf("%s: %v", f, err))
+		}
+	}
+	return joinDeleteErrors(errs)
+}
+
+func (a Auditor) deleteObject(ctx context.Context, f Finding) error {
+	gvk, ok := deletable[f.Kind]
+	if !ok {
+		return fmt.Errorf("unknown kind %s", f.Kind)
+	}
+	if gvk.Group == kueue.GroupVersion.Group && !a.Kueue {
+		return errors.New("the Kueue API is not served")
+	}
+	o := &unstructured.Unstructured{}
+	o.SetGroupVersionKind(gvk)
+	o.SetNamespace(f.Namespace)
+	o.SetName(f.Name)
+	return a.Objects.Delete(ctx, o, resources.WithDeletePropagation(string(metav1.DeletePropagationBackground)))
+}
+
+// deleteNodeMark removes a node mark; isMark is false for any other finding.
+func deleteNodeMark(ctx context.Context, kube kubernetes.Interface, f Finding) (isMark bool, err error) {
+	switch f.Kind {
+	case "NodeFault":
+		if slices.Contains(faults.ParseMarks(f.Detail), string(faults.StopNode)) {
+			return true, fmt.Errorf("node %s was stopped by run %s: start it (a run with the same fault provider and --cleanup-leftovers does), then clear the mark", f.Name, f.Run)
+		}
+		if slices.Contains(faults.ParseMarks(f.Detail), string(faults.OutOfService)) {
+			if err := faults.RemoveOutOfService(ctx, kube, f.Name); err != nil {
+				return true, err
+			}
+		}
+		return true, clearNode(ctx, kube, f.Name)
+	case "NodeTaint", "NodeCordon", "NodeAnnotation", "NodeLabel":
+		return true, clearNode(ctx, kube, f.Name)
+	}
+	return false, nil
+}
+
+func joinDeleteErrors(errs []string) error {
+	if len(errs) > 0 {
+		return fmt.Errorf("could not delete %d leftover(s):\n  - %s", len(errs), strings.Join(errs, "\n  - "))
+	}
+	return nil
 }
 
 func listNodeMarks(ctx context.Context, kube kubernetes.Interface, runID string, res *Result, fail func(string, error)) {
@@ -206,46 +308,6 @@ func listNodeMarks(ctx context.Context, kube kubernetes.Interface, runID string,
 				res.Others = append(res.Others, f)
 			}
 		}
-	}
-}
-
-// listNamespaced lists the namespaced kinds the suite creates in one namespace.
-func listNamespaced(ctx context.Context, kube kubernetes.Interface, ns string, sel metav1.ListOptions,
-	add func(kind, ns, name string, lbls map[string]string, detail string), fail func(string, error)) {
-	if l, err := kube.CoreV1().Pods(ns).List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			add("Pod", o.Namespace, o.Name, o.Labels, "")
-		}
-	} else {
-		fail("pods", err)
-	}
-	if l, err := kube.BatchV1().Jobs(ns).List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			add("Job", o.Namespace, o.Name, o.Labels, "")
-		}
-	} else {
-		fail("jobs", err)
-	}
-	if l, err := kube.CoreV1().PersistentVolumeClaims(ns).List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			add("PersistentVolumeClaim", o.Namespace, o.Name, o.Labels, "")
-		}
-	} else {
-		fail("persistentvolumeclaims", err)
-	}
-	if l, err := kube.ResourceV1().ResourceClaimTemplates(ns).List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			add("ResourceClaimTemplate", o.Namespace, o.Name, o.Labels, "")
-		}
-	} else {
-		fail("resourceclaimtemplates", err)
-	}
-	if l, err := kube.ResourceV1().ResourceClaims(ns).List(ctx, sel); err == nil {
-		for _, o := range l.Items {
-			add("ResourceClaim", o.Namespace, o.Name, o.Labels, "")
-		}
-	} else {
-		fail("resourceclaims", err)
 	}
 }
 
@@ -281,72 +343,6 @@ func sortFindings(fs []Finding) {
 func isNoMatch(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "could not find the requested resource") || strings.Contains(s, "no matches for kind")
-}
-
-// Delete removes the findings: objects are deleted, node marks are removed. It returns one error
-// naming every failure. Only objects carrying the run label are ever found, so only those are deleted.
-func Delete(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, fs []Finding) error {
-	var errs []string
-	bg := metav1.DeletePropagationBackground
-	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
-	for _, f := range fs {
-		var err error
-		switch f.Kind {
-		case "Namespace":
-			err = kube.CoreV1().Namespaces().Delete(ctx, f.Name, opts)
-		case "ResourceClaim":
-			err = kube.ResourceV1().ResourceClaims(f.Namespace).Delete(ctx, f.Name, opts)
-		case "ResourceClaimTemplate":
-			err = kube.ResourceV1().ResourceClaimTemplates(f.Namespace).Delete(ctx, f.Name, opts)
-		case "Pod":
-			err = kube.CoreV1().Pods(f.Namespace).Delete(ctx, f.Name, opts)
-		case "Job":
-			err = kube.BatchV1().Jobs(f.Namespace).Delete(ctx, f.Name, opts)
-		case "DeviceClass":
-			err = kube.ResourceV1().DeviceClasses().Delete(ctx, f.Name, opts)
-		case "ClusterQueue", "ResourceFlavor", "WorkloadPriorityClass":
-			if kq == nil {
-				err = fmt.Errorf("no Kueue client")
-				break
-			}
-			switch f.Kind {
-			case "ClusterQueue":
-				err = kq.KueueV1beta2().ClusterQueues().Delete(ctx, f.Name, opts)
-			case "ResourceFlavor":
-				err = kq.KueueV1beta2().ResourceFlavors().Delete(ctx, f.Name, opts)
-			default:
-				err = kq.KueueV1beta2().WorkloadPriorityClasses().Delete(ctx, f.Name, opts)
-			}
-		case "PersistentVolume":
-			err = kube.CoreV1().PersistentVolumes().Delete(ctx, f.Name, opts)
-		case "PersistentVolumeClaim":
-			err = kube.CoreV1().PersistentVolumeClaims(f.Namespace).Delete(ctx, f.Name, opts)
-		case "DeviceTaintRule":
-			err = faults.DeleteTaintRule(ctx, kube, f.Name)
-		case "NodeFault":
-			if slices.Contains(faults.ParseMarks(f.Detail), string(faults.StopNode)) {
-				err = fmt.Errorf("node %s was stopped by run %s: start it (a run with the same fault provider and --cleanup-leftovers does), then clear the mark", f.Name, f.Run)
-				break
-			}
-			if slices.Contains(faults.ParseMarks(f.Detail), string(faults.OutOfService)) {
-				if err = faults.RemoveOutOfService(ctx, kube, f.Name); err != nil {
-					break
-				}
-			}
-			err = clearNode(ctx, kube, f.Name)
-		case "NodeTaint", "NodeCordon", "NodeAnnotation", "NodeLabel":
-			err = clearNode(ctx, kube, f.Name)
-		default:
-			err = fmt.Errorf("unknown kind %s", f.Kind)
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Sprintf("%s: %v", f, err))
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("could not delete %d leftover(s):\n  - %s", len(errs), strings.Join(errs, "\n  - "))
-	}
-	return nil
 }
 
 // clearNode removes the suite's taints, its cordon, the unhealthy-devices annotation and the run marks.

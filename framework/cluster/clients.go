@@ -10,12 +10,16 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 )
 
@@ -29,6 +33,9 @@ type Clients struct {
 	Kueue kueueclient.Interface
 	// Dynamic reaches any resource, for the leak audit and dumps.
 	Dynamic dynamic.Interface
+	// Resources is the one generic client (e2e-framework's klient): it creates, deletes and lists any
+	// kind the suite makes. Typed clientsets stay for watches, informers, status and subresources.
+	Resources *resources.Resources
 	// Server is the API server URL, for messages.
 	Server string
 	// Context is the kubeconfig context in use.
@@ -60,7 +67,13 @@ func Connect(ctx context.Context, o ConnectOptions) (*Clients, error) {
 	}
 	raw, err := rules.Load()
 	if err != nil {
-		return nil, fmt.Errorf("cannot load kubeconfig %s: %w", where, err)
+		return nil, fmt.Errorf("cannot load kubeconfig %s: %w; pass --kubeconfig or set KUBECONFIG", where, err)
+	}
+	if o.Kubeconfig == "" && o.Context == "" && len(raw.Contexts) == 0 {
+		// No kubeconfig at all: inside a pod (the in-cluster runner), its ServiceAccount.
+		if restCfg, err := rest.InClusterConfig(); err == nil {
+			return connected(ctx, restCfg, "in-cluster", o.Timeout)
+		}
 	}
 	contextName := o.Context
 	if contextName == "" {
@@ -76,6 +89,12 @@ func Connect(ctx context.Context, o ConnectOptions) (*Clients, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s, context %q: %w", where, contextName, err)
 	}
+	return connected(ctx, restCfg, contextName, o.Timeout)
+}
+
+// connected builds the clients on restCfg and checks that the API server answers.
+func connected(ctx context.Context, restCfg *rest.Config, contextName string, timeout time.Duration) (*Clients, error) {
+	var err error
 	restCfg.QPS, restCfg.Burst = 50, 100 // the suite is bursty at spec start; the default 5 QPS throttles it.
 	counter := &RequestCounter{}
 	restCfg.Wrap(counter.Wrap)
@@ -90,10 +109,34 @@ func Connect(ctx context.Context, o ConnectOptions) (*Clients, error) {
 	if c.Dynamic, err = dynamic.NewForConfig(restCfg); err != nil {
 		return nil, fmt.Errorf("building dynamic client for %s: %w", restCfg.Host, err)
 	}
-	if err := c.CheckReachable(ctx, o.Timeout); err != nil {
+	if c.Resources, err = NewResources(restCfg); err != nil {
+		return nil, fmt.Errorf("building klient for %s: %w", restCfg.Host, err)
+	}
+	if err := c.CheckReachable(ctx, timeout); err != nil {
 		return nil, err
 	}
 	return c, nil
+}
+
+// addKueueToScheme registers Kueue's API in client-go's scheme, which klient uses (it already holds
+// every built-in group, resource.k8s.io included). Once: schemes are not safe to write concurrently.
+var addKueueToScheme = sync.OnceValue(func() error { return kueue.AddToScheme(scheme.Scheme) })
+
+// NewResources builds klient on cfg (pass the counted config, so its requests are counted too), its
+// scheme knowing Kueue's kinds besides the built-in ones.
+func NewResources(cfg *rest.Config) (*resources.Resources, error) {
+	if err := addKueueToScheme(); err != nil {
+		return nil, fmt.Errorf("registering Kueue's API: %w", err)
+	}
+	return resources.New(cfg)
+}
+
+// ResourcesIn returns klient listing in ns ("": all namespaces, or a cluster-scoped kind). klient's
+// WithNamespace sets the namespace on the client it is called on, so this scopes a copy and leaves the
+// shared one alone.
+func (c *Clients) ResourcesIn(ns string) *resources.Resources {
+	r := *c.Resources
+	return r.WithNamespace(ns)
 }
 
 // CheckReachable asks the server for its version and turns failures into advice.

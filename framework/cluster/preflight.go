@@ -8,6 +8,7 @@ import (
 	authv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 )
 
 // Permission is one verb on one resource the suite needs.
@@ -94,9 +95,9 @@ func PreflightNeeds(n Needs) []Permission {
 		}
 	}
 	if n.Kueue {
-		perms = append(perms, Permission{Verb: "list", Group: "kueue.x-k8s.io", Resource: "workloads", Why: "check admission", Namespace: ns})
+		perms = append(perms, Permission{Verb: "list", Group: kueue.GroupVersion.Group, Resource: "workloads", Why: "check admission", Namespace: ns})
 		if ns != "" {
-			perms = append(perms, Permission{Verb: "get", Group: "kueue.x-k8s.io", Resource: "localqueues", Why: "check the team's LocalQueue is active", Namespace: ns})
+			perms = append(perms, Permission{Verb: "get", Group: kueue.GroupVersion.Group, Resource: "localqueues", Why: "check the team's LocalQueue is active", Namespace: ns})
 		}
 	}
 	if n.Checkpoints {
@@ -129,8 +130,8 @@ func PreflightNeeds(n Needs) []Permission {
 	if n.OwnQueues {
 		for _, r := range []string{"resourceflavors", "clusterqueues", "localqueues", "workloadpriorityclasses"} {
 			perms = append(perms,
-				Permission{Verb: "create", Group: "kueue.x-k8s.io", Resource: r, Why: "create each spec's own queues"},
-				Permission{Verb: "delete", Group: "kueue.x-k8s.io", Resource: r, Why: "clean up each spec's queues"})
+				Permission{Verb: "create", Group: kueue.GroupVersion.Group, Resource: r, Why: "create each spec's own queues"},
+				Permission{Verb: "delete", Group: kueue.GroupVersion.Group, Resource: r, Why: "clean up each spec's queues"})
 		}
 	}
 	return perms

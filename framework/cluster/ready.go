@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"gpuconform.io/gpuconform/framework/config"
 )
@@ -41,16 +42,14 @@ func FindKueueWebhook(ctx context.Context, kube kubernetes.Interface) (KueueWebh
 				continue
 			}
 			for _, r := range w.Rules {
-				if slices.Contains(r.APIGroups, kueueGroup) {
+				if slices.Contains(r.APIGroups, kueue.GroupVersion.Group) {
 					return KueueWebhookRef{Namespace: w.ClientConfig.Service.Namespace, Name: w.ClientConfig.Service.Name, Configuration: c.Name, Webhook: w.Name}, nil
 				}
 			}
 		}
 	}
-	return KueueWebhookRef{}, fmt.Errorf("no MutatingWebhookConfiguration handles %s resources: Kueue's CRDs are installed but its webhook is not (is kueue-controller-manager installed?)", kueueGroup)
+	return KueueWebhookRef{}, fmt.Errorf("no MutatingWebhookConfiguration handles %s resources: Kueue's CRDs are installed but its webhook is not (is kueue-controller-manager installed?)", kueue.GroupVersion.Group)
 }
-
-const kueueGroup = "kueue.x-k8s.io"
 
 // CheckKueueWebhookReady returns nil when the Service behind Kueue's webhook (FindKueueWebhook; when the
 // configurations cannot be read, KueueWebhookService in namespace) has at least one ready endpoint,

@@ -15,15 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
-)
-
-// Label and annotation keys this package reads. They are copied rather than
-// imported so the diagnosis does not pull Kueue's controller packages.
-const (
-	// jobNameLabel is set by the Job controller on every pod it creates.
-	jobNameLabel = "batch.kubernetes.io/job-name"
-	// queueNameLabel opts a Job into Kueue (kueue pkg/controller/constants.QueueLabel).
-	queueNameLabel = "kueue.x-k8s.io/queue-name"
+	"sigs.k8s.io/kueue/pkg/controller/constants"
 )
 
 // kueueRead and friends describe the reads that can fail as a whole API.
@@ -223,14 +215,14 @@ func (d *diagnosis) decide(ctx context.Context, job *batchv1.Job, wl *kueue.Work
 		return nil, errors.New("diagnose: nothing to diagnose")
 	}
 	if isSuspended(job) {
-		if q := job.Labels[queueNameLabel]; q != "" && d.kueueMissing != "" {
+		if q := job.Labels[constants.QueueLabel]; q != "" && d.kueueMissing != "" {
 			return nil, apiMissing(readWorkloads, StageQueued, d.kueueMissing)
 		}
 		msg := fmt.Sprintf("Job %s/%s has spec.suspend=true and no Kueue Workload owns it", job.Namespace, job.Name)
-		if q := job.Labels[queueNameLabel]; q != "" {
-			msg += fmt.Sprintf(" (label %s=%s is set, so Kueue should have created one: check that Kueue manages Jobs and that its controller runs)", queueNameLabel, q)
+		if q := job.Labels[constants.QueueLabel]; q != "" {
+			msg += fmt.Sprintf(" (label %s=%s is set, so Kueue should have created one: check that Kueue manages Jobs and that its controller runs)", constants.QueueLabel, q)
 		} else {
-			msg += fmt.Sprintf(" (no %s label)", queueNameLabel)
+			msg += fmt.Sprintf(" (no %s label)", constants.QueueLabel)
 		}
 		return &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueNotManaged, Messages: []string{msg},
 			Next: fmt.Sprintf("kubectl get job -n %s %s -o jsonpath='{.metadata.labels}'", job.Namespace, job.Name)}, nil
@@ -280,7 +272,7 @@ func allTerminating(pods []corev1.Pod) bool {
 // queue, or it is suspended (which, under manageJobsWithoutQueueName, Kueue
 // would also own).
 func needsKueue(job *batchv1.Job) bool {
-	return job.Labels[queueNameLabel] != "" || isSuspended(job)
+	return job.Labels[constants.QueueLabel] != "" || isSuspended(job)
 }
 
 func isSuspended(job *batchv1.Job) bool {
@@ -372,10 +364,10 @@ func (d *diagnosis) notFound(resource, name string, err error) error {
 		Next:     fmt.Sprintf("kubectl get %s -n %s", resource, d.ns())}}
 }
 
-// workloadForJob finds the Workload Kueue created for the Job by its owner
-// reference (names are job-<name>-<hash>, so the name alone is not enough).
-// A missing Kueue API is remembered, not returned, because a Job that already
-// has pods does not need Kueue to be diagnosed.
+// workloadForJob finds the Workload Kueue created for the Job by the job-UID
+// label Kueue puts on it (names are job-<name>-<hash>, so the name alone is
+// not enough). A missing Kueue API is remembered, not returned, because a Job
+// that already has pods does not need Kueue to be diagnosed.
 func (d *diagnosis) workloadForJob(ctx context.Context, job *batchv1.Job) (*kueue.Workload, error) {
 	r := readWorkloads
 	r.namespace = d.ns()
@@ -383,7 +375,11 @@ func (d *diagnosis) workloadForJob(ctx context.Context, job *batchv1.Job) (*kueu
 		d.kueueMissing = "no Kueue client: kueue.x-k8s.io/v1beta2 was not discovered on this cluster"
 		return nil, nil
 	}
-	list, err := d.c.Kueue.KueueV1beta2().Workloads(d.ns()).List(ctx, metav1.ListOptions{})
+	if job.UID == "" {
+		return nil, nil
+	}
+	sel := labels.SelectorFromSet(labels.Set{constants.JobUIDLabel: string(job.UID)}).String()
+	list, err := d.c.Kueue.KueueV1beta2().Workloads(d.ns()).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		err = classifyReadErr(err, r, StageQueued)
 		if isAPIMissing(err) {
@@ -392,14 +388,7 @@ func (d *diagnosis) workloadForJob(ctx context.Context, job *batchv1.Job) (*kueu
 		}
 		return nil, err
 	}
-	var found []kueue.Workload
-	for _, wl := range list.Items {
-		for _, o := range wl.OwnerReferences {
-			if o.Kind == "Job" && (o.UID == job.UID || (job.UID == "" && o.Name == job.Name)) {
-				found = append(found, wl)
-			}
-		}
-	}
+	found := list.Items
 	if len(found) == 0 {
 		return nil, nil
 	}
@@ -417,7 +406,7 @@ func (d *diagnosis) workloadForJob(ctx context.Context, job *batchv1.Job) (*kueu
 
 func (d *diagnosis) jobPods(ctx context.Context, jobName string) ([]corev1.Pod, error) {
 	r := read{verb: "list", resource: "pods", version: "v1", namespace: d.ns()}
-	sel := labels.SelectorFromSet(labels.Set{jobNameLabel: jobName}).String()
+	sel := labels.SelectorFromSet(labels.Set{batchv1.JobNameLabel: jobName}).String()
 	list, err := d.c.Kube.CoreV1().Pods(d.ns()).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, classifyReadErr(err, r, StageUnknown)

@@ -13,8 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/labels"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/kueue/pkg/controller/constants"
 	"sigs.k8s.io/yaml"
 
 	"gpuconform.io/gpuconform/framework/testenv"
@@ -80,25 +81,22 @@ func waitLocalQueueActive(ctx context.Context, env *testenv.Env, ns, name string
 	env.Wait.For(ctx, fmt.Sprintf("LocalQueue %s/%s to be Active", ns, name), wait.Target{}, env.Timeouts.QueueActive, func(g gomega.Gomega) {
 		got, err := env.Clients.Kueue.KueueV1beta2().LocalQueues(ns).Get(ctx, name, metav1.GetOptions{})
 		g.Expect(err).NotTo(gomega.HaveOccurred(), "LocalQueue %s/%s", ns, name)
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, "Active")).To(gomega.BeTrue(),
+		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, kueue.LocalQueueActive)).To(gomega.BeTrue(),
 			"LocalQueue %s/%s is not Active; conditions:\n%s", ns, name, toYAML(got.Status.Conditions))
 	})
 }
 
-// WorkloadFor returns the Workload Kueue created for the Job (matched by owner UID), or nil.
+// WorkloadFor returns the Workload Kueue created for the Job (found by Kueue's job-UID label), or nil.
 func WorkloadFor(ctx context.Context, env *testenv.Env, job *batchv1.Job) (*kueue.Workload, error) {
-	list, err := env.Clients.Kueue.KueueV1beta2().Workloads(job.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
+	if job.UID == "" {
+		return nil, fmt.Errorf("job %s/%s has no UID: pass the Job as created", job.Namespace, job.Name)
+	}
+	sel := labels.SelectorFromSet(labels.Set{constants.JobUIDLabel: string(job.UID)}).String()
+	list, err := env.Clients.Kueue.KueueV1beta2().Workloads(job.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel})
+	if err != nil || len(list.Items) == 0 {
 		return nil, err
 	}
-	for i := range list.Items {
-		for _, ref := range list.Items[i].OwnerReferences {
-			if ref.UID == job.UID || (ref.Kind == "Job" && ref.Name == job.Name && job.UID == types.UID("")) {
-				return &list.Items[i], nil
-			}
-		}
-	}
-	return nil, nil
+	return &list.Items[0], nil
 }
 
 // ExpectAdmitted waits until the Job's Workload is Admitted and returns it. quotaResource and count, when

@@ -16,10 +16,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
-	"sigs.k8s.io/e2e-framework/pkg/envconf"
-	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/e2e-framework/klient/k8s"
+	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 
 	"gpuconform.io/gpuconform/fixtures"
@@ -111,21 +112,22 @@ func (e *Env) recordTimeline(ctx context.Context, ns, selector string) {
 	})
 }
 
-// NewNamespace creates a namespace for the current spec, named <prefix>-<purpose>-<random>, carrying
-// the run label. Cleanup (registered right after the create, so it runs last) deletes it and waits
-// until its pods and claims are gone, so the devices they held are free for the next spec (the
-// namespace itself finalizes in the background; the leak audit waits for it); a failed spec's
-// namespace is dumped before that.
+// NewNamespace creates a namespace for the current spec, named by the API server from
+// <prefix>-<purpose>- (metadata.generateName), carrying the run label. Cleanup (registered right after
+// the create, so it runs last) deletes it and waits until its pods and claims are gone, so the devices
+// they held are free for the next spec (the namespace itself finalizes in the background; the leak audit
+// waits for it); a failed spec's namespace is dumped before that.
 func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespace {
 	ginkgo.GinkgoHelper()
 	if e.Namespace != "" {
 		return e.useTeamNamespace(purpose)
 	}
 	e.Factory.SpecTag = ""
-	base := e.NamespacePrefix + "-" + purpose + "-"
-	ns := e.Factory.Namespace(envconf.RandomName(base, min(len(base)+6, 63)))
-	created, err := e.Clients.Kube.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "creating spec namespace %s", ns.Name)
+	created := e.Factory.Namespace("")
+	// The API server appends the random suffix (the prefix ends in one dash) and picks a free name.
+	created.GenerateName = e.NamespacePrefix + "-" + purpose + "-"
+	err := e.Clients.Resources.Create(ctx, created)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "creating a spec namespace %s*", created.GenerateName)
 
 	ginkgo.DeferCleanup(func() {
 		if e.KeepResources {
@@ -134,7 +136,7 @@ func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespac
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), e.Timeouts.Cleanup)
 		defer cancel()
-		err := e.Clients.Kube.CoreV1().Namespaces().Delete(ctx, created.Name, metav1.DeleteOptions{})
+		err := e.Clients.Resources.Delete(ctx, created)
 		if err != nil && !apierrors.IsNotFound(err) {
 			gomega.Expect(err).NotTo(gomega.HaveOccurred(), "deleting spec namespace %s", created.Name)
 		}
@@ -214,48 +216,48 @@ func (e *Env) kueueOrNil() kueueclient.Interface {
 	return nil
 }
 
-// deleteLabelled deletes the namespaced kinds the suite creates that carry the selector. Generated
+// labelledKinds are the namespaced kinds the suite creates that deleteLabelled removes. Generated
 // ResourceClaims go with their pods; Kueue's Workloads with their Jobs.
+var labelledKinds = []func() k8s.ObjectList{
+	func() k8s.ObjectList { return &batchv1.JobList{} },
+	func() k8s.ObjectList { return &corev1.PodList{} },
+	func() k8s.ObjectList { return &resourcev1.ResourceClaimTemplateList{} },
+	func() k8s.ObjectList { return &corev1.PersistentVolumeClaimList{} },
+}
+
+// deleteLabelled deletes the objects of labelledKinds in ns that carry the selector. A kind whose API
+// is not served (no DRA) has nothing to delete.
 func (e *Env) deleteLabelled(ctx context.Context, ns, selector string) error {
-	c := e.Clients.Kube
-	bg := metav1.DeletePropagationBackground
-	del := metav1.DeleteOptions{PropagationPolicy: &bg}
-	list := metav1.ListOptions{LabelSelector: selector}
+	res := e.Clients.ResourcesIn(ns)
 	var errs []error
 	keep := func(err error) {
-		if err != nil && !apierrors.IsNotFound(err) {
+		if err != nil && !apierrors.IsNotFound(err) && !meta.IsNoMatchError(err) {
 			errs = append(errs, err)
 		}
 	}
-	if jobs, err := c.BatchV1().Jobs(ns).List(ctx, list); err == nil {
-		for _, j := range jobs.Items {
-			keep(c.BatchV1().Jobs(ns).Delete(ctx, j.Name, del))
+	for _, newList := range labelledKinds {
+		list := newList()
+		if err := res.List(ctx, list, resources.WithLabelSelector(selector)); err != nil {
+			keep(err)
+			continue
 		}
-	} else {
-		keep(err)
-	}
-	if pods, err := c.CoreV1().Pods(ns).List(ctx, list); err == nil {
-		for _, p := range pods.Items {
-			keep(c.CoreV1().Pods(ns).Delete(ctx, p.Name, del))
+		items, err := meta.ExtractList(list)
+		if err != nil {
+			keep(err)
+			continue
 		}
-	} else {
-		keep(err)
-	}
-	if tmpls, err := c.ResourceV1().ResourceClaimTemplates(ns).List(ctx, list); err == nil {
-		for _, t := range tmpls.Items {
-			keep(c.ResourceV1().ResourceClaimTemplates(ns).Delete(ctx, t.Name, del))
-		}
-	}
-	if pvcs, err := c.CoreV1().PersistentVolumeClaims(ns).List(ctx, list); err == nil {
-		for _, p := range pvcs.Items {
-			keep(c.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, p.Name, del))
+		for _, it := range items {
+			keep(res.Delete(ctx, it.(k8s.Object), background))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// Create creates obj and registers its deletion (fresh context, LIFO). Supported kinds are the ones
-// fixtures builds. It returns the created object.
+// background deletes dependents (a Job's pods, a Workload) after the owner, without waiting.
+var background = resources.WithDeletePropagation(string(metav1.DeletePropagationBackground))
+
+// Create creates obj and registers its deletion (fresh context, LIFO). Any kind in klient's scheme
+// works (built-in and Kueue's). It returns the created object; obj itself is left as it was.
 func (e *Env) Create(ctx context.Context, obj fixtures.Object) fixtures.Object {
 	ginkgo.GinkgoHelper()
 	created, err := e.create(ctx, obj)
@@ -288,60 +290,20 @@ func (e *Env) TryCreate(ctx context.Context, obj fixtures.Object) error {
 	return err
 }
 
+// create creates a copy of obj through klient, which serves every kind in its scheme (built-in and
+// Kueue's), and returns it as the server answered. The copy leaves obj reusable as a template.
 func (e *Env) create(ctx context.Context, obj fixtures.Object) (fixtures.Object, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.Timeouts.API)
 	defer cancel()
-	c := e.Clients
-	o := metav1.CreateOptions{}
-	switch t := obj.(type) {
-	case *corev1.Pod:
-		return c.Kube.CoreV1().Pods(t.Namespace).Create(ctx, t, o)
-	case *batchv1.Job:
-		return c.Kube.BatchV1().Jobs(t.Namespace).Create(ctx, t, o)
-	case *resourcev1.ResourceClaimTemplate:
-		return c.Kube.ResourceV1().ResourceClaimTemplates(t.Namespace).Create(ctx, t, o)
-	case *corev1.PersistentVolumeClaim:
-		return c.Kube.CoreV1().PersistentVolumeClaims(t.Namespace).Create(ctx, t, o)
-	case *corev1.PersistentVolume:
-		return c.Kube.CoreV1().PersistentVolumes().Create(ctx, t, o)
-	case *kueue.ResourceFlavor:
-		return c.Kueue.KueueV1beta2().ResourceFlavors().Create(ctx, t, o)
-	case *kueue.ClusterQueue:
-		return c.Kueue.KueueV1beta2().ClusterQueues().Create(ctx, t, o)
-	case *kueue.LocalQueue:
-		return c.Kueue.KueueV1beta2().LocalQueues(t.Namespace).Create(ctx, t, o)
-	case *kueue.WorkloadPriorityClass:
-		return c.Kueue.KueueV1beta2().WorkloadPriorityClasses().Create(ctx, t, o)
+	created := obj.DeepCopyObject().(fixtures.Object)
+	if err := e.Clients.Resources.Create(ctx, created); err != nil {
+		return nil, err
 	}
-	return nil, fmt.Errorf("testenv cannot create %T; add it to testenv.create", obj)
+	return created, nil
 }
 
 func (e *Env) delete(ctx context.Context, obj fixtures.Object) error {
-	c := e.Clients
-	bg := metav1.DeletePropagationBackground
-	o := metav1.DeleteOptions{PropagationPolicy: &bg}
-	name, ns := obj.GetName(), obj.GetNamespace()
-	switch obj.(type) {
-	case *corev1.Pod:
-		return c.Kube.CoreV1().Pods(ns).Delete(ctx, name, o)
-	case *batchv1.Job:
-		return c.Kube.BatchV1().Jobs(ns).Delete(ctx, name, o)
-	case *resourcev1.ResourceClaimTemplate:
-		return c.Kube.ResourceV1().ResourceClaimTemplates(ns).Delete(ctx, name, o)
-	case *corev1.PersistentVolumeClaim:
-		return c.Kube.CoreV1().PersistentVolumeClaims(ns).Delete(ctx, name, o)
-	case *corev1.PersistentVolume:
-		return c.Kube.CoreV1().PersistentVolumes().Delete(ctx, name, o)
-	case *kueue.ResourceFlavor:
-		return c.Kueue.KueueV1beta2().ResourceFlavors().Delete(ctx, name, o)
-	case *kueue.ClusterQueue:
-		return c.Kueue.KueueV1beta2().ClusterQueues().Delete(ctx, name, o)
-	case *kueue.LocalQueue:
-		return c.Kueue.KueueV1beta2().LocalQueues(ns).Delete(ctx, name, o)
-	case *kueue.WorkloadPriorityClass:
-		return c.Kueue.KueueV1beta2().WorkloadPriorityClasses().Delete(ctx, name, o)
-	}
-	return fmt.Errorf("testenv cannot delete %T", obj)
+	return e.Clients.Resources.Delete(ctx, obj, background)
 }
 
 func describe(obj fixtures.Object) string {

@@ -78,20 +78,21 @@ type Options struct {
 // Run runs the suite with the flags already parsed into flag.CommandLine: the `go test` entry point
 // (suite_test.go), `go tool ginkgo run` and the gpuconform binary (`gpuconform run`) all come here. It
 // returns an error when the run cannot reach its specs (bad flags, no cluster, no stack), after writing a
-// record that says why; spec failures are reported to t, as Ginkgo does.
+// record that says why; spec failures are reported to t, as Ginkgo does. The caller has made ginkgo.Fail
+// Gomega's fail handler.
 func Run(t ginkgo.GinkgoTestingT, opts Options) error {
-	gomega.RegisterFailHandler(ginkgo.Fail)
 	specOut = opts.Stdout
 	if specOut == nil {
 		specOut = os.Stdout
 	}
 	var err error
-	flags.BaseDir = baseDir()
+	bases := baseDirs()
+	flags.Resolve = func(p string) string { return resolve(p, bases) }
 	if cfg, err = flags.Config(); err != nil {
 		cfg = config.Config{} // no run started: ArtifactsDir says so
 		return err
 	}
-	cfg = resolvePaths(cfg, flags.BaseDir)
+	cfg = resolvePaths(cfg, bases)
 	suiteCfg, reporterCfg := ginkgo.GinkgoConfiguration()
 	if suiteCfg.ParallelProcess <= 1 {
 		// This run's artifacts replace an earlier run's: a stale report must never be rendered as this
@@ -129,6 +130,10 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) error {
 	if !opts.IsTerminal && !flagGiven("ginkgo.no-color") {
 		// Output that lands in a file or a pipe (make e2e, CI, the in-cluster runner) carries no colour codes.
 		reporterCfg.NoColor = true
+	}
+	if !flagGiven("ginkgo.silence-skips") {
+		// The per-spec lines say what ran; a row of S for the filtered-out specs breaks them up.
+		reporterCfg.SilenceSkips = true
 	}
 	_ = os.MkdirAll(cfg.ArtifactsDir, 0o755)
 	ginkgo.RunSpecs(t, "GPU scheduling conformance", suiteCfg, reporterCfg)
@@ -203,26 +208,38 @@ func flagGiven(name string) bool {
 	return given
 }
 
-// baseDir is what relative paths (--config, --kubeconfig, --artifacts, …) are relative to. `go test` and
-// `ginkgo run` run the suite in its package directory, so there it is the checkout's root (where make and
-// the README's commands run); elsewhere (the gpuconform binary) the current directory.
-func baseDir() string {
-	base, _ := os.Getwd()
+// baseDirs are what relative paths (--config, --kubeconfig, --artifacts, …) are relative to, in order:
+// the current directory, and under `go test` and `ginkgo run`, which run the suite in its package
+// directory, the checkout's root (where make and the README's commands run). A path that exists under
+// the first is taken from there; one that exists nowhere (an artifacts directory to create) from the
+// last.
+func baseDirs() []string {
+	wd, _ := os.Getwd()
+	dirs := []string{wd}
 	if testing.Testing() {
-		if root, err := localcluster.FindRepoRoot(base); err == nil {
-			base = root
+		if root, err := localcluster.FindRepoRoot(wd); err == nil && root != wd {
+			dirs = append(dirs, root)
 		}
 	}
-	return base
+	return dirs
 }
 
-// resolvePaths makes the configuration's file paths absolute, relative to base.
-func resolvePaths(c config.Config, base string) config.Config {
-	abs := func(p *string) {
-		if *p != "" && !filepath.IsAbs(*p) {
-			*p = filepath.Join(base, *p)
+// resolve makes p absolute against the first of bases where it exists, else the last.
+func resolve(p string, bases []string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	for _, b := range bases {
+		if _, err := os.Stat(filepath.Join(b, p)); err == nil {
+			return filepath.Join(b, p)
 		}
 	}
+	return filepath.Join(bases[len(bases)-1], p)
+}
+
+// resolvePaths makes the configuration's file paths absolute (see baseDirs).
+func resolvePaths(c config.Config, bases []string) config.Config {
+	abs := func(p *string) { *p = resolve(*p, bases) }
 	abs(&c.Kubeconfig)
 	abs(&c.ArtifactsDir)
 	abs(&c.Signoff.Baseline)
@@ -313,7 +330,7 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 			ginkgo.Fail(fmt.Sprintf("--namespace %s: the namespace does not exist; team-namespace mode runs in an existing namespace (create it, or ask the cluster's administrators to)", cfg.Namespace))
 		}
 	}
-	leftovers := audit.RunIn(ctx, clients.Kube, kueueOrNil(), runID, cfg.Namespace, cfg.HelperNamespace)
+	leftovers := audit.For(clients, caps.Kueue.Present).RunIn(ctx, runID, cfg.Namespace, cfg.HelperNamespace)
 	if len(leftovers.Others) > 0 {
 		if !cfg.CleanupLeftovers {
 			ginkgo.Fail("the cluster holds objects of earlier gpuconform runs; refusing to start (re-run with --cleanup-leftovers to delete them first):\n" + audit.Summary(leftovers.Others))
@@ -325,7 +342,7 @@ var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 				gomega.Expect(injector().Restore(ctx, f.Name)).To(gomega.Succeed(), "undoing the faults run %s left on node %s", f.Run, f.Name)
 			}
 		}
-		gomega.Expect(audit.Delete(ctx, clients.Kube, kueueOrNil(), leftovers.Others)).To(gomega.Succeed())
+		gomega.Expect(audit.For(clients, caps.Kueue.Present).Delete(ctx, leftovers.Others)).To(gomega.Succeed())
 	}
 	for _, n := range record.NotExercised {
 		ginkgo.AddReportEntry("not exercised: "+n.What, n.Why)
@@ -386,12 +403,12 @@ var _ = ginkgo.SynchronizedAfterSuite(func() {}, func(ctx context.Context) {
 	// The leak audit fails the run if anything of this run is left once cleanup has had its time.
 	var res audit.Result
 	check := func(g gomega.Gomega) {
-		res = audit.RunIn(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID, cfg.Namespace, cfg.HelperNamespace)
+		res = audit.For(clients, caps.Kueue.Present).RunIn(ctx, env.Factory.RunID, cfg.Namespace, cfg.HelperNamespace)
 		g.Expect(res.Ours).To(gomega.BeEmpty())
 	}
 	defer func() { leaks = &res }()
 	if cfg.KeepResources {
-		res = audit.RunIn(ctx, clients.Kube, kueueOrNil(), env.Factory.RunID, cfg.Namespace, cfg.HelperNamespace)
+		res = audit.For(clients, caps.Kueue.Present).RunIn(ctx, env.Factory.RunID, cfg.Namespace, cfg.HelperNamespace)
 		ginkgo.GinkgoWriter.Printf("keep-resources: %d object(s) of this run were kept:\n%s\n", len(res.Ours), audit.Summary(res.Ours))
 		return
 	}
