@@ -10,7 +10,7 @@ GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening bench scale clean
+.PHONY: help build images unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening bench scale clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -18,6 +18,15 @@ help: ## list the targets
 build: ## build the gpuconform CLI into _output/bin
 	@mkdir -p _output/bin
 	$(GO) build -o $(GPUCONFORM) ./cmd/gpuconform
+
+# The images' tag and the binaries' version: the checkout's description.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+IMAGE_BINARIES := ./cmd/gpuconform ./cmd/gpu-workload ./cmd/fake-device-plugin ./cmd/gpuconform-net ./cmd/nvidia-smi
+
+images: build ## write the workload and runner images as OCI archives into _output/images (offline; push them with skopeo or crane)
+	@mkdir -p _output/images/bin
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o _output/images/bin/ $(IMAGE_BINARIES)
+	$(GPUCONFORM) images --bin _output/images/bin --out _output/images --tag $(VERSION)
 
 unit: ## unit tests (no cluster)
 	$(GO) test $$($(GO) list ./... | grep -v /suites/)

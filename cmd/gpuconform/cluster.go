@@ -11,7 +11,7 @@ import (
 
 func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, "usage: gpuconform cluster up|down|logs\n")
+		fmt.Fprint(stderr, "usage: gpuconform cluster up|down|logs|load\n")
 		return 2
 	}
 	wd, _ := os.Getwd()
@@ -30,9 +30,9 @@ func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		fs.IntVar(&opts.CanaryWorkers, "canary-workers", opts.CanaryWorkers, "workers in the canary pool")
 		fs.IntVar(&opts.DevicesPerNode, "devices", opts.DevicesPerNode, "fake devices per node on each allocation path")
 		fs.StringVar(&opts.DRADriver, "dra-driver", opts.DRADriver, "DRA half of the fake GPU stack: "+localcluster.DRADriverFake+" (the project's agent, gpu.nvidia.com) or "+localcluster.DRADriverExample+" (dra-example-driver, gpu.example.com)")
-	case "down", "logs":
+	case "down", "logs", "load":
 	default:
-		fmt.Fprintf(stderr, "gpuconform cluster: unknown subcommand %q (up, down, logs)\n", args[0])
+		fmt.Fprintf(stderr, "gpuconform cluster: unknown subcommand %q (up, down, logs, load)\n", args[0])
 		return 2
 	}
 	if err := fs.Parse(args[1:]); err != nil {
@@ -57,6 +57,12 @@ func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 			return 2
 		}
 		err = c.Logs(ctx, fs.Arg(0))
+	case "load":
+		if fs.NArg() == 0 {
+			fmt.Fprint(stderr, "usage: gpuconform cluster load ARCHIVE...\n")
+			return 2
+		}
+		err = c.LoadArchives(ctx, fs.Args()...)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform cluster %s: %v\n", args[0], err)

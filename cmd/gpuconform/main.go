@@ -19,12 +19,15 @@ Usage:
                                        bring up (or revive) the local offline kind cluster
   gpuconform cluster down              delete the local cluster (caches and images stay)
   gpuconform cluster logs DIR          collect node, kubelet, containerd and control-plane logs
+  gpuconform cluster load ARCHIVE...   import image archives (make images) into every node
   gpuconform run [suite flags]         run the conformance suite (compiled in: no Go, no checkout) and
                                        write the signoff report; exit 0 GO, 1 NO-GO, 3 INCOMPLETE, 2 usage
   gpuconform run --in-cluster --image IMG [suite flags]
                                        run it as a Job on the cluster, stream its progress, copy the
                                        artifacts back and clean up
   gpuconform version                   what this binary was built from
+  gpuconform images [--bin D --out D --tag T]
+                                       write the workload and runner images as OCI archives (make images)
   gpuconform report [ARTIFACTS_DIR]    render the signoff report (signoff.md, signoff.html) from a run's artifacts
   gpuconform report --history DIR…     verdict and key timings of several runs, and what changed between them
   gpuconform bench [ARTIFACTS_DIR]     the suite's own cost per scenario: wall time against inherent
@@ -60,6 +63,10 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return diagnoseCommand(ctx, args[1:], stdout, stderr)
 	case "run":
 		return runCommand(ctx, args[1:], stdout, stderr)
+	case "artifacts":
+		return artifactsCommand(args[1:], stdout, stderr)
+	case "images":
+		return imagesCommand(ctx, args[1:], stdout, stderr)
 	case "version":
 		return versionCommand(stdout)
 	case "report":

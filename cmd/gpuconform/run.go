@@ -11,7 +11,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
 	"golang.org/x/term"
 
 	"gpuconform.io/gpuconform/framework/timeline"
@@ -49,6 +52,15 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if v, _ := flagValue(args, "in-cluster"); v == "true" || slices.Contains(args, "--in-cluster") || slices.Contains(args, "-in-cluster") {
 		return inClusterCommand(ctx, args, stdout, stderr)
 	}
+	// --hold-artifacts is the runner pod's: after the run, wait that long for the runner to copy them.
+	var hold time.Duration
+	args = slices.DeleteFunc(slices.Clone(args), func(a string) bool {
+		v, ok := strings.CutPrefix(a, "--hold-artifacts=")
+		if ok {
+			hold, _ = time.ParseDuration(v)
+		}
+		return ok
+	})
 	fs := flag.CommandLine
 	fs.Init("gpuconform run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -78,6 +90,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	t := &suiteT{}
+	gomega.RegisterFailHandler(ginkgo.Fail)
 	err := conformance.Run(t, conformance.Options{Stdout: stdout, IsTerminal: isTerminal(stdout)})
 	arts := conformance.ArtifactsDir()
 	if err != nil {
@@ -91,6 +104,9 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	code := reportCommand(ctx, []string{arts}, io.Discard, stderr)
 	if t.failed && code == reports.ExitGo {
 		code = reports.ExitNoGo
+	}
+	if hold > 0 {
+		holdArtifacts(arts, code, hold, stdout)
 	}
 	return code
 }

@@ -9,7 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -428,8 +427,8 @@ func LoadFile(path string, base Config) (Config, error) {
 
 // Flags binds the suite's flags to a FlagSet and builds the Config after parsing.
 type Flags struct {
-	// BaseDir resolves a relative --config path; empty means the current directory.
-	BaseDir    string
+	// Resolve makes a relative --config path absolute; nil leaves it to the current directory.
+	Resolve    func(string) string
 	fs         *flag.FlagSet
 	shared     []string
 	configFile string
@@ -468,7 +467,8 @@ var flagDefs = []flagDef{
 	}},
 	{name: "kueue-namespace", usage: "namespace of the Kueue installation", apply: func(c *Config, v string) error { c.Kueue.Namespace = v; return nil }},
 	{name: "disruptive", usage: "opt in to specs that change nodes", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.Disruptive = b })},
-	{name: "image", usage: "workload image", apply: func(c *Config, v string) error { c.Image = v; return nil }},
+	{name: "image", usage: "workload image (with --in-cluster: the runner image; name the workload image --workload-image)", apply: func(c *Config, v string) error { c.Image = v; return nil }},
+	{name: "workload-image", usage: "workload image (the same as --image, and the only name for it with --in-cluster)", apply: func(c *Config, v string) error { c.Image = v; return nil }},
 	{name: "namespace", usage: "run every spec in this existing namespace (team-namespace mode: no namespace or cluster-scoped object is created)", apply: func(c *Config, v string) error { c.Namespace = v; return nil }},
 	{name: "helper-namespace", usage: "namespace where the hostPath podresources helper may run (one your admission policies exempt); default: the spec's namespace", apply: func(c *Config, v string) error { c.HelperNamespace = v; return nil }},
 	{name: "dedication-taint", usage: "taint key that reserves GPU nodes; test pods tolerate it wherever it is in the GPU pool; repeatable", apply: func(c *Config, v string) error {
@@ -629,8 +629,8 @@ func (f *Flags) Config() (Config, error) {
 	set := append(f.sharedSettings(), f.set...)
 	if f.configFile != "" {
 		file := f.configFile
-		if f.BaseDir != "" && !filepath.IsAbs(file) {
-			file = filepath.Join(f.BaseDir, file)
+		if f.Resolve != nil {
+			file = f.Resolve(file)
 		}
 		var err error
 		if cfg, err = LoadFile(file, cfg); err != nil {
