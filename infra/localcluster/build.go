@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -109,6 +110,55 @@ func (c *Cluster) buildGo(ctx context.Context, comp goComponent) (string, error)
 	if err != nil {
 		return "", fmt.Errorf("key for %s: %w", comp.Name, err)
 	}
+	dir, hit, err := c.buildGoKeyed(ctx, comp, key)
+	if hit {
+		c.logf("  %s: cached (%s)", comp.Name, key)
+	}
+	return dir, err
+}
+
+// buildGoStep is buildGo as the step "build <name>", which says up front whether the build is cached.
+func (c *Cluster) buildGoStep(ctx context.Context, comp goComponent) (string, error) {
+	var key, dir string
+	probe := func() (string, bool, error) {
+		k, err := c.componentKey(ctx, comp)
+		if err != nil {
+			return "", false, fmt.Errorf("key for %s: %w", comp.Name, err)
+		}
+		key = k
+		return k, exists(c.goCacheDir(comp, k)), nil
+	}
+	err := c.cachedStep("build "+comp.Name, comp.what(), probe, func() error {
+		var err error
+		dir, _, err = c.buildGoKeyed(ctx, comp, key)
+		return err
+	})
+	return dir, err
+}
+
+// what describes the component's build for progress lines.
+func (comp goComponent) what() string {
+	names := make([]string, len(comp.Packages))
+	for i, p := range comp.Packages {
+		names[i] = path.Base(p)
+	}
+	if comp.Output != "" && len(names) == 1 {
+		names[0] = comp.Output
+	}
+	from := "the main module"
+	if comp.Module != "" {
+		from = comp.Module
+	}
+	return fmt.Sprintf("go build of %s (%s)", strings.Join(names, ", "), from)
+}
+
+// goCacheDir is where the component's binaries of that key are cached.
+func (c *Cluster) goCacheDir(comp goComponent, key string) string {
+	return filepath.Join(c.opts.CacheDir, "bin", comp.Name, key)
+}
+
+// buildGoKeyed builds the component under a key already computed, unless it is cached.
+func (c *Cluster) buildGoKeyed(ctx context.Context, comp goComponent, key string) (string, bool, error) {
 	dir, hit, err := c.cachedDir("bin/"+comp.Name, key, func(out string) error {
 		modDir := c.opts.RepoRoot
 		if comp.Module != "" {
@@ -130,13 +180,10 @@ func (c *Cluster) buildGo(ctx context.Context, comp goComponent) (string, error)
 		return c.runIn(ctx, modDir, []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false"}, "go build "+comp.Name, "go", args...)
 	})
 	if err != nil {
-		return "", err
-	}
-	if hit {
-		c.logf("  %s: cached (%s)", comp.Name, key)
+		return "", false, err
 	}
 	c.built[comp.Name] = dir
-	return dir, nil
+	return dir, hit, nil
 }
 
 // buildRuntimeWrapper builds gpuconform-runc and returns the path of a stable copy that dockerd's
@@ -178,11 +225,11 @@ func exists(path string) bool {
 // directory holding links to the three under the names envtest looks for: a throwaway API server for
 // checks that need only API objects (the scale check's simulated 5,000-node cluster).
 func (c *Cluster) ControlPlaneBinaries(ctx context.Context) (string, error) {
-	kube, err := c.buildGo(ctx, compKubernetes)
+	kube, err := c.buildGoStep(ctx, compKubernetes)
 	if err != nil {
 		return "", err
 	}
-	etcd, err := c.buildGo(ctx, compEtcd)
+	etcd, err := c.buildGoStep(ctx, compEtcd)
 	if err != nil {
 		return "", err
 	}

@@ -76,6 +76,8 @@ type Cluster struct {
 	logDir string
 	// built records the outputs of this run's build steps, by name.
 	built map[string]string
+	// progress is shared with the heartbeats of the running step (progress.go).
+	progress progressState
 }
 
 // New prepares a Cluster; it detects the host's quirks but changes nothing.
@@ -103,20 +105,11 @@ func (c *Cluster) Kubeconfig() string { return filepath.Join(c.opts.OutputDir, "
 // Quirks returns the detected host quirks.
 func (c *Cluster) Quirks() HostQuirks { return c.quirks }
 
+// logf writes one progress line; a running step's heartbeats write from another goroutine.
 func (c *Cluster) logf(format string, args ...any) {
+	c.progress.mu.Lock()
+	defer c.progress.mu.Unlock()
 	fmt.Fprintf(c.opts.Log, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
-
-// step runs one named step with progress and timing, and names the step (and its log) on failure.
-func (c *Cluster) step(name string, fn func() error) error {
-	start := time.Now()
-	c.logf("▶ %s", name)
-	if err := fn(); err != nil {
-		c.logf("✗ %s failed after %s", name, time.Since(start).Round(time.Second))
-		return fmt.Errorf("step %q: %w", name, err)
-	}
-	c.logf("✓ %s (%s)", name, time.Since(start).Round(100*time.Millisecond))
-	return nil
 }
 
 // logFile names the log file of a command.
@@ -138,6 +131,7 @@ func (c *Cluster) runIn(ctx context.Context, dir string, env []string, what stri
 		return err
 	}
 	defer f.Close()
+	c.setActiveLog(path)
 	fmt.Fprintf(f, "$ %s %s\n", name, strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir

@@ -82,6 +82,31 @@ func (c *Cluster) buildImage(ctx context.Context, s imageSpec) error {
 	if err != nil {
 		return fmt.Errorf("key for image %s: %w", s.Ref, err)
 	}
+	return c.buildImageKeyed(ctx, s, key)
+}
+
+// imagesState returns the content key of each image, one key over them all, and whether every image is
+// already built with its key.
+func imagesState(ctx context.Context, specs []imageSpec) (keys map[string]string, all string, built bool, err error) {
+	keys = map[string]string{}
+	k := NewKey("images")
+	built = true
+	for _, s := range specs {
+		key, err := s.key()
+		if err != nil {
+			return nil, "", false, fmt.Errorf("key for image %s: %w", s.Ref, err)
+		}
+		keys[s.Ref] = key
+		k.Value(s.Ref, key)
+		if built && imageKey(ctx, s.Ref) != key {
+			built = false
+		}
+	}
+	return keys, k.Sum(), built, nil
+}
+
+// buildImageKeyed is buildImage with the image's key already computed.
+func (c *Cluster) buildImageKeyed(ctx context.Context, s imageSpec, key string) error {
 	if imageKey(ctx, s.Ref) == key {
 		c.logf("  %s: cached (%s)", s.Ref, key)
 		return nil

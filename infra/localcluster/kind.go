@@ -94,7 +94,7 @@ func (c *Cluster) Down(ctx context.Context) error {
 	if !dockerAnswers(ctx) {
 		return fmt.Errorf("no Docker engine answers, so there is no cluster %q to delete", c.opts.Name)
 	}
-	return c.step("delete cluster "+c.opts.Name, func() error {
+	return c.step("delete cluster "+c.opts.Name, "delete the node containers and the kubeconfig entry (images and caches stay)", func() error {
 		if err := c.provider().Delete(c.opts.Name, c.Kubeconfig()); err != nil {
 			return err
 		}

@@ -50,26 +50,34 @@ func (c *Cluster) systemImages(rootfsImage string) []imageSpec {
 	}
 }
 
-// buildPause compiles Kubernetes' own pause.c (from the k8s.io/kubernetes module) statically.
-func (c *Cluster) buildPause(ctx context.Context) error {
-	modDir := filepath.Join(c.opts.RepoRoot, compKubernetes.Module)
-	src, err := output(ctx, "go", "-C", modDir, "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes")
-	if err != nil {
-		return err
-	}
-	pausec := filepath.Join(src, "build", "pause", "linux", "pause.c")
-	k := NewKey("pause")
-	if err := k.File("pause.c", pausec); err != nil {
-		return err
-	}
-	dir, _, err := c.cachedDir("bin/pause", k.Sum(), func(out string) error {
-		if _, err := exec.LookPath("gcc"); err != nil {
-			return fmt.Errorf("gcc is needed to build the pause image: apt-get install gcc libc6-dev")
+// buildPauseStep compiles Kubernetes' own pause.c (from the k8s.io/kubernetes module) statically, as the
+// step "build pause".
+func (c *Cluster) buildPauseStep(ctx context.Context) error {
+	var pausec, key string
+	probe := func() (string, bool, error) {
+		modDir := filepath.Join(c.opts.RepoRoot, compKubernetes.Module)
+		src, err := output(ctx, "go", "-C", modDir, "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes")
+		if err != nil {
+			return "", false, err
 		}
-		return c.run(ctx, "gcc pause", "gcc", "-Os", "-Wall", "-static", "-DVERSION=v3.10.2", "-o", filepath.Join(out, "pause"), pausec)
+		pausec = filepath.Join(src, "build", "pause", "linux", "pause.c")
+		k := NewKey("pause")
+		if err := k.File("pause.c", pausec); err != nil {
+			return "", false, err
+		}
+		key = k.Sum()
+		return key, exists(filepath.Join(c.opts.CacheDir, "bin", "pause", key)), nil
+	}
+	return c.cachedStep("build pause", "gcc -static of Kubernetes' pause.c", probe, func() error {
+		dir, _, err := c.cachedDir("bin/pause", key, func(out string) error {
+			if _, err := exec.LookPath("gcc"); err != nil {
+				return fmt.Errorf("gcc is needed to build the pause image: apt-get install gcc libc6-dev")
+			}
+			return c.run(ctx, "gcc pause", "gcc", "-Os", "-Wall", "-static", "-DVERSION=v3.10.2", "-o", filepath.Join(out, "pause"), pausec)
+		})
+		c.built["pause"] = dir
+		return err
 	})
-	c.built["pause"] = dir
-	return err
 }
 
 // kindFilesDir locates kind's base-image files (entrypoint, kubelet and containerd units and config) in the
@@ -209,35 +217,49 @@ func writeFile(path string, b []byte, mode os.FileMode) error {
 	return os.WriteFile(path, b, mode)
 }
 
-// buildNodeImage assembles the node image: the base (rootfs + overlay) and then the preloaded images,
-// committed together. The tag carries the content key of everything in it.
-func (c *Cluster) buildNodeImage(ctx context.Context, rootfsDir, rootfsImage string, preload []imageSpec) (string, error) {
+// nodeImagePlan is what the node image is made of, and its content key.
+type nodeImagePlan struct {
+	rootfsImage string
+	files       []overlayEntry
+	// refs are the preloaded images, sorted.
+	refs     []string
+	key, ref string
+}
+
+// planNodeImage lists the node image's contents and derives its key and tag.
+func (c *Cluster) planNodeImage(ctx context.Context, rootfsDir, rootfsImage string, preload []imageSpec) (nodeImagePlan, error) {
 	files, err := c.nodeOverlay(ctx, rootfsDir)
 	if err != nil {
-		return "", err
+		return nodeImagePlan{}, err
 	}
 	k := NewKey("node-image").Value("rootfs", rootfsImage).Value("quirks", c.quirks.String()).Value("dockerfile", nodeDockerfile)
 	for _, f := range files {
 		if f.src == "" {
 			k.Value("overlay:"+f.dst, fmt.Sprintf("%o:%s", f.mode, f.data))
 		} else if err := k.File(fmt.Sprintf("overlay:%s:%o", f.dst, f.mode), f.src); err != nil {
-			return "", err
+			return nodeImagePlan{}, err
 		}
 	}
 	var refs []string
 	for _, s := range preload {
 		ik, err := s.key()
 		if err != nil {
-			return "", err
+			return nodeImagePlan{}, err
 		}
 		k.Value("preload:"+s.Ref, ik)
 		refs = append(refs, s.Ref)
 	}
 	sort.Strings(refs)
 	key := k.Sum()
-	ref := NodeImageRepo + ":" + KubernetesVersion + "-" + key
+	return nodeImagePlan{rootfsImage: rootfsImage, files: files, refs: refs, key: key,
+		ref: NodeImageRepo + ":" + KubernetesVersion + "-" + key}, nil
+}
+
+// buildNodeImage assembles the node image: the base (rootfs + overlay) and then the preloaded images,
+// committed together. The tag carries the content key of everything in it.
+func (c *Cluster) buildNodeImage(ctx context.Context, p nodeImagePlan) (string, error) {
+	files, refs, key, ref, rootfsImage := p.files, p.refs, p.key, p.ref, p.rootfsImage
 	if imageKey(ctx, ref) == key {
-		c.logf("  node image: cached (%s)", ref)
 		return ref, nil
 	}
 	buildCtx, err := os.MkdirTemp("", "gpuconform-node-")

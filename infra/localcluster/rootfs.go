@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 )
 
@@ -42,10 +43,17 @@ func RootfsKey() string {
 		Value("packages", strings.Join(rootfsPackages, ",")).Sum()
 }
 
+// rootfsState returns the rootfs key and whether both the rootfs and its image are already built.
+func (c *Cluster) rootfsState(ctx context.Context) (string, bool, error) {
+	key := RootfsKey()
+	built := exists(filepath.Join(c.opts.CacheDir, "rootfs", key)) && imageKey(ctx, rootfsImageRepo+":"+key) == key
+	return key, built, nil
+}
+
 // buildRootfs debootstraps the node rootfs into the cache and imports it as a local image.
 func (c *Cluster) buildRootfs(ctx context.Context) (dir, image string, err error) {
 	key := RootfsKey()
-	dir, hit, err := c.cachedDir("rootfs", key, func(out string) error {
+	dir, _, err = c.cachedDir("rootfs", key, func(out string) error {
 		if _, err := exec.LookPath("debootstrap"); err != nil {
 			if err := c.run(ctx, "apt-get install debootstrap", "env", "DEBIAN_FRONTEND=noninteractive",
 				"apt-get", "install", "-y", "-qq", "debootstrap"); err != nil {
@@ -57,9 +65,6 @@ func (c *Cluster) buildRootfs(ctx context.Context) (dir, image string, err error
 	})
 	if err != nil {
 		return "", "", err
-	}
-	if hit {
-		c.logf("  rootfs: cached (%s)", key)
 	}
 	image = rootfsImageRepo + ":" + key
 	if imageKey(ctx, image) == key {

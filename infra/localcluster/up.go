@@ -17,12 +17,12 @@ import (
 // again; a cluster that does not come back healthy is recreated.
 func (c *Cluster) Up(ctx context.Context) error {
 	start := time.Now()
-	if err := c.step("docker engine", func() error { return c.ensureDocker(ctx) }); err != nil {
+	if err := c.step("docker engine", "make a Docker engine answer (the running one, or the project's own dockerd)", func() error { return c.ensureDocker(ctx) }); err != nil {
 		return err
 	}
 	c.logf("host quirks: %s", c.quirks)
 	// The host-side kubectl is needed whatever state the cluster is in.
-	if err := c.step("build kubernetes", func() error { _, err := c.buildGo(ctx, compKubernetes); return err }); err != nil {
+	if _, err := c.buildGoStep(ctx, compKubernetes); err != nil {
 		return err
 	}
 	exists, err := c.clusterExists()
@@ -51,23 +51,23 @@ func (c *Cluster) Up(ctx context.Context) error {
 		if err := c.prepareSharedDir(); err != nil {
 			return err
 		}
-		if err := c.step("kind create cluster", func() error { return c.createCluster(nodeImage) }); err != nil {
+		if err := c.step("kind create cluster", fmt.Sprintf("kind create with 1 control plane, %d GPU and %d canary workers", c.opts.GPUWorkers, c.opts.CanaryWorkers), func() error { return c.createCluster(nodeImage) }); err != nil {
 			return err
 		}
 		if c.opts.NodeImage != "" {
-			if err := c.step("load system images", func() error { return c.loadSystemImages(ctx) }); err != nil {
+			if err := c.step("load system images", "build the Kueue and DRA driver images and load them into every node", func() error { return c.loadSystemImages(ctx) }); err != nil {
 				return err
 			}
 		}
 	}
-	if err := c.step("nodes Ready", func() error { return c.waitNodesReady(ctx, 300*time.Second) }); err != nil {
+	if err := c.step("nodes Ready", "wait for every node to report Ready", func() error { return c.waitNodesReady(ctx, 300*time.Second) }); err != nil {
 		return err
 	}
-	if err := c.step("shared checkpoint directory", func() error { return c.annotateSharedDir(ctx) }); err != nil {
+	if err := c.step("shared checkpoint directory", "annotate the workers with the shared directory's mount", func() error { return c.annotateSharedDir(ctx) }); err != nil {
 		return err
 	}
 	var tools string
-	if err := c.step("tools image", func() error { tools, err = c.loadTools(ctx); return err }); err != nil {
+	if err := c.step("tools image", "build the project's tools image and load it into every node", func() error { tools, err = c.loadTools(ctx); return err }); err != nil {
 		return err
 	}
 	stack := GPUStackOptions{Image: tools, Devices: c.opts.DevicesPerNode, ResourceName: GPUResource, Replicas: 1,
@@ -75,13 +75,13 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if c.opts.DRADriver == DRADriverExample {
 		stack.DriverName, stack.DRADevices, stack.ExampleDRADriver = ExampleDRADriverName, 0, true
 	}
-	if err := c.step("fake GPU stack", func() error { return c.installGPUStack(ctx, stack) }); err != nil {
+	if err := c.step("fake GPU stack", "install the fake device plugin and DRA driver and wait for every GPU node's devices", func() error { return c.installGPUStack(ctx, stack) }); err != nil {
 		return err
 	}
-	if err := c.step("pod network and DNS", func() error { return c.checkNetwork(ctx) }); err != nil {
+	if err := c.step("pod network and DNS", "check pod-to-pod traffic and cluster DNS", func() error { return c.checkNetwork(ctx) }); err != nil {
 		return err
 	}
-	if err := c.step("kueue", func() error { return c.installKueue(ctx) }); err != nil {
+	if err := c.step("kueue", "install Kueue and wait for its webhooks to answer", func() error { return c.installKueue(ctx) }); err != nil {
 		return err
 	}
 	c.logf("cluster %s ready in %s; kubeconfig: %s", c.opts.Name, time.Since(start).Round(time.Second), c.Kubeconfig())
@@ -91,19 +91,20 @@ func (c *Cluster) Up(ctx context.Context) error {
 // buildAll builds every binary and image the node image holds, and the node image itself.
 func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 	for _, comp := range []goComponent{compContainerd, compEtcd, compCoreDNS, compCrictl, compKueue, compDRA} {
-		if err := c.step("build "+comp.Name, func() error { _, err := c.buildGo(ctx, comp); return err }); err != nil {
+		if _, err := c.buildGoStep(ctx, comp); err != nil {
 			return "", err
 		}
 	}
 	compNet := goComponent{Name: "net", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-net"}}
-	if err := c.step("build gpuconform-net", func() error { _, err := c.buildGo(ctx, compNet); return err }); err != nil {
+	if _, err := c.buildGoStep(ctx, compNet); err != nil {
 		return "", err
 	}
-	if err := c.step("build pause", func() error { return c.buildPause(ctx) }); err != nil {
+	if err := c.buildPauseStep(ctx); err != nil {
 		return "", err
 	}
 	var rootfsDir, rootfsImage string
-	if err := c.step("node rootfs (debootstrap)", func() error {
+	rootfsWhat := fmt.Sprintf("debootstrap of Debian %s (minbase and %d packages), imported as an image", DebianSuite, len(rootfsPackages))
+	if err := c.cachedStep("node rootfs (debootstrap)", rootfsWhat, func() (string, bool, error) { return c.rootfsState(ctx) }, func() error {
 		var err error
 		rootfsDir, rootfsImage, err = c.buildRootfs(ctx)
 		return err
@@ -111,9 +112,17 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 		return "", err
 	}
 	images := c.systemImages(rootfsImage)
-	if err := c.step("system images", func() error {
+	var keys map[string]string
+	probe := func() (string, bool, error) {
+		var all string
+		var built bool
+		var err error
+		keys, all, built, err = imagesState(ctx, images)
+		return all, built, err
+	}
+	if err := c.cachedStep("system images", fmt.Sprintf("docker build of the %d images the node image preloads", len(images)), probe, func() error {
 		for _, s := range images {
-			if err := c.buildImage(ctx, s); err != nil {
+			if err := c.buildImageKeyed(ctx, s, keys[s.Ref]); err != nil {
 				return err
 			}
 		}
@@ -121,10 +130,18 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 	}); err != nil {
 		return "", err
 	}
-	var ref string
-	err := c.step("node image", func() error {
+	var plan nodeImagePlan
+	probe = func() (string, bool, error) {
 		var err error
-		ref, err = c.buildNodeImage(ctx, rootfsDir, rootfsImage, images)
+		if plan, err = c.planNodeImage(ctx, rootfsDir, rootfsImage, images); err != nil {
+			return "", false, err
+		}
+		return plan.key, imageKey(ctx, plan.ref) == plan.key, nil
+	}
+	var ref string
+	err := c.cachedStep("node image", "assemble the kind node image (rootfs, overlay and the preloaded system images)", probe, func() error {
+		var err error
+		ref, err = c.buildNodeImage(ctx, plan)
 		return err
 	})
 	return ref, err
