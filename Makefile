@@ -3,6 +3,8 @@
 
 SHELL := /usr/bin/env bash -o pipefail
 GO ?= go
+# Every build is static (the binaries run FROM scratch in the images) and shares one build cache.
+export CGO_ENABLED := 0
 ARTIFACTS ?= $(CURDIR)/_artifacts
 KUBECONFIG_LOCAL := $(CURDIR)/_output/kubeconfig
 GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
@@ -10,14 +12,14 @@ GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build images unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening bench scale clean
+.PHONY: help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening bench scale clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build the gpuconform CLI into _output/bin
+build: ## build the gpuconform CLI into _output/bin (static: it is also the runner image's binary)
 	@mkdir -p _output/bin
-	$(GO) build -o $(GPUCONFORM) ./cmd/gpuconform
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(GPUCONFORM) ./cmd/gpuconform
 
 # The images' tag and the binaries' version: the checkout's description.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
@@ -25,7 +27,7 @@ IMAGE_BINARIES := ./cmd/gpuconform ./cmd/gpu-workload ./cmd/fake-device-plugin .
 
 images: build ## write the workload and runner images as OCI archives into _output/images (offline; push them with skopeo or crane)
 	@mkdir -p _output/images/bin
-	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o _output/images/bin/ $(IMAGE_BINARIES)
+	$(GO) build -ldflags "-s -w -X main.version=$(VERSION)" -o _output/images/bin/ $(IMAGE_BINARIES)
 	$(GPUCONFORM) images --bin _output/images/bin --out _output/images --tag $(VERSION)
 
 unit: ## unit tests (no cluster)
@@ -56,12 +58,24 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 	@mkdir -p $(ARTIFACTS)
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./suites/localstack/ -args --kubeconfig=$(KUBECONFIG_LOCAL) \
 		--ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
-	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) -v ./suites/conformance/ -args \
-		--kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --ginkgo.no-color $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1; \
-	rc=$$?; grep -E '^(--- |=== |ok|FAIL|PASS|Ran |•)|\[FAIL\]|not exercised' $(ARTIFACTS)/conformance.log | tail -n 200; \
+	@echo "▶ conformance suite (gpuconform run, disruptive specs included; the last run took $$(cat $(ARTIFACTS)/.conformance-wall 2>/dev/null || echo '?')); one line per finished spec, the whole log in $(ARTIFACTS)/conformance.log"
+	@start=$$(date +%s); $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --timeout=$(E2E_TIMEOUT) \
+		--ginkgo.fail-on-empty $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
+	tail -n +1 -F --pid=$$pid $(ARTIFACTS)/conformance.log 2>/dev/null | grep --line-buffered -E '^\[gpuconform\]|^not exercised'; \
+	wait $$pid; rc=$$?; echo "$$(( $$(date +%s) - start ))s" > $(ARTIFACTS)/.conformance-wall; \
 	$(GPUCONFORM) bench $(ARTIFACTS) | tail -n +3 || true; \
 	$(GPUCONFORM) report $(ARTIFACTS) > /dev/null; vrc=$$?; \
 	if [ $$rc -ne 0 ] && [ $$vrc -eq 0 ]; then vrc=1; fi; exit $$vrc
+
+# The runner image's name in the local cluster (make images tags it with VERSION).
+RUNNER_IMAGE ?= gpuconform.local/gpuconform:$(VERSION)
+
+incluster: images cluster ## run the allocation specs as a Job on the local cluster (gpuconform run --in-cluster), copy the artifacts back, and require GO with nothing left
+	@mkdir -p $(ARTIFACTS)
+	$(GPUCONFORM) cluster load _output/images/gpuconform.oci.tar
+	$(GPUCONFORM) run --in-cluster --image=$(RUNNER_IMAGE) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/incluster \
+		--require=scenario:allocation --ginkgo.label-filter=scenario:allocation --ginkgo.fail-on-empty > $(ARTIFACTS)/incluster.log 2>&1; \
+	rc=$$?; grep -E '^gpuconform-runner|^\[gpuconform\]|^(verdict|signoff)' $(ARTIFACTS)/incluster.log; exit $$rc
 
 bench: cluster ## run the conformance suite (disruptive specs included) and print its own cost: wall vs inherent waits, API requests (kept in $(ARTIFACTS)/bench)
 	@mkdir -p $(ARTIFACTS)/bench
@@ -95,7 +109,7 @@ HARDENING_VARIANTS ?=
 hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restricted admission, run as a team in one namespace; require GO (NO-GO for an untolerated taint)
 	$(GPUCONFORM) hardening --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/hardening --variants=$(HARDENING_VARIANTS)
 
-test: vet browser unit selfcheck-ci e2e ## what CI runs: vet, unit tests, a selfcheck subset, then the suites on the local cluster
+test: vet browser unit selfcheck-ci e2e incluster ## what CI runs: vet, unit tests, a selfcheck subset, the suites on the local cluster, then the in-cluster runner
 
 clean: ## remove this checkout's outputs (the machine-wide build cache stays)
 	rm -rf _output _artifacts

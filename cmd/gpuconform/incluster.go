@@ -144,6 +144,7 @@ type runner struct {
 	ns      string // the Job's namespace
 	ownNS   bool   // created by the runner
 	created []func(context.Context) error
+	closing string // the report's closing lines
 }
 
 // labels are every runner object's.
@@ -168,14 +169,28 @@ func inClusterCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return 2
 	}
 	r := &runner{opts: opts, kube: c.Kube, rest: c.REST, id: run.NewID(time.Now()), out: stdout}
+	code := r.runAndClean(ctx, stderr)
+	// The closing lines come last, after the cleanup's.
+	if _, err := os.Stat(filepath.Join(opts.Artifacts, reports.RecordFile)); err == nil {
+		fmt.Fprint(stderr, r.closing)
+	}
+	return code
+}
+
+// runAndClean runs and then cleans up, even after an interrupt; a cleanup that leaves something behind
+// fails the run (the cluster is dirtier than before).
+func (r *runner) runAndClean(ctx context.Context, stderr io.Writer) (code int) {
 	defer func() {
-		// Cleanup runs even when the run was interrupted: a fresh context, bounded.
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 3*time.Minute)
 		defer cancel()
 		if err := r.cleanup(cctx); err != nil {
 			fmt.Fprintf(stderr, "gpuconform run --in-cluster: cleanup: %v\n", err)
+			if code == reports.ExitGo {
+				code = reports.ExitNoGo
+			}
 		}
 	}()
+	opts := r.opts
 	code, err := r.run(ctx)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform run --in-cluster: %v\n", err)
@@ -184,11 +199,18 @@ func inClusterCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		return code
 	}
-	// The verdict is the artifacts', rendered here as after a local run.
-	if rc := reportCommand(ctx, []string{opts.Artifacts}, io.Discard, stderr); rc != code {
-		fmt.Fprintf(stderr, "gpuconform run --in-cluster: the pod exited %d, its artifacts say %d\n", code, rc)
-		return max(code, rc)
+	// The artifacts must be this run's, and their verdict the pod's; rendered here as after a local run.
+	rec, err := reports.ReadRecord(filepath.Join(opts.Artifacts, reports.RecordFile))
+	if err != nil || rec.RunID != r.id {
+		fmt.Fprintf(stderr, "gpuconform run --in-cluster: the artifacts copied into %s are not run %s's (%v)\n", opts.Artifacts, r.id, err)
+		return reports.ExitNoGo
 	}
+	var closing bytes.Buffer
+	if rc := reportCommand(ctx, []string{opts.Artifacts}, io.Discard, &closing); rc != code {
+		fmt.Fprintf(stderr, "gpuconform run --in-cluster: the pod exited %d, its artifacts say %d\n", code, rc)
+		code = max(code, rc)
+	}
+	r.closing = closing.String()
 	return code
 }
 
