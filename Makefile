@@ -109,7 +109,7 @@ HARDENING_VARIANTS ?=
 hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restricted admission, run as a team in one namespace; require GO (NO-GO for an untolerated taint)
 	$(GPUCONFORM) hardening --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/hardening --variants=$(HARDENING_VARIANTS)
 
-test: vet browser unit selfcheck-ci e2e incluster ## what CI runs: vet, unit tests, a selfcheck subset, the suites on the local cluster, then the in-cluster runner
+test: vet browser unit selfcheck-ci incluster e2e ## what CI runs: vet, unit tests, a selfcheck subset, the in-cluster runner, then the suites on the local cluster (its signoff line last)
 
 clean: ## remove this checkout's outputs (the machine-wide build cache stays)
 	rm -rf _output _artifacts
