@@ -57,7 +57,7 @@ cluster-logs: build ## collect the local cluster's logs into $(ARTIFACTS)/cluste
 e2e: cluster ## run the suites against the local cluster and write the signoff report into $(ARTIFACTS)
 	@mkdir -p $(ARTIFACTS)
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./suites/localstack/ -args --kubeconfig=$(KUBECONFIG_LOCAL) \
-		--ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
+		--ginkgo.no-color --ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
 	@echo "▶ conformance suite (gpuconform run, disruptive specs included; the last run took $$(cat $(ARTIFACTS)/.conformance-wall 2>/dev/null || echo '?')); one line per finished spec, the whole log in $(ARTIFACTS)/conformance.log"
 	@start=$$(date +%s); $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --timeout=$(E2E_TIMEOUT) \
 		--ginkgo.fail-on-empty $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
@@ -79,8 +79,8 @@ incluster: images cluster ## run the allocation specs as a Job on the local clus
 
 bench: cluster ## run the conformance suite (disruptive specs included) and print its own cost: wall vs inherent waits, API requests (kept in $(ARTIFACTS)/bench)
 	@mkdir -p $(ARTIFACTS)/bench
-	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./suites/conformance/ -args --kubeconfig=$(KUBECONFIG_LOCAL) \
-		--artifacts=$(ARTIFACTS)/bench --disruptive --ginkgo.no-color $(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
+	$(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/bench --disruptive --timeout=$(E2E_TIMEOUT) \
+		$(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
 	$(GPUCONFORM) bench $(ARTIFACTS)/bench
 
 scale: build ## preflight, discovery and diagnose against a simulated 5,000-node GPU cluster (a throwaway API server built here)
