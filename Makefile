@@ -19,15 +19,17 @@ help: ## list the targets
 
 build: ## build the gpuconform CLI into _output/bin (static: it is also the runner image's binary)
 	@mkdir -p _output/bin
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(GPUCONFORM) ./cmd/gpuconform
+	$(GO) build -ldflags "$(LDFLAGS_VERSION)" -o $(GPUCONFORM) ./cmd/gpuconform
 
 # The images' tag and the binaries' version: the checkout's description.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS_VERSION := -X main.version=$(VERSION) -X main.revision=$(REVISION)
 IMAGE_BINARIES := ./cmd/gpuconform ./cmd/gpu-workload ./cmd/fake-device-plugin ./cmd/gpuconform-net ./cmd/nvidia-smi
 
 images: build ## write the workload and runner images as OCI archives into _output/images (offline; push them with skopeo or crane)
 	@mkdir -p _output/images/bin
-	$(GO) build -ldflags "-s -w -X main.version=$(VERSION)" -o _output/images/bin/ $(IMAGE_BINARIES)
+	$(GO) build -ldflags "-s -w $(LDFLAGS_VERSION)" -o _output/images/bin/ $(IMAGE_BINARIES)
 	$(GPUCONFORM) images --bin _output/images/bin --out _output/images --tag $(VERSION)
 
 unit: ## unit tests (no cluster)

@@ -50,5 +50,5 @@ func versionCommand(stdout io.Writer) int {
 	return 0
 }
 
-// revision is set at link time where the build has no VCS stamp (a build from an exported tree).
+// revision is set at link time (make build: -X main.revision=…), where the build has no VCS stamp (GOFLAGS=-buildvcs=false, an exported tree).
 var revision = ""
