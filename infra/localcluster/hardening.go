@@ -42,6 +42,17 @@ var DedicationTaint = corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effe
 // Undo removes what an Apply added.
 type Undo func(ctx context.Context) error
 
+// undoStack collects the undos of what an Apply created; run undoes them newest first.
+type undoStack []Undo
+
+func (s *undoStack) run(ctx context.Context) error {
+	var errs []error
+	for i := len(*s) - 1; i >= 0; i-- {
+		errs = append(errs, (*s)[i](ctx))
+	}
+	return errors.Join(errs...)
+}
+
 // ApplyDedicationTaint taints every pool node of the local cluster with DedicationTaint.
 func ApplyDedicationTaint(ctx context.Context, kube kubernetes.Interface) (Undo, error) {
 	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: PoolLabel})
@@ -133,14 +144,8 @@ const (
 // root) bound to a ServiceAccount, and a kubeconfig in dir that authenticates as that ServiceAccount.
 func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir string) (Team, Undo, error) {
 	team := Team{Namespace: TeamNamespace, LocalQueue: TeamLocalQueue}
-	var undos []Undo
-	undo := func(ctx context.Context) error {
-		var errs []error
-		for i := len(undos) - 1; i >= 0; i-- {
-			errs = append(errs, undos[i](ctx))
-		}
-		return errors.Join(errs...)
-	}
+	var undos undoStack
+	undo := Undo(undos.run)
 	fail := func(err error) (Team, Undo, error) { return team, nil, errors.Join(err, undo(ctx)) }
 
 	raw, err := os.ReadFile(filepath.Join(root, teamRBACFile))
@@ -273,14 +278,8 @@ const (
 // GPU on each path and no preemption policy (Kueue's default: never within the queue), and two
 // WorkloadPriorityClasses. The undo deletes all of it.
 func ApplyQueueWithoutPreemption(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface) (Undo, error) {
-	var undos []Undo
-	undo := func(ctx context.Context) error {
-		var errs []error
-		for i := len(undos) - 1; i >= 0; i-- {
-			errs = append(errs, undos[i](ctx))
-		}
-		return errors.Join(errs...)
-	}
+	var undos undoStack
+	undo := Undo(undos.run)
 	fail := func(err error) (Undo, error) { return nil, errors.Join(err, undo(ctx)) }
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: NoPreemptNamespace}}, metav1.CreateOptions{}); err != nil {
 		return fail(fmt.Errorf("creating namespace %s: %w", NoPreemptNamespace, err))
