@@ -63,7 +63,7 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 	@echo "▶ conformance suite (gpuconform run, disruptive specs included; the last run took $$(cat $(ARTIFACTS)/.conformance-wall 2>/dev/null || echo '?')); one line per finished spec, the whole log in $(ARTIFACTS)/conformance.log"
 	@start=$$(date +%s); $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --timeout=$(E2E_TIMEOUT) \
 		--ginkgo.fail-on-empty $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
-	tail -n +1 -F --pid=$$pid $(ARTIFACTS)/conformance.log 2>/dev/null | grep --line-buffered -E '^\[gpuconform\]|^not exercised'; \
+	tail -n +1 -F --pid=$$pid $(ARTIFACTS)/conformance.log 2>/dev/null | grep --line-buffered -oE '\[gpuconform\] .*|^not exercised.*'; \
 	wait $$pid; rc=$$?; echo "$$(( $$(date +%s) - start ))s" > $(ARTIFACTS)/.conformance-wall; \
 	$(GPUCONFORM) bench $(ARTIFACTS) | tail -n +3 || true; \
 	$(GPUCONFORM) report $(ARTIFACTS) > /dev/null; vrc=$$?; \
@@ -77,7 +77,7 @@ incluster: images cluster ## run the allocation specs as a Job on the local clus
 	$(GPUCONFORM) cluster load _output/images/gpuconform.oci.tar
 	$(GPUCONFORM) run --in-cluster --image=$(RUNNER_IMAGE) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/incluster \
 		--require=scenario:allocation --ginkgo.label-filter=scenario:allocation --ginkgo.fail-on-empty > $(ARTIFACTS)/incluster.log 2>&1; \
-	rc=$$?; grep -E '^gpuconform-runner|^\[gpuconform\]|^(verdict|signoff)' $(ARTIFACTS)/incluster.log; exit $$rc
+	rc=$$?; grep -oE '^gpuconform-runner.*|\[gpuconform\] .*|^(verdict|signoff).*' $(ARTIFACTS)/incluster.log; exit $$rc
 
 bench: cluster ## run the conformance suite (disruptive specs included) and print its own cost: wall vs inherent waits, API requests (kept in $(ARTIFACTS)/bench)
 	@mkdir -p $(ARTIFACTS)/bench
