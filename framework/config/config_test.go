@@ -1,6 +1,7 @@
 package config
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,5 +195,52 @@ func TestFaultAndCheckpointFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error naming %q", bad, err, want)
 		}
+	}
+}
+
+// A relative path is taken from the first base where it exists (the current directory, then the
+// checkout's root under go test); one that exists nowhere, from the last; a bare script name stays a
+// name for PATH.
+func TestResolvePaths(t *testing.T) {
+	wd, root := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "_output"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{filepath.Join(root, "_output", "kubeconfig"), filepath.Join(wd, "base.json"), filepath.Join(root, "base.json")} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := Config{Kubeconfig: "_output/kubeconfig", ArtifactsDir: "_artifacts", Signoff: SignoffConfig{Baseline: "base.json"}}
+	c.Faults.Command = "faults.sh"
+	c.Upgrade.Command = "./upgrade.sh"
+	got := c.ResolvePaths([]string{wd, root})
+	want := map[string]string{
+		"kubeconfig": filepath.Join(root, "_output", "kubeconfig"), "artifacts": filepath.Join(root, "_artifacts"),
+		"baseline": filepath.Join(wd, "base.json"), "fault command": "faults.sh", "upgrade command": filepath.Join(root, "upgrade.sh"),
+	}
+	have := map[string]string{"kubeconfig": got.Kubeconfig, "artifacts": got.ArtifactsDir, "baseline": got.Signoff.Baseline,
+		"fault command": got.Faults.Command, "upgrade command": got.Upgrade.Command}
+	for k, w := range want {
+		if have[k] != w {
+			t.Errorf("%s: %q, want %q", k, have[k], w)
+		}
+	}
+	if abs := Resolve("/etc/kubeconfig", []string{wd}); abs != "/etc/kubeconfig" {
+		t.Errorf("an absolute path changed: %q", abs)
+	}
+}
+
+// A flag another package defined first (controller-runtime's --kubeconfig) is shared, not redefined.
+func TestSharedFlag(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.String("kubeconfig", "", "defined by another package")
+	f := RegisterFlags(fs)
+	if err := fs.Parse([]string{"--kubeconfig", "/k", "--disruptive"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Config()
+	if err != nil || c.Kubeconfig != "/k" || !c.Disruptive {
+		t.Errorf("config %q %v %v", c.Kubeconfig, c.Disruptive, err)
 	}
 }

@@ -87,12 +87,12 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) error {
 	}
 	var err error
 	bases := baseDirs()
-	flags.Resolve = func(p string) string { return resolve(p, bases) }
+	flags.Resolve = func(p string) string { return config.Resolve(p, bases) }
 	if cfg, err = flags.Config(); err != nil {
 		cfg = config.Config{} // no run started: ArtifactsDir says so
 		return err
 	}
-	cfg = resolvePaths(cfg, bases)
+	cfg = cfg.ResolvePaths(bases)
 	suiteCfg, reporterCfg := ginkgo.GinkgoConfiguration()
 	if suiteCfg.ParallelProcess <= 1 {
 		// This run's artifacts replace an earlier run's: a stale report must never be rendered as this
@@ -222,34 +222,6 @@ func baseDirs() []string {
 		}
 	}
 	return dirs
-}
-
-// resolve makes p absolute against the first of bases where it exists, else the last.
-func resolve(p string, bases []string) string {
-	if p == "" || filepath.IsAbs(p) {
-		return p
-	}
-	for _, b := range bases {
-		if _, err := os.Stat(filepath.Join(b, p)); err == nil {
-			return filepath.Join(b, p)
-		}
-	}
-	return filepath.Join(bases[len(bases)-1], p)
-}
-
-// resolvePaths makes the configuration's file paths absolute (see baseDirs).
-func resolvePaths(c config.Config, bases []string) config.Config {
-	abs := func(p *string) { *p = resolve(*p, bases) }
-	abs(&c.Kubeconfig)
-	abs(&c.ArtifactsDir)
-	abs(&c.Signoff.Baseline)
-	// A script is a path when it names a directory; a bare name is looked up on PATH.
-	for _, script := range []*string{&c.Faults.Command, &c.Upgrade.Command} {
-		if strings.Contains(*script, "/") {
-			abs(script)
-		}
-	}
-	return c
 }
 
 // waitForStack polls discovery until the requested paths have devices and Kueue's webhook answers.
