@@ -72,12 +72,14 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 # The runner image's name in the local cluster (make images tags it with VERSION).
 RUNNER_IMAGE ?= gpuconform.local/gpuconform:$(VERSION)
 
-incluster: images cluster ## run the allocation specs as a Job on the local cluster (gpuconform run --in-cluster), copy the artifacts back, and require GO with nothing left
+incluster: images cluster ## run the allocation specs as a Job on the local cluster (gpuconform run --in-cluster), copy the artifacts back, and require them to pass with nothing left (INCOMPLETE only for the filter)
 	@mkdir -p $(ARTIFACTS)
 	$(GPUCONFORM) cluster load _output/images/gpuconform.oci.tar
 	$(GPUCONFORM) run --in-cluster --image=$(RUNNER_IMAGE) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/incluster \
 		--require=scenario:allocation --ginkgo.label-filter=scenario:allocation --ginkgo.fail-on-empty > $(ARTIFACTS)/incluster.log 2>&1; \
-	rc=$$?; grep -oE '^gpuconform-runner.*|\[gpuconform\] .*|^(verdict|signoff).*' $(ARTIFACTS)/incluster.log; exit $$rc
+	rc=$$?; grep -oE '^gpuconform-runner.*|\[gpuconform\] .*|^(verdict|signoff).*' $(ARTIFACTS)/incluster.log; \
+	if [ $$rc -eq 3 ] && ! grep '^- incomplete:' $(ARTIFACTS)/incluster/signoff.md | grep -qv 'filtered run'; then \
+		echo "incluster: INCOMPLETE only because the run is filtered to the allocation specs: accepted"; rc=0; fi; exit $$rc
 
 bench: cluster ## run the conformance suite (disruptive specs included) and print its own cost: wall vs inherent waits, API requests (kept in $(ARTIFACTS)/bench)
 	@mkdir -p $(ARTIFACTS)/bench

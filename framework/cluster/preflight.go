@@ -62,7 +62,8 @@ func PreflightNeeds(n Needs) []Permission {
 		perms = append(perms,
 			Permission{Verb: "create", Resource: "namespaces", Why: "run each spec in its own namespace"},
 			Permission{Verb: "delete", Resource: "namespaces", Why: "clean up each spec's namespace"},
-			Permission{Verb: "list", Resource: "namespaces", Why: "leak audit and leftover check"})
+			Permission{Verb: "list", Resource: "namespaces", Why: "leak audit and leftover check"},
+			Permission{Verb: "list", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "leftover check: a DeviceTaintRule an interrupted disruptive run left"})
 	} else {
 		perms = append(perms,
 			Permission{Verb: "list", Resource: "pods", Why: "leak audit and leftover check in the team namespace", Namespace: ns},
@@ -123,8 +124,7 @@ func PreflightNeeds(n Needs) []Permission {
 		if n.DRA {
 			perms = append(perms,
 				Permission{Verb: "create", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "turn a DRA device unhealthy through the API"},
-				Permission{Verb: "delete", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "make the device healthy again"},
-				Permission{Verb: "list", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "leak audit"})
+				Permission{Verb: "delete", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "make the device healthy again"})
 		}
 	}
 	if n.OwnQueues {
