@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 	"time"
 
@@ -20,6 +21,15 @@ import (
 
 // RecordFile is the name of the record in the artifacts directory.
 const RecordFile = "gpuconform-record.json"
+
+// RemoveRunArtifacts deletes the files an earlier run left in dir that a run writes again (its reports,
+// record, signoff and per-spec timelines): a stale report must never be rendered as a new run's.
+func RemoveRunArtifacts(dir string) {
+	for _, f := range []string{"gpuconform-report.json", "junit.gpuconform.xml", RecordFile, "signoff.md", HTMLFile} {
+		_ = os.Remove(filepath.Join(dir, f))
+	}
+	_ = os.RemoveAll(filepath.Join(dir, "specs"))
+}
 
 // Record is the compatibility record of one run.
 type Record struct {

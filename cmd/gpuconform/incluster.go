@@ -4,13 +4,14 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ import (
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/fixtures/rbac"
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/reports"
 )
@@ -63,7 +65,7 @@ type runnerOptions struct {
 // client's (the pod uses its ServiceAccount); --artifacts is the local directory the artifacts come to;
 // --namespace picks the team-namespace level and is passed on.
 func parseRunnerArgs(args []string) (runnerOptions, error) {
-	o := runnerOptions{Hold: 10 * time.Minute, Timeout: 90 * time.Minute, Artifacts: cmpOr(os.Getenv("ARTIFACTS"), "_artifacts")}
+	o := runnerOptions{Hold: 10 * time.Minute, Timeout: 90 * time.Minute, Artifacts: cmp.Or(os.Getenv("ARTIFACTS"), "_artifacts")}
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
@@ -228,7 +230,7 @@ func (r *runner) run(ctx context.Context) (int, error) {
 		return 2, fmt.Errorf("creating the runner Job: %w", err)
 	}
 	fmt.Fprintf(r.out, "gpuconform-runner: Job %s/%s (image %s, ServiceAccount %s bound to %s)\n", r.ns, job.Name, r.opts.Image, r.saName(), strings.Join(r.opts.levels(), ", "))
-	pod, err := r.waitPodStarted(ctx)
+	pod, err := r.waitPodStarted(ctx, job.Name)
 	if err != nil {
 		return reports.ExitNoGo, err
 	}
@@ -405,33 +407,35 @@ func (r *runner) job() *batchv1.Job {
 	}
 }
 
-// waitPodStarted waits for the Job's pod to run, and ends at once when it cannot: an image that cannot
-// be pulled, a pod the scheduler keeps out for longer than two minutes.
-func (r *runner) waitPodStarted(ctx context.Context) (string, error) {
+// podStartLimit bounds the wait for the runner pod to start when no diagnosis ends it sooner.
+const podStartLimit = 5 * time.Minute
+
+// waitPodStarted waits for the Job's pod to run. The suite's own diagnosis of the Job ends the wait as
+// soon as it is terminal (an image that can never be pulled, an admission policy refusing the pod, a
+// taint or selector no node passes), as the suite's waits do; otherwise it gives up after podStartLimit
+// with the diagnosis.
+func (r *runner) waitPodStarted(ctx context.Context, job string) (string, error) {
 	sel := metav1.ListOptions{LabelSelector: RunnerLabel + "=" + r.id}
-	unschedulableSince := time.Time{}
+	target := diagnose.Target{Kind: "Job", Namespace: r.ns, Name: job}
+	deadline := time.Now().Add(podStartLimit)
 	for {
-		pods, err := r.kube.CoreV1().Pods(r.ns).List(ctx, sel)
-		if err == nil {
+		if pods, err := r.kube.CoreV1().Pods(r.ns).List(ctx, sel); err == nil {
 			for _, p := range pods.Items {
 				if p.Status.Phase != corev1.PodPending {
 					return p.Name, nil
 				}
-				for _, cs := range p.Status.ContainerStatuses {
-					if w := cs.State.Waiting; w != nil && slices.Contains([]string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}, w.Reason) {
-						return "", fmt.Errorf("the runner image %s cannot be pulled on node %s: %s: %s (push it where the cluster pulls from, see make images)", r.opts.Image, p.Spec.NodeName, w.Reason, w.Message)
-					}
-				}
-				for _, c := range p.Status.Conditions {
-					if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
-						if unschedulableSince.IsZero() {
-							unschedulableSince = time.Now()
-						} else if time.Since(unschedulableSince) > 2*time.Minute {
-							return "", fmt.Errorf("the runner pod %s/%s cannot be scheduled: %s", r.ns, p.Name, c.Message)
-						}
-					}
-				}
 			}
+		}
+		res, err := diagnose.Run(ctx, diagnose.Clients{Kube: r.kube}, target)
+		switch {
+		case err == nil && res.Terminal:
+			return "", fmt.Errorf("the runner Job %s/%s cannot start (image %s): %s", r.ns, job, r.opts.Image, res.String())
+		case time.Now().After(deadline):
+			why := "no diagnosis"
+			if err == nil {
+				why = res.String()
+			}
+			return "", fmt.Errorf("the runner Job %s/%s did not start within %s: %s", r.ns, job, podStartLimit, why)
 		}
 		select {
 		case <-ctx.Done():
@@ -509,6 +513,9 @@ func (r *runner) exec(ctx context.Context, pod string, command []string, stdout,
 func (r *runner) waitExitCode(ctx context.Context, pod string) (int, error) {
 	for {
 		p, err := r.kube.CoreV1().Pods(r.ns).Get(ctx, pod, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return reports.ExitNoGo, fmt.Errorf("the runner pod %s/%s vanished before it ended", r.ns, pod)
+		}
 		if err == nil {
 			for _, cs := range p.Status.ContainerStatuses {
 				if t := cs.State.Terminated; t != nil && cs.Name == runnerContainer {
@@ -569,32 +576,35 @@ func (r *runner) cleanup(ctx context.Context) error {
 func (r *runner) leftovers(ctx context.Context) []string {
 	sel := metav1.ListOptions{LabelSelector: RunnerLabel + "=" + r.id}
 	var left []string
-	add := func(kind string, names []string, err error) {
+	add := func(kind string, names []string) {
 		for _, n := range names {
 			left = append(left, kind+" "+n)
 		}
 	}
-	nss, err := r.kube.CoreV1().Namespaces().List(ctx, sel)
-	if err == nil {
-		add("Namespace", names(nss.Items, func(n corev1.Namespace) string { return n.Name }), nil)
+	if l, err := r.kube.CoreV1().Namespaces().List(ctx, sel); err == nil {
+		add("Namespace", itemNames(l.Items, func(n corev1.Namespace) string { return n.Name }))
 	}
-	crbs, err := r.kube.RbacV1().ClusterRoleBindings().List(ctx, sel)
-	if err == nil {
-		add("ClusterRoleBinding", names(crbs.Items, func(b rbacv1.ClusterRoleBinding) string { return b.Name }), nil)
+	if l, err := r.kube.RbacV1().ClusterRoleBindings().List(ctx, sel); err == nil {
+		add("ClusterRoleBinding", itemNames(l.Items, func(b rbacv1.ClusterRoleBinding) string { return b.Name }))
 	}
-	crs, err := r.kube.RbacV1().ClusterRoles().List(ctx, sel)
-	if err == nil {
-		add("ClusterRole", names(crs.Items, func(b rbacv1.ClusterRole) string { return b.Name }), nil)
+	if l, err := r.kube.RbacV1().ClusterRoles().List(ctx, sel); err == nil {
+		add("ClusterRole", itemNames(l.Items, func(b rbacv1.ClusterRole) string { return b.Name }))
 	}
 	if r.ns != "" && !r.ownNS {
-		if pods, err := r.kube.CoreV1().Pods(r.ns).List(ctx, sel); err == nil {
-			add("Pod", names(pods.Items, func(p corev1.Pod) string { return r.ns + "/" + p.Name }), nil)
+		if l, err := r.kube.CoreV1().Pods(r.ns).List(ctx, sel); err == nil {
+			add("Pod", itemNames(l.Items, func(p corev1.Pod) string { return r.ns + "/" + p.Name }))
 		}
-		if jobs, err := r.kube.BatchV1().Jobs(r.ns).List(ctx, sel); err == nil {
-			add("Job", names(jobs.Items, func(j batchv1.Job) string { return r.ns + "/" + j.Name }), nil)
+		if l, err := r.kube.BatchV1().Jobs(r.ns).List(ctx, sel); err == nil {
+			add("Job", itemNames(l.Items, func(j batchv1.Job) string { return r.ns + "/" + j.Name }))
 		}
-		if sas, err := r.kube.CoreV1().ServiceAccounts(r.ns).List(ctx, sel); err == nil {
-			add("ServiceAccount", names(sas.Items, func(s corev1.ServiceAccount) string { return r.ns + "/" + s.Name }), nil)
+		if l, err := r.kube.CoreV1().ServiceAccounts(r.ns).List(ctx, sel); err == nil {
+			add("ServiceAccount", itemNames(l.Items, func(s corev1.ServiceAccount) string { return r.ns + "/" + s.Name }))
+		}
+		if l, err := r.kube.RbacV1().RoleBindings(r.ns).List(ctx, sel); err == nil {
+			add("RoleBinding", itemNames(l.Items, func(b rbacv1.RoleBinding) string { return r.ns + "/" + b.Name }))
+		}
+		if l, err := r.kube.RbacV1().Roles(r.ns).List(ctx, sel); err == nil {
+			add("Role", itemNames(l.Items, func(b rbacv1.Role) string { return r.ns + "/" + b.Name }))
 		}
 	}
 	return left
@@ -617,7 +627,7 @@ func (r *runner) deleteNamespace(ctx context.Context, name string) error {
 	}
 }
 
-func names[T any](items []T, name func(T) string) []string {
+func itemNames[T any](items []T, name func(T) string) []string {
 	out := make([]string, len(items))
 	for i, it := range items {
 		out[i] = name(it)
@@ -632,28 +642,20 @@ func ignoreNotFound(err error) error {
 	return err
 }
 
+// merge is a copy of a with b's entries added.
 func merge(a, b map[string]string) map[string]string {
-	out := map[string]string{}
-	for k, v := range a {
-		out[k] = v
+	out := maps.Clone(a)
+	if out == nil {
+		out = map[string]string{}
 	}
-	for k, v := range b {
-		out[k] = v
-	}
+	maps.Copy(out, b)
 	return out
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // untar unpacks a tar stream into dir (replacing the files of an earlier run), refusing paths that
 // leave it.
 func untar(r io.Reader, dir string) (int, error) {
-	removeStale(dir)
+	reports.RemoveRunArtifacts(dir)
 	tr := tar.NewReader(r)
 	n := 0
 	for {
@@ -692,14 +694,6 @@ func untar(r io.Reader, dir string) (int, error) {
 			n++
 		}
 	}
-}
-
-// removeStale deletes what an earlier run wrote into dir that this one writes again.
-func removeStale(dir string) {
-	for _, f := range []string{"gpuconform-report.json", "junit.gpuconform.xml", reports.RecordFile, "signoff.md", reports.HTMLFile} {
-		_ = os.Remove(filepath.Join(dir, f))
-	}
-	_ = os.RemoveAll(filepath.Join(dir, "specs"))
 }
 
 // artifactsCommand is the pod's side of the copy: `gpuconform artifacts pack DIR` writes DIR as a tar to

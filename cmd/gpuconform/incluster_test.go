@@ -100,7 +100,7 @@ func TestRunnerSetupAndCleanup(t *testing.T) {
 	crbs, _ = kube.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
 	crs, _ = kube.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
 	if len(crbs.Items) != 0 || len(crs.Items) != 1 || crs.Items[0].Name != pre.ClusterRoles[0].Name {
-		t.Errorf("after cleanup: %d bindings, ClusterRoles %v (want only the pre-installed one)", len(crbs.Items), names(crs.Items, func(c rbacv1.ClusterRole) string { return c.Name }))
+		t.Errorf("after cleanup: %d bindings, ClusterRoles %v (want only the pre-installed one)", len(crbs.Items), itemNames(crs.Items, func(c rbacv1.ClusterRole) string { return c.Name }))
 	}
 	if nss, _ := kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); len(nss.Items) != 0 {
 		t.Errorf("namespace left: %v", nss.Items[0].Name)
@@ -144,5 +144,36 @@ func TestArtifactsPackAndUntar(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dst, fetchedFile)); err != nil {
 		t.Error("release wrote no marker")
+	}
+}
+
+// The wait for the runner pod ends at once, with the suite's diagnosis, when the image can never be
+// pulled; a pod that runs ends it with its name.
+func TestRunnerPodStartEndsOnTerminalDiagnosis(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := &runner{opts: runnerOptions{Image: "reg/gpuconform:nope"}, id: "run-1", ns: "ns"}
+	job := r.job()
+	pod := func(phase corev1.PodPhase, waiting *corev1.ContainerStateWaiting) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "runner-x", Namespace: "ns",
+			Labels: map[string]string{RunnerLabel: "run-1", "batch.kubernetes.io/job-name": job.Name}},
+			Spec: job.Spec.Template.Spec, Status: corev1.PodStatus{Phase: phase}}
+		p.Spec.NodeName = "n1"
+		if waiting != nil {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: runnerContainer, State: corev1.ContainerState{Waiting: waiting}}}
+		}
+		return p
+	}
+	job.Namespace = "ns"
+	r.kube = fake.NewClientset(job, pod(corev1.PodPending, &corev1.ContainerStateWaiting{Reason: "ErrImagePull",
+		Message: `failed to pull "reg/gpuconform:nope": reg/gpuconform:nope: not found`}))
+	// Without the terminal diagnosis the wait would run into the context's deadline, a different error.
+	_, err := r.waitPodStarted(ctx, job.Name)
+	if err == nil || !strings.Contains(err.Error(), "ImagePullFailed") || !strings.Contains(err.Error(), "cannot start") {
+		t.Fatalf("want the ImagePullFailed diagnosis, got %v", err)
+	}
+	r.kube = fake.NewClientset(job, pod(corev1.PodRunning, nil))
+	if name, err := r.waitPodStarted(ctx, job.Name); err != nil || name != "runner-x" {
+		t.Errorf("running pod: %q %v", name, err)
 	}
 }

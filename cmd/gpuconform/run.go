@@ -22,21 +22,12 @@ import (
 	"gpuconform.io/gpuconform/suites/conformance"
 )
 
-// flagValue returns the value of --name (or -name) in args, and whether it was given.
-func flagValue(args []string, name string) (string, bool) {
-	for i, a := range args {
-		if !strings.HasPrefix(a, "-") {
-			continue
-		}
-		a = strings.TrimLeft(a, "-")
-		if v, ok := strings.CutPrefix(a, name+"="); ok {
-			return v, true
-		}
-		if a == name && i+1 < len(args) {
-			return args[i+1], true
-		}
-	}
-	return "", false
+// wantsInCluster reports whether args ask for the in-cluster runner (--in-cluster, or =true).
+func wantsInCluster(args []string) bool {
+	return slices.ContainsFunc(args, func(a string) bool {
+		name, value, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return strings.HasPrefix(a, "-") && name == "in-cluster" && (!hasValue || value == "true")
+	})
 }
 
 // suiteT receives Ginkgo's verdict on the specs.
@@ -49,7 +40,7 @@ func (t *suiteT) Fail() { t.failed = true }
 // and the exit code is the verdict's (0 GO, 1 NO-GO, 3 INCOMPLETE, 2 a usage error). With --in-cluster it
 // runs the same binary as a Job on the cluster instead (incluster.go).
 func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if v, _ := flagValue(args, "in-cluster"); v == "true" || slices.Contains(args, "--in-cluster") || slices.Contains(args, "-in-cluster") {
+	if wantsInCluster(args) {
 		return inClusterCommand(ctx, args, stdout, stderr)
 	}
 	// --hold-artifacts is the runner pod's: after the run, wait that long for the runner to copy them.

@@ -97,7 +97,7 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) error {
 	if suiteCfg.ParallelProcess <= 1 {
 		// This run's artifacts replace an earlier run's: a stale report must never be rendered as this
 		// one's. Only the first process clears them: the others start beside it.
-		removeStaleArtifacts(cfg.ArtifactsDir)
+		reports.RemoveRunArtifacts(cfg.ArtifactsDir)
 	}
 	signoff, err := signoffPolicy()
 	if err != nil {
@@ -164,7 +164,7 @@ func adoptCapabilities(c cluster.Capabilities) {
 	record.Taints = caps.Taints
 	record.Parameters = reports.Parameters{TimeoutProfile: cfg.TimeoutProfile, TimeoutProfileWhy: profileWhy, Namespace: cfg.Namespace,
 		LocalQueue: existingLocalQueue(), GPUPool: caps.Pools.GPU.Nodes, Tolerations: tolerations}
-	if prev.RunID == "" {
+	if !adopted {
 		// The first time only: these add to NotExercised and the signoff's requirements.
 		decideKueue()
 		if len(cfg.Signoff.Require) == 0 && kueueOK && (existingLocalQueue() == "" || cfg.Preemption.LowPriorityClass != "") {
@@ -182,11 +182,15 @@ func adoptCapabilities(c cluster.Capabilities) {
 				checkpointStorage.HostPath+" would need a PersistentVolume, a cluster-scoped object; give --checkpoint-storage-class (ReadWriteMany)"
 		}
 	}
+	adopted = true
 	record.Parameters.Checkpoints = checkpointStorage.String()
 	if cfg.Disruptive {
 		record.Parameters.Faults = describeFaults(injector())
 	}
 }
+
+// adopted is set once adoptCapabilities has made its one-time decisions.
+var adopted bool
 
 // DefaultRunTimeout bounds a run whose --timeout is not given (Ginkgo's own default, one hour, is too
 // short for a disruptive run on a real cluster).
@@ -277,15 +281,6 @@ func setupFailed(signoff reports.Signoff, contextName, server string, cause erro
 		_ = os.WriteFile(filepath.Join(cfg.ArtifactsDir, "signoff.md"), []byte(reports.RenderMarkdown(nil, rec)), 0o644)
 	}
 	return cause
-}
-
-// removeStaleArtifacts deletes the files an earlier run left in dir that this run writes again.
-func removeStaleArtifacts(dir string) {
-	for _, f := range []string{"gpuconform-report.json", "junit.gpuconform.xml", reports.RecordFile, "signoff.md", reports.HTMLFile} {
-		_ = os.Remove(filepath.Join(dir, f))
-	}
-	// Timelines are per spec: an earlier run's would be drawn as this run's.
-	_ = os.RemoveAll(filepath.Join(dir, "specs"))
 }
 
 var _ = ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
