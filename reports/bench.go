@@ -10,6 +10,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/timeline"
 )
 
@@ -72,8 +73,8 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 			}
 			scenario := "other"
 			for _, l := range sp.Labels() {
-				if strings.HasPrefix(l, "scenario:") {
-					scenario = strings.TrimPrefix(l, "scenario:")
+				if name, ok := strings.CutPrefix(l, labels.ScenarioPrefix); ok {
+					scenario = name
 				}
 			}
 			r := rows[scenario]

@@ -127,7 +127,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	}
 
 	renderTimings(&b, rec.Timelines)
-	renderSteps(&b, suites)
+	renderSteps(&b, suites, rec.Signoff.Measured)
 
 	b.WriteString("\n## Not exercised\n\n")
 	if len(rec.NotExercised) == 0 {
@@ -213,15 +213,12 @@ func firstLine(s string) string {
 func Count(suites []types.Report) (passed, failed, skipped int) {
 	for _, s := range suites {
 		for _, sp := range s.SpecReports {
-			if sp.LeafNodeType != types.NodeTypeIt {
-				continue
-			}
-			switch {
-			case sp.State == types.SpecStatePassed:
+			switch SpecResult(sp) {
+			case ResultPassed:
 				passed++
-			case sp.State.Is(types.SpecStateFailureStates):
+			case ResultFailed:
 				failed++
-			case sp.State == types.SpecStatePending || (sp.State == types.SpecStateSkipped && sp.Failure.Message != ""):
+			case ResultSkipped:
 				skipped++
 			}
 		}
@@ -345,18 +342,16 @@ func Filters(suites []types.Report) string {
 	return strings.Join(parts, "; ")
 }
 
-// renderSteps lists what the resilience scenarios measured in each passed spec (fault → NotReady,
-// preempted → re-admitted, steps lost, …): their report entries, in the order recorded.
-func renderSteps(b *strings.Builder, suites []types.Report) {
+// renderSteps lists what the scenarios labelled measured measured in each passed spec (fault →
+// NotReady, preempted → re-admitted, steps lost, …): their report entries, in the order recorded.
+func renderSteps(b *strings.Builder, suites []types.Report, measured []string) {
 	var rows []string
 	for _, r := range suites {
 		for _, sp := range r.SpecReports {
 			if sp.LeafNodeType != types.NodeTypeIt || sp.State != types.SpecStatePassed {
 				continue
 			}
-			if !slices.ContainsFunc(sp.Labels(), func(l string) bool {
-				return l == "scenario:failure" || l == "scenario:preemption" || l == "scenario:upgrade"
-			}) {
+			if !slices.ContainsFunc(sp.Labels(), func(l string) bool { return slices.Contains(measured, l) }) {
 				continue
 			}
 			for _, e := range sp.ReportEntries {
@@ -387,4 +382,14 @@ func UpgradeVerdicts(suites []types.Report) []string {
 		}
 	}
 	return out
+}
+
+// SpecLine is a finished spec's progress line: "[gpuconform] PASSED (1m6s) <full text>", with the
+// failure's first line for a failed spec.
+func SpecLine(sp types.SpecReport) string {
+	line := fmt.Sprintf("[gpuconform] %s (%s) %s", strings.ToUpper(sp.State.String()), sp.RunTime.Round(time.Second), sp.FullText())
+	if sp.State.Is(types.SpecStateFailureStates) {
+		line += ": " + firstLine(sp.Failure.Message)
+	}
+	return line
 }

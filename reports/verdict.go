@@ -29,19 +29,6 @@ const (
 	ExitIncomplete = 3
 )
 
-// DefaultRequire are the scenarios a signoff requires unless configured otherwise: every scenario the
-// suite implements today. Every discovered allocation path is required as well (Decide adds them).
-var DefaultRequire = []string{"scenario:allocation", "scenario:shortage"}
-
-// KueueRequire are the scenarios a signoff requires besides DefaultRequire where Kueue is usable.
-var KueueRequire = []string{"scenario:preemption"}
-
-// UpgradeRequire is required besides DefaultRequire by a --disruptive run on a cluster with a canary pool.
-var UpgradeRequire = []string{"scenario:upgrade"}
-
-// DisruptiveRequire are the scenarios a --disruptive run requires besides DefaultRequire.
-var DisruptiveRequire = []string{"scenario:failure"}
-
 // Signoff is the policy a run's verdict is decided with; it travels in the record, so a report rendered
 // again offline decides the same.
 type Signoff struct {
@@ -49,6 +36,9 @@ type Signoff struct {
 	Require []string `json:"require"`
 	// AllowIncomplete turns INCOMPLETE into GO (the reasons stay listed).
 	AllowIncomplete bool `json:"allowIncomplete,omitempty"`
+	// Measured are the labels of the scenarios whose measured steps the report lists (their
+	// declarations say so: scenarios.Scenario.Measured).
+	Measured []string `json:"measured,omitempty"`
 	// Baseline is the condensed record of an earlier run to compare with; nil when none was given.
 	Baseline *Baseline `json:"baseline,omitempty"`
 }
@@ -75,23 +65,40 @@ const (
 	ResultPassed  = "passed"
 	ResultFailed  = "failed"
 	ResultSkipped = "skipped"
+	// ResultFiltered is a spec the run's filters left out (SpecResult only; Results counts it skipped).
+	ResultFiltered = "filtered"
 )
 
-// Results maps each leaf spec's full text to its result.
+// SpecResult is the one tally of a spec's state: passed, failed (any failure state), skipped (skipped by
+// the spec itself, or pending) or filtered (left out by the run's filters); "" for a node that is not a
+// leaf spec.
+func SpecResult(sp types.SpecReport) string {
+	switch {
+	case sp.LeafNodeType != types.NodeTypeIt:
+		return ""
+	case sp.State == types.SpecStatePassed:
+		return ResultPassed
+	case sp.State.Is(types.SpecStateFailureStates):
+		return ResultFailed
+	case sp.State == types.SpecStatePending || (sp.State == types.SpecStateSkipped && sp.Failure.Message != ""):
+		return ResultSkipped
+	default:
+		return ResultFiltered
+	}
+}
+
+// Results maps each leaf spec's full text to its result; a filtered-out spec counts as skipped there (a
+// baseline compares what ran).
 func Results(suites []types.Report) map[string]string {
 	out := map[string]string{}
 	for _, s := range suites {
 		for _, sp := range s.SpecReports {
-			if sp.LeafNodeType != types.NodeTypeIt {
-				continue
-			}
-			switch {
-			case sp.State == types.SpecStatePassed:
-				out[sp.FullText()] = ResultPassed
-			case sp.State.Is(types.SpecStateFailureStates):
-				out[sp.FullText()] = ResultFailed
-			default:
+			switch res := SpecResult(sp); res {
+			case "":
+			case ResultFiltered:
 				out[sp.FullText()] = ResultSkipped
+			default:
+				out[sp.FullText()] = res
 			}
 		}
 	}

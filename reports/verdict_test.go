@@ -18,7 +18,7 @@ func passing() ([]types.Report, Record) {
 	}}
 	rec := record()
 	rec.Paths = []PathRecord{{Name: "device-plugin"}, {Name: "dra"}}
-	rec.Signoff.Require = DefaultRequire
+	rec.Signoff.Require = []string{"scenario:allocation", "scenario:shortage"}
 	rec.LeakAudit = &audit.Result{RunID: "run-1"}
 	rec.Results = Results([]types.Report{suite})
 	return []types.Report{suite}, rec

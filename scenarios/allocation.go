@@ -1,7 +1,3 @@
-// Package scenarios holds reusable spec bodies. Each scenario is a function that registers Ginkgo
-// nodes, fed by an input getter; it is written once against framework interfaces and registers itself
-// once per discovered allocation path. What a scenario cannot exercise on this cluster is not
-// registered, and the reason is recorded through the input's NotExercised callback.
 package scenarios
 
 import (
@@ -22,6 +18,7 @@ import (
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/queues"
+	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/wait"
 )
@@ -37,7 +34,24 @@ type AllocationInput struct {
 	ExistingLocalQueue string
 	// DeviceCounts are the device counts to ask for, in order (default 1, 2).
 	DeviceCounts []int
+	// Broken are the paths discovery found present but not working, with the finding.
+	Broken map[string]string
 }
+
+const allocationName = "allocation"
+
+// Allocation is the allocation scenario: the right devices on the right node, exclusively (AllocationSpec,
+// IsolationSpec), and a spec that fails for each path found present but not working (BrokenPathSpec).
+var Allocation = Define(Scenario{Name: allocationName, Title: "a workload gets exactly the devices it asked for, and only it sees them",
+	Required: true, Uses: suite.Needs{Kueue: true}},
+	func(r *suite.Run) AllocationInput {
+		return AllocationInput{Base: baseOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(), Broken: r.Caps.Broken}
+	},
+	func(input func() AllocationInput) {
+		BrokenPathSpec(input().Broken)
+		AllocationSpec(input)
+		IsolationSpec(input)
+	})
 
 // AllocationSpec registers the allocation scenario: per path and device count, a Job submitted through
 // a LocalQueue is admitted, placed on a node with the devices, sees exactly the devices it was given,
@@ -53,7 +67,7 @@ func AllocationSpec(input func() AllocationInput) {
 	}
 	for _, regPath := range reg.Paths {
 		pathName := regPath.Name()
-		describePath(input, regPath, "GPU allocation", "alloc", []any{labels.Of(labels.ScenarioAllocation)}, func(s *Spec[AllocationInput]) {
+		describePath(input, regPath, "GPU allocation", "alloc", []any{labels.Of(labels.Scenario(allocationName))}, func(s *Spec[AllocationInput]) {
 			for _, n := range counts {
 				nodes := reg.eligible(regPath, n)
 				if len(nodes) == 0 {
@@ -250,7 +264,7 @@ func BrokenPathSpec(broken map[string]string) {
 	slices.Sort(names)
 	for _, name := range names {
 		why := broken[name]
-		ginkgo.Describe(fmt.Sprintf("GPU allocation on the %s path", name), labels.Of(labels.ScenarioAllocation, labels.ForPath(name)), func() {
+		ginkgo.Describe(fmt.Sprintf("GPU allocation on the %s path", name), labels.Of(labels.Scenario(allocationName), labels.ForPath(name)), func() {
 			ginkgo.It("serves the devices the cluster advertises", func() {
 				ginkgo.Fail(fmt.Sprintf("the %s path is present but not working: %s", name, why))
 			})

@@ -23,6 +23,7 @@ import (
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/queues"
+	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/framework/wait"
@@ -47,6 +48,18 @@ type FailureInput struct {
 	// EvictAfter is the training pods' tolerationSeconds for the not-ready and unreachable taints.
 	EvictAfter time.Duration
 }
+
+const failureName = "failure"
+
+// Failure is the failed-worker and failed-device scenario (FailureSpec).
+var Failure = Define(Scenario{Name: failureName, Title: "a failed worker or device is withdrawn, and the work resumes elsewhere from its checkpoint",
+	Required: true, Measured: true, Needs: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true}, Uses: suite.Needs{Kueue: true}},
+	func(r *suite.Run) FailureInput {
+		return FailureInput{Base: baseOf(r), Faults: r.Faults(), Disruptive: r.Config.Disruptive, KueuePresent: r.KueueUsable,
+			ExistingLocalQueue: r.ExistingLocalQueue(), Checkpoints: r.Checkpoints, CheckpointsWhy: r.CheckpointsWhy,
+			EvictAfter: r.Config.Faults.EvictionToleration.Duration}
+	},
+	FailureSpec)
 
 // The failure scenario's training job: long enough to be interrupted after a checkpoint and to finish
 // soon after it resumes. Steps are seconds of simulated work; a checkpoint every trainEvery steps.
@@ -89,7 +102,7 @@ func FailureSpec(input func() FailureInput) {
 		if reg.Checkpoints.None() {
 			reg.notExercised(pathName+": resume from a checkpoint after a failure", reg.CheckpointsWhy+"; the reschedule half of the checks still runs")
 		}
-		describePath(input, regPath, "GPU failure and recovery", "fail", []any{labels.Of(labels.ScenarioFailure, labels.Disruptive), ginkgo.Serial}, func(s *Spec[FailureInput]) {
+		describePath(input, regPath, "GPU failure and recovery", "fail", []any{labels.Of(labels.Scenario(failureName), labels.Disruptive), ginkgo.Serial}, func(s *Spec[FailureInput]) {
 			if devices == nil {
 				reg.notExercised(pathName+": device health", devicesWhy)
 			} else {

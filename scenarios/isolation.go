@@ -16,11 +16,6 @@ import (
 	"gpuconform.io/gpuconform/framework/testenv"
 )
 
-// IsolationInput is the input of IsolationSpec.
-type IsolationInput struct {
-	Base
-}
-
 // holdFor keeps probe pods (and their devices) alive while the suite compares them; they are deleted
 // with the spec's namespace long before.
 const holdFor = "30m"
@@ -29,7 +24,7 @@ const holdFor = "30m"
 // go one to each pod running side by side, all distinct and all of them, and one more pod waits; a GPU
 // pod's other containers, its init container and a pod beside it see none of its devices. They catch
 // over-advertising, double allocation and leaky isolation, which the single-pod allocation checks cannot.
-func IsolationSpec(input func() IsolationInput) {
+func IsolationSpec(input func() AllocationInput) {
 	reg := input()
 	for _, regPath := range reg.Paths {
 		nodes := reg.eligible(regPath, 1)
@@ -37,7 +32,7 @@ func IsolationSpec(input func() IsolationInput) {
 			reg.notExercised(regPath.Name()+": exclusivity and isolation", "no node in the GPU pool has a device on this path")
 			continue
 		}
-		describePath(input, regPath, "GPU exclusivity and isolation", "isol", []any{labels.Of(labels.ScenarioAllocation)}, func(s *Spec[IsolationInput]) {
+		describePath(input, regPath, "GPU exclusivity and isolation", "isol", []any{labels.Of(labels.Scenario(allocationName))}, func(s *Spec[AllocationInput]) {
 			// Serial: it needs every device of one node, which another spec's pods would hold.
 			ginkgo.It("gives each device of a full node to exactly one of the pods running side by side, all of them, and makes one more pod wait for a device",
 				ginkgo.Serial, func(ctx context.Context) {

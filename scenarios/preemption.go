@@ -19,6 +19,7 @@ import (
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/queues"
+	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/framework/wait"
@@ -40,6 +41,18 @@ type PreemptionInput struct {
 	Checkpoints    checkpoints.Storage
 	CheckpointsWhy string
 }
+
+const preemptionName = "preemption"
+
+// Preemption is Kueue preemption with checkpoint recovery (PreemptionSpec).
+var Preemption = Define(Scenario{Name: preemptionName, Title: "a preempted job resumes from its checkpoint instead of restarting",
+	Required: true, Measured: true, Needs: suite.Needs{Kueue: true, PriorityQueues: true, CheckpointStorage: true}},
+	func(r *suite.Run) PreemptionInput {
+		return PreemptionInput{Base: baseOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(),
+			LowPriorityClass: r.Config.Preemption.LowPriorityClass, HighPriorityClass: r.Config.Preemption.HighPriorityClass,
+			Checkpoints: r.Checkpoints, CheckpointsWhy: r.CheckpointsWhy}
+	},
+	PreemptionSpec)
 
 // The preempted training job: long enough to be preempted after a checkpoint and to finish soon after it
 // is re-admitted; the grace period leaves its SIGTERM checkpoint ample time.
@@ -82,7 +95,7 @@ func PreemptionSpec(input func() PreemptionInput) {
 		first := i == 0
 		// Serial: its timings (time to preempt, to resume) must not include a scheduling wait for devices a
 		// parallel spec's pods hold, and its preemptor must find the devices its victim frees.
-		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.ScenarioPreemption, labels.NeedsKueue), ginkgo.Serial}, func(s *Spec[PreemptionInput]) {
+		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.Scenario(preemptionName), labels.NeedsKueue), ginkgo.Serial}, func(s *Spec[PreemptionInput]) {
 			ginkgo.It("evicts a low-priority training Job for a high-priority one, which runs on the freed quota; the low one checkpoints on SIGTERM, is re-admitted and resumes where it stopped", func(ctx context.Context) {
 				priorityPreemption(ctx, s)
 			})

@@ -21,6 +21,7 @@ import (
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/queues"
+	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/wait"
 )
@@ -41,6 +42,16 @@ type ShortageInput struct {
 	// the one a spec relies on.
 	Tolerations []corev1.Toleration
 }
+
+const shortageName = "shortage"
+
+// Shortage is the deliberate-shortage scenario (ShortageSpec).
+var Shortage = Define(Scenario{Name: shortageName, Title: "a workload that cannot get its devices waits, and the suite names where and why",
+	Required: true, Uses: suite.Needs{Kueue: true}},
+	func(r *suite.Run) ShortageInput {
+		return ShortageInput{Base: baseOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(), Nodes: r.Nodes, Tolerations: r.Tolerations}
+	},
+	ShortageSpec)
 
 // controlPlaneLabel marks control-plane nodes (kubeadm, kind, most distributions). Their NoSchedule
 // taint is the one taint the taint spec can rely on without tainting anything itself.
@@ -68,7 +79,7 @@ func ShortageSpec(input func() ShortageInput) {
 
 	for _, regPath := range reg.Paths {
 		pathName := regPath.Name()
-		describePath(input, regPath, "Deliberate shortages", "short", []any{labels.Of(labels.ScenarioShortage)}, func(s *Spec[ShortageInput]) {
+		describePath(input, regPath, "Deliberate shortages", "short", []any{labels.Of(labels.Scenario(shortageName))}, func(s *Spec[ShortageInput]) {
 			// (a) Kueue quota.
 			switch {
 			case !reg.KueuePresent:

@@ -9,6 +9,7 @@ import (
 
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/testenv"
 )
 
@@ -25,6 +26,12 @@ type Base struct {
 }
 
 func (b Base) base() Base { return b }
+
+// baseOf is the Base of every scenario's input: the run's environment (live when specs run), paths, pool
+// and not-exercised record.
+func baseOf(r *suite.Run) Base {
+	return Base{Env: r.Env, Paths: r.Paths, GPUPool: r.Caps.Pools.GPU.Nodes, NotExercised: r.NotExercised}
+}
 
 // notExercised records what is not registered; without a recorder it does nothing.
 func (b Base) notExercised(what, why string) {

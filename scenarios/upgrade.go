@@ -24,6 +24,7 @@ import (
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/upgrade"
 	"gpuconform.io/gpuconform/framework/wait"
@@ -44,9 +45,19 @@ type UpgradeInput struct {
 	To, VersionLabel string
 	// Checkpoints is storage for the short resume job on the canary pool (none: a restart is checked).
 	Checkpoints checkpoints.Storage
-	// RunID marks the cordon and the upgrade on the nodes (the leftover check finds them).
-	RunID string
 }
+
+const upgradeName = "upgrade"
+
+// Upgrade is the driver-upgrade rehearsal on the canary pool (UpgradeSpec).
+var Upgrade = Define(Scenario{Name: upgradeName, Title: "an upgrade rehearsed on the canary pool leaves it working and the known-good pool untouched",
+	Required: true, Measured: true, Needs: suite.Needs{Disruptive: true, CanaryPool: true}},
+	func(r *suite.Run) UpgradeInput {
+		u := r.Upgrade
+		return UpgradeInput{Base: baseOf(r), Disruptive: r.Config.Disruptive, Canary: r.Caps.Pools.Canary.Nodes, KnownGood: r.KnownGood(),
+			Upgrader: u.Provider, UpgraderWhy: u.Why, To: u.To, VersionLabel: u.VersionLabel, Checkpoints: r.Checkpoints}
+	},
+	UpgradeSpec)
 
 // UpgradeSpec registers the driver-upgrade rehearsal: the canary pool is cordoned and drained, upgraded
 // to the target version alone, must come back reporting it and advertising its devices, and must then run
@@ -76,7 +87,7 @@ func UpgradeSpec(input func() UpgradeInput) {
 		reg.notExercised(what, "no allocation path")
 		return
 	}
-	ginkgo.Describe("Driver upgrade rehearsal on the canary pool", labels.Of(labels.ScenarioUpgrade, labels.Disruptive), ginkgo.Serial, func() {
+	ginkgo.Describe("Driver upgrade rehearsal on the canary pool", labels.Of(labels.Scenario(upgradeName), labels.Disruptive), ginkgo.Serial, func() {
 		ginkgo.It(fmt.Sprintf("upgrades the canary pool %v alone to driver %s: it comes back with its devices and runs GPU work, the known-good pool is untouched, and the rollback restores it", reg.Canary, reg.To),
 			func(ctx context.Context) {
 				in := input()
@@ -244,11 +255,11 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 
 	ginkgo.By(fmt.Sprintf("cordoning and draining the canary pool %s", pool))
 	cordonAt := time.Now()
-	cordon(ctx, env, in.RunID, canary, true)
+	cordon(ctx, env, env.Factory.RunID, canary, true)
 	cordoned := true
 	ginkgo.DeferCleanup(func(ctx context.Context) {
 		if cordoned {
-			cordon(ctx, env, in.RunID, canary, false)
+			cordon(ctx, env, env.Factory.RunID, canary, false)
 		}
 	})
 	evicted := drainGPUWork(ctx, env, in, canary)
@@ -257,7 +268,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	ginkgo.By(fmt.Sprintf("upgrading the canary pool to %s through %s", in.To, in.Upgrader.Name()))
 	appliedAt := time.Now()
 	for _, n := range canary {
-		gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, in.RunID, "upgraded-from="+from, true)).To(gomega.Succeed())
+		gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, true)).To(gomega.Succeed())
 	}
 	rolledBack := false
 	ginkgo.DeferCleanup(func(ctx context.Context) {
@@ -266,7 +277,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 			gomega.Expect(in.Upgrader.Rollback(ctx, canary, from)).To(gomega.Succeed())
 			expectUpgraded(ctx, env, in, canary, from, before, "after the rollback")
 			for _, n := range canary {
-				gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, in.RunID, "upgraded-from="+from, false)).To(gomega.Succeed())
+				gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, false)).To(gomega.Succeed())
 			}
 		}
 	})
@@ -279,7 +290,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 		}
 	}
 
-	cordon(ctx, env, in.RunID, canary, false)
+	cordon(ctx, env, env.Factory.RunID, canary, false)
 	cordoned = false
 	ginkgo.AddReportEntry("cordon → canary back in service", since(cordonAt))
 
@@ -328,7 +339,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	expectUpgraded(ctx, env, in, canary, from, before, "after the rollback")
 	rolledBack = true
 	for _, n := range canary {
-		gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, in.RunID, "upgraded-from="+from, false)).To(gomega.Succeed())
+		gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, false)).To(gomega.Succeed())
 	}
 	ginkgo.AddReportEntry("rollback → devices advertised", since(rbAt))
 	node := firstWith(sentinelPath, canary)

@@ -82,8 +82,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	t := &suiteT{}
 	gomega.RegisterFailHandler(ginkgo.Fail)
-	err := conformance.Run(t, conformance.Options{Stdout: stdout, IsTerminal: isTerminal(stdout)})
-	arts := conformance.ArtifactsDir()
+	arts, err := conformance.Run(t, conformance.Options{Stdout: stdout, IsTerminal: isTerminal(stdout)})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform run: %v\n", err)
 		if arts == "" {

@@ -1,16 +1,20 @@
 // Package labels is the closed set of Ginkgo labels the suite may use. Specs take their labels from
 // here, never from string literals, so a typo cannot silently create a label no filter selects, and
-// CI runs with --fail-on-empty so a typo in a filter fails instead of passing zero specs.
+// CI runs with --fail-on-empty so a typo in a filter fails instead of passing zero specs. Scenario
+// labels ("scenario:<name>") join the set when a scenario declares itself (scenarios.Define).
 package labels
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
 
 	"github.com/onsi/ginkgo/v2"
 )
 
-// The label set. Each constant is the exact string `--label-filter` matches.
+// The fixed part of the set. Each constant is the exact string `--label-filter` matches.
 const (
 	// Disruptive marks specs that change nodes (cordon, stop, device failure, plugin roll); they run only
 	// with the `disruptive` opt-in and only inside the configured pool.
@@ -25,35 +29,61 @@ const (
 	// PathDRA marks specs exercising the DRA allocation path.
 	PathDRA = "path:dra"
 
-	// ScenarioAllocation marks the "right devices, right node" specs.
-	ScenarioAllocation = "scenario:allocation"
-	// ScenarioShortage marks specs that ask for more devices than are free.
-	ScenarioShortage = "scenario:shortage"
-	// ScenarioFailure marks specs that lose a worker or a device.
-	ScenarioFailure = "scenario:failure"
-	// ScenarioPreemption marks preemption-with-checkpoint-recovery specs.
-	ScenarioPreemption = "scenario:preemption"
-	// ScenarioUpgrade marks the upgrade rehearsal on the canary pool.
-	ScenarioUpgrade = "scenario:upgrade"
-
 	// NeedsKueue marks specs that submit through a Kueue LocalQueue.
 	NeedsKueue = "needs:kueue"
+
+	// ScenarioPrefix starts every scenario's label: "scenario:" + the scenario's name.
+	ScenarioPrefix = "scenario:"
 )
 
-var known = map[string]bool{
-	Disruptive: true, Serial: true, Slow: true,
-	PathDevicePlugin: true, PathDRA: true,
-	ScenarioAllocation: true, ScenarioShortage: true, ScenarioFailure: true, ScenarioPreemption: true, ScenarioUpgrade: true,
-	NeedsKueue: true,
+// scenarios holds the scenario labels declared so far. Scenarios declare themselves while packages
+// initialise (like flags), before any spec tree is built; the lock keeps a concurrent reader safe.
+var scenarios = struct {
+	sync.RWMutex
+	names map[string]bool
+}{names: map[string]bool{}}
+
+// DeclareScenario adds the label of the scenario name to the set and returns it. Declaring a name twice
+// panics: two scenarios would share one label.
+func DeclareScenario(name string) string {
+	scenarios.Lock()
+	defer scenarios.Unlock()
+	if name == "" || strings.ContainsAny(name, " :&|!(),") || scenarios.names[name] {
+		panic(fmt.Sprintf("labels: scenario name %q is empty, not a plain word, or declared twice", name))
+	}
+	scenarios.names[name] = true
+	return ScenarioPrefix + name
+}
+
+// Scenario returns the label of the declared scenario name; an undeclared name panics.
+func Scenario(name string) string {
+	l := ScenarioPrefix + name
+	if err := Validate(l); err != nil {
+		panic(err)
+	}
+	return l
+}
+
+func known(l string) bool {
+	switch l {
+	case Disruptive, Serial, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
+		return true
+	}
+	scenarios.RLock()
+	defer scenarios.RUnlock()
+	name, ok := strings.CutPrefix(l, ScenarioPrefix)
+	return ok && scenarios.names[name]
 }
 
 // Known returns the label set, sorted, for documentation and `--help` output.
 func Known() []string {
-	out := make([]string, 0, len(known))
-	for l := range known {
-		out = append(out, l)
+	scenarios.RLock()
+	out := []string{Disruptive, Serial, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
+	for n := range maps.Keys(scenarios.names) {
+		out = append(out, ScenarioPrefix+n)
 	}
-	sort.Strings(out)
+	scenarios.RUnlock()
+	slices.Sort(out)
 	return out
 }
 
@@ -61,7 +91,7 @@ func Known() []string {
 func Validate(ls ...string) error {
 	var bad []string
 	for _, l := range ls {
-		if !known[l] {
+		if !known(l) {
 			bad = append(bad, l)
 		}
 	}

@@ -55,6 +55,9 @@ const (
 	localAgentSelector     = "app.kubernetes.io/name=fake-device-plugin"
 )
 
+// LocalNamespace is where the project's local cluster runs the fake GPU agent (localcluster.SystemNamespace).
+const LocalNamespace = "gpuconform-system"
+
 // Local is the provider of the project's kind cluster.
 type Local struct {
 	Kube kubernetes.Interface
@@ -100,6 +103,20 @@ func (l *Local) set(ctx context.Context, nodes []string, version *string) error 
 		}
 	}
 	return nil
+}
+
+// localTargetAnnotation is where the fake GPU agent's DaemonSet says which driver version its stack can
+// be upgraded to.
+const localTargetAnnotation = "gpuconform.io/fake-driver-upgrade-to"
+
+// LocalTarget is the driver version the local cluster's fake stack can be upgraded to, as its DaemonSet
+// declares it ("" when it declares none): the rehearsal's target there when --upgrade-to is not given.
+func (l *Local) LocalTarget(ctx context.Context) (string, error) {
+	ds, err := l.Kube.AppsV1().DaemonSets(l.Namespace).Get(ctx, "fake-device-plugin", metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	return ds.Annotations[localTargetAnnotation], nil
 }
 
 // LocalServes reports whether the local provider can upgrade these nodes: every one runs the fake agent.

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -69,5 +70,18 @@ func TestCommandPassesVersionAndNodes(t *testing.T) {
 	got, _ := os.ReadFile(log)
 	if string(got) != "upgrade 560.35.03 n1 n2 r1\nrollback 550.54.15 n1 r1\n" {
 		t.Errorf("calls = %q", got)
+	}
+}
+
+func TestLocalTargetIsTheStacksDeclaredVersion(t *testing.T) {
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "fake-device-plugin", Namespace: "sys",
+		Annotations: map[string]string{localTargetAnnotation: "560.35.03"}}}
+	l := &Local{Kube: fake.NewClientset(ds), Namespace: "sys"}
+	got, err := l.LocalTarget(context.Background())
+	if err != nil || got != "560.35.03" {
+		t.Fatalf("LocalTarget = %q, %v; want the DaemonSet's declared 560.35.03", got, err)
+	}
+	if _, err := (&Local{Kube: fake.NewClientset(), Namespace: "sys"}).LocalTarget(context.Background()); err == nil {
+		t.Fatal("LocalTarget without the agent's DaemonSet: want an error")
 	}
 }

@@ -94,6 +94,8 @@ type GPUStackOptions struct {
 	ResourceName  string
 	Replicas      int
 	DriverVersion string
+	// UpgradeTo is the driver version the stack can be upgraded to (the rehearsal's target here).
+	UpgradeTo     string
 	PluginVersion string
 	Fault         string
 	// DriverName is the DRA driver (and DeviceClass) of the stack's DRA half; DRADevices the GPUs the

@@ -71,7 +71,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 		return err
 	}
 	stack := GPUStackOptions{Image: tools, Devices: c.opts.DevicesPerNode, ResourceName: GPUResource, Replicas: 1,
-		DriverVersion: "550.54.15", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: c.opts.DevicesPerNode}
+		DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: c.opts.DevicesPerNode}
 	if c.opts.DRADriver == DRADriverExample {
 		stack.DriverName, stack.DRADevices, stack.ExampleDRADriver = ExampleDRADriverName, 0, true
 	}

@@ -7,6 +7,8 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	"golang.org/x/term"
+
+	"gpuconform.io/gpuconform/infra/localcluster"
 )
 
 // TestConformance is the suite's `go test` and `go tool ginkgo run` entry point (the Ginkgo CLI passes
@@ -15,7 +17,15 @@ import (
 //	go tool ginkgo run ./suites/conformance -- --kubeconfig _output/kubeconfig
 func TestConformance(t *testing.T) {
 	gomega.RegisterFailHandler(ginkgo.Fail)
-	if err := Run(t, Options{IsTerminal: term.IsTerminal(int(os.Stdout.Fd()))}); err != nil {
+	// `go test` and `ginkgo run` run the suite in its package directory: a relative path that does not
+	// exist there is taken from the checkout's root, where make and the README's commands run.
+	var more []string
+	if wd, _ := os.Getwd(); wd != "" {
+		if root, err := localcluster.FindRepoRoot(wd); err == nil && root != wd {
+			more = append(more, root)
+		}
+	}
+	if _, err := Run(t, Options{IsTerminal: term.IsTerminal(int(os.Stdout.Fd())), MoreBaseDirs: more}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -1,0 +1,237 @@
+// Package suite is what one conformance run knows, built once by Prepare before the spec tree: the
+// configuration, the clients, the discovered capabilities and the decisions that follow from them (the
+// timeout profile, the tolerations, the allocation paths, whether Kueue is usable, checkpoint storage, the
+// fault injector, the upgrade provider), and the environment specs work in. The suite package only wires
+// it to Ginkgo; scenarios read it through their typed inputs (scenarios.Define).
+package suite
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/checkpoints"
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/faults"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/timeouts"
+	fwwait "gpuconform.io/gpuconform/framework/wait"
+)
+
+// Run is one run's knowledge. Prepare fills it; only Start (the first parallel process's run ID) and
+// NotExercised change it afterwards.
+type Run struct {
+	// Config is the run's configuration, its timeout profile decided ("auto" resolved).
+	Config config.Config
+	// ProfileWhy says how an "auto" timeout profile was decided.
+	ProfileWhy string
+	// Clients reach the cluster; Caps is what discovery found there.
+	Clients *cluster.Clients
+	Caps    cluster.Capabilities
+	// Paths are the allocation paths that run; Nodes every node, as discovery read them.
+	Paths []gpu.Path
+	Nodes []corev1.Node
+	// Tolerations are every test pod's: the configured ones and the GPU pool's dedication taints.
+	Tolerations []corev1.Toleration
+	// KueueUsable says whether specs may submit through Kueue: it is installed, and in team-namespace
+	// mode the user named a LocalQueue (the suite may not create ClusterQueues there).
+	KueueUsable bool
+	// Checkpoints is storage that outlives a node; CheckpointsWhy says why there is none.
+	Checkpoints    checkpoints.Storage
+	CheckpointsWhy string
+	// FeatureGates and Notes are what the compatibility record says of the cluster's gates.
+	FeatureGates []cluster.FeatureGate
+	Notes        []string
+	// Upgrade is what an upgrade rehearsal would use.
+	Upgrade Upgrade
+	// Env is the specs' environment; RunID names the run on every object and artifact.
+	Env   *testenv.Env
+	RunID string
+
+	skipped []Skipped
+	faults  func() *faults.Injector
+}
+
+// Skipped is a check the scenarios did not register on this cluster, and why.
+type Skipped struct{ What, Why string }
+
+// Prepare connects, waits until the requested GPU stack answers, discovers the cluster and decides what
+// follows from it. It returns the run so far with the error: a caller writing a setup failure's record
+// names the cluster it reached.
+func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error) {
+	r := &Run{Config: cfg, RunID: runID}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeouts().StackReady+time.Minute)
+	defer cancel()
+	var err error
+	r.Clients, err = cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: cfg.Kubeconfig, Context: cfg.Context, Timeout: cfg.Timeouts().API})
+	if err != nil {
+		return r, err
+	}
+	if r.Caps, err = r.waitForStack(ctx); err != nil {
+		return r, err
+	}
+	r.decide()
+	list, err := r.Clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return r, fmt.Errorf("listing nodes: %w", err)
+	}
+	r.Nodes = list.Items
+	r.Checkpoints, r.CheckpointsWhy = checkpoints.Discover(cfg.Checkpoints, r.PoolNodes())
+	if cfg.Namespace != "" && r.Checkpoints.HostPath != "" {
+		r.Checkpoints, r.CheckpointsWhy = checkpoints.Storage{}, "no storage that outlives a pod in team-namespace mode: the shared directory "+
+			r.Checkpoints.HostPath+" would need a PersistentVolume, a cluster-scoped object; give --checkpoint-storage-class (ReadWriteMany)"
+	}
+	r.FeatureGates, r.Notes = cluster.ReadFeatureGates(ctx, r.Clients.Kube, r.Caps.GateNode)
+	r.Upgrade = r.planUpgrade(ctx)
+	r.faults = sync.OnceValue(r.newInjector)
+	r.Env = r.newEnv()
+	return r, nil
+}
+
+// waitForStack polls discovery until the requested paths have devices and Kueue's webhook answers, and
+// returns the last discovery with its error when they do not within the StackReady budget.
+func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
+	var caps cluster.Capabilities
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, r.Config.Timeouts().StackReady, true, func(ctx context.Context) (bool, error) {
+		caps, last = cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config)
+		return last == nil, nil
+	})
+	if last != nil {
+		return caps, last
+	}
+	return caps, err
+}
+
+// decide makes the decisions that follow from discovery: the timeout profile, the tolerations, the paths
+// and whether Kueue is usable.
+func (r *Run) decide() {
+	if r.Config.TimeoutProfile == timeouts.ProfileAuto {
+		r.Config.TimeoutProfile, r.ProfileWhy = timeouts.ProfileReal, "auto: not a kind cluster"
+		if r.Caps.KindCluster {
+			r.Config.TimeoutProfile, r.ProfileWhy = timeouts.ProfileLocal, "auto: every node's providerID is kind://"
+		}
+	}
+	r.Tolerations = append(slices.Clone(r.Config.Tolerations), r.Caps.Taints.Tolerations()...)
+	r.Paths = gpu.Paths(r.Caps, r.Config)
+	r.KueueUsable = r.Caps.Kueue.Present
+	if r.KueueUsable && r.Config.Namespace != "" && r.ExistingLocalQueue() == "" {
+		r.KueueUsable = false
+		r.NotExercised("specs submitted through Kueue", fmt.Sprintf("team-namespace mode (--namespace %s) without --local-queue: the suite may not create ClusterQueues there; name the namespace's LocalQueue", r.Config.Namespace))
+	}
+}
+
+// newEnv is the specs' environment.
+func (r *Run) newEnv() *testenv.Env {
+	factory := fixtures.NewFactory(r.RunID)
+	factory.Image = r.Config.Image
+	factory.Tolerations = r.Tolerations
+	t := r.Config.Timeouts()
+	env := &testenv.Env{
+		Clients: r.Clients, KueuePresent: r.Caps.Kueue.Present, Factory: factory, Timeouts: t,
+		Wait: fwwait.Waiter{Poll: t.Poll, Explain: testenv.DiagnoseExplainer(r.Clients, r.Caps.Kueue.Present),
+			Judge: testenv.DiagnoseJudge(r.Clients, r.Caps.Kueue.Present)},
+		NamespacePrefix: r.Config.NamespacePrefix, ArtifactsDir: r.Config.ArtifactsDir, KeepResources: r.Config.KeepResources,
+		Namespace: r.Config.Namespace, HelperNamespace: r.Config.HelperNamespace,
+	}
+	// Waits wake on the spec's informers instead of polling on a clock.
+	env.Wait.Wake = env.Changed
+	return env
+}
+
+// Start adopts the run's ID (with parallel processes, the first process's) before any spec runs.
+func (r *Run) Start(runID string) {
+	r.RunID = runID
+	r.Env.Factory.RunID = runID
+}
+
+// ExistingLocalQueue is the user's LocalQueue when the suite submits to one, else "" (own queues).
+func (r *Run) ExistingLocalQueue() string {
+	if r.Config.Queues.Mode == config.QueuesExisting {
+		return r.Config.Queues.LocalQueue
+	}
+	return ""
+}
+
+// NotExercised records a check the scenarios did not register, and why.
+func (r *Run) NotExercised(what, why string) {
+	r.skipped = append(r.skipped, Skipped{What: what, Why: why})
+}
+
+// Skipped lists what NotExercised recorded, in order.
+func (r *Run) Skipped() []Skipped { return slices.Clone(r.skipped) }
+
+// PoolNodes are the discovered nodes of the GPU pool.
+func (r *Run) PoolNodes() []corev1.Node {
+	return slices.DeleteFunc(slices.Clone(r.Nodes), func(n corev1.Node) bool { return !slices.Contains(r.Caps.Pools.GPU.Nodes, n.Name) })
+}
+
+// KnownGood are the GPU nodes an upgrade rehearsal must leave untouched: the known-good pool without the
+// canary nodes.
+func (r *Run) KnownGood() []string {
+	return slices.DeleteFunc(slices.Clone(r.Caps.Pools.KnownGood.Nodes), func(n string) bool { return slices.Contains(r.Caps.Pools.Canary.Nodes, n) })
+}
+
+// Faults is the run's fault layer, chosen once from the configuration and the cluster.
+func (r *Run) Faults() *faults.Injector { return r.faults() }
+
+func (r *Run) newInjector() *faults.Injector {
+	return faults.New(faults.Options{Kube: r.Clients.Kube, RunID: r.RunID, Pool: r.PoolNodes(), Config: r.Config.Faults, HelperNamespace: r.Config.HelperNamespace,
+		Image: r.Config.Image, ServesDeviceTaintRules: faults.ServesDeviceTaintRules(r.Clients.Kube)})
+}
+
+// DescribeFaults says which provider injects which fault, and why one is missing.
+func (r *Run) DescribeFaults() string {
+	inj := r.Faults()
+	part := func(what string, ok bool, name func() string, why string) string {
+		if !ok {
+			return what + ": none (" + why + ")"
+		}
+		return what + ": " + name()
+	}
+	return strings.Join([]string{
+		part("nodes", inj.Nodes != nil, func() string { return inj.Nodes.Name() }, inj.NodesWhy),
+		part("devices (device plugin)", inj.Devices != nil, func() string { return inj.Devices.Name() }, inj.DevicesWhy),
+		part("devices (DRA)", inj.DRADevices != nil, func() string { return inj.DRADevices.Name() }, inj.DRADevicesWhy),
+		part("evicting device fault (DRA)", inj.DRAEvict != nil, func() string { return inj.DRAEvict.Name() }, inj.DRAEvictWhy),
+	}, "; ")
+}
+
+// SameDiscovery reports a difference between this process's discovery and the run's (the first parallel
+// process's) that would change the spec tree.
+func (r *Run) SameDiscovery(process int, run cluster.Capabilities) error {
+	a, _ := json.Marshal(r.Caps)
+	b, _ := json.Marshal(run)
+	if string(a) == string(b) {
+		return nil
+	}
+	return fmt.Errorf("parallel process %d discovered another cluster state than process 1 (the cluster changed while the processes started: a node, a device or a pool differs); rerun, or run without -p\nprocess 1: %s\nthis process: %s",
+		process, b, a)
+}
+
+// ContextName and Server name the cluster the run reached ("" before it connected).
+func (r *Run) ContextName() string {
+	if r == nil || r.Clients == nil {
+		return ""
+	}
+	return r.Clients.Context
+}
+
+// Server is the API server's address ("" before the run connected).
+func (r *Run) Server() string {
+	if r == nil || r.Clients == nil {
+		return ""
+	}
+	return r.Clients.Server
+}

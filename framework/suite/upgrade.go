@@ -1,0 +1,50 @@
+package suite
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+
+	"gpuconform.io/gpuconform/framework/upgrade"
+)
+
+// Upgrade is what the run knows for an upgrade rehearsal: the provider (nil: Why), the target version and
+// the node label that reports the driver version.
+type Upgrade struct {
+	Provider     upgrade.Provider
+	Why          string
+	To           string
+	VersionLabel string
+}
+
+// planUpgrade decides the rehearsal's provider and target: the user's command, else the local cluster's
+// provider where every canary node runs its fake agent; the target is --upgrade-to, else the version the
+// local fake stack declares it can be upgraded to.
+func (r *Run) planUpgrade(ctx context.Context) Upgrade {
+	u := Upgrade{To: r.Config.Upgrade.To, VersionLabel: cmp.Or(r.Config.Upgrade.VersionLabel, upgrade.DriverVersionLabel)}
+	if r.Config.Upgrade.Command != "" {
+		u.Provider = &upgrade.Command{Path: r.Config.Upgrade.Command, RunID: r.RunID}
+		return u
+	}
+	var lbls []map[string]string
+	for _, n := range r.Nodes {
+		if slices.Contains(r.Caps.Pools.Canary.Nodes, n.Name) {
+			lbls = append(lbls, n.Labels)
+		}
+	}
+	if !upgrade.LocalServes(lbls) {
+		u.Why = "no upgrade provider for this cluster: give --upgrade-command SCRIPT (called as SCRIPT upgrade|rollback VERSION NODE...)"
+		return u
+	}
+	local := &upgrade.Local{Kube: r.Clients.Kube, Namespace: upgrade.LocalNamespace}
+	u.Provider = local
+	if u.To == "" {
+		to, err := local.LocalTarget(ctx)
+		if err != nil {
+			r.Notes = append(r.Notes, fmt.Sprintf("the local fake stack's upgrade target could not be read: %v", err))
+		}
+		u.To = to
+	}
+	return u
+}

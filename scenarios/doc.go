@@ -1,0 +1,25 @@
+// Package scenarios holds the suite's scenarios. Each is one file that declares itself with Define (name,
+// title, required by default or not, what it needs and uses, whether its steps are measured) and registers
+// its specs from one typed input built once from the run (framework/suite.Run). It is written once against
+// framework interfaces and registers its specs once per discovered allocation path (describePath). What a
+// scenario cannot exercise on this cluster is not registered, and the reason is recorded (Base's
+// NotExercised), never a silent skip or a false pass.
+//
+// The suite (suites/conformance), the label set (framework/labels), the verdict policy (RequiredLabels),
+// the report (MeasuredLabels) and the preflight (Uses) read Registry; no scenario name appears anywhere
+// else.
+//
+// # Adding a scenario
+//
+//  1. One file, scenarios/<name>.go: an input type embedding Base with exactly what the specs read, a
+//     const <name>Name, and `var <Name> = Define(Scenario{...}, func(r *suite.Run) <Name>Input {...},
+//     <Name>Spec)`. Needs says what must be there for the scenario to be required and run; Uses what
+//     some specs use where the run offers it (the preflight asks for both).
+//  2. <Name>Spec(input func() <Name>Input): for each path in input().Paths, describePath(...) with
+//     labels.Of(labels.Scenario(<name>Name), …) and ginkgo.Serial where it holds or changes nodes; each
+//     It reads the live state from the *Spec it is handed. Call NotExercised with the reason for
+//     every check it does not register.
+//  3. One line in Registry (registry.go).
+//  4. A fault of the fake GPU stack that one of its checks catches, and that row in `make selfcheck`;
+//     new fixtures (builders) in fixtures/ if the workload shape is new.
+package scenarios

@@ -1,0 +1,86 @@
+package scenarios
+
+import (
+	"sync"
+
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/suite"
+)
+
+// Registry is every scenario, in the order the suite registers them. Adding a scenario is one file that
+// declares it (Define) and one line here.
+var Registry = []*Scenario{
+	Allocation,
+	Failure,
+	Preemption,
+	Upgrade,
+	Shortage,
+}
+
+// Scenario is a scenario's declaration: what the suite, the labels, the verdict policy, the report and
+// the preflight know of it.
+type Scenario struct {
+	// Name is the scenario's word; its label is "scenario:<Name>".
+	Name string
+	// Title says in a line what it proves.
+	Title string
+	// Required: a signoff requires a passed spec of it by default, where the run meets its Needs (see
+	// suite.Needs for which needs gate that).
+	Required bool
+	// Needs is what it needs to exercise its specs; Uses what some of them use where the run offers it
+	// (Kueue for the queue-based variants, say). The preflight asks permissions for both.
+	Needs, Uses suite.Needs
+	// Measured: the signoff lists the steps its passed specs measured (times to recover, steps lost).
+	Measured bool
+
+	label    string
+	register func(*suite.Run)
+}
+
+// Label is the scenario's Ginkgo label.
+func (s *Scenario) Label() string { return s.label }
+
+// Register registers the scenario's specs for the run.
+func (s *Scenario) Register(r *suite.Run) { s.register(r) }
+
+// Define declares a scenario: its label joins the closed set, and its specs are registered by spec from
+// one typed input, which input builds from the run once (after discovery; the environment it carries is
+// the run's, live when the specs run).
+func Define[I scenarioInput](s Scenario, input func(*suite.Run) I, spec func(func() I)) *Scenario {
+	s.label = labels.DeclareScenario(s.Name)
+	s.register = func(r *suite.Run) {
+		spec(sync.OnceValue(func() I { return input(r) }))
+	}
+	return &s
+}
+
+// RequiredLabels are the labels of the scenarios a signoff requires by default of a run offering f.
+func RequiredLabels(f suite.Facts) []string {
+	var out []string
+	for _, s := range Registry {
+		if s.Required && f.Gates(s.Needs) {
+			out = append(out, s.label)
+		}
+	}
+	return out
+}
+
+// Uses is the union of every scenario's needs and uses: what the preflight asks permissions for.
+func Uses() suite.Needs {
+	var n suite.Needs
+	for _, s := range Registry {
+		n = n.Or(s.Needs).Or(s.Uses)
+	}
+	return n
+}
+
+// MeasuredLabels are the labels of the scenarios whose measured steps the signoff lists.
+func MeasuredLabels() []string {
+	var out []string
+	for _, s := range Registry {
+		if s.Measured {
+			out = append(out, s.label)
+		}
+	}
+	return out
+}
