@@ -313,12 +313,12 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	env.Note(t.job.Name, timeline.Fault, "Node/"+node, "stopped through "+inj.Nodes.Name())
 	start, err := inj.StopNode(ctx, node)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	started := false
-	ginkgo.DeferCleanup(func(ctx context.Context) {
-		if !started {
-			gomega.Expect(start(ctx)).To(gomega.Succeed())
-			waitNodeBack(ctx, env, path, node, capacity)
+	stopped := testenv.DeferUndo(func(ctx context.Context) error {
+		if err := start(ctx); err != nil {
+			return err
 		}
+		waitNodeBack(ctx, env, path, node, capacity)
+		return nil
 	})
 
 	env.Wait.For(ctx, fmt.Sprintf("node %s to be reported not Ready", node), wait.Target{Kind: "Node", Name: node}, env.Timeouts.NodeLost, func(g gomega.Gomega) {
@@ -356,19 +356,13 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	// node that is shut down and will not come back soon is the out-of-service taint: the pod GC then
 	// force-deletes the pod, and DRA releases its claim. It is only for nodes that are really shut down:
 	// where only the kubelet stopped, the pod's containers still run and the pod is left to its kubelet.
-	unOOS := func(context.Context) error { return nil }
-	oosRemoved := true
+	var outOfService *testenv.Undo
 	if inj.Nodes.ShutsDown() {
 		ginkgo.By(fmt.Sprintf("putting %s out of service so the lost pod %s and its claims are released", node, pod.Name))
 		oosAt := time.Now()
-		unOOS, err = inj.PutOutOfService(ctx, node)
+		unOOS, err := inj.PutOutOfService(ctx, node)
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
-		oosRemoved = false
-		ginkgo.DeferCleanup(func(ctx context.Context) {
-			if !oosRemoved {
-				gomega.Expect(unOOS(ctx)).To(gomega.Succeed())
-			}
-		})
+		outOfService = testenv.DeferUndo(unOOS)
 		expectPodGone(ctx, env, ns, pod.Name)
 		expectClaimsReleased(ctx, env, ns, pod, oldClaims)
 		ginkgo.AddReportEntry("out-of-service → lost pod deleted", since(oosAt))
@@ -386,7 +380,7 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	ginkgo.By(fmt.Sprintf("starting %s again", node))
 	backAt := time.Now()
 	gomega.Expect(start(ctx)).To(gomega.Succeed())
-	started = true
+	stopped.Done() // the spec waits for the node's return step by step below
 	waitNodeReady(ctx, env, node)
 	env.Note(t.job.Name, timeline.NodeReady, "Node/"+node, "")
 	ginkgo.AddReportEntry("node started → Ready", since(backAt))
@@ -397,8 +391,9 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	}
 	// The taint goes once the node is back, as the node-shutdown docs say: while it is there it also
 	// keeps off the GPU stack's own DaemonSet pods unless they tolerate everything.
-	gomega.Expect(unOOS(ctx)).To(gomega.Succeed())
-	oosRemoved = true
+	if outOfService != nil {
+		gomega.Expect(outOfService.Now(ctx)).To(gomega.Succeed())
+	}
 	expectLiveCapacity(ctx, env, path, node, capacity, "after it came back", env.Timeouts.NodeReturn)
 	ginkgo.AddReportEntry("node started → devices advertised", since(backAt))
 	ginkgo.By("running a one-device pod on " + node)
@@ -460,12 +455,7 @@ func failedDevice(ctx context.Context, s *Spec[FailureInput], evictor faults.Dev
 	env.Note(t.job.Name, timeline.Fault, "Device/"+victim.ID, "unhealthy through "+evictor.Name())
 	undo, err := inj.MarkDeviceUnhealthy(ctx, evictor, victim)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	restored := false
-	ginkgo.DeferCleanup(func(ctx context.Context) {
-		if !restored {
-			gomega.Expect(undo(ctx)).To(gomega.Succeed())
-		}
-	})
+	unhealthy := testenv.DeferUndo(undo)
 	expectLiveCapacity(ctx, env, path, node, capacity-1, victim.ID+" withdrawn", env.Timeouts.Release)
 	env.Note(t.job.Name, timeline.DeviceWithdrawn, "Device/"+victim.ID, "")
 	ginkgo.AddReportEntry("device unhealthy → withdrawn", since(faultAt))
@@ -501,8 +491,7 @@ func failedDevice(ctx context.Context, s *Spec[FailureInput], evictor faults.Dev
 
 	ginkgo.By(fmt.Sprintf("reporting %s healthy again", victim.ID))
 	recoverAt := time.Now()
-	gomega.Expect(undo(ctx)).To(gomega.Succeed())
-	restored = true
+	gomega.Expect(unhealthy.Now(ctx)).To(gomega.Succeed())
 	expectLiveCapacity(ctx, env, path, node, capacity, victim.ID+" back", env.Timeouts.Release)
 	env.Note(t.job.Name, timeline.Recovered, "Device/"+victim.ID, "")
 	ginkgo.AddReportEntry("device healthy → advertised", since(recoverAt))

@@ -55,12 +55,7 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, d
 	}
 	undo, err := inj.MarkDeviceUnhealthy(ctx, devices, dev)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	restored := false
-	ginkgo.DeferCleanup(func(ctx context.Context) {
-		if !restored {
-			gomega.Expect(undo(ctx)).To(gomega.Succeed())
-		}
-	})
+	unhealthy := testenv.DeferUndo(undo)
 	start := time.Now()
 	expectLiveCapacity(ctx, env, path, node, n-1, victim+" withdrawn", env.Timeouts.Release)
 	ginkgo.AddReportEntry("unhealthy → withdrawn", time.Since(start).Round(100*time.Millisecond).String())
@@ -88,8 +83,7 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, d
 	})
 
 	ginkgo.By(fmt.Sprintf("reporting %s healthy again", victim))
-	gomega.Expect(undo(ctx)).To(gomega.Succeed())
-	restored = true
+	gomega.Expect(unhealthy.Now(ctx)).To(gomega.Succeed())
 	start = time.Now()
 	expectLiveCapacity(ctx, env, path, node, n, victim+" back", env.Timeouts.Release)
 	ginkgo.AddReportEntry("healthy → advertised", time.Since(start).Round(100*time.Millisecond).String())

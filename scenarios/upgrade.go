@@ -256,11 +256,9 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	ginkgo.By(fmt.Sprintf("cordoning and draining the canary pool %s", pool))
 	cordonAt := time.Now()
 	cordon(ctx, env, env.Factory.RunID, canary, true)
-	cordoned := true
-	ginkgo.DeferCleanup(func(ctx context.Context) {
-		if cordoned {
-			cordon(ctx, env, env.Factory.RunID, canary, false)
-		}
+	cordoned := testenv.DeferUndo(func(ctx context.Context) error {
+		cordon(ctx, env, env.Factory.RunID, canary, false)
+		return nil
 	})
 	evicted := drainGPUWork(ctx, env, in, canary)
 	ginkgo.AddReportEntry("cordon → drained", fmt.Sprintf("%s (evicted %s)", since(cordonAt), strings.Join(evicted, ", ")))
@@ -270,16 +268,18 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	for _, n := range canary {
 		gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, true)).To(gomega.Succeed())
 	}
-	rolledBack := false
-	ginkgo.DeferCleanup(func(ctx context.Context) {
-		if !rolledBack {
-			// Leave the cluster as it was found, also after a broken upgrade.
-			gomega.Expect(in.Upgrader.Rollback(ctx, canary, from)).To(gomega.Succeed())
-			expectUpgraded(ctx, env, in, canary, from, before, "after the rollback")
-			for _, n := range canary {
-				gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, false)).To(gomega.Succeed())
+	// Leave the cluster as it was found, also after a broken upgrade.
+	upgraded := testenv.DeferUndo(func(ctx context.Context) error {
+		if err := in.Upgrader.Rollback(ctx, canary, from); err != nil {
+			return err
+		}
+		expectUpgraded(ctx, env, in, canary, from, before, "after the rollback")
+		for _, n := range canary {
+			if err := faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, false); err != nil {
+				return err
 			}
 		}
+		return nil
 	})
 	gomega.Expect(in.Upgrader.Apply(ctx, canary, in.To)).To(gomega.Succeed())
 	expectUpgraded(ctx, env, in, canary, in.To, before, "after the upgrade to "+in.To)
@@ -290,8 +290,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 		}
 	}
 
-	cordon(ctx, env, env.Factory.RunID, canary, false)
-	cordoned = false
+	gomega.Expect(cordoned.Now(ctx)).To(gomega.Succeed())
 	ginkgo.AddReportEntry("cordon → canary back in service", since(cordonAt))
 
 	ginkgo.By("running GPU pods on the upgraded canary pool, on every path")
@@ -335,12 +334,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 
 	ginkgo.By("rolling the canary pool back to " + from)
 	rbAt := time.Now()
-	gomega.Expect(in.Upgrader.Rollback(ctx, canary, from)).To(gomega.Succeed())
-	expectUpgraded(ctx, env, in, canary, from, before, "after the rollback")
-	rolledBack = true
-	for _, n := range canary {
-		gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, false)).To(gomega.Succeed())
-	}
+	gomega.Expect(upgraded.Now(ctx)).To(gomega.Succeed())
 	ginkgo.AddReportEntry("rollback → devices advertised", since(rbAt))
 	node := firstWith(sentinelPath, canary)
 	held := runOnceDevicesBack(ctx, env, sentinelPath, ns, node, "rolled-back", "after the rollback to "+from)

@@ -32,7 +32,8 @@ import (
 	"gpuconform.io/gpuconform/framework/wait"
 )
 
-// Env is shared by all specs of a run. It holds no per-spec state.
+// Env is shared by all specs of a run. Its one piece of per-spec state is the current spec's timeline
+// recorder (the specs of one process run one at a time).
 type Env struct {
 	// Clients reach the cluster.
 	Clients *cluster.Clients

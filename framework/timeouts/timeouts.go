@@ -1,6 +1,8 @@
-// Package timeouts is the suite's one timeout vocabulary. Specs and helpers never write a duration
-// literal: they name what they wait for, and the profile (local kind cluster or real cluster) decides
-// how long that is.
+// Package timeouts is the suite's one timeout vocabulary: a wait for the cluster names what it waits for,
+// and the profile (local kind cluster or real cluster) decides how long that is. Durations that are not
+// waits for the cluster stay where they are chosen: a workload's parameters (a training step, a grace
+// period), the rounding of a measurement, poll intervals, and the bounded contexts of cleanup and of a
+// single API read.
 package timeouts
 
 import (
