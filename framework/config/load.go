@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"os"
 
 	"sigs.k8s.io/yaml"
@@ -9,27 +10,24 @@ import (
 
 // LoadFile reads a YAML config file over base. Unknown keys are an error, so a misspelt key is never
 // silently ignored.
-func LoadFile(path string, base Config) (Config, error) {
-	data, err := os.ReadFile(path)
+func LoadFile(file string, base Config) (Config, error) {
+	data, err := os.ReadFile(file)
 	if err != nil {
 		return base, fmt.Errorf("reading config file: %w", err)
 	}
 	cfg := base
 	cfg.Pools.explicit = nil
 	if err := yaml.UnmarshalStrict(data, &cfg); err != nil {
-		return base, fmt.Errorf("config file %s: %w", path, err)
+		return base, fmt.Errorf("config file %s: %w", file, err)
 	}
 	// Which pools did the file set? Decode again into a bare struct to see what was present.
 	var present struct {
 		Pools map[string]string `json:"pools"`
 	}
 	_ = yaml.Unmarshal(data, &present)
-	cfg.Pools.explicit = map[string]bool{}
-	for k, v := range base.Pools.explicit {
-		cfg.Pools.explicit[k] = v
-	}
+	cfg.Pools.explicit = maps.Clone(base.Pools.explicit)
 	for k := range present.Pools {
-		cfg.Pools.explicit[k] = true
+		cfg.Pools.markExplicit(k)
 	}
 	return cfg, nil
 }
