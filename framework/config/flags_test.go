@@ -2,6 +2,8 @@ package config
 
 import (
 	"flag"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -24,13 +26,29 @@ func TestTeamNamespaceAndTaintFlags(t *testing.T) {
 	}
 }
 
-func TestLocalQueueFlagImpliesExisting(t *testing.T) {
-	cfg, err := Parse([]string{"--local-queue", "team-a"})
-	if err != nil {
-		t.Fatal(err)
+// --local-queue implies --queues=existing; its NS/NAME form implies --namespace NS, and a bare NAME
+// needs --namespace (the suite's own namespaces are fresh per spec and hold no LocalQueue).
+func TestLocalQueueFlag(t *testing.T) {
+	for _, args := range [][]string{{"--local-queue", "team-a/gpus"}, {"--namespace", "team-a", "--local-queue", "team-a/gpus"}, {"--local-queue", "gpus", "--namespace", "team-a"}} {
+		cfg, err := Parse(args)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if cfg.Queues.Mode != QueuesExisting || cfg.Queues.LocalQueue != "gpus" || cfg.Namespace != "team-a" {
+			t.Errorf("%q: queues %+v, namespace %q", args, cfg.Queues, cfg.Namespace)
+		}
 	}
-	if cfg.Queues.Mode != QueuesExisting || cfg.Queues.LocalQueue != "team-a" {
-		t.Errorf("queues: %+v", cfg.Queues)
+	cfg, err := Parse([]string{"--config", writeFile(t, "queues:\n  mode: existing\n  localQueue: team-a/gpus\n")})
+	if err != nil || cfg.Namespace != "team-a" || cfg.Queues.LocalQueue != "gpus" {
+		t.Errorf("queues.localQueue NS/NAME in the file: %v, namespace %q, queue %q", err, cfg.Namespace, cfg.Queues.LocalQueue)
+	}
+	for args, want := range map[string]string{
+		"--local-queue gpus":                           "give --namespace NS, or --local-queue NS/gpus",
+		"--namespace team-b --local-queue team-a/gpus": `is in namespace "team-a" but namespace is "team-b"`,
+	} {
+		if _, err := Parse(strings.Fields(args)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %q", args, err, want)
+		}
 	}
 }
 
@@ -48,12 +66,13 @@ func TestSignoffFlags(t *testing.T) {
 }
 
 func TestFaultAndCheckpointFlags(t *testing.T) {
-	cfg, err := Parse([]string{"--fault-command", "/opt/f.sh", "--fault-provider", "command", "--kubelet-stop-for", "90s", "--eviction-toleration", "5s",
+	script := executable(t, "f.sh")
+	cfg, err := Parse([]string{"--fault-command", script, "--fault-provider", "command", "--kubelet-stop-for", "90s", "--eviction-toleration", "5s",
 		"--dra-device-fault-provider", "device-taint-rule", "--checkpoint-storage-class", "efs"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Faults.Command != "/opt/f.sh" || cfg.Faults.NodeProvider != "command" || cfg.Faults.KubeletStopFor.Duration.String() != "1m30s" ||
+	if cfg.Faults.Command != script || cfg.Faults.NodeProvider != "command" || cfg.Faults.KubeletStopFor.Duration.String() != "1m30s" ||
 		cfg.Faults.EvictionToleration.Duration.String() != "5s" || cfg.Faults.DRADeviceProvider != "device-taint-rule" || cfg.Checkpoints.StorageClass != "efs" {
 		t.Errorf("flags not applied: %+v %+v", cfg.Faults, cfg.Checkpoints)
 	}
@@ -88,5 +107,34 @@ func TestSharedFlag(t *testing.T) {
 	c, err := f.Config()
 	if err != nil || c.Kubeconfig != "/k" || !c.Disruptive {
 		t.Errorf("config %q %v %v", c.Kubeconfig, c.Disruptive, err)
+	}
+}
+
+// Forward passes on the suite's flags as given, and leaves out the shared ones (the caller's own).
+func TestForward(t *testing.T) {
+	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+	fs.String("kubeconfig", "", "the runner's own")
+	f := RegisterFlags(fs)
+	if err := fs.Parse([]string{"--kubeconfig", "/k", "--disruptive", "--gpu-pool", "team=ml", "--require=path:dra"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"--disruptive=true", "--gpu-pool=team=ml", "--require=path:dra"}
+	if got := f.Forward(); !slices.Equal(got, want) {
+		t.Errorf("Forward() = %q, want %q", got, want)
+	}
+}
+
+// With Resolve set, Config resolves a relative script before Validate looks for it.
+func TestConfigResolvesScriptsBeforeValidating(t *testing.T) {
+	script := executable(t, "upgrade.sh")
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	f := RegisterFlags(fs)
+	f.Resolve = func(file string) string { return Resolve(file, []string{filepath.Dir(script)}) }
+	if err := fs.Parse([]string{"--upgrade-command", "./upgrade.sh"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Config()
+	if err != nil || c.Upgrade.Command != script {
+		t.Errorf("upgrade command %q, err %v; want %q", c.Upgrade.Command, err, script)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"cmp"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,7 +74,7 @@ type Config struct {
 	RunTimeout metav1.Duration `json:"timeout,omitempty"`
 	// Namespace, when set, is an existing namespace every spec runs in (team-namespace mode): the suite
 	// creates no namespace and no cluster-scoped object, names and labels its objects per spec, and
-	// cleans up by label. Kueue specs then need queues.localQueue in it.
+	// cleans up by label. Kueue specs then need queues.localQueue in it (NS/NAME there sets Namespace).
 	Namespace string `json:"namespace,omitempty"`
 	// HelperNamespace is where the device-plugin path's podresources helper runs: it reads the kubelet's
 	// pod-resources socket through a hostPath, as root, which Pod Security "restricted" refuses. Name a
@@ -158,6 +159,11 @@ type FaultsConfig struct {
 	EvictionToleration metav1.Duration `json:"evictionToleration,omitempty"`
 }
 
+// providers are the three provider choices.
+func (f FaultsConfig) providers() []string {
+	return []string{f.NodeProvider, f.DeviceProvider, f.DRADeviceProvider}
+}
+
 // CheckpointConfig is storage that outlives a node. Without either field, a directory every GPU node
 // mounts from shared storage is discovered from the nodes' gpuconform.io/shared-dir annotation (the local
 // cluster sets it); with none, specs that need it say "not exercised".
@@ -217,8 +223,8 @@ func (p PoolsConfig) Explicit(pool string) bool { return p.explicit[pool] }
 type QueuesConfig struct {
 	// Mode is "own" (default) or "existing".
 	Mode string `json:"mode,omitempty"`
-	// LocalQueue is the existing LocalQueue's name when Mode is "existing"; it must exist in every
-	// namespace the suite submits to (e.g. created by a namespace template).
+	// LocalQueue is the existing LocalQueue when Mode is "existing": NS/NAME, which sets Namespace to NS,
+	// or NAME with Namespace set. It cannot be in the fresh namespaces the suite makes per spec.
 	LocalQueue string `json:"localQueue,omitempty"`
 }
 
@@ -245,6 +251,15 @@ func Default() Config {
 		Faults: FaultsConfig{NodeProvider: FaultProviderAuto, DeviceProvider: FaultProviderAuto, DRADeviceProvider: FaultProviderAuto,
 			KubeletStopFor: metav1.Duration{Duration: 2 * time.Minute}, EvictionToleration: metav1.Duration{Duration: 10 * time.Second}},
 	}
+}
+
+// withImplied applies what one setting says about another: queues.localQueue NS/NAME names the
+// namespace. A namespace that disagrees is left for Validate to report.
+func (c Config) withImplied() Config {
+	if ns, name, ok := strings.Cut(c.Queues.LocalQueue, "/"); ok && ns != "" && (c.Namespace == "" || c.Namespace == ns) {
+		c.Namespace, c.Queues.LocalQueue = ns, name
+	}
+	return c
 }
 
 // AutoTolerate reports whether test pods tolerate the discovered dedication taints.
