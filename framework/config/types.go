@@ -256,10 +256,19 @@ func Default() Config {
 // withImplied applies what one setting says about another: queues.localQueue NS/NAME names the
 // namespace. A namespace that disagrees is left for Validate to report.
 func (c Config) withImplied() Config {
-	if ns, name, ok := strings.Cut(c.Queues.LocalQueue, "/"); ok && ns != "" && (c.Namespace == "" || c.Namespace == ns) {
+	if ns, name, namespaced := localQueueRef(c.Queues.LocalQueue); namespaced && ns != "" && (c.Namespace == "" || c.Namespace == ns) {
 		c.Namespace, c.Queues.LocalQueue = ns, name
 	}
 	return c
+}
+
+// localQueueRef splits queues.localQueue, NS/NAME or NAME, into its namespace and name; namespaced says
+// which form it is.
+func localQueueRef(lq string) (ns, name string, namespaced bool) {
+	if ns, name, ok := strings.Cut(lq, "/"); ok {
+		return ns, name, true
+	}
+	return "", lq, false
 }
 
 // AutoTolerate reports whether test pods tolerate the discovered dedication taints.
@@ -289,6 +298,7 @@ func (c Config) ExplicitPaths() []string {
 	return c.AllocationPaths
 }
 
+// markExplicit records that the user set the named pool's selector.
 func (p *PoolsConfig) markExplicit(pool string) {
 	if p.explicit == nil {
 		p.explicit = map[string]bool{}

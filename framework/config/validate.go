@@ -109,7 +109,7 @@ func rules() []rule {
 			}},
 		{"local-queue-name", func(c Config) bool {
 			ns, name, namespaced := localQueueRef(c.Queues.LocalQueue)
-			return c.Queues.LocalQueue == "" || len(validation.IsDNS1123Subdomain(name)) == 0 && (!namespaced || isDNSLabel(ns))
+			return c.Queues.LocalQueue == "" || (len(validation.IsDNS1123Subdomain(name)) == 0 && (!namespaced || isDNSLabel(ns)))
 		}, func(c Config) string {
 			return fmt.Sprintf("queues.localQueue %q: want NS/NAME or NAME, the LocalQueue's namespace and name", c.Queues.LocalQueue)
 		}},
@@ -164,7 +164,9 @@ func rules() []rule {
 				return fmt.Sprintf("signoff.require (--require) %q: want path:NAME or scenario:NAME", badRequires(c))
 			}},
 		{"artifacts-dir", func(c Config) bool { return c.ArtifactsDir != "" },
-			func(Config) string { return "artifactsDir: empty; name the directory for reports and dumps (--artifacts DIR)" }},
+			func(Config) string {
+				return "artifactsDir: empty; name the directory for reports and dumps (--artifacts DIR)"
+			}},
 		{"namespace-not-disruptive", func(c Config) bool { return c.Namespace == "" || !c.Disruptive },
 			func(c Config) string {
 				return fmt.Sprintf("namespace %q with disruptive: disruptive specs change nodes, which team-namespace mode never does; drop one of them", c.Namespace)
@@ -206,7 +208,9 @@ func rules() []rule {
 				return fmt.Sprintf("faults.evictionToleration %s: negative; give 0 or more (--eviction-toleration)", c.Faults.EvictionToleration.Duration)
 			}},
 		{"checkpoints-one-storage", func(c Config) bool { return c.Checkpoints.StorageClass == "" || c.Checkpoints.HostPath == "" },
-			func(Config) string { return "checkpoints: storageClass and hostPath are both set; pick one (--checkpoint-storage-class or --checkpoint-host-path)" }},
+			func(Config) string {
+				return "checkpoints: storageClass and hostPath are both set; pick one (--checkpoint-storage-class or --checkpoint-host-path)"
+			}},
 		{"checkpoints-host-path-absolute", func(c Config) bool { return c.Checkpoints.HostPath == "" || path.IsAbs(c.Checkpoints.HostPath) },
 			func(c Config) string {
 				return fmt.Sprintf("checkpoints.hostPath %q: give an absolute path on the nodes (--checkpoint-host-path)", c.Checkpoints.HostPath)
@@ -255,15 +259,6 @@ func oneOfRule(key string, get func(Config) string, allowed ...string) rule {
 
 // isDNSLabel reports whether s may name a namespace.
 func isDNSLabel(s string) bool { return len(validation.IsDNS1123Label(s)) == 0 }
-
-// localQueueRef splits queues.localQueue, NS/NAME or NAME, into its namespace and name; namespaced says
-// which form it is.
-func localQueueRef(lq string) (ns, name string, namespaced bool) {
-	if ns, name, ok := strings.Cut(lq, "/"); ok {
-		return ns, name, true
-	}
-	return "", lq, false
-}
 
 // badTaintKeys are the dedication taints that no taint can have as its key.
 func badTaintKeys(c Config) []string {
