@@ -1,0 +1,140 @@
+package config
+
+import (
+	"flag"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestTeamNamespaceAndTaintFlags(t *testing.T) {
+	cfg, err := Parse([]string{"--namespace", "team-a", "--local-queue", "gpus", "--dedication-taint", "nvidia.com/gpu", "--dedication-taint", "dedicated", "--auto-tolerate=false"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Namespace != "team-a" || cfg.Queues.LocalQueue != "gpus" || len(cfg.DedicationTaints) != 2 || cfg.AutoTolerate() {
+		t.Errorf("flags not applied: %+v", cfg)
+	}
+	if !Default().AutoTolerate() {
+		t.Error("dedication taints are tolerated by default")
+	}
+	for _, bad := range [][]string{{"--namespace", "Team_A"}, {"--dedication-taint", "nvidia.com/gpu=present:NoSchedule"}} {
+		if _, err := Parse(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// --local-queue implies --queues=existing; its NS/NAME form implies --namespace NS, and a bare NAME
+// needs --namespace (the suite's own namespaces are fresh per spec and hold no LocalQueue).
+func TestLocalQueueFlag(t *testing.T) {
+	for _, args := range [][]string{{"--local-queue", "team-a/gpus"}, {"--namespace", "team-a", "--local-queue", "team-a/gpus"}, {"--local-queue", "gpus", "--namespace", "team-a"}} {
+		cfg, err := Parse(args)
+		if err != nil {
+			t.Fatalf("%q: %v", args, err)
+		}
+		if cfg.Queues.Mode != QueuesExisting || cfg.Queues.LocalQueue != "gpus" || cfg.Namespace != "team-a" {
+			t.Errorf("%q: queues %+v, namespace %q", args, cfg.Queues, cfg.Namespace)
+		}
+	}
+	cfg, err := Parse([]string{"--config", writeFile(t, "queues:\n  mode: existing\n  localQueue: team-a/gpus\n")})
+	if err != nil || cfg.Namespace != "team-a" || cfg.Queues.LocalQueue != "gpus" {
+		t.Errorf("queues.localQueue NS/NAME in the file: %v, namespace %q, queue %q", err, cfg.Namespace, cfg.Queues.LocalQueue)
+	}
+	for args, want := range map[string]string{
+		"--local-queue gpus":                           "give --namespace NS, or --local-queue NS/gpus",
+		"--namespace team-b --local-queue team-a/gpus": `is in namespace "team-a" but namespace is "team-b"`,
+	} {
+		if _, err := Parse(strings.Fields(args)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %q", args, err, want)
+		}
+	}
+}
+
+func TestSignoffFlags(t *testing.T) {
+	cfg, err := Parse([]string{"--require=path:dra,scenario:preemption", "--allow-incomplete", "--baseline=/tmp/last/gpuconform-record.json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Signoff.Require) != 2 || cfg.Signoff.Require[1] != "scenario:preemption" || !cfg.Signoff.AllowIncomplete || cfg.Signoff.Baseline != "/tmp/last/gpuconform-record.json" {
+		t.Errorf("signoff = %+v", cfg.Signoff)
+	}
+	if _, err := Parse([]string{"--require=dra"}); err == nil || !strings.Contains(err.Error(), "want path:NAME or scenario:NAME") {
+		t.Errorf("--require=dra: err = %v", err)
+	}
+}
+
+func TestFaultAndCheckpointFlags(t *testing.T) {
+	script := executable(t, "f.sh")
+	cfg, err := Parse([]string{"--fault-command", script, "--fault-provider", "command", "--kubelet-stop-for", "90s", "--eviction-toleration", "5s",
+		"--dra-device-fault-provider", "device-taint-rule", "--checkpoint-storage-class", "efs"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Faults.Command != script || cfg.Faults.NodeProvider != "command" || cfg.Faults.KubeletStopFor.Duration.String() != "1m30s" ||
+		cfg.Faults.EvictionToleration.Duration.String() != "5s" || cfg.Faults.DRADeviceProvider != "device-taint-rule" || cfg.Checkpoints.StorageClass != "efs" {
+		t.Errorf("flags not applied: %+v %+v", cfg.Faults, cfg.Checkpoints)
+	}
+	cfg, err = Parse([]string{"--config", writeFile(t, "faults:\n  nodeProvider: kubelet-stop\n  kubeletStopFor: 3m\ncheckpoints:\n  hostPath: /mnt/nfs\n")})
+	if err != nil || cfg.Faults.NodeProvider != "kubelet-stop" || cfg.Faults.KubeletStopFor.Duration.String() != "3m0s" || cfg.Checkpoints.HostPath != "/mnt/nfs" {
+		t.Errorf("YAML not applied: %v %+v", err, cfg)
+	}
+	for bad, want := range map[string]string{
+		"--fault-provider=ssh":                                   "faults.nodeProvider",
+		"--fault-provider=command":                               "faults.command",
+		"--kubelet-stop-for=5s":                                  "at least 30s",
+		"--checkpoint-host-path=relative":                        "absolute",
+		"--dra-device-fault-provider=kubelet-stop":               "faults.draDeviceProvider",
+		"--checkpoint-host-path=/a --checkpoint-storage-class=b": "pick one",
+		"--eviction-toleration=soon":                             "not a duration",
+	} {
+		_, err := Parse(strings.Fields(bad))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error naming %q", bad, err, want)
+		}
+	}
+}
+
+// A flag another package defined first (controller-runtime's --kubeconfig) is shared, not redefined.
+func TestSharedFlag(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.String("kubeconfig", "", "defined by another package")
+	f := RegisterFlags(fs)
+	if err := fs.Parse([]string{"--kubeconfig", "/k", "--disruptive"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Config()
+	if err != nil || c.Kubeconfig != "/k" || !c.Disruptive {
+		t.Errorf("config %q %v %v", c.Kubeconfig, c.Disruptive, err)
+	}
+}
+
+// Forward passes on the suite's flags as given, and leaves out the shared ones (the caller's own).
+func TestForward(t *testing.T) {
+	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
+	fs.String("kubeconfig", "", "the runner's own")
+	f := RegisterFlags(fs)
+	if err := fs.Parse([]string{"--kubeconfig", "/k", "--disruptive", "--gpu-pool", "team=ml", "--require=path:dra"}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"--disruptive=true", "--gpu-pool=team=ml", "--require=path:dra"}
+	if got := f.Forward(); !slices.Equal(got, want) {
+		t.Errorf("Forward() = %q, want %q", got, want)
+	}
+}
+
+// With Resolve set, Config resolves a relative script before Validate looks for it.
+func TestConfigResolvesScriptsBeforeValidating(t *testing.T) {
+	script := executable(t, "upgrade.sh")
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	f := RegisterFlags(fs)
+	f.Resolve = func(file string) string { return Resolve(file, []string{filepath.Dir(script)}) }
+	if err := fs.Parse([]string{"--upgrade-command", "./upgrade.sh"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Config()
+	if err != nil || c.Upgrade.Command != script {
+		t.Errorf("upgrade command %q, err %v; want %q", c.Upgrade.Command, err, script)
+	}
+}
