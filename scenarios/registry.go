@@ -20,7 +20,7 @@ var Registry = []*Scenario{
 // Scenario is a scenario's declaration: what the suite, the labels, the verdict policy, the report and
 // the preflight know of it.
 type Scenario struct {
-	// Name is the scenario's word; its label is "scenario:<Name>".
+	// Name is the scenario's word; its label is labels.ScenarioPrefix + Name.
 	Name string
 	// Title says in a line what it proves.
 	Title string
