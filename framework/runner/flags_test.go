@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/onsi/ginkgo/v2" // its flags, as the pod's binary has them
+
 	"gpuconform.io/gpuconform/fixtures/rbac"
 	"gpuconform.io/gpuconform/framework/config"
 )
@@ -83,6 +85,25 @@ func TestParseArgsForwardsEverySuiteFlag(t *testing.T) {
 	})
 	if n < 30 {
 		t.Errorf("only %d suite flags in the table", n)
+	}
+}
+
+// The runner knows every Ginkgo flag the pod's binary has (Ginkgo registers them on the command line's
+// FlagSet when it is linked in), except the deprecated ones that set nothing.
+func TestParseArgsKnowsGinkgosFlags(t *testing.T) {
+	n := 0
+	flag.CommandLine.VisitAll(func(f *flag.Flag) {
+		if !strings.HasPrefix(f.Name, "ginkgo.") || strings.HasPrefix(f.Usage, "[DEPRECATED]") {
+			return
+		}
+		n++
+		arg := "--" + f.Name + "=" + f.DefValue
+		if _, err := ParseArgs([]string{"--image=x", arg}, io.Discard); err != nil {
+			t.Errorf("%s: %v", arg, err)
+		}
+	})
+	if n < 30 {
+		t.Errorf("only %d Ginkgo flags on the command line", n)
 	}
 }
 
