@@ -43,6 +43,7 @@ const (
 // StartError is a failure before the Job was created: nothing ran.
 type StartError struct{ Err error }
 
+// Error is the cause's message.
 func (e *StartError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the cause.
