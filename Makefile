@@ -8,6 +8,10 @@ export CGO_ENABLED := 0
 ARTIFACTS ?= $(CURDIR)/_artifacts
 KUBECONFIG_LOCAL := $(CURDIR)/_output/kubeconfig
 GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
+# The maintainers' harnesses (selfcheck, hardening, scale), kept out of the shipped binary; selfcheck and
+# hardening run $(GPUCONFORM), so they need `build` first.
+GPUCONFORM_DEV := $(CURDIR)/_output/bin/gpuconform-dev
+BUILD_DEV = $(GO) build -o $(GPUCONFORM_DEV) ./cmd/gpuconform-dev
 # Extra arguments for the suite, e.g. E2E_ARGS='--ginkgo.label-filter=path:dra'.
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
@@ -87,8 +91,9 @@ bench: cluster ## run the conformance suite (disruptive specs included) and prin
 		$(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
 	$(GPUCONFORM) bench $(ARTIFACTS)/bench
 
-scale: build ## preflight, discovery and diagnose against a simulated 5,000-node GPU cluster (a throwaway API server built here)
-	$(GPUCONFORM) scale --nodes=$(SCALE_NODES)
+scale: ## preflight, discovery and diagnose against a simulated 5,000-node GPU cluster (a throwaway API server built here)
+	$(BUILD_DEV)
+	$(GPUCONFORM_DEV) scale --nodes=$(SCALE_NODES)
 
 SCALE_NODES ?= 5000
 
@@ -99,19 +104,22 @@ report: build ## render the signoff report from $(ARTIFACTS)
 SELFCHECK_FAULTS ?=
 
 selfcheck: cluster ## on the local cluster: switch each fake-GPU fault on and require the specs that must catch it to fail
-	$(GPUCONFORM) selfcheck --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/selfcheck --faults=$(SELFCHECK_FAULTS)
+	$(BUILD_DEV)
+	$(GPUCONFORM_DEV) selfcheck --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/selfcheck --faults=$(SELFCHECK_FAULTS)
 
 # The faults CI proves on every run (a fast subset of `make selfcheck`: one per kind of check).
 SELFCHECK_CI_FAULTS ?= wrong-ids,leak-all
 
 selfcheck-ci: cluster ## the fast subset of make selfcheck that CI runs
-	$(GPUCONFORM) selfcheck --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/selfcheck --faults=$(SELFCHECK_CI_FAULTS)
+	$(BUILD_DEV)
+	$(GPUCONFORM_DEV) selfcheck --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/selfcheck --faults=$(SELFCHECK_CI_FAULTS)
 
 # Hardening variations `make hardening` proves (default: all), e.g. HARDENING_VARIANTS=dedication-taint.
 HARDENING_VARIANTS ?=
 
 hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restricted admission, run as a team in one namespace; require GO (NO-GO for an untolerated taint)
-	$(GPUCONFORM) hardening --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/hardening --variants=$(HARDENING_VARIANTS)
+	$(BUILD_DEV)
+	$(GPUCONFORM_DEV) hardening --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/hardening --variants=$(HARDENING_VARIANTS)
 
 test: vet browser unit selfcheck-ci incluster e2e ## what CI runs: vet, unit tests, a selfcheck subset, the in-cluster runner, then the suites on the local cluster (its signoff line last)
 

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 
+	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/infra/localcluster"
 )
 
@@ -22,7 +23,7 @@ func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	opts := localcluster.DefaultOptions(root)
 	opts.Log = stderr
-	fs := flagSet("cluster "+args[0], stderr)
+	fs := cli.FlagSet("cluster "+args[0], stderr)
 	switch args[0] {
 	case "up":
 		fs.StringVar(&opts.NodeImage, "node-image", "", "use this kind node image instead of building one")

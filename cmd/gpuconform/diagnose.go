@@ -7,12 +7,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
+	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/diagnose"
 )
@@ -51,8 +51,7 @@ Flags:
 // diagnoseCommand runs `gpuconform diagnose`. main.go dispatches to it with
 // the arguments after the subcommand name.
 func diagnoseCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("diagnose", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := cli.FlagSet("diagnose", stderr)
 	fs.Usage = func() {
 		fmt.Fprint(stderr, diagnoseUsage)
 		fs.PrintDefaults()
@@ -64,25 +63,15 @@ func diagnoseCommand(ctx context.Context, args []string, stdout, stderr io.Write
 	fs.StringVar(&kubeContext, "context", "", "kubeconfig context (default: the current context)")
 	fs.StringVar(&output, "o", "text", "output format: text or json")
 
-	// Go's flag package stops at the first positional argument; kubectl
-	// users put flags after the target, so parse again after each positional.
-	var positional []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return diagnoseExitOK
-			}
-			return diagnoseExitUsage
-		}
-		rest := fs.Args()
-		if len(rest) == 0 {
-			break
-		}
-		positional = append(positional, rest[0])
-		args = rest[1:]
+	// Flags may follow the target, as with kubectl.
+	positional, err := cli.ParseInterspersed(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return diagnoseExitOK
 	}
-
-	target, err := parseDiagnoseTarget(positional, namespace)
+	if err != nil {
+		return diagnoseExitUsage
+	}
+	target, err := cli.ParseTarget(positional, namespace)
 	if err == nil && output != "text" && output != "json" {
 		err = fmt.Errorf("-o %q: use text or json", output)
 	}
@@ -117,36 +106,6 @@ func diagnoseCommand(ctx context.Context, args []string, stdout, stderr io.Write
 		return diagnoseExitUnreachable
 	}
 	return diagnoseExitOK
-}
-
-// parseDiagnoseTarget accepts "KIND/NAME" or "KIND NAME".
-func parseDiagnoseTarget(positional []string, namespace string) (diagnose.Target, error) {
-	var kind, name string
-	switch len(positional) {
-	case 1:
-		var ok bool
-		kind, name, ok = strings.Cut(positional[0], "/")
-		if !ok {
-			return diagnose.Target{}, fmt.Errorf("target %q: want KIND/NAME, e.g. job/train", positional[0])
-		}
-	case 2:
-		kind, name = positional[0], positional[1]
-	case 0:
-		return diagnose.Target{}, errors.New("missing target KIND/NAME, e.g. job/train")
-	default:
-		return diagnose.Target{}, fmt.Errorf("too many arguments %q: want one KIND/NAME", positional)
-	}
-	k, err := diagnose.ParseKind(kind)
-	if err != nil {
-		return diagnose.Target{}, err
-	}
-	if name == "" || strings.Contains(name, "/") {
-		return diagnose.Target{}, fmt.Errorf("target %s/%s: the name is empty or contains a slash", kind, name)
-	}
-	if namespace == "" {
-		return diagnose.Target{}, errors.New("-n/--namespace is empty")
-	}
-	return diagnose.Target{Kind: k, Namespace: namespace, Name: name}, nil
 }
 
 // diagnoseClients connects as the suite does (cluster.Connect: the same

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"gpuconform.io/gpuconform/framework/cli"
+	"gpuconform.io/gpuconform/framework/runner"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/infra/ociarchive"
 )
@@ -16,16 +18,12 @@ import (
 const (
 	WorkloadImageRepo = "gpuconform.local/gpu-workload"
 	RunnerImageRepo   = "gpuconform.local/gpuconform"
-	// RunnerUser is the runner image's user: not root, as Pod Security "restricted" requires.
-	RunnerUser = "65532:65532"
-	// RunnerBinary is where the runner image keeps this binary.
-	RunnerBinary = "/usr/local/bin/gpuconform"
 )
 
 // imagesCommand writes the workload image and the runner image as OCI archives from binaries already
 // built (make images builds them static): no Docker, no registry.
 func imagesCommand(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flagSet("images", stderr)
+	fs := cli.FlagSet("images", stderr)
 	bin := fs.String("bin", "_output/images/bin", "directory holding the static binaries (gpuconform, gpu-workload, fake-device-plugin, gpuconform-net, nvidia-smi)")
 	out := fs.String("out", "_output/images", "directory to write the archives into")
 	tag := fs.String("tag", "dev", "tag of both images")
@@ -40,8 +38,8 @@ func imagesCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	// As in the local cluster's image: the fake nvidia-smi off PATH, installed on nodes by the fake agent.
 	workload.Files[strings.TrimPrefix(localcluster.FakeNvidiaSMIInImage, "/")] = b("nvidia-smi")
-	runner := ociarchive.Spec{Ref: RunnerImageRepo + ":" + *tag, Dirs: []string{"tmp", "artifacts"}, Files: map[string]string{RunnerBinary: b("gpuconform")},
-		Entrypoint: []string{RunnerBinary}, User: RunnerUser, WorkingDir: "/tmp", Env: []string{"HOME=/tmp"},
+	runner := ociarchive.Spec{Ref: RunnerImageRepo + ":" + *tag, Dirs: []string{"tmp", "artifacts"}, Files: map[string]string{runner.Binary: b("gpuconform")},
+		Entrypoint: []string{runner.Binary}, User: runner.ImageUser, WorkingDir: "/tmp", Env: []string{"HOME=/tmp"},
 		Labels: map[string]string{"org.opencontainers.image.title": "gpuconform runner", "org.opencontainers.image.version": *tag}}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintf(stderr, "gpuconform images: %v\n", err)

@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,14 +31,9 @@ Usage:
   gpuconform report --history DIR…     verdict and key timings of several runs, and what changed between them
   gpuconform bench [ARTIFACTS_DIR]     the suite's own cost per scenario: wall time against inherent
                                        waits, API requests and their rate (bench.md)
-  gpuconform scale [--nodes N]         preflight, discovery and diagnose against a simulated N-node
-                                       GPU cluster (a throwaway API server built here)
   gpuconform diagnose KIND/NAME -n NS  where is this workload waiting, and why (read-only)
-  gpuconform selfcheck [--faults F,…]  on the local cluster: switch each fault of the fake GPU stack on
-                                       and require the specs that must catch it to fail
-  gpuconform hardening [--variants V,…] on the local cluster: taint the GPU nodes, enforce a restricted
-                                       admission policy, or run as a team in one namespace, and
-                                       require GO (and NO-GO, found at once, for an untolerated taint)
+
+The maintainers' harnesses are in the source tree: make selfcheck, make hardening, make scale (cmd/gpuconform-dev).
 `
 
 func main() {
@@ -71,22 +65,9 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return versionCommand(stdout)
 	case "report":
 		return reportCommand(ctx, args[1:], stdout, stderr)
-	case "selfcheck":
-		return selfcheckCommand(ctx, args[1:], stdout, stderr)
-	case "hardening":
-		return hardeningCommand(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
-	case "scale":
-		return scaleCommand(ctx, args[1:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "gpuconform: unknown command %q\n\n%s", args[0], usage)
 	return 2
-}
-
-// flagSet makes a flag set that reports errors instead of exiting.
-func flagSet(name string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	return fs
 }

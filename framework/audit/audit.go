@@ -107,6 +107,17 @@ type Auditor struct {
 	Kube kubernetes.Interface
 	// Kueue says whether Kueue's API is served; its kinds are listed only then.
 	Kueue bool
+	// Owner, when set, audits another creator's objects instead of the suite's.
+	Owner *Owner
+}
+
+// Owner is a creator other than the suite (the in-cluster runner, whose objects the suite inside must
+// not count as its leaks): the label whose value names its run, and the kinds it labels. An audit for
+// it lists those kinds only, not the suite's kinds or node marks.
+type Owner struct {
+	Label string
+	// Cluster kinds are listed cluster-wide, Namespaced kinds in RunIn's namespace ("" for all).
+	Cluster, Namespaced []schema.GroupVersionKind
 }
 
 // For audits through c's klient, which shares the counted connection of c's typed clients.
@@ -171,6 +182,10 @@ func (a Auditor) Run(ctx context.Context, runID string) Result {
 // pods run outside the spec namespaces; its labelled pods are listed too.
 func (a Auditor) RunIn(ctx context.Context, runID, namespace, helperNamespace string) Result {
 	res := Result{RunID: runID}
+	label := fixtures.RunLabel
+	if a.Owner != nil {
+		label = a.Owner.Label
+	}
 	add := func(f Finding) {
 		if f.Run == runID {
 			res.Ours = append(res.Ours, f)
@@ -186,14 +201,25 @@ func (a Auditor) RunIn(ctx context.Context, runID, namespace, helperNamespace st
 	list := func(gvk schema.GroupVersionKind, ns, what, detail string) {
 		l := &unstructured.UnstructuredList{}
 		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-		if err := a.Objects.List(ctx, ns, l, resources.WithLabelSelector(fixtures.RunLabel)); err != nil {
+		if err := a.Objects.List(ctx, ns, l, resources.WithLabelSelector(label)); err != nil {
 			fail(what, err)
 			return
 		}
 		for _, o := range l.Items {
 			d := cmp.Or(detail, objectDetail(gvk, o))
-			add(Finding{Kind: gvk.Kind, Namespace: o.GetNamespace(), Name: o.GetName(), Run: o.GetLabels()[fixtures.RunLabel], Detail: d})
+			add(Finding{Kind: gvk.Kind, Namespace: o.GetNamespace(), Name: o.GetName(), Run: o.GetLabels()[label], Detail: d})
 		}
+	}
+	if a.Owner != nil {
+		for _, k := range a.Owner.Cluster {
+			list(k, "", resourceName(k), "")
+		}
+		for _, k := range a.Owner.Namespaced {
+			list(k, namespace, resourceName(k), "")
+		}
+		sortFindings(res.Ours)
+		sortFindings(res.Others)
+		return res
 	}
 
 	if helperNamespace != "" && helperNamespace != namespace {
@@ -255,6 +281,9 @@ func (a Auditor) Delete(ctx context.Context, fs []Finding) error {
 
 func (a Auditor) deleteObject(ctx context.Context, f Finding) error {
 	gvk, ok := deletable[f.Kind]
+	if a.Owner != nil {
+		gvk, ok = kindsByName(a.Owner.Cluster, a.Owner.Namespaced)[f.Kind]
+	}
 	if !ok {
 		return fmt.Errorf("unknown kind %s", f.Kind)
 	}

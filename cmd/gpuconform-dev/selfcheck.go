@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,12 +14,13 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/onsi/ginkgo/v2/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
+	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
@@ -67,37 +69,19 @@ type selfcheckResult struct {
 	Note     string
 }
 
-// localCheckout finds the checkout the command runs in (the local cluster's commands need its sources and
-// outputs) and fills the defaults of --kubeconfig (its _output/kubeconfig) and --artifacts
-// (_artifacts/<name>) when they were not given; either pointer may be nil.
-func localCheckout(kubeconfig, artifacts *string, name string) (string, error) {
-	wd, _ := os.Getwd()
-	root, err := localcluster.FindRepoRoot(wd)
-	if err != nil {
-		return "", err
-	}
-	if kubeconfig != nil && *kubeconfig == "" {
-		*kubeconfig = filepath.Join(root, "_output", "kubeconfig")
-	}
-	if artifacts != nil && *artifacts == "" {
-		*artifacts = filepath.Join(root, "_artifacts", name)
-	}
-	return root, nil
-}
-
 // selfcheckCommand switches each fault of the fake GPU stack on, on every GPU/canary node of the local
 // cluster, runs the specs that must catch it, and requires them to fail; it prints the table and exits 1
 // when a row was not caught.
 func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flagSet("selfcheck", stderr)
+	fs := cli.FlagSet("selfcheck", stderr)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
 	only := fs.String("faults", "", "comma-separated subset of faults to check (default: all)")
 	artifacts := fs.String("artifacts", "", "directory for each row's run artifacts (default: _artifacts/selfcheck)")
+	binary := fs.String("gpuconform", "", "the shipped binary to prove (default: _output/bin/gpuconform of this checkout)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	root, err := localCheckout(kubeconfig, artifacts, "selfcheck")
-	if err != nil {
+	if _, err := localCheckout(kubeconfig, artifacts, binary, "selfcheck"); err != nil {
 		fmt.Fprintf(stderr, "gpuconform selfcheck: %v\n", err)
 		return 2
 	}
@@ -123,7 +107,7 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 			continue
 		}
 		fmt.Fprintf(stderr, "selfcheck: %s on, running specs matching %q\n", row.Fault, row.Focus)
-		res = runSelfcheckRow(ctx, clients.Kube, root, *kubeconfig, filepath.Join(*artifacts, string(row.Fault)), row, stderr)
+		res = runSelfcheckRow(ctx, clients.Kube, shipped(*binary), *kubeconfig, filepath.Join(*artifacts, string(row.Fault)), row, stderr)
 		results = append(results, res)
 	}
 	printSelfcheck(stdout, results)
@@ -135,7 +119,9 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 	return 0
 }
 
-func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubeconfig, dir string, row selfcheckRow, stderr io.Writer) selfcheckResult {
+// runSelfcheckRow switches the row's fault on, runs the specs that must catch it with the shipped binary,
+// and switches the fault off again.
+func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, bin shipped, kubeconfig, dir string, row selfcheckRow, stderr io.Writer) selfcheckResult {
 	res := selfcheckResult{Row: row, Verdict: "-"}
 	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: localcluster.PoolLabel})
 	if err != nil || len(nodes.Items) == 0 {
@@ -188,7 +174,7 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubec
 		defer f.Close()
 		log = f
 	}
-	runErr := suiteProcess(ctx, log, "--timeout=30m", "--kubeconfig="+kubeconfig, "--artifacts="+dir, "--disruptive",
+	runErr := bin.run(ctx, log, "--timeout=30m", "--kubeconfig="+kubeconfig, "--artifacts="+dir, "--disruptive",
 		"--ginkgo.no-color", "--ginkgo.focus="+regexp.QuoteMeta(row.Focus))
 	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
 	if err != nil {
@@ -199,14 +185,11 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubec
 	if runErr != nil {
 		res.Verdict = "NO-GO"
 	}
-	for _, s := range suites {
-		for _, sp := range s.SpecReports {
-			if sp.LeafNodeType == types.NodeTypeIt && sp.State.Is(types.SpecStateFailureStates) {
-				res.CaughtBy = append(res.CaughtBy, sp.FullText())
-				if strings.Contains(sp.FullText(), row.Catcher) {
-					res.Caught = runErr != nil
-				}
-			}
+	results := reports.Results(suites)
+	for _, spec := range slices.Sorted(maps.Keys(results)) {
+		if results[spec] == reports.ResultFailed {
+			res.CaughtBy = append(res.CaughtBy, spec)
+			res.Caught = res.Caught || strings.Contains(spec, row.Catcher) && runErr != nil
 		}
 	}
 	if !res.Caught {
@@ -219,57 +202,58 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, root, kubec
 // restartAgents deletes the fake GPU agent pods of the pool (their DaemonSet recreates them) and waits until
 // every pool node advertises its device-plugin GPUs again.
 func restartAgents(ctx context.Context, kube kubernetes.Interface, nodes []corev1.Node, stderr io.Writer) {
-	_ = kube.CoreV1().Pods(localcluster.SystemNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=fake-device-plugin"})
+	_ = kube.CoreV1().Pods(localcluster.SystemNamespace).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: agentSelector})
 	for _, n := range nodes {
 		want := n.Status.Capacity[corev1.ResourceName(localcluster.GPUResource)]
-		for {
+		err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 			got, err := kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-			if err == nil {
-				if q := got.Status.Allocatable[corev1.ResourceName(localcluster.GPUResource)]; q.Cmp(want) == 0 || want.IsZero() {
-					break
-				}
+			if err != nil {
+				return false, nil
 			}
-			select {
-			case <-ctx.Done():
-				fmt.Fprintf(stderr, "selfcheck: %s did not advertise its GPUs again after the agents restarted: %v\n", n.Name, ctx.Err())
-				return
-			case <-time.After(2 * time.Second):
-			}
+			q := got.Status.Allocatable[corev1.ResourceName(localcluster.GPUResource)]
+			return q.Cmp(want) == 0 || want.IsZero(), nil
+		})
+		if err != nil {
+			fmt.Fprintf(stderr, "selfcheck: %s did not advertise its GPUs again after the agents restarted: %v\n", n.Name, err)
+			return
 		}
 	}
 }
 
-// waitAgentsLogged waits until the fake GPU agent on every node has logged that the faults in force
-// changed (with the given fragment) since start.
+// agentSelector selects the fake GPU agent pods.
+const agentSelector = "app.kubernetes.io/name=fake-device-plugin"
+
+// waitAgentsLogged waits, up to a minute in all, until the fake GPU agent on every node has logged that
+// the faults in force changed (with the given fragment) since start.
 func waitAgentsLogged(ctx context.Context, kube kubernetes.Interface, nodes []corev1.Node, start time.Time, fragment string) error {
-	deadline := time.Now().Add(time.Minute)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	since := metav1.NewTime(start.Add(-time.Second))
 	for _, n := range nodes {
-		for {
-			ok := false
+		err := wait.PollUntilContextCancel(wctx, time.Second, true, func(ctx context.Context) (bool, error) {
 			pods, err := kube.CoreV1().Pods(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{
-				LabelSelector: "app.kubernetes.io/name=fake-device-plugin", FieldSelector: "spec.nodeName=" + n.Name})
-			if err == nil {
-				for _, p := range pods.Items {
-					logs, err := kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &since}).DoRaw(ctx)
-					if err == nil {
-						for _, line := range strings.Split(string(logs), "\n") {
-							ok = ok || strings.Contains(line, fakeplugin.LogFaultsChanged) && strings.Contains(line, fragment)
-						}
+				LabelSelector: agentSelector, FieldSelector: "spec.nodeName=" + n.Name})
+			if err != nil {
+				return false, nil
+			}
+			for _, p := range pods.Items {
+				logs, err := kube.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{SinceTime: &since}).DoRaw(ctx)
+				if err != nil {
+					continue
+				}
+				for line := range strings.SplitSeq(string(logs), "\n") {
+					if strings.Contains(line, fakeplugin.LogFaultsChanged) && strings.Contains(line, fragment) {
+						return true, nil
 					}
 				}
 			}
-			if ok {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("the fake GPU agent on %s did not log %q with %q within a minute", n.Name, fakeplugin.LogFaultsChanged, fragment)
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Second):
-			}
+			return false, nil
+		})
+		switch {
+		case err != nil && ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
+			return fmt.Errorf("the fake GPU agent on %s did not log %q with %q within a minute", n.Name, fakeplugin.LogFaultsChanged, fragment)
 		}
 	}
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/reports"
@@ -37,6 +38,7 @@ type hardeningEnv struct {
 	clients *cluster.Clients
 	root    string
 	dir     string
+	bin     shipped
 }
 
 func hardeningTable() []hardeningRow {
@@ -97,14 +99,15 @@ type hardeningResult struct {
 // hardeningCommand runs the conformance suite (non-disruptive specs) on the local cluster under each
 // hardening variation and requires the verdict the row names; every variation is undone after its run.
 func hardeningCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flagSet("hardening", stderr)
+	fs := cli.FlagSet("hardening", stderr)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
 	only := fs.String("variants", "", "comma-separated subset of variations (default: all): "+strings.Join(hardeningNames(), ", "))
 	artifacts := fs.String("artifacts", "", "directory for each variation's run artifacts (default: _artifacts/hardening)")
+	binary := fs.String("gpuconform", "", "the shipped binary to prove (default: _output/bin/gpuconform of this checkout)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	root, err := localCheckout(kubeconfig, artifacts, "hardening")
+	root, err := localCheckout(kubeconfig, artifacts, binary, "hardening")
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
 		return 2
@@ -128,7 +131,7 @@ func hardeningCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		dir := filepath.Join(*artifacts, row.Name)
 		fmt.Fprintf(stderr, "hardening: %s, expecting %s\n", row.Name, row.Want)
-		res := runHardeningRow(ctx, hardeningEnv{clients: clients, root: root, dir: dir}, *kubeconfig, row, stderr)
+		res := runHardeningRow(ctx, hardeningEnv{clients: clients, root: root, dir: dir, bin: shipped(*binary)}, *kubeconfig, row, stderr)
 		fmt.Fprintf(stderr, "hardening: %s → %s (%d passed, %d failed, %s; log %s.log)\n", row.Name, res.Verdict, res.Passed, res.Failed, res.Wall.Round(time.Second), dir)
 		results = append(results, res)
 	}
@@ -149,8 +152,10 @@ func hardeningNames() []string {
 	return out
 }
 
-func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string, row hardeningRow, stderr io.Writer) hardeningResult {
-	res := hardeningResult{Row: row, Verdict: "-"}
+// runHardeningRow sets the row's variation up, runs the suite under it and undoes it; a failed undo fails
+// the row (the result is named so that the deferred undo can say so).
+func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string, row hardeningRow, stderr io.Writer) (res hardeningResult) {
+	res = hardeningResult{Row: row, Verdict: "-"}
 	_ = os.RemoveAll(h.dir)
 	if err := os.MkdirAll(h.dir, 0o755); err != nil {
 		res.Note = err.Error()
@@ -176,45 +181,17 @@ func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string
 	start := time.Now()
 	if log, err := os.Create(h.dir + ".log"); err == nil {
 		defer log.Close()
-		_ = suiteProcess(ctx, log, append([]string{"--timeout=40m", "--kubeconfig=" + kubeconfig, "--artifacts=" + h.dir, "--ginkgo.no-color"}, extra...)...)
+		_ = h.bin.run(ctx, log, append([]string{"--timeout=40m", "--kubeconfig=" + kubeconfig, "--artifacts=" + h.dir, "--ginkgo.no-color"}, extra...)...)
 	}
 	res.Wall = time.Since(start)
-	// The verdict is the signoff's, decided from the run's record and report as `gpuconform report` does.
-	switch reportCommand(ctx, []string{h.dir}, io.Discard, io.Discard) {
-	case 0:
-		res.Verdict = "GO"
-	case 1:
-		res.Verdict = "NO-GO"
-	case 3:
-		res.Verdict = "INCOMPLETE"
-	default:
-		res.Verdict = "no report"
-	}
+	// The verdict is the signoff's, decided from the run's record and report by `gpuconform report`.
+	res.Verdict = h.bin.verdict(ctx, h.dir)
 	suites, err := reports.ReadGinkgoJSON(filepath.Join(h.dir, "gpuconform-report.json"))
 	if err != nil {
 		res.Note = fmt.Sprintf("no Ginkgo report: %v", err)
 		return res
 	}
-	var bad []string
-	for _, s := range suites {
-		for _, sp := range s.SpecReports {
-			if sp.LeafNodeType != types.NodeTypeIt {
-				continue
-			}
-			switch {
-			case sp.State == types.SpecStatePassed:
-				res.Passed++
-			case sp.State.Is(types.SpecStateFailureStates):
-				res.Failed++
-				res.Slowest = max(res.Slowest, sp.RunTime)
-				for _, w := range row.Failures {
-					if !strings.Contains(sp.Failure.Message, w) {
-						bad = append(bad, fmt.Sprintf("%q lacks %q", sp.LeafNodeText, w))
-					}
-				}
-			}
-		}
-	}
+	bad := tallyHardening(&res, suites)
 	res.OK = res.Verdict == row.Want && len(bad) == 0
 	switch {
 	case len(bad) > 0:
@@ -223,6 +200,27 @@ func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string
 		res.Note = fmt.Sprintf("want %s (see %s/signoff.md)", row.Want, h.dir)
 	}
 	return res
+}
+
+// tallyHardening counts the run's specs into res and returns the failures that lack what the row
+// requires of every failure message.
+func tallyHardening(res *hardeningResult, suites []types.Report) []string {
+	res.Passed, res.Failed, _ = reports.Count(suites)
+	var bad []string
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType != types.NodeTypeIt || !sp.State.Is(types.SpecStateFailureStates) {
+				continue
+			}
+			res.Slowest = max(res.Slowest, sp.RunTime)
+			for _, w := range res.Row.Failures {
+				if !strings.Contains(sp.Failure.Message, w) {
+					bad = append(bad, fmt.Sprintf("%q lacks %q", sp.LeafNodeText, w))
+				}
+			}
+		}
+	}
+	return bad
 }
 
 func printHardening(w io.Writer, results []hardeningResult) {

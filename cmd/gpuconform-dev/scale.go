@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/diagnose"
@@ -42,13 +43,13 @@ type scaleStep struct {
 // objects matter to these steps, and no controller runs there to heartbeat nodes, so the nodes are
 // created Ready and stay so. The figures are printed, never asserted (goal: each step ≤ 5 s).
 func scaleCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flagSet("scale", stderr)
+	fs := cli.FlagSet("scale", stderr)
 	nodes := fs.Int("nodes", 5000, "GPU nodes to simulate")
 	workers := fs.Int("parallel", 32, "concurrent creates while populating the API server")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	root, err := localCheckout(nil, nil, "scale")
+	root, err := localCheckout(nil, nil, nil, "scale")
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform scale: %v\n", err)
 		return 2

@@ -1,0 +1,118 @@
+// Command gpuconform-dev holds the maintainers' harnesses, kept out of the shipped binary: selfcheck and
+// hardening run the shipped binary (make build's _output/bin/gpuconform) against the local cluster as a
+// child process, so what they prove is that binary; scale measures the framework against a simulated
+// cluster on a throwaway API server (envtest).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/reports"
+)
+
+const usage = `gpuconform-dev: the maintainers' harnesses of gpuconform
+
+Usage:
+  gpuconform-dev selfcheck [--faults F,…] [--gpuconform BIN]
+                 on the local cluster: switch each fault of the fake GPU stack on and require the
+                 specs that must catch it to fail
+  gpuconform-dev hardening [--variants V,…] [--gpuconform BIN]
+                 on the local cluster: taint the GPU nodes, enforce a restricted admission policy, or
+                 run as a team in one namespace, and require GO (and NO-GO, found at once, for an
+                 untolerated taint)
+  gpuconform-dev scale [--nodes N]
+                 preflight, discovery and diagnose against a simulated N-node GPU cluster (a
+                 throwaway API server built here)
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "selfcheck":
+		return selfcheckCommand(ctx, args[1:], stdout, stderr)
+	case "hardening":
+		return hardeningCommand(ctx, args[1:], stdout, stderr)
+	case "scale":
+		return scaleCommand(ctx, args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		fmt.Fprint(stderr, usage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "gpuconform-dev: unknown command %q\n\n%s", args[0], usage)
+	return 2
+}
+
+// localCheckout finds the checkout the command runs in (the local cluster's commands need its sources and
+// outputs) and fills the defaults of --kubeconfig (its _output/kubeconfig), --artifacts
+// (_artifacts/<name>) and --gpuconform (_output/bin/gpuconform) when they were not given; any pointer
+// may be nil.
+func localCheckout(kubeconfig, artifacts, binary *string, name string) (string, error) {
+	wd, _ := os.Getwd()
+	root, err := localcluster.FindRepoRoot(wd)
+	if err != nil {
+		return "", err
+	}
+	fill := func(p *string, path ...string) {
+		if p != nil && *p == "" {
+			*p = filepath.Join(append([]string{root}, path...)...)
+		}
+	}
+	fill(kubeconfig, "_output", "kubeconfig")
+	fill(artifacts, "_artifacts", name)
+	fill(binary, "_output", "bin", "gpuconform")
+	if binary != nil {
+		if _, err := os.Stat(*binary); err != nil {
+			return root, fmt.Errorf("the shipped binary: %w (make build writes it)", err)
+		}
+	}
+	return root, nil
+}
+
+// shipped is the gpuconform binary under test.
+type shipped string
+
+// run runs `gpuconform run ARGS` (Ginkgo runs one suite per process), its output to log.
+func (bin shipped) run(ctx context.Context, log io.Writer, args ...string) error {
+	cmd := exec.CommandContext(ctx, string(bin), append([]string{"run"}, args...)...)
+	cmd.Stdout, cmd.Stderr = log, log
+	return cmd.Run()
+}
+
+// verdict is the signoff verdict of the run whose artifacts are in dir, as `gpuconform report DIR`
+// decides it (its exit code).
+func (bin shipped) verdict(ctx context.Context, dir string) string {
+	err := exec.CommandContext(ctx, string(bin), "report", dir).Run()
+	code := 0
+	if exit, ok := errors.AsType[*exec.ExitError](err); ok {
+		code = exit.ExitCode()
+	} else if err != nil {
+		return "no report"
+	}
+	switch code {
+	case reports.ExitGo:
+		return string(reports.OutcomeGo)
+	case reports.ExitNoGo:
+		return string(reports.OutcomeNoGo)
+	case reports.ExitIncomplete:
+		return string(reports.OutcomeIncomplete)
+	}
+	return "no report"
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+)
+
+// fakeBinary is a stand-in for the shipped gpuconform: it records its arguments and exits with code.
+func fakeBinary(t *testing.T, code int) (shipped, string) {
+	t.Helper()
+	dir := t.TempDir()
+	args := filepath.Join(dir, "args")
+	bin := filepath.Join(dir, "gpuconform")
+	script := fmt.Sprintf("#!/bin/sh\necho \"$@\" >> %s\nexit %d\n", args, code)
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return shipped(bin), args
+}
+
+// The harnesses run the shipped binary, and its report's exit code is the verdict.
+func TestShippedBinary(t *testing.T) {
+	ctx := context.Background()
+	for code, want := range map[int]string{0: "GO", 1: "NO-GO", 3: "INCOMPLETE", 2: "no report"} {
+		bin, args := fakeBinary(t, code)
+		if got := bin.verdict(ctx, "/arts"); got != want {
+			t.Errorf("exit %d: verdict %q, want %q", code, got, want)
+		}
+		if err := bin.run(ctx, io.Discard, "--kubeconfig=k", "--ginkgo.no-color"); (err == nil) != (code == 0) {
+			t.Errorf("exit %d: run error %v", code, err)
+		}
+		b, _ := os.ReadFile(args)
+		if got := string(b); got != "report /arts\nrun --kubeconfig=k --ginkgo.no-color\n" {
+			t.Errorf("arguments given:\n%s", got)
+		}
+	}
+	if got := shipped(filepath.Join(t.TempDir(), "missing")).verdict(ctx, "/arts"); got != "no report" {
+		t.Errorf("missing binary: %q", got)
+	}
+}
+
+func TestLocalCheckoutNeedsTheShippedBinary(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gpuconform")
+	if _, err := localCheckout(nil, nil, &bin, "x"); err == nil || !strings.Contains(err.Error(), "make build") {
+		t.Errorf("missing binary: %v", err)
+	}
+	var kubeconfig, artifacts string
+	root, err := localCheckout(&kubeconfig, &artifacts, nil, "selfcheck")
+	if err != nil || kubeconfig != filepath.Join(root, "_output", "kubeconfig") || artifacts != filepath.Join(root, "_artifacts", "selfcheck") {
+		t.Errorf("defaults: %q %q %q %v", root, kubeconfig, artifacts, err)
+	}
+}
+
+// The hardening tally counts with reports.Count and holds every failure to the row's messages.
+func TestTallyHardening(t *testing.T) {
+	spec := func(text string, state types.SpecState, took time.Duration, msg string) types.SpecReport {
+		return types.SpecReport{LeafNodeType: types.NodeTypeIt, LeafNodeText: text, State: state, RunTime: took, Failure: types.Failure{Message: msg}}
+	}
+	suites := []types.Report{{SpecReports: types.SpecReports{
+		spec("a", types.SpecStatePassed, time.Second, ""),
+		spec("b", types.SpecStateFailed, 3*time.Second, "UntoleratedTaint: the wait is final"),
+		spec("c", types.SpecStateFailed, 2*time.Second, "timed out"),
+		spec("d", types.SpecStateSkipped, 0, ""),
+	}}}
+	res := hardeningResult{Row: hardeningRow{Failures: []string{"UntoleratedTaint", "is final"}}}
+	bad := tallyHardening(&res, suites)
+	if res.Passed != 1 || res.Failed != 2 || res.Slowest != 3*time.Second {
+		t.Errorf("tally %+v", res)
+	}
+	if len(bad) != 2 || !strings.Contains(bad[0], `"c" lacks "UntoleratedTaint"`) {
+		t.Errorf("bad %q", bad)
+	}
+}

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"gpuconform.io/gpuconform/framework/timeline"
+	"gpuconform.io/gpuconform/reports"
+)
+
+// reportCommand re-renders the signoff report from a run's artifacts, offline.
+func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "--history" {
+		if len(args) < 2 {
+			fmt.Fprintln(stderr, "usage: gpuconform report --history ARTIFACTS_DIR...")
+			return 2
+		}
+		runs, err := reports.History(args[1:])
+		if err != nil {
+			fmt.Fprintf(stderr, "gpuconform report --history: %v\n", err)
+			return 1
+		}
+		fmt.Fprint(stdout, reports.RenderHistory(runs))
+		return 0
+	}
+	dir := "_artifacts"
+	if len(args) > 1 {
+		fmt.Fprintln(stderr, "usage: gpuconform report [ARTIFACTS_DIR]")
+		return 2
+	}
+	if len(args) == 1 {
+		dir = args[0]
+	}
+	rec, err := reports.ReadRecord(filepath.Join(dir, reports.RecordFile))
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform report: %v (is %s the artifacts directory of a run?)\n", err, dir)
+		return reports.ExitNoGo
+	}
+	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
+	switch {
+	case err != nil && rec.SetupFailure == "":
+		fmt.Fprintf(stderr, "gpuconform report: %v (is %s the artifacts directory of a run?)\n", err, dir)
+		return reports.ExitNoGo
+	case err != nil:
+		suites = nil // the run stopped before its specs: the record alone says why
+	case reports.ReportRunID(suites) != "" && reports.ReportRunID(suites) != rec.RunID:
+		fmt.Fprintf(stderr, "gpuconform report: %s holds the Ginkgo report of run %s but the record of run %s; refusing to mix runs\n",
+			dir, reports.ReportRunID(suites), rec.RunID)
+		return reports.ExitNoGo
+	}
+	if rec.Timelines, err = timeline.ReadAll(dir); err != nil {
+		fmt.Fprintf(stderr, "gpuconform report: reading the timelines: %v\n", err)
+	}
+	md := reports.RenderMarkdown(suites, rec)
+	if err := os.WriteFile(filepath.Join(dir, "signoff.md"), []byte(md), 0o644); err != nil {
+		fmt.Fprintf(stderr, "gpuconform report: %v\n", err)
+		return 1
+	}
+	if err := os.WriteFile(filepath.Join(dir, reports.HTMLFile), []byte(reports.RenderHTML(suites, rec)), 0o644); err != nil {
+		fmt.Fprintf(stderr, "gpuconform report: %v\n", err)
+		return 1
+	}
+	fmt.Fprint(stdout, md)
+	// One closing line in the form CI runners recognise.
+	passed, failed, skipped := reports.Count(suites)
+	v := reports.Decide(suites, rec)
+	fmt.Fprintf(stderr, "signoff report: %s (and %s)\n", filepath.Join(dir, "signoff.md"), filepath.Join(dir, reports.HTMLFile))
+	fmt.Fprintf(stderr, "verdict: %s (exit code %d)\n", v.Outcome, v.ExitCode())
+	fmt.Fprintf(stderr, "signoff: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
+	return v.ExitCode()
+}
