@@ -1,14 +1,18 @@
 package fakeplugin
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
@@ -41,9 +45,13 @@ func CDIDeviceName(i int) string { return CDIKind + "=" + strconv.Itoa(i) }
 
 func (p *Plugin) cdiEnabled() bool { return p.cfg.StateDir != "" && p.cfg.CDIDir != "" }
 
-// Inventory is the node's fake GPUs as the fake driver describes them to nvidia-smi and DRA.
+// Inventory is the node's fake GPUs as the fake driver describes them to nvidia-smi. Under
+// FaultDriverMismatch its driver version is not the one the node advertises.
 func (p *Plugin) Inventory() fakegpu.Inventory {
 	inv := fakegpu.Inventory{Node: p.cfg.NodeName, DriverVersion: p.cfg.DriverVersion, CUDAVersion: p.cfg.CUDAVersion}
+	if p.hasFault(FaultDriverMismatch) {
+		inv.DriverVersion = MismatchedDriverVersion(p.cfg.DriverVersion)
+	}
 	for i, u := range p.table.uuids {
 		path := fakegpu.PathDevicePlugin
 		if i >= p.table.dp {
@@ -81,7 +89,7 @@ func (p *Plugin) InstallDriver() error {
 			return err
 		}
 	}
-	if err := p.Inventory().Save(filepath.Join(p.cfg.StateDir, "inventory.json")); err != nil {
+	if err := p.Inventory().Save(p.inventoryFile()); err != nil {
 		return fmt.Errorf("write inventory: %w", err)
 	}
 	if p.cfg.NvidiaSMI != "" {
@@ -98,6 +106,47 @@ func (p *Plugin) InstallDriver() error {
 	}
 	p.log.Info("installed fake driver", "state_dir", p.cfg.StateDir, "cdi_spec", filepath.Join(p.cfg.CDIDir, CDISpecFile), "gpus", len(p.table.uuids))
 	return nil
+}
+
+// inventoryFile is where the fake driver keeps its inventory on the node.
+func (p *Plugin) inventoryFile() string { return filepath.Join(p.cfg.StateDir, "inventory.json") }
+
+// LogInventoryWritten is logged (with driver_version=<what nvidia-smi now reports>) each time KeepInventory
+// rewrites the inventory; tests that switch FaultDriverMismatch wait for it before they create pods.
+const LogInventoryWritten = "fake driver inventory written"
+
+// KeepInventory rewrites the inventory file whenever what it should say changes (FaultDriverMismatch
+// switched on or off), until ctx ends; InstallDriver must have run. A container created afterwards mounts
+// the new file; one already running keeps the file it got, as a container keeps the driver it started with.
+func (p *Plugin) KeepInventory(ctx context.Context) {
+	if !p.cdiEnabled() {
+		return
+	}
+	for {
+		p.mu.Lock()
+		changed := p.changed // taken before the inventory is read, so no change goes unseen
+		p.mu.Unlock()
+		want := p.Inventory()
+		if have, err := fakegpu.Load(p.inventoryFile()); err != nil || !reflect.DeepEqual(have, want) {
+			if err := want.Save(p.inventoryFile()); err != nil {
+				p.log.Error("cannot write the fake driver inventory; retrying", "err", err)
+				if !sleep(ctx, time.Second) {
+					return
+				}
+				continue
+			}
+			level := slog.LevelInfo
+			if want.DriverVersion != p.cfg.DriverVersion {
+				level = slog.LevelWarn // FAULT INJECTION: nvidia-smi now contradicts the node's labels
+			}
+			p.log.Log(ctx, level, LogInventoryWritten, "driver_version", want.DriverVersion, "advertised", p.cfg.DriverVersion)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // CDISpec is the agent's CDI spec: one device per GPU (its device node), and the edits every GPU

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -53,6 +54,13 @@ const (
 	// after a reboot (a stale lock, a driver that needs a manual reload). A restart of the agent alone is
 	// not a reboot. Caught by the failed-worker check (the node's devices must come back).
 	FaultStaleAfterReboot Fault = "stale-after-reboot"
+	// FaultDriverMismatch: nvidia-smi in the node's containers reports another driver version
+	// (MismatchedDriverVersion of the advertised one) while the node labels (nvidia.com/cuda.driver-version.*)
+	// and the ResourceSlice's driverVersion attribute keep the advertised one. Plays a driver upgraded on
+	// the host without its labels following (stale GPU Feature Discovery labels). Only the fake driver's
+	// inventory changes, so containers created while the fault is on see it. Caught by comparing the version
+	// a GPU pod's nvidia-smi prints with what its node advertises.
+	FaultDriverMismatch Fault = "driver-mismatch"
 )
 
 // FaultsAnnotation is the node annotation that switches faults on at run time on that node only: a
@@ -63,7 +71,22 @@ const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
 // AllFaults lists every fault, in the order the documentation and `make selfcheck` use.
 func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
-		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot}
+		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot, FaultDriverMismatch}
+}
+
+// MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that
+// advertises the given one: its major bumped ("550.54.15" → "551.54.15"), or a fixed 535.183.01 when the
+// advertised version has no numeric major.
+func MismatchedDriverVersion(advertised string) string {
+	major, rest, dotted := strings.Cut(advertised, ".")
+	n, err := strconv.Atoi(major)
+	if err != nil || n < 0 {
+		return "535.183.01"
+	}
+	if !dotted {
+		return strconv.Itoa(n + 1)
+	}
+	return strconv.Itoa(n+1) + "." + rest
 }
 
 // ParseFaults parses a comma-separated list of fault names; an unknown name is an error naming the known ones.

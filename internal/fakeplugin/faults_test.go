@@ -2,6 +2,7 @@ package fakeplugin
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
+	"gpuconform.io/gpuconform/internal/fakegpu/smi"
 )
 
 // cdiConfig is a test config with the fake driver (device nodes, CDI) pointed at temporary directories and
@@ -343,5 +345,72 @@ func TestStaleAfterRebootRefusesOnlyAfterANodeRestart(t *testing.T) {
 	_ = os.RemoveAll(cfg.StateDir) // the node restarted: /run is empty
 	if rebooted, ran := p.bootState(); !rebooted || !ran {
 		t.Fatalf("node restart: rebooted=%t ran=%t, want true true", rebooted, ran)
+	}
+}
+
+func TestMismatchedDriverVersionDiffersFromTheAdvertisedOne(t *testing.T) {
+	for advertised, want := range map[string]string{
+		"550.54.15":  "551.54.15",
+		"535.183.01": "536.183.01",
+		"580":        "581",
+		"":           "535.183.01",
+		"beta.1":     "535.183.01",
+	} {
+		if got := MismatchedDriverVersion(advertised); got != want || got == advertised {
+			t.Errorf("MismatchedDriverVersion(%q) = %q, want %q", advertised, got, want)
+		}
+	}
+}
+
+// The driver-mismatch fault changes what nvidia-smi prints in a container, at run time through the node
+// annotation, and nothing the node advertises.
+func TestDriverMismatchChangesOnlyWhatNvidiaSMIPrints(t *testing.T) {
+	cfg := cdiConfig(t, 2)
+	p := mustNew(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.KeepInventory(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// A container given GPU 0: its device node and nvidiactl (numbers reported by a fake stat), and the
+	// inventory the agent keeps.
+	devDir := t.TempDir()
+	for _, n := range []string{"nvidiactl", "nvidia0"} {
+		if err := os.WriteFile(filepath.Join(devDir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := smi.Env{DevDir: devDir, InventoryFile: filepath.Join(cfg.StateDir, "inventory.json"),
+		Stat: func(path string) (bool, uint32, uint32, error) {
+			if filepath.Base(path) == "nvidiactl" {
+				return true, fakegpu.NvidiaMajor, fakegpu.NvidiaCtlMinor, nil
+			}
+			return true, fakegpu.NvidiaMajor, 0, nil
+		}}
+	smiDriver := func() string {
+		var out strings.Builder
+		if smi.Main([]string{"--query-gpu=driver_version", "--format=csv,noheader"}, env, &out, io.Discard) != smi.ExitOK {
+			return ""
+		}
+		return strings.TrimSpace(out.String())
+	}
+	advertised := func() (label, attr string) {
+		return p.cfg.NodeLabels()[LabelDriverFull], *p.sliceDevice(cfg.Devices).Attributes["driverVersion"].VersionValue
+	}
+
+	eventually(t, "nvidia-smi prints the advertised driver", func() bool { return smiDriver() == cfg.DriverVersion })
+	p.SetFaultsFromAnnotation(string(FaultDriverMismatch))
+	mismatched := MismatchedDriverVersion(cfg.DriverVersion)
+	eventually(t, "nvidia-smi prints "+mismatched+" under driver-mismatch", func() bool { return smiDriver() == mismatched })
+	if label, attr := advertised(); label != cfg.DriverVersion || attr != cfg.DriverVersion {
+		t.Errorf("under driver-mismatch the node advertises %s (label) and %s (slice); want both to stay %s", label, attr, cfg.DriverVersion)
+	}
+	p.SetFaultsFromAnnotation("")
+	eventually(t, "nvidia-smi prints the advertised driver again", func() bool { return smiDriver() == cfg.DriverVersion })
+
+	// Given with --fault, it is in the inventory InstallDriver writes at start.
+	cfg.Faults = []Fault{FaultDriverMismatch}
+	if got := mustNew(t, cfg).Inventory().DriverVersion; got != mismatched {
+		t.Errorf("inventory with --fault=driver-mismatch says %s, want %s", got, mismatched)
 	}
 }

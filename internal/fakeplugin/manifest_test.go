@@ -29,6 +29,7 @@ type manifestValues struct {
 	ResourceName  string
 	Replicas      int
 	DriverVersion string
+	UpgradeTo     string
 	PluginVersion string
 	Fault         string
 	DRADevices    int
@@ -119,7 +120,7 @@ func daemonSet(t *testing.T, objs []*unstructured.Unstructured) *appsv1.DaemonSe
 
 func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	v := manifestValues{Image: "gpuconform/fake-device-plugin:dev", Devices: 8, ResourceName: "nvidia.com/gpu",
-		Replicas: 2, DriverVersion: "550.54.15", PluginVersion: "v2", DRADevices: 4, DriverName: "gpu.nvidia.com"}
+		Replicas: 2, DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v2", DRADevices: 4, DriverName: "gpu.nvidia.com"}
 	objs := renderManifest(t, v)
 
 	var kinds []string
@@ -135,6 +136,9 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	ds := daemonSet(t, objs)
 	if ds.Namespace != "gpuconform-system" || ds.Name != "fake-device-plugin" {
 		t.Errorf("DaemonSet is %s/%s, want gpuconform-system/fake-device-plugin", ds.Namespace, ds.Name)
+	}
+	if got := ds.Annotations["gpuconform.io/fake-driver-upgrade-to"]; got != v.UpgradeTo {
+		t.Errorf("upgrade-target annotation = %q, want %q", got, v.UpgradeTo)
 	}
 	c := ds.Spec.Template.Spec.Containers[0]
 	if c.Image != v.Image || c.ImagePullPolicy != corev1.PullIfNotPresent {

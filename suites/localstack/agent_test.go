@@ -382,6 +382,52 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 			Should(ContainElement(phantom))
 	})
 
+	It("driver-mismatch: a GPU pod's nvidia-smi prints another driver version than its node advertises, and the same one with the fault off", func(ctx SpecContext) {
+		// What the node advertises: the GFD label, and the driverVersion attribute of its DRA devices.
+		advertised := func() (label string, attrs []string) {
+			GinkgoHelper()
+			n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			Expect(n.Labels).To(HaveKey(fakeplugin.LabelDriverFull), "node %s", node)
+			list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+			Expect(err).NotTo(HaveOccurred())
+			for _, s := range list.Items {
+				if s.Spec.Driver != localcluster.DRADriverName || s.Spec.NodeName == nil || *s.Spec.NodeName != node {
+					continue
+				}
+				for _, d := range s.Spec.Devices {
+					if v := d.Attributes["driverVersion"].VersionValue; v != nil {
+						attrs = append(attrs, *v)
+					}
+				}
+			}
+			Expect(attrs).NotTo(BeEmpty(), "no driverVersion attribute in the slices of %s", node)
+			return n.Labels[fakeplugin.LabelDriverFull], attrs
+		}
+		// The driver version nvidia-smi prints in a new pod holding one device-plugin GPU of the node.
+		printed := func() string {
+			GinkgoHelper()
+			pod := podSpec(ns, node, 1)
+			withDPGPUs(&pod.Spec.Containers[0], 1)
+			_, r := runProbes(ctx, pod)
+			Expect(r["c0"].DriverVersion).NotTo(BeEmpty(), "no driver version from nvidia-smi (version_error %q, nvidia_smi_error %q)",
+				r["c0"].VersionError, r["c0"].Sources.NvidiaSMIError)
+			return r["c0"].DriverVersion
+		}
+
+		label, attrs := advertised()
+		Expect(printed()).To(Equal(label), "without the fault nvidia-smi must print the driver version of the node's label")
+
+		mismatched := fakeplugin.MismatchedDriverVersion(label)
+		start := time.Now()
+		withFault(ctx, node, fakeplugin.FaultDriverMismatch)
+		waitAgentLogged(ctx, node, start, fakeplugin.LogInventoryWritten, "driver_version="+mismatched)
+		Expect(printed()).To(And(Equal(mismatched), Not(Equal(label))), "under driver-mismatch nvidia-smi must print another driver version than the label's %s", label)
+		labelNow, attrsNow := advertised()
+		Expect(labelNow).To(Equal(label), "driver-mismatch must leave the node's label alone")
+		Expect(attrsNow).To(ConsistOf(attrs), "driver-mismatch must leave the slice's driverVersion alone")
+	})
+
 	It("no-reregister: after a kubelet restart the device plugin stays away and the node's GPUs disappear", func(ctx SpecContext) {
 		DeferCleanup(func(ctx SpecContext) {
 			// The plugin process sits the fault out; restarting its pod (as an operator would) brings it back.

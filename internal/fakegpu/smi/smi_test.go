@@ -178,6 +178,12 @@ func TestCLI(t *testing.T) {
 			wantStdout: "uuid\nGPU-11111111-1111-2222-3333-111111111111\nGPU-33333333-1111-2222-3333-333333333333\n",
 		},
 		{
+			name:       "the workload probe's driver query: one line per GPU",
+			nodes:      twoOfFour(),
+			args:       []string{"--query-gpu=driver_version", "--format=csv,noheader"},
+			wantStdout: "550.54.15\n550.54.15\n",
+		},
+		{
 			name:       "version",
 			nodes:      twoOfFour(),
 			args:       []string{"--version"},

@@ -18,6 +18,7 @@ type fixture struct {
 	t      *testing.T
 	devDir string
 	env    []string
+	calls  string // the fake nvidia-smi's log of its argument lines
 }
 
 func newFixture(t *testing.T, env ...string) *fixture {
@@ -35,21 +36,53 @@ func (f *fixture) devFiles(names ...string) *fixture {
 	return f
 }
 
-// fakeNvidiaSMI installs a shell script named nvidia-smi that prints output for -L, and puts its
-// directory on the fixture's PATH.
+// fakeNvidiaSMI installs a fake nvidia-smi that prints output for -L and fails any other arguments.
 func (f *fixture) fakeNvidiaSMI(output string, exitCode int) *fixture {
 	f.t.Helper()
-	dir := f.t.TempDir()
-	script := "#!/bin/sh\n[ \"$1\" = \"-L\" ] || { echo \"unexpected args: $*\" >&2; exit 9; }\ncat <<'OUT'\n" +
-		output + "\nOUT\n"
+	reply := smiReply{out: output, code: exitCode}
 	if exitCode != 0 {
-		script += "echo 'driver not loaded' >&2\nexit " + itoa(exitCode) + "\n"
+		reply.stderr = "driver not loaded"
 	}
+	return f.fakeTool(map[string]smiReply{"-L": reply})
+}
+
+// smiReply is what the fake nvidia-smi prints for one argument line, and its exit status.
+type smiReply struct {
+	out, stderr string
+	code        int
+}
+
+// fakeTool installs a shell script named nvidia-smi that answers each argument line of replies (the
+// arguments joined by spaces) and fails any other with exit status 9, puts its directory on the
+// fixture's PATH, and logs every argument line it is run with in f.calls.
+func (f *fixture) fakeTool(replies map[string]smiReply) *fixture {
+	f.t.Helper()
+	dir := f.t.TempDir()
+	f.calls = filepath.Join(dir, "calls")
+	script := "#!/bin/sh\necho \"$*\" >> '" + f.calls + "'\ncase \"$*\" in\n"
+	for args, r := range replies {
+		script += "'" + args + "')\ncat <<'OUT'\n" + r.out + "\nOUT\n"
+		if r.stderr != "" {
+			script += "echo '" + r.stderr + "' >&2\n"
+		}
+		script += "exit " + itoa(r.code) + ";;\n"
+	}
+	script += "*) echo \"unexpected args: $*\" >&2; exit 9;;\nesac\n"
 	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(script), 0o755); err != nil {
 		f.t.Fatal(err)
 	}
 	f.env = append(f.env, "PATH="+dir)
 	return f
+}
+
+// toolCalls returns the argument lines the fake nvidia-smi was run with, in order.
+func (f *fixture) toolCalls() []string {
+	f.t.Helper()
+	raw, err := os.ReadFile(f.calls)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
@@ -114,6 +147,9 @@ func TestUnsetSourcesAreNull(t *testing.T) {
 	}
 	if r.Devices == nil || len(r.Devices) != 0 {
 		t.Errorf("devices = %#v, want an empty non-nil list", r.Devices)
+	}
+	if r.DriverVersion != "" || r.CUDAVersion != "" || r.VersionError != "" {
+		t.Errorf("versions = %q/%q (error %q), want empty without nvidia-smi", r.DriverVersion, r.CUDAVersion, r.VersionError)
 	}
 	if r.Node != "node-a" || r.Pod != "pod-a" {
 		t.Errorf("node/pod = %q/%q, want node-a/pod-a from NODE_NAME/POD_NAME", r.Node, r.Pod)
@@ -370,7 +406,7 @@ func TestRunPrintsOneJSONLineAndTerminationMessage(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &doc); err != nil {
 		t.Fatalf("stdout is not JSON: %v", err)
 	}
-	for _, key := range []string{"node", "pod", "devices", "sources", "expect", "expect_ids", "ok", "message"} {
+	for _, key := range []string{"node", "pod", "devices", "sources", "expect", "expect_ids", "ok", "message", "driver_version", "cuda_version"} {
 		if _, ok := doc[key]; !ok {
 			t.Errorf("JSON lacks %q: %s", key, out.String())
 		}

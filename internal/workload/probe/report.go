@@ -28,6 +28,15 @@ type Report struct {
 	OK bool `json:"ok"`
 	// Message is a one-line human explanation; on failure it names the missing and unexpected devices.
 	Message string `json:"message"`
+	// DriverVersion is the driver version nvidia-smi prints in this container
+	// (`--query-gpu=driver_version`), to compare with what the node advertises; empty when nvidia-smi is
+	// not installed or did not say.
+	DriverVersion string `json:"driver_version"`
+	// CUDAVersion is the CUDA version nvidia-smi prints (`--version`, or the summary's header); empty when
+	// nvidia-smi is not installed or did not say.
+	CUDAVersion string `json:"cuda_version"`
+	// VersionError says why nvidia-smi, although installed, gave no DriverVersion or CUDAVersion.
+	VersionError string `json:"version_error,omitempty"`
 	// Truncated is true only in a termination message that had to drop Sources to fit the kubelet's
 	// size limit; stdout always carries the full report.
 	Truncated bool `json:"truncated,omitempty"`

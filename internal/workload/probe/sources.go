@@ -76,7 +76,9 @@ func Gather(ctx context.Context, opts Options) Report {
 		// nvidia-smi into /usr/bin, which it covers.
 		pathList = defaultPath
 	}
-	r.Sources.NvidiaSMI, r.Sources.NvidiaSMIError = runNvidiaSMI(ctx, pathList, timeout)
+	bin := lookPathIn("nvidia-smi", pathList)
+	r.Sources.NvidiaSMI, r.Sources.NvidiaSMIError = runNvidiaSMI(ctx, bin, timeout)
+	r.DriverVersion, r.CUDAVersion, r.VersionError = queryVersions(ctx, bin, timeout, r.Sources.NvidiaSMIError != "")
 
 	r.Devices, r.CountedFrom = union(r.Sources)
 	return r
@@ -161,38 +163,50 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // nvidiaSMINoDevices is nvidia-smi's exit status for "No devices were found" (NVML_ERROR_NOT_FOUND).
 const nvidiaSMINoDevices = 6
 
-// runNvidiaSMI runs `nvidia-smi -L` found on pathList and returns the UUIDs it lists. When the binary
-// is not installed it returns (nil, ""): most test containers have no NVIDIA userspace and that is
-// not worth a word. When it is installed but fails, the error is returned for the report.
-func runNvidiaSMI(ctx context.Context, pathList string, timeout time.Duration) ([]string, string) {
-	bin := lookPathIn("nvidia-smi", pathList)
+// runNvidiaSMI runs `nvidia-smi -L` (bin, found on the PATH) and returns the UUIDs it lists. When the
+// binary is not installed (bin is empty) it returns (nil, ""): most test containers have no NVIDIA
+// userspace and that is not worth a word. When it is installed but fails, the error is returned for
+// the report.
+func runNvidiaSMI(ctx context.Context, bin string, timeout time.Duration) ([]string, string) {
 	if bin == "" {
 		return nil, ""
 	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "-L").Output()
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) && exitErr.ExitCode() == nvidiaSMINoDevices {
+	out, code, err := runTool(ctx, bin, timeout, "-L")
+	if code == nvidiaSMINoDevices {
 		// "No devices were found": the driver answered, and the container has no GPU.
 		return []string{}, ""
 	}
 	if err != nil {
-		// The real tool prints most of its failures on stdout (a recorded transcript shows it for bad
-		// arguments); quote whichever stream said something.
-		said := ""
-		if errors.As(err, &exitErr) {
-			said = strings.TrimSpace(string(exitErr.Stderr))
-		}
-		if said == "" {
-			said = strings.TrimSpace(string(out))
-		}
-		if said != "" {
-			return []string{}, fmt.Sprintf("%s -L: %v: %s", bin, err, said)
-		}
-		return []string{}, fmt.Sprintf("%s -L: %v", bin, err)
+		return []string{}, err.Error()
 	}
-	return ParseNvidiaSMIList(string(out)), ""
+	return ParseNvidiaSMIList(out), ""
+}
+
+// runTool runs bin with args, bounded by timeout, and returns its stdout and exit status (-1 when it
+// did not exit by itself). A failure's error quotes what the tool said: the real nvidia-smi prints most
+// of its failures on stdout (a recorded transcript shows it for bad arguments), so whichever stream
+// said something.
+func runTool(ctx context.Context, bin string, timeout time.Duration, args ...string) (string, int, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, args...).Output()
+	if err == nil {
+		return string(out), 0, nil
+	}
+	code, said := -1, ""
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		code = exitErr.ExitCode()
+		said = strings.TrimSpace(string(exitErr.Stderr))
+	}
+	if said == "" {
+		said = strings.TrimSpace(string(out))
+	}
+	cmd := strings.Join(append([]string{bin}, args...), " ")
+	if said != "" {
+		return string(out), code, fmt.Errorf("%s: %w: %s", cmd, err, said)
+	}
+	return string(out), code, fmt.Errorf("%s: %w", cmd, err)
 }
 
 // lookPathIn is exec.LookPath against an explicit PATH, so Gather honours Options.Environ instead of
