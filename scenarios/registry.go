@@ -15,6 +15,7 @@ var Registry = []*Scenario{
 	Preemption,
 	Upgrade,
 	Shortage,
+	Driver,
 }
 
 // Scenario is a scenario's declaration: what the suite, the labels, the verdict policy, the report and
