@@ -53,6 +53,7 @@ func selfcheckTable() []selfcheckRow {
 		{Fault: fakeplugin.FaultPhantomSliceDevice, Focus: "full node", Catcher: "on the dra path"},
 		{Fault: fakeplugin.FaultNoReregister, Focus: "after its kubelet restarts", Catcher: "device-plugin path advertises a node's devices again after its kubelet restarts", RestartAgents: true},
 		{Fault: fakeplugin.FaultStaleAfterReboot, Focus: "device-plugin path reschedules a training job whose GPU node fails", Catcher: "whose GPU node fails", RestartAgents: true},
+		{Fault: fakeplugin.FaultDriverMismatch, Focus: "driver and CUDA versions the node advertises", Catcher: "driver and CUDA versions the node advertises"},
 	}
 }
 
