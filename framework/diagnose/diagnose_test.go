@@ -77,6 +77,7 @@ type runCase struct {
 	wantObject string   // optional ObjectRef.String() that must be listed
 	notMsgs    []string // texts that must not appear (stale or unrelated evidence)
 	terminal   bool     // the verdict must be final (a wait for progress stops at once)
+	onceMsgs   []string // texts that must appear in exactly one message
 }
 
 func job(name string) Target { return Target{Kind: "Job", Namespace: "ml", Name: name} }
@@ -167,7 +168,8 @@ func runCases() []runCase {
 				})
 			},
 			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
-			wantMsgs: []string{"nodes could not be read", "the verdict rests on the scheduler's message alone"}},
+			wantMsgs: []string{"nodes could not be read", "the verdict rests on the scheduler's message alone"},
+			onceMsgs: []string{"nodes could not be read"}},
 		{name: "more devices than any node has", file: "device-exceeds-every-node.yaml", target: pod(podName),
 			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: InsufficientDevice,
 			wantMsgs: []string{
@@ -329,6 +331,11 @@ func TestRun(t *testing.T) {
 					t.Errorf("messages contain %q, which belongs to another object", bad)
 				}
 			}
+			for _, once := range tc.onceMsgs {
+				if n := countText(res.Messages, once); n != 1 {
+					t.Errorf("%d messages contain %q, want 1", n, once)
+				}
+			}
 			if res.Terminal != tc.terminal {
 				t.Errorf("terminal = %v (%s), want %v", res.Terminal, res.TerminalWhy, tc.terminal)
 			}
@@ -360,6 +367,16 @@ func containsText(msgs []string, want string) bool {
 		}
 	}
 	return false
+}
+
+func countText(msgs []string, want string) int {
+	n := 0
+	for _, m := range msgs {
+		if strings.Contains(m, want) {
+			n++
+		}
+	}
+	return n
 }
 
 func containsRef(refs []ObjectRef, want string) bool {

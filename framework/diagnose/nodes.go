@@ -24,7 +24,7 @@ import (
 const maxEvidenceNodes = 3
 
 // nodesFor reads every node once per diagnosis. When they cannot be read it
-// adds that to res's evidence and returns nil, so callers keep the verdict the
+// adds that to res's evidence (once) and returns nil, so callers keep the verdict the
 // scheduler's message gave.
 func (d *diagnosis) nodesFor(ctx context.Context, res *Result) []corev1.Node {
 	if !d.nodesRead {
@@ -36,9 +36,8 @@ func (d *diagnosis) nodesFor(ctx context.Context, res *Result) []corev1.Node {
 			d.nodes = list.Items
 		}
 	}
-	if d.nodesNote != "" {
-		res.Messages = append(res.Messages, d.nodesNote)
-	}
+	// Both gate refinements may ask; the note is evidence once.
+	res.Messages = appendUnique(res.Messages, d.nodesNote)
 	return d.nodes
 }
 
