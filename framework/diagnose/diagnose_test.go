@@ -299,6 +299,14 @@ func runCases() []runCase {
 				`user "system:serviceaccount:ml:reader" may not list events -n ml`,
 				`events is forbidden: User "system:serviceaccount:ml:reader" cannot list resource "events" in API group "" in the namespace "ml"`,
 			}},
+		{name: "a denied list of an owner's Workloads names the namespace", file: "jobset-queued.yaml", target: Target{Kind: "jobset", Namespace: "ml", Name: "pretrain"},
+			setup: func(_ *fake.Clientset, kq *kueuefake.Clientset, _ *Clients) {
+				kq.PrependReactor("list", "workloads", func(k8stesting.Action) (bool, runtime.Object, error) {
+					return true, nil, forbidden("list", "workloads", "system:serviceaccount:ml:reader")
+				})
+			},
+			stage: StageQueued, layer: LayerRBAC, reason: Forbidden,
+			wantMsgs: []string{`user "system:serviceaccount:ml:reader" may not list workloads.kueue.x-k8s.io -n ml`}},
 		{name: "target missing", file: "queue-not-managed.yaml", target: job("does-not-exist"),
 			stage: StageUnknown, layer: LayerAPI, reason: NotFound,
 			wantMsgs: []string{`jobs.batch "does-not-exist" not found`}},

@@ -170,7 +170,9 @@ func (d *diagnosis) collectOwned(ctx context.Context, kind, name string) (owned,
 	}
 	wls, err := d.c.Kueue.KueueV1beta2().Workloads(d.ns()).List(ctx, metav1.ListOptions{})
 	if err != nil {
-		if err = classifyReadErr(err, readWorkloads, StageQueued); isAPIMissing(err) {
+		r := readWorkloads
+		r.namespace = d.ns()
+		if err = classifyReadErr(err, r, StageQueued); isAPIMissing(err) {
 			return o, nil
 		}
 		return o, err
