@@ -3,6 +3,7 @@ package diagnose
 import (
 	"context"
 	"errors"
+	"slices"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -30,10 +31,10 @@ func Collect(ctx context.Context, c Clients, t Target) (*Snapshot, error) {
 	}
 	col := &collector{c: c, s: &Snapshot{Target: t}}
 	col.readTarget(ctx) // application: the target, its owner Job or controllers, its pods
-	col.readQueue(ctx)  // Kueue: the Workload and its queues
-	col.readEvents(ctx) // what the scheduler, the kubelet, the runtime, Kueue or a controller said
-	col.readNodes(ctx)  // scheduler: the nodes, when its message names a gate or a lack of capacity
+	col.readQueue(ctx)  // Kueue: the Workload, its events, its queues
+	col.readEvents(ctx) // kubelet, runtime, scheduler: what they said about the pod (or controllers about missing pods)
 	col.readClaims(ctx) // DRA: the pod's ResourceClaims and templates
+	col.readNodes(ctx)  // scheduler: the nodes, when its message names a gate or a lack of capacity
 	return col.s, nil
 }
 
@@ -150,8 +151,9 @@ func (col *collector) readJobPods(ctx context.Context, job string) {
 }
 
 // readQueue reads the Workloads that may be the target's (a Job's by the job-UID label Kueue sets, an
-// owner's all, since Kueue may have created one per pod), and, for the target's Workload when Kueue has
-// not reserved quota for it, its LocalQueue and ClusterQueue.
+// owner's all, since Kueue may have created one per pod), then, while the target's Workload waits for
+// quota: when its QuotaReserved condition does not say why, its events, LocalQueue and ClusterQueue
+// (they may); when Kueue blames quota or flavors, its LocalQueue (it names the ClusterQueue to look at).
 func (col *collector) readQueue(ctx context.Context) {
 	s, ns := col.s, col.s.Target.Namespace
 	f, err := s.frame()
@@ -166,8 +168,15 @@ func (col *collector) readQueue(ctx context.Context) {
 			col.readWorkloads(ctx, "")
 		}
 	}
-	if f, err = s.frame(); err != nil || f.wl == nil || f.wl.Spec.QueueName == "" ||
-		meta.IsStatusConditionTrue(f.wl.Status.Conditions, kueue.WorkloadQuotaReserved) {
+	if f, err = s.frame(); err != nil || f.wl == nil || f.wl.Spec.QueueName == "" || !awaitsQuota(f.wl) {
+		return
+	}
+	said := kueueSaid(f.wl)
+	if said == "" {
+		if _, ok := col.readEventsOf(ctx, "Workload", f.wl.Name, f.wl.UID); !ok {
+			return
+		}
+	} else if f.wl.Status.Admission != nil || !blamesQuota(classifyKueueMessage(said)) {
 		return
 	}
 	lqName := string(f.wl.Spec.QueueName)
@@ -176,6 +185,9 @@ func (col *collector) readQueue(ctx context.Context) {
 		return
 	}
 	s.LocalQueues = append(s.LocalQueues, *lq)
+	if said != "" {
+		return
+	}
 	cqName := string(lq.Spec.ClusterQueue)
 	cq, err := col.c.Kueue.KueueV1beta2().ClusterQueues().Get(ctx, cqName, metav1.GetOptions{})
 	if col.got(queueRead("clusterqueues", "", cqName), err) {
@@ -196,30 +208,24 @@ func (col *collector) readWorkloads(ctx context.Context, selector string) {
 	}
 }
 
-// readEvents reads the events that may say why the workload waits: the explaining pod's (the scheduler's
-// and the kubelet's) unless it has finished or runs; the Workload's when its QuotaReserved condition
-// says nothing; and, when there are no pods and no Workload holds them back, those of the controllers
-// that should have created them (a Job, or an owner's ReplicaSets or Jobs until one reports FailedCreate,
-// then the owner itself).
+// readEvents reads the events that may say why the workload waits: the explaining pod's (the scheduler's,
+// the kubelet's and the runtime's) unless its status alone explains it; and, when there are no pods and
+// no Workload holds them back, those of the controllers that should have created them (an unfinished,
+// unsuspended Job, or an owner's ReplicaSets or Jobs until one reports FailedCreate, then the owner).
 func (col *collector) readEvents(ctx context.Context) {
 	f, err := col.s.frame()
 	if err != nil {
 		return
 	}
 	if len(f.pods) > 0 {
-		if pod := representativePod(f.pods); !settled(pod) {
+		if pod := representativePod(f.pods); !statusExplains(pod) {
 			col.readEventsOf(ctx, "Pod", pod.Name, pod.UID)
-		}
-	}
-	if f.wl != nil {
-		if qr := meta.FindStatusCondition(f.wl.Status.Conditions, kueue.WorkloadQuotaReserved); qr == nil || (qr.Status != metav1.ConditionTrue && qr.Message == "") {
-			col.readEventsOf(ctx, "Workload", f.wl.Name, f.wl.UID)
 		}
 	}
 	if len(f.pods) > 0 {
 		return
 	}
-	if f.job != nil && f.wl == nil {
+	if f.job != nil && f.wl == nil && !isSuspended(f.job) && jobFinished(f.job) == nil {
 		col.readEventsOf(ctx, "Job", f.job.Name, f.job.UID)
 	}
 	if !isOwnerKind(col.s.Target.Kind) || (f.wl != nil && !meta.IsStatusConditionTrue(f.wl.Status.Conditions, kueue.WorkloadAdmitted)) {
@@ -251,16 +257,43 @@ func (col *collector) readEventsOf(ctx context.Context, kind, name string, uid t
 	return eventsOf(list.Items, kind, name, uid), true
 }
 
-// readNodes lists every node when the explaining pod is unscheduled and the scheduler's message names a
-// gate (taint, node affinity) or a lack of CPU, memory or devices: only the nodes can tell a device no
-// node has from one in use, or which gate really excludes the nodes the pod wants.
-func (col *collector) readNodes(ctx context.Context) {
-	f, err := col.s.frame()
-	if err != nil || len(f.pods) == 0 {
+// readClaims reads the explaining pod's ResourceClaims, until one read fails: a named claim directly, a
+// template-based one through status.resourceClaimStatuses (where the resourceclaim controller records
+// the generated name), and a template that has no generated claim yet.
+func (col *collector) readClaims(ctx context.Context) {
+	pod, _ := col.waitingPod()
+	if pod == nil {
 		return
 	}
-	pod := representativePod(f.pods)
-	if pod.Spec.NodeName != "" || !nodesMatter(schedulerSaid(pod, eventsOf(col.s.Events, "Pod", pod.Name, pod.UID))) {
+	rc := col.c.Kube.ResourceV1()
+	for _, pc := range pod.Spec.ResourceClaims {
+		var r Read
+		switch name, template := podClaim(pod, pc); {
+		case name != "":
+			r = getRead("resourceclaims", resourcev1.GroupName, pod.Namespace, name)
+			if claim, err := rc.ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{}); col.got(r, err) {
+				col.s.ResourceClaims = append(col.s.ResourceClaims, *claim)
+			}
+		case template != "":
+			r = getRead("resourceclaimtemplates", resourcev1.GroupName, pod.Namespace, template)
+			if tmpl, err := rc.ResourceClaimTemplates(pod.Namespace).Get(ctx, template, metav1.GetOptions{}); col.got(r, err) {
+				col.s.ResourceClaimTemplates = append(col.s.ResourceClaimTemplates, *tmpl)
+			}
+		}
+		if col.s.failed(r) != nil {
+			return
+		}
+	}
+}
+
+// readNodes lists every node when the explaining pod is unscheduled, its claims could be read, and the
+// scheduler's message names a gate (taint, node affinity) or a lack of CPU, memory or devices: only the
+// nodes can tell a device no node has from one in use, or which gate really excludes the nodes the pod
+// wants.
+func (col *collector) readNodes(ctx context.Context) {
+	pod, evs := col.waitingPod()
+	if pod == nil || pod.Spec.NodeName != "" || !nodesMatter(schedulerSaid(pod, evs)) ||
+		slices.ContainsFunc(col.s.Errors, func(e ReadError) bool { return e.Group == resourcev1.GroupName }) {
 		return
 	}
 	list, err := col.c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
@@ -269,32 +302,16 @@ func (col *collector) readNodes(ctx context.Context) {
 	}
 }
 
-// readClaims reads the explaining pod's ResourceClaims, unless it has finished or runs: a named claim
-// directly, a template-based one through status.resourceClaimStatuses (where the resourceclaim
-// controller records the generated name), and a template that has no generated claim yet.
-func (col *collector) readClaims(ctx context.Context) {
+// waitingPod is the pod that explains the workload, with its events, when its status alone does not
+// and its events could be read (a failed read is the verdict, nothing after it is needed); else nil.
+func (col *collector) waitingPod() (*corev1.Pod, []corev1.Event) {
 	f, err := col.s.frame()
 	if err != nil || len(f.pods) == 0 {
-		return
+		return nil, nil
 	}
 	pod := representativePod(f.pods)
-	if settled(pod) {
-		return
+	if statusExplains(pod) || col.s.failed(eventsRead(pod.Namespace, "Pod", pod.Name)) != nil {
+		return nil, nil
 	}
-	rc := col.c.Kube.ResourceV1()
-	for _, pc := range pod.Spec.ResourceClaims {
-		name, template := podClaim(pod, pc)
-		switch {
-		case name != "":
-			claim, err := rc.ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-			if col.got(getRead("resourceclaims", resourcev1.GroupName, pod.Namespace, name), err) {
-				col.s.ResourceClaims = append(col.s.ResourceClaims, *claim)
-			}
-		case template != "":
-			tmpl, err := rc.ResourceClaimTemplates(pod.Namespace).Get(ctx, template, metav1.GetOptions{})
-			if col.got(getRead("resourceclaimtemplates", resourcev1.GroupName, pod.Namespace, template), err) {
-				col.s.ResourceClaimTemplates = append(col.s.ResourceClaimTemplates, *tmpl)
-			}
-		}
-	}
+	return pod, eventsOf(col.s.Events, "Pod", pod.Name, pod.UID)
 }

@@ -41,9 +41,8 @@ func (v *verdict) workload(wl *kueue.Workload) (*Result, error) {
 		return res, nil
 	}
 
-	qr := meta.FindStatusCondition(conds, kueue.WorkloadQuotaReserved)
-	if qr == nil || qr.Status != metav1.ConditionTrue {
-		return v.notReserved(wl, qr, describe)
+	if !meta.IsStatusConditionTrue(conds, kueue.WorkloadQuotaReserved) {
+		return v.notReserved(wl, describe)
 	}
 
 	if !meta.IsStatusConditionTrue(conds, kueue.WorkloadAdmitted) {
@@ -71,14 +70,32 @@ func (v *verdict) workload(wl *kueue.Workload) (*Result, error) {
 		Next:     fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=Job", wl.Namespace)}, nil
 }
 
+// awaitsQuota reports a Workload that has neither finished nor been evicted
+// (both explain themselves) and has no quota reserved.
+func awaitsQuota(wl *kueue.Workload) bool {
+	c := wl.Status.Conditions
+	return !meta.IsStatusConditionTrue(c, kueue.WorkloadFinished) && !meta.IsStatusConditionTrue(c, kueue.WorkloadEvicted) &&
+		!meta.IsStatusConditionTrue(c, kueue.WorkloadQuotaReserved)
+}
+
+// kueueSaid is the message of the Workload's QuotaReserved condition, or "".
+func kueueSaid(wl *kueue.Workload) string {
+	if qr := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); qr != nil {
+		return qr.Message
+	}
+	return ""
+}
+
+// blamesQuota reports the reasons whose Next names the ClusterQueue.
+func blamesQuota(r Reason) bool {
+	return r == QueueQuotaExhausted || r == QueueNoMatchingFlavor
+}
+
 // notReserved explains QuotaReserved!=True from Kueue's message, then from
 // the Workload's "Pending" events, then from the queues themselves.
-func (v *verdict) notReserved(wl *kueue.Workload, qr *metav1.Condition, describe string) (*Result, error) {
+func (v *verdict) notReserved(wl *kueue.Workload, describe string) (*Result, error) {
 	res := &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueuePending, Next: describe}
-	var msg string
-	if qr != nil {
-		msg = qr.Message
-	}
+	msg := kueueSaid(wl)
 	if msg == "" {
 		evs, err := v.events("Workload", wl.Name, wl.UID)
 		if err != nil {
@@ -94,14 +111,14 @@ func (v *verdict) notReserved(wl *kueue.Workload, qr *metav1.Condition, describe
 	if why := kueueFinal(msg); why != "" {
 		res.terminal(why)
 	}
-	switch res.Reason {
-	case QueueQuotaExhausted, QueueNoMatchingFlavor:
+	switch {
+	case blamesQuota(res.Reason):
 		if cq := v.clusterQueueName(wl); cq != "" {
 			res.Next = fmt.Sprintf("kubectl describe clusterqueue %s", cq)
 		}
-	case QueueInactive:
+	case res.Reason == QueueInactive:
 		res.Next = fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName)
-	case QueuePending:
+	case res.Reason == QueuePending:
 		// Kueue has not said why; the queues may.
 		if qres, err := v.checkQueues(wl); err != nil || qres != nil {
 			return qres, err

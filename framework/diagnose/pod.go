@@ -90,10 +90,27 @@ func containerError(p *corev1.Pod) string {
 	return ""
 }
 
-// settled reports a pod that has succeeded or whose containers all run: its
-// status says everything, no event or claim can add to it.
-func settled(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || (p.Status.Phase == corev1.PodRunning && allRunning(p))
+// statusExplains reports a pod whose status alone gives the verdict, so
+// Collect reads neither its events nor its claims: it succeeded; it failed
+// (rejected by the kubelet, or on its node); it is held by a scheduling gate;
+// a container reports an error; or all its containers run.
+func statusExplains(p *corev1.Pod) bool {
+	switch {
+	case p.Status.Phase == corev1.PodSucceeded || kubeletRejected(p):
+		return true
+	case p.Spec.NodeName == "":
+		c := scheduledCondition(p)
+		return c != nil && c.Reason == corev1.PodReasonSchedulingGated
+	}
+	return p.Status.Phase == corev1.PodFailed || containerError(p) != "" || (p.Status.Phase == corev1.PodRunning && allRunning(p))
+}
+
+// kubeletRejected reports a pod the kubelet's admission rejected straight to
+// Failed, with the device manager's error ("Allocate failed due to ...") or
+// OutOf<resource>.
+func kubeletRejected(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed &&
+		(p.Status.Reason == reasonUnexpectedAdmission || strings.HasPrefix(p.Status.Reason, admissionOutOfResourceHead))
 }
 
 func allStatuses(p *corev1.Pod) []corev1.ContainerStatus {
@@ -127,10 +144,7 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 		return &Result{Stage: StageSucceeded, Layer: LayerNone, Reason: ReasonCompleted,
 			Messages: []string{fmt.Sprintf("pod %s phase Succeeded", pod.Name)}, Next: describe}, nil
 	}
-	// The kubelet's admission rejects a pod straight to Failed with the
-	// device manager's error ("Allocate failed due to ...") or OutOf<resource>.
-	if pod.Status.Phase == corev1.PodFailed &&
-		(pod.Status.Reason == reasonUnexpectedAdmission || strings.HasPrefix(pod.Status.Reason, admissionOutOfResourceHead)) {
+	if kubeletRejected(pod) {
 		return finalIfBare(pod, &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: DevicePluginAllocateFailed,
 			Messages: []string{pod.Status.Reason + ": " + pod.Status.Message}, Next: eventsCmd}), nil
 	}
