@@ -19,7 +19,7 @@ import (
 // pods. It returns an error only when the snapshot cannot be classified: the target's kind is not
 // supported, a read the verdict needs failed for a reason other than access (the API server unreachable,
 // the context ended), or there is nothing to diagnose; a denied read or an unserved API is a verdict.
-func Decide(s *Snapshot) (*Result, error) {
+func Decide(s *Snapshot) (res *Result, err error) {
 	t, err := normalise(s.Target)
 	if err != nil {
 		return nil, err
@@ -28,44 +28,10 @@ func Decide(s *Snapshot) (*Result, error) {
 	snap.Target = t
 	v := &verdict{s: &snap}
 	v.ref(t.Kind, t.Namespace, t.Name)
-	res, err := v.decide()
-	var ve *verdictError
-	if errors.As(err, &ve) {
-		res, err = ve.res, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	res.Objects = v.objects
-	if res.Messages == nil {
-		res.Messages = []string{}
-	}
-	return res, nil
-}
+	// Every return below ends here: a verdict carried as an error becomes the Result.
+	defer func() { res, err = v.result(res, err) }()
 
-// verdict is one Decide: the snapshot, and the objects the verdict rests on so far, the target first.
-type verdict struct {
-	s       *Snapshot
-	objects []ObjectRef
-}
-
-func (v *verdict) ref(kind, ns, name string) {
-	if r := (ObjectRef{Kind: kind, Namespace: ns, Name: name}); !slices.Contains(v.objects, r) {
-		v.objects = append(v.objects, r)
-	}
-}
-
-// events returns the events about one object, oldest first, or the verdict on why they could not be read.
-func (v *verdict) events(kind, name string, uid types.UID) ([]corev1.Event, error) {
-	r := eventsRead(v.s.Target.Namespace, kind, name)
-	if err := classifyReadErr(v.s.failed(r), r, StageUnknown); err != nil {
-		return nil, err
-	}
-	return eventsOf(v.s.Events, kind, name, uid), nil
-}
-
-func (v *verdict) decide() (*Result, error) {
-	f, err := v.s.frame()
+	f, err := snap.frame()
 	for _, r := range f.read {
 		v.ref(r.Kind, r.Namespace, r.Name)
 	}
@@ -80,8 +46,7 @@ func (v *verdict) decide() (*Result, error) {
 	}
 	if len(pods) > 0 {
 		pod := representativePod(pods)
-		res, err := v.pod(pod)
-		if err != nil {
+		if res, err = v.pod(pod); err != nil {
 			return nil, err
 		}
 		// Pods held by a scheduling gate (Kueue's own gates, for instance) wait on the queue, not on the
@@ -99,12 +64,12 @@ func (v *verdict) decide() (*Result, error) {
 		return res, nil
 	}
 	// An owner without pods and without a Workload waiting for admission: its controllers say why.
-	if isOwnerKind(v.s.Target.Kind) && (wl == nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)) {
+	if isOwnerKind(t.Kind) && (wl == nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)) {
 		return v.controllersWithoutPods(f)
 	}
 	if job != nil {
-		if res := jobFinished(job); res != nil {
-			return res, nil
+		if jf := jobFinished(job); jf != nil {
+			return jf, nil
 		}
 	}
 	if wl != nil {
@@ -134,6 +99,44 @@ func (v *verdict) decide() (*Result, error) {
 		return nil, err
 	}
 	return v.noPodsYet(evs, "Job", job.Namespace, job.Name), nil
+}
+
+// verdict is one Decide: the snapshot, and the objects the verdict rests on so far, the target first.
+type verdict struct {
+	s       *Snapshot
+	objects []ObjectRef
+}
+
+func (v *verdict) ref(kind, ns, name string) {
+	if r := (ObjectRef{Kind: kind, Namespace: ns, Name: name}); !slices.Contains(v.objects, r) {
+		v.objects = append(v.objects, r)
+	}
+}
+
+// result finishes a decision: a verdict carried up as an error (Forbidden, APIMissing, NotFound) is the
+// Result, and the Result lists the objects it rests on.
+func (v *verdict) result(res *Result, err error) (*Result, error) {
+	var ve *verdictError
+	if errors.As(err, &ve) {
+		res, err = ve.res, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Objects = v.objects
+	if res.Messages == nil {
+		res.Messages = []string{}
+	}
+	return res, nil
+}
+
+// events returns the events about one object, oldest first, or the verdict on why they could not be read.
+func (v *verdict) events(kind, name string, uid types.UID) ([]corev1.Event, error) {
+	r := eventsRead(v.s.Target.Namespace, kind, name)
+	if err := v.s.check(r, StageUnknown); err != nil {
+		return nil, err
+	}
+	return eventsOf(v.s.Events, kind, name, uid), nil
 }
 
 // controllersWithoutPods explains an owner target with no pods from the events of the first controller

@@ -50,7 +50,7 @@ func (v *verdict) claims(pod *corev1.Pod) (*claimState, error) {
 		switch {
 		case template != "":
 			r := getRead("resourceclaimtemplates", resourcev1.GroupName, pod.Namespace, template)
-			if err := classifyReadErr(v.s.failed(r), r, StageScheduling); err != nil {
+			if err := v.s.check(r, StageScheduling); err != nil {
 				return nil, err
 			}
 			if !slices.ContainsFunc(v.s.ResourceClaimTemplates, func(t resourcev1.ResourceClaimTemplate) bool {
@@ -64,7 +64,7 @@ func (v *verdict) claims(pod *corev1.Pod) (*claimState, error) {
 			st.status = append(st.status, fmt.Sprintf("pod claim %s: no ResourceClaim generated yet from template %s", pc.Name, template))
 		case name != "":
 			r := getRead("resourceclaims", resourcev1.GroupName, pod.Namespace, name)
-			if err := classifyReadErr(v.s.failed(r), r, StageScheduling); err != nil {
+			if err := v.s.check(r, StageScheduling); err != nil {
 				return nil, err
 			}
 			i := slices.IndexFunc(v.s.ResourceClaims, func(c resourcev1.ResourceClaim) bool { return c.Namespace == pod.Namespace && c.Name == name })

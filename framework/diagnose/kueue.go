@@ -208,7 +208,7 @@ func (v *verdict) checkQueues(wl *kueue.Workload) (*Result, error) {
 			Next: fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName)}
 	}
 	r := queueRead("localqueues", wl.Namespace, string(wl.Spec.QueueName))
-	if err := classifyReadErr(v.s.failed(r), r, StageQueued); err != nil {
+	if err := v.s.check(r, StageQueued); err != nil {
 		return nil, err
 	}
 	lq := v.localQueue(wl)
@@ -223,7 +223,7 @@ func (v *verdict) checkQueues(wl *kueue.Workload) (*Result, error) {
 		return inactive(fmt.Sprintf("LocalQueue %s/%s Active=False reason %s: %s", lq.Namespace, lq.Name, c.Reason, c.Message)), nil
 	}
 	r = queueRead("clusterqueues", "", string(lq.Spec.ClusterQueue))
-	if err := classifyReadErr(v.s.failed(r), r, StageQueued); err != nil {
+	if err := v.s.check(r, StageQueued); err != nil {
 		return nil, err
 	}
 	i := slices.IndexFunc(v.s.ClusterQueues, func(cq kueue.ClusterQueue) bool { return cq.Name == r.Name })

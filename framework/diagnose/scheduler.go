@@ -90,7 +90,7 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 	case UntoleratedTaint, NodeSelectorMismatch:
 		v.refineGates(pod, parsed, res)
 		if why := gatedEverywhere(parsed, evs); why != "" && (res.Reason == UntoleratedTaint || res.Reason == NodeSelectorMismatch) {
-			if transient := v.transientGate(pod, res); transient != "" {
+			if transient := transientGate(pod, v.nodes(res)); transient != "" {
 				res.Messages = append(res.Messages, transient)
 			} else {
 				res.terminal(why)
@@ -210,8 +210,7 @@ func LifecycleTaint(t corev1.Taint) bool {
 // transientGate returns a sentence when a node the pod may use is kept from it by a lifecycle taint
 // (NotReady, unreachable, pressure, cordon) and so may become usable by itself; "" otherwise. Without a
 // node list it cannot rule that out and says so.
-func (v *verdict) transientGate(pod *corev1.Pod, res *Result) string {
-	nodes := v.nodes(res)
+func transientGate(pod *corev1.Pod, nodes []corev1.Node) string {
 	if len(nodes) == 0 {
 		return "not final: without the nodes it cannot be ruled out that a node is only temporarily tainted"
 	}

@@ -17,7 +17,7 @@ import (
 
 // Snapshot is what Collect read about one target, as plain objects: the lists hold what the API server
 // returned (a recorded YAML file can fill them as well), and Decide works out which of them belong to the
-// target. An object that is absent was not found; a read that failed is in Errors.
+// target. A read that failed is in Errors; an object absent where Decide looks was not found.
 type Snapshot struct {
 	// Target is what is diagnosed.
 	Target Target
@@ -98,6 +98,12 @@ func eventsRead(ns, kind, name string) Read {
 	return r
 }
 
+// check is the verdict on the read r: nil when it succeeded or was not made, Forbidden or APIMissing
+// (as a verdictError) when it was denied or not served, else the API server's error.
+func (s *Snapshot) check(r Read, stage Stage) error {
+	return classifyReadErr(s.failed(r), r, stage)
+}
+
 // failed returns the error of the read r, or nil when it succeeded or was not made.
 func (s *Snapshot) failed(r Read) error {
 	for _, e := range s.Errors {
@@ -125,24 +131,22 @@ type frame struct {
 	kueueMissing string
 }
 
-// frame finds the target's Job, controllers, pods and Workload among what was read. Collect uses it to
-// know what to read next; Decide uses it with the failed reads, checked in the order they were made:
-// when one of them failed, frame returns it (a verdict such as Forbidden, or an error) with what was found
-// before it.
+// frame finds the target's Job, controllers, pods and Workload among what was read, checking their reads
+// in the order Collect made them: the first that failed is returned (a verdict such as Forbidden, or the
+// API server's error) with what was found before it, and an absent target is NotFound. Collect uses the
+// objects to know what to read next; Decide, the objects and the error.
 func (s *Snapshot) frame() (frame, error) {
 	t := s.Target
 	f := frame{}
 	ref := func(kind, name string) {
 		f.read = append(f.read, ObjectRef{Kind: kind, Namespace: t.Namespace, Name: name})
 	}
-	// fail classifies the failure of r, if any; a missing object is NotFound only for the target.
-	fail := func(r Read, stage Stage) error { return classifyReadErr(s.failed(r), r, stage) }
-	// withJob reads the Job named by the target Pod or Workload's owner reference, if any.
+	// withJob finds the Job named by the target Pod or Workload's owner reference, if any.
 	withJob := func(owner string) error {
 		if owner == "" {
 			return nil
 		}
-		if err := fail(getRead("jobs", "batch", t.Namespace, owner), StageUnknown); err != nil {
+		if err := s.check(getRead("jobs", "batch", t.Namespace, owner), StageUnknown); err != nil {
 			return err
 		}
 		if f.job = s.job(owner); f.job != nil {
@@ -156,11 +160,12 @@ func (s *Snapshot) frame() (frame, error) {
 		if f.job == nil || !needsKueue(f.job) {
 			return nil
 		}
-		if err := fail(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil {
-			if !isAPIMissing(err) {
+		if err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil {
+			var ve *verdictError
+			if !errors.As(err, &ve) || ve.res.Reason != APIMissing {
 				return err
 			}
-			f.kueueMissing = err.(*verdictError).res.Messages[1]
+			f.kueueMissing = ve.res.Messages[1]
 			return nil
 		}
 		if f.wl = s.workloadForJob(f.job); f.wl != nil {
@@ -171,7 +176,7 @@ func (s *Snapshot) frame() (frame, error) {
 	switch t.Kind {
 	case "Job":
 		r := getRead("jobs", "batch", t.Namespace, t.Name)
-		if err := fail(r, StageUnknown); err != nil {
+		if err := s.check(r, StageUnknown); err != nil {
 			return f, err
 		}
 		if f.job = s.job(t.Name); f.job == nil {
@@ -181,13 +186,13 @@ func (s *Snapshot) frame() (frame, error) {
 		if err := withWorkload(); err != nil {
 			return f, err
 		}
-		if err := fail(listRead("pods", "", t.Namespace), StageUnknown); err != nil {
+		if err := s.check(listRead("pods", "", t.Namespace), StageUnknown); err != nil {
 			return f, err
 		}
 		f.pods = s.jobPods(t.Name)
 	case "Workload":
 		r := workloadsRead("get", t.Namespace, t.Name)
-		if err := fail(r, StageUnknown); err != nil {
+		if err := s.check(r, StageUnknown); err != nil {
 			return f, err
 		}
 		if f.wl = s.workload(t.Name); f.wl == nil {
@@ -196,13 +201,13 @@ func (s *Snapshot) frame() (frame, error) {
 		if err := withJob(jobOwner(f.wl.OwnerReferences)); err != nil || f.job == nil {
 			return f, err
 		}
-		if err := fail(listRead("pods", "", t.Namespace), StageUnknown); err != nil {
+		if err := s.check(listRead("pods", "", t.Namespace), StageUnknown); err != nil {
 			return f, err
 		}
 		f.pods = s.jobPods(f.job.Name)
 	case "Pod":
 		r := getRead("pods", "", t.Namespace, t.Name)
-		if err := fail(r, StageUnknown); err != nil {
+		if err := s.check(r, StageUnknown); err != nil {
 			return f, err
 		}
 		i := slices.IndexFunc(s.Pods, func(p corev1.Pod) bool { return p.Namespace == t.Namespace && p.Name == t.Name })
@@ -225,7 +230,7 @@ func (s *Snapshot) frame() (frame, error) {
 func (s *Snapshot) owned(f *frame) error {
 	t := s.Target
 	if r, ok := ownerRead(t); ok {
-		if err := classifyReadErr(s.failed(r), r, StageUnknown); err != nil {
+		if err := s.check(r, StageUnknown); err != nil {
 			return err
 		}
 		if s.Owner == nil || s.Owner.Name != t.Name {
@@ -239,7 +244,7 @@ func (s *Snapshot) owned(f *frame) error {
 	mid := map[string]bool{} // "Kind/name" of the controllers the target controls
 	if r, kind, ok := controllersRead(t); ok {
 		f.controllerKind = kind
-		if err := classifyReadErr(s.failed(r), r, StageUnknown); err != nil {
+		if err := s.check(r, StageUnknown); err != nil {
 			return err
 		}
 		var objs []metav1.Object
@@ -263,7 +268,7 @@ func (s *Snapshot) owned(f *frame) error {
 		}
 	}
 	r := listRead("pods", "", t.Namespace)
-	if err := classifyReadErr(s.failed(r), r, StageUnknown); err != nil {
+	if err := s.check(r, StageUnknown); err != nil {
 		return err
 	}
 	podNames := map[string]bool{}
@@ -274,7 +279,7 @@ func (s *Snapshot) owned(f *frame) error {
 		}
 	}
 	// An unserved Kueue API leaves the target without a Workload; nothing here needs one.
-	if err := classifyReadErr(s.failed(workloadsRead("list", t.Namespace, "")), workloadsRead("list", t.Namespace, ""), StageQueued); err != nil && !isAPIMissing(err) {
+	if err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil && !isAPIMissing(err) {
 		return err
 	}
 	var found []kueue.Workload
