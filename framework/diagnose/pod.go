@@ -1,8 +1,9 @@
 package diagnose
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -63,15 +64,8 @@ func representativePod(pods []corev1.Pod) *corev1.Pod {
 			live = append(live, &pods[i])
 		}
 	}
-	sort.SliceStable(live, func(i, j int) bool {
-		ri, rj := podRank(live[i]), podRank(live[j])
-		if ri != rj {
-			return ri < rj
-		}
-		if !live[i].CreationTimestamp.Equal(&live[j].CreationTimestamp) {
-			return live[i].CreationTimestamp.Before(&live[j].CreationTimestamp)
-		}
-		return live[i].Name < live[j].Name
+	slices.SortStableFunc(live, func(a, b *corev1.Pod) int {
+		return cmp.Or(cmp.Compare(podRank(a), podRank(b)), a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
 	})
 	return live[0]
 }
