@@ -474,6 +474,10 @@ func TestParseKind(t *testing.T) {
 		"job": "Job", "Jobs": "Job", "jobs.batch": "Job", "workload": "Workload",
 		"workloads.kueue.x-k8s.io": "Workload", "POD": "Pod", "pods": "Pod", "po": "Pod",
 		"deployments.apps": "Deployment", "sts": "StatefulSet", "jobsets.jobset.x-k8s.io": "JobSet", "RayJob": "RayJob",
+		"deploy": "Deployment", "statefulsets": "StatefulSet", "rs": "ReplicaSet", "replicasets.apps": "ReplicaSet",
+		"lws": "LeaderWorkerSet", "leaderworkersets": "LeaderWorkerSet", "rayclusters": "RayCluster",
+		"pytorchjobs.kubeflow.org": "PyTorchJob", "tfjob": "TFJob", "mpijobs": "MPIJob", "xgboostjob": "XGBoostJob",
+		"paddlejobs": "PaddleJob", "jaxjob": "JAXJob", "trainjobs.trainer.kubeflow.org": "TrainJob", "appwrappers": "AppWrapper",
 	} {
 		if got, err := ParseKind(in); err != nil || got != want {
 			t.Errorf("ParseKind(%q) = %q, %v; want %q", in, got, err, want)

@@ -12,10 +12,13 @@ import (
 
 // Container waiting reasons, as the kubelet writes them (pkg/kubelet/images,
 // pkg/kubelet/container/sync_result.go in k8s v1.37).
-var (
-	imagePullReasons = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true}
-	createReasons    = map[string]bool{"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "PreStartHookError": true, "PostStartHookError": true}
-)
+func imagePullReason(r string) bool {
+	return slices.Contains([]string{"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}, r)
+}
+
+func createReason(r string) bool {
+	return slices.Contains([]string{"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "PreStartHookError", "PostStartHookError"}, r)
+}
 
 // Kubelet event reasons (pkg/kubelet/events, pkg/kubelet/lifecycle).
 const (
@@ -74,7 +77,7 @@ func representativePod(pods []corev1.Pod) *corev1.Pod {
 // that is an error, or "".
 func containerError(p *corev1.Pod) string {
 	for _, cs := range allStatuses(p) {
-		if w := cs.State.Waiting; w != nil && (imagePullReasons[w.Reason] || createReasons[w.Reason] || w.Reason == "CrashLoopBackOff") {
+		if w := cs.State.Waiting; w != nil && (imagePullReason(w.Reason) || createReason(w.Reason) || w.Reason == "CrashLoopBackOff") {
 			return w.Reason
 		}
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
@@ -151,13 +154,13 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 		if w := cs.State.Waiting; w != nil {
 			msg := fmt.Sprintf("container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
 			switch {
-			case imagePullReasons[w.Reason]:
+			case imagePullReason(w.Reason):
 				res := &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ImagePullFailed, Messages: []string{msg}, Next: describe}
 				if why := imageNeverPullable(w); why != "" {
 					res.terminal(why)
 				}
 				return res, nil
-			case createReasons[w.Reason]:
+			case createReason(w.Reason):
 				return &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ContainerCreateFailed, Messages: []string{msg}, Next: describe}, nil
 			case w.Reason == "CrashLoopBackOff":
 				// The application did start: the stage is Running, the pod's phase.
