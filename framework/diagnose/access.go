@@ -7,32 +7,28 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // verdictError carries a finished verdict (Forbidden, APIMissing, NotFound)
-// up from the read that discovered it, so every reader can stop the walk
-// with one `return err` and Run turns it back into a Result.
+// up from the decision that found the failed read, so every decision can
+// stop the walk with one `return err` and Decide turns it back into a Result.
 type verdictError struct{ res *Result }
 
 func (e *verdictError) Error() string { return string(e.res.Reason) }
 
-// read describes one API read, so a failure can name what was denied or missing.
-type read struct {
-	verb, resource, group, version, namespace, name string
+func (r Read) groupVersion() string {
+	if r.Group == "" {
+		return r.Version
+	}
+	return r.Group + "/" + r.Version
 }
 
-func (r read) groupVersion() string {
-	if r.group == "" {
-		return r.version
+func (r Read) kubectlResource() string {
+	if r.Group == "" {
+		return r.Resource
 	}
-	return r.group + "/" + r.version
-}
-
-func (r read) kubectlResource() string {
-	if r.group == "" {
-		return r.resource
-	}
-	return r.resource + "." + r.group
+	return r.Resource + "." + r.Group
 }
 
 // forbiddenUserRE pulls the user out of the apiserver's forbidden message
@@ -40,12 +36,9 @@ func (r read) kubectlResource() string {
 var forbiddenUserRE = regexp.MustCompile(`User "([^"]*)" cannot`)
 
 // classifyReadErr turns an access error into a verdict: a denied read is
-// Forbidden (Layer RBAC), an unserved API is APIMissing (Layer API). Other
-// errors (network, timeouts) pass through unchanged. A NotFound from a Get is
-// the object missing only when the status names that object; the apiserver's
-// 404 for an unserved resource carries no name, and a List never returns
-// NotFound for a served resource.
-func classifyReadErr(err error, r read, stage Stage) error {
+// Forbidden (Layer RBAC), an unserved API (or no client for it) is APIMissing
+// (Layer API). Other errors (network, timeouts) pass through unchanged.
+func classifyReadErr(err error, r Read, stage Stage) error {
 	if err == nil {
 		return nil
 	}
@@ -55,8 +48,8 @@ func classifyReadErr(err error, r read, stage Stage) error {
 		if m := forbiddenUserRE.FindStringSubmatch(err.Error()); m != nil {
 			user = fmt.Sprintf("user %q", m[1])
 		}
-		scope := "-n " + r.namespace
-		if r.namespace == "" {
+		scope := "-n " + r.Namespace
+		if r.Namespace == "" {
 			scope = "(cluster scope)"
 		}
 		return &verdictError{&Result{
@@ -64,49 +57,70 @@ func classifyReadErr(err error, r read, stage Stage) error {
 			Layer:  LayerRBAC,
 			Reason: Forbidden,
 			Messages: []string{
-				fmt.Sprintf("%s may not %s %s %s", user, r.verb, r.kubectlResource(), scope),
+				fmt.Sprintf("%s may not %s %s %s", user, r.Verb, r.kubectlResource(), scope),
 				err.Error(),
 			},
-			Next: fmt.Sprintf("kubectl auth can-i %s %s %s", r.verb, r.kubectlResource(), nsFlag(r.namespace)),
+			Next: fmt.Sprintf("kubectl auth can-i %s %s %s", r.Verb, r.kubectlResource(), nsFlag(r.Namespace)),
 		}}
-	case meta.IsNoMatchError(err) || isUnservedNotFound(err, r):
+	case meta.IsNoMatchError(err) || isUnservedNotFound(err, r) || errors.Is(err, errNoKueue):
 		return apiMissing(r, stage, err.Error())
 	}
 	return err
 }
 
 // apiMissing is the verdict for an API group/version the cluster does not serve.
-func apiMissing(r read, stage Stage, detail string) error {
+func apiMissing(r Read, stage Stage, detail string) error {
 	return &verdictError{&Result{
 		Stage:  stage,
 		Layer:  LayerAPI,
 		Reason: APIMissing,
 		Messages: []string{
-			fmt.Sprintf("the API %s (resource %s) is not served by this cluster", r.groupVersion(), r.resource),
+			fmt.Sprintf("the API %s (resource %s) is not served by this cluster", r.groupVersion(), r.Resource),
 			detail,
 		},
-		Next: fmt.Sprintf("kubectl api-resources --api-group=%s", r.group),
+		Next: fmt.Sprintf("kubectl api-resources --api-group=%s", r.Group),
 	}}
 }
 
-func isUnservedNotFound(err error, r read) bool {
+// isUnservedNotFound tells the apiserver's 404 for an unserved resource, which
+// names no object, from a get's NotFound for the object itself; a list never
+// returns NotFound for a served resource.
+func isUnservedNotFound(err error, r Read) bool {
 	if !apierrors.IsNotFound(err) {
 		return false
 	}
-	if r.verb == "list" {
+	if r.Verb == "list" {
 		return true
 	}
 	var se apierrors.APIStatus
 	if errors.As(err, &se) {
 		d := se.Status().Details
-		return d == nil || d.Name == "" || d.Name != r.name
+		return d == nil || d.Name == "" || d.Name != r.Name
 	}
 	return false
 }
 
-// isObjectNotFound reports a NotFound for the named object itself (the API is served).
-func isObjectNotFound(err error) bool {
-	return apierrors.IsNotFound(err)
+// isObjectMissing reports a get's NotFound for the named object itself (the API is served).
+func isObjectMissing(err error, r Read) bool {
+	return apierrors.IsNotFound(err) && !isUnservedNotFound(err, r)
+}
+
+// missingText is the API server's NotFound message for the object r names, for an object Collect found
+// absent (or a recorded snapshot lacks).
+func missingText(r Read) string {
+	return apierrors.NewNotFound(schema.GroupResource{Group: r.Group, Resource: r.Resource}, r.Name).Error()
+}
+
+// notFound is the verdict for a target that does not exist; resource is what kubectl lists it as.
+func notFound(r Read, resource string) error {
+	return &verdictError{&Result{Stage: StageUnknown, Layer: LayerAPI, Reason: NotFound,
+		Messages: []string{missingText(r)},
+		Next:     fmt.Sprintf("kubectl get %s -n %s", resource, r.Namespace)}}
+}
+
+func isAPIMissing(err error) bool {
+	var ve *verdictError
+	return errors.As(err, &ve) && ve.res.Reason == APIMissing
 }
 
 func nsFlag(ns string) string {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	k8stesting "k8s.io/client-go/testing"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueuefake "sigs.k8s.io/kueue/client-go/clientset/versioned/fake"
 	kueuescheme "sigs.k8s.io/kueue/client-go/clientset/versioned/scheme"
 	"sigs.k8s.io/yaml"
@@ -24,10 +25,8 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
-// fixtureClients loads a recorded multi-document YAML file into fake
-// clientsets: Kueue objects into the Kueue fake, everything else into the
-// Kubernetes fake.
-func fixtureClients(t *testing.T, file string) (*fake.Clientset, *kueuefake.Clientset) {
+// fixtureObjects decodes a recorded multi-document YAML file.
+func fixtureObjects(t *testing.T, file string) []runtime.Object {
 	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
@@ -41,7 +40,7 @@ func fixtureClients(t *testing.T, file string) (*fake.Clientset, *kueuefake.Clie
 	if err != nil {
 		t.Fatal(err)
 	}
-	var kubeObjs, kueueObjs []runtime.Object
+	var objs []runtime.Object
 	for _, doc := range strings.Split(string(raw), "\n---\n") {
 		js, err := yaml.YAMLToJSON([]byte(doc))
 		if err != nil {
@@ -50,11 +49,22 @@ func fixtureClients(t *testing.T, file string) (*fake.Clientset, *kueuefake.Clie
 		if strings.TrimSpace(string(js)) == "null" {
 			continue
 		}
-		obj, gvk, err := decoder.Decode(js, nil, nil)
+		obj, _, err := decoder.Decode(js, nil, nil)
 		if err != nil {
 			t.Fatalf("%s: decode: %v", file, err)
 		}
-		if gvk.Group == "kueue.x-k8s.io" {
+		objs = append(objs, obj)
+	}
+	return objs
+}
+
+// fixtureClients loads a recorded file into fake clientsets: Kueue objects
+// into the Kueue fake, everything else into the Kubernetes fake.
+func fixtureClients(t *testing.T, file string) (*fake.Clientset, *kueuefake.Clientset) {
+	t.Helper()
+	var kubeObjs, kueueObjs []runtime.Object
+	for _, obj := range fixtureObjects(t, file) {
+		if obj.GetObjectKind().GroupVersionKind().Group == kueue.GroupVersion.Group {
 			kueueObjs = append(kueueObjs, obj)
 		} else {
 			kubeObjs = append(kubeObjs, obj)
@@ -64,12 +74,31 @@ func fixtureClients(t *testing.T, file string) (*fake.Clientset, *kueuefake.Clie
 	return fake.NewSimpleClientset(kubeObjs...), kueuefake.NewSimpleClientset(kueueObjs...)
 }
 
+// caseClients are the fake clients of a case, with its fault in place: a
+// reactor that fails the read, or no Kueue client for errNoKueue.
+func caseClients(t *testing.T, tc runCase) (Clients, *fake.Clientset, *kueuefake.Clientset) {
+	t.Helper()
+	kube, kq := fixtureClients(t, tc.file)
+	c := Clients{Kube: kube, Kueue: kq}
+	switch f := tc.fault; {
+	case f == nil:
+	case errors.Is(f.Err, errNoKueue):
+		c.Kueue = nil
+	default:
+		fail := func(k8stesting.Action) (bool, runtime.Object, error) { return true, nil, f.Err }
+		kube.PrependReactor(f.Verb, f.Resource, fail)
+		kq.PrependReactor(f.Verb, f.Resource, fail)
+	}
+	return c, kube, kq
+}
+
 type runCase struct {
 	name   string
 	file   string
 	target Target
-	// setup adjusts the clients (reactors, nil Kueue) before the run.
-	setup      func(kube *fake.Clientset, kq *kueuefake.Clientset, c *Clients)
+	// fault is a read that fails: a reactor on the fake clients for Run, a
+	// ReadError in the snapshot for Decide.
+	fault      *ReadError
 	stage      Stage
 	layer      Layer
 	reason     Reason
@@ -77,6 +106,7 @@ type runCase struct {
 	wantObject string   // optional ObjectRef.String() that must be listed
 	notMsgs    []string // texts that must not appear (stale or unrelated evidence)
 	terminal   bool     // the verdict must be final (a wait for progress stops at once)
+	onceMsgs   []string // texts that must appear in exactly one message
 }
 
 func job(name string) Target { return Target{Kind: "Job", Namespace: "ml", Name: name} }
@@ -89,6 +119,12 @@ const (
 	podName = "train-0-x7k2p"
 	wlName  = "job-train-5b7c9"
 )
+
+// reader is the user denied reads in the cases.
+const reader = "system:serviceaccount:ml:reader"
+
+// unserved is the API server's 404 for a resource it does not serve: it names no object.
+func unserved() error { return apierrors.NewNotFound(schema.GroupResource{}, "") }
 
 func forbidden(verb, resource, user string) error {
 	return apierrors.NewForbidden(schema.GroupResource{Resource: resource}, "",
@@ -161,13 +197,10 @@ func runCases() []runCase {
 			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
 			wantMsgs: []string{"no node matches the pod's node selector and required node affinity (nodeSelector {kubernetes.io/hostname=no-such-node}; 4 node(s) read)"}},
 		{name: "nodes unreadable: the scheduler's counts decide", file: "taint-behind-selector.yaml", target: pod(podName),
-			setup: func(kube *fake.Clientset, _ *kueuefake.Clientset, _ *Clients) {
-				kube.PrependReactor("list", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, forbidden("list", "nodes", "system:serviceaccount:ml:reader")
-				})
-			},
+			fault: &ReadError{Read: listRead("nodes", "", ""), Err: forbidden("list", "nodes", reader)},
 			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
-			wantMsgs: []string{"nodes could not be read", "the verdict rests on the scheduler's message alone"}},
+			wantMsgs: []string{"nodes could not be read", "the verdict rests on the scheduler's message alone"},
+			onceMsgs: []string{"nodes could not be read"}},
 		{name: "more devices than any node has", file: "device-exceeds-every-node.yaml", target: pod(podName),
 			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: InsufficientDevice,
 			wantMsgs: []string{
@@ -263,40 +296,32 @@ func runCases() []runCase {
 
 		// Access and API.
 		{name: "kueue client absent", file: "api-missing.yaml", target: job("train"),
-			setup: func(_ *fake.Clientset, _ *kueuefake.Clientset, c *Clients) { c.Kueue = nil },
+			fault: &ReadError{Read: workloadsRead("list", "ml", ""), Err: errNoKueue},
 			stage: StageQueued, layer: LayerAPI, reason: APIMissing,
 			wantMsgs: []string{"kueue.x-k8s.io/v1beta2"}},
 		{name: "kueue API not served", file: "api-missing.yaml", target: job("train"),
-			setup: func(_ *fake.Clientset, kq *kueuefake.Clientset, _ *Clients) {
-				kq.PrependReactor("list", "workloads", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, apierrors.NewNotFound(schema.GroupResource{}, "")
-				})
-			},
+			fault: &ReadError{Read: workloadsRead("list", "ml", ""), Err: unserved()},
 			stage: StageQueued, layer: LayerAPI, reason: APIMissing,
 			wantMsgs: []string{"the API kueue.x-k8s.io/v1beta2 (resource workloads) is not served by this cluster"}},
 		{name: "workload target without kueue", file: "queue-pending.yaml", target: workload(wlName),
-			setup: func(_ *fake.Clientset, _ *kueuefake.Clientset, c *Clients) { c.Kueue = nil },
+			fault: &ReadError{Read: workloadsRead("get", "ml", wlName), Err: errNoKueue},
 			stage: StageUnknown, layer: LayerAPI, reason: APIMissing,
 			wantMsgs: []string{"kueue.x-k8s.io/v1beta2"}},
 		{name: "DRA API not served", file: "dra-allocation-failed.yaml", target: pod(podName),
-			setup: func(kube *fake.Clientset, _ *kueuefake.Clientset, _ *Clients) {
-				kube.PrependReactor("get", "resourceclaims", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, apierrors.NewNotFound(schema.GroupResource{}, "")
-				})
-			},
+			fault: &ReadError{Read: getRead("resourceclaims", "resource.k8s.io", "ml", "train-0-x7k2p-gpu-6xq9d"), Err: unserved()},
 			stage: StageScheduling, layer: LayerAPI, reason: APIMissing,
 			wantMsgs: []string{"the API resource.k8s.io/v1 (resource resourceclaims) is not served by this cluster"}},
 		{name: "events forbidden is not a GPU shortage", file: "insufficient-device.yaml", target: job("train"),
-			setup: func(kube *fake.Clientset, _ *kueuefake.Clientset, _ *Clients) {
-				kube.PrependReactor("list", "events", func(k8stesting.Action) (bool, runtime.Object, error) {
-					return true, nil, forbidden("list", "events", "system:serviceaccount:ml:reader")
-				})
-			},
+			fault: &ReadError{Read: eventsRead("ml", "Pod", "train-x7k2p"), Err: forbidden("list", "events", reader)},
 			stage: StageUnknown, layer: LayerRBAC, reason: Forbidden,
 			wantMsgs: []string{
 				`user "system:serviceaccount:ml:reader" may not list events -n ml`,
 				`events is forbidden: User "system:serviceaccount:ml:reader" cannot list resource "events" in API group "" in the namespace "ml"`,
 			}},
+		{name: "a denied list of an owner's Workloads names the namespace", file: "jobset-queued.yaml", target: Target{Kind: "jobset", Namespace: "ml", Name: "pretrain"},
+			fault: &ReadError{Read: workloadsRead("list", "ml", ""), Err: forbidden("list", "workloads", reader)},
+			stage: StageQueued, layer: LayerRBAC, reason: Forbidden,
+			wantMsgs: []string{`user "system:serviceaccount:ml:reader" may not list workloads.kueue.x-k8s.io -n ml`}},
 		{name: "target missing", file: "queue-not-managed.yaml", target: job("does-not-exist"),
 			stage: StageUnknown, layer: LayerAPI, reason: NotFound,
 			wantMsgs: []string{`jobs.batch "does-not-exist" not found`}},
@@ -307,40 +332,12 @@ func TestRun(t *testing.T) {
 	covered := map[Reason]bool{}
 	for _, tc := range runCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			kube, kq := fixtureClients(t, tc.file)
-			c := Clients{Kube: kube, Kueue: kq}
-			if tc.setup != nil {
-				tc.setup(kube, kq, &c)
-			}
+			c, kube, kq := caseClients(t, tc)
 			res, err := Run(context.Background(), c, tc.target)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
-			if res.Stage != tc.stage || res.Layer != tc.layer || res.Reason != tc.reason {
-				t.Fatalf("got %s/%s/%s, want %s/%s/%s\n%s", res.Stage, res.Layer, res.Reason, tc.stage, tc.layer, tc.reason, res)
-			}
-			for _, want := range tc.wantMsgs {
-				if !containsText(res.Messages, want) {
-					t.Errorf("no message contains %q; messages:\n  %s", want, strings.Join(res.Messages, "\n  "))
-				}
-			}
-			for _, bad := range tc.notMsgs {
-				if containsText(res.Messages, bad) {
-					t.Errorf("messages contain %q, which belongs to another object", bad)
-				}
-			}
-			if res.Terminal != tc.terminal {
-				t.Errorf("terminal = %v (%s), want %v", res.Terminal, res.TerminalWhy, tc.terminal)
-			}
-			if res.Next == "" {
-				t.Error("Next is empty")
-			}
-			if len(res.Objects) == 0 {
-				t.Error("Objects is empty")
-			}
-			if tc.wantObject != "" && !containsRef(res.Objects, tc.wantObject) {
-				t.Errorf("objects %v lack %s", res.Objects, tc.wantObject)
-			}
+			checkResult(t, tc, res)
 			assertReadOnly(t, kube.Actions())
 			assertReadOnly(t, kq.Actions())
 		})
@@ -353,6 +350,41 @@ func TestRun(t *testing.T) {
 	}
 }
 
+// checkResult holds a verdict to its case.
+func checkResult(t *testing.T, tc runCase, res *Result) {
+	t.Helper()
+	if res.Stage != tc.stage || res.Layer != tc.layer || res.Reason != tc.reason {
+		t.Fatalf("got %s/%s/%s, want %s/%s/%s\n%s", res.Stage, res.Layer, res.Reason, tc.stage, tc.layer, tc.reason, res)
+	}
+	for _, want := range tc.wantMsgs {
+		if !containsText(res.Messages, want) {
+			t.Errorf("no message contains %q; messages:\n  %s", want, strings.Join(res.Messages, "\n  "))
+		}
+	}
+	for _, bad := range tc.notMsgs {
+		if containsText(res.Messages, bad) {
+			t.Errorf("messages contain %q, which belongs to another object", bad)
+		}
+	}
+	for _, once := range tc.onceMsgs {
+		if n := countText(res.Messages, once); n != 1 {
+			t.Errorf("%d messages contain %q, want 1", n, once)
+		}
+	}
+	if res.Terminal != tc.terminal {
+		t.Errorf("terminal = %v (%s), want %v", res.Terminal, res.TerminalWhy, tc.terminal)
+	}
+	if res.Next == "" {
+		t.Error("Next is empty")
+	}
+	if len(res.Objects) == 0 {
+		t.Error("Objects is empty")
+	}
+	if tc.wantObject != "" && !containsRef(res.Objects, tc.wantObject) {
+		t.Errorf("objects %v lack %s", res.Objects, tc.wantObject)
+	}
+}
+
 func containsText(msgs []string, want string) bool {
 	for _, m := range msgs {
 		if strings.Contains(m, want) {
@@ -360,6 +392,16 @@ func containsText(msgs []string, want string) bool {
 		}
 	}
 	return false
+}
+
+func countText(msgs []string, want string) int {
+	n := 0
+	for _, m := range msgs {
+		if strings.Contains(m, want) {
+			n++
+		}
+	}
+	return n
 }
 
 func containsRef(refs []ObjectRef, want string) bool {
@@ -432,6 +474,10 @@ func TestParseKind(t *testing.T) {
 		"job": "Job", "Jobs": "Job", "jobs.batch": "Job", "workload": "Workload",
 		"workloads.kueue.x-k8s.io": "Workload", "POD": "Pod", "pods": "Pod", "po": "Pod",
 		"deployments.apps": "Deployment", "sts": "StatefulSet", "jobsets.jobset.x-k8s.io": "JobSet", "RayJob": "RayJob",
+		"deploy": "Deployment", "statefulsets": "StatefulSet", "rs": "ReplicaSet", "replicasets.apps": "ReplicaSet",
+		"lws": "LeaderWorkerSet", "leaderworkersets": "LeaderWorkerSet", "rayclusters": "RayCluster",
+		"pytorchjobs.kubeflow.org": "PyTorchJob", "tfjob": "TFJob", "mpijobs": "MPIJob", "xgboostjob": "XGBoostJob",
+		"paddlejobs": "PaddleJob", "jaxjob": "JAXJob", "trainjobs.trainer.kubeflow.org": "TrainJob", "appwrappers": "AppWrapper",
 	} {
 		if got, err := ParseKind(in); err != nil || got != want {
 			t.Errorf("ParseKind(%q) = %q, %v; want %q", in, got, err, want)

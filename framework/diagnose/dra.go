@@ -1,8 +1,8 @@
 package diagnose
 
 import (
-	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,78 +20,67 @@ type claimState struct {
 	status []string
 }
 
-func claimRead(ns, resource, name string) read {
-	return read{verb: "get", resource: resource, group: resourcev1.GroupName, version: "v1", namespace: ns, name: name}
+// podClaim names what one spec.resourceClaims entry refers to: its
+// ResourceClaim (named, or generated from a template and recorded in
+// status.resourceClaimStatuses by the resourceclaim controller), or its
+// template while no claim has been generated; neither when the controller
+// decided no claim is needed.
+func podClaim(pod *corev1.Pod, pc corev1.PodResourceClaim) (claim, template string) {
+	switch {
+	case pc.ResourceClaimName != nil:
+		return *pc.ResourceClaimName, ""
+	case pc.ResourceClaimTemplateName != nil:
+		i := slices.IndexFunc(pod.Status.ResourceClaimStatuses, func(s corev1.PodResourceClaimStatus) bool { return s.Name == pc.Name })
+		if i < 0 {
+			return "", *pc.ResourceClaimTemplateName
+		}
+		if gen := pod.Status.ResourceClaimStatuses[i].ResourceClaimName; gen != nil {
+			return *gen, ""
+		}
+	}
+	return "", ""
 }
 
-// readClaims resolves each spec.resourceClaims entry to its ResourceClaim:
-// a named claim directly, a template-based one through
-// status.resourceClaimStatuses (where the resourceclaim controller records
-// the generated name). A template entry with no generated claim yet is
-// checked against its ResourceClaimTemplate.
-func (d *diagnosis) readClaims(ctx context.Context, pod *corev1.Pod) (*claimState, error) {
+// claims says what the pod's ResourceClaims are: missing (a claim or a
+// template that does not exist), unallocated, and one status line each.
+func (v *verdict) claims(pod *corev1.Pod) (*claimState, error) {
 	st := &claimState{}
-	generated := map[string]*string{}
-	for _, s := range pod.Status.ResourceClaimStatuses {
-		generated[s.Name] = s.ResourceClaimName
-	}
 	for _, pc := range pod.Spec.ResourceClaims {
-		var name string
+		name, template := podClaim(pod, pc)
 		switch {
-		case pc.ResourceClaimName != nil:
-			name = *pc.ResourceClaimName
-		case pc.ResourceClaimTemplateName != nil:
-			gen, ok := generated[pc.Name]
-			if ok && gen == nil {
-				continue // the controller decided no claim is needed
+		case template != "":
+			r := getRead("resourceclaimtemplates", resourcev1.GroupName, pod.Namespace, template)
+			if err := v.s.check(r, StageScheduling); err != nil {
+				return nil, err
 			}
-			if !ok {
-				msg, err := d.checkTemplate(ctx, pod.Namespace, *pc.ResourceClaimTemplateName)
-				if err != nil {
-					return nil, err
-				}
-				if msg != "" {
-					st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %s", pc.Name, msg))
-				} else {
-					st.unallocated = append(st.unallocated, pc.Name)
-					st.status = append(st.status, fmt.Sprintf("pod claim %s: no ResourceClaim generated yet from template %s", pc.Name, *pc.ResourceClaimTemplateName))
-				}
+			if !slices.ContainsFunc(v.s.ResourceClaimTemplates, func(t resourcev1.ResourceClaimTemplate) bool {
+				return t.Namespace == pod.Namespace && t.Name == template
+			}) {
+				st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %s", pc.Name, missingText(r)))
 				continue
 			}
-			name = *gen
-		default:
-			continue
-		}
-		r := claimRead(pod.Namespace, "resourceclaims", name)
-		claim, err := d.c.Kube.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			if err = classifyReadErr(err, r, StageScheduling); isObjectNotFound(err) {
-				st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %v", pc.Name, err))
+			v.ref("ResourceClaimTemplate", pod.Namespace, template)
+			st.unallocated = append(st.unallocated, pc.Name)
+			st.status = append(st.status, fmt.Sprintf("pod claim %s: no ResourceClaim generated yet from template %s", pc.Name, template))
+		case name != "":
+			r := getRead("resourceclaims", resourcev1.GroupName, pod.Namespace, name)
+			if err := v.s.check(r, StageScheduling); err != nil {
+				return nil, err
+			}
+			i := slices.IndexFunc(v.s.ResourceClaims, func(c resourcev1.ResourceClaim) bool { return c.Namespace == pod.Namespace && c.Name == name })
+			if i < 0 {
+				st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %s", pc.Name, missingText(r)))
 				continue
 			}
-			return nil, err
-		}
-		d.ref("ResourceClaim", claim.Namespace, claim.Name)
-		st.status = append(st.status, describeClaim(claim))
-		if claim.Status.Allocation == nil {
-			st.unallocated = append(st.unallocated, claim.Name)
+			claim := &v.s.ResourceClaims[i]
+			v.ref("ResourceClaim", claim.Namespace, claim.Name)
+			st.status = append(st.status, describeClaim(claim))
+			if claim.Status.Allocation == nil {
+				st.unallocated = append(st.unallocated, claim.Name)
+			}
 		}
 	}
 	return st, nil
-}
-
-// checkTemplate returns the NotFound text when the template is missing, "" when it exists.
-func (d *diagnosis) checkTemplate(ctx context.Context, ns, name string) (string, error) {
-	r := claimRead(ns, "resourceclaimtemplates", name)
-	_, err := d.c.Kube.ResourceV1().ResourceClaimTemplates(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		if err = classifyReadErr(err, r, StageScheduling); isObjectNotFound(err) {
-			return err.Error(), nil
-		}
-		return "", err
-	}
-	d.ref("ResourceClaimTemplate", ns, name)
-	return "", nil
 }
 
 // describeClaim is one line of claim evidence: allocated devices or the lack of them.
@@ -115,11 +104,11 @@ func describeClaim(c *resourcev1.ResourceClaim) string {
 }
 
 // addClaims appends the pod's claim status to a DRA verdict's evidence.
-func (d *diagnosis) addClaims(ctx context.Context, pod *corev1.Pod, res *Result) error {
+func (v *verdict) addClaims(pod *corev1.Pod, res *Result) error {
 	if len(pod.Spec.ResourceClaims) == 0 {
 		return nil
 	}
-	st, err := d.readClaims(ctx, pod)
+	st, err := v.claims(pod)
 	if err != nil {
 		return err
 	}

@@ -1,23 +1,24 @@
 package diagnose
 
 import (
-	"context"
 	"fmt"
+	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 )
 
-// diagnoseWorkload places a Workload that has no pods yet. The order follows
+// workload places a Workload that has no pods yet. The order follows
 // Kueue's own life cycle (pkg/workload, pkg/scheduler in v0.17): finished,
 // evicted, no quota reservation, admission checks, admitted.
-func (d *diagnosis) diagnoseWorkload(ctx context.Context, wl *kueue.Workload) (*Result, error) {
-	d.ref("Workload", wl.Namespace, wl.Name)
+func (v *verdict) workload(wl *kueue.Workload) (*Result, error) {
+	v.ref("Workload", wl.Namespace, wl.Name)
 	describe := fmt.Sprintf("kubectl describe workload -n %s %s", wl.Namespace, wl.Name)
 	conds := wl.Status.Conditions
 
-	if c := findCondition(conds, kueue.WorkloadFinished); c != nil && c.Status == metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(conds, kueue.WorkloadFinished); c != nil && c.Status == metav1.ConditionTrue {
 		if c.Reason == kueue.WorkloadFinishedReasonSucceeded {
 			return &Result{Stage: StageSucceeded, Layer: LayerNone, Reason: ReasonCompleted, Messages: []string{c.Message}, Next: describe}, nil
 		}
@@ -26,34 +27,33 @@ func (d *diagnosis) diagnoseWorkload(ctx context.Context, wl *kueue.Workload) (*
 
 	// Kueue resets Evicted to False when it reserves quota again, so True
 	// means the eviction is still the current state.
-	if c := findCondition(conds, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(conds, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
 		res := &Result{Stage: StageQueued, Layer: LayerKueue, Reason: WorkloadEvicted, Messages: []string{c.Message}, Next: describe}
 		if c.Reason == kueue.WorkloadEvictedByPreemption {
 			res.Reason = WorkloadPreempted
-			if p := findCondition(conds, kueue.WorkloadPreempted); p != nil && p.Status == metav1.ConditionTrue {
+			if p := meta.FindStatusCondition(conds, kueue.WorkloadPreempted); p != nil && p.Status == metav1.ConditionTrue {
 				res.Messages = appendUnique(res.Messages, p.Message)
 			}
 		}
-		if q := findCondition(conds, kueue.WorkloadQuotaReserved); q != nil && q.Status != metav1.ConditionTrue {
+		if q := meta.FindStatusCondition(conds, kueue.WorkloadQuotaReserved); q != nil && q.Status != metav1.ConditionTrue {
 			res.Messages = appendUnique(res.Messages, q.Message)
 		}
 		return res, nil
 	}
 
-	qr := findCondition(conds, kueue.WorkloadQuotaReserved)
-	if qr == nil || qr.Status != metav1.ConditionTrue {
-		return d.notReserved(ctx, wl, qr, describe)
+	if !meta.IsStatusConditionTrue(conds, kueue.WorkloadQuotaReserved) {
+		return v.notReserved(wl, describe)
 	}
 
-	if !isTrue(conds, kueue.WorkloadAdmitted) {
+	if !meta.IsStatusConditionTrue(conds, kueue.WorkloadAdmitted) {
 		res := &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueAdmissionCheckPending, Next: describe}
 		for _, ac := range wl.Status.AdmissionChecks {
 			if ac.State != kueue.CheckStateReady {
 				res.Messages = append(res.Messages, fmt.Sprintf("admission check %s is %s: %s", ac.Name, ac.State, ac.Message))
-				d.ref("AdmissionCheck", "", string(ac.Name))
+				v.ref("AdmissionCheck", "", string(ac.Name))
 			}
 		}
-		if a := findCondition(conds, kueue.WorkloadAdmitted); a != nil {
+		if a := meta.FindStatusCondition(conds, kueue.WorkloadAdmitted); a != nil {
 			res.Messages = appendUnique(res.Messages, a.Message)
 		}
 		if len(wl.Status.AdmissionChecks) == 0 {
@@ -70,22 +70,40 @@ func (d *diagnosis) diagnoseWorkload(ctx context.Context, wl *kueue.Workload) (*
 		Next:     fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=Job", wl.Namespace)}, nil
 }
 
+// awaitsQuota reports a Workload that has neither finished nor been evicted
+// (both explain themselves) and has no quota reserved.
+func awaitsQuota(wl *kueue.Workload) bool {
+	c := wl.Status.Conditions
+	return !meta.IsStatusConditionTrue(c, kueue.WorkloadFinished) && !meta.IsStatusConditionTrue(c, kueue.WorkloadEvicted) &&
+		!meta.IsStatusConditionTrue(c, kueue.WorkloadQuotaReserved)
+}
+
+// kueueSaid is the message of the Workload's QuotaReserved condition, or "".
+func kueueSaid(wl *kueue.Workload) string {
+	if qr := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved); qr != nil {
+		return qr.Message
+	}
+	return ""
+}
+
+// blamesQuota reports the reasons whose Next names the ClusterQueue.
+func blamesQuota(r Reason) bool {
+	return r == QueueQuotaExhausted || r == QueueNoMatchingFlavor
+}
+
 // notReserved explains QuotaReserved!=True from Kueue's message, then from
 // the Workload's "Pending" events, then from the queues themselves.
-func (d *diagnosis) notReserved(ctx context.Context, wl *kueue.Workload, qr *metav1.Condition, describe string) (*Result, error) {
+func (v *verdict) notReserved(wl *kueue.Workload, describe string) (*Result, error) {
 	res := &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueuePending, Next: describe}
-	var msg string
-	if qr != nil {
-		msg = qr.Message
-	}
+	msg := kueueSaid(wl)
 	if msg == "" {
-		evs, err := d.events(ctx, "Workload", wl.Name, wl.UID)
+		evs, err := v.events("Workload", wl.Name, wl.UID)
 		if err != nil {
 			return nil, err
 		}
 		if e := latestEvent(evs, "Pending", "SecondPassFailed"); e != nil {
 			msg = e.Message
-			d.ref("Event", e.Namespace, e.Name)
+			v.ref("Event", e.Namespace, e.Name)
 		}
 	}
 	res.Messages = appendUnique(res.Messages, msg)
@@ -93,16 +111,16 @@ func (d *diagnosis) notReserved(ctx context.Context, wl *kueue.Workload, qr *met
 	if why := kueueFinal(msg); why != "" {
 		res.terminal(why)
 	}
-	switch res.Reason {
-	case QueueQuotaExhausted, QueueNoMatchingFlavor:
-		if cq := d.clusterQueueName(ctx, wl); cq != "" {
+	switch {
+	case blamesQuota(res.Reason):
+		if cq := v.clusterQueueName(wl); cq != "" {
 			res.Next = fmt.Sprintf("kubectl describe clusterqueue %s", cq)
 		}
-	case QueueInactive:
+	case res.Reason == QueueInactive:
 		res.Next = fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName)
-	case QueuePending:
+	case res.Reason == QueuePending:
 		// Kueue has not said why; the queues may.
-		if qres, err := d.checkQueues(ctx, wl); err != nil || qres != nil {
+		if qres, err := v.checkQueues(wl); err != nil || qres != nil {
 			return qres, err
 		}
 	}
@@ -155,26 +173,33 @@ func kueueFinal(msg string) string {
 
 // clusterQueueName resolves the Workload's ClusterQueue via its LocalQueue,
 // best effort (for the Next command only).
-func (d *diagnosis) clusterQueueName(ctx context.Context, wl *kueue.Workload) string {
+func (v *verdict) clusterQueueName(wl *kueue.Workload) string {
 	if wl.Status.Admission != nil && wl.Status.Admission.ClusterQueue != "" {
 		return string(wl.Status.Admission.ClusterQueue)
 	}
-	if d.c.Kueue == nil || wl.Spec.QueueName == "" {
+	lq := v.localQueue(wl)
+	if lq == nil {
 		return ""
 	}
-	lq, err := d.c.Kueue.KueueV1beta2().LocalQueues(wl.Namespace).Get(ctx, string(wl.Spec.QueueName), metav1.GetOptions{})
-	if err != nil {
-		return ""
-	}
-	d.ref("LocalQueue", lq.Namespace, lq.Name)
+	v.ref("LocalQueue", lq.Namespace, lq.Name)
 	return string(lq.Spec.ClusterQueue)
 }
 
-// checkQueues reads the LocalQueue and ClusterQueue behind a Workload that
+func (v *verdict) localQueue(wl *kueue.Workload) *kueue.LocalQueue {
+	i := slices.IndexFunc(v.s.LocalQueues, func(lq kueue.LocalQueue) bool {
+		return lq.Namespace == wl.Namespace && lq.Name == string(wl.Spec.QueueName)
+	})
+	if wl.Spec.QueueName == "" || i < 0 {
+		return nil
+	}
+	return &v.s.LocalQueues[i]
+}
+
+// checkQueues looks at the LocalQueue and ClusterQueue behind a Workload that
 // Kueue has not explained (a brand-new Workload has no QuotaReserved
 // condition at all) and returns QueueInactive when either is missing,
 // stopped or inactive; nil when both look healthy.
-func (d *diagnosis) checkQueues(ctx context.Context, wl *kueue.Workload) (*Result, error) {
+func (v *verdict) checkQueues(wl *kueue.Workload) (*Result, error) {
 	if wl.Spec.QueueName == "" {
 		return nil, nil
 	}
@@ -182,34 +207,35 @@ func (d *diagnosis) checkQueues(ctx context.Context, wl *kueue.Workload) (*Resul
 		return &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueInactive, Messages: []string{msg},
 			Next: fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName)}
 	}
-	r := read{verb: "get", resource: "localqueues", group: kueue.GroupVersion.Group, version: kueue.GroupVersion.Version, namespace: wl.Namespace, name: string(wl.Spec.QueueName)}
-	lq, err := d.c.Kueue.KueueV1beta2().LocalQueues(wl.Namespace).Get(ctx, r.name, metav1.GetOptions{})
-	if err != nil {
-		if err = classifyReadErr(err, r, StageQueued); isObjectNotFound(err) {
-			return inactive(err.Error()), nil
-		}
+	r := queueRead("localqueues", wl.Namespace, string(wl.Spec.QueueName))
+	if err := v.s.check(r, StageQueued); err != nil {
 		return nil, err
 	}
-	d.ref("LocalQueue", lq.Namespace, lq.Name)
+	lq := v.localQueue(wl)
+	if lq == nil {
+		return inactive(missingText(r)), nil
+	}
+	v.ref("LocalQueue", lq.Namespace, lq.Name)
 	if lq.Spec.StopPolicy != nil && *lq.Spec.StopPolicy != kueue.None {
 		return inactive(fmt.Sprintf("LocalQueue %s/%s has spec.stopPolicy=%s", lq.Namespace, lq.Name, *lq.Spec.StopPolicy)), nil
 	}
-	if c := findCondition(lq.Status.Conditions, kueue.LocalQueueActive); c != nil && c.Status == metav1.ConditionFalse {
+	if c := meta.FindStatusCondition(lq.Status.Conditions, kueue.LocalQueueActive); c != nil && c.Status == metav1.ConditionFalse {
 		return inactive(fmt.Sprintf("LocalQueue %s/%s Active=False reason %s: %s", lq.Namespace, lq.Name, c.Reason, c.Message)), nil
 	}
-	r = read{verb: "get", resource: "clusterqueues", group: kueue.GroupVersion.Group, version: kueue.GroupVersion.Version, name: string(lq.Spec.ClusterQueue)}
-	cq, err := d.c.Kueue.KueueV1beta2().ClusterQueues().Get(ctx, r.name, metav1.GetOptions{})
-	if err != nil {
-		if err = classifyReadErr(err, r, StageQueued); isObjectNotFound(err) {
-			return inactive(err.Error()), nil
-		}
+	r = queueRead("clusterqueues", "", string(lq.Spec.ClusterQueue))
+	if err := v.s.check(r, StageQueued); err != nil {
 		return nil, err
 	}
-	d.ref("ClusterQueue", "", cq.Name)
+	i := slices.IndexFunc(v.s.ClusterQueues, func(cq kueue.ClusterQueue) bool { return cq.Name == r.Name })
+	if i < 0 {
+		return inactive(missingText(r)), nil
+	}
+	cq := &v.s.ClusterQueues[i]
+	v.ref("ClusterQueue", "", cq.Name)
 	if cq.Spec.StopPolicy != nil && *cq.Spec.StopPolicy != kueue.None {
 		return inactive(fmt.Sprintf("ClusterQueue %s has spec.stopPolicy=%s", cq.Name, *cq.Spec.StopPolicy)), nil
 	}
-	if c := findCondition(cq.Status.Conditions, kueue.ClusterQueueActive); c != nil && c.Status == metav1.ConditionFalse {
+	if c := meta.FindStatusCondition(cq.Status.Conditions, kueue.ClusterQueueActive); c != nil && c.Status == metav1.ConditionFalse {
 		return inactive(fmt.Sprintf("ClusterQueue %s Active=False reason %s: %s", cq.Name, c.Reason, c.Message)), nil
 	}
 	return nil, nil

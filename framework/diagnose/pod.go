@@ -1,9 +1,9 @@
 package diagnose
 
 import (
-	"context"
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -12,10 +12,13 @@ import (
 
 // Container waiting reasons, as the kubelet writes them (pkg/kubelet/images,
 // pkg/kubelet/container/sync_result.go in k8s v1.37).
-var (
-	imagePullReasons = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "ErrImageNeverPull": true, "InvalidImageName": true}
-	createReasons    = map[string]bool{"CreateContainerConfigError": true, "CreateContainerError": true, "RunContainerError": true, "PreStartHookError": true, "PostStartHookError": true}
-)
+func imagePullReason(r string) bool {
+	return slices.Contains([]string{"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}, r)
+}
+
+func createReason(r string) bool {
+	return slices.Contains([]string{"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "PreStartHookError", "PostStartHookError"}, r)
+}
 
 // Kubelet event reasons (pkg/kubelet/events, pkg/kubelet/lifecycle).
 const (
@@ -31,7 +34,7 @@ const (
 )
 
 // podRank orders pods by how much they explain, from the status alone: a
-// pod with a visible error first, then the least advanced. The diagnosis then
+// pod with a visible error first, then the least advanced. Collect then
 // reads events and claims for that one pod only, so a 100-pod Job costs one
 // events read.
 func podRank(p *corev1.Pod) int {
@@ -64,15 +67,8 @@ func representativePod(pods []corev1.Pod) *corev1.Pod {
 			live = append(live, &pods[i])
 		}
 	}
-	sort.SliceStable(live, func(i, j int) bool {
-		ri, rj := podRank(live[i]), podRank(live[j])
-		if ri != rj {
-			return ri < rj
-		}
-		if !live[i].CreationTimestamp.Equal(&live[j].CreationTimestamp) {
-			return live[i].CreationTimestamp.Before(&live[j].CreationTimestamp)
-		}
-		return live[i].Name < live[j].Name
+	slices.SortStableFunc(live, func(a, b *corev1.Pod) int {
+		return cmp.Or(cmp.Compare(podRank(a), podRank(b)), a.CreationTimestamp.Compare(b.CreationTimestamp.Time), strings.Compare(a.Name, b.Name))
 	})
 	return live[0]
 }
@@ -81,7 +77,7 @@ func representativePod(pods []corev1.Pod) *corev1.Pod {
 // that is an error, or "".
 func containerError(p *corev1.Pod) string {
 	for _, cs := range allStatuses(p) {
-		if w := cs.State.Waiting; w != nil && (imagePullReasons[w.Reason] || createReasons[w.Reason] || w.Reason == "CrashLoopBackOff") {
+		if w := cs.State.Waiting; w != nil && (imagePullReason(w.Reason) || createReason(w.Reason) || w.Reason == "CrashLoopBackOff") {
 			return w.Reason
 		}
 		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
@@ -89,6 +85,29 @@ func containerError(p *corev1.Pod) string {
 		}
 	}
 	return ""
+}
+
+// statusExplains reports a pod whose status alone gives the verdict, so
+// Collect reads neither its events nor its claims: it succeeded; it failed
+// (rejected by the kubelet, or on its node); it is held by a scheduling gate;
+// a container reports an error; or all its containers run.
+func statusExplains(p *corev1.Pod) bool {
+	switch {
+	case p.Status.Phase == corev1.PodSucceeded || kubeletRejected(p):
+		return true
+	case p.Spec.NodeName == "":
+		c := scheduledCondition(p)
+		return c != nil && c.Reason == corev1.PodReasonSchedulingGated
+	}
+	return p.Status.Phase == corev1.PodFailed || containerError(p) != "" || (p.Status.Phase == corev1.PodRunning && allRunning(p))
+}
+
+// kubeletRejected reports a pod the kubelet's admission rejected straight to
+// Failed, with the device manager's error ("Allocate failed due to ...") or
+// OutOf<resource>.
+func kubeletRejected(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodFailed &&
+		(p.Status.Reason == reasonUnexpectedAdmission || strings.HasPrefix(p.Status.Reason, admissionOutOfResourceHead))
 }
 
 func allStatuses(p *corev1.Pod) []corev1.ContainerStatus {
@@ -108,10 +127,10 @@ func allRunning(p *corev1.Pod) bool {
 	return true
 }
 
-// diagnosePod walks one pod: finished, rejected by the kubelet, unscheduled,
+// pod walks one pod: finished, rejected by the kubelet, unscheduled,
 // container errors, node-side events, running.
-func (d *diagnosis) diagnosePod(ctx context.Context, pod *corev1.Pod) (*Result, error) {
-	d.ref("Pod", pod.Namespace, pod.Name)
+func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
+	v.ref("Pod", pod.Namespace, pod.Name)
 	describe := fmt.Sprintf("kubectl describe pod -n %s %s", pod.Namespace, pod.Name)
 	eventsCmd := fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=Pod,involvedObject.name=%s", pod.Namespace, pod.Name)
 	logsCmd := func(container string) string {
@@ -122,15 +141,12 @@ func (d *diagnosis) diagnosePod(ctx context.Context, pod *corev1.Pod) (*Result, 
 		return &Result{Stage: StageSucceeded, Layer: LayerNone, Reason: ReasonCompleted,
 			Messages: []string{fmt.Sprintf("pod %s phase Succeeded", pod.Name)}, Next: describe}, nil
 	}
-	// The kubelet's admission rejects a pod straight to Failed with the
-	// device manager's error ("Allocate failed due to ...") or OutOf<resource>.
-	if pod.Status.Phase == corev1.PodFailed &&
-		(pod.Status.Reason == reasonUnexpectedAdmission || strings.HasPrefix(pod.Status.Reason, admissionOutOfResourceHead)) {
+	if kubeletRejected(pod) {
 		return finalIfBare(pod, &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: DevicePluginAllocateFailed,
 			Messages: []string{pod.Status.Reason + ": " + pod.Status.Message}, Next: eventsCmd}), nil
 	}
 	if pod.Spec.NodeName == "" {
-		return d.unscheduled(ctx, pod, describe)
+		return v.unscheduled(pod, describe)
 	}
 
 	// Container states are current; events may be stale, so states first.
@@ -138,13 +154,13 @@ func (d *diagnosis) diagnosePod(ctx context.Context, pod *corev1.Pod) (*Result, 
 		if w := cs.State.Waiting; w != nil {
 			msg := fmt.Sprintf("container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
 			switch {
-			case imagePullReasons[w.Reason]:
+			case imagePullReason(w.Reason):
 				res := &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ImagePullFailed, Messages: []string{msg}, Next: describe}
 				if why := imageNeverPullable(w); why != "" {
 					res.terminal(why)
 				}
 				return res, nil
-			case createReasons[w.Reason]:
+			case createReason(w.Reason):
 				return &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ContainerCreateFailed, Messages: []string{msg}, Next: describe}, nil
 			case w.Reason == "CrashLoopBackOff":
 				// The application did start: the stage is Running, the pod's phase.
@@ -184,7 +200,7 @@ func (d *diagnosis) diagnosePod(ctx context.Context, pod *corev1.Pod) (*Result, 
 	}
 
 	// Bound, containers not created yet: the kubelet's events say why.
-	evs, err := d.events(ctx, "Pod", pod.Name, pod.UID)
+	evs, err := v.events("Pod", pod.Name, pod.UID)
 	if err != nil {
 		return nil, err
 	}
@@ -200,10 +216,10 @@ func (d *diagnosis) diagnosePod(ctx context.Context, pod *corev1.Pod) (*Result, 
 		{[]string{eventFailedSandbox}, LayerRuntime, ContainerCreateFailed},
 	} {
 		if e := latestEvent(evs, r.reasons...); e != nil {
-			d.ref("Event", e.Namespace, e.Name)
+			v.ref("Event", e.Namespace, e.Name)
 			res := &Result{Stage: StageStarting, Layer: r.layer, Reason: r.reason, Messages: []string{e.Message}, Next: eventsCmd}
 			if r.reason == DRAPrepareFailed {
-				if err := d.addClaims(ctx, pod, res); err != nil {
+				if err := v.addClaims(pod, res); err != nil {
 					return nil, err
 				}
 			}
@@ -228,115 +244,6 @@ func terminatedText(container string, t *corev1.ContainerStateTerminated) string
 		s += ": " + t.Message
 	}
 	return s
-}
-
-// unscheduled explains a pod with no node: DRA objects first (nothing
-// schedules without them), then the scheduler's counted causes, then an
-// unallocated claim as the likely culprit when the scheduler names nothing
-// more specific.
-func (d *diagnosis) unscheduled(ctx context.Context, pod *corev1.Pod, describe string) (*Result, error) {
-	res := &Result{Stage: StageScheduling, Layer: LayerScheduler, Reason: SchedulingPending, Next: describe}
-	var cond *corev1.PodCondition
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodScheduled {
-			cond = &pod.Status.Conditions[i]
-		}
-	}
-	if cond != nil && cond.Reason == corev1.PodReasonSchedulingGated {
-		gates := make([]string, 0, len(pod.Spec.SchedulingGates))
-		for _, g := range pod.Spec.SchedulingGates {
-			gates = append(gates, g.Name)
-		}
-		res.Messages = []string{fmt.Sprintf("PodScheduled=False reason SchedulingGated: %s (gates: %s)", cond.Message, strings.Join(gates, ", "))}
-		return res, nil
-	}
-
-	evs, err := d.events(ctx, "Pod", pod.Name, pod.UID)
-	if err != nil {
-		return nil, err
-	}
-	var schedMsg string
-	if cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
-		schedMsg = cond.Message
-		res.Messages = append(res.Messages, cond.Message)
-	}
-	if e := latestEvent(evs, eventFailedScheduling); e != nil {
-		d.ref("Event", e.Namespace, e.Name)
-		res.Messages = appendUnique(res.Messages, e.Message)
-		if schedMsg == "" {
-			schedMsg = e.Message
-		}
-	}
-
-	var claims *claimState
-	if len(pod.Spec.ResourceClaims) > 0 {
-		if claims, err = d.readClaims(ctx, pod); err != nil {
-			return nil, err
-		}
-		if e := latestEvent(evs, eventFailedClaimCreation); e != nil {
-			d.ref("Event", e.Namespace, e.Name)
-			claims.missing = append(claims.missing, e.Message)
-		}
-		if len(claims.missing) > 0 {
-			res.Layer, res.Reason = LayerDRA, DRAClaimMissing
-			res.Messages = append(claims.missing, res.Messages...)
-			res.Next = fmt.Sprintf("kubectl get resourceclaims,resourceclaimtemplates -n %s", pod.Namespace)
-			return res, nil
-		}
-	}
-
-	parsed := ParseSchedulerMessage(schedMsg)
-	primary, ok := parsed.PrimaryCause()
-	cls := classOther
-	if ok {
-		cls = classify(primary.Text)
-	}
-	if cls == classOther && claims != nil && len(claims.unallocated) > 0 && schedMsg != "" {
-		cls = classDRA
-	}
-	res.Layer, res.Reason = cls.reason()
-	if cls == classOther && schedMsg == "" {
-		// No scheduling attempt is recorded yet (an unknown message stays Unknown, quoted, not guessed).
-		res.Reason = SchedulingPending
-	}
-	switch res.Reason {
-	case UntoleratedTaint, NodeSelectorMismatch:
-		d.refineGates(ctx, pod, parsed, res)
-		if why := gatedEverywhere(parsed, evs); why != "" && (res.Reason == UntoleratedTaint || res.Reason == NodeSelectorMismatch) {
-			if transient := d.transientGate(ctx, pod, res); transient != "" {
-				res.Messages = append(res.Messages, transient)
-			} else {
-				res.terminal(why)
-			}
-		}
-	case InsufficientDevice, InsufficientCPU, InsufficientMemory:
-		if name, ok := capacityResource(res.Reason, primary.Text); ok {
-			d.refineCapacity(ctx, pod, name, res)
-		}
-	}
-	switch res.Reason {
-	case DRAAllocationFailed, DRAClaimMissing:
-		if claims != nil {
-			res.Messages = append(res.Messages, claims.status...)
-		}
-		res.Next = fmt.Sprintf("kubectl get resourceclaims -n %s -o yaml; kubectl get resourceslices -o wide", pod.Namespace)
-	case InsufficientDevice:
-		res.Next = "kubectl describe nodes | grep -E '^Name:|" + strings.ReplaceAll(strings.TrimPrefix(primary.Text, "Insufficient "), ".", `\.`) + "'"
-	case UntoleratedTaint:
-		res.Next = "kubectl get nodes -o custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key"
-	case NodeSelectorMismatch:
-		res.Next = "kubectl get nodes --show-labels"
-	case DeviceNotAdvertised:
-		// refineCapacity set Next.
-	case UnboundVolume:
-		res.Next = fmt.Sprintf("kubectl get pvc -n %s", pod.Namespace)
-	case InsufficientCPU, InsufficientMemory:
-		res.Next = "kubectl describe nodes"
-	}
-	if len(res.Messages) == 0 {
-		res.Messages = []string{fmt.Sprintf("pod %s has no node and no scheduling attempt is recorded yet", pod.Name)}
-	}
-	return res, nil
 }
 
 // imageNeverPullable says why an image pull can never succeed, or "" when a retry might: the kubelet's
@@ -365,27 +272,4 @@ func finalIfBare(pod *corev1.Pod, res *Result) *Result {
 		res.terminal(fmt.Sprintf("pod %s has failed, will not restart (restartPolicy Never) and no controller replaces it", pod.Name))
 	}
 	return res
-}
-
-// eventTriggeredScaleUp is the cluster autoscaler's event on a pod it is adding a node for.
-const eventTriggeredScaleUp = "TriggeredScaleUp"
-
-// gatedEverywhere says why a scheduling failure is final, or "": every node the scheduler counted was
-// excluded by a gate (taint, node affinity or selector, cordon), none for lack of capacity, so nothing
-// that finishes or is freed can make room. A cluster autoscaler adding a node for the pod
-// (TriggeredScaleUp) may still change that, so then it is not final.
-func gatedEverywhere(parsed SchedulerMessage, evs []corev1.Event) string {
-	if len(parsed.Causes) == 0 {
-		return ""
-	}
-	for _, c := range parsed.Causes {
-		// A cordon (unschedulable) is a gate that maintenance lifts: never final.
-		if cl := classify(c.Text); !cl.isGate() || cl == classNodeUnusable {
-			return ""
-		}
-	}
-	if latestEvent(evs, eventTriggeredScaleUp) != nil {
-		return ""
-	}
-	return "every node is excluded by a gate (taint, node affinity or cordon), none by a lack of capacity: freeing devices cannot help"
 }

@@ -234,8 +234,3 @@ func tieRank(c causeClass) int {
 	}
 	return 9
 }
-
-// sortReasons sorts reason codes alphabetically for stable output.
-func sortReasons(rs []Reason) {
-	sort.Slice(rs, func(i, j int) bool { return rs[i] < rs[j] })
-}

@@ -1,14 +1,8 @@
-// Package diagnose answers "where is this workload waiting, and why?" for a
-// Job, a Kueue Workload or a Pod. It reads (get/list only, never writes) the
-// target, the objects around it (Workload, Pods, Events, ResourceClaims,
-// queues) and walks a fixed decision tree from the most downstream object
-// back to the queue. The verdict is typed (Stage, Layer, Reason) and quotes
-// the exact texts it rests on, so a failed wait in a suite and the
-// `gpuconform diagnose` command print the same evidence.
 package diagnose
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/client-go/kubernetes"
@@ -20,14 +14,15 @@ type Clients struct {
 	// Kube reads core, batch and resource.k8s.io objects.
 	Kube kubernetes.Interface
 	// Kueue reads Workloads and queues; nil when the cluster does not serve
-	// kueue.x-k8s.io/v1beta2, which Run then reports as APIMissing only if
-	// the target actually needs Kueue.
+	// kueue.x-k8s.io/v1beta2, which a diagnosis reports as APIMissing only
+	// if the target actually needs Kueue.
 	Kueue kueueclient.Interface
 }
 
 // Target names the object to diagnose.
 type Target struct {
-	// Kind is one of "Job", "Workload" or "Pod" (see ParseKind for aliases).
+	// Kind is "Job", "Workload", "Pod" or an owner kind such as "Deployment" or "JobSet" (see ParseKind
+	// for the aliases accepted).
 	Kind string
 	// Namespace and Name locate the object.
 	Namespace, Name string
@@ -267,7 +262,7 @@ func Reasons() []Reason {
 	for r := range reasonDescriptions {
 		out = append(out, r)
 	}
-	sortReasons(out)
+	slices.Sort(out)
 	return out
 }
 

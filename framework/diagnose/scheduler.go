@@ -1,18 +1,21 @@
 package diagnose
 
 import (
-	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 )
 
+// An unscheduled pod is explained from the scheduler's own words (its
+// PodScheduled condition and FailedScheduling events), its DRA claims, and,
+// where the words cannot say it, the nodes.
+//
 // The scheduler's message counts nodes per reason but cannot say two things a
 // human needs: whether a device the pod asks for exists anywhere at all, and,
 // when some nodes fail on taints and others on the selector, which of the two
@@ -23,23 +26,177 @@ import (
 // maxEvidenceNodes bounds how many node names one evidence line quotes.
 const maxEvidenceNodes = 3
 
-// nodesFor reads every node once per diagnosis. When they cannot be read it
-// adds that to res's evidence and returns nil, so callers keep the verdict the
-// scheduler's message gave.
-func (d *diagnosis) nodesFor(ctx context.Context, res *Result) []corev1.Node {
-	if !d.nodesRead {
-		d.nodesRead = true
-		list, err := d.c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			d.nodesNote = fmt.Sprintf("nodes could not be read (%v); the verdict rests on the scheduler's message alone", err)
-		} else {
-			d.nodes = list.Items
+// unscheduled explains a pod with no node: DRA objects first (nothing
+// schedules without them), then the scheduler's counted causes, then an
+// unallocated claim as the likely culprit when the scheduler names nothing
+// more specific.
+func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error) {
+	res := &Result{Stage: StageScheduling, Layer: LayerScheduler, Reason: SchedulingPending, Next: describe}
+	cond := scheduledCondition(pod)
+	if cond != nil && cond.Reason == corev1.PodReasonSchedulingGated {
+		gates := make([]string, 0, len(pod.Spec.SchedulingGates))
+		for _, g := range pod.Spec.SchedulingGates {
+			gates = append(gates, g.Name)
+		}
+		res.Messages = []string{fmt.Sprintf("PodScheduled=False reason SchedulingGated: %s (gates: %s)", cond.Message, strings.Join(gates, ", "))}
+		return res, nil
+	}
+
+	evs, err := v.events("Pod", pod.Name, pod.UID)
+	if err != nil {
+		return nil, err
+	}
+	schedMsg := schedulerSaid(pod, evs)
+	if cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
+		res.Messages = append(res.Messages, cond.Message)
+	}
+	if e := latestEvent(evs, eventFailedScheduling); e != nil {
+		v.ref("Event", e.Namespace, e.Name)
+		res.Messages = appendUnique(res.Messages, e.Message)
+	}
+
+	var claims *claimState
+	if len(pod.Spec.ResourceClaims) > 0 {
+		if claims, err = v.claims(pod); err != nil {
+			return nil, err
+		}
+		if e := latestEvent(evs, eventFailedClaimCreation); e != nil {
+			v.ref("Event", e.Namespace, e.Name)
+			claims.missing = append(claims.missing, e.Message)
+		}
+		if len(claims.missing) > 0 {
+			res.Layer, res.Reason = LayerDRA, DRAClaimMissing
+			res.Messages = append(claims.missing, res.Messages...)
+			res.Next = fmt.Sprintf("kubectl get resourceclaims,resourceclaimtemplates -n %s", pod.Namespace)
+			return res, nil
 		}
 	}
-	if d.nodesNote != "" {
-		res.Messages = append(res.Messages, d.nodesNote)
+
+	parsed := ParseSchedulerMessage(schedMsg)
+	primary, ok := parsed.PrimaryCause()
+	cls := classOther
+	if ok {
+		cls = classify(primary.Text)
 	}
-	return d.nodes
+	if cls == classOther && claims != nil && len(claims.unallocated) > 0 && schedMsg != "" {
+		cls = classDRA
+	}
+	res.Layer, res.Reason = cls.reason()
+	if cls == classOther && schedMsg == "" {
+		// No scheduling attempt is recorded yet (an unknown message stays Unknown, quoted, not guessed).
+		res.Reason = SchedulingPending
+	}
+	switch res.Reason {
+	case UntoleratedTaint, NodeSelectorMismatch:
+		v.refineGates(pod, parsed, res)
+		if why := gatedEverywhere(parsed, evs); why != "" && (res.Reason == UntoleratedTaint || res.Reason == NodeSelectorMismatch) {
+			if transient := transientGate(pod, v.nodes(res)); transient != "" {
+				res.Messages = append(res.Messages, transient)
+			} else {
+				res.terminal(why)
+			}
+		}
+	case InsufficientDevice, InsufficientCPU, InsufficientMemory:
+		if name, ok := capacityResource(res.Reason, primary.Text); ok {
+			v.refineCapacity(pod, name, res)
+		}
+	}
+	switch res.Reason {
+	case DRAAllocationFailed, DRAClaimMissing:
+		if claims != nil {
+			res.Messages = append(res.Messages, claims.status...)
+		}
+		res.Next = fmt.Sprintf("kubectl get resourceclaims -n %s -o yaml; kubectl get resourceslices -o wide", pod.Namespace)
+	case InsufficientDevice:
+		res.Next = "kubectl describe nodes | grep -E '^Name:|" + strings.ReplaceAll(strings.TrimPrefix(primary.Text, "Insufficient "), ".", `\.`) + "'"
+	case UntoleratedTaint:
+		res.Next = "kubectl get nodes -o custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key"
+	case NodeSelectorMismatch:
+		res.Next = "kubectl get nodes --show-labels"
+	case DeviceNotAdvertised:
+		// refineCapacity set Next.
+	case UnboundVolume:
+		res.Next = fmt.Sprintf("kubectl get pvc -n %s", pod.Namespace)
+	case InsufficientCPU, InsufficientMemory:
+		res.Next = "kubectl describe nodes"
+	}
+	if len(res.Messages) == 0 {
+		res.Messages = []string{fmt.Sprintf("pod %s has no node and no scheduling attempt is recorded yet", pod.Name)}
+	}
+	return res, nil
+}
+
+// eventTriggeredScaleUp is the cluster autoscaler's event on a pod it is adding a node for.
+const eventTriggeredScaleUp = "TriggeredScaleUp"
+
+// gatedEverywhere says why a scheduling failure is final, or "": every node the scheduler counted was
+// excluded by a gate (taint, node affinity or selector, cordon), none for lack of capacity, so nothing
+// that finishes or is freed can make room. A cluster autoscaler adding a node for the pod
+// (TriggeredScaleUp) may still change that, so then it is not final.
+func gatedEverywhere(parsed SchedulerMessage, evs []corev1.Event) string {
+	if len(parsed.Causes) == 0 {
+		return ""
+	}
+	for _, c := range parsed.Causes {
+		// A cordon (unschedulable) is a gate that maintenance lifts: never final.
+		if cl := classify(c.Text); !cl.isGate() || cl == classNodeUnusable {
+			return ""
+		}
+	}
+	if latestEvent(evs, eventTriggeredScaleUp) != nil {
+		return ""
+	}
+	return "every node is excluded by a gate (taint, node affinity or cordon), none by a lack of capacity: freeing devices cannot help"
+}
+
+// scheduledCondition is the pod's PodScheduled condition, or nil.
+func scheduledCondition(pod *corev1.Pod) *corev1.PodCondition {
+	var cond *corev1.PodCondition
+	for i := range pod.Status.Conditions {
+		if pod.Status.Conditions[i].Type == corev1.PodScheduled {
+			cond = &pod.Status.Conditions[i]
+		}
+	}
+	return cond
+}
+
+// schedulerSaid is why the scheduler last said the pod does not fit: its
+// PodScheduled=False message, else its newest FailedScheduling event; "" when
+// it has not tried yet.
+func schedulerSaid(pod *corev1.Pod, evs []corev1.Event) string {
+	if cond := scheduledCondition(pod); cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
+		return cond.Message
+	}
+	if e := latestEvent(evs, eventFailedScheduling); e != nil {
+		return e.Message
+	}
+	return ""
+}
+
+// nodesMatter reports whether the scheduler's message leads to a verdict the
+// nodes refine: a gate (taint, node affinity) or a lack of CPU, memory or
+// devices as the primary cause.
+func nodesMatter(schedMsg string) bool {
+	c, ok := ParseSchedulerMessage(schedMsg).PrimaryCause()
+	if !ok {
+		return false
+	}
+	switch classify(c.Text) {
+	case classTaint, classAffinity, classDevice, classCPU, classMemory:
+		return true
+	}
+	return false
+}
+
+// nodes returns the nodes Collect read. When they could not be read it adds
+// that to res's evidence (once) and returns nil, so callers keep the verdict
+// the scheduler's message gave.
+func (v *verdict) nodes(res *Result) []corev1.Node {
+	if err := v.s.failed(listRead("nodes", "", "")); err != nil {
+		res.Messages = appendUnique(res.Messages, fmt.Sprintf("nodes could not be read (%v); the verdict rests on the scheduler's message alone", err))
+		return nil
+	}
+	return v.s.Nodes
 }
 
 // LifecycleTaint reports the taints Kubernetes itself puts on nodes while they start, lose contact,
@@ -53,8 +210,7 @@ func LifecycleTaint(t corev1.Taint) bool {
 // transientGate returns a sentence when a node the pod may use is kept from it by a lifecycle taint
 // (NotReady, unreachable, pressure, cordon) and so may become usable by itself; "" otherwise. Without a
 // node list it cannot rule that out and says so.
-func (d *diagnosis) transientGate(ctx context.Context, pod *corev1.Pod, res *Result) string {
-	nodes := d.nodesFor(ctx, res)
+func transientGate(pod *corev1.Pod, nodes []corev1.Node) string {
 	if len(nodes) == 0 {
 		return "not final: without the nodes it cannot be ruled out that a node is only temporarily tainted"
 	}
@@ -107,7 +263,7 @@ func UntoleratedTaints(node *corev1.Node, tolerations []corev1.Toleration) []cor
 // matches nothing (selector). The nodes can: no node matching the pod's
 // selector and required affinity is a selector mismatch; matching nodes that
 // all carry an untolerated taint are a taint.
-func (d *diagnosis) refineGates(ctx context.Context, pod *corev1.Pod, parsed SchedulerMessage, res *Result) {
+func (v *verdict) refineGates(pod *corev1.Pod, parsed SchedulerMessage, res *Result) {
 	// With or without a node selector, the taints of the nodes the pod may use are named.
 	var taint, capacity bool
 	for _, c := range parsed.Causes {
@@ -121,7 +277,7 @@ func (d *diagnosis) refineGates(ctx context.Context, pod *corev1.Pod, parsed Sch
 	if !taint || capacity {
 		return
 	}
-	nodes := d.nodesFor(ctx, res)
+	nodes := v.nodes(res)
 	if len(nodes) == 0 {
 		return
 	}
@@ -146,7 +302,7 @@ func (d *diagnosis) refineGates(ctx context.Context, pod *corev1.Pod, parsed Sch
 		}
 		if len(tainted) < maxEvidenceNodes {
 			tainted = append(tainted, fmt.Sprintf("%s (%s)", n.Name, formatTaints(ts)))
-			d.ref("Node", "", n.Name)
+			v.ref("Node", "", n.Name)
 		}
 	}
 	res.Layer, res.Reason = LayerScheduler, UntoleratedTaint
@@ -159,8 +315,8 @@ func (d *diagnosis) refineGates(ctx context.Context, pod *corev1.Pod, parsed Sch
 // memory): the most any node has allocatable against what the pod requests,
 // and turns a device "shortage" on a cluster where no node advertises the
 // device at all into DeviceNotAdvertised.
-func (d *diagnosis) refineCapacity(ctx context.Context, pod *corev1.Pod, name corev1.ResourceName, res *Result) {
-	nodes := d.nodesFor(ctx, res)
+func (v *verdict) refineCapacity(pod *corev1.Pod, name corev1.ResourceName, res *Result) {
+	nodes := v.nodes(res)
 	if len(nodes) == 0 {
 		return
 	}
@@ -184,7 +340,7 @@ func (d *diagnosis) refineCapacity(ctx context.Context, pod *corev1.Pod, name co
 		res.Next = fmt.Sprintf("kubectl get nodes -o custom-columns=NAME:.metadata.name,DEVICES:.status.allocatable.%s; kubectl get daemonsets -A", strings.ReplaceAll(string(name), ".", `\.`))
 		return
 	}
-	d.ref("Node", "", mostNode)
+	v.ref("Node", "", mostNode)
 	line := fmt.Sprintf("the pod requests %s %s; the most any node has allocatable is %s (node %s)", requested.String(), name, most.String(), mostNode)
 	if requested.Cmp(most) > 0 {
 		line += ": no node can ever satisfy the request, whatever is freed"
@@ -235,12 +391,7 @@ func capacityResource(reason Reason, primaryText string) (corev1.ResourceName, b
 
 func describeSelector(pod *corev1.Pod) string {
 	var parts []string
-	keys := make([]string, 0, len(pod.Spec.NodeSelector))
-	for k := range pod.Spec.NodeSelector {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(pod.Spec.NodeSelector)) {
 		parts = append(parts, k+"="+pod.Spec.NodeSelector[k])
 	}
 	s := "nodeSelector {" + strings.Join(parts, ", ") + "}"

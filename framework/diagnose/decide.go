@@ -1,0 +1,217 @@
+package diagnose
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/kueue/pkg/controller/constants"
+)
+
+// Decide classifies a Snapshot into a Result. It reads nothing, so a recorded snapshot gives the same
+// verdict as the cluster it was read from. It places the workload from its most downstream object: the
+// pods when there are any, else the Workload, else the Job or the controllers that should have created
+// pods. It returns an error only when the snapshot cannot be classified: the target's kind is not
+// supported, a read the verdict needs failed for a reason other than access (the API server unreachable,
+// the context ended), or there is nothing to diagnose; a denied read or an unserved API is a verdict.
+func Decide(s *Snapshot) (res *Result, err error) {
+	t, err := normalise(s.Target)
+	if err != nil {
+		return nil, err
+	}
+	snap := *s
+	snap.Target = t
+	v := &verdict{s: &snap}
+	v.ref(t.Kind, t.Namespace, t.Name)
+	// Every return below ends here: a verdict carried as an error becomes the Result.
+	defer func() { res, err = v.result(res, err) }()
+
+	f, err := snap.frame()
+	for _, r := range f.read {
+		v.ref(r.Kind, r.Namespace, r.Name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	job, wl, pods := f.job, f.wl, f.pods
+	// Pods that are all terminating after a Kueue eviction belong to the past; the Workload says what
+	// happens next.
+	if len(pods) > 0 && allTerminating(pods) && wl != nil && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
+		return v.workload(wl)
+	}
+	if len(pods) > 0 {
+		pod := representativePod(pods)
+		if res, err = v.pod(pod); err != nil {
+			return nil, err
+		}
+		// Pods held by a scheduling gate (Kueue's own gates, for instance) wait on the queue, not on the
+		// scheduler.
+		if res.Reason == SchedulingPending && len(pod.Spec.SchedulingGates) > 0 && wl != nil && !meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
+			return v.workload(wl)
+		}
+		// A failed Job creates no more pods: whatever its last pod says is final.
+		if job != nil {
+			if jf := jobFinished(job); jf != nil && jf.Terminal && !res.Terminal {
+				res.Messages = append(res.Messages, jf.Messages...)
+				res.terminal(jf.TerminalWhy)
+			}
+		}
+		return res, nil
+	}
+	// An owner without pods and without a Workload waiting for admission: its controllers say why.
+	if isOwnerKind(t.Kind) && (wl == nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)) {
+		return v.controllersWithoutPods(f)
+	}
+	if job != nil {
+		if jf := jobFinished(job); jf != nil {
+			return jf, nil
+		}
+	}
+	if wl != nil {
+		return v.workload(wl)
+	}
+	if job == nil {
+		return nil, errors.New("diagnose: nothing to diagnose")
+	}
+	if isSuspended(job) {
+		q := job.Labels[constants.QueueLabel]
+		if q != "" && f.kueueMissing != "" {
+			return nil, apiMissing(workloadsRead("list", job.Namespace, ""), StageQueued, f.kueueMissing)
+		}
+		msg := fmt.Sprintf("Job %s/%s has spec.suspend=true and no Kueue Workload owns it", job.Namespace, job.Name)
+		if q != "" {
+			msg += fmt.Sprintf(" (label %s=%s is set, so Kueue should have created one: check that Kueue manages Jobs and that its controller runs)", constants.QueueLabel, q)
+		} else {
+			msg += fmt.Sprintf(" (no %s label)", constants.QueueLabel)
+		}
+		return &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueNotManaged, Messages: []string{msg},
+			Next: fmt.Sprintf("kubectl get job -n %s %s -o jsonpath='{.metadata.labels}'", job.Namespace, job.Name)}, nil
+	}
+	// Not suspended and no pods: the Job controller has not created them, usually because the API server
+	// refused (quota, webhook, validation).
+	evs, err := v.events("Job", job.Name, job.UID)
+	if err != nil {
+		return nil, err
+	}
+	return v.noPodsYet(evs, "Job", job.Namespace, job.Name), nil
+}
+
+// verdict is one Decide: the snapshot, and the objects the verdict rests on so far, the target first.
+type verdict struct {
+	s       *Snapshot
+	objects []ObjectRef
+}
+
+func (v *verdict) ref(kind, ns, name string) {
+	if r := (ObjectRef{Kind: kind, Namespace: ns, Name: name}); !slices.Contains(v.objects, r) {
+		v.objects = append(v.objects, r)
+	}
+}
+
+// result finishes a decision: a verdict carried up as an error (Forbidden, APIMissing, NotFound) is the
+// Result, and the Result lists the objects it rests on.
+func (v *verdict) result(res *Result, err error) (*Result, error) {
+	var ve *verdictError
+	if errors.As(err, &ve) {
+		res, err = ve.res, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	res.Objects = v.objects
+	if res.Messages == nil {
+		res.Messages = []string{}
+	}
+	return res, nil
+}
+
+// events returns the events about one object, oldest first, or the verdict on why they could not be read.
+func (v *verdict) events(kind, name string, uid types.UID) ([]corev1.Event, error) {
+	r := eventsRead(v.s.Target.Namespace, kind, name)
+	if err := v.s.check(r, StageUnknown); err != nil {
+		return nil, err
+	}
+	return eventsOf(v.s.Events, kind, name, uid), nil
+}
+
+// controllersWithoutPods explains an owner target with no pods from the events of the first controller
+// (ReplicaSet, Job) that reports FailedCreate, else from the target's own events.
+func (v *verdict) controllersWithoutPods(f frame) (*Result, error) {
+	t := v.s.Target
+	for _, c := range f.controllers {
+		evs, err := v.events(f.controllerKind, c.GetName(), c.GetUID())
+		if err != nil {
+			return nil, err
+		}
+		if latestEvent(evs, eventFailedCreate) != nil {
+			return v.noPodsYet(evs, f.controllerKind, t.Namespace, c.GetName()), nil
+		}
+	}
+	evs, err := v.events(t.Kind, t.Name, "")
+	if err != nil {
+		return nil, err
+	}
+	return v.noPodsYet(evs, t.Kind, t.Namespace, t.Name), nil
+}
+
+// noPodsYet explains a controller (Job, ReplicaSet, StatefulSet, ...) that should have pods and has
+// none, from its events: an admission refusal quoted in FailedCreate is AdmissionDenied, and final; any
+// other FailedCreate is quoted as Unknown; no such event means the controller has not acted yet.
+func (v *verdict) noPodsYet(evs []corev1.Event, kind, ns, name string) *Result {
+	res := &Result{Stage: StageScheduling, Layer: LayerNone, Reason: SchedulingPending,
+		Messages: []string{fmt.Sprintf("%s %s/%s has no pods yet", kind, ns, name)},
+		Next:     fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=%s,involvedObject.name=%s", ns, kind, name)}
+	// The newest FailedCreate decides; controllers retry with backoff and repeat the same refusal.
+	e := latestEvent(evs, eventFailedCreate)
+	if e == nil {
+		return res
+	}
+	v.ref("Event", e.Namespace, e.Name)
+	res.Messages = append(res.Messages, e.Message)
+	if denial, ok := ParseAdmissionDenial(e.Message); ok {
+		res.Layer, res.Reason = LayerAdmission, AdmissionDenied
+		res.Messages[0] = fmt.Sprintf("%s %s/%s cannot create its pods: refused by %s", kind, ns, name, denial.By)
+		return res.terminal(fmt.Sprintf("admission (%s) refuses the pods; it repeats the refusal on every retry until the policy or the pod template changes", denial.By))
+	}
+	res.Layer, res.Reason = LayerAPI, Unknown
+	return res
+}
+
+func allTerminating(pods []corev1.Pod) bool {
+	return !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp == nil })
+}
+
+// jobFinished is the verdict on a Job whose Complete or Failed condition is True, or nil.
+func jobFinished(job *batchv1.Job) *Result {
+	for _, c := range job.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobComplete:
+			return &Result{Stage: StageSucceeded, Layer: LayerNone, Reason: ReasonCompleted,
+				Messages: []string{fmt.Sprintf("Job condition Complete=True %s", c.Message)},
+				Next:     fmt.Sprintf("kubectl describe job -n %s %s", job.Namespace, job.Name)}
+		case batchv1.JobFailed:
+			return (&Result{Stage: StageFailed, Layer: LayerApplication, Reason: ApplicationError,
+				Messages: []string{fmt.Sprintf("Job condition Failed=True reason %s: %s", c.Reason, c.Message)},
+				Next:     fmt.Sprintf("kubectl describe job -n %s %s", job.Namespace, job.Name)}).terminal("the Job has failed: it creates no more pods")
+		}
+	}
+	return nil
+}
+
+// appendUnique appends the non-empty texts not already present.
+func appendUnique(list []string, texts ...string) []string {
+	for _, t := range texts {
+		if t != "" && !slices.Contains(list, t) {
+			list = append(list, t)
+		}
+	}
+	return list
+}

@@ -1,0 +1,150 @@
+package diagnose
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+)
+
+// snapshotOf loads a recorded file straight into a Snapshot, no client involved: every object into its
+// list, and the target, when it is a Deployment, StatefulSet or ReplicaSet, as the Owner.
+func snapshotOf(t *testing.T, file string, target Target) *Snapshot {
+	t.Helper()
+	tg, err := normalise(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Snapshot{Target: target}
+	for _, obj := range fixtureObjects(t, file) {
+		switch o := obj.(type) {
+		case *batchv1.Job:
+			s.Jobs = append(s.Jobs, *o)
+		case *appsv1.ReplicaSet:
+			s.ReplicaSets = append(s.ReplicaSets, *o)
+		case *corev1.Pod:
+			s.Pods = append(s.Pods, *o)
+		case *corev1.Event:
+			s.Events = append(s.Events, *o)
+		case *corev1.Node:
+			s.Nodes = append(s.Nodes, *o)
+		case *kueue.Workload:
+			s.Workloads = append(s.Workloads, *o)
+		case *kueue.LocalQueue:
+			s.LocalQueues = append(s.LocalQueues, *o)
+		case *kueue.ClusterQueue:
+			s.ClusterQueues = append(s.ClusterQueues, *o)
+		case *resourcev1.ResourceClaim:
+			s.ResourceClaims = append(s.ResourceClaims, *o)
+		case *resourcev1.ResourceClaimTemplate:
+			s.ResourceClaimTemplates = append(s.ResourceClaimTemplates, *o)
+		}
+		if m, err := meta.Accessor(obj); err == nil && obj.GetObjectKind().GroupVersionKind().Kind == tg.Kind && m.GetName() == tg.Name {
+			if _, ok := ownerRead(tg); ok {
+				s.Owner = meta.AsPartialObjectMetadata(m)
+				s.Owner.Kind = tg.Kind
+			}
+		}
+	}
+	return s
+}
+
+// TestDecide classifies every table case from its recorded file alone, its failed read given as a
+// ReadError, and requires the verdict Run reaches over fake clients of the same file, to the last
+// message and object.
+func TestDecide(t *testing.T) {
+	for _, tc := range runCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			s := snapshotOf(t, tc.file, tc.target)
+			if tc.fault != nil {
+				s.Errors = append(s.Errors, *tc.fault)
+			}
+			res, err := Decide(s)
+			if err != nil {
+				t.Fatalf("Decide: %v", err)
+			}
+			checkResult(t, tc, res)
+			c, _, _ := caseClients(t, tc)
+			run, err := Run(context.Background(), c, tc.target)
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if !reflect.DeepEqual(res, run) {
+				t.Errorf("Decide from the file and Run over the same file differ:\n--- Decide\n%s--- Run\n%s", res, run)
+			}
+		})
+	}
+}
+
+// TestDecideFailedReads: a failed read matters only where the verdict needs it; a denied one is a
+// verdict, an unreachable server an error.
+func TestDecideFailedReads(t *testing.T) {
+	down := errors.New("dial tcp 10.0.0.1:6443: connect: connection refused")
+	cases := []struct {
+		name   string
+		file   string
+		target Target
+		fault  ReadError
+		reason Reason // "" when Decide must fail
+	}{
+		{"a running pod needs no events", "running.yaml", pod(podName),
+			ReadError{Read: eventsRead("ml", "Pod", podName), Err: forbidden("list", "events", reader)}, ReasonRunning},
+		{"a queue Kueue explains needs no LocalQueue", "queue-quota-exhausted.yaml", job("train"),
+			ReadError{Read: queueRead("localqueues", "ml", "gpu-queue"), Err: forbidden("get", "localqueues", reader)}, QueueQuotaExhausted},
+		{"an unschedulable pod's events are needed", "insufficient-device.yaml", job("train"),
+			ReadError{Read: eventsRead("ml", "Pod", "train-x7k2p"), Err: down}, ""},
+		{"a Workload Kueue has not explained needs its queues", "queue-pending.yaml", workload(wlName),
+			ReadError{Read: queueRead("localqueues", "ml", "gpu-queue"), Err: forbidden("get", "localqueues", reader)}, Forbidden},
+		{"the target itself", "running.yaml", pod(podName),
+			ReadError{Read: getRead("pods", "", "ml", podName), Err: down}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := snapshotOf(t, tc.file, tc.target)
+			s.Errors = append(s.Errors, tc.fault)
+			res, err := Decide(s)
+			switch {
+			case tc.reason == "" && err == nil:
+				t.Fatalf("Decide = %s, want an error", res)
+			case tc.reason == "" && !errors.Is(err, down):
+				t.Fatalf("Decide error %v, want %v", err, down)
+			case tc.reason != "" && err != nil:
+				t.Fatalf("Decide: %v", err)
+			case tc.reason != "" && res.Reason != tc.reason:
+				t.Fatalf("reason %s, want %s\n%s", res.Reason, tc.reason, res)
+			}
+		})
+	}
+}
+
+// TestDecideAbsentIsNotFound: what a snapshot lacks was not found, with the API server's own wording.
+func TestDecideAbsentIsNotFound(t *testing.T) {
+	for _, tc := range []struct {
+		target Target
+		want   string
+	}{
+		{job("gone"), `jobs.batch "gone" not found`},
+		{pod("gone"), `pods "gone" not found`},
+		{workload("gone"), `workloads.kueue.x-k8s.io "gone" not found`},
+		{Target{Kind: "deployment", Namespace: "ml", Name: "gone"}, `deployments.apps "gone" not found`},
+	} {
+		res, err := Decide(&Snapshot{Target: tc.target})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.target, err)
+		}
+		if res.Reason != NotFound || !containsText(res.Messages, tc.want) {
+			t.Errorf("%s: %s %q, want NotFound %q", tc.target, res.Reason, res.Messages, tc.want)
+		}
+	}
+	if _, err := Decide(&Snapshot{Target: Target{Kind: "node", Name: "x"}}); err == nil || !strings.Contains(err.Error(), "unsupported kind") {
+		t.Errorf("Decide of a node: %v, want unsupported kind", err)
+	}
+}

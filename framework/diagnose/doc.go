@@ -1,0 +1,53 @@
+// Package diagnose answers "where is this workload waiting, and why?" for a
+// Job, a Kueue Workload, a Pod, or an owner of pods (Deployment, StatefulSet,
+// ReplicaSet, or a kind Kueue integrates, such as JobSet). The verdict is
+// typed (Stage, Layer, Reason), quotes the exact texts it rests on and lists
+// the objects read, so a failed wait in a suite and the `gpuconform
+// diagnose` command print the same evidence. It only gets and lists.
+//
+// # How a diagnosis is made
+//
+// Collect first, then decide. Collect reads, one layer after the other, into
+// a Snapshot of plain objects, recording each read that fails instead of
+// stopping on it; Decide classifies the Snapshot without a client, so a
+// snapshot recorded as YAML gives the verdict its cluster gave. Following a
+// Job target from Run to its Result takes these stops, in order:
+//
+//  1. Run (run.go): Collect, then Decide.
+//  2. Collect (collect.go): calls the five readers below, in order.
+//  3. readTarget: the application layer's objects: the Job and its pods.
+//  4. readQueue: Kueue's: the Job's Workload and, while it waits for quota,
+//     what Kueue said (its events) and its LocalQueue and ClusterQueue.
+//  5. readEvents: what the scheduler, the kubelet and the runtime said about
+//     the pod that explains the workload (or the controllers about missing
+//     pods).
+//  6. readClaims: DRA's: that pod's ResourceClaims and templates.
+//  7. readNodes: the scheduler's: the nodes, when its message names a gate
+//     or a lack of capacity. Back to Run (the first return).
+//  8. Decide (decide.go): from the most downstream object: the pods, else
+//     the Workload, else the Job or the controllers.
+//  9. frame (snapshot.go): which Job, Workload and pods are the target's,
+//     and the first failed read among them (a Forbidden or APIMissing
+//     verdict). Readers 4 to 7 call it too, to know whose objects to read.
+//  10. pod (pod.go): the explaining pod: finished, rejected by the kubelet,
+//     unscheduled, container errors, the kubelet's events, running.
+//  11. unscheduled (scheduler.go): DRA objects, then the scheduler's counted
+//     causes (schedmsg.go parses them).
+//  12. refineCapacity (scheduler.go), or refineGates for a taint or selector
+//     verdict: what the nodes add. Back to Run with the Result (the second
+//     return).
+//
+// A queued Job, which has no pods, goes from Decide to workload and
+// notReserved (kueue.go) instead of stops 10 to 12; a bound pod whose DRA
+// driver failed goes from pod to claims (dra.go). Along the way the stops
+// consult pure helpers that call nothing back: eventsOf and latestEvent
+// (events.go), representativePod and statusExplains (pod.go),
+// classifyReadErr (access.go), ParseSchedulerMessage and PrimaryCause
+// (schedmsg.go), gatedEverywhere, transientGate and podRequest
+// (scheduler.go), ParseAdmissionDenial (admission.go).
+//
+// Each reader reads only what a decision can use given what the readers
+// before it found (no events for a running pod, no nodes unless the
+// scheduler's message needs them), so a wait that diagnoses on every poll
+// costs a few reads.
+package diagnose

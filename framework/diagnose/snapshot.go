@@ -1,0 +1,406 @@
+package diagnose
+
+import (
+	"errors"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/kueue/pkg/controller/constants"
+)
+
+// Snapshot is what Collect read about one target, as plain objects: the lists hold what the API server
+// returned (a recorded YAML file can fill them as well), and Decide works out which of them belong to the
+// target. A read that failed is in Errors; an object absent where Decide looks was not found.
+type Snapshot struct {
+	// Target is what is diagnosed.
+	Target Target
+
+	// Owner is the target when it is a Deployment, StatefulSet or ReplicaSet, read only to know that it
+	// exists; other owner kinds (JobSet, RayJob, ...) are known by what they own.
+	Owner *metav1.PartialObjectMetadata
+	// Jobs are the target Job, the Job owning the target Pod or Workload, or the namespace's Jobs when
+	// the target is another owner kind.
+	Jobs []batchv1.Job
+	// ReplicaSets are the namespace's ReplicaSets when the target is a Deployment.
+	ReplicaSets []appsv1.ReplicaSet
+	// Pods are the target Pod, or the pods of the target's Job or owner.
+	Pods []corev1.Pod
+
+	// Workloads are the target Workload, or those Kueue may have created for the target.
+	Workloads []kueue.Workload
+	// LocalQueues and ClusterQueues are the queues of a Workload without reserved quota.
+	LocalQueues   []kueue.LocalQueue
+	ClusterQueues []kueue.ClusterQueue
+
+	// Events are the events about the pod that explains the workload, its Workload and its
+	// controllers, in the order they were listed.
+	Events []corev1.Event
+
+	// Nodes are every node, read when the scheduler's message names a gate or a lack of capacity.
+	Nodes []corev1.Node
+
+	// ResourceClaims and ResourceClaimTemplates are those the explaining pod refers to.
+	ResourceClaims         []resourcev1.ResourceClaim
+	ResourceClaimTemplates []resourcev1.ResourceClaimTemplate
+
+	// Errors are the reads that failed, in the order they were made.
+	Errors []ReadError
+}
+
+// Read names one API read, so a failure can say what was denied or not served.
+type Read struct {
+	// Verb is get or list.
+	Verb string
+	// Resource, Group and Version name the API resource ("jobs", "batch", "v1").
+	Resource, Group, Version string
+	// Namespace is empty for cluster-scoped reads; Name is the object of a get.
+	Namespace, Name string
+	// About is the Kind/name of the object a list of events is about.
+	About string
+}
+
+// ReadError is a read that failed, with the API server's answer.
+type ReadError struct {
+	Read
+	Err error
+}
+
+// errNoKueue stands for a Kueue read made without a Kueue client.
+var errNoKueue = errors.New("no Kueue client: kueue.x-k8s.io/v1beta2 was not discovered on this cluster")
+
+// The reads, named once for Collect (which makes them) and Decide (which looks their failures up).
+func getRead(resource, group, ns, name string) Read {
+	return Read{Verb: "get", Resource: resource, Group: group, Version: "v1", Namespace: ns, Name: name}
+}
+
+func listRead(resource, group, ns string) Read {
+	return Read{Verb: "list", Resource: resource, Group: group, Version: "v1", Namespace: ns}
+}
+
+func workloadsRead(verb, ns, name string) Read {
+	return Read{Verb: verb, Resource: "workloads", Group: kueue.GroupVersion.Group, Version: kueue.GroupVersion.Version, Namespace: ns, Name: name}
+}
+
+func queueRead(resource, ns, name string) Read {
+	return Read{Verb: "get", Resource: resource, Group: kueue.GroupVersion.Group, Version: kueue.GroupVersion.Version, Namespace: ns, Name: name}
+}
+
+func eventsRead(ns, kind, name string) Read {
+	r := listRead("events", "", ns)
+	r.About = kind + "/" + name
+	return r
+}
+
+// check is the verdict on the read r: nil when it succeeded or was not made, Forbidden or APIMissing
+// (as a verdictError) when it was denied or not served, else the API server's error.
+func (s *Snapshot) check(r Read, stage Stage) error {
+	return classifyReadErr(s.failed(r), r, stage)
+}
+
+// failed returns the error of the read r, or nil when it succeeded or was not made.
+func (s *Snapshot) failed(r Read) error {
+	for _, e := range s.Errors {
+		if e.Read == r {
+			return e.Err
+		}
+	}
+	return nil
+}
+
+// frame is the workload as the snapshot shows it.
+type frame struct {
+	// job is the target Job, or the Job owning the target Pod or Workload.
+	job *batchv1.Job
+	// controllers are the ReplicaSets or Jobs an owner target controls, whose events say why pods are
+	// missing.
+	controllers []metav1.Object
+	// controllerKind is the controllers' kind: ReplicaSet or Job.
+	controllerKind string
+	pods           []corev1.Pod
+	wl             *kueue.Workload
+	// read lists, in the order they were read, the objects that make up the workload.
+	read []ObjectRef
+	// kueueMissing says why Kueue could not be asked about a Job that may need it.
+	kueueMissing string
+}
+
+// frame finds the target's Job, controllers, pods and Workload among what was read, checking their reads
+// in the order Collect made them: the first that failed is returned (a verdict such as Forbidden, or the
+// API server's error) with what was found before it, and an absent target is NotFound. Collect uses the
+// objects to know what to read next; Decide, the objects and the error.
+func (s *Snapshot) frame() (frame, error) {
+	t := s.Target
+	f := frame{}
+	ref := func(kind, name string) {
+		f.read = append(f.read, ObjectRef{Kind: kind, Namespace: t.Namespace, Name: name})
+	}
+	// withJob finds the Job named by the target Pod or Workload's owner reference, if any.
+	withJob := func(owner string) error {
+		if owner == "" {
+			return nil
+		}
+		if err := s.check(getRead("jobs", "batch", t.Namespace, owner), StageUnknown); err != nil {
+			return err
+		}
+		if f.job = s.job(owner); f.job != nil {
+			ref("Job", owner)
+		}
+		return nil
+	}
+	// withWorkload finds the Workload Kueue created for f.job; a Kueue that cannot be asked is noted, not
+	// a verdict, because a Job that has pods does not need it.
+	withWorkload := func() error {
+		if f.job == nil || !needsKueue(f.job) {
+			return nil
+		}
+		if err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil {
+			var ve *verdictError
+			if !errors.As(err, &ve) || ve.res.Reason != APIMissing {
+				return err
+			}
+			f.kueueMissing = ve.res.Messages[1]
+			return nil
+		}
+		if f.wl = s.workloadForJob(f.job); f.wl != nil {
+			ref("Workload", f.wl.Name)
+		}
+		return nil
+	}
+	switch t.Kind {
+	case "Job":
+		r := getRead("jobs", "batch", t.Namespace, t.Name)
+		if err := s.check(r, StageUnknown); err != nil {
+			return f, err
+		}
+		if f.job = s.job(t.Name); f.job == nil {
+			return f, notFound(r, "job")
+		}
+		ref("Job", t.Name)
+		if err := withWorkload(); err != nil {
+			return f, err
+		}
+		if err := s.check(listRead("pods", "", t.Namespace), StageUnknown); err != nil {
+			return f, err
+		}
+		f.pods = s.jobPods(t.Name)
+	case "Workload":
+		r := workloadsRead("get", t.Namespace, t.Name)
+		if err := s.check(r, StageUnknown); err != nil {
+			return f, err
+		}
+		if f.wl = s.workload(t.Name); f.wl == nil {
+			return f, notFound(r, "workloads.kueue.x-k8s.io")
+		}
+		if err := withJob(jobOwner(f.wl.OwnerReferences)); err != nil || f.job == nil {
+			return f, err
+		}
+		if err := s.check(listRead("pods", "", t.Namespace), StageUnknown); err != nil {
+			return f, err
+		}
+		f.pods = s.jobPods(f.job.Name)
+	case "Pod":
+		r := getRead("pods", "", t.Namespace, t.Name)
+		if err := s.check(r, StageUnknown); err != nil {
+			return f, err
+		}
+		i := slices.IndexFunc(s.Pods, func(p corev1.Pod) bool { return p.Namespace == t.Namespace && p.Name == t.Name })
+		if i < 0 {
+			return f, notFound(r, "pod")
+		}
+		f.pods = s.Pods[i : i+1]
+		if err := withJob(jobOwner(f.pods[0].OwnerReferences)); err != nil {
+			return f, err
+		}
+		return f, withWorkload()
+	default:
+		return f, s.owned(&f)
+	}
+	return f, nil
+}
+
+// owned fills f for an owner target: its pods are those whose controller chain (pod → ReplicaSet or
+// Job → target) reaches it, its Workload the one Kueue created for it, its controllers or its pods.
+func (s *Snapshot) owned(f *frame) error {
+	t := s.Target
+	if r, ok := ownerRead(t); ok {
+		if err := s.check(r, StageUnknown); err != nil {
+			return err
+		}
+		if s.Owner == nil || s.Owner.Name != t.Name {
+			return notFound(r, r.Resource)
+		}
+	}
+	controls := func(obj metav1.Object) bool {
+		c := metav1.GetControllerOf(obj)
+		return c != nil && c.Kind == t.Kind && c.Name == t.Name
+	}
+	mid := map[string]bool{} // "Kind/name" of the controllers the target controls
+	if r, kind, ok := controllersRead(t); ok {
+		f.controllerKind = kind
+		if err := s.check(r, StageUnknown); err != nil {
+			return err
+		}
+		var objs []metav1.Object
+		if kind == "ReplicaSet" {
+			rs := slices.Clone(s.ReplicaSets)
+			slices.SortStableFunc(rs, func(a, b appsv1.ReplicaSet) int { return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) })
+			for i := range rs {
+				objs = append(objs, &rs[i])
+			}
+		} else {
+			for i := range s.Jobs {
+				objs = append(objs, &s.Jobs[i])
+			}
+		}
+		for _, o := range objs {
+			if o.GetNamespace() == t.Namespace && controls(o) {
+				mid[kind+"/"+o.GetName()] = true
+				f.controllers = append(f.controllers, o)
+				f.read = append(f.read, ObjectRef{Kind: kind, Namespace: t.Namespace, Name: o.GetName()})
+			}
+		}
+	}
+	r := listRead("pods", "", t.Namespace)
+	if err := s.check(r, StageUnknown); err != nil {
+		return err
+	}
+	podNames := map[string]bool{}
+	for _, p := range s.Pods {
+		if c := metav1.GetControllerOf(&p); p.Namespace == t.Namespace && c != nil && ((c.Kind == t.Kind && c.Name == t.Name) || mid[c.Kind+"/"+c.Name]) {
+			f.pods = append(f.pods, p)
+			podNames[p.Name] = true
+		}
+	}
+	// An unserved Kueue API leaves the target without a Workload; nothing here needs one.
+	if err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil && !isAPIMissing(err) {
+		return err
+	}
+	var found []kueue.Workload
+	for _, wl := range s.Workloads {
+		if wl.Namespace != t.Namespace {
+			continue
+		}
+		if slices.ContainsFunc(wl.OwnerReferences, func(ref metav1.OwnerReference) bool {
+			return (ref.Kind == t.Kind && ref.Name == t.Name) || (ref.Kind == "Pod" && podNames[ref.Name]) || mid[ref.Kind+"/"+ref.Name]
+		}) {
+			found = append(found, wl)
+		}
+	}
+	// The one that still waits matters: unadmitted first, then the newest.
+	if wl := first(found, kueue.WorkloadAdmitted); wl != nil {
+		f.wl = wl
+		f.read = append(f.read, ObjectRef{Kind: "Workload", Namespace: wl.Namespace, Name: wl.Name})
+	}
+	return nil
+}
+
+// ownerRead is the read that tells whether a built-in owner target exists; custom kinds have none.
+func ownerRead(t Target) (Read, bool) {
+	switch t.Kind {
+	case "Deployment":
+		return getRead("deployments", "apps", t.Namespace, t.Name), true
+	case "StatefulSet":
+		return getRead("statefulsets", "apps", t.Namespace, t.Name), true
+	case "ReplicaSet":
+		return getRead("replicasets", "apps", t.Namespace, t.Name), true
+	}
+	return Read{}, false
+}
+
+// controllersRead is the list that finds what an owner target controls between itself and its pods: a
+// Deployment's ReplicaSets, a custom kind's Jobs (JobSet, ...); a StatefulSet or ReplicaSet owns its pods.
+func controllersRead(t Target) (Read, string, bool) {
+	switch t.Kind {
+	case "Deployment":
+		return listRead("replicasets", "apps", t.Namespace), "ReplicaSet", true
+	case "StatefulSet", "ReplicaSet":
+		return Read{}, "", false
+	}
+	return listRead("jobs", "batch", t.Namespace), "Job", true
+}
+
+func (s *Snapshot) job(name string) *batchv1.Job {
+	i := slices.IndexFunc(s.Jobs, func(j batchv1.Job) bool { return j.Namespace == s.Target.Namespace && j.Name == name })
+	if i < 0 {
+		return nil
+	}
+	return &s.Jobs[i]
+}
+
+func (s *Snapshot) workload(name string) *kueue.Workload {
+	i := slices.IndexFunc(s.Workloads, func(w kueue.Workload) bool { return w.Namespace == s.Target.Namespace && w.Name == name })
+	if i < 0 {
+		return nil
+	}
+	return &s.Workloads[i]
+}
+
+// jobPods are the pods the Job controller labelled with the Job's name.
+func (s *Snapshot) jobPods(job string) []corev1.Pod {
+	var out []corev1.Pod
+	for _, p := range s.Pods {
+		if p.Namespace == s.Target.Namespace && p.Labels[batchv1.JobNameLabel] == job {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// workloadForJob finds the Workload Kueue created for the Job by the job-UID label Kueue puts on it
+// (names are job-<name>-<hash>, so the name alone is not enough), preferring an unfinished one.
+func (s *Snapshot) workloadForJob(job *batchv1.Job) *kueue.Workload {
+	if job.UID == "" {
+		return nil
+	}
+	var found []kueue.Workload
+	for _, wl := range s.Workloads {
+		if wl.Namespace == job.Namespace && wl.Labels[constants.JobUIDLabel] == string(job.UID) {
+			found = append(found, wl)
+		}
+	}
+	return first(found, kueue.WorkloadFinished)
+}
+
+// first returns the newest Workload without condition cond True, else the newest, or nil.
+func first(wls []kueue.Workload, cond string) *kueue.Workload {
+	if len(wls) == 0 {
+		return nil
+	}
+	slices.SortStableFunc(wls, func(a, b kueue.Workload) int {
+		ta, tb := meta.IsStatusConditionTrue(a.Status.Conditions, cond), meta.IsStatusConditionTrue(b.Status.Conditions, cond)
+		if ta != tb {
+			if ta {
+				return 1
+			}
+			return -1
+		}
+		return b.CreationTimestamp.Compare(a.CreationTimestamp.Time)
+	})
+	return &wls[0]
+}
+
+// needsKueue reports whether a Job's progress depends on Kueue: it names a queue, or it is suspended
+// (which, under manageJobsWithoutQueueName, Kueue would also own).
+func needsKueue(job *batchv1.Job) bool {
+	return job.Labels[constants.QueueLabel] != "" || isSuspended(job)
+}
+
+func isSuspended(job *batchv1.Job) bool {
+	return job.Spec.Suspend != nil && *job.Spec.Suspend
+}
+
+func jobOwner(refs []metav1.OwnerReference) string {
+	for _, r := range refs {
+		if r.Kind == "Job" && strings.HasPrefix(r.APIVersion, "batch/") {
+			return r.Name
+		}
+	}
+	return ""
+}
