@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +19,8 @@ import (
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 	"sigs.k8s.io/yaml"
+
+	"gpuconform.io/gpuconform/framework/diagnose"
 )
 
 // SpecDir returns the directory for one spec's artifacts: <root>/specs/<sanitised spec text>.
@@ -117,10 +118,10 @@ func DumpNamespace(ctx context.Context, kube kubernetes.Interface, kq kueueclien
 		if selector != "" {
 			ev.Items = slices.DeleteFunc(ev.Items, func(e corev1.Event) bool { return !ours[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name] })
 		}
-		sort.Slice(ev.Items, func(i, j int) bool { return eventTime(ev.Items[i]).Time.Before(eventTime(ev.Items[j]).Time) })
+		slices.SortStableFunc(ev.Items, func(a, b corev1.Event) int { return diagnose.EventTime(a).Compare(diagnose.EventTime(b)) })
 		var b strings.Builder
 		for _, e := range ev.Items {
-			fmt.Fprintf(&b, "%s %s %s/%s %s: %s (x%d)\n", eventTime(e).Format("15:04:05"), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, max(e.Count, 1))
+			fmt.Fprintf(&b, "%s %s %s/%s %s: %s (x%d)\n", diagnose.EventTime(e).Format("15:04:05"), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, max(e.Count, 1))
 		}
 		_ = os.WriteFile(filepath.Join(dir, "events.txt"), []byte(b.String()), 0o644)
 	} else {
@@ -154,16 +155,6 @@ func WriteObject(dir, name string, obj any) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, name), data, 0o644)
-}
-
-func eventTime(e corev1.Event) metav1.Time {
-	switch {
-	case !e.LastTimestamp.IsZero():
-		return e.LastTimestamp
-	case !e.EventTime.IsZero():
-		return metav1.NewTime(e.EventTime.Time)
-	}
-	return e.CreationTimestamp
 }
 
 // stripManaged drops managedFields, which triple a dump's size and help nobody read it.
