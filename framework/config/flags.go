@@ -245,17 +245,6 @@ func (f *Flags) Config() (Config, error) {
 	return cfg, cfg.Validate()
 }
 
-// Forward returns the suite's flags given on the command line, in order, as --name=value, for a program
-// that passes them on to the suite elsewhere (the in-cluster runner). Flags shared with another package
-// are that package's and are left out, and so is --config, whose file stays on this machine.
-func (f *Flags) Forward() []string {
-	out := make([]string, 0, len(f.set))
-	for _, s := range f.set {
-		out = append(out, "--"+s.name+"="+s.value)
-	}
-	return out
-}
-
 // Parse is a convenience for tools and tests: a fresh FlagSet, args parsed, the Config built. Every error
 // is a *UsageError; an unknown flag's lists the flags this suite accepts.
 func Parse(args []string) (Config, error) {

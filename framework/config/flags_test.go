@@ -3,7 +3,6 @@ package config
 import (
 	"flag"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -107,20 +106,6 @@ func TestSharedFlag(t *testing.T) {
 	c, err := f.Config()
 	if err != nil || c.Kubeconfig != "/k" || !c.Disruptive {
 		t.Errorf("config %q %v %v", c.Kubeconfig, c.Disruptive, err)
-	}
-}
-
-// Forward passes on the suite's flags as given, and leaves out the shared ones (the caller's own).
-func TestForward(t *testing.T) {
-	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
-	fs.String("kubeconfig", "", "the runner's own")
-	f := RegisterFlags(fs)
-	if err := fs.Parse([]string{"--kubeconfig", "/k", "--disruptive", "--gpu-pool", "team=ml", "--require=path:dra"}); err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"--disruptive=true", "--gpu-pool=team=ml", "--require=path:dra"}
-	if got := f.Forward(); !slices.Equal(got, want) {
-		t.Errorf("Forward() = %q, want %q", got, want)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -57,6 +56,24 @@ func own(name string) bool {
 // suite's (config.RegisterFlags) and Ginkgo's, so a misspelt flag fails here rather than in the pod. It
 // returns flag.ErrHelp, after printing the usage to output, for --help.
 func ParseArgs(args []string, output io.Writer) (Options, error) {
+	o, suite, err := parse(args, output)
+	if err != nil {
+		return o, err
+	}
+	// The suite's configuration is checked here, before anything is created, and decides the runner's
+	// level: --namespace or a --local-queue NS/NAME (team), --disruptive, the run's --timeout.
+	cfg, err := suite.Config()
+	if err != nil {
+		return o, err
+	}
+	o.Namespace, o.Disruptive = cfg.Namespace, cfg.Disruptive
+	o.Timeout = cmp.Or(cfg.RunTimeout.Duration, 90*time.Minute)
+	return o, nil
+}
+
+// parse parses args on the one FlagSet and collects the suite's flags to pass on; it does not check the
+// suite's configuration (ParseArgs does).
+func parse(args []string, output io.Writer) (Options, *config.Flags, error) {
 	o := Options{Artifacts: cmp.Or(os.Getenv("ARTIFACTS"), "_artifacts")}
 	fs := flag.NewFlagSet("gpuconform run --in-cluster", flag.ContinueOnError)
 	fs.Bool("in-cluster", true, "run the suite as a Job on the cluster")
@@ -69,9 +86,9 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 		return errors.New("--config names a local file the pod cannot read: give its settings as flags")
 	})
 	// The runner's flags come first, so the flag table shares them instead of defining its own.
-	config.RegisterFlags(fs)
+	suite := config.RegisterFlags(fs)
 	if err := registerGinkgoFlags(fs); err != nil {
-		return o, err
+		return o, nil, err
 	}
 	var given []setting
 	fs.VisitAll(func(f *flag.Flag) { f.Value = &recorder{Value: f.Value, name: f.Name, given: &given} })
@@ -82,29 +99,16 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 			fmt.Fprintln(output, "usage: gpuconform run --in-cluster --image IMG [--kubeconfig F] [--context C] [--artifacts DIR] [--hold-artifacts D] [suite flags]")
 			fmt.Fprintln(output, "every flag but these is the suite's (gpuconform run --help lists them) and is passed on to the pod")
 		}
-		return o, err
+		return o, nil, err
 	}
 	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected argument %q: the suite takes only flags", fs.Arg(0))
+		return o, nil, fmt.Errorf("unexpected argument %q: the suite takes only flags", fs.Arg(0))
 	}
 	if o.Image == "" {
-		return o, errors.New("--in-cluster needs --image REGISTRY/gpuconform:TAG, the runner image `make images` writes (push it where the cluster pulls from); the workload image is --workload-image")
+		return o, nil, errors.New("--in-cluster needs --image REGISTRY/gpuconform:TAG, the runner image `make images` writes (push it where the cluster pulls from); the workload image is --workload-image")
 	}
 	o.SuiteArgs = forward(given)
-	var err error
-	o.Timeout = 90 * time.Minute
-	if v, ok := last(given, "timeout"); ok {
-		if o.Timeout, err = time.ParseDuration(v); err != nil {
-			return o, fmt.Errorf("--timeout: %w", err)
-		}
-	}
-	o.Namespace, _ = last(given, "namespace")
-	if v, ok := last(given, "disruptive"); ok {
-		if o.Disruptive, err = strconv.ParseBool(v); err != nil {
-			return o, fmt.Errorf("--disruptive: %w", err)
-		}
-	}
-	return o, nil
+	return o, suite, nil
 }
 
 // registerGinkgoFlags adds Ginkgo's suite, parallel and reporter flags (--ginkgo.*) to fs as the pod's
@@ -173,14 +177,4 @@ func forward(given []setting) []string {
 		}
 	}
 	return args
-}
-
-// last is the value a flag was last given.
-func last(given []setting, name string) (string, bool) {
-	for _, s := range slices.Backward(given) {
-		if s.name == name {
-			return s.value, true
-		}
-	}
-	return "", false
 }

@@ -64,7 +64,8 @@ func TestParseArgsForwardsWhatWasGiven(t *testing.T) {
 	}
 }
 
-// Every flag of the suite's flag table but the runner's own is passed on.
+// Every flag of the suite's flag table but the runner's own is passed on (whether its value makes a valid
+// configuration is ParseArgs's next step, tested below).
 func TestParseArgsForwardsEverySuiteFlag(t *testing.T) {
 	table := flag.NewFlagSet("suite", flag.ContinueOnError)
 	config.RegisterFlags(table)
@@ -78,7 +79,7 @@ func TestParseArgsForwardsEverySuiteFlag(t *testing.T) {
 		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
 			arg = "--" + f.Name + "=true"
 		}
-		o, err := ParseArgs([]string{"--image=x", arg}, io.Discard)
+		o, _, err := parse([]string{"--image=x", arg}, io.Discard)
 		if err != nil || len(o.SuiteArgs) != 1 || !strings.HasPrefix(o.SuiteArgs[0], "--"+f.Name) {
 			t.Errorf("%s: forwarded %q, %v", arg, o.SuiteArgs, err)
 		}
@@ -112,5 +113,17 @@ func TestRequested(t *testing.T) {
 		if got := Requested(strings.Fields(args)); got != want {
 			t.Errorf("%q: %v, want %v", args, got, want)
 		}
+	}
+}
+
+// The suite's configuration is checked before anything is created, and its namespace decides the level:
+// a --local-queue NS/NAME runs at the team level in NS.
+func TestParseArgsChecksTheSuitesConfiguration(t *testing.T) {
+	if _, err := ParseArgs([]string{"--image=x", "--local-queue=team-lq"}, io.Discard); !errors.As(err, new(*config.UsageError)) {
+		t.Errorf("a bare --local-queue without a namespace: %v, want a usage error", err)
+	}
+	o, err := ParseArgs([]string{"--image=x", "--local-queue=team-a/gpus", "--timeout=2h"}, io.Discard)
+	if err != nil || o.Namespace != "team-a" || o.Timeout != 2*time.Hour {
+		t.Errorf("--local-queue=team-a/gpus: namespace %q, timeout %s, %v", o.Namespace, o.Timeout, err)
 	}
 }
