@@ -124,8 +124,7 @@ func TestBinaryProbeFailsWithJSONOnMismatch(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	var exitErr *exec.ExitError
-	if !errors.As(err, &exitErr) || exitErr.ExitCode() != 1 {
+	if exitErr, ok := errors.AsType[*exec.ExitError](err); !ok || exitErr.ExitCode() != 1 {
 		t.Fatalf("probe exited with %v, want exit status 1; stderr: %s", err, stderr.String())
 	}
 	var report struct {
@@ -212,8 +211,8 @@ func TestBinaryTrainSIGTERMThenResume(t *testing.T) {
 	sig := waitEvent(t, lines, 20*time.Second, func(ev map[string]any) bool { return ev["event"] == "sigterm" })
 	for range lines { // drain until the pipe closes, so Wait cannot race the reader
 	}
-	var exitErr *exec.ExitError
-	if err := cmd.Wait(); !errors.As(err, &exitErr) || exitErr.ExitCode() != exitInterrupted {
+	err := cmd.Wait()
+	if exitErr, ok := errors.AsType[*exec.ExitError](err); !ok || exitErr.ExitCode() != exitInterrupted {
 		t.Fatalf("train exited with %v after SIGTERM, want exit status %d (interrupted, not completed); stderr: %s", err, exitInterrupted, stderr.String())
 	}
 	// A step is 50ms; anything near the 30s grace period means the signal was not honoured mid-step.

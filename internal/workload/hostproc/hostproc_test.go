@@ -33,7 +33,7 @@ func TestFreezeStopsAndAlwaysContinues(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Skip("no sleep binary:", err)
 	}
-	defer cmd.Process.Kill()
+	defer func() { _ = cmd.Process.Kill() }()
 	// A private /proc with only this process, under a name nothing else has: never freeze anything else.
 	root, name := t.TempDir(), "gpuconform-test-sleeper"
 	_ = os.MkdirAll(filepath.Join(root, itoa(cmd.Process.Pid)), 0o755)
@@ -46,7 +46,7 @@ func TestFreezeStopsAndAlwaysContinues(t *testing.T) {
 		}
 		return f[2]
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	var lines []string
 	go func() { done <- Freeze(ctx, root, name, time.Minute, func(s string) { lines = append(lines, s) }) }()

@@ -125,7 +125,7 @@ func TestNodeFallsBackToHostname(t *testing.T) {
 	if err != nil {
 		t.Skip("no hostname:", err)
 	}
-	r := Gather(context.Background(), Options{Environ: []string{"PATH="}, DevDir: t.TempDir()})
+	r := Gather(t.Context(), Options{Environ: []string{"PATH="}, DevDir: t.TempDir()})
 	if r.Node != host {
 		t.Errorf("node = %q, want hostname %q when NODE_NAME is unset", r.Node, host)
 	}
@@ -354,7 +354,7 @@ func TestRunPrintsOneJSONLineAndTerminationMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	r, err := Run(context.Background(), f.opts(), Expectation{Count: intPtr(3)}, &out, termLog)
+	r, err := Run(t.Context(), f.opts(), Expectation{Count: intPtr(3)}, &out, termLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +404,7 @@ func TestRunPrintsOneJSONLineAndTerminationMessage(t *testing.T) {
 func TestRunCompactsOversizedTerminationMessage(t *testing.T) {
 	// Enough DRA metadata to push the full report over the kubelet's limit.
 	env := []string{"GPU_DEVICE_0=gpu-0"}
-	for i := 0; i < 200; i++ {
+	for i := range 200 {
 		env = append(env, "GPU_DEVICE_"+itoa(i)+"_RESOURCE_CLAIM=claim-with-a-rather-long-uid-"+itoa(i))
 	}
 	f := newFixture(t, env...)
@@ -413,7 +413,7 @@ func TestRunCompactsOversizedTerminationMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if _, err := Run(context.Background(), f.opts(), Expectation{Count: intPtr(1)}, &out, termLog); err != nil {
+	if _, err := Run(t.Context(), f.opts(), Expectation{Count: intPtr(1)}, &out, termLog); err != nil {
 		t.Fatal(err)
 	}
 	if len(out.String()) <= termlog.MaxBytes {
