@@ -47,8 +47,8 @@ type undoStack []Undo
 
 func (s *undoStack) run(ctx context.Context) error {
 	var errs []error
-	for i := len(*s) - 1; i >= 0; i-- {
-		errs = append(errs, (*s)[i](ctx))
+	for _, undo := range slices.Backward(*s) {
+		errs = append(errs, undo(ctx))
 	}
 	return errors.Join(errs...)
 }

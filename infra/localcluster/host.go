@@ -84,7 +84,7 @@ func DetectQuirks() (HostQuirks, error) {
 		return q, fmt.Errorf("statfs /sys/fs/cgroup: %w", err)
 	}
 	_, ctrlErr := os.Stat("/sys/fs/cgroup/cgroup.controllers")
-	q.CgroupV1 = IsCgroupV1(int64(st.Type), ctrlErr == nil)
+	q.CgroupV1 = IsCgroupV1(int64(st.Type), ctrlErr == nil) //nolint:unconvert // Statfs_t.Type is not an int64 on every platform
 	return q, nil
 }
 
