@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -117,10 +117,10 @@ func DumpNamespace(ctx context.Context, kube kubernetes.Interface, kq kueueclien
 		if selector != "" {
 			ev.Items = slices.DeleteFunc(ev.Items, func(e corev1.Event) bool { return !ours[e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name] })
 		}
-		sort.Slice(ev.Items, func(i, j int) bool { return eventTime(ev.Items[i]).Time.Before(eventTime(ev.Items[j]).Time) })
+		slices.SortStableFunc(ev.Items, func(a, b corev1.Event) int { return EventTime(a).Compare(EventTime(b)) })
 		var b strings.Builder
 		for _, e := range ev.Items {
-			fmt.Fprintf(&b, "%s %s %s/%s %s: %s (x%d)\n", eventTime(e).Format("15:04:05"), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, max(e.Count, 1))
+			fmt.Fprintf(&b, "%s %s %s/%s %s: %s (x%d)\n", EventTime(e).Format("15:04:05"), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, max(e.Count, 1))
 		}
 		_ = os.WriteFile(filepath.Join(dir, "events.txt"), []byte(b.String()), 0o644)
 	} else {
@@ -156,20 +156,23 @@ func WriteObject(dir, name string, obj any) error {
 	return os.WriteFile(filepath.Join(dir, name), data, 0o644)
 }
 
-func eventTime(e corev1.Event) metav1.Time {
+// EventTime is when an event last happened: its LastTimestamp, else its EventTime (events.k8s.io
+// events), else its FirstTimestamp, else when it was created.
+func EventTime(e corev1.Event) time.Time {
 	switch {
 	case !e.LastTimestamp.IsZero():
-		return e.LastTimestamp
+		return e.LastTimestamp.Time
 	case !e.EventTime.IsZero():
-		return metav1.NewTime(e.EventTime.Time)
+		return e.EventTime.Time
+	case !e.FirstTimestamp.IsZero():
+		return e.FirstTimestamp.Time
 	}
-	return e.CreationTimestamp
+	return e.CreationTimestamp.Time
 }
 
 // stripManaged drops managedFields, which triple a dump's size and help nobody read it.
 func stripManaged(list runtime.Object) runtime.Object {
-	switch l := list.(type) {
-	case *corev1.PodList:
+	if l, ok := list.(*corev1.PodList); ok {
 		for i := range l.Items {
 			l.Items[i].ManagedFields = nil
 		}
