@@ -401,6 +401,7 @@ func brokenDRA(s Snapshot, configured string) string {
 	return ""
 }
 
+// firstN keeps the first n names and says how many more there are, for messages that list nodes.
 func firstN(s []string, n int) []string {
 	if len(s) > n {
 		return append(s[:n:n], fmt.Sprintf("and %d more", len(s)-n))

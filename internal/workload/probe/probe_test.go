@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -43,7 +44,7 @@ func (f *fixture) fakeNvidiaSMI(output string, exitCode int) *fixture {
 	script := "#!/bin/sh\n[ \"$1\" = \"-L\" ] || { echo \"unexpected args: $*\" >&2; exit 9; }\ncat <<'OUT'\n" +
 		output + "\nOUT\n"
 	if exitCode != 0 {
-		script += "echo 'driver not loaded' >&2\nexit " + itoa(exitCode) + "\n"
+		script += "echo 'driver not loaded' >&2\nexit " + strconv.Itoa(exitCode) + "\n"
 	}
 	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(script), 0o755); err != nil {
 		f.t.Fatal(err)
@@ -51,8 +52,6 @@ func (f *fixture) fakeNvidiaSMI(output string, exitCode int) *fixture {
 	f.env = append(f.env, "PATH="+dir)
 	return f
 }
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func (f *fixture) opts() Options { return Options{Environ: f.env, DevDir: f.devDir} }
 
@@ -405,7 +404,7 @@ func TestRunCompactsOversizedTerminationMessage(t *testing.T) {
 	// Enough DRA metadata to push the full report over the kubelet's limit.
 	env := []string{"GPU_DEVICE_0=gpu-0"}
 	for i := range 200 {
-		env = append(env, "GPU_DEVICE_"+itoa(i)+"_RESOURCE_CLAIM=claim-with-a-rather-long-uid-"+itoa(i))
+		env = append(env, "GPU_DEVICE_"+strconv.Itoa(i)+"_RESOURCE_CLAIM=claim-with-a-rather-long-uid-"+strconv.Itoa(i))
 	}
 	f := newFixture(t, env...)
 	termLog := filepath.Join(t.TempDir(), "termination-log")
