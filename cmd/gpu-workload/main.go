@@ -159,7 +159,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		if f.Name == "expect-ids" {
 			// Given but empty means "expect no devices", hence a non-nil empty list.
 			e.IDs = []string{}
-			for _, id := range strings.Split(*expectIDs, ",") {
+			for id := range strings.SplitSeq(*expectIDs, ",") {
 				if id = strings.TrimSpace(id); id != "" {
 					e.IDs = append(e.IDs, id)
 				}

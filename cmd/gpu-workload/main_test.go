@@ -3,8 +3,8 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,7 +35,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			if code := run(context.Background(), args, &stdout, &stderr); code != exitUsage {
+			if code := run(t.Context(), args, &stdout, &stderr); code != exitUsage {
 				t.Errorf("exit %d, want %d; stderr: %s", code, exitUsage, stderr.String())
 			}
 			if !strings.Contains(stderr.String(), "usage: gpu-workload") {
@@ -50,7 +50,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 
 func TestTrainValidationMessageNamesTheFlag(t *testing.T) {
 	var stderr bytes.Buffer
-	run(context.Background(), []string{"train", "--steps", "3", "--checkpoint-every", "1"}, &bytes.Buffer{}, &stderr)
+	run(t.Context(), []string{"train", "--steps", "3", "--checkpoint-every", "1"}, &bytes.Buffer{}, &stderr)
 	if !strings.Contains(stderr.String(), "--checkpoint-dir is required") {
 		t.Errorf("stderr = %q", stderr.String())
 	}
@@ -59,7 +59,7 @@ func TestTrainValidationMessageNamesTheFlag(t *testing.T) {
 func TestPodResourcesUnreachablePrintsErrorJSON(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	socket := filepath.Join(t.TempDir(), "none.sock")
-	code := run(context.Background(), []string{"podresources", "--socket", socket, "--timeout", "200ms"}, &stdout, &stderr)
+	code := run(t.Context(), []string{"podresources", "--socket", socket, "--timeout", "200ms"}, &stdout, &stderr)
 	if code != exitFail {
 		t.Errorf("exit %d, want %d", code, exitFail)
 	}
@@ -87,7 +87,7 @@ func buildBinary(t *testing.T) string {
 		t.Skip("go tool not on PATH; cannot build the binary")
 	}
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpu-workload-bin")
+		dir, err := os.MkdirTemp("", "gpu-workload-bin") //nolint:usetesting // shared by every test and removed in TestMain, not one test's t.TempDir
 		if err != nil {
 			buildErr = err
 			return
@@ -124,7 +124,7 @@ func TestBinaryProbeFailsWithJSONOnMismatch(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
-	if exitErr, ok := err.(*exec.ExitError); !ok || exitErr.ExitCode() != 1 {
+	if exitErr, ok := errors.AsType[*exec.ExitError](err); !ok || exitErr.ExitCode() != 1 {
 		t.Fatalf("probe exited with %v, want exit status 1; stderr: %s", err, stderr.String())
 	}
 	var report struct {
@@ -211,7 +211,8 @@ func TestBinaryTrainSIGTERMThenResume(t *testing.T) {
 	sig := waitEvent(t, lines, 20*time.Second, func(ev map[string]any) bool { return ev["event"] == "sigterm" })
 	for range lines { // drain until the pipe closes, so Wait cannot race the reader
 	}
-	if err := cmd.Wait(); err == nil || err.(*exec.ExitError).ExitCode() != exitInterrupted {
+	err := cmd.Wait()
+	if exitErr, ok := errors.AsType[*exec.ExitError](err); !ok || exitErr.ExitCode() != exitInterrupted {
 		t.Fatalf("train exited with %v after SIGTERM, want exit status %d (interrupted, not completed); stderr: %s", err, exitInterrupted, stderr.String())
 	}
 	// A step is 50ms; anything near the 30s grace period means the signal was not honoured mid-step.

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // serviceAccountDir is where a pod's API credentials are mounted.
@@ -56,15 +58,16 @@ func checkCommand(args []string) int {
 	return 2
 }
 
+// getWithRetry fetches url every two seconds until it answers or within has passed, and returns the
+// last attempt's result.
 func getWithRetry(url string, within time.Duration) (string, error) {
-	deadline := time.Now().Add(within)
-	for {
-		body, err := get(url)
-		if err == nil || time.Now().After(deadline) {
-			return body, err
-		}
-		time.Sleep(2 * time.Second)
-	}
+	var body string
+	var err error
+	_ = wait.PollUntilContextTimeout(context.Background(), 2*time.Second, within, true, func(context.Context) (bool, error) {
+		body, err = get(url)
+		return err == nil, nil
+	})
+	return body, err
 }
 
 func get(url string) (string, error) {

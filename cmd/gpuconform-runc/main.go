@@ -20,7 +20,7 @@ func main() {
 	if names == "" {
 		names = "CAP_SYS_RESOURCE"
 	}
-	for _, n := range strings.Split(names, ",") {
+	for n := range strings.SplitSeq(names, ",") {
 		drop[strings.TrimSpace(n)] = true
 	}
 	if err := runcwrap.Prepare(os.Args[1:], drop); err != nil {

@@ -159,8 +159,7 @@ func WriteObject(dir, name string, obj any) error {
 
 // stripManaged drops managedFields, which triple a dump's size and help nobody read it.
 func stripManaged(list runtime.Object) runtime.Object {
-	switch l := list.(type) {
-	case *corev1.PodList:
+	if l, ok := list.(*corev1.PodList); ok {
 		for i := range l.Items {
 			l.Items[i].ManagedFields = nil
 		}

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -366,7 +365,7 @@ func nodeMarks(n corev1.Node) []Finding {
 }
 
 func sortFindings(fs []Finding) {
-	sort.Slice(fs, func(i, j int) bool { return fs[i].String() < fs[j].String() })
+	slices.SortFunc(fs, func(a, b Finding) int { return strings.Compare(a.String(), b.String()) })
 }
 
 func isNoMatch(err error) bool {

@@ -70,14 +70,14 @@ func auditor(t *testing.T, kueuePresent bool, objs ...runtime.Object) (Auditor, 
 
 func TestAuditorCleanClusterPasses(t *testing.T) {
 	a, _ := auditor(t, true, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}})
-	res := a.Run(context.Background(), "run-a")
+	res := a.Run(t.Context(), "run-a")
 	if !res.Clean() || len(res.Others) != 0 || len(res.Errors) != 0 {
 		t.Errorf("clean cluster: %+v", res)
 	}
 }
 
 func TestAuditorSeparatesLeaksAndLeftovers(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	now := metav1.Now()
 	a, kube := auditor(t, true,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpuconform-alloc-x", Labels: lbl("run-a")}},
@@ -132,16 +132,16 @@ func TestAuditorSeparatesLeaksAndLeftovers(t *testing.T) {
 
 func TestAuditorWithoutKueueSkipsItsKinds(t *testing.T) {
 	a, _ := auditor(t, false, &kueue.ClusterQueue{ObjectMeta: metav1.ObjectMeta{Name: "cq", Labels: lbl("run-a")}})
-	if res := a.Run(context.Background(), "run-a"); len(res.Ours)+len(res.Others)+len(res.Errors) != 0 {
+	if res := a.Run(t.Context(), "run-a"); len(res.Ours)+len(res.Others)+len(res.Errors) != 0 {
 		t.Errorf("Kueue kinds listed although Kueue is absent: %+v", res)
 	}
-	if err := a.Delete(context.Background(), []Finding{{Kind: "ClusterQueue", Name: "cq"}}); err == nil {
+	if err := a.Delete(t.Context(), []Finding{{Kind: "ClusterQueue", Name: "cq"}}); err == nil {
 		t.Error("deleting a Kueue kind without Kueue should fail")
 	}
 }
 
 func TestAuditorTeamNamespaceListsOnlyThatNamespace(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	a, _ := auditor(t, true,
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe-1-alloc-x1", Namespace: "team-a", Labels: lbl("run-a")}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "their-pod", Namespace: "team-a"}}, // the team's own: never ours
@@ -173,14 +173,14 @@ func TestAuditorTeamNamespaceListsOnlyThatNamespace(t *testing.T) {
 func TestAuditorFindsAndClearsAnInterruptedRunsDeviceFault(t *testing.T) {
 	a, kube := auditor(t, false, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1",
 		Annotations: map[string]string{UnhealthyDevicesAnnotation: "GPU-1", FaultRunAnnotation: "run-old"}}})
-	res := a.Run(context.Background(), "run-a")
+	res := a.Run(t.Context(), "run-a")
 	if len(res.Others) != 1 || res.Others[0].Run != "run-old" || res.Others[0].Kind != "NodeAnnotation" {
 		t.Fatalf("others = %v, want the fault of run-old", res.Others)
 	}
-	if err := a.Delete(context.Background(), res.Others); err != nil {
+	if err := a.Delete(t.Context(), res.Others); err != nil {
 		t.Fatal(err)
 	}
-	n, _ := kube.CoreV1().Nodes().Get(context.Background(), "w1", metav1.GetOptions{})
+	n, _ := kube.CoreV1().Nodes().Get(t.Context(), "w1", metav1.GetOptions{})
 	if len(n.Annotations) != 0 {
 		t.Errorf("annotations left: %v", n.Annotations)
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"slices"
@@ -181,15 +182,11 @@ func UnreachableError(server, contextName string, err error) error {
 	if u, perr := url.Parse(server); perr == nil && u.Host != "" {
 		host = u.Host
 	}
-	return fmt.Errorf("cannot reach the API server %s (context %q, %s): %v; %s", server, contextName, host, err, hint)
+	return fmt.Errorf("cannot reach the API server %s (context %q, %s): %w; %s", server, contextName, host, err, hint)
 }
 
 func available[V any](m map[string]V) string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(m))
 	if len(names) == 0 {
 		return "(none)"
 	}

@@ -1,11 +1,12 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -268,7 +269,7 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 	if len(c.Taints.Excluding) > 0 {
 		// Nodes the test pods cannot use are not part of the pool the specs size and pin to.
 		c.Pools.GPU.Nodes = slices.DeleteFunc(c.Pools.GPU.Nodes, func(n string) bool { return c.Taints.Excluding[n] != nil })
-		for _, n := range sortedKeys(c.Taints.Excluding) {
+		for _, n := range slices.Sorted(maps.Keys(c.Taints.Excluding)) {
 			names := make([]string, 0, len(c.Taints.Excluding[n]))
 			advice := "tolerate it with --toleration or --dedication-taint to use the node"
 			for _, t := range c.Taints.Excluding[n] {
@@ -317,7 +318,7 @@ func discoverDevicePlugin(nodes []corev1.Node, configured string) (*DevicePlugin
 		if len(candidates) == 0 {
 			return nil, "no node advertises a GPU extended resource in allocatable (looked for nvidia.com/gpu and */*gpu*); set devicePlugin.resourceName if yours is named differently"
 		}
-		sort.Strings(candidates)
+		slices.Sort(candidates)
 		resource = corev1.ResourceName(candidates[0])
 	}
 	p := &DevicePluginPath{ResourceName: resource, Allocatable: map[string]int64{}}
@@ -362,8 +363,8 @@ func brokenDevicePlugin(nodes []corev1.Node, configured string) string {
 			}
 		}
 	}
-	sort.Strings(capOnly)
-	sort.Strings(labelled)
+	slices.Sort(capOnly)
+	slices.Sort(labelled)
 	switch {
 	case len(capOnly) > 0:
 		return fmt.Sprintf("node(s) %s report capacity for %s but 0 allocatable: the device plugin registered and no longer serves (check its pods and the kubelet's log on those nodes)",
@@ -400,6 +401,7 @@ func brokenDRA(s Snapshot, configured string) string {
 	return ""
 }
 
+// firstN keeps the first n names and says how many more there are, for messages that list nodes.
 func firstN(s []string, n int) []string {
 	if len(s) > n {
 		return append(s[:n:n], fmt.Sprintf("and %d more", len(s)-n))
@@ -467,11 +469,11 @@ func discoverDRA(s Snapshot, configured string) (*DRAPath, string) {
 		if configured != "" {
 			return nil, fmt.Sprintf("DeviceClass %q (set by dra.deviceClass) does not exist", configured)
 		}
-		return nil, fmt.Sprintf("no DeviceClass selects a driver that publishes ResourceSlices (drivers: %s); set dra.deviceClass", strings.Join(sortedKeys(drivers), ", "))
+		return nil, fmt.Sprintf("no DeviceClass selects a driver that publishes ResourceSlices (drivers: %s); set dra.deviceClass", strings.Join(slices.Sorted(maps.Keys(drivers)), ", "))
 	}
 	if driver == "" {
 		// A configured class selecting by attributes only: count every node-local device.
-		driver = strings.Join(sortedKeys(drivers), ",")
+		driver = strings.Join(slices.Sorted(maps.Keys(drivers)), ",")
 	}
 	p := &DRAPath{DeviceClass: class.Name, Driver: driver, Devices: map[string][]string{}}
 	for _, sl := range s.ResourceSlices {
@@ -483,7 +485,7 @@ func discoverDRA(s Snapshot, configured string) (*DRAPath, string) {
 			if v := attr(d, "driverVersion"); v != "" && p.DriverVersion == "" {
 				p.DriverVersion = v
 			}
-			if v := cmpOr(attr(d, "model"), attr(d, "productName")); v != "" && p.Model == "" {
+			if v := cmp.Or(attr(d, "model"), attr(d, "productName")); v != "" && p.Model == "" {
 				p.Model = v
 			}
 		}
@@ -492,7 +494,7 @@ func discoverDRA(s Snapshot, configured string) (*DRAPath, string) {
 		return nil, fmt.Sprintf("DeviceClass %q selects driver %s, but no node-local ResourceSlice of it has devices", class.Name, driver)
 	}
 	for n := range p.Devices {
-		sort.Strings(p.Devices[n])
+		slices.Sort(p.Devices[n])
 	}
 	return p, ""
 }
@@ -511,13 +513,6 @@ func attr(d resourcev1.Device, name string) string {
 		}
 	}
 	return ""
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func discoverKueue(s Snapshot) KueueInfo {
@@ -575,12 +570,12 @@ func discoverSharing(nodes []corev1.Node) Sharing {
 	}
 	if len(mig) > 0 {
 		modes[sharingModeMIG] = true
-		sh.MIGResources = sortedKeys(mig)
+		sh.MIGResources = slices.Sorted(maps.Keys(mig))
 	}
 	if len(modes) == 0 {
 		sh.Mode = sharingModeExclusive
 	} else {
-		sh.Mode = strings.Join(sortedKeys(modes), "+")
+		sh.Mode = strings.Join(slices.Sorted(maps.Keys(modes)), "+")
 	}
 	return sh
 }
@@ -609,7 +604,7 @@ func nodeInfos(nodes []corev1.Node, dp *DevicePluginPath, dra *DRAPath) []NodeIn
 			out = append(out, ni)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	slices.SortFunc(out, func(a, b NodeInfo) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
@@ -625,7 +620,7 @@ func resolvePool(name, selector string, explicit bool, nodes []corev1.Node, with
 			p.Nodes = append(p.Nodes, n.Name)
 		}
 	}
-	sort.Strings(p.Nodes)
+	slices.Sort(p.Nodes)
 	switch {
 	case len(p.Nodes) > 0:
 	case explicit:
@@ -637,13 +632,4 @@ func resolvePool(name, selector string, explicit bool, nodes []corev1.Node, with
 		p.Note = fmt.Sprintf("default selector %q matches no node and the %s pool never falls back (it may be changed by disruptive specs); configure pools.%s", selector, name, name)
 	}
 	return p
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -68,7 +67,7 @@ func localCluster() *fake.Clientset {
 }
 
 func TestDiscoverLocalCluster(t *testing.T) {
-	snap, err := Collect(context.Background(), localCluster(), "kueue-system")
+	snap, err := Collect(t.Context(), localCluster(), "kueue-system")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +137,7 @@ func TestDevicePluginResourceSelection(t *testing.T) {
 }
 
 func TestDRAConfiguredClassMissing(t *testing.T) {
-	snap, _ := Collect(context.Background(), localCluster(), "kueue-system")
+	snap, _ := Collect(t.Context(), localCluster(), "kueue-system")
 	cfg, _ := config.Parse([]string{"--dra-device-class", "nope"})
 	caps := Discover(snap, cfg)
 	if caps.DRA != nil || !strings.Contains(caps.NotExercised["dra"], `"nope"`) {
@@ -168,7 +167,7 @@ type errString string
 func (e errString) Error() string { return string(e) }
 
 func TestDiscoverTellsBrokenFromAbsent(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	// The device plugin stopped serving: capacity stays, allocatable is 0. The DRA driver's kubelet plugin
 	// is gone: its DeviceClass is there, no slice publishes devices.
 	stopped := gpuNode("w1", map[string]string{"nvidia.com/gpu.count": "4"}, map[string]int64{"nvidia.com/gpu": 0})
@@ -223,7 +222,7 @@ func TestDiscoverBrokenNodeBesideWorkingOnes(t *testing.T) {
 	dead := gpuNode("w2", map[string]string{"nvidia.com/gpu.count": "4"}, map[string]int64{"nvidia.com/gpu": 0})
 	dead.Status.Capacity = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}
 	mig := gpuNode("w3", map[string]string{"nvidia.com/gpu.count": "1"}, map[string]int64{"nvidia.com/mig-1g.10gb": 7})
-	snap, err := Collect(context.Background(), fake.NewClientset(gpuNode("w1", map[string]string{"nvidia.com/gpu.count": "4"}, map[string]int64{"nvidia.com/gpu": 4}), dead, mig), "kueue-system")
+	snap, err := Collect(t.Context(), fake.NewClientset(gpuNode("w1", map[string]string{"nvidia.com/gpu.count": "4"}, map[string]int64{"nvidia.com/gpu": 4}), dead, mig), "kueue-system")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -78,7 +78,7 @@ func ParseFeatureGates(component string, metrics io.Reader) ([]FeatureGate, erro
 		g.Enabled = m.GetGauge().GetValue() == 1
 		gates = append(gates, g)
 	}
-	sort.Slice(gates, func(i, j int) bool { return gates[i].Name < gates[j].Name })
+	slices.SortFunc(gates, func(a, b FeatureGate) int { return strings.Compare(a.Name, b.Name) })
 	return gates, nil
 }
 
@@ -172,8 +172,7 @@ func gateNode(s Snapshot) string {
 	if len(names) == 0 {
 		return ""
 	}
-	sort.Strings(names)
-	return names[0]
+	return slices.Min(names)
 }
 
 // NodeReady is the status of the node's Ready condition; "" when it has none.

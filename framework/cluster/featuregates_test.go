@@ -78,7 +78,7 @@ func TestReadFeatureGates(t *testing.T) {
 		}
 	}
 
-	gates, notes := readFeatureGates(context.Background(), getter(nil, nil), "w1")
+	gates, notes := readFeatureGates(t.Context(), getter(nil, nil), "w1")
 	if len(notes) != 0 {
 		t.Errorf("notes: %v", notes)
 	}
@@ -91,7 +91,7 @@ func TestReadFeatureGates(t *testing.T) {
 	}
 
 	// The kubelet's metrics need nodes/proxy: forbidden is a note naming it, and the API server's gates stay.
-	gates, notes = readFeatureGates(context.Background(), getter(nil, forbidden), "w1")
+	gates, notes = readFeatureGates(t.Context(), getter(nil, forbidden), "w1")
 	if len(notes) != 1 || !strings.Contains(notes[0], "nodes/proxy") || !strings.Contains(notes[0], "kubelet/w1") {
 		t.Errorf("notes = %v", notes)
 	}
@@ -101,12 +101,12 @@ func TestReadFeatureGates(t *testing.T) {
 		}
 	}
 
-	gates, notes = readFeatureGates(context.Background(), getter(apierrors.NewForbidden(schema.GroupResource{}, "/metrics", nil), nil), "")
+	gates, notes = readFeatureGates(t.Context(), getter(apierrors.NewForbidden(schema.GroupResource{}, "/metrics", nil), nil), "")
 	if len(gates) != 0 || len(notes) != 1 || !strings.Contains(notes[0], "/metrics") {
 		t.Errorf("API server forbidden: gates %v notes %v", gates, notes)
 	}
 
-	if _, notes := readFeatureGates(context.Background(), nil, "w1"); len(notes) != 1 {
+	if _, notes := readFeatureGates(t.Context(), nil, "w1"); len(notes) != 1 {
 		t.Errorf("no transport: notes %v", notes)
 	}
 }

@@ -147,7 +147,7 @@ func Preflight(ctx context.Context, kube kubernetes.Interface, perms []Permissio
 		}}
 		res, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 		if err != nil {
-			return fmt.Errorf("RBAC preflight: cannot create a SelfSubjectAccessReview (%v); the suite cannot check its permissions", err)
+			return fmt.Errorf("RBAC preflight: cannot create a SelfSubjectAccessReview (%w); the suite cannot check its permissions", err)
 		}
 		if !res.Status.Allowed {
 			missing = append(missing, fmt.Sprintf("%s: needed to %s", p, p.Why))

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -75,8 +76,8 @@ func CheckKueueWebhookReady(ctx context.Context, kube kubernetes.Interface, name
 			}
 		}
 	}
-	return fmt.Errorf("Kueue webhook Service %s/%s (of webhook %s) has no ready endpoint (%d EndpointSlices); is kueue-controller-manager running? `kubectl -n %s get pods`",
-		ref.Namespace, ref.Name, cmpOr(ref.Webhook, "unknown"), len(eps.Items), ref.Namespace)
+	return fmt.Errorf("the Kueue webhook Service %s/%s (of webhook %s) has no ready endpoint (%d EndpointSlices); is kueue-controller-manager running? `kubectl -n %s get pods`",
+		ref.Namespace, ref.Name, cmp.Or(ref.Webhook, "unknown"), len(eps.Items), ref.Namespace)
 }
 
 // CheckStackReady returns nil when every path the configuration demands is discovered with devices

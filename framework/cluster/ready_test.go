@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -25,7 +24,7 @@ func kueueWebhookConfig(ns, svc string) *admissionv1.MutatingWebhookConfiguratio
 }
 
 func TestKueueWebhookIsFoundFromTheWebhookConfigurations(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	// A release that renamed the Service and lives in another namespace than the configured one.
 	kube := fake.NewClientset(kueueWebhookConfig("queues", "rel-kueue-webhook"),
 		&discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "queues", Labels: map[string]string{discoveryv1.LabelServiceName: "rel-kueue-webhook"}},

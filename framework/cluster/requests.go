@@ -1,8 +1,9 @@
 package cluster
 
 import (
+	"maps"
 	"net/http"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,11 +31,7 @@ func (c Counts) Total() int64 {
 
 // String renders "total (kind n, ...)" in a stable order.
 func (c Counts) String() string {
-	kinds := make([]string, 0, len(c))
-	for k := range c {
-		kinds = append(kinds, k)
-	}
-	sort.Strings(kinds)
+	kinds := slices.Sorted(maps.Keys(c))
 	parts := make([]string, 0, len(kinds))
 	for _, k := range kinds {
 		parts = append(parts, k+" "+strconv.FormatInt(c[k], 10))
@@ -47,9 +44,7 @@ func (r *RequestCounter) Snapshot() Counts {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := Counts{}
-	for k, v := range r.counts {
-		out[k] = v
-	}
+	maps.Copy(out, r.counts)
 	return out
 }
 

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -60,7 +59,7 @@ func TestResourcesRequestsAreCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ns corev1.Namespace
-	if err := c.ResourcesIn("other").Get(context.Background(), "x", "", &ns); err != nil || ns.Name != "x" {
+	if err := c.ResourcesIn("other").Get(t.Context(), "x", "", &ns); err != nil || ns.Name != "x" {
 		t.Fatalf("get: %v %+v", err, ns)
 	}
 	if got := counter.Snapshot(); got["get"] == 0 {

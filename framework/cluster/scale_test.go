@@ -15,14 +15,14 @@ import (
 func bigSnapshot(n int) Snapshot {
 	s := Snapshot{DeviceClasses: []resourcev1.DeviceClass{{ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"}, Spec: resourcev1.DeviceClassSpec{
 		Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "gpu.nvidia.com"`}}}}}}, ResourceAPI: true}
-	for i := 0; i < n; i++ {
+	for i := range n {
 		name := fmt.Sprintf("gpu-node-%05d", i)
 		// Every node carries the same taints, as an API server's admission taints every new node
 		// not-ready and a managed service dedicates its GPU pool.
 		s.Nodes = append(s.Nodes, *tainted(gpuNode(name, map[string]string{LabelGPUProduct: "H100"}, map[string]int64{"nvidia.com/gpu": 8}), notReady, gpuDedication))
 		sl := resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu"}, Spec: resourcev1.ResourceSliceSpec{
 			Driver: "gpu.nvidia.com", NodeName: ptr.To(name), Pool: resourcev1.ResourcePool{Name: name, ResourceSliceCount: 1}}}
-		for d := 0; d < 8; d++ {
+		for d := range 8 {
 			sl.Spec.Devices = append(sl.Spec.Devices, resourcev1.Device{Name: fmt.Sprintf("gpu-%d", d)})
 		}
 		s.ResourceSlices = append(s.ResourceSlices, sl)

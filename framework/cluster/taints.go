@@ -3,7 +3,7 @@ package cluster
 import (
 	"fmt"
 	"slices"
-	"sort"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -100,7 +100,7 @@ func discoverTaints(pool []string, nodes []corev1.Node, configuredKeys []string,
 			}
 		}
 	}
-	sort.Slice(t.Dedication, func(i, j int) bool { return key(t.Dedication[i]) < key(t.Dedication[j]) })
+	slices.SortFunc(t.Dedication, func(a, b corev1.Taint) int { return strings.Compare(key(a), key(b)) })
 	if autoTolerate {
 		t.Tolerated = slices.Clone(t.Dedication)
 	}

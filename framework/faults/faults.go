@@ -23,6 +23,7 @@ package faults
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -176,7 +177,7 @@ func (i *Injector) RestartKubelet(ctx context.Context, node string) error {
 // Undo that makes it healthy again.
 func (i *Injector) MarkDeviceUnhealthy(ctx context.Context, p DeviceProvider, dev Device) (Undo, error) {
 	if p == nil {
-		return nil, fmt.Errorf("no device fault provider")
+		return nil, errors.New("no device fault provider")
 	}
 	if err := i.inPool(dev.Node); err != nil {
 		return nil, err
@@ -240,7 +241,7 @@ func Mark(ctx context.Context, kube kubernetes.Interface, node, runID, fault str
 // ParseMarks splits a FaultsAnnotation value.
 func ParseMarks(v string) []string {
 	var out []string
-	for _, e := range strings.Split(v, ",") {
+	for e := range strings.SplitSeq(v, ",") {
 		if e = strings.TrimSpace(e); e != "" {
 			out = append(out, e)
 		}

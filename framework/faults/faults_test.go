@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,8 +11,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	clienttesting "k8s.io/client-go/testing"
 
 	"gpuconform.io/gpuconform/framework/config"
 )
@@ -31,7 +35,7 @@ func defaults() config.FaultsConfig { return config.Default().Faults }
 
 func TestNewChoosesProvidersFromTheCluster(t *testing.T) {
 	kind := []corev1.Node{*node("w1", "kind://docker/x/w1", true), *node("w2", "kind://docker/x/w2", true)}
-	real := []corev1.Node{*node("gpu-1", "aws:///us-east-1a/i-1", false)}
+	cloud := []corev1.Node{*node("gpu-1", "aws:///us-east-1a/i-1", false)}
 
 	inj := New(Options{Pool: kind, Config: defaults(), LookPath: docker, ServesDeviceTaintRules: true})
 	if _, ok := inj.Nodes.(*Local); !ok {
@@ -49,7 +53,7 @@ func TestNewChoosesProvidersFromTheCluster(t *testing.T) {
 		t.Errorf("no docker: node provider %v, why %q", inj.Nodes, inj.NodesWhy)
 	}
 
-	inj = New(Options{Pool: real, Config: defaults(), LookPath: docker})
+	inj = New(Options{Pool: cloud, Config: defaults(), LookPath: docker})
 	if inj.Nodes != nil || !strings.Contains(inj.NodesWhy, "--fault-command") || inj.Devices != nil || inj.DRAEvict != nil {
 		t.Errorf("real cluster without configuration must have no providers and say what to give: %+v", inj)
 	}
@@ -59,7 +63,7 @@ func TestNewChoosesProvidersFromTheCluster(t *testing.T) {
 
 	c := defaults()
 	c.Command = "/opt/faults.sh"
-	inj = New(Options{Pool: real, Config: c, ServesDeviceTaintRules: true})
+	inj = New(Options{Pool: cloud, Config: c, ServesDeviceTaintRules: true})
 	if _, ok := inj.Nodes.(*Command); !ok {
 		t.Errorf("--fault-command: node provider %T", inj.Nodes)
 	}
@@ -69,10 +73,10 @@ func TestNewChoosesProvidersFromTheCluster(t *testing.T) {
 
 	c = defaults()
 	c.NodeProvider = config.FaultProviderKubeletStop
-	if inj = New(Options{Pool: real, Config: c}); inj.Nodes != nil || !strings.Contains(inj.NodesWhy, "--helper-namespace") {
+	if inj = New(Options{Pool: cloud, Config: c}); inj.Nodes != nil || !strings.Contains(inj.NodesWhy, "--helper-namespace") {
 		t.Errorf("kubelet-stop without a helper namespace: %v %q", inj.Nodes, inj.NodesWhy)
 	}
-	if inj = New(Options{Pool: real, Config: c, HelperNamespace: "gpu-operator"}); inj.Nodes == nil {
+	if inj = New(Options{Pool: cloud, Config: c, HelperNamespace: "gpu-operator"}); inj.Nodes == nil {
 		t.Errorf("kubelet-stop: %q", inj.NodesWhy)
 	}
 
@@ -106,7 +110,7 @@ func (r *recorder) SetHealth(_ context.Context, d Device, healthy bool) error {
 // A fault is recorded on its node before it is injected; an interrupted run's faults are found there and
 // undone by Restore with the same kind of provider; nodes outside the pool are refused.
 func TestFaultsAreRecordedAndAnInterruptedRunsAreRestored(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	kube := fake.NewClientset(node("w1", "", true), node("cp", "", false))
 	rec := &recorder{}
 	inj := &Injector{Kube: kube, RunID: "run-1", Pool: []string{"w1"}, Nodes: rec, Devices: rec}
@@ -163,7 +167,7 @@ func TestCommandProviderCallsTheScript(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Command{Path: script, RunID: "r1"}
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := c.StopNode(ctx, "gpu-1"); err != nil {
 		t.Fatal(err)
 	}
@@ -205,5 +209,36 @@ func TestRuleNameIsAValidName(t *testing.T) {
 	got := RuleName("20261201-0350-abcd", Device{Pool: "gpuconform-worker", Name: "gpu-3"})
 	if got != "gpuconform-20261201-0350-abcd-gpuconform-worker-gpu-3" {
 		t.Errorf("RuleName = %s", got)
+	}
+}
+
+// start replaces a helper that is still going away (the create answers AlreadyExists until it has) and
+// returns once the new helper runs, or with the helper's failure.
+func TestKubeletStopStartWaitsForTheHelper(t *testing.T) {
+	for _, tc := range []struct {
+		phase   corev1.PodPhase
+		wantErr string
+	}{{corev1.PodRunning, ""}, {corev1.PodFailed, "helper pod gpu-operator/gpuconform-kubelet-stop-gpu-1 failed: Evicted"}} {
+		kube := fake.NewClientset()
+		creates := 0
+		kube.PrependReactor("create", "pods", func(clienttesting.Action) (bool, runtime.Object, error) {
+			if creates++; creates == 1 {
+				return true, nil, apierrors.NewAlreadyExists(corev1.Resource("pods"), "gpuconform-kubelet-stop-gpu-1")
+			}
+			return false, nil, nil
+		})
+		kube.PrependReactor("get", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+			name := a.(clienttesting.GetAction).GetName()
+			return true, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: a.GetNamespace()},
+				Status: corev1.PodStatus{Phase: tc.phase, Reason: "Evicted"}}, nil
+		})
+		k := &KubeletStop{Kube: kube, RunID: "r1", Namespace: "gpu-operator", Image: "reg/gpu-workload:1", StopFor: time.Minute}
+		err := k.StopNode(t.Context(), "gpu-1")
+		if got := fmt.Sprint(err); tc.wantErr == "" && err != nil || tc.wantErr != "" && !strings.Contains(got, tc.wantErr) {
+			t.Errorf("phase %s: StopNode = %v, want %q", tc.phase, err, tc.wantErr)
+		}
+		if creates != 2 {
+			t.Errorf("phase %s: %d creates, want 2 (one refused while the old helper goes)", tc.phase, creates)
+		}
 	}
 }

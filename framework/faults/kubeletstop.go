@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -65,42 +66,44 @@ func (k *KubeletStop) helper(node, purpose string, args ...string) *corev1.Pod {
 func (k *KubeletStop) start(ctx context.Context, pod *corev1.Pod) error {
 	// A helper of an earlier stop on this node has finished; replace it.
 	_ = k.Kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := k.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
-		if err == nil {
-			break
+	// The deleted helper may take a while to go; until then the create answers AlreadyExists.
+	var createErr error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, createErr = k.Kube.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(createErr) {
+			return false, nil
 		}
-		if !apierrors.IsAlreadyExists(err) || time.Now().After(deadline) {
-			return fmt.Errorf("creating the privileged helper pod %s/%s (it needs a namespace that admits privileged pods: --helper-namespace): %w", pod.Namespace, pod.Name, err)
+		return createErr == nil, createErr
+	})
+	if err != nil {
+		if wait.Interrupted(err) && ctx.Err() == nil && createErr != nil {
+			err = createErr // still there after 30s: say so rather than "context deadline exceeded"
 		}
-		time.Sleep(time.Second)
+		return fmt.Errorf("creating the privileged helper pod %s/%s (it needs a namespace that admits privileged pods: --helper-namespace): %w", pod.Namespace, pod.Name, err)
 	}
 	// The helper acts as soon as its container runs; wait for that, so a helper that cannot start (image,
 	// a webhook) is reported here and not as a node that never went NotReady. A kubelet frozen before it
 	// reported the container running is why this gives up quietly after a minute.
-	until := time.Now().Add(time.Minute)
-	for time.Now().Before(until) {
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(context.Context) (bool, error) {
 		p, err := k.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
-		if err == nil {
-			switch {
-			case p.Status.Phase == corev1.PodFailed:
-				return fmt.Errorf("helper pod %s/%s failed: %s %s", pod.Namespace, pod.Name, p.Status.Reason, p.Status.Message)
-			case p.Status.Phase != corev1.PodPending:
-				return nil
-			case len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
-				p.Status.ContainerStatuses[0].State.Waiting.Reason != "ContainerCreating":
-				w := p.Status.ContainerStatuses[0].State.Waiting
-				return fmt.Errorf("helper pod %s/%s cannot start: %s %s", pod.Namespace, pod.Name, w.Reason, w.Message)
-			}
+		switch {
+		case err != nil:
+			return false, nil //nolint:nilerr // a failed read is retried until the minute is up
+		case p.Status.Phase == corev1.PodFailed:
+			return false, fmt.Errorf("helper pod %s/%s failed: %s %s", pod.Namespace, pod.Name, p.Status.Reason, p.Status.Message)
+		case p.Status.Phase != corev1.PodPending:
+			return true, nil
+		case len(p.Status.ContainerStatuses) > 0 && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason != "ContainerCreating":
+			w := p.Status.ContainerStatuses[0].State.Waiting
+			return false, fmt.Errorf("helper pod %s/%s cannot start: %s %s", pod.Namespace, pod.Name, w.Reason, w.Message)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
+		return false, nil
+	})
+	if wait.Interrupted(err) && ctx.Err() == nil {
+		return nil // the minute passed quietly
 	}
-	return nil
+	return err
 }
 
 // ShutsDown implements NodeProvider: only the kubelet stops; the pods' containers keep running.

@@ -3,6 +3,7 @@ package faults
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -55,7 +56,7 @@ func RuleName(runID string, dev Device) string {
 func (t *TaintRule) SetHealth(ctx context.Context, dev Device, healthy bool) error {
 	rc, ok := restClient(t.Kube)
 	if !ok {
-		return fmt.Errorf("no REST client for resource.k8s.io/v1")
+		return errors.New("no REST client for resource.k8s.io/v1")
 	}
 	if dev.Name == "" || dev.Driver == "" {
 		return fmt.Errorf("device %s has no DRA identity (driver, pool, name) to select in a DeviceTaintRule", dev.ID)
@@ -133,7 +134,7 @@ func ListTaintRules(ctx context.Context, kube kubernetes.Interface) (map[string]
 func DeleteTaintRule(ctx context.Context, kube kubernetes.Interface, name string) error {
 	rc, ok := restClient(kube)
 	if !ok {
-		return fmt.Errorf("no REST client for resource.k8s.io/v1")
+		return errors.New("no REST client for resource.k8s.io/v1")
 	}
 	err := rc.Delete().Resource("devicetaintrules").Name(name).Do(ctx).Error()
 	if apierrors.IsNotFound(err) {

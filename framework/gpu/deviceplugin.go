@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -107,7 +107,7 @@ func (p *DevicePlugin) Given(ctx context.Context, in GivenInput) (Allocation, er
 		return a, fmt.Errorf("the kubelet on %s does not list pod %s/%s (it reports only active pods; did the pod finish?)", a.Node, pod.Namespace, pod.Name)
 	}
 	a.Devices = append([]string{}, devices...)
-	sort.Strings(a.Devices)
+	slices.Sort(a.Devices)
 	a.Count = len(a.Devices)
 	return a, nil
 }
@@ -117,7 +117,7 @@ var errHelperForbidden = errors.New("helper pod forbidden")
 // runPodResourcesHelper runs `gpu-workload podresources` on the pod's node and returns its logs.
 func runPodResourcesHelper(ctx context.Context, in GivenInput, _ corev1.ResourceName) (string, error) {
 	pod := in.Pod
-	name := "podresources-" + strings.TrimSuffix(truncateName(pod.Name, 40), "-")
+	name := "podresources-" + strings.TrimSuffix(pod.Name[:min(40, len(pod.Name))], "-")
 	ns := cmp.Or(in.HelperNamespace, pod.Namespace)
 	helper := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Namespace: ns, Labels: map[string]string{
@@ -145,7 +145,7 @@ func runPodResourcesHelper(ctx context.Context, in GivenInput, _ corev1.Resource
 	// engines refuse: any admission refusal (RBAC, PodSecurity, a webhook or a validating policy, which
 	// may answer Invalid and name another rule first) is the documented fallback, not a failure.
 	if _, denied := diagnose.ParseAdmissionDenial(fmt.Sprint(err)); err != nil && (apierrors.IsForbidden(err) || apierrors.IsInvalid(err) && (denied || strings.Contains(err.Error(), "hostPath"))) {
-		return "", fmt.Errorf("%w: creating a hostPath pod in %s was refused (a namespace that admits it can be named with --helper-namespace): %v", errHelperForbidden, ns, err)
+		return "", fmt.Errorf("%w: creating a hostPath pod in %s was refused (a namespace that admits it can be named with --helper-namespace): %w", errHelperForbidden, ns, err)
 	}
 	if err != nil {
 		return "", fmt.Errorf("creating podresources helper pod: %w", err)
@@ -200,13 +200,6 @@ func phase(p *corev1.Pod) string {
 		return "unknown"
 	}
 	return string(p.Status.Phase)
-}
-
-func truncateName(s string, n int) string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 func sum(m map[string]int64) int64 {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 
@@ -149,8 +148,8 @@ func (p *DRA) Given(ctx context.Context, in GivenInput) (Allocation, error) {
 			a.Aliases[r.Device] = ids[i]
 		}
 	}
-	sort.Strings(a.Devices)
-	sort.Strings(a.DeviceRefs)
+	slices.Sort(a.Devices)
+	slices.Sort(a.DeviceRefs)
 	a.Count = len(a.Devices)
 	return a, nil
 }
@@ -214,16 +213,9 @@ func (p *DRA) CheckFromNodeSlices(ctx context.Context, kube kubernetes.Interface
 			continue
 		}
 		return fmt.Errorf("%s was allocated device %s, but no ResourceSlice on node %s publishes it (slices on other nodes: %s)",
-			a.Source, ref, a.Node, strings.Join(firstN(elsewhere, 8), ", "))
+			a.Source, ref, a.Node, strings.Join(elsewhere[:min(8, len(elsewhere))], ", "))
 	}
 	return nil
-}
-
-func firstN(s []string, n int) []string {
-	if len(s) > n {
-		return s[:n]
-	}
-	return s
 }
 
 // ClaimRecorder watches the ResourceClaims of one namespace and remembers each claim's last allocated

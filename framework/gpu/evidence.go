@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"gpuconform.io/gpuconform/internal/workload/podresources"
@@ -53,9 +54,9 @@ func ParseProbe(text string) (ProbeReport, error) {
 // ParsePodResources decodes the podresources helper's output (the last JSON line).
 func ParsePodResources(text string) (PodResourcesReport, error) {
 	lines := strings.Split(strings.TrimSpace(text), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
+	for _, line := range slices.Backward(lines) {
 		var r PodResourcesReport
-		if err := json.Unmarshal([]byte(strings.TrimSpace(lines[i])), &r); err == nil && r.Pods != nil {
+		if err := json.Unmarshal([]byte(strings.TrimSpace(line)), &r); err == nil && r.Pods != nil {
 			return r, nil
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -116,7 +115,7 @@ func InUse(ctx context.Context, kube kubernetes.Interface, p Path, nodes ...stri
 		return nil, fmt.Errorf("no usage reading for path %s", p.Name())
 	}
 	for n, u := range out {
-		sort.Strings(u.Holders)
+		slices.Sort(u.Holders)
 		out[n] = u
 	}
 	return out, nil

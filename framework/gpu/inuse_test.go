@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,7 +19,7 @@ func gpuPod(ns, name, node string, gpus string, phase corev1.PodPhase) *corev1.P
 
 // Other teams' GPU pods and claims on a node are what a whole-node check must leave out.
 func TestInUse(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	kube := fake.NewClientset(
 		gpuPod("team-a", "train", "w1", "3", corev1.PodRunning),
 		gpuPod("team-b", "done", "w1", "4", corev1.PodSucceeded), // ended: holds nothing

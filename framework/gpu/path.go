@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -124,7 +123,7 @@ func NodesWithAtLeast(p Path, n int64) []string {
 			out = append(out, node)
 		}
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 
@@ -143,8 +142,8 @@ func (a Allocation) Normalize(seen []string) []string {
 // SameDevices compares two device sets ignoring order.
 func SameDevices(a, b []string) bool {
 	x, y := slices.Clone(a), slices.Clone(b)
-	sort.Strings(x)
-	sort.Strings(y)
+	slices.Sort(x)
+	slices.Sort(y)
 	return slices.Equal(x, y)
 }
 

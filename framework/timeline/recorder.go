@@ -2,9 +2,10 @@ package timeline
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -207,11 +208,7 @@ func (r *Recorder) pod(ctx context.Context, p *corev1.Pod) {
 		r.logged[p.Name] = true
 		r.mu.Unlock()
 		if first {
-			r.wg.Add(1)
-			go func() {
-				defer r.wg.Done()
-				r.readLog(ctx, w, p.Name)
-			}()
+			r.wg.Go(func() { r.readLog(ctx, w, p.Name) })
 		}
 	}
 }
@@ -352,10 +349,7 @@ func sortWorkloads(ws []Workload) {
 		}
 		return w.Events[0].At
 	}
-	sort.SliceStable(ws, func(i, j int) bool {
-		if a, b := first(ws[i]), first(ws[j]); !a.Equal(b) {
-			return a.Before(b)
-		}
-		return ws[i].Name < ws[j].Name
+	slices.SortStableFunc(ws, func(a, b Workload) int {
+		return cmp.Or(first(a).Compare(first(b)), strings.Compare(a.Name, b.Name))
 	})
 }

@@ -10,11 +10,13 @@
 package timeline
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"gpuconform.io/gpuconform/framework/artifacts"
@@ -174,7 +176,7 @@ func ReadAll(artifactsDir string) ([]Timeline, error) {
 		}
 		out = append(out, t)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Spec < out[j].Spec })
+	slices.SortFunc(out, func(a, b Timeline) int { return strings.Compare(a.Spec, b.Spec) })
 	return out, nil
 }
 
@@ -184,11 +186,8 @@ func sortEvents(evs []Event) {
 	for i, k := range []Kind{Created, Queued, QuotaReserved, Admitted, Scheduled, Started, Resumed, FirstStep, Checkpoint, Preempted, Evicted, Stopped, Finished, Failed} {
 		rank[k] = i
 	}
-	sort.SliceStable(evs, func(i, j int) bool {
-		if !evs[i].At.Equal(evs[j].At) {
-			return evs[i].At.Before(evs[j].At)
-		}
-		return rank[evs[i].Kind] < rank[evs[j].Kind]
+	slices.SortStableFunc(evs, func(a, b Event) int {
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(rank[a.Kind], rank[b.Kind]))
 	})
 }
 

@@ -1,7 +1,6 @@
 package timeline
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -81,7 +80,7 @@ not json
 // The recorder keeps each transition it sees, an eviction and the re-admission after it included, with
 // the components' own timestamps, and attributes Workloads and pods to their Job.
 func TestRecorderKeepsEveryTransition(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	ctrl := true
 	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ns", UID: "j", CreationTimestamp: metav1.NewTime(at(0))}}
 	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Name: "job-train-1", Namespace: "ns", CreationTimestamp: metav1.NewTime(at(0)),

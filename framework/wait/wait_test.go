@@ -48,7 +48,7 @@ func TestForProgressEndsOnAFinalDiagnosis(t *testing.T) {
 			return "Reason:  UntoleratedTaint", true
 		}}
 	failures := gomega.InterceptGomegaFailures(func() {
-		w.ForProgress(context.Background(), "pod ns/p to run", target, time.Hour, failingCheck)
+		w.ForProgress(t.Context(), "pod ns/p to run", target, time.Hour, failingCheck)
 	})
 	if len(failures) != 1 {
 		t.Fatalf("failures = %q, want one", failures)
@@ -74,7 +74,7 @@ func TestForProgressRunsToItsTimeoutWhileNotFinal(t *testing.T) {
 		// Final every other time: never twice in a row, so never confirmed.
 		Judge: func(context.Context, Target) (string, bool) { n++; return "flapping", n%2 == 0 }}
 	failures := gomega.InterceptGomegaFailures(func() {
-		w.ForProgress(context.Background(), "pod ns/p to run", target, 200*time.Millisecond, failingCheck)
+		w.ForProgress(t.Context(), "pod ns/p to run", target, 200*time.Millisecond, failingCheck)
 	})
 	if len(failures) != 1 || !strings.Contains(failures[0], "timed out after") || strings.Contains(failures[0], "is final") {
 		t.Errorf("failures = %q, want one timeout", failures)
@@ -82,7 +82,7 @@ func TestForProgressRunsToItsTimeoutWhileNotFinal(t *testing.T) {
 	// A passing check never diagnoses.
 	n = 0
 	failures = gomega.InterceptGomegaFailures(func() {
-		w.ForProgress(context.Background(), "pod ns/p to run", target, time.Second, func(gomega.Gomega) {})
+		w.ForProgress(t.Context(), "pod ns/p to run", target, time.Second, func(gomega.Gomega) {})
 	})
 	if len(failures) != 0 || n != 0 {
 		t.Errorf("passing check: failures %q, judged %d times", failures, n)
@@ -117,7 +117,7 @@ func TestWaitsWakeOnChange(t *testing.T) {
 		signal() // the change that makes the check pass
 	}()
 	failures := gomega.InterceptGomegaFailures(func() {
-		w.For(context.Background(), "the change", Target{}, time.Minute, func(g gomega.Gomega) {
+		w.For(t.Context(), "the change", Target{}, time.Minute, func(g gomega.Gomega) {
 			checks++
 			if checks == 1 {
 				ready.Store(true)

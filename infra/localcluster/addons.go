@@ -13,6 +13,7 @@ import (
 	"text/template"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 	"sigs.k8s.io/yaml"
@@ -223,7 +224,7 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 		if err != nil {
 			return false, err.Error()
 		}
-		for _, line := range strings.Fields(out) {
+		for line := range strings.FieldsSeq(out) {
 			name, n, _ := strings.Cut(line, "=")
 			if got, _ := strconv.Atoi(n); got != want {
 				return false, fmt.Sprintf("node %s allocatable %s = %q, want %d", name, s.ResourceName, n, want)
@@ -243,7 +244,7 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 // stalePluginPods reads "pod=node=ready=startedAt" lines and says which pod is not Ready or runs a
 // container that started before its node did; "" when every pod is Ready and current.
 func stalePluginPods(lines string, nodeStarted map[string]time.Time) string {
-	for _, l := range strings.Fields(lines) {
+	for l := range strings.FieldsSeq(lines) {
 		parts := strings.SplitN(l, "=", 4)
 		if len(parts) != 4 {
 			return "unexpected pod line " + l
@@ -270,25 +271,19 @@ func (c *Cluster) removeExampleDRADriver(ctx context.Context) error {
 		"-n", SystemNamespace, "daemonset/dra-example-driver-kubeletplugin", "deviceclass/"+ExampleDRADriverName)
 }
 
-// poll retries check until it succeeds or the timeout passes; the error carries the last reason.
+// poll retries check every two seconds until it succeeds or the timeout passes; the error carries the
+// last reason.
 func poll(ctx context.Context, timeout time.Duration, check func() (bool, string)) error {
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, timeout, true, func(context.Context) (bool, error) {
 		ok, why := check()
-		if ok {
-			return nil
-		}
 		last = why
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready after %s: %s", timeout, last)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
+		return ok, nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("not ready after %s: %s", timeout, last)
 	}
+	return err
 }
 
 // kueueConfig is the Configuration the local Kueue runs with: Kueue's defaults, Jobs as the only
@@ -419,7 +414,7 @@ func (c *Cluster) renderKueue(ctx context.Context) ([]byte, error) {
 // nothing from them: the dependency would only ever go one way.
 func ExcludeNamespaceFromWebhooks(multiDoc []byte, ns string) ([]byte, error) {
 	var out [][]byte
-	for _, raw := range bytes.Split(multiDoc, []byte("\n---\n")) {
+	for raw := range bytes.SplitSeq(multiDoc, []byte("\n---\n")) {
 		if len(bytes.TrimSpace(raw)) == 0 {
 			continue
 		}

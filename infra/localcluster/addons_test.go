@@ -1,6 +1,8 @@
 package localcluster
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -27,5 +29,23 @@ func TestStalePluginPods(t *testing.T) {
 				t.Errorf("stalePluginPods = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// poll returns as soon as check holds, names the last reason when the time is up, and stops with the
+// caller's context.
+func TestPoll(t *testing.T) {
+	calls := 0
+	if err := poll(t.Context(), time.Minute, func() (bool, string) { calls++; return true, "" }); err != nil || calls != 1 {
+		t.Errorf("ready at once: err %v after %d checks, want nil after 1", err, calls)
+	}
+	err := poll(t.Context(), 50*time.Millisecond, func() (bool, string) { return false, "2 of 3 pods ready" })
+	if err == nil || err.Error() != "not ready after 50ms: 2 of 3 pods ready" {
+		t.Errorf("timed out: err %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if err := poll(ctx, time.Minute, func() (bool, string) { return false, "never" }); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: err %v, want context.Canceled", err)
 	}
 }

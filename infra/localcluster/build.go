@@ -80,7 +80,7 @@ func (c *Cluster) componentKey(ctx context.Context, comp goComponent) (string, e
 			return "", err
 		}
 	}
-	for _, d := range strings.Fields(dirs) {
+	for d := range strings.FieldsSeq(dirs) {
 		rel, _ := filepath.Rel(c.opts.RepoRoot, d)
 		err := k.Dir(rel, d, func(r string) bool {
 			return !strings.Contains(r, string(filepath.Separator)) && strings.HasSuffix(r, ".go") && !isTestFile(r)
@@ -90,7 +90,7 @@ func (c *Cluster) componentKey(ctx context.Context, comp goComponent) (string, e
 		}
 	}
 	// Files embedded with go:embed live beside the sources (yaml, templates): include them too.
-	for _, d := range strings.Fields(dirs) {
+	for d := range strings.FieldsSeq(dirs) {
 		rel, _ := filepath.Rel(c.opts.RepoRoot, d)
 		_ = k.Dir(rel+"#embed", d, func(r string) bool {
 			return !strings.HasSuffix(r, ".go")

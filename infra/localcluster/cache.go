@@ -8,7 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 )
 
 // KeyBuilder derives a content key for a build step: the hash of everything the step's output depends on
@@ -67,7 +67,7 @@ func (k *KeyBuilder) Sum() string {
 	for n := range k.entries {
 		names = append(names, n)
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	h := sha256.New()
 	for _, n := range names {
 		fmt.Fprintf(h, "%d:%s=%d:%s\n", len(n), n, len(k.entries[n]), k.entries[n])

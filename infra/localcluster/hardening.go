@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 	"sigs.k8s.io/yaml"
@@ -47,8 +48,8 @@ type undoStack []Undo
 
 func (s *undoStack) run(ctx context.Context) error {
 	var errs []error
-	for i := len(*s) - 1; i >= 0; i-- {
-		errs = append(errs, (*s)[i](ctx))
+	for _, undo := range slices.Backward(*s) {
+		errs = append(errs, undo(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -110,8 +111,8 @@ func ApplyRestrictedAdmission(ctx context.Context, kube kubernetes.Interface) (U
 	}
 	undo := func(ctx context.Context) error {
 		return errors.Join(
-			ignoreNotFound(api.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})),
-			ignoreNotFound(api.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})))
+			client.IgnoreNotFound(api.ValidatingAdmissionPolicyBindings().Delete(ctx, binding.Name, metav1.DeleteOptions{})),
+			client.IgnoreNotFound(api.ValidatingAdmissionPolicies().Delete(ctx, policy.Name, metav1.DeleteOptions{})))
 	}
 	if _, err := api.ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{}); err != nil {
 		return nil, errors.Join(fmt.Errorf("creating ValidatingAdmissionPolicyBinding %s: %w", binding.Name, err), undo(ctx))
@@ -164,7 +165,7 @@ func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.I
 		return fail(fmt.Errorf("creating namespace %s: %w", team.Namespace, err))
 	}
 	undos = append(undos, func(ctx context.Context) error {
-		return ignoreNotFound(kube.CoreV1().Namespaces().Delete(ctx, team.Namespace, metav1.DeleteOptions{}))
+		return client.IgnoreNotFound(kube.CoreV1().Namespaces().Delete(ctx, team.Namespace, metav1.DeleteOptions{}))
 	})
 
 	rbac := kube.RbacV1()
@@ -176,7 +177,7 @@ func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.I
 		return fail(fmt.Errorf("creating ClusterRole %s: %w", reads.Name, err))
 	} else if err == nil {
 		undos = append(undos, func(ctx context.Context) error {
-			return ignoreNotFound(rbac.ClusterRoles().Delete(ctx, reads.Name, metav1.DeleteOptions{}))
+			return client.IgnoreNotFound(rbac.ClusterRoles().Delete(ctx, reads.Name, metav1.DeleteOptions{}))
 		})
 	}
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: teamAccount, Namespace: team.Namespace}}
@@ -197,7 +198,7 @@ func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.I
 		return fail(fmt.Errorf("creating ClusterRoleBinding: %w", err))
 	}
 	undos = append(undos, func(ctx context.Context) error {
-		return ignoreNotFound(rbac.ClusterRoleBindings().Delete(ctx, teamReadsBinding, metav1.DeleteOptions{}))
+		return client.IgnoreNotFound(rbac.ClusterRoleBindings().Delete(ctx, teamReadsBinding, metav1.DeleteOptions{}))
 	})
 
 	// The team's queue: a ClusterQueue the platform team owns, admitting from this namespace only, with
@@ -207,7 +208,7 @@ func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.I
 		return fail(fmt.Errorf("creating ResourceFlavor: %w", err))
 	}
 	undos = append(undos, func(ctx context.Context) error {
-		return ignoreNotFound(k.ResourceFlavors().Delete(ctx, teamFlavor, metav1.DeleteOptions{}))
+		return client.IgnoreNotFound(k.ResourceFlavors().Delete(ctx, teamFlavor, metav1.DeleteOptions{}))
 	})
 	quota := func(name string, q string) kueue.ResourceQuota {
 		return kueue.ResourceQuota{Name: corev1.ResourceName(name), NominalQuota: resource.MustParse(q)}
@@ -228,7 +229,7 @@ func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.I
 		return fail(fmt.Errorf("creating ClusterQueue: %w", err))
 	}
 	undos = append(undos, func(ctx context.Context) error {
-		return ignoreNotFound(k.ClusterQueues().Delete(ctx, teamClusterQueue, metav1.DeleteOptions{}))
+		return client.IgnoreNotFound(k.ClusterQueues().Delete(ctx, teamClusterQueue, metav1.DeleteOptions{}))
 	})
 	lq := &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: team.LocalQueue, Namespace: team.Namespace},
 		Spec: kueue.LocalQueueSpec{ClusterQueue: teamClusterQueue}}
@@ -257,13 +258,6 @@ func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.I
 	return team, undo, nil
 }
 
-func ignoreNotFound(err error) error {
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
 // A platform team's queue that does not preempt: the preemption scenario must be NO-GO on it and name
 // the ClusterQueue's policy (hardening row queue-without-preemption).
 const (
@@ -285,7 +279,7 @@ func ApplyQueueWithoutPreemption(ctx context.Context, kube kubernetes.Interface,
 		return fail(fmt.Errorf("creating namespace %s: %w", NoPreemptNamespace, err))
 	}
 	undos = append(undos, func(ctx context.Context) error {
-		return ignoreNotFound(kube.CoreV1().Namespaces().Delete(ctx, NoPreemptNamespace, metav1.DeleteOptions{}))
+		return client.IgnoreNotFound(kube.CoreV1().Namespaces().Delete(ctx, NoPreemptNamespace, metav1.DeleteOptions{}))
 	})
 	k := kq.KueueV1beta2()
 	for name, value := range map[string]int32{NoPreemptLow: 100, NoPreemptHigh: 1000} {
@@ -293,14 +287,14 @@ func ApplyQueueWithoutPreemption(ctx context.Context, kube kubernetes.Interface,
 			return fail(fmt.Errorf("creating WorkloadPriorityClass %s: %w", name, err))
 		}
 		undos = append(undos, func(ctx context.Context) error {
-			return ignoreNotFound(k.WorkloadPriorityClasses().Delete(ctx, name, metav1.DeleteOptions{}))
+			return client.IgnoreNotFound(k.WorkloadPriorityClasses().Delete(ctx, name, metav1.DeleteOptions{}))
 		})
 	}
 	if _, err := k.ResourceFlavors().Create(ctx, &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: noPreemptQueue}}, metav1.CreateOptions{}); err != nil {
 		return fail(fmt.Errorf("creating ResourceFlavor: %w", err))
 	}
 	undos = append(undos, func(ctx context.Context) error {
-		return ignoreNotFound(k.ResourceFlavors().Delete(ctx, noPreemptQueue, metav1.DeleteOptions{}))
+		return client.IgnoreNotFound(k.ResourceFlavors().Delete(ctx, noPreemptQueue, metav1.DeleteOptions{}))
 	})
 	quota := func(name string, q string) kueue.ResourceQuota {
 		return kueue.ResourceQuota{Name: corev1.ResourceName(name), NominalQuota: resource.MustParse(q)}
@@ -321,7 +315,7 @@ func ApplyQueueWithoutPreemption(ctx context.Context, kube kubernetes.Interface,
 		return fail(fmt.Errorf("creating ClusterQueue: %w", err))
 	}
 	undos = append(undos, func(ctx context.Context) error {
-		return ignoreNotFound(k.ClusterQueues().Delete(ctx, noPreemptQueue, metav1.DeleteOptions{}))
+		return client.IgnoreNotFound(k.ClusterQueues().Delete(ctx, noPreemptQueue, metav1.DeleteOptions{}))
 	})
 	lq := &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: NoPreemptLocalQueue, Namespace: NoPreemptNamespace}, Spec: kueue.LocalQueueSpec{ClusterQueue: noPreemptQueue}}
 	if _, err := k.LocalQueues(NoPreemptNamespace).Create(ctx, lq, metav1.CreateOptions{}); err != nil {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // capSysResource is the capability number of CAP_SYS_RESOURCE (linux/capability.h).
@@ -84,7 +86,7 @@ func DetectQuirks() (HostQuirks, error) {
 		return q, fmt.Errorf("statfs /sys/fs/cgroup: %w", err)
 	}
 	_, ctrlErr := os.Stat("/sys/fs/cgroup/cgroup.controllers")
-	q.CgroupV1 = IsCgroupV1(int64(st.Type), ctrlErr == nil)
+	q.CgroupV1 = IsCgroupV1(int64(st.Type), ctrlErr == nil) //nolint:unconvert // Statfs_t.Type is not an int64 on every platform
 	return q, nil
 }
 
@@ -180,12 +182,11 @@ func (c *Cluster) startOwnDockerd(ctx context.Context) error {
 	}
 	_ = cmd.Process.Release()
 	c.logf("started the project's dockerd (config %s, log %s, quirks %s)", cfgPath, logPath, c.quirks)
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		if dockerAnswers(ctx) {
-			return nil
-		}
-		time.Sleep(time.Second)
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 60*time.Second, true, func(context.Context) (bool, error) {
+		return dockerAnswers(ctx), nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("dockerd did not answer within 60s; see %s", logPath)
 	}
-	return fmt.Errorf("dockerd did not answer within 60s; see %s", logPath)
+	return err
 }

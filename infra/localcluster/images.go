@@ -169,7 +169,7 @@ func (c *Cluster) pruneImages(ctx context.Context, repo, keep string) {
 	if err != nil {
 		return
 	}
-	for _, ref := range strings.Fields(out) {
+	for ref := range strings.FieldsSeq(out) {
 		if ref != keep {
 			if _, err := output(ctx, "docker", "rmi", ref); err == nil {
 				c.logf("  removed superseded image %s", ref)

@@ -2,8 +2,10 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/kind/pkg/cluster"
@@ -36,10 +38,10 @@ func KindConfig(opts Options, q HostQuirks) string {
 			fmt.Fprintf(&b, "  extraMounts:\n  - hostPath: %s\n    containerPath: %s\n", opts.SharedDir, NodeSharedDir)
 		}
 	}
-	for i := 0; i < opts.GPUWorkers; i++ {
+	for range opts.GPUWorkers {
 		worker(GPUPool)
 	}
-	for i := 0; i < opts.CanaryWorkers; i++ {
+	for range opts.CanaryWorkers {
 		worker(CanaryPool)
 	}
 	return b.String()
@@ -56,12 +58,7 @@ func (c *Cluster) clusterExists() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	for _, n := range names {
-		if n == c.opts.Name {
-			return true, nil
-		}
-	}
-	return false, nil
+	return slices.Contains(names, c.opts.Name), nil
 }
 
 // createCluster runs kind's create with the project's node image and configuration.
@@ -106,7 +103,7 @@ func (c *Cluster) Down(ctx context.Context) error {
 // Logs collects node, kubelet, containerd and control-plane logs (kind's own collection) into dir.
 func (c *Cluster) Logs(ctx context.Context, dir string) error {
 	if !dockerAnswers(ctx) {
-		return fmt.Errorf("no Docker engine answers: no cluster logs to collect")
+		return errors.New("no Docker engine answers: no cluster logs to collect")
 	}
 	return c.provider().CollectLogs(c.opts.Name, dir)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -28,7 +29,7 @@ func (c *Cluster) checkNetwork(ctx context.Context) error {
 	// checkable before (and whether or not) Kueue answers. Fresh names each time, so nothing waits for the
 	// previous check's objects to go.
 	netCheckNamespace := SystemNamespace
-	suffix := fmt.Sprint(time.Now().UnixNano() % 1_000_000_000)
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 10)
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -90,8 +91,11 @@ spec:
 		return phase == "Succeeded" || phase == "Failed", "client pod phase " + phase
 	})
 	logs, _ := c.kubectlOut(ctx, "-n", netCheckNamespace, "logs", "netcheck-client-"+suffix)
-	if err != nil || phase != "Succeeded" {
-		return fmt.Errorf("the cross-node network check failed (client on %s, server on %s): %v\n%s", client, server, err, logs)
+	if err == nil && phase != "Succeeded" {
+		err = fmt.Errorf("client pod phase %s", phase)
+	}
+	if err != nil {
+		return fmt.Errorf("the cross-node network check failed (client on %s, server on %s): %w\n%s", client, server, err, logs)
 	}
 	c.logf("  %s", strings.ReplaceAll(strings.TrimSpace(logs), "\n", "\n  "))
 	return nil

@@ -3,15 +3,17 @@ package localcluster
 import (
 	"bytes"
 	"context"
-	_ "embed"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"text/template"
+
+	_ "embed"
 )
 
 //go:embed files/node.Dockerfile
@@ -71,7 +73,7 @@ func (c *Cluster) buildPauseStep(ctx context.Context) error {
 	return c.cachedStep("build pause", "gcc -static of Kubernetes' pause.c", probe, func() error {
 		dir, _, err := c.cachedDir("bin/pause", key, func(out string) error {
 			if _, err := exec.LookPath("gcc"); err != nil {
-				return fmt.Errorf("gcc is needed to build the pause image: apt-get install gcc libc6-dev")
+				return errors.New("gcc is needed to build the pause image: apt-get install gcc libc6-dev")
 			}
 			return c.run(ctx, "gcc pause", "gcc", "-Os", "-Wall", "-static", "-DVERSION=v3.10.2", "-o", filepath.Join(out, "pause"), pausec)
 		})
@@ -88,8 +90,11 @@ func (c *Cluster) kindFilesDir(ctx context.Context) (string, error) {
 		return "", err
 	}
 	var m struct{ Dir string }
-	if err := json.Unmarshal([]byte(out), &m); err != nil || m.Dir == "" {
-		return "", fmt.Errorf("locate the kind module: %v", err)
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		return "", fmt.Errorf("locate the kind module: %w", err)
+	}
+	if m.Dir == "" {
+		return "", errors.New("locate the kind module: go mod download named no directory")
 	}
 	return filepath.Join(m.Dir, "images", "base", "files"), nil
 }
@@ -169,7 +174,7 @@ func (c *Cluster) nodeOverlay(ctx context.Context, rootfs string) ([]overlayEntr
 	}
 	if c.quirks.MissingCapSysResource {
 		var kept []string
-		for _, l := range strings.Split(string(unit), "\n") {
+		for l := range strings.SplitSeq(string(unit), "\n") {
 			if !strings.HasPrefix(l, "OOMScoreAdjust") {
 				kept = append(kept, l)
 			}
@@ -249,7 +254,7 @@ func (c *Cluster) planNodeImage(ctx context.Context, rootfsDir, rootfsImage stri
 		k.Value("preload:"+s.Ref, ik)
 		refs = append(refs, s.Ref)
 	}
-	sort.Strings(refs)
+	slices.Sort(refs)
 	key := k.Sum()
 	return nodeImagePlan{rootfsImage: rootfsImage, files: files, refs: refs, key: key,
 		ref: NodeImageRepo + ":" + KubernetesVersion + "-" + key}, nil
@@ -305,7 +310,7 @@ for i in $(seq 60); do ctr version >/dev/null 2>&1 && exit 0; sleep 1; done; cat
 		return "", err
 	}
 	have := map[string]bool{}
-	for _, l := range strings.Fields(listed) {
+	for l := range strings.FieldsSeq(listed) {
 		have[l] = true
 	}
 	for _, r := range refs {

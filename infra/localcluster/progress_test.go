@@ -163,7 +163,7 @@ type fakeProgress struct {
 	log   string
 }
 
-func newFakeProgress(t *testing.T, store string) (*fakeProgress, *stepRunner) {
+func newFakeProgress(store string) (*fakeProgress, *stepRunner) {
 	f := &fakeProgress{now: time.Date(2025, 1, 2, 12, 0, 0, 0, time.UTC), ticks: make(chan time.Time)}
 	r := &stepRunner{
 		logf: func(format string, args ...any) {
@@ -187,7 +187,7 @@ func (f *fakeProgress) output() string {
 
 func TestStepRunnerLinesAndTimings(t *testing.T) {
 	store := filepath.Join(t.TempDir(), stepTimesFile)
-	f, r := newFakeProgress(t, store)
+	f, r := newFakeProgress(store)
 	start := f.now
 	f.log = "/o/logs/go-build-kubernetes.log"
 	err := r.run(stepSpec{Name: "build kubernetes", What: "go build of kubelet", Run: func() error {
@@ -210,7 +210,7 @@ func TestStepRunnerLinesAndTimings(t *testing.T) {
 	}
 
 	// The next run knows what to expect.
-	f, r = newFakeProgress(t, store)
+	f, r = newFakeProgress(store)
 	start = f.now
 	err = r.run(stepSpec{Name: "build kubernetes", What: "go build of kubelet", Run: func() error {
 		f.ticks <- start.Add(3 * time.Minute)
@@ -239,7 +239,7 @@ func TestStepRunnerLinesAndTimings(t *testing.T) {
 func TestStepRunnerCachedStep(t *testing.T) {
 	store := filepath.Join(t.TempDir(), stepTimesFile)
 	must(t, recordStepTime(store, "node image", modeRun, 4*time.Minute, time.Now()))
-	f, r := newFakeProgress(t, store)
+	f, r := newFakeProgress(store)
 	start := f.now
 	err := r.run(stepSpec{Name: "node image", What: "assemble the node image",
 		Cache: func() (string, bool, error) { return "abc123", true, nil },
@@ -262,7 +262,7 @@ func TestStepRunnerCachedStep(t *testing.T) {
 
 func TestStepRunnerFailures(t *testing.T) {
 	store := filepath.Join(t.TempDir(), stepTimesFile)
-	f, r := newFakeProgress(t, store)
+	f, r := newFakeProgress(store)
 	start := f.now
 	boom := errors.New("boom")
 	err := r.run(stepSpec{Name: "kueue", What: "install Kueue", Run: func() error {
@@ -289,7 +289,7 @@ func TestStepRunnerFailures(t *testing.T) {
 func TestStepRunnerCorruptStoreWarnsAndHeals(t *testing.T) {
 	store := filepath.Join(t.TempDir(), stepTimesFile)
 	must(t, os.WriteFile(store, []byte("not json"), 0o644))
-	f, r := newFakeProgress(t, store)
+	f, r := newFakeProgress(store)
 	if err := r.run(stepSpec{Name: "kueue", What: "install Kueue", Run: func() error { return nil }}); err != nil {
 		t.Fatal(err)
 	}

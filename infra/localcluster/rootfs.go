@@ -24,7 +24,7 @@ func debianMirror() string {
 		if err != nil {
 			continue
 		}
-		for _, line := range strings.Split(string(b), "\n") {
+		for line := range strings.SplitSeq(string(b), "\n") {
 			fields := strings.Fields(line)
 			switch {
 			case len(fields) >= 2 && fields[0] == "URIs:" && !strings.Contains(fields[1], "security"):

@@ -30,7 +30,9 @@ func TestWriteIsAReadableReproducibleOCIArchive(t *testing.T) {
 	}
 	// Unpack the archive and read it back as an OCI layout.
 	out := filepath.Join(dir, "layout")
-	os.MkdirAll(out, 0o755)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := exec.Command("tar", "-xf", a, "-C", out).Run(); err != nil {
 		t.Skipf("no tar to unpack with: %v", err)
 	}

@@ -20,8 +20,7 @@ import (
 // Targets returns the OCI bundle directory and the exec process file named by a runc command line, each
 // empty when the command names none.
 func Targets(args []string) (bundle, process string) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
+	for i, a := range args {
 		next := func() string {
 			if i+1 < len(args) {
 				return args[i+1]

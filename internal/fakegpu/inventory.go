@@ -12,11 +12,12 @@
 package fakegpu
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 )
 
 // Device numbers of the NVIDIA driver. 195 is NVIDIA's registered character major; nvidiactl is its
@@ -93,7 +94,7 @@ func (inv Inventory) OnPath(path string) []GPU {
 			out = append(out, g)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Minor < out[j].Minor })
+	slices.SortFunc(out, func(a, b GPU) int { return cmp.Compare(a.Minor, b.Minor) })
 	return out
 }
 

@@ -11,6 +11,7 @@
 package fakeplugin
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -130,7 +131,7 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	switch {
 	case c.NodeName == "":
-		return fmt.Errorf("node name is empty: set NODE_NAME from the downward API or pass --node-name")
+		return errors.New("node name is empty: set NODE_NAME from the downward API or pass --node-name")
 	case c.ResourceName == "" || !strings.Contains(c.ResourceName, "/"):
 		return fmt.Errorf("resource name %q must be a domain-qualified extended resource such as nvidia.com/gpu", c.ResourceName)
 	case c.Devices < 1:
@@ -138,15 +139,15 @@ func (c Config) Validate() error {
 	case c.Replicas < 1:
 		return fmt.Errorf("replicas must be at least 1, got %d", c.Replicas)
 	case c.PluginDir == "":
-		return fmt.Errorf("device plugin directory is empty")
+		return errors.New("device plugin directory is empty")
 	case c.DeviceListStrategy != StrategyCDI && c.DeviceListStrategy != StrategyDeviceSpecs:
 		return fmt.Errorf("device list strategy %q: want %q or %q", c.DeviceListStrategy, StrategyCDI, StrategyDeviceSpecs)
 	case c.DRADevices < 0:
 		return fmt.Errorf("dra devices must not be negative, got %d", c.DRADevices)
 	case c.DRADevices > 0 && c.DRADriverName == "":
-		return fmt.Errorf("dra devices are set but the DRA driver name is empty")
+		return errors.New("dra devices are set but the DRA driver name is empty")
 	case c.SocketPollInterval <= 0 || c.RegisterInitialBackoff <= 0 || c.RegisterMaxBackoff < c.RegisterInitialBackoff:
-		return fmt.Errorf("poll interval and backoffs must be positive, and the maximum backoff at least the initial one")
+		return errors.New("poll interval and backoffs must be positive, and the maximum backoff at least the initial one")
 	}
 	if _, err := ParseFaults(JoinFaults(c.Faults)); err != nil {
 		return err

@@ -1,10 +1,11 @@
 package fakeplugin
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -137,7 +138,7 @@ func (t *deviceTable) uuid(i int) string {
 func (t *deviceTable) parseUnhealthy(value string) (map[int]bool, []string) {
 	set := map[int]bool{}
 	var unknown []string
-	for _, raw := range strings.Split(value, ",") {
+	for raw := range strings.SplitSeq(value, ",") {
 		e := strings.TrimSpace(raw)
 		if e == "" {
 			continue
@@ -178,20 +179,19 @@ func (t *deviceTable) preferred(available, mustInclude []string, size int) []str
 			rest = append(rest, id)
 		}
 	}
-	sort.SliceStable(rest, func(a, b int) bool {
-		ia, oka := t.byID[rest[a]]
-		ib, okb := t.byID[rest[b]]
+	slices.SortStableFunc(rest, func(a, b string) int {
+		ia, oka := t.byID[a]
+		ib, okb := t.byID[b]
 		if oka != okb {
-			return oka // known IDs before anything we do not recognise
+			if oka {
+				return -1 // known IDs before anything we do not recognise
+			}
+			return 1
 		}
 		if !oka {
-			return rest[a] < rest[b]
+			return strings.Compare(a, b)
 		}
-		ra, rb := t.replica[rest[a]], t.replica[rest[b]]
-		if ra != rb {
-			return ra < rb
-		}
-		return ia < ib
+		return cmp.Or(cmp.Compare(t.replica[a], t.replica[b]), cmp.Compare(ia, ib))
 	})
 	for _, id := range rest {
 		if len(out) >= size {

@@ -220,7 +220,7 @@ func mknodChar(path string, major, minor uint32) error {
 	want := unix.Mkdev(major, minor)
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err == nil {
-		if st.Mode&unix.S_IFMT == unix.S_IFCHR && uint64(st.Rdev) == want {
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR && uint64(st.Rdev) == want { //nolint:unconvert // Rdev is not a uint64 on every platform
 			return unix.Chmod(path, 0o666)
 		}
 		if err := os.Remove(path); err != nil {

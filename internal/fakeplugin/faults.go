@@ -3,7 +3,6 @@ package fakeplugin
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 )
@@ -17,42 +16,43 @@ import (
 type Fault string
 
 const (
-	// FaultWrongIDs: containers get other GPUs than the ones allocated to them (device plugin: other than
+	// FaultWrongIDs gives containers other GPUs than the ones allocated to them (device plugin: other than
 	// the IDs the kubelet asked for; DRA: other than the claim's devices). Plays a plugin whose ID-to-device
 	// mapping is broken. Caught by comparing what the container sees with the kubelet's or the claim's view.
 	FaultWrongIDs Fault = "wrong-ids"
-	// FaultOverAdvertise: the device plugin advertises one GPU more than the node has. The kubelet hands
+	// FaultOverAdvertise makes the device plugin advertise one GPU more than the node has. The kubelet hands
 	// it out like any other; the runtime then cannot create the container it goes to (the CDI device does
 	// not exist), as NVIDIA's toolkit refuses an unknown GPU. Plays a plugin that counts a GPU that fell off
 	// the bus. Caught by filling a node: one of the pods never runs.
 	FaultOverAdvertise Fault = "over-advertise"
-	// FaultDoubleAllocate: each allocation is given the GPU of the previous allocation again, while that one
+	// FaultDoubleAllocate gives each allocation the GPU of the previous allocation again, while that one
 	// still uses it. Plays a broken allocator (or time-slicing reported as exclusive). Caught by running
 	// GPU pods side by side: two of them see the same GPU.
 	FaultDoubleAllocate Fault = "double-allocate"
-	// FaultIgnoreHealth: a GPU marked unhealthy stays advertised as healthy (device plugin) and stays in
-	// the ResourceSlice (DRA), so it is still handed out. Caught by the health check: the unhealthy GPU
+	// FaultIgnoreHealth keeps a GPU marked unhealthy advertised as healthy (device plugin) and in the
+	// ResourceSlice (DRA), so it is still handed out. Caught by the health check: the unhealthy GPU
 	// must be withheld.
 	FaultIgnoreHealth Fault = "ignore-health"
-	// FaultLeakAll: every container on the node sees every GPU, including containers that asked for none
+	// FaultLeakAll shows every container on the node every GPU, including containers that asked for none
 	// (and the GPUs of other pods). Plays the NVIDIA runtime set as the default runtime with an image that
 	// says NVIDIA_VISIBLE_DEVICES=all. Caught by the isolation checks.
 	FaultLeakAll Fault = "leak-all"
-	// FaultDRAPrepareFail: the DRA half fails NodePrepareResources for every claim. Plays a broken DRA
+	// FaultDRAPrepareFail makes the DRA half fail NodePrepareResources for every claim. Plays a broken DRA
 	// kubelet plugin; pods stay in ContainerCreating with FailedPrepareDynamicResources events.
 	FaultDRAPrepareFail Fault = "dra-prepare-fail"
-	// FaultPhantomSliceDevice: the ResourceSlice publishes one device more than the node has; a claim
+	// FaultPhantomSliceDevice makes the ResourceSlice publish one device more than the node has; a claim
 	// allocated that device cannot be prepared. Plays a driver that publishes stale inventory.
 	FaultPhantomSliceDevice Fault = "phantom-slice-device"
-	// FaultNoReregister: after the kubelet restarts (and wipes the device-plugin sockets) the device plugin
-	// never registers again, so its devices disappear from the node once the kubelet's grace period ends.
-	// Plays a plugin without a socket watch. Caught by the kubelet-restart and node-recovery checks.
+	// FaultNoReregister keeps the device plugin from registering again after the kubelet restarts (and
+	// wipes the device-plugin sockets), so its devices disappear from the node once the kubelet's grace
+	// period ends. Plays a plugin without a socket watch. Caught by the kubelet-restart and node-recovery
+	// checks.
 	FaultNoReregister Fault = "no-reregister"
-	// FaultStaleAfterReboot: when its node comes back from a restart, the agent finds the state it left
-	// before the restart and refuses to serve: the device plugin never registers and the DRA half publishes
-	// no slice, so the node returns Ready without its GPUs. Plays a driver or plugin that does not come back
-	// after a reboot (a stale lock, a driver that needs a manual reload). A restart of the agent alone is
-	// not a reboot. Caught by the failed-worker check (the node's devices must come back).
+	// FaultStaleAfterReboot makes the agent, when its node comes back from a restart, find the state it
+	// left before the restart and refuse to serve: the device plugin never registers and the DRA half
+	// publishes no slice, so the node returns Ready without its GPUs. Plays a driver or plugin that does
+	// not come back after a reboot (a stale lock, a driver that needs a manual reload). A restart of the
+	// agent alone is not a reboot. Caught by the failed-worker check (the node's devices must come back).
 	FaultStaleAfterReboot Fault = "stale-after-reboot"
 	// FaultDriverMismatch: nvidia-smi in the node's containers reports another driver version
 	// (MismatchedDriverVersion of the advertised one) while the node labels (nvidia.com/cuda.driver-version.*)
@@ -92,7 +92,7 @@ func MismatchedDriverVersion(advertised string) string {
 // ParseFaults parses a comma-separated list of fault names; an unknown name is an error naming the known ones.
 func ParseFaults(s string) ([]Fault, error) {
 	var out []Fault
-	for _, raw := range strings.Split(s, ",") {
+	for raw := range strings.SplitSeq(s, ",") {
 		f := Fault(strings.TrimSpace(raw))
 		if f == "" {
 			continue
@@ -108,7 +108,7 @@ func ParseFaults(s string) ([]Fault, error) {
 			out = append(out, f)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	slices.Sort(out)
 	return out, nil
 }
 
@@ -139,6 +139,6 @@ func (s faultSet) list() []Fault {
 	for f := range s {
 		out = append(out, f)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	slices.Sort(out)
 	return out
 }

@@ -31,7 +31,7 @@ func cdiConfig(t *testing.T, draDevices int) Config {
 
 func allocateResp(t *testing.T, c pluginapi.DevicePluginClient, ids ...string) *pluginapi.ContainerAllocateResponse {
 	t.Helper()
-	resp, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
+	resp, err := c.Allocate(t.Context(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}}})
 	if err != nil {
 		t.Fatalf("Allocate(%v): %v", ids, err)
 	}
@@ -274,8 +274,9 @@ func TestInstallDriverMakesCharacterDevicesAndTheInventory(t *testing.T) {
 		if err := unix.Stat(fakegpu.DeviceNode(filepath.Join(cfg.StateDir, "dev"), i), &st); err != nil {
 			t.Fatal(err)
 		}
-		if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(uint64(st.Rdev)) != fakegpu.NvidiaMajor || unix.Minor(uint64(st.Rdev)) != uint32(i) {
-			t.Errorf("nvidia%d: mode %o rdev %d:%d", i, st.Mode, unix.Major(uint64(st.Rdev)), unix.Minor(uint64(st.Rdev)))
+		rdev := uint64(st.Rdev) //nolint:unconvert // Rdev is not a uint64 on every platform
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR || unix.Major(rdev) != fakegpu.NvidiaMajor || unix.Minor(rdev) != uint32(i) {
+			t.Errorf("nvidia%d: mode %o rdev %d:%d", i, st.Mode, unix.Major(rdev), unix.Minor(rdev))
 		}
 	}
 	inv, err := fakegpu.Load(filepath.Join(cfg.StateDir, "inventory.json"))
@@ -340,11 +341,11 @@ func TestStaleAfterRebootRefusesOnlyAfterANodeRestart(t *testing.T) {
 	_ = os.MkdirAll(filepath.Join(cfg.StateDir, "dev"), 0o755) // what InstallDriver leaves on /run
 	p.markRan()
 	if rebooted, ran := p.bootState(); rebooted || !ran {
-		t.Fatalf("agent restart: rebooted=%t ran=%t, want false true", rebooted, ran)
+		t.Fatalf("agent restart: rebooted=%t ran=%t, want rebooted=false ran=true", rebooted, ran)
 	}
 	_ = os.RemoveAll(cfg.StateDir) // the node restarted: /run is empty
 	if rebooted, ran := p.bootState(); !rebooted || !ran {
-		t.Fatalf("node restart: rebooted=%t ran=%t, want true true", rebooted, ran)
+		t.Fatalf("node restart: rebooted=%t ran=%t, want rebooted=true ran=true", rebooted, ran)
 	}
 }
 

@@ -35,7 +35,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 // t.TempDir embeds the (long) test name.
 func shortDir(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "fp")
+	dir, err := os.MkdirTemp("", "fp") //nolint:usetesting // t.TempDir's path is too long for a unix socket
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,8 @@ func startFakeKubelet(t *testing.T, dir string) *fakeKubelet {
 // the test if it does not return promptly or returns an error.
 func startPlugin(t *testing.T, fn func(context.Context) error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	// Not t.Context: that ends before every cleanup; the plugin must keep serving until this one.
+	ctx, cancel := context.WithCancel(context.Background()) //nolint:usetesting // see above
 	done := make(chan error, 1)
 	go func() { done <- fn(ctx) }()
 	t.Cleanup(func() {

@@ -42,7 +42,7 @@ func (p *Plugin) ServeKubelet(ctx context.Context) error {
 		if ctx.Err() != nil {
 			removeIfSame(sock, info)
 			p.log.Info("device plugin stopped", "socket", sock)
-			return nil
+			return nil //nolint:nilerr // a cancelled context is the plugin's normal shutdown
 		}
 		if p.hasFault(FaultNoReregister) {
 			p.log.Warn("FAULT INJECTION: device plugin socket is gone and the plugin will not register again", "fault", string(FaultNoReregister), "socket", sock)

@@ -2,7 +2,6 @@ package fakeplugin
 
 import (
 	"bytes"
-	resourcev1 "k8s.io/api/resource/v1"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -14,6 +13,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 )
@@ -94,7 +94,7 @@ func renderManifest(t *testing.T, v manifestValues) []*unstructured.Unstructured
 
 func stripComments(doc string) string {
 	var keep []string
-	for _, line := range strings.Split(doc, "\n") {
+	for line := range strings.SplitSeq(doc, "\n") {
 		if !strings.HasPrefix(strings.TrimSpace(line), "#") {
 			keep = append(keep, line)
 		}

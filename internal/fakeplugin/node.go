@@ -88,16 +88,16 @@ func addVersion(l map[string]string, version string, keys ...string) {
 // (spaces included) becomes '-', the value is cut to 63 characters, and it must start and end with an
 // alphanumeric.
 func LabelValue(s string) string {
+	isAlnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
 	b := []byte(s)
 	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+		if !isAlnum(c) && c != '-' && c != '_' && c != '.' {
 			b[i] = '-'
 		}
 	}
 	if len(b) > 63 {
 		b = b[:63]
 	}
-	isAlnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
 	for len(b) > 0 && !isAlnum(b[0]) {
 		b = b[1:]
 	}

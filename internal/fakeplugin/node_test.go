@@ -46,7 +46,7 @@ func newFakeCluster(t *testing.T) *fakeCluster {
 
 func (c *fakeCluster) annotate(t *testing.T, node, value string) {
 	t.Helper()
-	n, err := c.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+	n, err := c.CoreV1().Nodes().Get(t.Context(), node, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func (c *fakeCluster) annotate(t *testing.T, node, value string) {
 		}
 		n.Annotations[UnhealthyDevicesAnnotation] = value
 	}
-	if _, err := c.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.CoreV1().Nodes().Update(t.Context(), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -90,7 +90,7 @@ func TestListAndWatchFollowsHealthAnnotation(t *testing.T) {
 	}
 	ids := p.DeviceIDs()
 
-	ctx, cancel := context.WithTimeout(context.Background(), testDeadline)
+	ctx, cancel := context.WithTimeout(t.Context(), testDeadline)
 	defer cancel()
 	stream, err := dialPlugin(t, cfg).ListAndWatch(ctx, &pluginapi.Empty{})
 	if err != nil {
@@ -156,7 +156,7 @@ func TestPublishesGFDShapedLabels(t *testing.T) {
 	}
 	var labels map[string]string
 	eventually(t, "labels on node-a", func() bool {
-		n, err := cluster.CoreV1().Nodes().Get(context.Background(), "node-a", metav1.GetOptions{})
+		n, err := cluster.CoreV1().Nodes().Get(t.Context(), "node-a", metav1.GetOptions{})
 		if err != nil {
 			return false
 		}
@@ -182,7 +182,7 @@ func TestPublishesGFDShapedLabels(t *testing.T) {
 			t.Errorf("label %s value %q invalid: %v", k, v, errs)
 		}
 	}
-	if n, _ := cluster.CoreV1().Nodes().Get(context.Background(), "node-b", metav1.GetOptions{}); len(n.Labels) != 0 {
+	if n, _ := cluster.CoreV1().Nodes().Get(t.Context(), "node-b", metav1.GetOptions{}); len(n.Labels) != 0 {
 		t.Errorf("another node was labelled: %v", n.Labels)
 	}
 }

@@ -134,7 +134,7 @@ func (p *Plugin) hasFault(f Fault) bool {
 // agent).
 func (p *Plugin) SetFaultsFromAnnotation(value string) {
 	var extra []Fault
-	for _, raw := range strings.Split(value, ",") {
+	for raw := range strings.SplitSeq(value, ",") {
 		fs, err := ParseFaults(raw)
 		if err != nil {
 			p.log.Warn("ignoring unknown fault in node annotation", "annotation", FaultsAnnotation, "err", err)
@@ -240,16 +240,16 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 	phantom := p.table.phantomID()
 	for _, cr := range req.GetContainerRequests() {
 		ids := cr.GetDevicesIds()
-		real := make([]string, 0, len(ids))
+		present := make([]string, 0, len(ids))
 		gotPhantom := false
 		for _, id := range ids {
 			if id == phantom && p.hasFault(FaultOverAdvertise) {
 				gotPhantom = true // advertised, but no GPU is behind it
 				continue
 			}
-			real = append(real, id)
+			present = append(present, id)
 		}
-		idx, err := p.table.physical(real)
+		idx, err := p.table.physical(present)
 		if err != nil {
 			p.log.Error("allocate refused", "requested", ids, "err", err)
 			return nil, status.Error(codes.InvalidArgument, err.Error())

@@ -36,14 +36,14 @@ func TestRegistersWithKubelet(t *testing.T) {
 	}
 
 	// The kubelet dials the endpoint next; it must answer there.
-	opts, err := dialPlugin(t, cfg).GetDevicePluginOptions(context.Background(), &pluginapi.Empty{})
+	opts, err := dialPlugin(t, cfg).GetDevicePluginOptions(t.Context(), &pluginapi.Empty{})
 	if err != nil {
 		t.Fatalf("GetDevicePluginOptions on %s: %v", r.Endpoint, err)
 	}
 	if !opts.GetPreferredAllocationAvailable {
 		t.Errorf("GetDevicePluginOptions disagrees with the registration: %v", opts)
 	}
-	if _, err := dialPlugin(t, cfg).PreStartContainer(context.Background(), &pluginapi.PreStartContainerRequest{}); err != nil {
+	if _, err := dialPlugin(t, cfg).PreStartContainer(t.Context(), &pluginapi.PreStartContainerRequest{}); err != nil {
 		t.Errorf("PreStartContainer: %v", err)
 	}
 }
@@ -83,7 +83,7 @@ func TestReregistersAfterKubeletRestartDeletesSocket(t *testing.T) {
 		t.Errorf("re-registration = %v, want endpoint %q resource %q", got, cfg.SocketName(), cfg.ResourceName)
 	}
 	eventually(t, "fresh plugin socket", func() bool { return fileExists(sock) })
-	stream, err := dialPlugin(t, cfg).ListAndWatch(context.Background(), &pluginapi.Empty{})
+	stream, err := dialPlugin(t, cfg).ListAndWatch(t.Context(), &pluginapi.Empty{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestShutdownRemovesSocket(t *testing.T) {
 	cfg := testConfig(t, dir, "node-a")
 	kubelet := startFakeKubelet(t, dir)
 	p := mustNew(t, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- p.ServeKubelet(ctx) }()
 	eventually(t, "registration", func() bool { return len(kubelet.requests()) == 1 })
@@ -122,7 +122,7 @@ func servePlugin(t *testing.T, cfg Config) (*Plugin, pluginapi.DevicePluginClien
 
 func allocate(t *testing.T, c pluginapi.DevicePluginClient, ids ...string) map[string]string {
 	t.Helper()
-	resp, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{
+	resp, err := c.Allocate(t.Context(), &pluginapi.AllocateRequest{
 		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: ids}},
 	})
 	if err != nil {
@@ -152,7 +152,7 @@ func TestAllocateHandsOutExactlyTheRequestedDevices(t *testing.T) {
 	}
 
 	// Two containers in one request each get their own devices.
-	resp, err := c.Allocate(context.Background(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
+	resp, err := c.Allocate(t.Context(), &pluginapi.AllocateRequest{ContainerRequests: []*pluginapi.ContainerAllocateRequest{
 		{DevicesIds: []string{ids[0]}}, {DevicesIds: []string{ids[1]}},
 	}})
 	if err != nil {
@@ -163,7 +163,7 @@ func TestAllocateHandsOutExactlyTheRequestedDevices(t *testing.T) {
 	}
 
 	// An ID that is not ours is refused rather than passed through.
-	_, err = c.Allocate(context.Background(), &pluginapi.AllocateRequest{
+	_, err = c.Allocate(t.Context(), &pluginapi.AllocateRequest{
 		ContainerRequests: []*pluginapi.ContainerAllocateRequest{{DevicesIds: []string{"GPU-not-mine"}}},
 	})
 	if status.Code(err) != codes.InvalidArgument {
@@ -199,7 +199,7 @@ func TestTimeSlicingAllocateDeduplicatesReplicas(t *testing.T) {
 	p, c := servePlugin(t, cfg)
 	u := p.PhysicalUUIDs()
 
-	stream, err := c.ListAndWatch(context.Background(), &pluginapi.Empty{})
+	stream, err := c.ListAndWatch(t.Context(), &pluginapi.Empty{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestGetPreferredAllocationIsDeterministic(t *testing.T) {
 	req := &pluginapi.PreferredAllocationRequest{ContainerRequests: []*pluginapi.ContainerPreferredAllocationRequest{{
 		AvailableDeviceIDs: available, MustIncludeDeviceIDs: []string{ids[3]}, AllocationSize: 3,
 	}}}
-	resp, err := c.GetPreferredAllocation(context.Background(), req)
+	resp, err := c.GetPreferredAllocation(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestGetPreferredAllocationIsDeterministic(t *testing.T) {
 	if got := resp.ContainerResponses[0].DeviceIDs; !slices.Equal(got, want) {
 		t.Errorf("preferred = %v, want %v", got, want)
 	}
-	again, _ := c.GetPreferredAllocation(context.Background(), req)
+	again, _ := c.GetPreferredAllocation(t.Context(), req)
 	if !slices.Equal(again.ContainerResponses[0].DeviceIDs, want) {
 		t.Errorf("second call answered differently: %v", again.ContainerResponses[0].DeviceIDs)
 	}
@@ -268,7 +268,7 @@ func TestReadyFileFollowsListAndWatchStreams(t *testing.T) {
 	}
 	c := dialPlugin(t, cfg)
 	open := func() context.CancelFunc {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		stream, err := c.ListAndWatch(ctx, &pluginapi.Empty{})
 		if err != nil {
 			t.Fatal(err)

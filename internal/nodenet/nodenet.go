@@ -13,7 +13,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -69,7 +70,7 @@ func Routes(nodes []corev1.Node, self string) []Route {
 			}
 		}
 	}
-	sort.Slice(rs, func(i, j int) bool { return rs[i].CIDR < rs[j].CIDR })
+	slices.SortFunc(rs, func(a, b Route) int { return strings.Compare(a.CIDR, b.CIDR) })
 	return rs
 }
 

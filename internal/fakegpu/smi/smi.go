@@ -10,11 +10,13 @@
 package smi
 
 import (
+	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,7 +68,7 @@ func StatDevice(path string) (bool, uint32, uint32, error) {
 	if st.Mode&syscall.S_IFMT != syscall.S_IFCHR {
 		return false, 0, 0, nil
 	}
-	rdev := uint64(st.Rdev) // Rdev is not a uint64 on every platform
+	rdev := uint64(st.Rdev) //nolint:unconvert // Rdev is not a uint64 on every platform
 	return true, unix.Major(rdev), unix.Minor(rdev), nil
 }
 
@@ -215,7 +217,7 @@ func unknownOption(arg string) argErr {
 
 // argError prints an argument error as the real tool does and returns its exit code.
 func argError(stdout io.Writer, err error) int {
-	if e, ok := err.(argErr); ok {
+	if e, ok := errors.AsType[argErr](err); ok {
 		fmt.Fprintln(stdout, e.msg)
 		return e.code
 	}
@@ -349,7 +351,7 @@ func readDriver(env Env, stderr io.Writer) (fakegpu.Inventory, []gpu, int) {
 		gpus = append(gpus, gpu{GPU: g})
 	}
 	// The real tool renumbers the GPUs a container sees from 0, in minor (PCI) order.
-	sort.Slice(gpus, func(i, j int) bool { return gpus[i].Minor < gpus[j].Minor })
+	slices.SortFunc(gpus, func(a, b gpu) int { return cmp.Compare(a.Minor, b.Minor) })
 	for i := range gpus {
 		gpus[i].index = i
 	}

@@ -68,7 +68,7 @@ func readTranscript(t *testing.T, path string) []transcriptRecord {
 // one that ends in a comma belongs to it ("--format=csv, noheader" was one argument).
 func splitRecordedArgs(s string) []string {
 	var out []string
-	for _, w := range strings.Fields(s) {
+	for w := range strings.FieldsSeq(s) {
 		if n := len(out); n > 0 && strings.HasSuffix(out[n-1], ",") {
 			out[n-1] += " " + w
 			continue
@@ -101,12 +101,12 @@ func TestRealTranscript(t *testing.T) {
 	if uuid == "" {
 		t.Fatalf("%s: no -L record with the GPU's UUID", path)
 	}
-	real := fakegpu.Inventory{
+	h200 := fakegpu.Inventory{
 		Node: "vm", DriverVersion: "580.159.04", CUDAVersion: "13.0",
 		GPUs: []fakegpu.GPU{{Minor: 0, UUID: uuid, Product: "NVIDIA H200", MemoryMiB: 143771, PCIBusID: "00000000:00:06.0"}},
 	}
 	saved := inventory
-	inventory = real
+	inventory = h200
 	t.Cleanup(func() { inventory = saved })
 	nodes := map[string]dev{"nvidiactl": {195, 255}, "nvidia0": {195, 0},
 		"nvidia-uvm": {fakegpu.NvidiaUVMMajor, fakegpu.NvidiaUVMMinor}}

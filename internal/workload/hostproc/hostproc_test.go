@@ -33,20 +33,20 @@ func TestFreezeStopsAndAlwaysContinues(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Skip("no sleep binary:", err)
 	}
-	defer cmd.Process.Kill()
+	defer func() { _ = cmd.Process.Kill() }()
 	// A private /proc with only this process, under a name nothing else has: never freeze anything else.
 	root, name := t.TempDir(), "gpuconform-test-sleeper"
-	_ = os.MkdirAll(filepath.Join(root, itoa(cmd.Process.Pid)), 0o755)
-	_ = os.WriteFile(filepath.Join(root, itoa(cmd.Process.Pid), "comm"), []byte(name+"\n"), 0o644)
+	_ = os.MkdirAll(filepath.Join(root, strconv.Itoa(cmd.Process.Pid)), 0o755)
+	_ = os.WriteFile(filepath.Join(root, strconv.Itoa(cmd.Process.Pid), "comm"), []byte(name+"\n"), 0o644)
 	state := func() string {
-		b, _ := os.ReadFile(filepath.Join("/proc", itoa(cmd.Process.Pid), "stat"))
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "stat"))
 		f := strings.Fields(string(b))
 		if len(f) < 3 {
 			return ""
 		}
 		return f[2]
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error)
 	var lines []string
 	go func() { done <- Freeze(ctx, root, name, time.Minute, func(s string) { lines = append(lines, s) }) }()
@@ -68,5 +68,3 @@ func TestFreezeStopsAndAlwaysContinues(t *testing.T) {
 		t.Errorf("log lines = %q", lines)
 	}
 }
-
-func itoa(i int) string { return strconv.Itoa(i) }

@@ -8,10 +8,12 @@
 package podresources
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -148,14 +150,11 @@ func Convert(resp *podresourcesv1.ListPodResourcesResponse, f Filter) []Pod {
 		for _, c := range p.GetContainers() {
 			pod.Containers = append(pod.Containers, convertContainer(c))
 		}
-		sort.Slice(pod.Containers, func(i, j int) bool { return pod.Containers[i].Name < pod.Containers[j].Name })
+		slices.SortFunc(pod.Containers, func(a, b Container) int { return strings.Compare(a.Name, b.Name) })
 		pods = append(pods, pod)
 	}
-	sort.Slice(pods, func(i, j int) bool {
-		if pods[i].Namespace != pods[j].Namespace {
-			return pods[i].Namespace < pods[j].Namespace
-		}
-		return pods[i].Name < pods[j].Name
+	slices.SortFunc(pods, func(a, b Pod) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
 	return pods
 }
@@ -167,7 +166,7 @@ func convertContainer(c *podresourcesv1.ContainerResources) Container {
 		out.Devices[d.GetResourceName()] = append(out.Devices[d.GetResourceName()], d.GetDeviceIds()...)
 	}
 	for name, ids := range out.Devices {
-		sort.Strings(ids)
+		slices.Sort(ids)
 		out.Devices[name] = ids
 	}
 	for _, dr := range c.GetDynamicResources() {

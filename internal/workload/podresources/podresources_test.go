@@ -29,7 +29,7 @@ func (f *fakeKubelet) List(context.Context, *podresourcesv1.ListPodResourcesRequ
 func serve(t *testing.T, resp *podresourcesv1.ListPodResourcesResponse) string {
 	t.Helper()
 	// Unix socket paths are limited to ~108 bytes; t.TempDir() under a long test name can exceed it.
-	dir, err := os.MkdirTemp("", "podres")
+	dir, err := os.MkdirTemp("", "podres") //nolint:usetesting // see above
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func sampleResponse() *podresourcesv1.ListPodResourcesResponse {
 
 func TestQueryRoundTrip(t *testing.T) {
 	socket := serve(t, sampleResponse())
-	report, err := Query(context.Background(), socket, Filter{}, 5*time.Second)
+	report, err := Query(t.Context(), socket, Filter{}, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestQueryFilters(t *testing.T) {
 		{Filter{Namespace: "team-a", Pod: "infer"}, nil},
 	}
 	for _, tc := range cases {
-		report, err := Query(context.Background(), socket, tc.filter, 5*time.Second)
+		report, err := Query(t.Context(), socket, tc.filter, 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func TestQueryFilters(t *testing.T) {
 
 func TestJSONShape(t *testing.T) {
 	socket := serve(t, sampleResponse())
-	report, err := Query(context.Background(), socket, Filter{Pod: "infer"}, 5*time.Second)
+	report, err := Query(t.Context(), socket, Filter{Pod: "infer"}, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestJSONShape(t *testing.T) {
 func TestQueryMissingSocketFailsWithinTimeout(t *testing.T) {
 	socket := filepath.Join(t.TempDir(), "absent.sock")
 	start := time.Now()
-	_, err := Query(context.Background(), socket, Filter{}, 300*time.Millisecond)
+	_, err := Query(t.Context(), socket, Filter{}, 300*time.Millisecond)
 	if err == nil {
 		t.Fatal("Query succeeded without a kubelet")
 	}

@@ -2,7 +2,7 @@ package probe
 
 import (
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -64,8 +64,8 @@ func diff(want, got []string) (missing, unexpected []string) {
 			unexpected = append(unexpected, g)
 		}
 	}
-	sort.Strings(missing)
-	sort.Strings(unexpected)
+	slices.Sort(missing)
+	slices.Sort(unexpected)
 	return missing, unexpected
 }
 
@@ -79,7 +79,7 @@ func dedupSorted(ids []string) []string {
 			out = append(out, id)
 		}
 	}
-	sort.Strings(out)
+	slices.Sort(out)
 	return out
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -65,7 +66,7 @@ func (f *fixture) fakeTool(replies map[string]smiReply) *fixture {
 		if r.stderr != "" {
 			script += "echo '" + r.stderr + "' >&2\n"
 		}
-		script += "exit " + itoa(r.code) + ";;\n"
+		script += "exit " + strconv.Itoa(r.code) + ";;\n"
 	}
 	script += "*) echo \"unexpected args: $*\" >&2; exit 9;;\nesac\n"
 	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(script), 0o755); err != nil {
@@ -84,8 +85,6 @@ func (f *fixture) toolCalls() []string {
 	}
 	return strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
 }
-
-func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 
 func (f *fixture) opts() Options { return Options{Environ: f.env, DevDir: f.devDir} }
 
@@ -161,7 +160,7 @@ func TestNodeFallsBackToHostname(t *testing.T) {
 	if err != nil {
 		t.Skip("no hostname:", err)
 	}
-	r := Gather(context.Background(), Options{Environ: []string{"PATH="}, DevDir: t.TempDir()})
+	r := Gather(t.Context(), Options{Environ: []string{"PATH="}, DevDir: t.TempDir()})
 	if r.Node != host {
 		t.Errorf("node = %q, want hostname %q when NODE_NAME is unset", r.Node, host)
 	}
@@ -390,7 +389,7 @@ func TestRunPrintsOneJSONLineAndTerminationMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	r, err := Run(context.Background(), f.opts(), Expectation{Count: intPtr(3)}, &out, termLog)
+	r, err := Run(t.Context(), f.opts(), Expectation{Count: intPtr(3)}, &out, termLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,8 +439,8 @@ func TestRunPrintsOneJSONLineAndTerminationMessage(t *testing.T) {
 func TestRunCompactsOversizedTerminationMessage(t *testing.T) {
 	// Enough DRA metadata to push the full report over the kubelet's limit.
 	env := []string{"GPU_DEVICE_0=gpu-0"}
-	for i := 0; i < 200; i++ {
-		env = append(env, "GPU_DEVICE_"+itoa(i)+"_RESOURCE_CLAIM=claim-with-a-rather-long-uid-"+itoa(i))
+	for i := range 200 {
+		env = append(env, "GPU_DEVICE_"+strconv.Itoa(i)+"_RESOURCE_CLAIM=claim-with-a-rather-long-uid-"+strconv.Itoa(i))
 	}
 	f := newFixture(t, env...)
 	termLog := filepath.Join(t.TempDir(), "termination-log")
@@ -449,7 +448,7 @@ func TestRunCompactsOversizedTerminationMessage(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out strings.Builder
-	if _, err := Run(context.Background(), f.opts(), Expectation{Count: intPtr(1)}, &out, termLog); err != nil {
+	if _, err := Run(t.Context(), f.opts(), Expectation{Count: intPtr(1)}, &out, termLog); err != nil {
 		t.Fatal(err)
 	}
 	if len(out.String()) <= termlog.MaxBytes {

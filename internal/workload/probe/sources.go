@@ -1,6 +1,7 @@
 package probe
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,7 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -102,7 +103,7 @@ func envMap(environ []string) map[string]string {
 // the sources; for the other lists an empty value simply lists nothing.
 func splitList(v string, keepEmpty bool) []string {
 	out := []string{}
-	for _, part := range strings.Split(v, ",") {
+	for part := range strings.SplitSeq(v, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" && !keepEmpty {
 			continue
@@ -149,7 +150,7 @@ func scanDevFiles(dir string) []string {
 		return nil
 	}
 	// Numeric order, so nvidia10 sorts after nvidia2.
-	sort.Slice(found, func(i, j int) bool { return found[i].index < found[j].index })
+	slices.SortFunc(found, func(a, b devFile) int { return cmp.Compare(a.index, b.index) })
 	paths := make([]string, len(found))
 	for i, f := range found {
 		paths[i] = f.path
@@ -251,7 +252,7 @@ func ParseNvidiaSMIList(output string) []string {
 		}
 		gpu, migs = "", nil
 	}
-	for _, line := range strings.Split(output, "\n") {
+	for line := range strings.SplitSeq(output, "\n") {
 		line = strings.TrimRight(line, "\r")
 		if m := smiGPULine.FindStringSubmatch(line); m != nil {
 			flush()

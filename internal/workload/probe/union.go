@@ -1,7 +1,8 @@
 package probe
 
 import (
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 )
 
@@ -33,7 +34,6 @@ var nonSpecificVisibleDevices = map[string]bool{"none": true, "void": true, "": 
 
 // union applies UnionRule to s and returns the sorted device set and the sources that contributed.
 func union(s Sources) (devices []string, countedFrom []string) {
-	countedFrom = []string{}
 	if s.NvidiaSMI != nil && s.NvidiaSMIError == "" {
 		devices = dedupSorted(s.NvidiaSMI)
 		return devices, []string{SourceNvidiaSMI}
@@ -63,7 +63,7 @@ func environmentIDs(s Sources) (ids []string, from []string, all bool) {
 				n++
 			}
 		}
-		if n > 0 && !contains(from, source) {
+		if n > 0 && !slices.Contains(from, source) {
 			from = append(from, source)
 		}
 	}
@@ -78,7 +78,7 @@ func environmentIDs(s Sources) (ids []string, from []string, all bool) {
 	}
 	note(SourceNvidiaVisibleDevices, visible)
 	var dra []string
-	for _, key := range sortedKeys(s.DRAEnv) {
+	for _, key := range slices.Sorted(maps.Keys(s.DRAEnv)) {
 		if draDeviceKey.MatchString(key) {
 			dra = append(dra, s.DRAEnv[key])
 		}
@@ -89,28 +89,4 @@ func environmentIDs(s Sources) (ids []string, from []string, all bool) {
 		from = []string{}
 	}
 	return dedupSorted(raw), from, all
-}
-
-// looksLikeUUID reports whether an NVIDIA_VISIBLE_DEVICES entry names a GPU or MIG instance by UUID
-// rather than by index.
-func looksLikeUUID(v string) bool {
-	return strings.HasPrefix(v, "GPU-") || strings.HasPrefix(v, "MIG-")
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

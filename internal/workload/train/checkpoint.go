@@ -1,6 +1,7 @@
 package train
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -196,7 +197,7 @@ func (s *Store) list() ([]checkpointEntry, error) {
 		}
 		found = append(found, checkpointEntry{step, filepath.Join(s.Dir, e.Name())})
 	}
-	sort.Slice(found, func(i, j int) bool { return found[i].step > found[j].step })
+	slices.SortFunc(found, func(a, b checkpointEntry) int { return cmp.Compare(b.step, a.step) }) // newest first
 	return found, nil
 }
 

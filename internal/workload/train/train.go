@@ -282,8 +282,8 @@ func (e *eventWriter) emit(fields map[string]any) {
 	}
 }
 
-// Digest is the state digest an uninterrupted run of steps steps of work workID ends with: a run that
-// was interrupted and resumed must end with the same one.
+// Digest is the state digest an uninterrupted run of work workID ends with after the given number of
+// steps: a run that was interrupted and resumed must end with the same one.
 func Digest(workID string, steps int) string {
 	d := initialDigest(workID)
 	for s := 1; s <= steps; s++ {

@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +18,7 @@ import (
 func events(t *testing.T, out *bytes.Buffer) []map[string]any {
 	t.Helper()
 	var evs []map[string]any
-	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+	for line := range strings.SplitSeq(strings.TrimSpace(out.String()), "\n") {
 		var ev map[string]any
 		if err := json.Unmarshal([]byte(line), &ev); err != nil {
 			t.Fatalf("progress line %q is not JSON: %v", line, err)
@@ -52,7 +52,7 @@ func checkpointFiles(t *testing.T, dir string) []string {
 			names = append(names, e.Name())
 		}
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	return names
 }
 
@@ -258,7 +258,7 @@ func TestKeepsNewestThree(t *testing.T) {
 	cfg := baseConfig(dir)
 	cfg.CheckpointEvery = 2
 	var out bytes.Buffer
-	if _, err := Run(context.Background(), cfg, &out); err != nil {
+	if _, err := Run(t.Context(), cfg, &out); err != nil {
 		t.Fatal(err)
 	}
 	want := []string{FileName(16), FileName(18), FileName(20)}
@@ -283,7 +283,7 @@ func TestFreshRunCompletes(t *testing.T) {
 	cfg := baseConfig(dir)
 	cfg.TerminationLogPath = termLog
 	var out bytes.Buffer
-	sum, err := Run(context.Background(), cfg, &out)
+	sum, err := Run(t.Context(), cfg, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func TestFreshRunCompletes(t *testing.T) {
 
 func TestInterruptMidStepCheckpointsAndResumes(t *testing.T) {
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	cfg := baseConfig(dir)
 	cfg.sleep = interruptAt(7, cancel) // step 7 is in progress when the signal lands
@@ -343,7 +343,7 @@ func TestInterruptMidStepCheckpointsAndResumes(t *testing.T) {
 
 	out.Reset()
 	cfg.sleep = instant
-	resumed, err := Run(context.Background(), cfg, &out)
+	resumed, err := Run(t.Context(), cfg, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -363,7 +363,7 @@ func TestInterruptMidStepCheckpointsAndResumes(t *testing.T) {
 	}
 
 	// The simulated model must end where an uninterrupted run ends: no step lost or applied twice.
-	straight, err := Run(context.Background(), baseConfig(t.TempDir()), &bytes.Buffer{})
+	straight, err := Run(t.Context(), baseConfig(t.TempDir()), &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -379,7 +379,7 @@ func TestCheckpointWriteTimeIsSpentPerCheckpoint(t *testing.T) {
 	cfg.CheckpointWriteTime = 3 * time.Second
 	var slept time.Duration
 	cfg.sleep = func(ctx context.Context, d time.Duration) error { slept += d; return nil }
-	sum, err := Run(context.Background(), cfg, &bytes.Buffer{})
+	sum, err := Run(t.Context(), cfg, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,14 +391,14 @@ func TestCheckpointWriteTimeIsSpentPerCheckpoint(t *testing.T) {
 
 func TestInterruptBeforeFirstStepStillCountsRestart(t *testing.T) {
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	cfg := baseConfig(dir)
 	sum, err := Run(ctx, cfg, &bytes.Buffer{})
 	if err != nil || sum.CompletedSteps != 0 || sum.Status != StatusInterrupted {
 		t.Fatalf("Run = %+v, %v", sum, err)
 	}
-	next, err := Run(context.Background(), cfg, &bytes.Buffer{})
+	next, err := Run(t.Context(), cfg, &bytes.Buffer{})
 	if err != nil || !next.Resumed || next.ResumedFrom != 0 || next.Restarts != 1 {
 		t.Errorf("second attempt = %+v, %v; want resumed from 0 with restarts 1", next, err)
 	}
@@ -409,7 +409,7 @@ func TestRestartCounterIncrementsOnEveryResume(t *testing.T) {
 	cfg := baseConfig(dir)
 	var firstStart string
 	for attempt, stopAt := range []int{4, 3, 6} {
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		cfg.sleep = interruptAt(stopAt, cancel)
 		sum, err := Run(ctx, cfg, &bytes.Buffer{})
 		cancel()
@@ -427,7 +427,7 @@ func TestRestartCounterIncrementsOnEveryResume(t *testing.T) {
 	}
 	// 3 + 2 + 5 completed steps across the three attempts.
 	cfg.sleep = instant
-	sum, err := Run(context.Background(), cfg, &bytes.Buffer{})
+	sum, err := Run(t.Context(), cfg, &bytes.Buffer{})
 	if err != nil || sum.ResumedFrom != 10 || sum.Restarts != 3 {
 		t.Errorf("final attempt = %+v, %v; want resumed from 10 with restarts 3", sum, err)
 	}
@@ -436,10 +436,10 @@ func TestRestartCounterIncrementsOnEveryResume(t *testing.T) {
 func TestRerunAfterCompletionDoesNoWork(t *testing.T) {
 	dir := t.TempDir()
 	cfg := baseConfig(dir)
-	if _, err := Run(context.Background(), cfg, &bytes.Buffer{}); err != nil {
+	if _, err := Run(t.Context(), cfg, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	sum, err := Run(context.Background(), cfg, &bytes.Buffer{})
+	sum, err := Run(t.Context(), cfg, &bytes.Buffer{})
 	if err != nil || sum.Status != StatusCompleted || sum.StepsRunThisAttempt != 0 || sum.CompletedSteps != 20 || sum.Restarts != 1 {
 		t.Errorf("rerun = %+v, %v", sum, err)
 	}
@@ -447,7 +447,7 @@ func TestRerunAfterCompletionDoesNoWork(t *testing.T) {
 
 func TestRunFallsBackPastCorruptNewest(t *testing.T) {
 	dir := t.TempDir()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	cfg := baseConfig(dir)
 	cfg.CheckpointEvery = 3
 	cfg.sleep = interruptAt(11, cancel) // checkpoints at 3, 6, 9 and final 10
@@ -459,7 +459,7 @@ func TestRunFallsBackPastCorruptNewest(t *testing.T) {
 	var out, warnings bytes.Buffer
 	cfg.sleep = instant
 	cfg.Warnings = &warnings
-	sum, err := Run(context.Background(), cfg, &out)
+	sum, err := Run(t.Context(), cfg, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,14 +491,14 @@ func TestValidate(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("Validate = %v, want %q", err, want)
 		}
-		if _, err := Run(context.Background(), c, &bytes.Buffer{}); err == nil {
+		if _, err := Run(t.Context(), c, &bytes.Buffer{}); err == nil {
 			t.Errorf("Run accepted an invalid config (%s)", want)
 		}
 	}
 }
 
 func TestSleepCtxReturnsOnCancel(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
 	go func() { errc <- sleepCtx(ctx, time.Hour) }()
 	cancel()
@@ -510,7 +510,7 @@ func TestSleepCtxReturnsOnCancel(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("sleepCtx ignored cancellation")
 	}
-	if err := sleepCtx(context.Background(), 0); err != nil {
+	if err := sleepCtx(t.Context(), 0); err != nil {
 		t.Errorf("zero sleep = %v", err)
 	}
 }
