@@ -125,7 +125,7 @@ hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restric
 	$(BUILD_DEV)
 	$(GPUCONFORM_DEV) hardening --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/hardening --variants=$(HARDENING_VARIANTS)
 
-test: vet browser unit selfcheck-ci incluster e2e ## what CI runs: vet, unit tests, a selfcheck subset, the in-cluster runner, then the suites on the local cluster (its signoff line last)
+test: lint browser unit selfcheck-ci incluster e2e ## what CI runs: vet, gofmt and golangci-lint, unit tests, a selfcheck subset, the in-cluster runner, then the suites on the local cluster (its signoff line last)
 
 clean: ## remove this checkout's outputs (the machine-wide build cache stays)
 	rm -rf _output _artifacts
