@@ -1,9 +1,10 @@
 package reports
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -103,7 +104,7 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 	for _, r := range rows {
 		b.Rows = append(b.Rows, *r)
 	}
-	sort.Slice(b.Rows, func(i, j int) bool { return b.Rows[i].Scenario < b.Rows[j].Scenario })
+	slices.SortFunc(b.Rows, func(x, y BenchRow) int { return cmp.Compare(x.Scenario, y.Scenario) })
 	b.SuiteRequests = rec.APIRequests.Total()
 	return b
 }
@@ -128,7 +129,7 @@ func inherent(t timeline.Timeline) time.Duration {
 		}
 		spans = append(spans, span{from, to})
 	}
-	sort.Slice(spans, func(i, j int) bool { return spans[i].from.Before(spans[j].from) })
+	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
 	var total time.Duration
 	var cur span
 	for i, s := range spans {

@@ -37,7 +37,7 @@ func TestHTMLRendersInAHeadlessBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(dir, "signoff.png")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	// --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
 	out, err := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",

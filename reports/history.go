@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -60,7 +59,7 @@ func History(dirs []string) ([]RunSummary, error) {
 		}
 		runs = append(runs, summarise(dir, suites, rec))
 	}
-	sort.SliceStable(runs, func(i, j int) bool { return runs[i].At.Before(runs[j].At) })
+	slices.SortStableFunc(runs, func(a, b RunSummary) int { return a.At.Compare(b.At) })
 	for i := 1; i < len(runs); i++ {
 		runs[i].Changes = compareRuns(runs[i-1], runs[i])
 	}
@@ -81,7 +80,7 @@ func summarise(dir string, suites []types.Report, rec Record) RunSummary {
 			drivers = append(drivers, n.Driver)
 		}
 	}
-	sort.Strings(drivers)
+	slices.Sort(drivers)
 	s.Stack["driver"] = strings.Join(drivers, ", ")
 	for _, p := range rec.Paths {
 		desc := p.Description
@@ -151,7 +150,7 @@ func diffMaps(a, b map[string]string, added, gone func(k, v string) string, chan
 			keys = append(keys, k)
 		}
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	var out []string
 	for _, k := range keys {
 		was, is := a[k], b[k]

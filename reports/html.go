@@ -1,10 +1,11 @@
 package reports
 
 import (
+	"cmp"
 	"fmt"
 	"html"
 	"html/template"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -76,7 +77,7 @@ func (p pageData) Specs() []specRow {
 			out = append(out, r)
 		}
 	}
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	slices.SortStableFunc(out, func(a, b specRow) int { return cmp.Compare(a.Path, b.Path) })
 	return out
 }
 

@@ -4,11 +4,12 @@
 package reports
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -163,7 +164,7 @@ func (r *Record) AddNotExercised(what, why string) {
 
 // SortNotExercised orders entries for stable output.
 func (r *Record) SortNotExercised() {
-	sort.Slice(r.NotExercised, func(i, j int) bool { return r.NotExercised[i].What < r.NotExercised[j].What })
+	slices.SortFunc(r.NotExercised, func(a, b NotExercised) int { return cmp.Compare(a.What, b.What) })
 }
 
 // Write writes the record as JSON into dir.

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -108,7 +107,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	var failures []types.SpecReport
 	for _, s := range suites {
 		specs := append([]types.SpecReport(nil), s.SpecReports...)
-		sort.SliceStable(specs, func(i, j int) bool { return pathOf(specs[i]) < pathOf(specs[j]) })
+		slices.SortStableFunc(specs, func(a, b types.SpecReport) int { return cmp.Compare(pathOf(a), pathOf(b)) })
 		for _, sp := range specs {
 			if sp.LeafNodeType != types.NodeTypeIt {
 				if sp.State.Is(types.SpecStateFailureStates) {
@@ -177,8 +176,8 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 
 func pathOf(sp types.SpecReport) string {
 	for _, l := range sp.Labels() {
-		if strings.HasPrefix(l, "path:") {
-			return strings.TrimPrefix(l, "path:")
+		if after, ok := strings.CutPrefix(l, "path:"); ok {
+			return after
 		}
 	}
 	return "-"
@@ -244,7 +243,7 @@ func renderFeatureGates(b *strings.Builder, gates []cluster.FeatureGate) {
 		stage[g.Name] = cmp.Or(g.Stage, "GA")
 		state[[2]string{g.Name, g.Component}] = g.Enabled
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	b.WriteString("\n| Feature gate | Stage | " + strings.Join(components, " | ") + " |\n|---|---|" + strings.Repeat("---|", len(components)) + "\n")
 	for _, n := range names {
 		fmt.Fprintf(b, "| %s | %s |", n, stage[n])
@@ -342,7 +341,7 @@ func Filters(suites []types.Report) string {
 	return strings.Join(parts, "; ")
 }
 
-// renderSteps lists what the scenarios labelled measured measured in each passed spec (fault →
+// renderSteps lists what each passed spec of a scenario labelled measured recorded (fault →
 // NotReady, preempted → re-admitted, steps lost, …): their report entries, in the order recorded.
 func renderSteps(b *strings.Builder, suites []types.Report, measured []string) {
 	var rows []string

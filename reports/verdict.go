@@ -3,7 +3,6 @@ package reports
 import (
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 
 	"github.com/onsi/ginkgo/v2/types"
@@ -172,8 +171,8 @@ func Decide(suites []types.Report, rec Record) Verdict {
 				passedLabels[l] = true
 			}
 			for _, e := range sp.ReportEntries {
-				if strings.HasPrefix(e.Name, "not exercised:") {
-					v.Incomplete = append(v.Incomplete, fmt.Sprintf("runtime fallback in %q: %s: %s", sp.FullText(), strings.TrimSpace(strings.TrimPrefix(e.Name, "not exercised:")), e.StringRepresentation()))
+				if after, ok := strings.CutPrefix(e.Name, "not exercised:"); ok {
+					v.Incomplete = append(v.Incomplete, fmt.Sprintf("runtime fallback in %q: %s: %s", sp.FullText(), strings.TrimSpace(after), e.StringRepresentation()))
 				}
 			}
 		}
@@ -217,7 +216,7 @@ func Decide(suites []types.Report, rec Record) Verdict {
 		for n := range b.Results {
 			names = append(names, n)
 		}
-		sort.Strings(names)
+		slices.Sort(names)
 		for _, name := range names {
 			if b.Results[name] != ResultPassed {
 				continue

@@ -66,10 +66,10 @@ func TestVerdictSetupFailureIsNoGo(t *testing.T) {
 func TestVerdictFilteredRunIsIncomplete(t *testing.T) {
 	s, rec := passing()
 	s[0].SuiteConfig.LabelFilter = "path:dra"
-	v := expectOutcome(t, s, rec, OutcomeIncomplete, "filtered run (label filter path:dra)")
+	expectOutcome(t, s, rec, OutcomeIncomplete, "filtered run (label filter path:dra)")
 	// Allowed: GO, with the reason still listed.
 	rec.Signoff.AllowIncomplete = true
-	v = expectOutcome(t, s, rec, OutcomeGo, "filtered run")
+	v := expectOutcome(t, s, rec, OutcomeGo, "filtered run")
 	if len(v.Incomplete) == 0 {
 		t.Error("allowed incompleteness must stay listed")
 	}

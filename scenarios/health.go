@@ -34,7 +34,7 @@ func expectLiveCapacity(ctx context.Context, env *testenv.Env, path gpu.Path, no
 func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, devices faults.DeviceProvider, path gpu.Path, ns, node string) {
 	n := path.Capacity()[node]
 	ginkgo.By("finding a device of " + node + " by running a pod on it")
-	probe := startHeldPod(ctx, env, path, ns, "pick", node, 1)
+	probe := startHeldPod(ctx, env, path, ns, "pick", node)
 	victim := probe.report.Devices[0]
 	if path.ClaimBased() {
 		// A device fault through the API (a DeviceTaintRule) names the device as the slice does.
@@ -63,7 +63,7 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, d
 	ginkgo.By(fmt.Sprintf("filling the %d healthy devices of %s: none of the pods may see %s", n-1, node, victim))
 	seen := map[string]string{}
 	for i := range int(n - 1) {
-		p := startHeldPod(ctx, env, path, ns, fmt.Sprintf("healthy-%d", i), node, 1)
+		p := startHeldPod(ctx, env, path, ns, fmt.Sprintf("healthy-%d", i), node)
 		d := p.report.Devices[0]
 		gomega.Expect(d).NotTo(gomega.Equal(victim), "pod %s was given %s, which is reported unhealthy", p.name, victim)
 		gomega.Expect(seen).NotTo(gomega.HaveKey(d), "pods %s and %s both see %s", seen[d], p.name, d)
@@ -155,10 +155,10 @@ type heldPod struct {
 	given gpu.Allocation
 }
 
-// startHeldPod runs a pod asking for count devices on node, holding them, and returns what it sees.
-func startHeldPod(ctx context.Context, env *testenv.Env, path gpu.Path, ns, name, node string, count int) heldPod {
+// startHeldPod runs a pod asking for one device on node, holding it, and returns what it sees.
+func startHeldPod(ctx context.Context, env *testenv.Env, path gpu.Path, ns, name, node string) heldPod {
 	ginkgo.GinkgoHelper()
-	w := env.Factory.GPUPod(name, ns).Path(path).Devices(count).Args(append(fixtures.ProbeArgs(count), "--hold", holdFor)...).OnNodes(node)
+	w := env.Factory.GPUPod(name, ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
 	pod := w.Obj()
 	for _, pre := range w.Prerequisites() {
 		env.Create(ctx, pre)
@@ -166,7 +166,7 @@ func startHeldPod(ctx context.Context, env *testenv.Env, path gpu.Path, ns, name
 	env.Create(ctx, pod)
 	pods.ExpectPodRunning(ctx, env, ns, pod.Name)
 	report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
-	gomega.Expect(report.Devices).To(gomega.HaveLen(count), "pod %s asked for %d devices and sees %s (%s)", pod.Name, count, gpu.FormatDevices(report.Devices), report.Message)
+	gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s asked for 1 device and sees %s (%s)", pod.Name, gpu.FormatDevices(report.Devices), report.Message)
 	return heldPod{name: pod.Name, report: report}
 }
 

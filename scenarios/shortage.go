@@ -315,7 +315,7 @@ func createJob(ctx context.Context, env *testenv.Env, w *fixtures.GPUJobWrapper)
 // layer and reason with every expected text in its evidence; the verdict's first moments (no scheduling
 // attempt yet, Kueue not yet decided) legitimately say less. On failure the wait prints the last
 // verdict; on success the verdict goes to the report, as evidence that the diagnosis names the layer.
-func expectDiagnosis(ctx context.Context, env *testenv.Env, target wait.Target, want expectation) *diagnose.Result {
+func expectDiagnosis(ctx context.Context, env *testenv.Env, target wait.Target, want expectation) {
 	ginkgo.GinkgoHelper()
 	dc := diagnose.Clients{Kube: env.Clients.Kube}
 	if env.KueuePresent {
@@ -344,7 +344,6 @@ func expectDiagnosis(ctx context.Context, env *testenv.Env, target wait.Target, 
 	})
 	ginkgo.GinkgoWriter.Printf("shortage diagnosis of %s:\n%s", target, res)
 	ginkgo.AddReportEntry("diagnosis of "+target.String(), res.String())
-	return res
 }
 
 // matches reports whether a verdict is the expected one, evidence included.
@@ -363,7 +362,7 @@ func matches(res *diagnose.Result, want expectation) bool {
 // hasEvidence reports whether one of the verdict's messages contains the text, or one of the "||"
 // alternatives.
 func hasEvidence(res *diagnose.Result, want string) bool {
-	for _, alt := range strings.Split(want, " || ") {
+	for alt := range strings.SplitSeq(want, " || ") {
 		if slices.ContainsFunc(res.Messages, func(have string) bool { return strings.Contains(have, alt) }) {
 			return true
 		}

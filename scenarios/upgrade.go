@@ -246,12 +246,12 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	sentinelPath := in.Paths[0]
 	sentinelNode := firstWith(sentinelPath, good)
 	gomega.Expect(sentinelNode).NotTo(gomega.BeEmpty(), "no known-good node has a device on the %s path", sentinelPath.Name())
-	sentinel := startHeldPod(ctx, env, sentinelPath, ns, "sentinel", sentinelNode, 1)
+	sentinel := startHeldPod(ctx, env, sentinelPath, ns, "sentinel", sentinelNode)
 	sp, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, sentinel.name, metav1.GetOptions{})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 
 	ginkgo.By(fmt.Sprintf("a GPU workload on the canary pool, to be drained (%s)", canary[0]))
-	startHeldPod(ctx, env, sentinelPath, ns, "canary-load", firstWith(sentinelPath, canary), 1)
+	startHeldPod(ctx, env, sentinelPath, ns, "canary-load", firstWith(sentinelPath, canary))
 
 	ginkgo.By(fmt.Sprintf("cordoning and draining the canary pool %s", pool))
 	cordonAt := time.Now()

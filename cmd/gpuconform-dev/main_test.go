@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os"
@@ -28,7 +27,7 @@ func fakeBinary(t *testing.T, code int) (shipped, string) {
 
 // The harnesses run the shipped binary, and its report's exit code is the verdict.
 func TestShippedBinary(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	for code, want := range map[int]string{0: "GO", 1: "NO-GO", 3: "INCOMPLETE", 2: "no report"} {
 		bin, args := fakeBinary(t, code)
 		if got := bin.verdict(ctx, "/arts"); got != want {

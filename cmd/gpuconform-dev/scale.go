@@ -185,7 +185,7 @@ func peakRSS() string {
 	if err != nil {
 		return "unknown"
 	}
-	for _, line := range strings.Split(string(data), "\n") {
+	for line := range strings.SplitSeq(string(data), "\n") {
 		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
 			return strings.TrimSpace(v)
 		}
@@ -206,19 +206,17 @@ func populate(ctx context.Context, kube kubernetes.Interface, n, workers int) er
 	jobs := make(chan int)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for range workers {
+		wg.Go(func() {
 			for i := range jobs {
 				if err := createGPUNode(ctx, kube, i); err != nil {
 					errs <- err
 					return
 				}
 			}
-		}()
+		})
 	}
-	for i := 0; i < n; i++ {
+	for i := range n {
 		select {
 		case err := <-errs:
 			close(jobs)
@@ -260,7 +258,7 @@ func createGPUNode(ctx context.Context, kube kubernetes.Interface, i int) error 
 	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: name + "-gpu"}, Spec: resourcev1.ResourceSliceSpec{
 		Driver: localcluster.DRADriverName, NodeName: ptr.To(name), Pool: resourcev1.ResourcePool{Name: name, ResourceSliceCount: 1},
 	}}
-	for d := 0; d < 8; d++ {
+	for d := range 8 {
 		slice.Spec.Devices = append(slice.Spec.Devices, resourcev1.Device{Name: "gpu-" + strconv.Itoa(d), Attributes: map[resourcev1.QualifiedName]resourcev1.DeviceAttribute{
 			"uuid":          {StringValue: ptr.To(fmt.Sprintf("GPU-%08d-0000-0000-0000-%012d", i, d))},
 			"productName":   {StringValue: ptr.To("NVIDIA H100 80GB HBM3")},

@@ -170,7 +170,7 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, bin shipped
 	}
 	_ = os.RemoveAll(dir)
 	_ = os.MkdirAll(filepath.Dir(dir), 0o755)
-	var log io.Writer = io.Discard
+	log := io.Discard
 	if f, err := os.Create(dir + ".log"); err == nil {
 		defer f.Close()
 		log = f
@@ -209,7 +209,7 @@ func restartAgents(ctx context.Context, kube kubernetes.Interface, nodes []corev
 		err := wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 			got, err := kube.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 			if err != nil {
-				return false, nil
+				return false, nil //nolint:nilerr // a failed read is retried until the node answers or ctx ends
 			}
 			q := got.Status.Allocatable[corev1.ResourceName(localcluster.GPUResource)]
 			return q.Cmp(want) == 0 || want.IsZero(), nil

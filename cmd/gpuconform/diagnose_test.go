@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -27,7 +26,7 @@ func TestDiagnoseCommandUsageErrors(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			if code := diagnoseCommand(context.Background(), args, &stdout, &stderr); code != diagnoseExitUsage {
+			if code := diagnoseCommand(t.Context(), args, &stdout, &stderr); code != diagnoseExitUsage {
 				t.Errorf("exit %d, want %d; stderr:\n%s", code, diagnoseExitUsage, stderr.String())
 			}
 			if !strings.Contains(stderr.String(), "Usage: gpuconform diagnose") {
@@ -39,7 +38,7 @@ func TestDiagnoseCommandUsageErrors(t *testing.T) {
 
 func TestDiagnoseCommandUnreachable(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	code := diagnoseCommand(context.Background(), []string{"job/train", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, &stdout, &stderr)
+	code := diagnoseCommand(t.Context(), []string{"job/train", "--kubeconfig", filepath.Join(t.TempDir(), "missing")}, &stdout, &stderr)
 	if code != diagnoseExitUnreachable || !strings.Contains(stderr.String(), "--kubeconfig") {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
@@ -104,7 +103,7 @@ func TestDiagnoseCommandJSON(t *testing.T) {
 	kubeconfig := writeKubeconfig(t, srv.URL)
 	var stdout, stderr bytes.Buffer
 	// Flags after the target, kubectl style, and --context overriding current-context.
-	code := diagnoseCommand(context.Background(), []string{"jobs/train", "-n", "ml", "--kubeconfig", kubeconfig, "--context", "fake", "-o", "json"}, &stdout, &stderr)
+	code := diagnoseCommand(t.Context(), []string{"jobs/train", "-n", "ml", "--kubeconfig", kubeconfig, "--context", "fake", "-o", "json"}, &stdout, &stderr)
 	if code != diagnoseExitOK {
 		t.Fatalf("exit %d; stderr:\n%s", code, stderr.String())
 	}
@@ -133,7 +132,7 @@ func TestDiagnoseCommandJSON(t *testing.T) {
 func TestDiagnoseCommandNotFound(t *testing.T) {
 	srv := fakeAPIServer(t)
 	var stdout, stderr bytes.Buffer
-	code := diagnoseCommand(context.Background(), []string{"job", "nope", "--namespace=ml", "--kubeconfig=" + writeKubeconfig(t, srv.URL)}, &stdout, &stderr)
+	code := diagnoseCommand(t.Context(), []string{"job", "nope", "--namespace=ml", "--kubeconfig=" + writeKubeconfig(t, srv.URL)}, &stdout, &stderr)
 	if code != diagnoseExitUnreachable {
 		t.Fatalf("exit %d; stdout:\n%s\nstderr:\n%s", code, stdout.String(), stderr.String())
 	}

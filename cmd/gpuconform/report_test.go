@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -37,11 +36,11 @@ func TestReportExitCodeIsTheVerdicts(t *testing.T) {
 	dir := t.TempDir()
 	var out, errb bytes.Buffer
 	writeRun(t, dir, "run-1", "run-1", types.SpecStatePassed)
-	if code := reportCommand(context.Background(), []string{dir}, &out, &errb); code != reports.ExitGo {
+	if code := reportCommand(t.Context(), []string{dir}, &out, &errb); code != reports.ExitGo {
 		t.Errorf("GO run: exit %d\n%s", code, errb.String())
 	}
 	writeRun(t, dir, "run-1", "run-1", types.SpecStateFailed)
-	if code := reportCommand(context.Background(), []string{dir}, &out, &errb); code != reports.ExitNoGo {
+	if code := reportCommand(t.Context(), []string{dir}, &out, &errb); code != reports.ExitNoGo {
 		t.Errorf("failed run: exit %d", code)
 	}
 }
@@ -50,7 +49,7 @@ func TestReportRefusesToMixRuns(t *testing.T) {
 	dir := t.TempDir()
 	writeRun(t, dir, "run-2", "run-1", types.SpecStatePassed)
 	var out, errb bytes.Buffer
-	if code := reportCommand(context.Background(), []string{dir}, &out, &errb); code != reports.ExitNoGo || !strings.Contains(errb.String(), "refusing to mix runs") {
+	if code := reportCommand(t.Context(), []string{dir}, &out, &errb); code != reports.ExitNoGo || !strings.Contains(errb.String(), "refusing to mix runs") {
 		t.Errorf("mixed runs: exit %d, %s", code, errb.String())
 	}
 }
@@ -62,7 +61,7 @@ func TestReportOfARunThatStoppedBeforeItsSpecs(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	if code := reportCommand(context.Background(), []string{dir}, &out, &errb); code != reports.ExitNoGo {
+	if code := reportCommand(t.Context(), []string{dir}, &out, &errb); code != reports.ExitNoGo {
 		t.Errorf("exit %d", code)
 	}
 	if !strings.Contains(out.String(), "**NO-GO**") || !strings.Contains(out.String(), "Kueue's webhook does not answer") {

@@ -138,7 +138,7 @@ func durationSetter(set func(*Config, time.Duration)) func(*Config, string) erro
 // splitList splits a comma-separated flag value, dropping blanks.
 func splitList(v string) []string {
 	var out []string
-	for _, p := range strings.Split(v, ",") {
+	for p := range strings.SplitSeq(v, ",") {
 		if p = strings.TrimSpace(p); p != "" {
 			out = append(out, p)
 		}

@@ -1,7 +1,6 @@
 package diagnose
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -30,7 +29,7 @@ func TestCollectReads(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.file, func(t *testing.T) {
 			kube, kq := fixtureClients(t, tc.file)
-			if _, err := Collect(context.Background(), Clients{Kube: kube, Kueue: kq}, tc.target); err != nil {
+			if _, err := Collect(t.Context(), Clients{Kube: kube, Kueue: kq}, tc.target); err != nil {
 				t.Fatal(err)
 			}
 			var got []string
@@ -52,7 +51,7 @@ func TestCollectReads(t *testing.T) {
 func TestCollectRecordsFailures(t *testing.T) {
 	tc := runCases()[slices.IndexFunc(runCases(), func(c runCase) bool { return c.name == "events forbidden is not a GPU shortage" })]
 	c, kube, _ := caseClients(t, tc)
-	s, err := Collect(context.Background(), c, tc.target)
+	s, err := Collect(t.Context(), c, tc.target)
 	if err != nil {
 		t.Fatalf("Collect: %v", err)
 	}
@@ -64,10 +63,10 @@ func TestCollectRecordsFailures(t *testing.T) {
 			t.Error("nodes were listed after the events the verdict stops at could not be")
 		}
 	}
-	if _, err := Collect(context.Background(), Clients{}, tc.target); err == nil {
+	if _, err := Collect(t.Context(), Clients{}, tc.target); err == nil {
 		t.Error("Collect without a Kubernetes client succeeded")
 	}
-	if _, err := Collect(context.Background(), c, Target{Kind: "node", Name: "x"}); err == nil || !strings.Contains(err.Error(), "unsupported kind") {
+	if _, err := Collect(t.Context(), c, Target{Kind: "node", Name: "x"}); err == nil || !strings.Contains(err.Error(), "unsupported kind") {
 		t.Errorf("Collect of a node: %v, want unsupported kind", err)
 	}
 }

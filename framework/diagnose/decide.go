@@ -116,8 +116,7 @@ func (v *verdict) ref(kind, ns, name string) {
 // result finishes a decision: a verdict carried up as an error (Forbidden, APIMissing, NotFound) is the
 // Result, and the Result lists the objects it rests on.
 func (v *verdict) result(res *Result, err error) (*Result, error) {
-	var ve *verdictError
-	if errors.As(err, &ve) {
+	if ve, ok := errors.AsType[*verdictError](err); ok {
 		res, err = ve.res, nil
 	}
 	if err != nil {

@@ -1,7 +1,6 @@
 package diagnose
 
 import (
-	"context"
 	"errors"
 	"reflect"
 	"strings"
@@ -73,7 +72,7 @@ func TestDecide(t *testing.T) {
 			}
 			checkResult(t, tc, res)
 			c, _, _ := caseClients(t, tc)
-			run, err := Run(context.Background(), c, tc.target)
+			run, err := Run(t.Context(), c, tc.target)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -96,13 +95,13 @@ func TestDecideFailedReads(t *testing.T) {
 		reason Reason // "" when Decide must fail
 	}{
 		{"a running pod needs no events", "running.yaml", pod(podName),
-			ReadError{Read: eventsRead("ml", "Pod", podName), Err: forbidden("list", "events", reader)}, ReasonRunning},
+			ReadError{Read: eventsRead("ml", "Pod", podName), Err: forbidden("list", "events")}, ReasonRunning},
 		{"a queue Kueue explains needs no LocalQueue", "queue-quota-exhausted.yaml", job("train"),
-			ReadError{Read: queueRead("localqueues", "ml", "gpu-queue"), Err: forbidden("get", "localqueues", reader)}, QueueQuotaExhausted},
+			ReadError{Read: queueRead("localqueues", "ml", "gpu-queue"), Err: forbidden("get", "localqueues")}, QueueQuotaExhausted},
 		{"an unschedulable pod's events are needed", "insufficient-device.yaml", job("train"),
 			ReadError{Read: eventsRead("ml", "Pod", "train-x7k2p"), Err: down}, ""},
 		{"a Workload Kueue has not explained needs its queues", "queue-pending.yaml", workload(wlName),
-			ReadError{Read: queueRead("localqueues", "ml", "gpu-queue"), Err: forbidden("get", "localqueues", reader)}, Forbidden},
+			ReadError{Read: queueRead("localqueues", "ml", "gpu-queue"), Err: forbidden("get", "localqueues")}, Forbidden},
 		{"the target itself", "running.yaml", pod(podName),
 			ReadError{Read: getRead("pods", "", "ml", podName), Err: down}, ""},
 	}

@@ -2,7 +2,6 @@ package diagnose
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"flag"
 	"os"
@@ -41,7 +40,7 @@ func fixtureObjects(t *testing.T, file string) []runtime.Object {
 		t.Fatal(err)
 	}
 	var objs []runtime.Object
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
+	for doc := range strings.SplitSeq(string(raw), "\n---\n") {
 		js, err := yaml.YAMLToJSON([]byte(doc))
 		if err != nil {
 			t.Fatalf("%s: %v", file, err)
@@ -70,7 +69,6 @@ func fixtureClients(t *testing.T, file string) (*fake.Clientset, *kueuefake.Clie
 			kubeObjs = append(kubeObjs, obj)
 		}
 	}
-	//nolint:staticcheck // NewSimpleClientset needs no apply configurations for these typed fixtures.
 	return fake.NewSimpleClientset(kubeObjs...), kueuefake.NewSimpleClientset(kueueObjs...)
 }
 
@@ -126,9 +124,10 @@ const reader = "system:serviceaccount:ml:reader"
 // unserved is the API server's 404 for a resource it does not serve: it names no object.
 func unserved() error { return apierrors.NewNotFound(schema.GroupResource{}, "") }
 
-func forbidden(verb, resource, user string) error {
+// forbidden is the API server's 403 for reader's verb on resource in the namespace ml.
+func forbidden(verb, resource string) error {
 	return apierrors.NewForbidden(schema.GroupResource{Resource: resource}, "",
-		errors.New(`User "`+user+`" cannot `+verb+` resource "`+resource+`" in API group "" in the namespace "ml"`))
+		errors.New(`User "`+reader+`" cannot `+verb+` resource "`+resource+`" in API group "" in the namespace "ml"`))
 }
 
 func runCases() []runCase {
@@ -197,7 +196,7 @@ func runCases() []runCase {
 			terminal: true, stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
 			wantMsgs: []string{"no node matches the pod's node selector and required node affinity (nodeSelector {kubernetes.io/hostname=no-such-node}; 4 node(s) read)"}},
 		{name: "nodes unreadable: the scheduler's counts decide", file: "taint-behind-selector.yaml", target: pod(podName),
-			fault: &ReadError{Read: listRead("nodes", "", ""), Err: forbidden("list", "nodes", reader)},
+			fault: &ReadError{Read: listRead("nodes", "", ""), Err: forbidden("list", "nodes")},
 			stage: StageScheduling, layer: LayerScheduler, reason: NodeSelectorMismatch,
 			wantMsgs: []string{"nodes could not be read", "the verdict rests on the scheduler's message alone"},
 			onceMsgs: []string{"nodes could not be read"}},
@@ -312,14 +311,14 @@ func runCases() []runCase {
 			stage: StageScheduling, layer: LayerAPI, reason: APIMissing,
 			wantMsgs: []string{"the API resource.k8s.io/v1 (resource resourceclaims) is not served by this cluster"}},
 		{name: "events forbidden is not a GPU shortage", file: "insufficient-device.yaml", target: job("train"),
-			fault: &ReadError{Read: eventsRead("ml", "Pod", "train-x7k2p"), Err: forbidden("list", "events", reader)},
+			fault: &ReadError{Read: eventsRead("ml", "Pod", "train-x7k2p"), Err: forbidden("list", "events")},
 			stage: StageUnknown, layer: LayerRBAC, reason: Forbidden,
 			wantMsgs: []string{
 				`user "system:serviceaccount:ml:reader" may not list events -n ml`,
 				`events is forbidden: User "system:serviceaccount:ml:reader" cannot list resource "events" in API group "" in the namespace "ml"`,
 			}},
 		{name: "a denied list of an owner's Workloads names the namespace", file: "jobset-queued.yaml", target: Target{Kind: "jobset", Namespace: "ml", Name: "pretrain"},
-			fault: &ReadError{Read: workloadsRead("list", "ml", ""), Err: forbidden("list", "workloads", reader)},
+			fault: &ReadError{Read: workloadsRead("list", "ml", ""), Err: forbidden("list", "workloads")},
 			stage: StageQueued, layer: LayerRBAC, reason: Forbidden,
 			wantMsgs: []string{`user "system:serviceaccount:ml:reader" may not list workloads.kueue.x-k8s.io -n ml`}},
 		{name: "target missing", file: "queue-not-managed.yaml", target: job("does-not-exist"),
@@ -333,7 +332,7 @@ func TestRun(t *testing.T) {
 	for _, tc := range runCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			c, kube, kq := caseClients(t, tc)
-			res, err := Run(context.Background(), c, tc.target)
+			res, err := Run(t.Context(), c, tc.target)
 			if err != nil {
 				t.Fatalf("Run: %v", err)
 			}
@@ -435,7 +434,7 @@ func TestEveryReasonDocumented(t *testing.T) {
 
 func TestStringGolden(t *testing.T) {
 	kube, kq := fixtureClients(t, "insufficient-device.yaml")
-	res, err := Run(context.Background(), Clients{Kube: kube, Kueue: kq}, job("train"))
+	res, err := Run(t.Context(), Clients{Kube: kube, Kueue: kq}, job("train"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,13 +457,13 @@ func TestStringGolden(t *testing.T) {
 func TestExplain(t *testing.T) {
 	kube, kq := fixtureClients(t, "running.yaml")
 	c := Clients{Kube: kube, Kueue: kq}
-	if got := Explain(context.Background(), c, pod(podName)); !strings.Contains(got, "Reason:  Running") {
+	if got := Explain(t.Context(), c, pod(podName)); !strings.Contains(got, "Reason:  Running") {
 		t.Errorf("Explain = %q", got)
 	}
-	if got := Explain(context.Background(), Clients{}, pod(podName)); !strings.HasPrefix(got, "diagnosis of pod ml/train-0-x7k2p failed:") {
+	if got := Explain(t.Context(), Clients{}, pod(podName)); !strings.HasPrefix(got, "diagnosis of pod ml/train-0-x7k2p failed:") {
 		t.Errorf("Explain without clients = %q", got)
 	}
-	if got := Explain(context.Background(), c, Target{Kind: "node", Namespace: "ml", Name: "x"}); !strings.Contains(got, "unsupported kind") {
+	if got := Explain(t.Context(), c, Target{Kind: "node", Namespace: "ml", Name: "x"}); !strings.Contains(got, "unsupported kind") {
 		t.Errorf("Explain with a bad kind = %q", got)
 	}
 }

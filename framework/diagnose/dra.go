@@ -92,15 +92,16 @@ func describeClaim(c *resourcev1.ResourceClaim) string {
 	for _, r := range c.Status.Allocation.Devices.Results {
 		devs = append(devs, fmt.Sprintf("%s/%s/%s", r.Driver, r.Pool, r.Device))
 	}
-	s := fmt.Sprintf("ResourceClaim %s/%s: allocated %s", c.Namespace, c.Name, strings.Join(devs, ", "))
+	var b strings.Builder
+	fmt.Fprintf(&b, "ResourceClaim %s/%s: allocated %s", c.Namespace, c.Name, strings.Join(devs, ", "))
 	for _, dv := range c.Status.Devices {
 		for _, cond := range dv.Conditions {
 			if cond.Status != metav1.ConditionTrue {
-				s += fmt.Sprintf("; device %s condition %s=%s: %s", dv.Device, cond.Type, cond.Status, cond.Message)
+				fmt.Fprintf(&b, "; device %s condition %s=%s: %s", dv.Device, cond.Type, cond.Status, cond.Message)
 			}
 		}
 	}
-	return s
+	return b.String()
 }
 
 // addClaims appends the pod's claim status to a DRA verdict's evidence.

@@ -1,8 +1,9 @@
 package diagnose
 
 import (
+	"cmp"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -65,7 +66,7 @@ func ParseSchedulerMessage(msg string) SchedulerMessage {
 		out.Causes = []Cause{{Count: out.Nodes, Text: body}}
 		return out
 	}
-	for _, frag := range strings.Split(body, ", ") {
+	for frag := range strings.SplitSeq(body, ", ") {
 		if cm := countedRE.FindStringSubmatch(frag); cm != nil {
 			n, _ := strconv.Atoi(cm[1])
 			out.Causes = append(out.Causes, Cause{Count: n, Text: cm[2]})
@@ -200,11 +201,11 @@ func (m SchedulerMessage) PrimaryCause() (Cause, bool) {
 		}
 	}
 	pick := func(cs []Cause) Cause {
-		sort.SliceStable(cs, func(i, j int) bool {
-			if cs[i].Count != cs[j].Count {
-				return cs[i].Count > cs[j].Count
+		slices.SortStableFunc(cs, func(a, b Cause) int {
+			if a.Count != b.Count {
+				return cmp.Compare(b.Count, a.Count)
 			}
-			return tieRank(classify(cs[i].Text)) < tieRank(classify(cs[j].Text))
+			return cmp.Compare(tieRank(classify(a.Text)), tieRank(classify(b.Text)))
 		})
 		return cs[0]
 	}

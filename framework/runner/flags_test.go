@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	_ "github.com/onsi/ginkgo/v2" // its flags, as the pod's binary has them
-
 	"gpuconform.io/gpuconform/fixtures/rbac"
 	"gpuconform.io/gpuconform/framework/config"
+
+	_ "github.com/onsi/ginkgo/v2" // its flags, as the pod's binary has them
 )
 
 func TestParseArgs(t *testing.T) {

@@ -98,7 +98,7 @@ func (r *Runner) waitExitCode(ctx context.Context, pod string) (int, error) {
 			return false, fmt.Errorf("the runner pod %s/%s vanished before it ended", r.ns, pod)
 		}
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // any other read error is retried until the pod ends or ctx does
 		}
 		for _, cs := range p.Status.ContainerStatuses {
 			if t := cs.State.Terminated; t != nil && cs.Name == container {

@@ -95,7 +95,7 @@ func TestRunnerJobIsRestricted(t *testing.T) {
 // setup creates the namespace, the ServiceAccount, the missing shipped roles and the bindings; Cleanup
 // removes every one of them through the audit, and a role the cluster already had stays.
 func TestRunnerSetupAndCleanup(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	r, kube := fakeRunner(Options{Image: "x", Disruptive: true}, "run-1")
 	pre, _ := rbac.Load(rbac.LevelNonDisruptive)
 	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &pre.ClusterRoles[0], metav1.CreateOptions{}); err != nil {
@@ -139,7 +139,7 @@ func TestRunnerSetupAndCleanup(t *testing.T) {
 // In a team namespace the runner creates its ServiceAccount, the team Role when missing and the
 // bindings there; Cleanup deletes those and leaves the namespace.
 func TestRunnerTeamSetupAndCleanup(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	team := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}
 	r, kube := fakeRunner(Options{Image: "x", Namespace: "team-a"}, "run-4", team)
 	if err := r.setup(ctx); err != nil {
@@ -167,11 +167,11 @@ func TestRunnerTeamSetupAndCleanup(t *testing.T) {
 func TestRunnerRefusesLeftovers(t *testing.T) {
 	left := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "left", Labels: map[string]string{Label: "old"}}}
 	r, _ := fakeRunner(Options{Image: "x"}, "run-2", left)
-	if err := r.refuseLeftovers(context.Background()); err == nil || !strings.Contains(err.Error(), "Namespace left (run old)") {
+	if err := r.refuseLeftovers(t.Context()); err == nil || !strings.Contains(err.Error(), "Namespace left (run old)") {
 		t.Errorf("leftover check: %v", err)
 	}
 	clean, _ := fakeRunner(Options{Image: "x"}, "run-2")
-	if err := clean.refuseLeftovers(context.Background()); err != nil {
+	if err := clean.refuseLeftovers(t.Context()); err != nil {
 		t.Errorf("clean cluster: %v", err)
 	}
 }
@@ -180,7 +180,7 @@ func TestRunnerRefusesLeftovers(t *testing.T) {
 func TestRunnerCleanupReportsWhatIsLeft(t *testing.T) {
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "gpuconform-runner-x", Labels: map[string]string{Label: "run-3"}, Finalizers: []string{"stuck"}}}
 	r, _ := fakeRunner(Options{Image: "x"}, "run-3", ns)
-	ctx, cancel := context.WithTimeout(context.Background(), 1500*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 1500*time.Millisecond)
 	defer cancel()
 	if err := r.Cleanup(ctx); err == nil || !strings.Contains(err.Error(), "left on the cluster") || !strings.Contains(err.Error(), "Namespace gpuconform-runner-x") {
 		t.Errorf("cleanup: %v", err)
@@ -190,10 +190,14 @@ func TestRunnerCleanupReportsWhatIsLeft(t *testing.T) {
 // The artifacts cross from the pod as a tar; a path outside the directory is refused.
 func TestArtifactsPackAndUnpack(t *testing.T) {
 	src := t.TempDir()
-	os.MkdirAll(filepath.Join(src, "specs", "a"), 0o755)
-	os.WriteFile(filepath.Join(src, "signoff.md"), []byte("GO"), 0o644)
-	os.WriteFile(filepath.Join(src, "specs", "a", "timeline.json"), []byte("{}"), 0o644)
-	os.WriteFile(filepath.Join(src, fetchedFile), nil, 0o644)
+	if err := os.MkdirAll(filepath.Join(src, "specs", "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string]string{"signoff.md": "GO", filepath.Join("specs", "a", "timeline.json"): "{}", fetchedFile: ""} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var tarball bytes.Buffer
 	if err := Pack(src, &tarball); err != nil {
 		t.Fatal(err)
@@ -208,8 +212,12 @@ func TestArtifactsPackAndUnpack(t *testing.T) {
 	}
 	var evil bytes.Buffer
 	tw := tar.NewWriter(&evil)
-	tw.WriteHeader(&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644})
-	tw.Write([]byte("x"))
+	if err := tw.WriteHeader(&tar.Header{Name: "../escape", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tw.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
 	tw.Close()
 	if _, err := Unpack(&evil, dst); err == nil {
 		t.Error("a path leaving the directory was unpacked")
@@ -226,14 +234,14 @@ func TestArtifactsPackAndUnpack(t *testing.T) {
 func TestHold(t *testing.T) {
 	dir := t.TempDir()
 	var out bytes.Buffer
-	Hold(context.Background(), dir, 3, 50*time.Millisecond, &out)
+	Hold(t.Context(), dir, 3, 50*time.Millisecond, &out)
 	if !strings.HasPrefix(out.String(), ReadyMarker) || !strings.Contains(out.String(), "(exit code 3)") || !strings.Contains(out.String(), "nobody copied") {
 		t.Errorf("unreleased hold: %q", out.String())
 	}
 	out.Reset()
 	_ = Release(dir)
 	start := time.Now()
-	Hold(context.Background(), dir, 0, time.Minute, &out)
+	Hold(t.Context(), dir, 0, time.Minute, &out)
 	if time.Since(start) > 10*time.Second || strings.Contains(out.String(), "nobody copied") {
 		t.Errorf("released hold: %q after %s", out.String(), time.Since(start))
 	}
@@ -242,7 +250,7 @@ func TestHold(t *testing.T) {
 // The wait for the runner pod ends at once, with the suite's diagnosis, when the image can never be
 // pulled; a pod that runs ends it with its name.
 func TestRunnerPodStartEndsOnTerminalDiagnosis(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	r, _ := fakeRunner(Options{Image: "reg/gpuconform:nope"}, "run-1")
 	r.ns = "ns"

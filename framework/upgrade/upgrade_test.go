@@ -1,7 +1,6 @@
 package upgrade
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"strings"
@@ -21,7 +20,7 @@ func agent(name, node string) *corev1.Pod {
 // The local provider sets the version on the canary nodes only and restarts only their agents; the
 // rollback removes it.
 func TestLocalUpgradesOnlyThePool(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	kube := fake.NewClientset(
 		&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "canary"}}, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "good"}},
 		agent("a-canary", "canary"), agent("a-good", "good"))
@@ -61,10 +60,10 @@ func TestCommandPassesVersionAndNodes(t *testing.T) {
 	script := filepath.Join(dir, "upgrade.sh")
 	_ = os.WriteFile(script, []byte("#!/bin/sh\necho \"$@ $GPUCONFORM_RUN_ID\" >> "+log+"\n[ \"$1\" = rollback ] && { echo 'helm: release not found' >&2; exit 1; }\nexit 0\n"), 0o755)
 	c := &Command{Path: script, RunID: "r1"}
-	if err := c.Apply(context.Background(), []string{"n1", "n2"}, "560.35.03"); err != nil {
+	if err := c.Apply(t.Context(), []string{"n1", "n2"}, "560.35.03"); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Rollback(context.Background(), []string{"n1"}, "550.54.15"); err == nil || !strings.Contains(err.Error(), "release not found") {
+	if err := c.Rollback(t.Context(), []string{"n1"}, "550.54.15"); err == nil || !strings.Contains(err.Error(), "release not found") {
 		t.Errorf("a failing script fails with its output: %v", err)
 	}
 	got, _ := os.ReadFile(log)
@@ -77,11 +76,11 @@ func TestLocalTargetIsTheStacksDeclaredVersion(t *testing.T) {
 	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: "fake-device-plugin", Namespace: "sys",
 		Annotations: map[string]string{localTargetAnnotation: "560.35.03"}}}
 	l := &Local{Kube: fake.NewClientset(ds), Namespace: "sys"}
-	got, err := l.LocalTarget(context.Background())
+	got, err := l.LocalTarget(t.Context())
 	if err != nil || got != "560.35.03" {
 		t.Fatalf("LocalTarget = %q, %v; want the DaemonSet's declared 560.35.03", got, err)
 	}
-	if _, err := (&Local{Kube: fake.NewClientset(), Namespace: "sys"}).LocalTarget(context.Background()); err == nil {
+	if _, err := (&Local{Kube: fake.NewClientset(), Namespace: "sys"}).LocalTarget(t.Context()); err == nil {
 		t.Fatal("LocalTarget without the agent's DaemonSet: want an error")
 	}
 }

@@ -54,7 +54,7 @@ const (
 	// not come back after a reboot (a stale lock, a driver that needs a manual reload). A restart of the
 	// agent alone is not a reboot. Caught by the failed-worker check (the node's devices must come back).
 	FaultStaleAfterReboot Fault = "stale-after-reboot"
-	// FaultDriverMismatch: nvidia-smi in the node's containers reports another driver version
+	// FaultDriverMismatch makes nvidia-smi in the node's containers report another driver version
 	// (MismatchedDriverVersion of the advertised one) while the node labels (nvidia.com/cuda.driver-version.*)
 	// and the ResourceSlice's driverVersion attribute keep the advertised one. Plays a driver upgraded on
 	// the host without its labels following (stale GPU Feature Discovery labels). Only the fake driver's

@@ -368,7 +368,7 @@ func TestMismatchedDriverVersionDiffersFromTheAdvertisedOne(t *testing.T) {
 func TestDriverMismatchChangesOnlyWhatNvidiaSMIPrints(t *testing.T) {
 	cfg := cdiConfig(t, 2)
 	p := mustNew(t, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { p.KeepInventory(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })

@@ -6,11 +6,10 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,6 +22,9 @@ import (
 	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
 	"gpuconform.io/gpuconform/internal/workload/probe"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 )
 
 // Specs of the fake GPU agent's fidelity (containers see their GPUs as device nodes and in nvidia-smi, and
@@ -106,8 +108,9 @@ func podSpec(ns, node string, containers int) *corev1.Pod {
 	return pod
 }
 
-func withDPGPUs(c *corev1.Container, n int) {
-	c.Resources.Limits = corev1.ResourceList{resourceName: resource.MustParse(fmt.Sprint(n))}
+// withDPGPUs gives container c one GPU of the agent's device-plugin half.
+func withDPGPUs(c *corev1.Container) {
+	c.Resources.Limits = corev1.ResourceList{resourceName: resource.MustParse("1")}
 }
 
 // withDRAGPUs makes pod claim n GPUs of the agent's DRA half through a new template, for container c only.
@@ -240,7 +243,7 @@ var _ = Describe("The fake GPU agent", func() {
 		ns := testNamespace(ctx)
 		node := poolNodes(ctx)[0].Name
 		pod := podSpec(ns, node, 2)
-		withDPGPUs(&pod.Spec.Containers[0], 1)
+		withDPGPUs(&pod.Spec.Containers[0])
 		pod.Spec.InitContainers = []corev1.Container{*pod.Spec.Containers[1].DeepCopy()}
 		pod.Spec.InitContainers[0].Name = "init"
 		pod.Spec.InitContainers[0].Command = []string{"/usr/local/bin/gpu-workload", "probe"}
@@ -284,7 +287,7 @@ var _ = Describe("The fake GPU agent", func() {
 		bad := fakeplugin.DRADeviceName(*devices) // the first GPU of the DRA half
 		DeferCleanup(func(ctx SpecContext) { annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, nil) })
 		start := time.Now()
-		annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, ptr.To(fmt.Sprint(*devices)))
+		annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, ptr.To(strconv.Itoa(*devices)))
 		Eventually(func(g Gomega) []string { return sliceDeviceNames(ctx, g, node) }).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).
 			ShouldNot(ContainElement(bad), "unhealthy %s still published on %s", bad, node)
 		AddReportEntry("DRA unhealthy → withdrawn", time.Since(start).Round(100*time.Millisecond).String())
@@ -327,10 +330,10 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 	It("double-allocate: two pods running side by side see the same GPU", func(ctx SpecContext) {
 		withFault(ctx, node, fakeplugin.FaultDoubleAllocate)
 		a := podSpec(ns, node, 1)
-		withDPGPUs(&a.Spec.Containers[0], 1)
+		withDPGPUs(&a.Spec.Containers[0])
 		_, ra := runProbes(ctx, a)
 		b := podSpec(ns, node, 1)
-		withDPGPUs(&b.Spec.Containers[0], 1)
+		withDPGPUs(&b.Spec.Containers[0])
 		_, rb := runProbes(ctx, b)
 		Expect(rb["c0"].Devices).To(Equal(ra["c0"].Devices), "under double-allocate the second pod got its own GPU")
 	})
@@ -408,7 +411,7 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		printed := func() string {
 			GinkgoHelper()
 			pod := podSpec(ns, node, 1)
-			withDPGPUs(&pod.Spec.Containers[0], 1)
+			withDPGPUs(&pod.Spec.Containers[0])
 			_, r := runProbes(ctx, pod)
 			Expect(r["c0"].DriverVersion).NotTo(BeEmpty(), "no driver version from nvidia-smi (version_error %q, nvidia_smi_error %q)",
 				r["c0"].VersionError, r["c0"].Sources.NvidiaSMIError)

@@ -11,12 +11,11 @@ import (
 	"flag"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	. "github.com/onsi/ginkgo/v2"
-	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +29,9 @@ import (
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
 	"gpuconform.io/gpuconform/internal/workload/probe"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
 )
 
 var (
@@ -161,7 +163,7 @@ var _ = Describe("The fake device plugin", func() {
 		for _, n := range poolNodes(ctx) {
 			q := n.Status.Allocatable[resourceName]
 			Expect(q.Value()).To(BeEquivalentTo(*devices), "allocatable %s on %s", resourceName, n.Name)
-			Expect(n.Labels).To(HaveKeyWithValue("nvidia.com/gpu.count", fmt.Sprint(*devices)), "node %s", n.Name)
+			Expect(n.Labels).To(HaveKeyWithValue("nvidia.com/gpu.count", strconv.Itoa(*devices)), "node %s", n.Name)
 			Expect(n.Labels).To(HaveKey("nvidia.com/gpu.product"))
 			Expect(n.Labels).To(HaveKey("nvidia.com/cuda.driver-version.full"))
 			Expect(n.Labels).To(HaveKeyWithValue("nvidia.com/gpu.sharing-strategy", "none"))

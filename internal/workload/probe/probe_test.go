@@ -60,16 +60,17 @@ func (f *fixture) fakeTool(replies map[string]smiReply) *fixture {
 	f.t.Helper()
 	dir := f.t.TempDir()
 	f.calls = filepath.Join(dir, "calls")
-	script := "#!/bin/sh\necho \"$*\" >> '" + f.calls + "'\ncase \"$*\" in\n"
+	var script strings.Builder
+	script.WriteString("#!/bin/sh\necho \"$*\" >> '" + f.calls + "'\ncase \"$*\" in\n")
 	for args, r := range replies {
-		script += "'" + args + "')\ncat <<'OUT'\n" + r.out + "\nOUT\n"
+		script.WriteString("'" + args + "')\ncat <<'OUT'\n" + r.out + "\nOUT\n")
 		if r.stderr != "" {
-			script += "echo '" + r.stderr + "' >&2\n"
+			script.WriteString("echo '" + r.stderr + "' >&2\n")
 		}
-		script += "exit " + strconv.Itoa(r.code) + ";;\n"
+		script.WriteString("exit " + strconv.Itoa(r.code) + ";;\n")
 	}
-	script += "*) echo \"unexpected args: $*\" >&2; exit 9;;\nesac\n"
-	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(script), 0o755); err != nil {
+	script.WriteString("*) echo \"unexpected args: $*\" >&2; exit 9;;\nesac\n")
+	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(script.String()), 0o755); err != nil {
 		f.t.Fatal(err)
 	}
 	f.env = append(f.env, "PATH="+dir)

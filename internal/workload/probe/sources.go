@@ -195,8 +195,7 @@ func runTool(ctx context.Context, bin string, timeout time.Duration, args ...str
 		return string(out), 0, nil
 	}
 	code, said := -1, ""
-	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) {
+	if exitErr, ok := errors.AsType[*exec.ExitError](err); ok {
 		code = exitErr.ExitCode()
 		said = strings.TrimSpace(string(exitErr.Stderr))
 	}

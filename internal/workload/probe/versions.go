@@ -2,6 +2,7 @@ package probe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -78,14 +79,14 @@ func queryVersions(ctx context.Context, bin string, timeout time.Duration, listF
 // one line per GPU, all naming the one driver of the node.
 func parseDriverQuery(out string) (string, error) {
 	var versions []string
-	for _, line := range strings.Split(out, "\n") {
+	for line := range strings.SplitSeq(out, "\n") {
 		if v := strings.TrimSpace(line); v != "" && !slices.Contains(versions, v) {
 			versions = append(versions, v)
 		}
 	}
 	switch {
 	case len(versions) == 0:
-		return "", fmt.Errorf("printed no driver version")
+		return "", errors.New("printed no driver version")
 	case len(versions) > 1:
 		return "", fmt.Errorf("the GPUs report different driver versions %q", versions)
 	case !driverVersion.MatchString(versions[0]):

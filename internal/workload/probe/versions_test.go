@@ -26,7 +26,7 @@ func recordedStdout(t *testing.T, name string) string {
 	_, stdout, _ := strings.Cut(rec, "--- stdout\n")
 	stdout, _, _ = strings.Cut(stdout, "--- stderr")
 	var lines []string
-	for _, l := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSuffix(stdout, "\n"), "\n") {
 		lines = append(lines, strings.TrimSuffix(l, "$"))
 	}
 	return strings.Join(lines, "\n")
