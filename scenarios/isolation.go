@@ -50,7 +50,12 @@ func IsolationSpec(input func() AllocationInput) {
 // some, and only the free ones can be handed out to the suite's pods.
 func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, candidates []string) {
 	node, n, held := freestNode(ctx, env, path, candidates)
-	if n == 0 {
+	switch {
+	case n == 0 && held == "":
+		// Nothing free and nobody holding anything is not "busy": the devices cannot be handed out.
+		ginkgo.Fail(fmt.Sprintf("no device of the eligible nodes %v is free on the %s path, and no workload holds one: the advertised devices cannot be allocated (capacity now: %v)",
+			candidates, path.Name(), path.Capacity()))
+	case n == 0:
 		ginkgo.AddReportEntry("not exercised: filling a node", fmt.Sprintf("every device of the eligible nodes %v is held by other workloads (%s)", candidates, held))
 		return
 	}
