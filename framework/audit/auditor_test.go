@@ -1,48 +1,22 @@
 package audit
 
 import (
-	"context"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/e2e-framework/klient/k8s"
-	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/audit/audittest"
 )
-
-// fakeObjects is Objects over controller-runtime's fake client, the client klient wraps.
-type fakeObjects struct{ c client.Client }
-
-func (f fakeObjects) List(ctx context.Context, ns string, list k8s.ObjectList, opts ...resources.ListOption) error {
-	lo := &metav1.ListOptions{}
-	for _, o := range opts {
-		o(lo)
-	}
-	sel, err := labels.Parse(lo.LabelSelector)
-	if err != nil {
-		return err
-	}
-	return f.c.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel})
-}
-
-func (f fakeObjects) Delete(ctx context.Context, obj k8s.Object, opts ...resources.DeleteOption) error {
-	do := &metav1.DeleteOptions{}
-	for _, o := range opts {
-		o(do)
-	}
-	return f.c.Delete(ctx, obj, &client.DeleteOptions{PropagationPolicy: do.PropagationPolicy})
-}
 
 // auditor serves objs: nodes from a typed fake (their marks are updated there), the rest from the
 // generic one.
@@ -65,7 +39,7 @@ func auditor(t *testing.T, kueuePresent bool, objs ...runtime.Object) (Auditor, 
 		}
 	}
 	kube := fake.NewClientset(nodes...)
-	return Auditor{Objects: fakeObjects{b.Build()}, Kube: kube, Kueue: kueuePresent}, kube
+	return Auditor{Objects: audittest.Objects{Client: b.Build()}, Kube: kube, Kueue: kueuePresent}, kube
 }
 
 func TestAuditorCleanClusterPasses(t *testing.T) {
@@ -165,7 +139,7 @@ func TestAuditorTeamNamespaceListsOnlyThatNamespace(t *testing.T) {
 		t.Errorf("after delete: %+v", again)
 	}
 	var pod corev1.Pod
-	if err := a.Objects.(fakeObjects).c.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "their-pod"}, &pod); err != nil {
+	if err := a.Objects.(audittest.Objects).Client.Get(ctx, client.ObjectKey{Namespace: "team-a", Name: "their-pod"}, &pod); err != nil {
 		t.Errorf("the team's own pod was touched: %v", err)
 	}
 }

@@ -13,41 +13,18 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	clienttesting "k8s.io/client-go/testing"
 	psapi "k8s.io/pod-security-admission/api"
 	"k8s.io/pod-security-admission/policy"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	crfake "sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/e2e-framework/klient/k8s"
-	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 
 	"gpuconform.io/gpuconform/fixtures/rbac"
 	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/audit/audittest"
 )
-
-// trackerObjects is audit.Objects over controller-runtime's fake client on the typed fake's tracker, so
-// the audit sees what the runner created through the typed client.
-type trackerObjects struct{ c client.Client }
-
-func (f trackerObjects) List(ctx context.Context, ns string, list k8s.ObjectList, opts ...resources.ListOption) error {
-	lo := &metav1.ListOptions{}
-	for _, o := range opts {
-		o(lo)
-	}
-	sel, err := labels.Parse(lo.LabelSelector)
-	if err != nil {
-		return err
-	}
-	return f.c.List(ctx, list, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: sel})
-}
-
-func (f trackerObjects) Delete(ctx context.Context, obj k8s.Object, _ ...resources.DeleteOption) error {
-	return f.c.Delete(ctx, obj)
-}
 
 // fakeRunner is a runner on a fake cluster holding objs.
 func fakeRunner(opts Options, id string, objs ...*corev1.Namespace) (*Runner, *fake.Clientset) {
@@ -63,7 +40,9 @@ func fakeRunner(opts Options, id string, objs ...*corev1.Namespace) (*Runner, *f
 	for _, o := range objs {
 		_ = kube.Tracker().Add(o)
 	}
-	objects := trackerObjects{crfake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjectTracker(kube.Tracker()).Build()}
+	// The audit sees, through controller-runtime's fake client on the typed fake's tracker, what the runner
+	// created through the typed client.
+	objects := audittest.Objects{Client: crfake.NewClientBuilder().WithScheme(clientgoscheme.Scheme).WithObjectTracker(kube.Tracker()).Build()}
 	var out bytes.Buffer
 	return newRunner(kube, nil, audit.Auditor{Objects: objects, Kube: kube}, opts, id, &out), kube
 }
