@@ -1,19 +1,21 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/onsi/ginkgo/v2/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8stypes "k8s.io/apimachinery/pkg/types"
@@ -27,33 +29,68 @@ import (
 	"gpuconform.io/gpuconform/reports"
 )
 
-// selfcheckRow says which conformance specs must catch one fault of the fake GPU stack: with the fault on,
-// a run of the specs matched by Focus must fail (NO-GO), and one of the failed specs must be one whose
-// text contains Catcher. A fault with no catching check yet has an empty Focus and says why: it is a
-// failing row, never a silent pass.
+// selfcheckRow says which conformance specs must catch one fault of the fake GPU stack, and why: with the
+// fault on, a run of the specs matched by Focus must fail (NO-GO), and one of the failed specs must be one
+// whose text contains Catcher and whose failure message matches every expression of Because. A Catcher
+// spec that failed for something else did not catch the fault. A fault with no catching check yet has an
+// empty Focus and says why: it is a failing row, never a silent pass.
 type selfcheckRow struct {
 	Fault   fakeplugin.Fault
 	Focus   string
 	Catcher string
+	// Because is the fault's reason in the words of the catching check or of the diagnosis it prints:
+	// each expression must match the failure message (alternatives go inside one expression, with |).
+	Because []*regexp.Regexp
 	NoCheck string
 	// RestartAgents restarts the fake GPU agents after the row: a fault that leaves an agent out of
 	// service (no-reregister) is not undone by switching it off.
 	RestartAgents bool
 }
 
-// selfcheckTable is the proof table of `make selfcheck`: every fault mode of internal/fakeplugin.
+// because compiles a row's Because expressions.
+func because(exprs ...string) []*regexp.Regexp {
+	out := make([]*regexp.Regexp, len(exprs))
+	for i, e := range exprs {
+		out[i] = regexp.MustCompile(e)
+	}
+	return out
+}
+
+// selfcheckTable is the proof table of `make selfcheck`: every fault mode of internal/fakeplugin. The
+// Because expressions quote the messages of scenarios/, framework/wait and framework/diagnose (README,
+// "make selfcheck", says where each comes from); a change to one of those messages must change its row.
 func selfcheckTable() []selfcheckRow {
+	// The identity comparison of a running pod (scenarios expectSameDevices).
+	identity := `container saw \[[^\]]*\] but .+? allocated \[`
+	// A capacity wait that ran out (framework/wait's message around scenarios expectLiveCapacity's).
+	capacity := func(why string) string {
+		return `waiting for \S+ to offer \d+ devices on the \S+ path \(` + why + `\)`
+	}
 	return []selfcheckRow{
-		{Fault: fakeplugin.FaultWrongIDs, Focus: "shows a running pod exactly", Catcher: "shows a running pod exactly"},
-		{Fault: fakeplugin.FaultOverAdvertise, Focus: "full node", Catcher: "full node"},
-		{Fault: fakeplugin.FaultDoubleAllocate, Focus: "full node", Catcher: "full node"},
-		{Fault: fakeplugin.FaultIgnoreHealth, Focus: "withdraws exactly the device reported unhealthy", Catcher: "withdraws exactly the device reported unhealthy"},
-		{Fault: fakeplugin.FaultLeakAll, Focus: "second container", Catcher: "second container"},
-		{Fault: fakeplugin.FaultDRAPrepareFail, Focus: "shows a running pod exactly", Catcher: "on the dra path"},
-		{Fault: fakeplugin.FaultPhantomSliceDevice, Focus: "full node", Catcher: "on the dra path"},
-		{Fault: fakeplugin.FaultNoReregister, Focus: "after its kubelet restarts", Catcher: "device-plugin path advertises a node's devices again after its kubelet restarts", RestartAgents: true},
-		{Fault: fakeplugin.FaultStaleAfterReboot, Focus: "device-plugin path reschedules a training job whose GPU node fails", Catcher: "whose GPU node fails", RestartAgents: true},
-		{Fault: fakeplugin.FaultDriverMismatch, Focus: "driver and CUDA versions the node advertises", Catcher: "driver and CUDA versions the node advertises"},
+		{Fault: fakeplugin.FaultWrongIDs, Focus: "shows a running pod exactly", Catcher: "shows a running pod exactly",
+			Because: because(identity)},
+		{Fault: fakeplugin.FaultOverAdvertise, Focus: "full node", Catcher: "full node",
+			Because: because(`Reason: +ContainerCreateFailed|unresolvable CDI devices`)},
+		// A device handed out twice is first seen by the identity comparison of the second pod (it sees
+		// its neighbour's GPU, not the one the kubelet or its claim recorded); the duplicate check after
+		// it speaks only where identities cannot be read.
+		{Fault: fakeplugin.FaultDoubleAllocate, Focus: "full node", Catcher: "full node",
+			Because: because(identity + `|a device was handed out twice`)},
+		{Fault: fakeplugin.FaultIgnoreHealth, Focus: "withdraws exactly the device reported unhealthy", Catcher: "withdraws exactly the device reported unhealthy",
+			Because: because(capacity(`[^)]* withdrawn`) + `|which is reported unhealthy`)},
+		// The init container runs first and fails its probe; the per-container check speaks if it did not.
+		{Fault: fakeplugin.FaultLeakAll, Focus: "second container", Catcher: "second container",
+			Because: because(`expected 0 devices, container sees [1-9]|asked for no device (sees \[[^\]]|has GPU device nodes)`)},
+		{Fault: fakeplugin.FaultDRAPrepareFail, Focus: "shows a running pod exactly", Catcher: "on the dra path",
+			Because: because(`Reason: +DRAPrepareFailed`, `fault injection `+string(fakeplugin.FaultDRAPrepareFail))},
+		{Fault: fakeplugin.FaultPhantomSliceDevice, Focus: "full node", Catcher: "on the dra path",
+			Because: because(`Reason: +DRAPrepareFailed`, `does not exist on this node`)},
+		{Fault: fakeplugin.FaultNoReregister, Focus: "after its kubelet restarts", Catcher: "device-plugin path advertises a node's devices again after its kubelet restarts", RestartAgents: true,
+			Because: because(capacity(`after the kubelet restart`) + `|a one-device pod to run on \S+ on the \S+ path after its kubelet restarted`)},
+		{Fault: fakeplugin.FaultStaleAfterReboot, Focus: "device-plugin path reschedules a training job whose GPU node fails", Catcher: "whose GPU node fails", RestartAgents: true,
+			Because: because(capacity(`after it came back`) + `|a one-device pod to run on \S+ on the \S+ path after the node came back`)},
+		{Fault: fakeplugin.FaultDriverMismatch, Focus: "driver and CUDA versions the node advertises", Catcher: "driver and CUDA versions the node advertises",
+			Because: because(`advertises driver \S+ \([^)]*\) but nvidia-smi in pod \S+ prints \S+`)},
 	}
 }
 
@@ -63,11 +100,16 @@ const statusSettle = 15 * time.Second
 
 // selfcheckResult is one row's outcome.
 type selfcheckResult struct {
-	Row      selfcheckRow
-	Verdict  string   // NO-GO or GO (the subset run's), "-" when not run
-	CaughtBy []string // failed specs
+	Row     selfcheckRow
+	Verdict string   // NO-GO or GO (the subset run's), "-" when not run
+	Failed  []string // every failed spec of the run
+	// CaughtBy are the Catcher specs that failed for the fault's reason.
+	CaughtBy []string
 	Caught   bool
-	Note     string
+	// Reason is what the first of CaughtBy said that Because matched, or, when Catcher specs failed for
+	// something else, "failed for another reason: " and the first line of one's failure.
+	Reason string
+	Note   string
 }
 
 // selfcheckCommand switches each fault of the fake GPU stack on, on every GPU/canary node of the local
@@ -186,18 +228,90 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, bin shipped
 	if runErr != nil {
 		res.Verdict = "NO-GO"
 	}
-	results := reports.Results(suites)
-	for _, spec := range slices.Sorted(maps.Keys(results)) {
-		if results[spec] == reports.ResultFailed {
-			res.CaughtBy = append(res.CaughtBy, spec)
-			res.Caught = res.Caught || strings.Contains(spec, row.Catcher) && runErr != nil
+	judgeSelfcheckRow(&res, suites)
+	fmt.Fprintf(stderr, "selfcheck: %s → %s (%d failed spec(s); log %s.log)\n", row.Fault, res.Verdict, len(res.Failed), dir)
+	return res
+}
+
+// judgeSelfcheckRow decides from the run's Ginkgo report whether the row's fault was caught: the run is
+// NO-GO and a spec whose text contains Catcher failed with a message that Because matches.
+func judgeSelfcheckRow(res *selfcheckResult, suites []types.Report) {
+	var failed []types.SpecReport
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			if reports.SpecResult(sp) == reports.ResultFailed {
+				failed = append(failed, sp)
+			}
 		}
 	}
-	if !res.Caught {
-		res.Note = "no spec matching " + fmt.Sprintf("%q", row.Catcher) + " failed"
+	slices.SortStableFunc(failed, func(a, b types.SpecReport) int { return strings.Compare(a.FullText(), b.FullText()) })
+	other := ""
+	for _, sp := range failed {
+		name := sp.FullText()
+		res.Failed = append(res.Failed, name)
+		if !strings.Contains(name, res.Row.Catcher) {
+			continue
+		}
+		said, ok := matchAll(res.Row.Because, sp.Failure.Message)
+		switch {
+		case ok:
+			res.CaughtBy = append(res.CaughtBy, name)
+			res.Reason = cmp.Or(res.Reason, said)
+		case other == "":
+			other = "failed for another reason: " + firstLine(sp.Failure.Message)
+		}
 	}
-	fmt.Fprintf(stderr, "selfcheck: %s → %s (%d failed spec(s); log %s.log)\n", row.Fault, res.Verdict, len(res.CaughtBy), dir)
-	return res
+	res.Caught = len(res.CaughtBy) > 0 && res.Verdict == "NO-GO"
+	switch {
+	case res.Caught:
+	case len(res.CaughtBy) > 0:
+		res.Note = "the run's verdict is " + res.Verdict + " although a spec matching " + strconv.Quote(res.Row.Catcher) + " failed"
+	case other != "":
+		res.Reason = other
+		res.Note = "no spec matching " + strconv.Quote(res.Row.Catcher) + " failed for the fault's reason"
+	default:
+		res.Note = "no spec matching " + strconv.Quote(res.Row.Catcher) + " failed"
+	}
+}
+
+// matchAll reports whether every expression matches msg, with the matched texts (each cut to a table
+// cell) joined.
+func matchAll(exprs []*regexp.Regexp, msg string) (string, bool) {
+	if len(exprs) == 0 {
+		return "", false
+	}
+	said := make([]string, 0, len(exprs))
+	for _, e := range exprs {
+		loc := e.FindStringIndex(msg)
+		if loc == nil {
+			return "", false
+		}
+		said = append(said, cell(msg[loc[0]:loc[1]]))
+	}
+	return strings.Join(said, " + "), true
+}
+
+// firstLine is the first line of a failure message that says something: blank lines and the line Gomega
+// puts before an async assertion's own message ("Timed out after 91.000s.", "Told to stop trying after
+// 12.004s.") are skipped.
+func firstLine(msg string) string {
+	preamble := regexp.MustCompile(`^[A-Z][^.]* after [0-9.]+s\.$`)
+	for line := range strings.SplitSeq(msg, "\n") {
+		line = strings.TrimSpace(line)
+		if line != "" && !preamble.MatchString(line) {
+			return cell(line)
+		}
+	}
+	return "(no failure message)"
+}
+
+// cell cuts s to a table cell's width.
+func cell(s string) string {
+	const width = 120
+	if r := []rune(s); len(r) > width {
+		return string(r[:width-1]) + "…"
+	}
+	return s
 }
 
 // restartAgents deletes the fake GPU agent pods of the pool (their DaemonSet recreates them) and waits until
@@ -260,27 +374,19 @@ func waitAgentsLogged(ctx context.Context, kube kubernetes.Interface, nodes []co
 	return nil
 }
 
+// printSelfcheck prints one row per fault: the run's verdict, whether the fault was caught, the specs
+// that caught it (or why none did) and the reason they failed for.
 func printSelfcheck(w io.Writer, results []selfcheckResult) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FAULT\tVERDICT\tCAUGHT\tCATCHING SPEC / WHY NOT")
+	fmt.Fprintln(tw, "FAULT\tVERDICT\tCAUGHT\tCATCHING SPEC / WHY NOT\tREASON")
 	caught := 0
 	for _, r := range results {
-		mark := "no"
+		mark, why := "no", r.Note
 		if r.Caught {
-			mark = "yes"
+			mark, why = "yes", strings.Join(r.CaughtBy, " | ")
 			caught++
 		}
-		why := r.Note
-		if r.Caught {
-			var hits []string
-			for _, s := range r.CaughtBy {
-				if strings.Contains(s, r.Row.Catcher) {
-					hits = append(hits, s)
-				}
-			}
-			why = strings.Join(hits, " | ")
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.Row.Fault, r.Verdict, mark, why)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Row.Fault, r.Verdict, mark, why, cmp.Or(r.Reason, "-"))
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "selfcheck: %d passed, %d failed\n", caught, len(results)-caught)

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/onsi/ginkgo/v2/types"
 
 	"gpuconform.io/gpuconform/internal/fakeplugin"
 )
@@ -15,8 +18,8 @@ func TestSelfcheckTableCoversEveryFault(t *testing.T) {
 		if (r.Focus == "") == (r.NoCheck == "") {
 			t.Errorf("%s: a row either names the specs that catch it or says why none does", r.Fault)
 		}
-		if r.Focus != "" && r.Catcher == "" {
-			t.Errorf("%s: no catching spec text", r.Fault)
+		if r.Focus != "" && (r.Catcher == "" || len(r.Because) == 0) {
+			t.Errorf("%s: a row that runs specs names the catching spec and the reason it must fail for", r.Fault)
 		}
 	}
 	for _, f := range fakeplugin.AllFaults() {
@@ -26,15 +29,158 @@ func TestSelfcheckTableCoversEveryFault(t *testing.T) {
 	}
 }
 
+// sampleFailures are, per fault, a failure message of its catching spec as the check prints it (the
+// formats of scenarios/, framework/wait and framework/diagnose, filled in as a run on the local cluster
+// fills them).
+func sampleFailures() map[fakeplugin.Fault]string {
+	return map[fakeplugin.Fault]string{
+		fakeplugin.FaultWrongIDs: "container saw [GPU-6b1e] but kubelet pod-resources API on gpuconform-worker allocated [GPU-0c2f] (node gpuconform-worker; probe: 1 device visible: [GPU-6b1e] (as expected))",
+		fakeplugin.FaultOverAdvertise: "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod isol-x/fill-3 to run\n\nDiagnosis of Pod isol-x/fill-3:\nDiagnosis of Pod isol-x/fill-3\n" +
+			"  Stage:   Starting\n  Layer:   Runtime\n  Reason:  ContainerCreateFailed: The container runtime cannot create or start the container.\n" +
+			"  Evidence:\n    - container workload waiting: CreateContainerError: failed to create containerd container: CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=gpu4\n",
+		fakeplugin.FaultDoubleAllocate: "container saw [GPU-0c2f] but kubelet pod-resources API on gpuconform-worker allocated [GPU-9d3a] (node gpuconform-worker; probe: 1 device visible: [GPU-0c2f] (as expected))",
+		fakeplugin.FaultIgnoreHealth: "Timed out after 60.001s.\ntimed out after 1m0s waiting for gpuconform-worker to offer 3 devices on the device-plugin path (GPU-0c2f withdrawn)\n\nDiagnosis of Node /gpuconform-worker:\n" +
+			"Node gpuconform-worker:\n  nvidia.com/gpu: capacity 4, allocatable 4\ngpuconform-worker offers 4 devices on the device-plugin path\nExpected\n    <int64>: 4\nto equal\n    <int64>: 3",
+		fakeplugin.FaultLeakAll: "Told to stop trying after 8.002s.\ngave up after 8s waiting for pod isol-x/isolated-0 to run: the diagnosis of Pod isol-x/isolated-0 is final (pod phase)\n\nDiagnosis of Pod isol-x/isolated-0:\n" +
+			"  Reason:  ApplicationError: The application exited with an error or keeps crashing.\n  Evidence:\n" +
+			`    - container init terminated: exit code 1, reason Error: {"devices":["GPU-0c2f","GPU-6b1e"],"ok":false,"message":"expected 0 devices, container sees 2: [GPU-0c2f GPU-6b1e]"}`,
+		fakeplugin.FaultDRAPrepareFail: "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod alloc-x/held-1 to run\n\nDiagnosis of Pod alloc-x/held-1:\n" +
+			"  Reason:  DRAPrepareFailed: The kubelet could not prepare the allocated devices through the DRA driver.\n  Evidence:\n" +
+			"    - Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim held-1-gpu-7x: fake GPU driver on gpuconform-worker: prepare of claim alloc-x/held-1-gpu-7x failed (fault injection dra-prepare-fail)\n",
+		fakeplugin.FaultPhantomSliceDevice: "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod isol-x/fill-4 to run\n\nDiagnosis of Pod isol-x/fill-4:\n" +
+			"  Reason:  DRAPrepareFailed: The kubelet could not prepare the allocated devices through the DRA driver.\n  Evidence:\n" +
+			"    - Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim fill-4-gpu-2b: fake GPU driver on gpuconform-worker: device gpu-8 of claim isol-x/fill-4-gpu-2b does not exist on this node (it has gpu-4..gpu-7)\n",
+		fakeplugin.FaultNoReregister: "Timed out after 120.000s.\ntimed out after 2m0s waiting for gpuconform-worker2 to offer 4 devices on the device-plugin path (after the kubelet restart)\n\nDiagnosis of Node /gpuconform-worker2:\n" +
+			"Node gpuconform-worker2:\n  nvidia.com/gpu: capacity 0, allocatable 0\n",
+		fakeplugin.FaultStaleAfterReboot: "Timed out after 300.000s.\ntimed out after 5m0s waiting for gpuconform-worker to offer 4 devices on the device-plugin path (after it came back)\n\nDiagnosis of Node /gpuconform-worker:\n" +
+			"Node gpuconform-worker:\n  Ready=True (KubeletReady)\n",
+		fakeplugin.FaultDriverMismatch: "node gpuconform-worker advertises driver 550.54.15 (node labels nvidia.com/cuda.driver-version.full, nvidia.com/cuda.runtime-version.full) but nvidia-smi in pod driver-0 prints 551.54.15\n" +
+			"Expected\n    <string>: 551.54.15\nto equal\n    <string>: 550.54.15",
+	}
+}
+
+// Each row's Because matches what its catching check says, and none matches what a check says when it
+// fails for something other than a fault of the GPU stack (here: an image the node cannot pull).
+func TestSelfcheckBecauseMatchesTheChecksMessages(t *testing.T) {
+	unrelated := "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod alloc-x/held-1 to run\n\nDiagnosis of Pod alloc-x/held-1:\n" +
+		"  Reason:  ImagePullFailed: The container image cannot be pulled.\n  Evidence:\n    - container workload waiting: ImagePullBackOff: Back-off pulling image \"gpu-workload:dev\"\n"
+	failureOf := sampleFailures()
+	for _, r := range selfcheckTable() {
+		msg, ok := failureOf[r.Fault]
+		if !ok {
+			t.Errorf("%s: no sample failure message in this test", r.Fault)
+			continue
+		}
+		if said, ok := matchAll(r.Because, msg); !ok || said == "" {
+			t.Errorf("%s: Because %v does not match its check's message:\n%s", r.Fault, r.Because, msg)
+		}
+		if said, ok := matchAll(r.Because, unrelated); ok {
+			t.Errorf("%s: Because matches an unrelated failure (%q)", r.Fault, said)
+		}
+	}
+	// The two DRA prepare faults share a diagnosis reason; each row must still tell its own cause.
+	rows := map[fakeplugin.Fault]selfcheckRow{}
+	for _, r := range selfcheckTable() {
+		rows[r.Fault] = r
+	}
+	for a, b := range map[fakeplugin.Fault]fakeplugin.Fault{
+		fakeplugin.FaultDRAPrepareFail: fakeplugin.FaultPhantomSliceDevice, fakeplugin.FaultPhantomSliceDevice: fakeplugin.FaultDRAPrepareFail,
+		fakeplugin.FaultNoReregister: fakeplugin.FaultStaleAfterReboot, fakeplugin.FaultIgnoreHealth: fakeplugin.FaultNoReregister,
+	} {
+		if said, ok := matchAll(rows[a].Because, failureOf[b]); ok {
+			t.Errorf("%s's Because matches the failure %s causes (%q)", a, b, said)
+		}
+	}
+}
+
+// spec is a leaf spec of a synthetic Ginkgo report.
+func spec(container, leaf string, state types.SpecState, message string) types.SpecReport {
+	return types.SpecReport{ContainerHierarchyTexts: []string{container}, LeafNodeText: leaf, LeafNodeType: types.NodeTypeIt,
+		State: state, Failure: types.Failure{Message: message}}
+}
+
+func TestSelfcheckCaughtOnlyForTheFaultsReason(t *testing.T) {
+	row := selfcheckTable()[0] // wrong-ids
+	const (
+		dp  = "GPU allocation on the device-plugin path"
+		dra = "GPU allocation on the dra path"
+		it  = "shows a running pod exactly the 1 device the kubelet allocated to it, and frees them when the pod is deleted"
+	)
+	mismatch := sampleFailures()[fakeplugin.FaultWrongIDs]
+	pullFailed := "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod alloc-x/held-1 to run\n\nDiagnosis: ImagePullFailed"
+	for _, tc := range []struct {
+		name       string
+		verdict    string
+		specs      []types.SpecReport
+		caught     bool
+		caughtBy   []string
+		reason     string
+		noteHas    string
+		failedSpec int
+	}{
+		{name: "caught", verdict: "NO-GO", caught: true,
+			specs:    []types.SpecReport{spec(dp, it, types.SpecStateFailed, mismatch), spec(dra, it, types.SpecStatePassed, "")},
+			caughtBy: []string{dp + " " + it}, failedSpec: 1,
+			reason: "container saw [GPU-6b1e] but kubelet pod-resources API on gpuconform-worker allocated ["},
+		{name: "failed for another reason", verdict: "NO-GO",
+			specs:   []types.SpecReport{spec(dp, it, types.SpecStateTimedout, pullFailed), spec(dra, it, types.SpecStatePassed, "")},
+			reason:  "failed for another reason: timed out after 1m31s waiting for pod alloc-x/held-1 to run",
+			noteHas: "failed for the fault's reason", failedSpec: 1},
+		{name: "not failed", verdict: "GO",
+			specs:   []types.SpecReport{spec(dp, it, types.SpecStatePassed, ""), spec(dra, it, types.SpecStatePassed, "")},
+			noteHas: `no spec matching "shows a running pod exactly" failed`},
+		{name: "the reason from a spec that is not the catcher", verdict: "NO-GO",
+			specs:   []types.SpecReport{spec("GPU exclusivity and isolation on the dra path", "gives each device of a full node …", types.SpecStateFailed, mismatch)},
+			noteHas: `no spec matching "shows a running pod exactly" failed`, failedSpec: 1},
+		{name: "the reason, but the run signed GO", verdict: "GO",
+			specs:    []types.SpecReport{spec(dp, it, types.SpecStateFailed, mismatch)},
+			caughtBy: []string{dp + " " + it}, noteHas: "verdict is GO", failedSpec: 1,
+			reason: "container saw [GPU-6b1e] but kubelet pod-resources API on gpuconform-worker allocated ["},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := selfcheckResult{Row: row, Verdict: tc.verdict}
+			judgeSelfcheckRow(&res, []types.Report{{SpecReports: tc.specs}})
+			if res.Caught != tc.caught || res.Reason != tc.reason || len(res.Failed) != tc.failedSpec ||
+				strings.Join(res.CaughtBy, "|") != strings.Join(tc.caughtBy, "|") || !strings.Contains(res.Note, tc.noteHas) {
+				t.Errorf("got caught=%t caughtBy=%q reason=%q failed=%q note=%q", res.Caught, res.CaughtBy, res.Reason, res.Failed, res.Note)
+			}
+			if tc.caught && res.Note != "" {
+				t.Errorf("a caught row has a note: %q", res.Note)
+			}
+		})
+	}
+}
+
 func TestSelfcheckTableUncaughtRowsFail(t *testing.T) {
 	var b bytes.Buffer
 	printSelfcheck(&b, []selfcheckResult{
 		{Row: selfcheckRow{Fault: fakeplugin.FaultLeakAll, Catcher: "second container"}, Verdict: "NO-GO", Caught: true,
-			CaughtBy: []string{"GPU exclusivity and isolation on the dra path shows a GPU pod's second container …"}},
+			CaughtBy: []string{"GPU exclusivity and isolation on the dra path shows a GPU pod's second container …"},
+			Reason:   "expected 0 devices, container sees 4"},
+		{Row: selfcheckRow{Fault: fakeplugin.FaultWrongIDs, Catcher: "shows a running pod exactly"}, Verdict: "NO-GO",
+			Note: "no spec matching \"shows a running pod exactly\" failed for the fault's reason", Reason: "failed for another reason: image pull"},
 		{Row: selfcheckRow{Fault: fakeplugin.FaultIgnoreHealth, NoCheck: "no check"}, Verdict: "-", Note: "no check"},
 	})
 	out := b.String()
-	if !strings.Contains(out, "selfcheck: 1 passed, 1 failed") || !strings.Contains(out, "ignore-health  -        no") {
-		t.Errorf("table:\n%s", out)
+	for _, want := range []string{
+		`^selfcheck: 1 passed, 2 failed$`,
+		`^FAULT +VERDICT +CAUGHT +CATCHING SPEC / WHY NOT +REASON$`,
+		`^leak-all +NO-GO +yes +GPU exclusivity .* second container … +expected 0 devices, container sees 4$`,
+		`^wrong-ids +NO-GO +no +no spec .* failed for the fault's reason +failed for another reason: image pull$`,
+		`^ignore-health +- +no +no check +-$`,
+	} {
+		if !regexpLine(out, want) {
+			t.Errorf("no line of the table matches %q:\n%s", want, out)
+		}
 	}
+}
+
+// regexpLine reports whether a line of s matches expr.
+func regexpLine(s, expr string) bool {
+	for line := range strings.SplitSeq(s, "\n") {
+		if ok, _ := regexp.MatchString(expr, line); ok {
+			return true
+		}
+	}
+	return false
 }
