@@ -151,6 +151,28 @@ func TestSelfcheckCaughtOnlyForTheFaultsReason(t *testing.T) {
 	}
 }
 
+// A failure seen on the local cluster before the driver scenario built its pods' claim templates first:
+// the title-only selfcheck counted it as catching driver-mismatch.
+func TestSelfcheckDriverSpecFailingOtherwiseIsNotCaught(t *testing.T) {
+	var row selfcheckRow
+	for _, r := range selfcheckTable() {
+		if r.Fault == fakeplugin.FaultDriverMismatch {
+			row = r
+		}
+	}
+	msg := "Timed out after 91.189s.\ntimed out after 1m31s waiting for the probe report of container workload of pod gpuconform-driver-5txns/driver-0\n\n" +
+		"Diagnosis of Pod gpuconform-driver-5txns/driver-0:\nDiagnosis of Pod gpuconform-driver-5txns/driver-0\n  Stage:   Scheduling\n  Layer:   DRA\n" +
+		"  Reason:  DRAClaimMissing: A ResourceClaim, ResourceClaimTemplate or DeviceClass the pod needs does not exist.\n"
+	res := selfcheckResult{Row: row, Verdict: "NO-GO"}
+	judgeSelfcheckRow(&res, []types.Report{{SpecReports: []types.SpecReport{
+		spec("GPU driver and runtime versions on the dra path", "shows a pod on each GPU node the driver and CUDA versions the node advertises on this path", types.SpecStateFailed, msg),
+	}}})
+	want := "failed for another reason: timed out after 1m31s waiting for the probe report of container workload of pod gpuconform-driver-5txns/driver-0"
+	if res.Caught || res.Reason != want {
+		t.Errorf("caught=%t reason=%q, want not caught, reason %q", res.Caught, res.Reason, want)
+	}
+}
+
 func TestSelfcheckTableUncaughtRowsFail(t *testing.T) {
 	var b bytes.Buffer
 	printSelfcheck(&b, []selfcheckResult{
