@@ -225,7 +225,7 @@ func (col *collector) readEvents(ctx context.Context) {
 	if len(f.pods) > 0 {
 		return
 	}
-	if f.job != nil && f.wl == nil && !isSuspended(f.job) && jobFinished(f.job) == nil {
+	if f.job != nil && createsPods(f.job, f.wl) {
 		col.readEventsOf(ctx, "Job", f.job.Name, f.job.UID)
 	}
 	if !isOwnerKind(col.s.Target.Kind) || (f.wl != nil && !meta.IsStatusConditionTrue(f.wl.Status.Conditions, kueue.WorkloadAdmitted)) {

@@ -23,6 +23,7 @@ func TestCollectReads(t *testing.T) {
 		{"queue-quota-exhausted.yaml", job("train"), []string{"get jobs", "list pods", "list workloads", "get localqueues"}},
 		{"queue-pending.yaml", workload(wlName), []string{"get workloads", "list events", "get localqueues", "get clusterqueues"}},
 		{"workload-preempted.yaml", job("train"), []string{"get jobs", "list pods", "list workloads"}},
+		{"quota-unset.yaml", job("train"), []string{"get jobs", "list pods", "list workloads", "list events"}},
 		{"deployment-admission-denied.yaml", Target{Kind: "deployment", Namespace: "ml", Name: "serve"},
 			[]string{"get deployments", "list replicasets", "list pods", "list workloads", "list events"}},
 	}

@@ -245,6 +245,26 @@ func runCases() []runCase {
 		{name: "pods refused by Pod Security", file: "admission-denied.yaml", target: job("train"),
 			stage: StageScheduling, layer: LayerAdmission, reason: AdmissionDenied, terminal: true,
 			wantMsgs: []string{`refused by PodSecurity "restricted:latest"`, `pods "train-clfbc" is forbidden`}},
+		{name: "a Kueue-admitted Job whose pods set no limits the namespace quota constrains", file: "quota-unset.yaml", target: job("train"),
+			stage: StageScheduling, layer: LayerAdmission, reason: QuotaExceeded, terminal: true,
+			wantMsgs: []string{
+				`Job ml/train cannot create its pods: refused by ResourceQuota "team-quota": limits.cpu not set by container(s) setup, workload; limits.memory not set by container(s) setup, workload`,
+				"must specify limits.cpu for: setup,workload",
+			},
+			wantObject: "Workload ml/job-train-5b7c9", notMsgs: []string{"no pods exist yet"}},
+		{name: "a GPU request above the namespace quota's hard limit", file: "quota-exceeded.yaml", target: job("train"),
+			stage: StageScheduling, layer: LayerAdmission, reason: QuotaExceeded, terminal: true,
+			wantMsgs: []string{`refused by ResourceQuota "team-gpus": requests.nvidia.com/gpu requested 4, used 0, limited 2`},
+			notMsgs:  []string{"PodSecurity"}},
+		{name: "a quota exceeded only beside other workloads' usage is not final", file: "quota-exceeded-fits.yaml", target: job("train"),
+			stage: StageScheduling, layer: LayerAdmission, reason: QuotaExceeded,
+			wantMsgs: []string{
+				`refused by ResourceQuota "team-quota": limits.cpu requested 2, used 7, limited 8`,
+				"not final: the pod's request fits",
+			}},
+		{name: "pods refused by a LimitRange on two counts", file: "limitrange-violated.yaml", target: job("train"),
+			stage: StageScheduling, layer: LayerAdmission, reason: LimitRangeViolated, terminal: true,
+			wantMsgs: []string{"refused by LimitRange: maximum cpu usage per Container is 2, but limit is 4; minimum memory usage per Container is 64Mi, but request is 16Mi"}},
 
 		// DRA layer.
 		{name: "claim not allocatable", file: "dra-allocation-failed.yaml", target: pod(podName),
