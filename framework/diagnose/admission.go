@@ -77,7 +77,8 @@ func (r ResourceRefusal) overHard() bool {
 type quotaShape int
 
 const (
-	notQuota quotaShape = iota
+	// The zero value: a refusal that is not the quota plugin's.
+	_ quotaShape = iota
 	// quotaExceeded: "exceeded quota: q, requested: ..., used: ..., limited: ...".
 	quotaExceeded
 	// quotaUnset: "failed quota: q: must specify limits.cpu for: c; ...": the pod does not set a
@@ -145,7 +146,7 @@ func ParseAdmissionDenial(msg string) (AdmissionDenial, bool) {
 		m := quotaRE.FindStringSubmatch(msg)
 		d.quota(quotaExceeded, m[1])
 		used, limited := amounts(m[3]), amounts(m[4])
-		for _, r := range strings.Split(m[2], ",") {
+		for r := range strings.SplitSeq(m[2], ",") {
 			name, qty, _ := strings.Cut(r, "=")
 			d.Resources = append(d.Resources, ResourceRefusal{Resource: name, Requested: qty, Used: used[name], Limited: limited[name]})
 		}

@@ -209,7 +209,8 @@ func (col *collector) readWorkloads(ctx context.Context, selector string) {
 }
 
 // readEvents reads the events that may say why the workload waits: the explaining pod's (the scheduler's,
-// the kubelet's and the runtime's) unless its status alone explains it; and, when there are no pods and
+// the kubelet's and the runtime's) unless its status alone explains it and no repeat of a pull or create
+// failure is to be counted (countsRepeats); and, when there are no pods and
 // no Workload holds them back, those of the controllers that should have created them (an unfinished,
 // unsuspended Job, or an owner's ReplicaSets or Jobs until one reports FailedCreate, then the owner).
 func (col *collector) readEvents(ctx context.Context) {
@@ -218,7 +219,7 @@ func (col *collector) readEvents(ctx context.Context) {
 		return
 	}
 	if len(f.pods) > 0 {
-		if pod := representativePod(f.pods); !statusExplains(pod) {
+		if pod := representativePod(f.pods); !statusExplains(pod) || countsRepeats(pod) {
 			col.readEventsOf(ctx, "Pod", pod.Name, pod.UID)
 		}
 	}

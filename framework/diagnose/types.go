@@ -183,10 +183,15 @@ const (
 
 // Kubelet and runtime reasons (pod bound, containers not running).
 const (
-	// ImagePullFailed: ErrImagePull, ImagePullBackOff, ErrImageNeverPull or InvalidImageName.
+	// ImagePullFailed: ErrImagePull, ImagePullBackOff, ErrImageNeverPull,
+	// InvalidImageName, or the CRI's RegistryUnavailable or
+	// SignatureValidationFailed. Final when the image can never be pulled, or
+	// once the node failed the same pull three times.
 	ImagePullFailed Reason = "ImagePullFailed"
 	// ContainerCreateFailed: CreateContainerConfigError, CreateContainerError,
-	// RunContainerError, PreStartHookError or a failed pod sandbox.
+	// RunContainerError, PreStartHookError or a failed pod sandbox. Final once
+	// the runtime failed a create or start (CreateContainerError,
+	// RunContainerError) the same way three times, the node named.
 	ContainerCreateFailed Reason = "ContainerCreateFailed"
 	// DevicePluginAllocateFailed: the kubelet rejected the pod at admission
 	// (UnexpectedAdmissionError "Allocate failed ...", or OutOf<resource> when
@@ -316,8 +321,9 @@ type Result struct {
 	// Next is the read-only command a human should run next.
 	Next string `json:"next"`
 	// Terminal is set when the workload cannot get further without someone changing the cluster or the
-	// workload (an admission denial, a gate on every eligible node, a request above every node's
-	// allocatable, an image that can never be pulled, a failed Job): a wait for progress ends at once.
+	// workload (an admission denial, a quota the pod template cannot meet, a gate on every eligible node,
+	// a request above every node's allocatable, an image that can never be pulled, a pull or container
+	// create the node failed the same way three times, a failed Job): a wait for progress ends at once.
 	Terminal bool `json:"terminal,omitempty"`
 	// TerminalWhy says why the diagnosis is terminal.
 	TerminalWhy string `json:"terminalWhy,omitempty"`
