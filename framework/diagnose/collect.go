@@ -209,10 +209,10 @@ func (col *collector) readWorkloads(ctx context.Context, selector string) {
 }
 
 // readEvents reads the events that may say why the workload waits: the explaining pod's (the scheduler's,
-// the kubelet's and the runtime's) unless its status alone explains it and no repeat of a pull or create
-// failure is to be counted (countsRepeats); and, when there are no pods and
-// no Workload holds them back, those of the controllers that should have created them (an unfinished,
-// unsuspended Job, or an owner's ReplicaSets or Jobs until one reports FailedCreate, then the owner).
+// the kubelet's and the runtime's) unless its status alone explains it and no repeated pull or create
+// failure is to be counted (countsRepeats); and, when there are no pods and no Workload holds them back,
+// those of the controllers that should have created them (an unfinished, unsuspended Job, or an owner's
+// ReplicaSets or Jobs until one reports FailedCreate, then the owner).
 func (col *collector) readEvents(ctx context.Context) {
 	f, err := col.s.frame()
 	if err != nil {
