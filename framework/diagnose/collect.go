@@ -209,23 +209,24 @@ func (col *collector) readWorkloads(ctx context.Context, selector string) {
 }
 
 // readEvents reads the events that may say why the workload waits: the explaining pod's (the scheduler's,
-// the kubelet's and the runtime's) unless its status alone explains it; and, when there are no pods and
-// no Workload holds them back, those of the controllers that should have created them (an unfinished,
-// unsuspended Job, or an owner's ReplicaSets or Jobs until one reports FailedCreate, then the owner).
+// the kubelet's and the runtime's) unless its status alone explains it and no repeated pull or create
+// failure is to be counted (countsRepeats); and, when there are no pods and no Workload holds them back,
+// those of the controllers that should have created them (an unfinished, unsuspended Job, or an owner's
+// ReplicaSets or Jobs until one reports FailedCreate, then the owner).
 func (col *collector) readEvents(ctx context.Context) {
 	f, err := col.s.frame()
 	if err != nil {
 		return
 	}
 	if len(f.pods) > 0 {
-		if pod := representativePod(f.pods); !statusExplains(pod) {
+		if pod := representativePod(f.pods); !statusExplains(pod) || countsRepeats(pod) {
 			col.readEventsOf(ctx, "Pod", pod.Name, pod.UID)
 		}
 	}
 	if len(f.pods) > 0 {
 		return
 	}
-	if f.job != nil && f.wl == nil && !isSuspended(f.job) && jobFinished(f.job) == nil {
+	if f.job != nil && createsPods(f.job, f.wl) {
 		col.readEventsOf(ctx, "Job", f.job.Name, f.job.UID)
 	}
 	if !isOwnerKind(col.s.Target.Kind) || (f.wl != nil && !meta.IsStatusConditionTrue(f.wl.Status.Conditions, kueue.WorkloadAdmitted)) {

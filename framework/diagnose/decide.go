@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -70,6 +71,12 @@ func Decide(s *Snapshot) (res *Result, err error) {
 	if job != nil {
 		if jf := jobFinished(job); jf != nil {
 			return jf, nil
+		}
+	}
+	// An admitted Job without pods: the Job controller's refusals, if any, say why; else the Workload.
+	if wl != nil && job != nil && createsPods(job, wl) && v.s.failed(eventsRead(t.Namespace, "Job", job.Name)) == nil {
+		if evs := eventsOf(v.s.Events, "Job", job.Name, job.UID); latestEvent(evs, eventFailedCreate) != nil {
+			return v.noPodsYet(evs, "Job", job.Namespace, job.Name), nil
 		}
 	}
 	if wl != nil {
@@ -159,8 +166,10 @@ func (v *verdict) controllersWithoutPods(f frame) (*Result, error) {
 }
 
 // noPodsYet explains a controller (Job, ReplicaSet, StatefulSet, ...) that should have pods and has
-// none, from its events: an admission refusal quoted in FailedCreate is AdmissionDenied, and final; any
-// other FailedCreate is quoted as Unknown; no such event means the controller has not acted yet.
+// none, from its events: an admission refusal quoted in FailedCreate is QuotaExceeded (a ResourceQuota),
+// LimitRangeViolated (a LimitRange) or AdmissionDenied (any other plugin), final unless the refusal may
+// pass by itself (AdmissionDenial.Final); any other FailedCreate is quoted as Unknown; no such event
+// means the controller has not acted yet.
 func (v *verdict) noPodsYet(evs []corev1.Event, kind, ns, name string) *Result {
 	res := &Result{Stage: StageScheduling, Layer: LayerNone, Reason: SchedulingPending,
 		Messages: []string{fmt.Sprintf("%s %s/%s has no pods yet", kind, ns, name)},
@@ -172,13 +181,44 @@ func (v *verdict) noPodsYet(evs []corev1.Event, kind, ns, name string) *Result {
 	}
 	v.ref("Event", e.Namespace, e.Name)
 	res.Messages = append(res.Messages, e.Message)
-	if denial, ok := ParseAdmissionDenial(e.Message); ok {
-		res.Layer, res.Reason = LayerAdmission, AdmissionDenied
-		res.Messages[0] = fmt.Sprintf("%s %s/%s cannot create its pods: refused by %s", kind, ns, name, denial.By)
-		return res.terminal(fmt.Sprintf("admission (%s) refuses the pods; it repeats the refusal on every retry until the policy or the pod template changes", denial.By))
+	denial, ok := ParseAdmissionDenial(e.Message)
+	if !ok {
+		res.Layer, res.Reason = LayerAPI, Unknown
+		return res
 	}
-	res.Layer, res.Reason = LayerAPI, Unknown
+	res.Layer, res.Reason = LayerAdmission, AdmissionDenied
+	res.Messages[0] = fmt.Sprintf("%s %s/%s cannot create its pods: refused by %s", kind, ns, name, denial.By)
+	switch denial.Policy {
+	case PolicyResourceQuota:
+		res.Reason = QuotaExceeded
+		res.Next = fmt.Sprintf("kubectl describe resourcequota -n %s", ns)
+		if denial.Quota != "" {
+			res.Next += " " + denial.Quota
+		}
+	case PolicyLimitRange:
+		res.Reason = LimitRangeViolated
+		res.Next = fmt.Sprintf("kubectl describe limitrange -n %s", ns)
+	}
+	if len(denial.Resources) > 0 {
+		refused := make([]string, len(denial.Resources))
+		for i, r := range denial.Resources {
+			refused[i] = r.String()
+		}
+		res.Messages[0] += ": " + strings.Join(refused, "; ")
+	}
+	final, why := denial.Final()
+	if final {
+		return res.terminal(why)
+	}
+	res.Messages = append(res.Messages, why)
 	return res
+}
+
+// createsPods reports a Job whose controller should be creating pods: unfinished, not suspended, and
+// either not queued by Kueue (no Workload) or admitted. Its events then say why pods are missing.
+func createsPods(job *batchv1.Job, wl *kueue.Workload) bool {
+	return !isSuspended(job) && jobFinished(job) == nil &&
+		(wl == nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted))
 }
 
 func allTerminating(pods []corev1.Pod) bool {

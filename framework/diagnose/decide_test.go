@@ -147,3 +147,40 @@ func TestDecideAbsentIsNotFound(t *testing.T) {
 		t.Errorf("Decide of a node: %v, want unsupported kind", err)
 	}
 }
+
+// TestDecideAdmittedWithoutPods: an admitted Job with no pods is explained by the Job controller's
+// FailedCreate when there is one; without one, or when the Job's events cannot be read, the Workload's
+// verdict stands, as before the Job's events were consulted.
+func TestDecideAdmittedWithoutPods(t *testing.T) {
+	withEvents := snapshotOf(t, "quota-unset.yaml", job("train"))
+	noEvents := snapshotOf(t, "quota-unset.yaml", job("train"))
+	noEvents.Events = nil
+	unreadable := snapshotOf(t, "quota-unset.yaml", job("train"))
+	unreadable.Errors = append(unreadable.Errors, ReadError{Read: eventsRead("ml", "Job", "train"), Err: forbidden("list", "events")})
+	suspended := snapshotOf(t, "quota-unset.yaml", job("train"))
+	suspended.Jobs[0].Spec.Suspend = new(true)
+	for _, tc := range []struct {
+		name     string
+		s        *Snapshot
+		reason   Reason
+		terminal bool
+	}{
+		{"FailedCreate from the quota", withEvents, QuotaExceeded, true},
+		{"no FailedCreate", noEvents, SchedulingPending, false},
+		{"events unreadable", unreadable, SchedulingPending, false},
+		{"suspended again: the Workload decides", suspended, SchedulingPending, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := Decide(tc.s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Reason != tc.reason || res.Terminal != tc.terminal {
+				t.Errorf("%s terminal=%v, want %s terminal=%v\n%s", res.Reason, res.Terminal, tc.reason, tc.terminal, res)
+			}
+			if tc.reason == SchedulingPending && !containsText(res.Messages, "Workload ml/job-train-5b7c9 is admitted; no pods exist yet") {
+				t.Errorf("messages %q lack the Workload's verdict", res.Messages)
+			}
+		})
+	}
+}

@@ -38,13 +38,18 @@
 //     return).
 //
 // A queued Job, which has no pods, goes from Decide to workload and
-// notReserved (kueue.go) instead of stops 10 to 12; a bound pod whose DRA
-// driver failed goes from pod to claims (dra.go). Along the way the stops
+// notReserved (kueue.go) instead of stops 10 to 12; a Job that should have
+// pods and has none (admitted, or not queued) goes to noPodsYet (decide.go),
+// which reads the Job controller's FailedCreate with ParseAdmissionDenial; a
+// bound pod whose DRA driver failed goes from pod to claims (dra.go); a
+// container whose pull or create failed goes from pod to repeats
+// (repeats.go), which counts the kubelet's identical failures. Along the way the stops
 // consult pure helpers that call nothing back: eventsOf and latestEvent
 // (events.go), representativePod and statusExplains (pod.go),
 // classifyReadErr (access.go), ParseSchedulerMessage and PrimaryCause
 // (schedmsg.go), gatedEverywhere, transientGate and podRequest
-// (scheduler.go), ParseAdmissionDenial (admission.go).
+// (scheduler.go), ParseAdmissionDenial (admission.go), countsRepeats and
+// sameFailure (repeats.go).
 //
 // Each reader reads only what a decision can use given what the readers
 // before it found (no events for a running pod, no nodes unless the

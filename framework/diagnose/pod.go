@@ -11,9 +11,10 @@ import (
 )
 
 // Container waiting reasons, as the kubelet writes them (pkg/kubelet/images,
-// pkg/kubelet/container/sync_result.go in k8s v1.37).
+// pkg/kubelet/container/sync_result.go in k8s v1.37, and the CRI's own pull errors in
+// k8s.io/cri-api/pkg/errors).
 func imagePullReason(r string) bool {
-	return slices.Contains([]string{"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}, r)
+	return slices.Contains([]string{"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName", "RegistryUnavailable", "SignatureValidationFailed"}, r)
 }
 
 func createReason(r string) bool {
@@ -157,11 +158,14 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 			case imagePullReason(w.Reason):
 				res := &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ImagePullFailed, Messages: []string{msg}, Next: describe}
 				if why := imageNeverPullable(w); why != "" {
-					res.terminal(why)
+					return res.terminal(why), nil
 				}
+				v.repeats(pod, cs.Name, w, res)
 				return res, nil
 			case createReason(w.Reason):
-				return &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ContainerCreateFailed, Messages: []string{msg}, Next: describe}, nil
+				res := &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ContainerCreateFailed, Messages: []string{msg}, Next: describe}
+				v.repeats(pod, cs.Name, w, res)
+				return res, nil
 			case w.Reason == "CrashLoopBackOff":
 				// The application did start: the stage is Running, the pod's phase.
 				res := &Result{Stage: StageRunning, Layer: LayerApplication, Reason: ApplicationError, Messages: []string{msg}, Next: logsCmd(cs.Name)}
@@ -255,6 +259,8 @@ func imageNeverPullable(w *corev1.ContainerStateWaiting) string {
 		return "the image is not on the node and its pull policy is Never"
 	case "InvalidImageName":
 		return "the image name is invalid"
+	case "SignatureValidationFailed":
+		return "the image's signature does not validate"
 	}
 	m := strings.ToLower(w.Message)
 	for _, s := range []string{"not found", "manifest unknown", "name unknown", "repository does not exist", "pull access denied"} {

@@ -153,8 +153,18 @@ const (
 const (
 	// AdmissionDenied: the controller's creates of the workload's pods are
 	// refused by admission (event FailedCreate): Pod Security, a webhook, a
-	// ValidatingAdmissionPolicy, a ResourceQuota or a LimitRange.
+	// ValidatingAdmissionPolicy, or another plugin that says forbidden.
 	AdmissionDenied Reason = "AdmissionDenied"
+	// QuotaExceeded: a ResourceQuota in the namespace refuses the pods
+	// (event FailedCreate from the API server's ResourceQuota plugin): they
+	// would exceed it, or a container does not set a resource it constrains
+	// (limits.cpu on a pod that declares none). The verdict names the quota
+	// and the resources.
+	QuotaExceeded Reason = "QuotaExceeded"
+	// LimitRangeViolated: a LimitRange in the namespace refuses the pods
+	// (event FailedCreate from the LimitRanger plugin): a container or the pod
+	// is outside its minimum, maximum or limit-to-request ratio.
+	LimitRangeViolated Reason = "LimitRangeViolated"
 )
 
 // DRA layer reasons.
@@ -173,10 +183,15 @@ const (
 
 // Kubelet and runtime reasons (pod bound, containers not running).
 const (
-	// ImagePullFailed: ErrImagePull, ImagePullBackOff, ErrImageNeverPull or InvalidImageName.
+	// ImagePullFailed: ErrImagePull, ImagePullBackOff, ErrImageNeverPull,
+	// InvalidImageName, or the CRI's RegistryUnavailable or
+	// SignatureValidationFailed. Final when the image can never be pulled, or
+	// once the node failed the same pull three times.
 	ImagePullFailed Reason = "ImagePullFailed"
 	// ContainerCreateFailed: CreateContainerConfigError, CreateContainerError,
-	// RunContainerError, PreStartHookError or a failed pod sandbox.
+	// RunContainerError, PreStartHookError or a failed pod sandbox. Final once
+	// the runtime failed a create or start (CreateContainerError,
+	// RunContainerError) the same way three times, the node named.
 	ContainerCreateFailed Reason = "ContainerCreateFailed"
 	// DevicePluginAllocateFailed: the kubelet rejected the pod at admission
 	// (UnexpectedAdmissionError "Allocate failed ...", or OutOf<resource> when
@@ -237,7 +252,9 @@ var reasonDescriptions = map[Reason]string{
 	UnboundVolume:              "The pod's PersistentVolumeClaims are unbound or cannot be bound on any node.",
 	SchedulingPending:          "The pod is not bound to a node yet and the scheduler has not said why.",
 	Unknown:                    "A component said why the workload waits, in a message this suite does not classify; the evidence quotes it.",
-	AdmissionDenied:            "The API server's admission (Pod Security, a webhook, a policy, a quota) refuses to create the workload's pods.",
+	AdmissionDenied:            "The API server's admission (Pod Security, a webhook, a policy) refuses to create the workload's pods.",
+	QuotaExceeded:              "A ResourceQuota in the namespace refuses the workload's pods: they would exceed it, or a container does not set a resource it constrains.",
+	LimitRangeViolated:         "A LimitRange in the namespace refuses the workload's pods: a container or the pod is outside its minimum, maximum or limit-to-request ratio.",
 	DRAAllocationFailed:        "The scheduler cannot allocate devices for the pod's ResourceClaims from the published ResourceSlices.",
 	DRAClaimMissing:            "A ResourceClaim, ResourceClaimTemplate or DeviceClass the pod needs does not exist.",
 	DRAPrepareFailed:           "The kubelet could not prepare the allocated devices through the DRA driver.",
@@ -304,8 +321,9 @@ type Result struct {
 	// Next is the read-only command a human should run next.
 	Next string `json:"next"`
 	// Terminal is set when the workload cannot get further without someone changing the cluster or the
-	// workload (an admission denial, a gate on every eligible node, a request above every node's
-	// allocatable, an image that can never be pulled, a failed Job): a wait for progress ends at once.
+	// workload (an admission denial, a quota the pod template cannot meet, a gate on every eligible node,
+	// a request above every node's allocatable, an image that can never be pulled, a pull or container
+	// create the node failed the same way three times, a failed Job): a wait for progress ends at once.
 	Terminal bool `json:"terminal,omitempty"`
 	// TerminalWhy says why the diagnosis is terminal.
 	TerminalWhy string `json:"terminalWhy,omitempty"`
