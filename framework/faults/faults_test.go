@@ -210,8 +210,9 @@ func TestKubeletStopHelperPod(t *testing.T) {
 	wantPinned(t, "default", c.Resources, fixtures.DefaultCPU, fixtures.DefaultMemory)
 	f := fixtures.NewFactory("r1")
 	f.CPU, f.Memory = resource.MustParse("300m"), resource.MustParse("64Mi")
-	inj := New(Options{Config: func() config.FaultsConfig { c := defaults(); c.NodeProvider = config.FaultProviderKubeletStop; return c }(),
-		HelperNamespace: "gpu-operator", Resources: f.Resources()})
+	cfg := defaults()
+	cfg.NodeProvider = config.FaultProviderKubeletStop
+	inj := New(Options{Config: cfg, HelperNamespace: "gpu-operator", Resources: f.Resources()})
 	ks, ok := inj.Nodes.(*KubeletStop)
 	if !ok {
 		t.Fatalf("kubelet-stop provider not chosen: %T %q", inj.Nodes, inj.NodesWhy)
