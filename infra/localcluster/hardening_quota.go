@@ -108,10 +108,11 @@ func ApplyComputePolicy(ctx context.Context, kube kubernetes.Interface, namespac
 	return undo, nil
 }
 
-// ApplyTeamQuota is ApplyTeamNamespace with ApplyComputePolicy in the team's namespace: the shape of a
-// multi-tenant cluster, where a team's namespace has a LocalQueue and a quota on CPU and memory limits.
+// ApplyTeamQuota is ApplyTeamNamespace for QuotaTeamNamespace, with ApplyComputePolicy there: the shape
+// of a multi-tenant cluster, where a team's namespace has a LocalQueue and a quota on CPU and memory
+// limits.
 func ApplyTeamQuota(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir string) (Team, Undo, error) {
-	team, undoTeam, err := ApplyTeamNamespace(ctx, cfg, kube, kq, root, dir)
+	team, undoTeam, err := applyTeam(ctx, cfg, kube, kq, root, dir, QuotaTeamNamespace)
 	if err != nil {
 		return team, nil, err
 	}

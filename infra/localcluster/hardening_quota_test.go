@@ -3,9 +3,11 @@ package localcluster
 import (
 	"context"
 	"fmt"
+	"os"
 	"testing"
 	"time"
 
+	authnv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	clienttesting "k8s.io/client-go/testing"
+	kueuefake "sigs.k8s.io/kueue/client-go/clientset/versioned/fake"
 
 	"gpuconform.io/gpuconform/fixtures"
 )
@@ -204,5 +208,55 @@ func TestProvisionComputePolicy(t *testing.T) {
 	create("gpuconform-alloc-x2", map[string]string{fixtures.RunLabel: "r1"})
 	if has("gpuconform-alloc-x2") {
 		t.Error("provisioning went on after the undo")
+	}
+}
+
+// The team-quota row's team is a namespace of its own with its own ClusterQueue, and the policy in it;
+// the undo removes the team and the policy.
+func TestApplyTeamQuota(t *testing.T) {
+	ctx := t.Context()
+	wd, _ := os.Getwd()
+	root, err := FindRepoRoot(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := fake.NewClientset(sizedNode("w1", "8", "32Gi"))
+	kube.PrependReactor("create", "serviceaccounts", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "token" {
+			return false, nil, nil
+		}
+		return true, &authnv1.TokenRequest{Status: authnv1.TokenRequestStatus{Token: "t"}}, nil
+	})
+	kube.PrependReactor("create", "resourcequotas", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		q := a.(clienttesting.CreateAction).GetObject().(*corev1.ResourceQuota)
+		q.Status = corev1.ResourceQuotaStatus{Hard: q.Spec.Hard, Used: corev1.ResourceList{}}
+		for name := range q.Spec.Hard {
+			q.Status.Used[name] = resource.Quantity{}
+		}
+		return false, nil, nil
+	})
+	kq := kueuefake.NewSimpleClientset() // NewClientset needs Kueue's OpenAPI schema, which its fake does not carry
+	team, undo, err := ApplyTeamQuota(ctx, &rest.Config{Host: "https://127.0.0.1:6443"}, kube, kq, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if team.Namespace != QuotaTeamNamespace || team.LocalQueue != TeamLocalQueue || team.Kubeconfig == "" {
+		t.Errorf("team = %+v", team)
+	}
+	lq, err := kq.KueueV1beta2().LocalQueues(QuotaTeamNamespace).Get(ctx, TeamLocalQueue, metav1.GetOptions{})
+	if err != nil || string(lq.Spec.ClusterQueue) != QuotaTeamNamespace {
+		t.Errorf("LocalQueue: %v %+v; want it on ClusterQueue %s, not team-namespace's", err, lq, QuotaTeamNamespace)
+	}
+	if _, err := kube.CoreV1().LimitRanges(QuotaTeamNamespace).Get(ctx, ContainerLimits, metav1.GetOptions{}); err != nil {
+		t.Errorf("LimitRange: %v", err)
+	}
+	if err := undo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().Namespaces().Get(ctx, QuotaTeamNamespace, metav1.GetOptions{}); err == nil {
+		t.Error("the undo left the namespace")
+	}
+	if _, err := kq.KueueV1beta2().ClusterQueues().Get(ctx, QuotaTeamNamespace, metav1.GetOptions{}); err == nil {
+		t.Error("the undo left the ClusterQueue")
 	}
 }
