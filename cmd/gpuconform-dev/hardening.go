@@ -60,6 +60,19 @@ func hardeningTable() []hardeningRow {
 			team, undo, err := localcluster.ApplyTeamNamespace(ctx, h.clients.REST, h.clients.Kube, h.clients.Kueue, h.root, h.dir)
 			return []string{"--namespace=" + team.Namespace, "--local-queue=" + team.LocalQueue}, team.Kubeconfig, undo, err
 		}},
+		// A multi-tenant team namespace: besides the LocalQueue, a ResourceQuota on pods and CPU and memory
+		// requests and limits, and a LimitRange (min, max, defaults, limit = request). Every pod the suite
+		// makes there, helpers included, must declare requests = limits within the bounds.
+		{Name: "team-quota", Want: "GO", Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+			team, undo, err := localcluster.ApplyTeamQuota(ctx, h.clients.REST, h.clients.Kube, h.clients.Kueue, h.root, h.dir)
+			return []string{"--namespace=" + team.Namespace, "--local-queue=" + team.LocalQueue}, team.Kubeconfig, undo, err
+		}},
+		// The same quota and LimitRange in own-namespace mode: put into every namespace the suite creates (it
+		// carries the run label) while the run lasts, as a platform's namespace-provisioning policy would.
+		{Name: "own-quota", Want: "GO", Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+			undo, err := localcluster.ProvisionComputePolicy(ctx, h.clients.Kube)
+			return nil, "", undo, err
+		}},
 		// A platform team's queue without preemption: the preemption scenario (on the team's queue, with the
 		// team's priority classes) must be NO-GO and name the ClusterQueue's policy.
 		{Name: "queue-without-preemption", Want: "NO-GO", Failures: []string{"preemption.withinClusterQueue is Never"},

@@ -100,6 +100,8 @@ func flagTable() []flagDef {
 		{name: "driver-version-label", usage: "node label reporting the driver version (default nvidia.com/cuda.driver-version.full)", apply: func(c *Config, v string) error { c.Upgrade.VersionLabel = v; return nil }},
 		{name: "low-priority-class", usage: "existing WorkloadPriorityClass of the preemptible training job (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.LowPriorityClass = v; return nil }},
 		{name: "high-priority-class", usage: "existing WorkloadPriorityClass of the urgent job that preempts it (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.HighPriorityClass = v; return nil }},
+		{name: "pod-cpu", usage: "CPU every container the suite runs requests and is limited to, a quantity (default 100m)", apply: func(c *Config, v string) error { c.PodResources.CPU = v; return nil }},
+		{name: "pod-memory", usage: "memory every container the suite runs requests and is limited to, a quantity (default 128Mi)", apply: func(c *Config, v string) error { c.PodResources.Memory = v; return nil }},
 		{name: "toleration", usage: "toleration for test pods, key[=value]:Effect or key:Effect (Exists); repeatable", apply: func(c *Config, v string) error {
 			t, err := ParseToleration(v)
 			if err != nil {

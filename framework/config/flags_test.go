@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"gpuconform.io/gpuconform/fixtures"
 )
 
 func TestTeamNamespaceAndTaintFlags(t *testing.T) {
@@ -121,5 +123,38 @@ func TestConfigResolvesScriptsBeforeValidating(t *testing.T) {
 	c, err := f.Config()
 	if err != nil || c.Upgrade.Command != script {
 		t.Errorf("upgrade command %q, err %v; want %q", c.Upgrade.Command, err, script)
+	}
+}
+
+// --pod-cpu and --pod-memory (podResources.cpu and .memory in the file) are quantities; unset, they are
+// zero and the fixtures' defaults apply, which the flags' help names.
+func TestPodResourcesFlags(t *testing.T) {
+	cfg, err := Parse([]string{"--pod-cpu", "250m", "--pod-memory", "1Gi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu, mem := cfg.PodResources.Quantities(); cpu.String() != "250m" || mem.String() != "1Gi" {
+		t.Errorf("flags: cpu %s memory %s, want 250m 1Gi", cpu.String(), mem.String())
+	}
+	cfg, err = Parse([]string{"--config", writeFile(t, "podResources:\n  cpu: \"0.5\"\n  memory: 256Mi\n"), "--pod-memory", "512Mi"})
+	if cpu, mem := cfg.PodResources.Quantities(); err != nil || cpu.String() != "500m" || mem.String() != "512Mi" {
+		t.Errorf("file then flag: %v, cpu %s memory %s, want 500m 512Mi", err, cpu.String(), mem.String())
+	}
+	if cpu, mem := Default().PodResources.Quantities(); !cpu.IsZero() || !mem.IsZero() {
+		t.Errorf("defaults: cpu %s memory %s, want zero (the fixtures' defaults)", cpu.String(), mem.String())
+	}
+	for _, d := range flagTable() {
+		if want := map[string]string{"pod-cpu": fixtures.DefaultCPU, "pod-memory": fixtures.DefaultMemory}[d.name]; want != "" && !strings.Contains(d.usage, "(default "+want+")") {
+			t.Errorf("--%s: usage %q does not name the default %s", d.name, d.usage, want)
+		}
+	}
+	for bad, want := range map[string]string{
+		"--pod-cpu=lots":    `podResources.cpu "lots" (--pod-cpu): not a Kubernetes quantity; give a positive quantity such as 100m`,
+		"--pod-memory=0":    `podResources.memory "0" (--pod-memory): not above zero`,
+		"--pod-memory=-1Gi": "not above zero",
+	} {
+		if _, err := Parse(strings.Fields(bad)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want an error saying %q", bad, err, want)
+		}
 	}
 }

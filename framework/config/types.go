@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gpuconform.io/gpuconform/framework/timeouts"
@@ -96,6 +97,8 @@ type Config struct {
 	CleanupLeftovers bool `json:"cleanupLeftovers,omitempty"`
 	// Tolerations are added to every test pod (real clusters taint GPU nodes).
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+	// PodResources is the CPU and memory every container the suite runs requests and is limited to.
+	PodResources PodResourcesConfig `json:"podResources,omitempty"`
 	// Signoff is the verdict policy: what must be exercised, and the baseline to compare with.
 	Signoff SignoffConfig `json:"signoff,omitempty"`
 	// Faults chooses how the failure scenario injects node and device faults (with Disruptive only).
@@ -107,6 +110,29 @@ type Config struct {
 	// Preemption names what the preemption scenario uses on an existing installation (queues.mode
 	// existing): the WorkloadPriorityClasses of the preemptible and of the urgent job.
 	Preemption PreemptionConfig `json:"preemption,omitempty"`
+}
+
+// PodResourcesConfig is what every container of every pod the suite runs (test pods, their init and
+// sidecar containers, the helper pods) requests, with limits equal: a namespace whose ResourceQuota covers
+// limits.cpu or limits.memory refuses pods that declare none, and a LimitRange bounds them. Values are
+// Kubernetes quantities; empty means the suite's defaults (fixtures.DefaultCPU, fixtures.DefaultMemory).
+type PodResourcesConfig struct {
+	// CPU, e.g. 100m.
+	CPU string `json:"cpu,omitempty"`
+	// Memory, e.g. 128Mi.
+	Memory string `json:"memory,omitempty"`
+}
+
+// Quantities returns CPU and Memory parsed; an empty one (the default) or one Validate refuses is zero.
+func (p PodResourcesConfig) Quantities() (cpu, memory resource.Quantity) {
+	parse := func(s string) resource.Quantity {
+		q, err := resource.ParseQuantity(s)
+		if err != nil {
+			return resource.Quantity{}
+		}
+		return q
+	}
+	return parse(p.CPU), parse(p.Memory)
 }
 
 // UpgradeConfig configures the upgrade rehearsal.

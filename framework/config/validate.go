@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -150,6 +151,8 @@ func rules() []rule {
 			}},
 		{"image", func(c Config) bool { return c.Image != "" },
 			func(Config) string { return "image: empty; name the workload image (--workload-image)" }},
+		quantityRule("podResources.cpu", "pod-cpu", "100m or 0.5", func(c Config) string { return c.PodResources.CPU }),
+		quantityRule("podResources.memory", "pod-memory", "128Mi or 1Gi", func(c Config) string { return c.PodResources.Memory }),
 		{"timeout-profile", func(c Config) bool { _, err := timeouts.ForProfile(c.TimeoutProfile); return err == nil },
 			func(c Config) string {
 				_, err := timeouts.ForProfile(c.TimeoutProfile)
@@ -254,6 +257,27 @@ func oneOfRule(key string, get func(Config) string, allowed ...string) rule {
 	return rule{key, func(c Config) bool { return slices.Contains(allowed, get(c)) },
 		func(c Config) string {
 			return fmt.Sprintf("%s %q: use one of %s", key, get(c), strings.Join(allowed, ", "))
+		}}
+}
+
+// quantityRule checks that key, when set, is a positive Kubernetes quantity.
+func quantityRule(key, flag, example string, get func(Config) string) rule {
+	problem := func(c Config) string {
+		if get(c) == "" {
+			return ""
+		}
+		q, err := resource.ParseQuantity(get(c))
+		switch {
+		case err != nil:
+			return "not a Kubernetes quantity"
+		case q.Sign() <= 0:
+			return "not above zero"
+		}
+		return ""
+	}
+	return rule{key, func(c Config) bool { return problem(c) == "" },
+		func(c Config) string {
+			return fmt.Sprintf("%s %q (--%s): %s; give a positive quantity such as %s", key, get(c), flag, problem(c), example)
 		}}
 }
 

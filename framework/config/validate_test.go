@@ -104,10 +104,12 @@ func TestRules(t *testing.T) {
 				existingQueue(c)
 				c.Preemption = PreemptionConfig{LowPriorityClass: "low", HighPriorityClass: "high"}
 			}},
-		"dra-kueue-resource": {func(c *Config) { c.DRA.KueueResourceName = "" }, func(c *Config) { c.DRA.KueueResourceName = "nvidia.com/gpu" }},
-		"image":              {func(c *Config) { c.Image = "" }, func(c *Config) { c.Image = "registry.example/gpu-workload:1" }},
-		"timeout-profile":    {func(c *Config) { c.TimeoutProfile = "fast" }, func(c *Config) { c.TimeoutProfile = "local" }},
-		"run-timeout":        {func(c *Config) { c.RunTimeout.Duration = -time.Minute }, func(c *Config) { c.RunTimeout.Duration = 2 * time.Hour }},
+		"dra-kueue-resource":  {func(c *Config) { c.DRA.KueueResourceName = "" }, func(c *Config) { c.DRA.KueueResourceName = "nvidia.com/gpu" }},
+		"image":               {func(c *Config) { c.Image = "" }, func(c *Config) { c.Image = "registry.example/gpu-workload:1" }},
+		"podResources.cpu":    {func(c *Config) { c.PodResources.CPU = "lots" }, func(c *Config) { c.PodResources.CPU = "250m" }},
+		"podResources.memory": {func(c *Config) { c.PodResources.Memory = "0" }, func(c *Config) { c.PodResources.Memory = "1Gi" }},
+		"timeout-profile":     {func(c *Config) { c.TimeoutProfile = "fast" }, func(c *Config) { c.TimeoutProfile = "local" }},
+		"run-timeout":         {func(c *Config) { c.RunTimeout.Duration = -time.Minute }, func(c *Config) { c.RunTimeout.Duration = 2 * time.Hour }},
 		"signoff-require": {func(c *Config) { c.Signoff.Require = []string{"path:dra", "dra"} },
 			func(c *Config) { c.Signoff.Require = []string{"path:dra", "scenario:preemption"} }},
 		"artifacts-dir": {func(c *Config) { c.ArtifactsDir = "" }, func(c *Config) { c.ArtifactsDir = "/tmp/artifacts" }},

@@ -25,6 +25,9 @@ type Options struct {
 	HelperNamespace string
 	// Image is the workload image (the kubelet-stop helper runs it).
 	Image string
+	// Resources are the helper's CPU and memory, requests equal to limits (fixtures.Factory.Resources);
+	// empty: the fixtures' defaults.
+	Resources corev1.ResourceRequirements
 	// ServesDeviceTaintRules: the API server serves resource.k8s.io/v1 DeviceTaintRules.
 	ServesDeviceTaintRules bool
 	// LookPath finds the docker CLI (exec.LookPath; tests replace it).
@@ -61,7 +64,7 @@ func New(o Options) *Injector {
 		if o.HelperNamespace == "" {
 			inj.NodesWhy = "the kubelet-stop provider runs a privileged pod; name a namespace that admits it with --helper-namespace"
 		} else {
-			inj.Nodes = &KubeletStop{Kube: o.Kube, RunID: o.RunID, Namespace: o.HelperNamespace, Image: o.Image, StopFor: c.KubeletStopFor.Duration}
+			inj.Nodes = &KubeletStop{Kube: o.Kube, RunID: o.RunID, Namespace: o.HelperNamespace, Image: o.Image, Resources: o.Resources, StopFor: c.KubeletStopFor.Duration}
 		}
 	case config.FaultProviderNone:
 		inj.NodesWhy = "node faults are switched off (faults.nodeProvider: none)"

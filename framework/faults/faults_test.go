@@ -12,11 +12,13 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
+	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/config"
 )
 
@@ -202,6 +204,30 @@ func TestKubeletStopHelperPod(t *testing.T) {
 	}
 	if p.Namespace != "gpu-operator" || p.Labels["gpuconform.io/run"] != "r1" {
 		t.Errorf("meta = %+v", p.ObjectMeta)
+	}
+	// Its CPU and memory are the run's, requests equal to limits (a quota on limits admits it); without
+	// any, the fixtures' defaults.
+	wantPinned(t, "default", c.Resources, fixtures.DefaultCPU, fixtures.DefaultMemory)
+	f := fixtures.NewFactory("r1")
+	f.CPU, f.Memory = resource.MustParse("300m"), resource.MustParse("64Mi")
+	cfg := defaults()
+	cfg.NodeProvider = config.FaultProviderKubeletStop
+	inj := New(Options{Config: cfg, HelperNamespace: "gpu-operator", Resources: f.Resources()})
+	ks, ok := inj.Nodes.(*KubeletStop)
+	if !ok {
+		t.Fatalf("kubelet-stop provider not chosen: %T %q", inj.Nodes, inj.NodesWhy)
+	}
+	wantPinned(t, "configured", ks.helper("gpu-1", "kubelet-stop").Spec.Containers[0].Resources, "300m", "64Mi")
+}
+
+// wantPinned requires CPU and memory requests equal to limits, of the given quantities.
+func wantPinned(t *testing.T, what string, r corev1.ResourceRequirements, cpu, memory string) {
+	t.Helper()
+	for name, want := range map[corev1.ResourceName]string{corev1.ResourceCPU: cpu, corev1.ResourceMemory: memory} {
+		req, lim := r.Requests[name], r.Limits[name]
+		if req.Cmp(resource.MustParse(want)) != 0 || lim.Cmp(req) != 0 {
+			t.Errorf("%s: %s request %s, limit %s; want both %s", what, name, req.String(), lim.String(), want)
+		}
 	}
 }
 

@@ -29,6 +29,9 @@ type KubeletStop struct {
 	// Image is the workload image (it carries `gpu-workload host-signal`).
 	Image      string
 	PullPolicy corev1.PullPolicy
+	// Resources are the helper container's CPU and memory, requests equal to limits, so a quota or
+	// LimitRange on the helper namespace admits it; empty: the fixtures' defaults.
+	Resources corev1.ResourceRequirements
 	// StopFor bounds every outage.
 	StopFor time.Duration
 }
@@ -58,9 +61,18 @@ func (k *KubeletStop) helper(node, purpose string, args ...string) *corev1.Pod {
 				ImagePullPolicy: k.PullPolicy,
 				Command:         append([]string{fixtures.WorkloadBinary, "host-signal", "--process", "kubelet"}, args...),
 				SecurityContext: &corev1.SecurityContext{Privileged: ptr.To(true), RunAsUser: ptr.To[int64](0)},
+				Resources:       k.resources(),
 			}},
 		},
 	}
+}
+
+// resources are Resources, or the fixtures' defaults when none are set.
+func (k *KubeletStop) resources() corev1.ResourceRequirements {
+	if len(k.Resources.Requests) == 0 && len(k.Resources.Limits) == 0 {
+		return fixtures.NewFactory(k.RunID).Resources()
+	}
+	return *k.Resources.DeepCopy()
 }
 
 func (k *KubeletStop) start(ctx context.Context, pod *corev1.Pod) error {

@@ -133,6 +133,7 @@ func runPodResourcesHelper(ctx context.Context, in GivenInput, _ corev1.Resource
 				Image:           in.Factory.Image,
 				ImagePullPolicy: in.Factory.PullPolicy,
 				Command:         []string{fixtures.WorkloadBinary, "podresources", "--namespace", pod.Namespace, "--pod", pod.Name},
+				Resources:       in.Factory.Resources(),
 				VolumeMounts:    []corev1.VolumeMount{{Name: "pod-resources", MountPath: PodResourcesSocketDir, ReadOnly: true}},
 			}},
 			Volumes: []corev1.Volume{{Name: "pod-resources", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{

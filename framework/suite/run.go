@@ -137,6 +137,7 @@ func (r *Run) newEnv() *testenv.Env {
 	factory := fixtures.NewFactory(r.RunID)
 	factory.Image = r.Config.Image
 	factory.Tolerations = r.Tolerations
+	factory.CPU, factory.Memory = r.Config.PodResources.Quantities()
 	t := r.Config.Timeouts()
 	env := &testenv.Env{
 		Clients: r.Clients, KueuePresent: r.Caps.Kueue.Present, Factory: factory, Timeouts: t,
@@ -188,7 +189,7 @@ func (r *Run) Faults() *faults.Injector { return r.faults() }
 
 func (r *Run) newInjector() *faults.Injector {
 	return faults.New(faults.Options{Kube: r.Clients.Kube, RunID: r.RunID, Pool: r.PoolNodes(), Config: r.Config.Faults, HelperNamespace: r.Config.HelperNamespace,
-		Image: r.Config.Image, ServesDeviceTaintRules: faults.ServesDeviceTaintRules(r.Clients.Kube)})
+		Image: r.Config.Image, Resources: r.Env.Factory.Resources(), ServesDeviceTaintRules: faults.ServesDeviceTaintRules(r.Clients.Kube)})
 }
 
 // DescribeFaults says which provider injects which fault, and why one is missing.

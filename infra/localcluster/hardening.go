@@ -126,25 +126,31 @@ type Team struct {
 	Namespace, LocalQueue, Kubeconfig string
 }
 
-// Team-namespace names. The namespace does not start with the suite's prefix: it is the team's, not
-// the suite's.
+// Team-namespace names. The namespaces do not start with the suite's prefix: they are the teams', not
+// the suite's. Each team's ClusterQueue and ResourceFlavor are named after its namespace, so one row's
+// team can be set up while another's is still being deleted.
 const (
-	TeamNamespace     = "team-gpu-a"
-	TeamLocalQueue    = "team-gpus"
-	teamClusterQueue  = "team-gpu-a"
-	teamFlavor        = "team-gpu-a"
-	teamAccount       = "gpuconform-runner"
-	teamReadsBinding  = "gpuconform-team-gpu-a-reads"
-	teamRoleBinding   = "gpuconform"
-	teamRBACFile      = "fixtures/rbac/team-namespace.yaml"
-	teamTokenLifetime = 2 * 3600
+	TeamNamespace      = "team-gpu-a"
+	QuotaTeamNamespace = "team-gpu-quota"
+	TeamLocalQueue     = "team-gpus"
+	teamAccount        = "gpuconform-runner"
+	teamRoleBinding    = "gpuconform"
+	teamRBACFile       = "fixtures/rbac/team-namespace.yaml"
+	teamTokenLifetime  = 2 * 3600
 )
 
-// ApplyTeamNamespace sets up what a platform team gives one of its teams: a namespace, a LocalQueue
-// there on a ClusterQueue the team does not own, the shipped fixtures/rbac/team-namespace.yaml (read from
-// root) bound to a ServiceAccount, and a kubeconfig in dir that authenticates as that ServiceAccount.
+// ApplyTeamNamespace sets up what a platform team gives one of its teams: a namespace (TeamNamespace),
+// a LocalQueue there on a ClusterQueue the team does not own, the shipped fixtures/rbac/team-namespace.yaml
+// (read from root) bound to a ServiceAccount, and a kubeconfig in dir that authenticates as that
+// ServiceAccount.
 func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir string) (Team, Undo, error) {
-	team := Team{Namespace: TeamNamespace, LocalQueue: TeamLocalQueue}
+	return applyTeam(ctx, cfg, kube, kq, root, dir, TeamNamespace)
+}
+
+// applyTeam is ApplyTeamNamespace for the team namespace named namespace.
+func applyTeam(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir, namespace string) (Team, Undo, error) {
+	team := Team{Namespace: namespace, LocalQueue: TeamLocalQueue}
+	teamClusterQueue, teamFlavor, teamReadsBinding := namespace, namespace, "gpuconform-"+namespace+"-reads"
 	var undos undoStack
 	undo := Undo(undos.run)
 	fail := func(err error) (Team, Undo, error) { return team, nil, errors.Join(err, undo(ctx)) }
@@ -219,7 +225,7 @@ func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.I
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: team.Namespace}},
 			ResourceGroups: []kueue.ResourceGroup{{
 				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, GPUResource, KueueDRAResource},
-				Flavors: []kueue.FlavorQuotas{{Name: teamFlavor, Resources: []kueue.ResourceQuota{
+				Flavors: []kueue.FlavorQuotas{{Name: kueue.ResourceFlavorReference(teamFlavor), Resources: []kueue.ResourceQuota{
 					quota("cpu", "64"), quota("memory", "256Gi"), quota(GPUResource, "64"), quota(KueueDRAResource, "64"),
 				}}},
 			}},
@@ -232,7 +238,7 @@ func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.I
 		return client.IgnoreNotFound(k.ClusterQueues().Delete(ctx, teamClusterQueue, metav1.DeleteOptions{}))
 	})
 	lq := &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: team.LocalQueue, Namespace: team.Namespace},
-		Spec: kueue.LocalQueueSpec{ClusterQueue: teamClusterQueue}}
+		Spec: kueue.LocalQueueSpec{ClusterQueue: kueue.ClusterQueueReference(teamClusterQueue)}}
 	if _, err := k.LocalQueues(team.Namespace).Create(ctx, lq, metav1.CreateOptions{}); err != nil {
 		return fail(fmt.Errorf("creating LocalQueue: %w", err))
 	}
