@@ -40,8 +40,10 @@ func (r *Runner) job() *batchv1.Job {
 						SecurityContext: &corev1.SecurityContext{AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
 							Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}},
 						Resources: corev1.ResourceRequirements{
-							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
-							Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("2Gi")}},
+							// Requests equal limits, as every pod of the suite's, so a namespace whose quota
+							// covers limits admits the runner too.
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+							Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")}},
 						VolumeMounts: []corev1.VolumeMount{{Name: "artifacts", MountPath: podArtifacts}, {Name: "tmp", MountPath: "/tmp"}},
 					}},
 					Volumes: []corev1.Volume{{Name: "artifacts", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
