@@ -162,9 +162,9 @@ func (a Allocation) Sharing() string { return DescribeReplicas(a.Replicas) }
 
 // CheckSeen compares what a container saw with the allocation; the error reads "container saw [...] but
 // <Source> allocated [...]" (the shape make selfcheck recognises). Without replicas the two sets must be
-// equal, as always. With replicas the comparison is at the physical level (the container sees each GPU
-// once, whichever replicas of it it holds), so a GPU it was given no replica of is still a mismatch, and
-// so is one replica ID handed to the container twice: a replica is one share of a GPU, never held twice.
+// equal, as always. With replicas the comparison is at the physical level, since a container sees each
+// GPU once however many of its replicas it holds; a visible GPU none of whose replicas were allocated is
+// still a mismatch, and so is one replica ID handed to the container twice (a share is never held twice).
 func (a Allocation) CheckSeen(seen []string) error {
 	head := fmt.Sprintf("container saw %s but %s allocated %s", FormatDevices(seen), a.Source, FormatDevices(a.Allocated()))
 	if dup := duplicates(a.Replicas); len(dup) > 0 {
