@@ -94,6 +94,9 @@ func (p pageData) Failures() []specRow {
 // Filters says how the run was narrowed, "" when it was not.
 func (p pageData) Filters() string { return Filters(p.Suites) }
 
+// Sharing is the record's sharing line (SharingText).
+func (p pageData) Sharing() string { return SharingText(p.Rec, p.Suites) }
+
 func (p pageData) Kueue() string {
 	if p.Rec.Kueue.Present {
 		return p.Rec.Kueue.Version
@@ -320,7 +323,7 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 <h2>Compatibility record</h2>
 <table><tr><th>Kubernetes</th><td>{{.Rec.KubernetesVersion}}</td></tr><tr><th>Kueue</th><td>{{.Kueue}}</td></tr>
 {{range .Rec.Paths}}<tr><th>Path {{.Name}}</th><td>{{.Description}}{{if .DriverVersion}}, driver {{.DriverVersion}}{{end}}</td></tr>{{end}}
-<tr><th>Sharing</th><td>{{.Rec.Sharing.Mode}}{{if .Rec.Sharing.Replicas}} ({{.Rec.Sharing.Replicas}} replicas){{end}}</td></tr></table>
+<tr><th>Sharing</th><td>{{.Sharing}}</td></tr></table>
 {{if .Rec.Nodes}}<table><tr><th>Node</th><th>Accelerator</th><th>Driver</th><th>OS</th><th>Kernel</th><th>Runtime</th><th>Kubelet</th><th>Devices (plugin/DRA)</th></tr>
 {{range .Rec.Nodes}}<tr><td>{{.Name}}</td><td>{{.Accelerator}}</td><td>{{.Driver}}</td><td>{{.OSImage}}</td><td>{{.Kernel}}</td><td>{{.ContainerRuntime}}</td><td>{{.Kubelet}}</td><td>{{.DevicePluginDevices}}/{{.DRADevices}}</td></tr>{{end}}</table>{{end}}
 

@@ -42,7 +42,10 @@ type Record struct {
 	Kueue             KueueRecord     `json:"kueue"`
 	Paths             []PathRecord    `json:"paths"`
 	Sharing           cluster.Sharing `json:"sharing"`
-	Nodes             []NodeRecord    `json:"nodes"`
+	// ObservedSharing is what the run's pods were given of shared GPUs (ObservedSharing), "" when no
+	// pod was given a replica ID.
+	ObservedSharing string       `json:"observedSharing,omitempty"`
+	Nodes           []NodeRecord `json:"nodes"`
 	// FeatureGates are the GPU-relevant gates of the API server and of one GPU node's kubelet, read from
 	// their kubernetes_feature_enabled metric (cluster.ReadFeatureGates); empty when unreadable (Notes say why).
 	FeatureGates []cluster.FeatureGate `json:"featureGates"`

@@ -84,11 +84,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 		}
 		row("Path "+p.Name, desc)
 	}
-	sharing := rec.Sharing.Mode
-	if rec.Sharing.Replicas > 0 {
-		sharing += fmt.Sprintf(" (%d replicas)", rec.Sharing.Replicas)
-	}
-	row("Sharing", sharing)
+	row("Sharing", SharingText(rec, suites))
 	if len(rec.FeatureGates) == 0 {
 		row("Feature gates", "not recorded (see notes)")
 	} else {

@@ -14,6 +14,7 @@ import (
 // WriteSignoff writes a finished run's compatibility record, then renders the signoff (Markdown and
 // HTML) from the suites' report, the record and the timelines the specs left in dir.
 func WriteSignoff(dir string, suites []types.Report, rec Record) error {
+	rec.ObservedSharing = ObservedSharing(suites)
 	_, errRecord := rec.Write(dir)
 	tls, errTimelines := timeline.ReadAll(dir)
 	rec.Timelines = tls

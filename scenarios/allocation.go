@@ -218,11 +218,15 @@ func expectClaimsReleased(ctx context.Context, env *testenv.Env, ns string, pod 
 	}
 }
 
+// expectSameDevices compares what the container saw with what the path's authority allocated: at the
+// physical level when it handed out time-slicing or MPS replicas, which the report then records.
 func expectSameDevices(report gpu.ProbeReport, given gpu.Allocation) {
 	ginkgo.GinkgoHelper()
-	if !gpu.SameDevices(given.Normalize(report.Devices), given.Devices) {
-		ginkgo.Fail(fmt.Sprintf("container saw %s but %s allocated %s (node %s; probe: %s)",
-			gpu.FormatDevices(report.Devices), given.Source, gpu.FormatDevices(given.Devices), given.Node, report.Message))
+	if given.Replicas != nil {
+		ginkgo.AddReportEntry(gpu.ReplicasEntry, gpu.ReplicaObservation{Node: given.Node, IDs: given.Replicas})
+	}
+	if err := given.CheckSeen(report.Devices); err != nil {
+		ginkgo.Fail(fmt.Sprintf("%v (node %s; probe: %s)", err, given.Node, report.Message))
 	}
 	if report.Node != "" {
 		gomega.Expect(report.Node).To(gomega.Equal(given.Node), "the probe ran on %s but the devices were allocated on %s", report.Node, given.Node)

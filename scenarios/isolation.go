@@ -1,12 +1,14 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/diagnose"
@@ -73,27 +75,32 @@ func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, c
 		env.Create(ctx, pod)
 		names = append(names, pod.Name)
 	}
-	owner := map[string]string{} // device → the pod whose container saw it
+	// What the node's labels allow: on a time-sliced node distinct replicas of one GPU go to different pods.
+	nodeObj, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading node %s's sharing labels", node)
+	sharing := gpu.SharingFor(path, nodeObj.Labels)
+	var holdings []gpu.Holding
 	var union []string
 	for _, name := range names {
 		pod := pods.ExpectPodRunning(ctx, env, ns, name)
 		report := pods.ExpectProbeReport(ctx, env, ns, name)
 		given, err := path.Given(ctx, givenInput(env, pod, nil))
 		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocation of pod %s from %s", name, path.Authority())
+		h := gpu.Holding{Pod: name, Seen: report.Devices}
 		if given.CountOnly {
 			ginkgo.AddReportEntry("not exercised: device identity check", given.Note)
 		} else {
 			expectSameDevices(report, given)
+			h.Allocated, h.Seen = given.Allocated(), given.Normalize(report.Devices)
 		}
 		gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s asked for 1 device and sees %s (%s)", name, gpu.FormatDevices(report.Devices), report.Message)
-		d := report.Devices[0]
-		if other, dup := owner[d]; dup {
-			ginkgo.Fail(fmt.Sprintf("device %s is seen by pod %s and by pod %s, both running on %s: a device was handed out twice", d, other, name, node))
+		holdings = append(holdings, h)
+		if err := gpu.CheckExclusive(node, sharing, holdings); err != nil {
+			ginkgo.Fail(err.Error())
 		}
-		owner[d] = name
-		union = append(union, d)
+		union = append(union, cmp.Or(strings.Join(h.Allocated, " "), report.Devices[0]))
 	}
-	ginkgo.AddReportEntry("devices of "+node, strings.Join(union, " "))
+	ginkgo.AddReportEntry("devices of "+node+" ("+sharing.String()+")", strings.Join(union, " "))
 
 	ginkgo.By("asking for one more device on the full node")
 	want := expectation{stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientDevice,

@@ -30,6 +30,7 @@ func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		fs.IntVar(&opts.GPUWorkers, "gpu-workers", opts.GPUWorkers, "workers in the GPU pool")
 		fs.IntVar(&opts.CanaryWorkers, "canary-workers", opts.CanaryWorkers, "workers in the canary pool")
 		fs.IntVar(&opts.DevicesPerNode, "devices", opts.DevicesPerNode, "fake devices per node on each allocation path")
+		fs.IntVar(&opts.Replicas, "replicas", opts.Replicas, "time-slicing replicas per fake GPU on the device-plugin path (1 = whole GPUs; default from "+localcluster.EnvReplicas+"); changing it rolls only the fake GPU agent")
 		fs.StringVar(&opts.DRADriver, "dra-driver", opts.DRADriver, "DRA half of the fake GPU stack: "+localcluster.DRADriverFake+" (the project's agent, gpu.nvidia.com) or "+localcluster.DRADriverExample+" (dra-example-driver, gpu.example.com)")
 	case "down", "logs", "load":
 	default:

@@ -255,6 +255,9 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 		c.NotExercised["kueue"] = c.Kueue.Reason
 	}
 	c.Sharing = discoverSharing(s.Nodes)
+	if c.DevicePlugin != nil {
+		c.Notes = append(c.Notes, sharingDisagreements(s.Nodes, c.DevicePlugin.ResourceName)...)
+	}
 	c.Nodes = nodeInfos(s.Nodes, c.DevicePlugin, c.DRA)
 	withDevices := make([]string, 0, len(c.Nodes))
 	for _, n := range c.Nodes {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -85,7 +84,7 @@ func (p *DevicePlugin) RequestDevices(_ fixtures.Factory, spec *corev1.PodSpec, 
 // allocation falls back to the count in the pod spec and says so.
 func (p *DevicePlugin) Given(ctx context.Context, in GivenInput) (Allocation, error) {
 	pod := in.Pod
-	a := Allocation{Node: pod.Spec.NodeName, Source: "kubelet pod-resources API on " + pod.Spec.NodeName}
+	a := KubeletAllocation(pod.Spec.NodeName, nil)
 	if a.Node == "" {
 		return a, fmt.Errorf("pod %s/%s is not scheduled; no node to ask", pod.Namespace, pod.Name)
 	}
@@ -106,10 +105,16 @@ func (p *DevicePlugin) Given(ctx context.Context, in GivenInput) (Allocation, er
 	if !found {
 		return a, fmt.Errorf("the kubelet on %s does not list pod %s/%s (it reports only active pods; did the pod finish?)", a.Node, pod.Namespace, pod.Name)
 	}
-	a.Devices = append([]string{}, devices...)
-	slices.Sort(a.Devices)
-	a.Count = len(a.Devices)
-	return a, nil
+	return KubeletAllocation(a.Node, devices), nil
+}
+
+// KubeletAllocation is the allocation the kubelet on node reports for a container's device IDs. Time-slicing
+// and MPS hand out replica IDs ("<uuid>::<n>"): Devices are then the GPUs behind them, which is what the
+// container sees, and Replicas the IDs themselves. Count is the number of IDs, as the pod asked for.
+func KubeletAllocation(node string, ids []string) Allocation {
+	a := Allocation{Node: node, Source: "kubelet pod-resources API on " + node, Count: len(ids)}
+	a.Devices, a.Replicas = splitReplicas(ids)
+	return a
 }
 
 var errHelperForbidden = errors.New("helper pod forbidden")

@@ -6,6 +6,7 @@ package gpu
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -76,6 +77,10 @@ type Allocation struct {
 	Devices []string
 	// DeviceRefs are the allocated devices as the API names them ("pool/device"; DRA only), sorted.
 	DeviceRefs []string
+	// Replicas are the replica IDs the authority handed out when the devices are shared (time-slicing or
+	// MPS: NVIDIA's "<uuid>::<n>"), sorted, duplicates kept; Devices then holds the distinct physical
+	// devices behind them, which is what the container sees. Nil when every ID is a physical device.
+	Replicas []string
 	// Aliases maps another name a container may know a device by to its identity in Devices: for DRA the
 	// device name, which drivers that publish no uuid attribute, or that name devices by it in the
 	// container's environment (the dra-example-driver), hand to the container.
@@ -127,16 +132,51 @@ func NodesWithAtLeast(p Path, n int64) []string {
 	return out
 }
 
-// Normalize maps the names a container reported to the allocation's identities through Aliases.
+// Normalize maps the names a container reported to the allocation's identities through Aliases, and,
+// when the allocation holds replicas, a replica ID to its physical device: a container cannot tell the
+// replicas of one GPU apart, so what it sees is compared with Devices at the physical level.
 func (a Allocation) Normalize(seen []string) []string {
 	out := make([]string, len(seen))
 	for i, d := range seen {
 		if id, ok := a.Aliases[d]; ok {
 			d = id
 		}
+		if a.Replicas != nil {
+			d = PhysicalOf(d)
+		}
 		out[i] = d
 	}
 	return out
+}
+
+// Allocated are the IDs as the authority handed them out: the replica IDs when shared, else Devices.
+func (a Allocation) Allocated() []string {
+	if a.Replicas != nil {
+		return a.Replicas
+	}
+	return a.Devices
+}
+
+// Sharing describes the replicas the allocation holds ("replicas 0, 1 of GPU-a"); "" when unshared.
+func (a Allocation) Sharing() string { return DescribeReplicas(a.Replicas) }
+
+// CheckSeen compares what a container saw with the allocation; the error reads "container saw [...] but
+// <Source> allocated [...]" (the shape make selfcheck recognises). Without replicas the two sets must be
+// equal, as always. With replicas the comparison is at the physical level, since a container sees each
+// GPU once however many of its replicas it holds; a visible GPU none of whose replicas were allocated is
+// still a mismatch, and so is one replica ID handed to the container twice (a share is never held twice).
+func (a Allocation) CheckSeen(seen []string) error {
+	head := fmt.Sprintf("container saw %s but %s allocated %s", FormatDevices(seen), a.Source, FormatDevices(a.Allocated()))
+	if dup := duplicates(a.Replicas); len(dup) > 0 {
+		return fmt.Errorf("%s: replica %s twice to one container", head, strings.Join(dup, ", "))
+	}
+	if SameDevices(a.Normalize(seen), a.Devices) {
+		return nil
+	}
+	if a.Replicas != nil {
+		return fmt.Errorf("%s, replicas of %s", head, FormatDevices(a.Devices))
+	}
+	return errors.New(head)
 }
 
 // SameDevices compares two device sets ignoring order.

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -34,6 +35,10 @@ type Options struct {
 	GPUWorkers, CanaryWorkers int
 	// DevicesPerNode is how many fake devices each GPU/canary node advertises on each allocation path.
 	DevicesPerNode int
+	// Replicas is the time-slicing factor of the device-plugin half: each fake GPU is advertised Replicas
+	// times, as NVIDIA's time-slicing does ("<uuid>::<n>" IDs, GFD's sharing labels). 1 = whole GPUs.
+	// It is the agent's flag, so changing it on a running cluster rolls the agent, nothing else.
+	Replicas int
 	// DRADriver chooses the DRA half of the fake GPU stack: DRADriverFake (the project's agent, driver
 	// gpu.nvidia.com, sharing one inventory and the device nodes with the device plugin) or DRADriverExample
 	// (the community dra-example-driver, driver gpu.example.com, environment variables only).
@@ -63,10 +68,49 @@ func DefaultOptions(repoRoot string) Options {
 		GPUWorkers:     2,
 		CanaryWorkers:  1,
 		DevicesPerNode: 4,
+		Replicas:       replicasFromEnv(os.Getenv(EnvReplicas)),
 		DRADriver:      DRADriverFake,
 		SharedDir:      filepath.Join(cache, "shared", "gpuconform"),
 		Log:            os.Stderr,
 	}
+}
+
+// EnvReplicas sets Options.Replicas of DefaultOptions, so `make cluster` and the targets that depend on it
+// bring the cluster up time-sliced without a flag: GPUCONFORM_REPLICAS=2 make e2e.
+const EnvReplicas = "GPUCONFORM_REPLICAS"
+
+// replicasFromEnv reads EnvReplicas: unset is 1 (whole GPUs); a value that is not a number is 0, which
+// New refuses, naming the variable.
+func replicasFromEnv(v string) int {
+	if v == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil {
+		return 0
+	}
+	return n
+}
+
+// validate reports the first option the cluster cannot be brought up with.
+func (o Options) validate() error {
+	switch {
+	case o.GPUWorkers < 1 || o.CanaryWorkers < 0:
+		return fmt.Errorf("need at least 1 GPU worker and 0 or more canary workers (got %d, %d)", o.GPUWorkers, o.CanaryWorkers)
+	case o.Replicas < 1:
+		return fmt.Errorf("time-slicing replicas must be a number of at least 1 (--replicas, or %s in the environment); got %d", EnvReplicas, o.Replicas)
+	}
+	return nil
+}
+
+// gpuStack is the fake GPU stack these options ask for, its agent running tools (the tools image).
+func (o Options) gpuStack(tools string) GPUStackOptions {
+	s := GPUStackOptions{Image: tools, Devices: o.DevicesPerNode, ResourceName: GPUResource, Replicas: o.Replicas,
+		DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: o.DevicesPerNode}
+	if o.DRADriver == DRADriverExample {
+		s.DriverName, s.DRADevices, s.ExampleDRADriver = ExampleDRADriverName, 0, true
+	}
+	return s
 }
 
 // Cluster drives one local cluster.
@@ -85,8 +129,8 @@ func New(opts Options) (*Cluster, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	if opts.GPUWorkers < 1 || opts.CanaryWorkers < 0 {
-		return nil, fmt.Errorf("need at least 1 GPU worker and 0 or more canary workers (got %d, %d)", opts.GPUWorkers, opts.CanaryWorkers)
+	if err := opts.validate(); err != nil {
+		return nil, err
 	}
 	q, err := DetectQuirks()
 	if err != nil {

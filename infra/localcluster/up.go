@@ -70,12 +70,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := c.step("tools image", "build the project's tools image and load it into every node", func() error { tools, err = c.loadTools(ctx); return err }); err != nil {
 		return err
 	}
-	stack := GPUStackOptions{Image: tools, Devices: c.opts.DevicesPerNode, ResourceName: GPUResource, Replicas: 1,
-		DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: c.opts.DevicesPerNode}
-	if c.opts.DRADriver == DRADriverExample {
-		stack.DriverName, stack.DRADevices, stack.ExampleDRADriver = ExampleDRADriverName, 0, true
-	}
-	if err := c.step("fake GPU stack", "install the fake device plugin and DRA driver and wait for every GPU node's devices", func() error { return c.installGPUStack(ctx, stack) }); err != nil {
+	// Applied on every bring-up: a changed setting (--replicas, say) changes the agent's pod template, so
+	// its DaemonSet rolls and the wait below holds until every node advertises the new count.
+	stack := c.opts.gpuStack(tools)
+	what := fmt.Sprintf("install the fake device plugin (%d GPUs × %d replicas per node) and DRA driver and wait for every GPU node's devices", stack.Devices, stack.Replicas)
+	if err := c.step("fake GPU stack", what, func() error { return c.installGPUStack(ctx, stack) }); err != nil {
 		return err
 	}
 	if err := c.step("pod network and DNS", "check pod-to-pod traffic and cluster DNS", func() error { return c.checkNetwork(ctx) }); err != nil {
