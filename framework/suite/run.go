@@ -50,7 +50,9 @@ type Run struct {
 	// Checkpoints is storage that outlives a node; CheckpointsWhy says why there is none.
 	Checkpoints    checkpoints.Storage
 	CheckpointsWhy string
-	// FeatureGates and Notes are what the compatibility record says of the cluster's gates.
+	// FeatureGates are the cluster's gates, for the compatibility record. Notes are the run's own notes
+	// for the record, after discovery's (Caps.Notes): e.g. the gates that could not be read (RecordNotes
+	// joins the two).
 	FeatureGates []cluster.FeatureGate
 	Notes        []string
 	// Upgrade is what an upgrade rehearsal would use.
@@ -92,7 +94,8 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 		r.Checkpoints, r.CheckpointsWhy = checkpoints.Storage{}, "no storage that outlives a pod in team-namespace mode: the shared directory "+
 			r.Checkpoints.HostPath+" would need a PersistentVolume, a cluster-scoped object; give --checkpoint-storage-class (ReadWriteMany)"
 	}
-	r.FeatureGates, r.Notes = cluster.ReadFeatureGates(ctx, r.Clients.Kube, r.Caps.GateNode)
+	gates, notes := cluster.ReadFeatureGates(ctx, r.Clients.Kube, r.Caps.GateNode)
+	r.FeatureGates, r.Notes = gates, append(r.Notes, notes...)
 	r.Upgrade = r.planUpgrade(ctx)
 	r.faults = sync.OnceValue(r.newInjector)
 	r.Env = r.newEnv()
@@ -220,6 +223,9 @@ func (r *Run) SameDiscovery(process int, run cluster.Capabilities) error {
 	return fmt.Errorf("parallel process %d discovered another cluster state than process 1 (the cluster changed while the processes started: a node, a device or a pool differs); rerun, or run without -p\nprocess 1: %s\nthis process: %s",
 		process, b, a)
 }
+
+// RecordNotes are the notes of the run's record: discovery's, then the run's own.
+func (r *Run) RecordNotes() []string { return slices.Concat(r.Caps.Notes, r.Notes) }
 
 // ContextName and Server name the cluster the run reached ("" before it connected).
 func (r *Run) ContextName() string {
