@@ -51,8 +51,8 @@ type Run struct {
 	Checkpoints    checkpoints.Storage
 	CheckpointsWhy string
 	// FeatureGates are the cluster's gates, for the compatibility record. Notes are the run's own notes
-	// for the record, after discovery's (Caps.Notes): e.g. the gates that could not be read (RecordNotes
-	// joins the two).
+	// for the record, after discovery's (Caps.Notes): the gates that could not be read, what the
+	// stack-ready wait waited for (RecordNotes joins the two).
 	FeatureGates []cluster.FeatureGate
 	Notes        []string
 	// Upgrade is what an upgrade rehearsal would use.
@@ -102,13 +102,17 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 	return r, nil
 }
 
-// waitForStack polls discovery until the requested paths have devices and Kueue's webhook answers, and
-// returns the last discovery with its error when they do not within the StackReady budget.
+// waitForStack polls discovery until the requested paths have devices, no device plugin is settling
+// (cluster.Settle: re-registering plugins are waited for, within cluster.SettleWindow, not judged broken)
+// and Kueue's webhook answers, and returns the last discovery with its error when they do not within the
+// StackReady budget. What settling waited for, or could not read, goes into the run's notes.
 func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
 	var caps cluster.Capabilities
 	var last error
+	settle := cluster.NewSettle(time.Now())
+	defer func() { r.Notes = append(r.Notes, settle.Notes()...) }()
 	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, r.Config.Timeouts().StackReady, true, func(ctx context.Context) (bool, error) {
-		caps, last = cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config)
+		caps, last = cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config, settle)
 		return last == nil, nil
 	})
 	if last != nil {
