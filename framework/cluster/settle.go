@@ -90,8 +90,9 @@ func (s *Settle) Check(ctx context.Context, kube kubernetes.Interface, nodes []c
 	for _, n := range slices.Sorted(maps.Keys(settling)) {
 		parts = append(parts, n+" ("+settling[n]+")")
 	}
+	// Three nodes with their reasons keep the line readable in a log that repeats it every poll.
 	return fmt.Errorf("device plugin settling on %s; the device-plugin path is judged %s after the run started at the latest",
-		strings.Join(firstN(parts, 5), ", "), s.window)
+		strings.Join(firstN(parts, 3), ", "), s.window)
 }
 
 // Notes are what the record says of settling: what could not be read, then each node waited for.

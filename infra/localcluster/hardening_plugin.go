@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -61,15 +63,28 @@ func restartPlugin(ctx context.Context, kube kubernetes.Interface, timeout time.
 	if len(old) == 0 {
 		return nil, fmt.Errorf("DaemonSet %s/%s has no pods to restart", SystemNamespace, PluginDaemonSet)
 	}
+	// unavailable says why the DaemonSet is not fully available ("" when it is); an API error is a reason.
+	unavailable := func(ctx context.Context) string {
+		ds, err := dss.Get(ctx, PluginDaemonSet, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		return daemonSetUnavailable(ds)
+	}
+	// restarting reports whether the DaemonSet counts fewer pods available than desired.
+	restarting := func(ctx context.Context) bool {
+		ds, err := dss.Get(ctx, PluginDaemonSet, metav1.GetOptions{})
+		return err == nil && daemonSetUnavailable(ds) != ""
+	}
+	// oldGone reports whether none of the deleted pods is left (false when the pods cannot be read).
+	oldGone := func(ctx context.Context) bool {
+		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		return err == nil && !slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return old[p.UID] })
+	}
 	undo := func(ctx context.Context) error {
 		var why string
 		err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-			ds, err := dss.Get(ctx, PluginDaemonSet, metav1.GetOptions{})
-			if err != nil {
-				why = err.Error()
-				return false, nil
-			}
-			why = daemonSetUnavailable(ds)
+			why = unavailable(ctx)
 			return why == "", nil
 		})
 		if err != nil {
@@ -77,24 +92,9 @@ func restartPlugin(ctx context.Context, kube kubernetes.Interface, timeout time.
 		}
 		return nil
 	}
+	// Polled often: the run must start before the new pods are Ready (a few seconds).
 	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ds, err := dss.Get(ctx, PluginDaemonSet, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		if daemonSetUnavailable(ds) != "" {
-			return true, nil
-		}
-		list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-		if err != nil {
-			return false, nil
-		}
-		for _, p := range list.Items {
-			if old[p.UID] {
-				return false, nil
-			}
-		}
-		return true, nil
+		return restarting(ctx) || oldGone(ctx), nil
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("the deleted plugin pods did not go within %s: %w", timeout, err), undo(ctx))
