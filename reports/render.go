@@ -133,7 +133,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	}
 
 	if len(rec.Notes) > 0 {
-		b.WriteString("\n## Notes\n\nWhat discovery could not read, and why:\n\n")
+		b.WriteString("\n## Notes\n\nWhat discovery could not read or waited for, and why:\n\n")
 		for _, n := range rec.Notes {
 			fmt.Fprintf(&b, "- %s\n", n)
 		}

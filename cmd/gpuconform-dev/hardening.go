@@ -32,6 +32,9 @@ type hardeningRow struct {
 	// Failures, when set, must hold for every failed spec's failure message (the reason and that the
 	// wait ended on a final diagnosis).
 	Failures []string
+	// Signoff, when set, must appear in the row's signoff.md: what the report must say of the variation
+	// (that the run waited for a restarting plugin, say), beyond its verdict.
+	Signoff []string
 }
 
 type hardeningEnv struct {
@@ -73,6 +76,13 @@ func hardeningTable() []hardeningRow {
 			undo, err := localcluster.ProvisionComputePolicy(ctx, h.clients.Kube)
 			return nil, "", undo, err
 		}},
+		// The device plugin restarting as the run starts (a node agent's rollout or crash): discovery must
+		// wait for it to re-register instead of calling the path broken, and the record must say so.
+		{Name: "plugin-restart", Want: "GO", Signoff: []string{"re-registered"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				undo, err := localcluster.ApplyPluginRestart(ctx, h.clients.Kube)
+				return nil, "", undo, err
+			}},
 		// A platform team's queue without preemption: the preemption scenario (on the team's queue, with the
 		// team's priority classes) must be NO-GO and name the ClusterQueue's policy.
 		{Name: "queue-without-preemption", Want: "NO-GO", Failures: []string{"preemption.withinClusterQueue is Never"},
@@ -205,7 +215,7 @@ func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string
 		res.Note = fmt.Sprintf("no Ginkgo report: %v", err)
 		return res
 	}
-	bad := tallyHardening(&res, suites)
+	bad := append(tallyHardening(&res, suites), signoffLacks(filepath.Join(h.dir, "signoff.md"), row.Signoff)...)
 	res.OK = res.Verdict == row.Want && len(bad) == 0
 	switch {
 	case len(bad) > 0:
@@ -232,6 +242,24 @@ func tallyHardening(res *hardeningResult, suites []types.Report) []string {
 					bad = append(bad, fmt.Sprintf("%q lacks %q", sp.LeafNodeText, w))
 				}
 			}
+		}
+	}
+	return bad
+}
+
+// signoffLacks returns, for each of words that the signoff report at path does not contain, why.
+func signoffLacks(path string, words []string) []string {
+	if len(words) == 0 {
+		return nil
+	}
+	md, err := os.ReadFile(path)
+	if err != nil {
+		return []string{fmt.Sprintf("no signoff report: %v", err)}
+	}
+	var bad []string
+	for _, w := range words {
+		if !strings.Contains(string(md), w) {
+			bad = append(bad, fmt.Sprintf("%s lacks %q", filepath.Base(path), w))
 		}
 	}
 	return bad

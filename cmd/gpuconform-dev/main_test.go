@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -76,5 +77,28 @@ func TestTallyHardening(t *testing.T) {
 	}
 	if len(bad) != 2 || !strings.Contains(bad[0], `"c" lacks "UntoleratedTaint"`) {
 		t.Errorf("bad %q", bad)
+	}
+}
+
+// A row's Signoff words are looked for in the run's signoff.md; each missing one is named.
+func TestSignoffLacks(t *testing.T) {
+	md := filepath.Join(t.TempDir(), "signoff.md")
+	if err := os.WriteFile(md, []byte("## Notes\n\n- device plugin on gpuconform-worker re-registered 3s after the run started\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		words []string
+		want  []string
+	}{
+		{words: nil},
+		{words: []string{"re-registered", "gpuconform-worker"}},
+		{words: []string{"re-registered", "judged as it stood"}, want: []string{`signoff.md lacks "judged as it stood"`}},
+	} {
+		if got := signoffLacks(md, tc.words); !slices.Equal(got, tc.want) {
+			t.Errorf("signoffLacks(%q) = %q, want %q", tc.words, got, tc.want)
+		}
+	}
+	if got := signoffLacks(filepath.Join(t.TempDir(), "signoff.md"), []string{"re-registered"}); len(got) != 1 || !strings.Contains(got[0], "no signoff report") {
+		t.Errorf("missing report: %q", got)
 	}
 }

@@ -63,7 +63,11 @@ func PreflightNeeds(n Needs) []Permission {
 			Permission{Verb: "create", Resource: "namespaces", Why: "run each spec in its own namespace"},
 			Permission{Verb: "delete", Resource: "namespaces", Why: "clean up each spec's namespace"},
 			Permission{Verb: "list", Resource: "namespaces", Why: "leak audit and leftover check"},
-			Permission{Verb: "list", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "leftover check: a DeviceTaintRule an interrupted disruptive run left"})
+			Permission{Verb: "list", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "leftover check: a DeviceTaintRule an interrupted disruptive run left"},
+			// Settle: without them a re-registering device plugin is judged at once (a note says so), which
+			// is why team-namespace mode, whose cluster-wide role reads no pods, does not ask for them.
+			Permission{Verb: "list", Group: "apps", Resource: "daemonsets", Why: "find the device plugins (DaemonSets mounting /var/lib/kubelet/device-plugins), to wait for one that is re-registering instead of judging its path broken"},
+			Permission{Verb: "list", Resource: "pods", Why: "find the device plugin's pod on a GPU node whose devices are missing, to tell a re-registering plugin from a broken one"})
 	} else {
 		perms = append(perms,
 			Permission{Verb: "list", Resource: "pods", Why: "leak audit and leftover check in the team namespace", Namespace: ns},

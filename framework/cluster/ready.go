@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -81,14 +82,21 @@ func CheckKueueWebhookReady(ctx context.Context, kube kubernetes.Interface, name
 }
 
 // CheckStackReady returns nil when every path the configuration demands is discovered with devices
-// (or, for "auto", when at least one path is), and Kueue's webhook is ready when Kueue is installed.
-func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.Config) (Capabilities, error) {
+// (or, for "auto", when at least one path is), no device plugin is settling (settle, when not nil: the
+// run's Settle, so that a plugin that is re-registering is waited for instead of judged broken), and
+// Kueue's webhook is ready when Kueue is installed.
+func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.Config, settle *Settle) (Capabilities, error) {
 	snap, err := Collect(ctx, kube, cfg.Kueue.Namespace)
 	if err != nil {
 		return Capabilities{}, err
 	}
 	caps := Discover(snap, cfg)
 	var problems []string
+	if settle != nil && cfg.WantsPath(config.PathDevicePlugin) {
+		if err := settle.Check(ctx, kube, snap.Nodes, cfg.DevicePlugin.ResourceName, time.Now()); err != nil {
+			problems = append(problems, err.Error())
+		}
+	}
 	if explicit := cfg.ExplicitPaths(); len(explicit) > 0 {
 		for _, p := range explicit {
 			if !caps.HasPath(p) {

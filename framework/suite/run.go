@@ -50,7 +50,9 @@ type Run struct {
 	// Checkpoints is storage that outlives a node; CheckpointsWhy says why there is none.
 	Checkpoints    checkpoints.Storage
 	CheckpointsWhy string
-	// FeatureGates and Notes are what the compatibility record says of the cluster's gates.
+	// FeatureGates are the cluster's gates, for the compatibility record. Notes are the run's own notes
+	// for the record, after discovery's (Caps.Notes): the gates that could not be read, what the
+	// stack-ready wait waited for (RecordNotes joins the two).
 	FeatureGates []cluster.FeatureGate
 	Notes        []string
 	// Upgrade is what an upgrade rehearsal would use.
@@ -92,20 +94,25 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 		r.Checkpoints, r.CheckpointsWhy = checkpoints.Storage{}, "no storage that outlives a pod in team-namespace mode: the shared directory "+
 			r.Checkpoints.HostPath+" would need a PersistentVolume, a cluster-scoped object; give --checkpoint-storage-class (ReadWriteMany)"
 	}
-	r.FeatureGates, r.Notes = cluster.ReadFeatureGates(ctx, r.Clients.Kube, r.Caps.GateNode)
+	gates, notes := cluster.ReadFeatureGates(ctx, r.Clients.Kube, r.Caps.GateNode)
+	r.FeatureGates, r.Notes = gates, append(r.Notes, notes...)
 	r.Upgrade = r.planUpgrade(ctx)
 	r.faults = sync.OnceValue(r.newInjector)
 	r.Env = r.newEnv()
 	return r, nil
 }
 
-// waitForStack polls discovery until the requested paths have devices and Kueue's webhook answers, and
-// returns the last discovery with its error when they do not within the StackReady budget.
+// waitForStack polls discovery until the requested paths have devices, no device plugin is settling
+// (cluster.Settle: re-registering plugins are waited for, within cluster.SettleWindow, not judged broken)
+// and Kueue's webhook answers, and returns the last discovery with its error when they do not within the
+// StackReady budget. What settling waited for, or could not read, goes into the run's notes.
 func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
 	var caps cluster.Capabilities
 	var last error
+	settle := cluster.NewSettle(time.Now())
+	defer func() { r.Notes = append(r.Notes, settle.Notes()...) }()
 	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, r.Config.Timeouts().StackReady, true, func(ctx context.Context) (bool, error) {
-		caps, last = cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config)
+		caps, last = cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config, settle)
 		return last == nil, nil
 	})
 	if last != nil {
@@ -220,6 +227,9 @@ func (r *Run) SameDiscovery(process int, run cluster.Capabilities) error {
 	return fmt.Errorf("parallel process %d discovered another cluster state than process 1 (the cluster changed while the processes started: a node, a device or a pool differs); rerun, or run without -p\nprocess 1: %s\nthis process: %s",
 		process, b, a)
 }
+
+// RecordNotes are the notes of the run's record: discovery's, then the run's own.
+func (r *Run) RecordNotes() []string { return slices.Concat(r.Caps.Notes, r.Notes) }
 
 // ContextName and Server name the cluster the run reached ("" before it connected).
 func (r *Run) ContextName() string {

@@ -179,7 +179,7 @@ func newRecord(r *suite.Run, signoff reports.Signoff) reports.Record {
 		paths[i] = p
 	}
 	rec := reports.NewRecord(r.RunID, r.ContextName(), r.Server(), r.Caps, paths)
-	rec.Signoff, rec.FeatureGates, rec.Notes, rec.Taints = signoff, r.FeatureGates, r.Notes, r.Caps.Taints
+	rec.Signoff, rec.FeatureGates, rec.Notes, rec.Taints = signoff, r.FeatureGates, r.RecordNotes(), r.Caps.Taints
 	rec.Parameters = reports.Parameters{TimeoutProfile: r.Config.TimeoutProfile, TimeoutProfileWhy: r.ProfileWhy, Namespace: r.Config.Namespace,
 		LocalQueue: r.ExistingLocalQueue(), GPUPool: r.Caps.Pools.GPU.Nodes, Tolerations: r.Tolerations, Checkpoints: r.Checkpoints.String()}
 	if r.Config.Disruptive {
