@@ -338,3 +338,19 @@ func cut(s string) string {
 	}
 	return s
 }
+
+// KueueControllerReads are the reads that say what is behind a Kueue webhook Service without a ready
+// endpoint (namespace: where Kueue runs). They are not in PreflightNeeds: the stack wait that makes them
+// runs before the preflight, and without them it still decides from what it can read and says what it
+// could not (the shipped non-disruptive and read-only roles grant them; the team role grants only the
+// Deployment's get, which decides "scaled to zero" and a rollout past its deadline).
+func KueueControllerReads(namespace string) []Permission {
+	const why = "say why Kueue's webhook has no ready endpoint"
+	return []Permission{
+		{Verb: "get", Resource: "services", Why: why + ": its Service's selector", Namespace: namespace},
+		{Verb: "list", Resource: "pods", Why: why + ": its pods and their states", Namespace: namespace},
+		{Verb: "get", Group: "apps", Resource: "replicasets", Why: why + ": its pods' owner", Namespace: namespace},
+		{Verb: "get", Group: "apps", Resource: "deployments", Why: why + ": its Deployment", Namespace: namespace},
+		{Verb: "list", Group: "apps", Resource: "deployments", Why: why + ": the Deployment of a Service without pods", Namespace: namespace},
+	}
+}
