@@ -22,8 +22,9 @@ func it(text string, state types.SpecState, took time.Duration, msg string) type
 	return types.SpecReport{LeafNodeType: types.NodeTypeIt, LeafNodeText: text, State: state, RunTime: took, Failure: types.Failure{Message: msg}}
 }
 
-func suiteNode(node types.NodeType, state types.SpecState, msg string) types.SpecReport {
-	return types.SpecReport{LeafNodeType: node, State: state, Failure: types.Failure{Message: msg}}
+// failedSuiteNode is a suite-level node (BeforeSuite, SynchronizedBeforeSuite, …) that failed with msg.
+func failedSuiteNode(node types.NodeType, msg string) types.SpecReport {
+	return types.SpecReport{LeafNodeType: node, State: types.SpecStateFailed, Failure: types.Failure{Message: msg}}
 }
 
 // The harness holds every failed spec, or the run's setup failure, to the row's words, and fails a row
@@ -52,14 +53,14 @@ func TestJudgeHardening(t *testing.T) {
 		{name: "stopped in Prepare for another reason", words: words, setupFailure: "GPU stack not ready:\n  - no allocation path has devices yet",
 			bad: []string{`the setup failure lacks ["kueue-controller-manager" "scaled to zero"]: GPU stack not ready:`}},
 		{name: "a failed SynchronizedBeforeSuite holds the words", words: words,
-			specs: []types.SpecReport{suiteNode(types.NodeTypeSynchronizedBeforeSuite, types.SpecStateFailed, down), suiteNode(types.NodeTypeSynchronizedBeforeSuite, types.SpecStateFailed, parallel), skipped}},
+			specs: []types.SpecReport{failedSuiteNode(types.NodeTypeSynchronizedBeforeSuite, down), failedSuiteNode(types.NodeTypeSynchronizedBeforeSuite, parallel), skipped}},
 		{name: "a failed BeforeSuite lacks them", words: words,
-			specs: []types.SpecReport{suiteNode(types.NodeTypeBeforeSuite, types.SpecStateFailed, "RBAC preflight: the current user lacks 1 permission(s)"), skipped},
+			specs: []types.SpecReport{failedSuiteNode(types.NodeTypeBeforeSuite, "RBAC preflight: the current user lacks 1 permission(s)"), skipped},
 			bad:   []string{`the setup failure lacks ["kueue-controller-manager" "scaled to zero"]: RBAC preflight`}},
 		{name: "nothing failed", words: words, specs: []types.SpecReport{it("a", types.SpecStatePassed, time.Second, "")},
 			bad: []string{"no spec failed and setup did not fail"}, passed: 1},
 		{name: "only the leak audit failed", words: words,
-			specs: []types.SpecReport{it("a", types.SpecStatePassed, time.Second, ""), suiteNode(types.NodeTypeSynchronizedAfterSuite, types.SpecStateFailed, "leak audit: kueue-controller-manager scaled to zero")},
+			specs: []types.SpecReport{it("a", types.SpecStatePassed, time.Second, ""), failedSuiteNode(types.NodeTypeSynchronizedAfterSuite, "leak audit: kueue-controller-manager scaled to zero")},
 			bad:   []string{"no spec failed and setup did not fail"}, passed: 1},
 		{name: "a GO row asks nothing of failures", specs: []types.SpecReport{it("a", types.SpecStateFailed, time.Second, "anything")}, failed: 1, slowest: time.Second},
 	}

@@ -293,15 +293,21 @@ func stateOf(pod *corev1.Pod, now time.Time) podState {
 		words += ", not scheduled yet"
 	case pod.Status.Phase == corev1.PodRunning:
 		words += ", not Ready"
-	default:
-		for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
-			if w := cs.State.Waiting; w != nil && w.Reason != "" {
-				words += ", " + w.Reason
-				break
-			}
-		}
+	case firstWaiting(pod) != "":
+		words += ", " + firstWaiting(pod)
 	}
 	return podState{words: words + age, live: true}
+}
+
+// firstWaiting is the first waiting reason of pod's containers, init containers first (ContainerCreating,
+// PodInitializing), or "".
+func firstWaiting(pod *corev1.Pod) string {
+	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			return w.Reason
+		}
+	}
+	return ""
 }
 
 func deploymentCondition(dep *appsv1.Deployment, t appsv1.DeploymentConditionType) *appsv1.DeploymentCondition {
