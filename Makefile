@@ -121,7 +121,7 @@ selfcheck-ci: cluster ## the fast subset of make selfcheck that CI runs
 # Hardening variations `make hardening` proves (default: all), e.g. HARDENING_VARIANTS=dedication-taint.
 HARDENING_VARIANTS ?=
 
-hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restricted admission, run as a team in one namespace, put quotas and LimitRanges on the namespaces, restart the device plugin as the run starts; require GO (NO-GO for an untolerated taint or a queue without preemption)
+hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restricted admission, run as a team in one namespace, put quotas and LimitRanges on the namespaces, restart the device plugin as the run starts; require GO (NO-GO for an untolerated taint, a queue without preemption or Kueue's controller scaled to zero)
 	$(BUILD_DEV)
 	$(GPUCONFORM_DEV) hardening --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/hardening --variants=$(HARDENING_VARIANTS)
 

@@ -30,7 +30,8 @@ type hardeningRow struct {
 	// one) and the undo.
 	Apply func(ctx context.Context, h hardeningEnv) (args []string, kubeconfig string, undo localcluster.Undo, err error)
 	// Failures, when set, must hold for every failed spec's failure message (the reason and that the
-	// wait ended on a final diagnosis).
+	// wait ended on a final diagnosis) or, when the run stopped before its specs, for its setup failure;
+	// a run that failed nowhere does not show them, so it fails the row (see judgeHardening).
 	Failures []string
 	// Signoff, when set, must appear in the row's signoff.md: what the report must say of the variation
 	// (that the run waited for a restarting plugin, say), beyond its verdict.
@@ -103,6 +104,13 @@ func hardeningTable() []hardeningRow {
 			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
 				_, kc, undo, err := taint(ctx, h)
 				return []string{"--auto-tolerate=false"}, kc, undo, err
+			}},
+		// Kueue's controller scaled to zero: its webhook answers nothing, so the run must stop in setup
+		// (no specs) within seconds, not after the StackReady budget, naming the Deployment and why.
+		{Name: "kueue-down", Want: "NO-GO", Failures: []string{localcluster.KueueManager, "replicas 0 (scaled to zero)"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				undo, err := localcluster.ApplyKueueDown(ctx, h.clients.Kube)
+				return nil, "", undo, err
 			}},
 	}
 }
@@ -192,7 +200,7 @@ func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string
 	}
 	defer func() {
 		// A fresh context: the variation must come off even when ctx was cancelled.
-		cctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cctx, cancel := context.WithTimeout(context.Background(), undoBudget)
 		defer cancel()
 		if err := undo(cctx); err != nil {
 			fmt.Fprintf(stderr, "hardening: undoing %s: %v\n", row.Name, err)
@@ -210,39 +218,72 @@ func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string
 	res.Wall = time.Since(start)
 	// The verdict is the signoff's, decided from the run's record and report by `gpuconform report`.
 	res.Verdict = h.bin.verdict(ctx, h.dir)
+	// A run that stopped before its specs (suite.Prepare failed) writes no Ginkgo report; its record
+	// says why (reports.WriteSetupFailure).
+	setupFailure := ""
+	if rec, err := reports.ReadRecord(filepath.Join(h.dir, reports.RecordFile)); err == nil {
+		setupFailure = rec.SetupFailure
+	}
 	suites, err := reports.ReadGinkgoJSON(filepath.Join(h.dir, "gpuconform-report.json"))
-	if err != nil {
+	if err != nil && setupFailure == "" {
 		res.Note = fmt.Sprintf("no Ginkgo report: %v", err)
 		return res
 	}
-	bad := append(tallyHardening(&res, suites), signoffLacks(filepath.Join(h.dir, "signoff.md"), row.Signoff)...)
+	bad := append(judgeHardening(&res, suites, setupFailure), signoffLacks(filepath.Join(h.dir, "signoff.md"), row.Signoff)...)
 	res.OK = res.Verdict == row.Want && len(bad) == 0
 	switch {
 	case len(bad) > 0:
 		res.Note = strings.Join(bad, "; ")
 	case res.Verdict != row.Want:
 		res.Note = fmt.Sprintf("want %s (see %s/signoff.md)", row.Want, h.dir)
+	case setupFailure != "":
+		res.Note = "stopped in setup: " + lineWith(setupFailure, row.Failures)
 	}
 	return res
 }
 
-// tallyHardening counts the run's specs into res and returns the failures that lack what the row
-// requires of every failure message.
-func tallyHardening(res *hardeningResult, suites []types.Report) []string {
+// undoBudget bounds undoing a variation: the longest undo, kueue-down's, waits up to three minutes for
+// Kueue's webhook to answer again.
+const undoBudget = 5 * time.Minute
+
+// judgeHardening counts the run's specs into res and returns what falls short of the row's Failures:
+// every failed spec's message must hold each of them; when the run stopped in setup (a failed
+// BeforeSuite or SynchronizedBeforeSuite, or setupFailure: the record's, written when suite.Prepare
+// failed and no spec ran), one of the setup failures must hold them all (with parallel processes the
+// others only say that process 1 failed). A row with Failures whose run failed nowhere shows none of its
+// reason, so a NO-GO for another cause never passes it.
+func judgeHardening(res *hardeningResult, suites []types.Report, setupFailure string) []string {
 	res.Passed, res.Failed, _ = reports.Count(suites)
-	var bad []string
+	var bad, setup []string
+	specs := 0
 	for _, s := range suites {
 		for _, sp := range s.SpecReports {
-			if sp.LeafNodeType != types.NodeTypeIt || !sp.State.Is(types.SpecStateFailureStates) {
+			if !sp.State.Is(types.SpecStateFailureStates) {
 				continue
 			}
-			res.Slowest = max(res.Slowest, sp.RunTime)
-			for _, w := range res.Row.Failures {
-				if !strings.Contains(sp.Failure.Message, w) {
+			switch sp.LeafNodeType {
+			case types.NodeTypeIt:
+				specs++
+				res.Slowest = max(res.Slowest, sp.RunTime)
+				for _, w := range lacking(sp.Failure.Message, res.Row.Failures) {
 					bad = append(bad, fmt.Sprintf("%q lacks %q", sp.LeafNodeText, w))
 				}
+			case types.NodeTypeBeforeSuite, types.NodeTypeSynchronizedBeforeSuite:
+				setup = append(setup, sp.Failure.Message)
 			}
 		}
+	}
+	if setupFailure != "" {
+		setup = append(setup, setupFailure)
+	}
+	if len(res.Row.Failures) == 0 {
+		return bad
+	}
+	switch {
+	case len(setup) > 0 && !slices.ContainsFunc(setup, func(m string) bool { return len(lacking(m, res.Row.Failures)) == 0 }):
+		bad = append(bad, fmt.Sprintf("the setup failure lacks %q: %s", lacking(setup[0], res.Row.Failures), firstLine(setup[0])))
+	case len(setup) == 0 && specs == 0:
+		bad = append(bad, fmt.Sprintf("no spec failed and setup did not fail: nothing shows %q", res.Row.Failures))
 	}
 	return bad
 }
@@ -263,6 +304,30 @@ func signoffLacks(path string, words []string) []string {
 		}
 	}
 	return bad
+}
+
+// lacking are the words msg does not contain.
+func lacking(msg string, words []string) []string {
+	return slices.DeleteFunc(slices.Clone(words), func(w string) bool { return strings.Contains(msg, w) })
+}
+
+// lineWith is, cut to a table cell, the first line of msg that holds words[0], from a few words before
+// it (the first line that says something when none does or no words are given).
+func lineWith(msg string, words []string) string {
+	if len(words) > 0 {
+		for line := range strings.SplitSeq(msg, "\n") {
+			i := strings.Index(line, words[0])
+			if i < 0 {
+				continue
+			}
+			// Start at a space about 30 bytes before the word (a rune boundary), so the cell shows it.
+			if from := strings.LastIndex(line[:max(0, i-30)], " ") + 1; from > 0 {
+				line = "…" + line[from:]
+			}
+			return cell(strings.TrimSpace(line))
+		}
+	}
+	return firstLine(msg)
 }
 
 func printHardening(w io.Writer, results []hardeningResult) {

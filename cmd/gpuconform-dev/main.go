@@ -28,7 +28,7 @@ Usage:
   gpuconform-dev hardening [--variants V,…] [--gpuconform BIN]
                  on the local cluster: taint the GPU nodes, enforce a restricted admission policy, or
                  run as a team in one namespace, and require GO (and NO-GO, found at once, for an
-                 untolerated taint)
+                 untolerated taint or Kueue's controller scaled to zero)
   gpuconform-dev scale [--nodes N]
                  preflight, discovery and diagnose against a simulated N-node GPU cluster (a
                  throwaway API server built here)

@@ -8,9 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/onsi/ginkgo/v2/types"
 )
 
 // fakeBinary is a stand-in for the shipped gpuconform: it records its arguments and exits with code.
@@ -56,27 +53,6 @@ func TestLocalCheckoutNeedsTheShippedBinary(t *testing.T) {
 	root, err := localCheckout(&kubeconfig, &artifacts, nil, "selfcheck")
 	if err != nil || kubeconfig != filepath.Join(root, "_output", "kubeconfig") || artifacts != filepath.Join(root, "_artifacts", "selfcheck") {
 		t.Errorf("defaults: %q %q %q %v", root, kubeconfig, artifacts, err)
-	}
-}
-
-// The hardening tally counts with reports.Count and holds every failure to the row's messages.
-func TestTallyHardening(t *testing.T) {
-	spec := func(text string, state types.SpecState, took time.Duration, msg string) types.SpecReport {
-		return types.SpecReport{LeafNodeType: types.NodeTypeIt, LeafNodeText: text, State: state, RunTime: took, Failure: types.Failure{Message: msg}}
-	}
-	suites := []types.Report{{SpecReports: types.SpecReports{
-		spec("a", types.SpecStatePassed, time.Second, ""),
-		spec("b", types.SpecStateFailed, 3*time.Second, "UntoleratedTaint: the wait is final"),
-		spec("c", types.SpecStateFailed, 2*time.Second, "timed out"),
-		spec("d", types.SpecStateSkipped, 0, ""),
-	}}}
-	res := hardeningResult{Row: hardeningRow{Failures: []string{"UntoleratedTaint", "is final"}}}
-	bad := tallyHardening(&res, suites)
-	if res.Passed != 1 || res.Failed != 2 || res.Slowest != 3*time.Second {
-		t.Errorf("tally %+v", res)
-	}
-	if len(bad) != 2 || !strings.Contains(bad[0], `"c" lacks "UntoleratedTaint"`) {
-		t.Errorf("bad %q", bad)
 	}
 }
 

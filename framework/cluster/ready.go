@@ -55,7 +55,8 @@ func FindKueueWebhook(ctx context.Context, kube kubernetes.Interface) (KueueWebh
 
 // CheckKueueWebhookReady returns nil when the Service behind Kueue's webhook (FindKueueWebhook; when the
 // configurations cannot be read, KueueWebhookService in namespace) has at least one ready endpoint,
-// otherwise an error saying what is missing. It is one check; callers poll it.
+// otherwise an error saying what is missing: when the Service has no ready endpoint, it wraps a
+// *ComponentDown that says what is behind it. It is one check; callers poll it.
 func CheckKueueWebhookReady(ctx context.Context, kube kubernetes.Interface, namespace string) error {
 	ref, err := FindKueueWebhook(ctx, kube)
 	if err != nil {
@@ -77,43 +78,61 @@ func CheckKueueWebhookReady(ctx context.Context, kube kubernetes.Interface, name
 			}
 		}
 	}
-	return fmt.Errorf("the Kueue webhook Service %s/%s (of webhook %s) has no ready endpoint (%d EndpointSlices); is kueue-controller-manager running? `kubectl -n %s get pods`",
-		ref.Namespace, ref.Name, cmp.Or(ref.Webhook, "unknown"), len(eps.Items), ref.Namespace)
+	// What is behind the Service says whether waiting can help: the stack wait stops on a terminal answer.
+	down := describeKueueController(ctx, kube, ref, namespace, time.Now())
+	return fmt.Errorf("the Kueue webhook Service %s/%s (of webhook %s) has no ready endpoint (%d EndpointSlices): %w",
+		ref.Namespace, ref.Name, cmp.Or(ref.Webhook, "unknown"), len(eps.Items), down)
 }
+
+// StackNotReady lists what keeps the GPU stack from being ready, one problem per line; errors.As reaches
+// each problem (a *ComponentDown among them).
+type StackNotReady struct{ Problems []error }
+
+// Error lists the problems.
+func (e *StackNotReady) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.Error()
+	}
+	return "GPU stack not ready:\n  - " + strings.Join(lines, "\n  - ")
+}
+
+// Unwrap returns the problems, so that errors.As finds a typed one.
+func (e *StackNotReady) Unwrap() []error { return e.Problems }
 
 // CheckStackReady returns nil when every path the configuration demands is discovered with devices
 // (or, for "auto", when at least one path is), no device plugin is settling (settle, when not nil: the
 // run's Settle, so that a plugin that is re-registering is waited for instead of judged broken), and
-// Kueue's webhook is ready when Kueue is installed.
+// Kueue's webhook is ready when Kueue is installed; otherwise a *StackNotReady.
 func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.Config, settle *Settle) (Capabilities, error) {
 	snap, err := Collect(ctx, kube, cfg.Kueue.Namespace)
 	if err != nil {
 		return Capabilities{}, err
 	}
 	caps := Discover(snap, cfg)
-	var problems []string
+	var problems []error
 	if settle != nil && cfg.WantsPath(config.PathDevicePlugin) {
 		if err := settle.Check(ctx, kube, snap.Nodes, cfg.DevicePlugin.ResourceName, time.Now()); err != nil {
-			problems = append(problems, err.Error())
+			problems = append(problems, err)
 		}
 	}
 	if explicit := cfg.ExplicitPaths(); len(explicit) > 0 {
 		for _, p := range explicit {
 			if !caps.HasPath(p) {
-				problems = append(problems, fmt.Sprintf("allocation path %s was requested but is absent: %s", p, caps.NotExercised[p]))
+				problems = append(problems, fmt.Errorf("allocation path %s was requested but is absent: %s", p, caps.NotExercised[p]))
 			}
 		}
 	} else if caps.DevicePlugin == nil && caps.DRA == nil {
-		problems = append(problems, fmt.Sprintf("no allocation path has devices yet: device-plugin: %s; dra: %s",
+		problems = append(problems, fmt.Errorf("no allocation path has devices yet: device-plugin: %s; dra: %s",
 			caps.NotExercised[config.PathDevicePlugin], caps.NotExercised[config.PathDRA]))
 	}
 	if caps.Kueue.Present {
 		if err := CheckKueueWebhookReady(ctx, kube, cfg.Kueue.Namespace); err != nil {
-			problems = append(problems, err.Error())
+			problems = append(problems, err)
 		}
 	}
 	if len(problems) > 0 {
-		return caps, fmt.Errorf("GPU stack not ready:\n  - %s", strings.Join(problems, "\n  - "))
+		return caps, &StackNotReady{Problems: problems}
 	}
 	return caps, nil
 }

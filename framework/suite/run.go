@@ -16,7 +16,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/checkpoints"
@@ -100,25 +99,6 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 	r.faults = sync.OnceValue(r.newInjector)
 	r.Env = r.newEnv()
 	return r, nil
-}
-
-// waitForStack polls discovery until the requested paths have devices, no device plugin is settling
-// (cluster.Settle: re-registering plugins are waited for, within cluster.SettleWindow, not judged broken)
-// and Kueue's webhook answers, and returns the last discovery with its error when they do not within the
-// StackReady budget. What settling waited for, or could not read, goes into the run's notes.
-func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
-	var caps cluster.Capabilities
-	var last error
-	settle := cluster.NewSettle(time.Now())
-	defer func() { r.Notes = append(r.Notes, settle.Notes()...) }()
-	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, r.Config.Timeouts().StackReady, true, func(ctx context.Context) (bool, error) {
-		caps, last = cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config, settle)
-		return last == nil, nil
-	})
-	if last != nil {
-		return caps, last
-	}
-	return caps, err
 }
 
 // decide makes the decisions that follow from discovery: the timeout profile, the tolerations, the paths

@@ -31,7 +31,8 @@ type Timeouts struct {
 	API time.Duration
 	// StackReady waits at suite start for Kueue's webhook to have endpoints and for the GPU stack to
 	// advertise devices (allocatable > 0, ResourceSlices published). A freshly created cluster may still be
-	// starting its plugins when the suite begins.
+	// starting its plugins when the suite begins. A Kueue controller that is down for good ends the wait
+	// at once, one that is not coming up after a short grace (framework/suite's stack wait).
 	StackReady time.Duration
 	// QueueActive waits for a ClusterQueue/LocalQueue the spec created to report Active. Kueue reconciles
 	// them in about a second; the margin covers a Kueue that is just restarting.
