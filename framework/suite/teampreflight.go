@@ -33,9 +33,16 @@ type teamPolicy struct {
 type teamDecision struct {
 	// Keep are the paths a pod with one device fits; Blocked the others, with why.
 	Keep    []gpu.Path
-	Blocked []Skipped
+	Blocked []blocked
 	// QueueGaps are the kept paths whose Kueue resource the ClusterQueue does not cover, with why.
 	QueueGaps map[string]string
+}
+
+// blocked is a path one pod with one device does not fit, and the quota shortfalls and LimitRange
+// violations in the way.
+type blocked struct {
+	Path     string
+	Problems []string
 }
 
 // teamPreflight, in team-namespace mode, reads before the spec tree is built what the namespace and its
@@ -57,7 +64,7 @@ func (r *Run) teamPreflight(ctx context.Context) error {
 	}
 	r.Paths, r.queueGaps = d.Keep, d.QueueGaps
 	for _, b := range d.Blocked {
-		r.NotExercised(b.What, b.Why)
+		r.NotExercised(b.Path, fmt.Sprintf("namespace %s cannot hold one pod with one device on this path: %s", policy.Namespace, strings.Join(b.Problems, "; ")))
 	}
 	for _, p := range d.Keep {
 		if gap := d.QueueGaps[p.Name()]; gap != "" {
@@ -115,7 +122,9 @@ func notChecked(err error) string {
 }
 
 // decideTeam judges each path by the pod the suite makes on it with one device (factory's CPU and memory,
-// the path's device request, the claim from its template) against the policy.
+// the path's device request, the claim from its template) against the policy. Of the ClusterQueue it
+// requires only the path's Kueue resource: CPU and memory may be left out of Kueue's accounting by its
+// configuration (resources.excludeResourcePrefixes), which a team cannot read.
 func decideTeam(factory fixtures.Factory, paths []gpu.Path, p teamPolicy) teamDecision {
 	d := teamDecision{QueueGaps: map[string]string{}}
 	for _, path := range paths {
@@ -135,8 +144,7 @@ func decideTeam(factory fixtures.Factory, paths []gpu.Path, p teamPolicy) teamDe
 			problems = append(problems, v.String())
 		}
 		if len(problems) > 0 {
-			d.Blocked = append(d.Blocked, Skipped{What: path.Name(),
-				Why: fmt.Sprintf("namespace %s cannot hold one pod with one device on this path: %s", p.Namespace, strings.Join(problems, "; "))})
+			d.Blocked = append(d.Blocked, blocked{Path: path.Name(), Problems: problems})
 			continue
 		}
 		d.Keep = append(d.Keep, path)
@@ -151,16 +159,15 @@ func decideTeam(factory fixtures.Factory, paths []gpu.Path, p teamPolicy) teamDe
 
 // refusal is the error that stops a run no path of which fits: each problem once, with the paths it
 // blocks, and what to change.
-func refusal(ns string, blocked []Skipped) error {
+func refusal(ns string, blockedPaths []blocked) error {
 	var problems []string
 	paths := map[string][]string{}
-	for _, b := range blocked {
-		_, list, _ := strings.Cut(b.Why, ": ")
-		for pr := range strings.SplitSeq(list, "; ") {
+	for _, b := range blockedPaths {
+		for _, pr := range b.Problems {
 			if !slices.Contains(problems, pr) {
 				problems = append(problems, pr)
 			}
-			paths[pr] = append(paths[pr], b.What)
+			paths[pr] = append(paths[pr], b.Path)
 		}
 	}
 	for i, pr := range problems {
