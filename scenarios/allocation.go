@@ -75,7 +75,7 @@ func AllocationSpec(input func() AllocationInput) {
 					continue
 				}
 
-				if reg.KueuePresent {
+				if reg.queued(reg.KueuePresent, pathName) {
 					ginkgo.It(fmt.Sprintf("admits a Job asking for %s through a LocalQueue, places it on a node with the devices, shows it exactly the devices it was given, and completes it", plural(n)),
 						labels.Of(labels.NeedsKueue), func(ctx context.Context) {
 							queuedJobGetsItsDevices(ctx, s.Env, s.In, s.Path, s.NS, n, nodes)

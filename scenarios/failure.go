@@ -152,10 +152,10 @@ func submitTraining(ctx context.Context, s *Spec[FailureInput], name string, nod
 	spec := training{Name: name, Steps: trainSteps, Every: trainEvery, StepTime: trainStepTime, Storage: s.In.Checkpoints, Nodes: nodes, EvictAfter: s.In.EvictAfter}
 	created := false
 	t := trainingJob{resume: ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)}
-	if s.In.KueuePresent {
+	if s.In.queued(s.In.KueuePresent, path.Name()) {
 		spec.Queue = queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, ExistingLocalQueue: s.In.ExistingLocalQueue, Quota: queues.QuotaFor(path.QuotaResource(), 1)})
 	} else {
-		ginkgo.AddReportEntry("submitted without Kueue", "Kueue is absent: the training Job is created directly")
+		ginkgo.AddReportEntry("submitted without Kueue", "Kueue is absent, or the team's ClusterQueue does not cover this path: the training Job is created directly")
 	}
 	w, workID := spec.build(env, ns, path)
 	t.workID = workID
@@ -164,7 +164,7 @@ func submitTraining(ctx context.Context, s *Spec[FailureInput], name string, nod
 		env.Create(ctx, pre)
 	}
 	t.job = env.Create(ctx, obj).(*batchv1.Job)
-	if s.In.KueuePresent {
+	if s.In.queued(s.In.KueuePresent, path.Name()) {
 		queues.ExpectAdmitted(ctx, env, t.job, path.QuotaResource(), 1)
 	}
 	pod := pods.ExpectJobPodStarted(ctx, env, t.job)

@@ -88,6 +88,9 @@ func PreemptionSpec(input func() PreemptionInput) {
 	}
 	for i, regPath := range reg.Paths {
 		pathName := regPath.Name()
+		if !reg.queued(true, pathName) {
+			continue // recorded: the team's ClusterQueue does not cover the path's Kueue resource
+		}
 		if len(reg.eligible(regPath, 1)) == 0 {
 			reg.notExercised(pathName+": preemption", "no node in the GPU pool has a device on this path")
 			continue

@@ -23,6 +23,9 @@ type Base struct {
 	GPUPool []string
 	// NotExercised records a check that is not registered and why.
 	NotExercised func(what, why string)
+	// QueueGaps are the paths whose Kueue resource the team's ClusterQueue does not cover
+	// (team-namespace mode), with why (recorded as not exercised): they submit nothing through Kueue.
+	QueueGaps map[string]string
 }
 
 func (b Base) base() Base { return b }
@@ -30,8 +33,12 @@ func (b Base) base() Base { return b }
 // baseOf is the Base of every scenario's input: the run's environment (live when specs run), paths, pool
 // and not-exercised record.
 func baseOf(r *suite.Run) Base {
-	return Base{Env: r.Env, Paths: r.Paths, GPUPool: r.Caps.Pools.GPU.Nodes, NotExercised: r.NotExercised}
+	return Base{Env: r.Env, Paths: r.Paths, GPUPool: r.Caps.Pools.GPU.Nodes, NotExercised: r.NotExercised, QueueGaps: r.QueueGaps()}
 }
+
+// queued reports whether specs on the path named path submit through Kueue: kueue (the scenario's
+// KueuePresent) and the path's Kueue resource covered by the queue.
+func (b Base) queued(kueue bool, path string) bool { return kueue && b.QueueGaps[path] == "" }
 
 // notExercised records what is not registered; without a recorder it does nothing.
 func (b Base) notExercised(what, why string) {

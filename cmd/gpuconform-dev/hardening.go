@@ -71,6 +71,23 @@ func hardeningTable() []hardeningRow {
 			team, undo, err := localcluster.ApplyTeamQuota(ctx, h.clients.REST, h.clients.Kube, h.clients.Kueue, h.root, h.dir)
 			return []string{"--namespace=" + team.Namespace, "--local-queue=" + team.LocalQueue}, team.Kubeconfig, undo, err
 		}},
+		// A team namespace whose quota cannot hold one of the suite's pods (limits.cpu half of one pod's):
+		// the team preflight refuses to start before any spec, naming the quota and its figures (a setup
+		// failure, whose message Failures must match).
+		{Name: "team-quota-too-small", Want: "NO-GO", Failures: []string{"refusing to start", "limits.cpu"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				team, undo, err := localcluster.ApplyTeamQuotaTooSmall(ctx, h.clients.REST, h.clients.Kube, h.clients.Kueue, h.root, h.dir)
+				return []string{"--namespace=" + team.Namespace, "--local-queue=" + team.LocalQueue}, team.Kubeconfig, undo, err
+			}},
+		// A team whose ClusterQueue covers CPU, memory and nvidia.com/gpu but not the DRA path's Kueue
+		// resource: the DRA path's queued specs are not exercised, with the reason in signoff.md, and the
+		// run is GO (the path's other specs run).
+		// TODO(lead): when hardeningRow has Signoff, require Signoff: []string{"does not cover"} here.
+		{Name: "team-queue-without-dra", Want: "GO",
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				team, undo, err := localcluster.ApplyTeamQueueWithoutDRA(ctx, h.clients.REST, h.clients.Kube, h.clients.Kueue, h.root, h.dir)
+				return []string{"--namespace=" + team.Namespace, "--local-queue=" + team.LocalQueue}, team.Kubeconfig, undo, err
+			}},
 		// The same quota and LimitRange in own-namespace mode: put into every namespace the suite creates (it
 		// carries the run label) while the run lasts, as a platform's namespace-provisioning policy would.
 		{Name: "own-quota", Want: "GO", Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {

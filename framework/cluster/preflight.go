@@ -18,6 +18,9 @@ type Permission struct {
 	Why string
 	// Namespace is where the permission is needed; "" means cluster-wide (or every namespace).
 	Namespace string
+	// Advisory: without it a check is skipped and noted, never refused (the team preflight reads the
+	// namespace's quotas and queue with it); the shipped roles grant it, and Preflight does not ask.
+	Advisory bool
 }
 
 func (p Permission) String() string {
@@ -99,10 +102,19 @@ func PreflightNeeds(n Needs) []Permission {
 				Permission{Verb: "delete", Group: "resource.k8s.io", Resource: "resourceclaimtemplates", Why: "clean up each spec's claim templates", Namespace: ns})
 		}
 	}
+	if ns != "" {
+		for _, r := range []string{"resourcequotas", "limitranges"} {
+			for _, verb := range []string{"get", "list"} {
+				perms = append(perms, Permission{Verb: verb, Resource: r, Why: "check before any spec that one pod with one device fits the namespace's " + r, Namespace: ns, Advisory: true})
+			}
+		}
+	}
 	if n.Kueue {
 		perms = append(perms, Permission{Verb: "list", Group: kueue.GroupVersion.Group, Resource: "workloads", Why: "check admission", Namespace: ns})
 		if ns != "" {
-			perms = append(perms, Permission{Verb: "get", Group: kueue.GroupVersion.Group, Resource: "localqueues", Why: "check the team's LocalQueue is active", Namespace: ns})
+			perms = append(perms,
+				Permission{Verb: "get", Group: kueue.GroupVersion.Group, Resource: "localqueues", Why: "check the team's LocalQueue is active", Namespace: ns},
+				Permission{Verb: "get", Group: kueue.GroupVersion.Group, Resource: "clusterqueues", Why: "check before any spec that the team's ClusterQueue covers each path's Kueue resource", Advisory: true})
 		}
 	}
 	if n.Checkpoints {
@@ -142,10 +154,14 @@ func PreflightNeeds(n Needs) []Permission {
 }
 
 // Preflight asks the API server, through SelfSubjectAccessReviews, whether the caller holds every
-// permission, and returns one error listing all that are missing with the reason each is needed.
+// permission that is not Advisory, and returns one error listing all that are missing with the reason
+// each is needed.
 func Preflight(ctx context.Context, kube kubernetes.Interface, perms []Permission) error {
 	var missing []string
 	for _, p := range perms {
+		if p.Advisory {
+			continue
+		}
 		review := &authv1.SelfSubjectAccessReview{Spec: authv1.SelfSubjectAccessReviewSpec{
 			ResourceAttributes: &authv1.ResourceAttributes{Verb: p.Verb, Group: p.Group, Resource: baseResource(p.Resource), Subresource: subresource(p.Resource), Namespace: p.Namespace},
 		}}

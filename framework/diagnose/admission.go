@@ -4,9 +4,18 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 )
+
+// QuotaStatusGrace is how long "status unknown for quota" may repeat before it is final. The quota
+// controller counts a quota whose usage is missing at once, from its missing-usage queue, retrying a
+// failed count with backoff, and recounts every quota on its full resync (kube-controller-manager's
+// --resource-quota-sync-period, 5 m by default): on a working controller the refusal lasts seconds (a
+// quota created with its namespace, one whose hard limits just changed). Past 30 s the controller is not
+// counting (not running, or its sync failing) and the refusal will not lift within a spec's budget.
+const QuotaStatusGrace = 30 * time.Second
 
 // AdmissionDenial is a create the API server refused, as the controller that tried it (Job, ReplicaSet,
 // StatefulSet, DaemonSet: event reason FailedCreate) quotes the error.
@@ -189,6 +198,30 @@ func (d *AdmissionDenial) quota(shape quotaShape, name string) {
 	}
 }
 
+// StatusUnknown reports the quota plugin's "status unknown for quota: q, resources: r": the quota
+// controller has not recorded the namespace's usage of those resources yet, so every create they
+// constrain is refused until it has. A create that meets it may be retried for QuotaStatusGrace.
+func (d AdmissionDenial) StatusUnknown() bool { return d.shape == quotaUnknown }
+
+// FinalAfter is Final for a refusal that has repeated for span (from the first FailedCreate quoting it to
+// the last): "status unknown for quota" is final once span reaches QuotaStatusGrace.
+func (d AdmissionDenial) FinalAfter(span time.Duration) (bool, string) {
+	if d.StatusUnknown() && span >= QuotaStatusGrace {
+		return true, fmt.Sprintf("%s has had no usage recorded for %s for %s (FailedCreate events), past the %s a working quota controller takes: "+
+			"the quota controller in kube-controller-manager is not counting it, and the refusal will not lift by itself", d.By, d.resourceNames(), span.Round(time.Second), QuotaStatusGrace)
+	}
+	return d.Final()
+}
+
+// resourceNames are the refused resources' names, comma-separated.
+func (d AdmissionDenial) resourceNames() string {
+	names := make([]string, len(d.Resources))
+	for i, r := range d.Resources {
+		names[i] = r.Resource
+	}
+	return strings.Join(names, ",")
+}
+
 // Final reports whether the refusal repeats on every retry until someone changes the policy or the pod
 // template, and says why it does or why a retry may pass by itself: a quota whose usage is not computed
 // yet, or an exceeded quota whose request fits its hard limit and waits for usage elsewhere in the
@@ -196,7 +229,7 @@ func (d *AdmissionDenial) quota(shape quotaShape, name string) {
 func (d AdmissionDenial) Final() (bool, string) {
 	switch d.shape {
 	case quotaUnknown:
-		return false, fmt.Sprintf("not final: %s has no usage recorded yet for these resources; the quota controller records it and the controller retries the create", d.By)
+		return false, fmt.Sprintf("not final: %s has no usage recorded yet for these resources; the quota controller records it within seconds and the controller retries the create (final after %s)", d.By, QuotaStatusGrace)
 	case quotaExceeded:
 		for _, r := range d.Resources {
 			if r.overHard() {

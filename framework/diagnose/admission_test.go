@@ -4,6 +4,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestParseAdmissionDenial covers each refusal shape the API server writes (k8s.io/apiserver v0.37, the
@@ -93,6 +94,33 @@ func TestResourceRefusalString(t *testing.T) {
 	} {
 		if got := r.String(); got != want {
 			t.Errorf("String() = %q, want %q", got, want)
+		}
+	}
+}
+
+// "status unknown for quota" passes by itself while the quota controller is counting; repeated for
+// QuotaStatusGrace it is final. No other refusal is judged by how long it lasted.
+func TestStatusUnknownFinalAfterGrace(t *testing.T) {
+	unknown, _ := ParseAdmissionDenial(`pods "p" is forbidden: status unknown for quota: team-quota, resources: limits.cpu,limits.memory`)
+	exceeded, _ := ParseAdmissionDenial(`pods "p" is forbidden: exceeded quota: q, requested: limits.cpu=2, used: limits.cpu=7, limited: limits.cpu=8`)
+	if !unknown.StatusUnknown() || exceeded.StatusUnknown() {
+		t.Fatalf("StatusUnknown: %v for the unknown status, %v for an exceeded quota", unknown.StatusUnknown(), exceeded.StatusUnknown())
+	}
+	for _, c := range []struct {
+		name  string
+		d     AdmissionDenial
+		span  time.Duration
+		final bool
+		says  string
+	}{
+		{"just refused", unknown, 0, false, "not final"},
+		{"within the grace", unknown, QuotaStatusGrace - time.Second, false, "final after 30s"},
+		{"past the grace", unknown, QuotaStatusGrace, true, `ResourceQuota "team-quota" has had no usage recorded for limits.cpu,limits.memory for 30s`},
+		{"an exceeded quota that fits its hard limit stays passing", exceeded, time.Hour, false, "not final"},
+	} {
+		final, why := c.d.FinalAfter(c.span)
+		if final != c.final || !strings.Contains(why, c.says) {
+			t.Errorf("%s: FinalAfter = %v, %q; want %v saying %q", c.name, final, why, c.final, c.says)
 		}
 	}
 }

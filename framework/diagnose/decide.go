@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -206,12 +207,35 @@ func (v *verdict) noPodsYet(evs []corev1.Event, kind, ns, name string) *Result {
 		}
 		res.Messages[0] += ": " + strings.Join(refused, "; ")
 	}
-	final, why := denial.Final()
+	final, why := denial.FinalAfter(refusalSpan(evs, denial))
 	if final {
 		return res.terminal(why)
 	}
 	res.Messages = append(res.Messages, why)
 	return res
+}
+
+// refusalSpan is how long the FailedCreate events in evs have quoted a "status unknown" refusal of the
+// same quota as denial: from the first time the earliest was seen to the last time the newest was (each
+// pod name makes its own event, and a repeated one counts up). Other refusals span nothing.
+func refusalSpan(evs []corev1.Event, denial AdmissionDenial) time.Duration {
+	if !denial.StatusUnknown() {
+		return 0
+	}
+	var first, last time.Time
+	for _, e := range evs {
+		d, ok := ParseAdmissionDenial(e.Message)
+		if e.Reason != eventFailedCreate || !ok || !d.StatusUnknown() || d.Quota != denial.Quota {
+			continue
+		}
+		if t := eventFirstTime(e); first.IsZero() || t.Before(first) {
+			first = t
+		}
+		if t := EventTime(e); t.After(last) {
+			last = t
+		}
+	}
+	return last.Sub(first)
 }
 
 // createsPods reports a Job whose controller should be creating pods: unfinished, not suspended, and

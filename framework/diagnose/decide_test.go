@@ -5,12 +5,14 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 )
 
@@ -180,6 +182,48 @@ func TestDecideAdmittedWithoutPods(t *testing.T) {
 			}
 			if tc.reason == SchedulingPending && !containsText(res.Messages, "Workload ml/job-train-5b7c9 is admitted; no pods exist yet") {
 				t.Errorf("messages %q lack the Workload's verdict", res.Messages)
+			}
+		})
+	}
+}
+
+// A Job whose pods meet "status unknown for quota" is QuotaExceeded naming the quota and the resources,
+// passing while its FailedCreate events span less than QuotaStatusGrace and final once they span it
+// (one event per pod name, the earliest's first time to the newest's last).
+func TestDecideQuotaStatusUnknown(t *testing.T) {
+	at := func(s string) metav1.Time {
+		tm, err := time.Parse(time.RFC3339, "2026-04-10T10:00:"+s+"Z")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return metav1.NewTime(tm)
+	}
+	event := func(pod, first, last string) corev1.Event {
+		e := snapshotOf(t, "quota-unset.yaml", job("train")).Events[0]
+		e.Name, e.FirstTimestamp, e.LastTimestamp = "train."+pod, at(first), at(last)
+		e.Message = `Error creating: pods "` + pod + `" is forbidden: status unknown for quota: team-quota, resources: limits.cpu,limits.memory`
+		return e
+	}
+	other := event("train-zz", "00", "10")
+	other.Message = `Error creating: pods "train-zz" is forbidden: status unknown for quota: another-quota, resources: pods`
+	for _, tc := range []struct {
+		name     string
+		events   []corev1.Event
+		terminal bool
+	}{
+		{"one refusal, repeated for 10 s", []corev1.Event{event("train-a", "01", "11")}, false},
+		{"refusals of two pods spanning 34 s", []corev1.Event{event("train-a", "01", "05"), event("train-b", "20", "35")}, true},
+		{"another quota's older refusal does not count", []corev1.Event{other, event("train-b", "20", "35")}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := snapshotOf(t, "quota-unset.yaml", job("train"))
+			s.Events = tc.events
+			res, err := Decide(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Reason != QuotaExceeded || res.Terminal != tc.terminal || !containsText(res.Messages, `refused by ResourceQuota "team-quota": limits.cpu; limits.memory`) {
+				t.Errorf("%s terminal=%v, want QuotaExceeded terminal=%v naming the quota and resources\n%s", res.Reason, res.Terminal, tc.terminal, res)
 			}
 		})
 	}

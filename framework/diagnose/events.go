@@ -25,6 +25,18 @@ func EventTime(e corev1.Event) time.Time {
 	return e.CreationTimestamp.Time
 }
 
+// eventFirstTime is when an event first happened: its firstTimestamp, else its eventTime, else its
+// creation.
+func eventFirstTime(e corev1.Event) time.Time {
+	switch {
+	case !e.FirstTimestamp.IsZero():
+		return e.FirstTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
 // eventsOf returns the events about one object, oldest first. An event that names another UID is about
 // an earlier object of the same name and is left out; uid "" keeps them all.
 func eventsOf(evs []corev1.Event, kind, name string, uid types.UID) []corev1.Event {

@@ -158,8 +158,9 @@ const (
 	// QuotaExceeded: a ResourceQuota in the namespace refuses the pods
 	// (event FailedCreate from the API server's ResourceQuota plugin): they
 	// would exceed it, or a container does not set a resource it constrains
-	// (limits.cpu on a pod that declares none). The verdict names the quota
-	// and the resources.
+	// (limits.cpu on a pod that declares none), or the quota controller has
+	// not counted its usage yet ("status unknown for quota": final only after
+	// QuotaStatusGrace). The verdict names the quota and the resources.
 	QuotaExceeded Reason = "QuotaExceeded"
 	// LimitRangeViolated: a LimitRange in the namespace refuses the pods
 	// (event FailedCreate from the LimitRanger plugin): a container or the pod

@@ -28,8 +28,9 @@ import (
 	fwwait "gpuconform.io/gpuconform/framework/wait"
 )
 
-// Run is one run's knowledge. Prepare fills it; only Start (the first parallel process's run ID) and
-// NotExercised change it afterwards.
+// Run is one run's knowledge. Prepare fills it (in team-namespace mode, teamPreflight narrows the paths
+// to those the namespace's quota and LimitRanges admit); only Start (the first parallel process's run ID)
+// and NotExercised change it afterwards.
 type Run struct {
 	// Config is the run's configuration, its timeout profile decided ("auto" resolved).
 	Config config.Config
@@ -60,15 +61,16 @@ type Run struct {
 	Env   *testenv.Env
 	RunID string
 
-	skipped []Skipped
-	faults  func() *faults.Injector
+	skipped   []Skipped
+	queueGaps map[string]string
+	faults    func() *faults.Injector
 }
 
 // Skipped is a check the scenarios did not register on this cluster, and why.
 type Skipped struct{ What, Why string }
 
 // Prepare connects, waits until the requested GPU stack answers, discovers the cluster and decides what
-// follows from it. It returns the run so far with the error: a caller writing a setup failure's record
+// follows from it, in team-namespace mode from the namespace's policy too (teamPreflight). It returns the run so far with the error: a caller writing a setup failure's record
 // names the cluster it reached.
 func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error) {
 	r := &Run{Config: cfg, RunID: runID}
@@ -98,6 +100,9 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 	r.Upgrade = r.planUpgrade(ctx)
 	r.faults = sync.OnceValue(r.newInjector)
 	r.Env = r.newEnv()
+	if err := r.teamPreflight(ctx); err != nil {
+		return r, err
+	}
 	return r, nil
 }
 

@@ -292,12 +292,18 @@ func (e *Env) TryCreate(ctx context.Context, obj fixtures.Object) error {
 }
 
 // create creates a copy of obj through klient, which serves every kind in its scheme (built-in and
-// Kueue's), and returns it as the server answered. The copy leaves obj reusable as a template.
+// Kueue's), and returns it as the server answered. The copy leaves obj reusable as a template. A create
+// the namespace's ResourceQuota refuses with "status unknown for quota" (a bare pod's, or any object an
+// object-count quota constrains) is retried for diagnose.QuotaStatusGrace (retryQuotaStatus).
 func (e *Env) create(ctx context.Context, obj fixtures.Object) (fixtures.Object, error) {
-	ctx, cancel := context.WithTimeout(ctx, e.Timeouts.API)
-	defer cancel()
-	created := obj.DeepCopyObject().(fixtures.Object)
-	if err := e.Clients.Resources.Create(ctx, created); err != nil {
+	var created fixtures.Object
+	err := retryQuotaStatus(ctx, diagnose.QuotaStatusGrace, max(e.Timeouts.Poll, 100*time.Millisecond), func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, e.Timeouts.API)
+		defer cancel()
+		created = obj.DeepCopyObject().(fixtures.Object)
+		return e.Clients.Resources.Create(ctx, created)
+	})
+	if err != nil {
 		return nil, err
 	}
 	return created, nil

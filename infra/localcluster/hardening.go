@@ -144,11 +144,16 @@ const (
 // (read from root) bound to a ServiceAccount, and a kubeconfig in dir that authenticates as that
 // ServiceAccount.
 func ApplyTeamNamespace(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir string) (Team, Undo, error) {
-	return applyTeam(ctx, cfg, kube, kq, root, dir, TeamNamespace)
+	return applyTeam(ctx, cfg, kube, kq, root, dir, TeamNamespace, nil)
 }
 
-// applyTeam is ApplyTeamNamespace for the team namespace named namespace.
-func applyTeam(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir, namespace string) (Team, Undo, error) {
+// teamCovered are the resources a team's ClusterQueue covers unless a row says otherwise: CPU, memory
+// and both paths' devices.
+var teamCovered = []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, GPUResource, KueueDRAResource}
+
+// applyTeam is ApplyTeamNamespace for the team namespace named namespace, its ClusterQueue covering
+// covered (nil: teamCovered).
+func applyTeam(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir, namespace string, covered []corev1.ResourceName) (Team, Undo, error) {
 	team := Team{Namespace: namespace, LocalQueue: TeamLocalQueue}
 	teamClusterQueue, teamFlavor, teamReadsBinding := namespace, namespace, "gpuconform-"+namespace+"-reads"
 	var undos undoStack
@@ -208,7 +213,7 @@ func applyTeam(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface,
 	})
 
 	// The team's queue: a ClusterQueue the platform team owns, admitting from this namespace only, with
-	// quota for every GPU of the pool on both paths.
+	// quota for every GPU of the pool on the paths it covers.
 	k := kq.KueueV1beta2()
 	if _, err := k.ResourceFlavors().Create(ctx, &kueue.ResourceFlavor{ObjectMeta: metav1.ObjectMeta{Name: teamFlavor}}, metav1.CreateOptions{}); err != nil {
 		return fail(fmt.Errorf("creating ResourceFlavor: %w", err))
@@ -216,18 +221,21 @@ func applyTeam(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface,
 	undos = append(undos, func(ctx context.Context) error {
 		return client.IgnoreNotFound(k.ResourceFlavors().Delete(ctx, teamFlavor, metav1.DeleteOptions{}))
 	})
-	quota := func(name string, q string) kueue.ResourceQuota {
-		return kueue.ResourceQuota{Name: corev1.ResourceName(name), NominalQuota: resource.MustParse(q)}
+	if covered == nil {
+		covered = teamCovered
+	}
+	nominal := map[corev1.ResourceName]string{corev1.ResourceCPU: "64", corev1.ResourceMemory: "256Gi", GPUResource: "64", KueueDRAResource: "64"}
+	quotas := make([]kueue.ResourceQuota, len(covered))
+	for i, r := range covered {
+		quotas[i] = kueue.ResourceQuota{Name: r, NominalQuota: resource.MustParse(nominal[r])}
 	}
 	cq := &kueue.ClusterQueue{
 		ObjectMeta: metav1.ObjectMeta{Name: teamClusterQueue},
 		Spec: kueue.ClusterQueueSpec{
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: team.Namespace}},
 			ResourceGroups: []kueue.ResourceGroup{{
-				CoveredResources: []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, GPUResource, KueueDRAResource},
-				Flavors: []kueue.FlavorQuotas{{Name: kueue.ResourceFlavorReference(teamFlavor), Resources: []kueue.ResourceQuota{
-					quota("cpu", "64"), quota("memory", "256Gi"), quota(GPUResource, "64"), quota(KueueDRAResource, "64"),
-				}}},
+				CoveredResources: covered,
+				Flavors:          []kueue.FlavorQuotas{{Name: kueue.ResourceFlavorReference(teamFlavor), Resources: quotas}},
 			}},
 		},
 	}

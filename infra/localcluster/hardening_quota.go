@@ -112,7 +112,7 @@ func ApplyComputePolicy(ctx context.Context, kube kubernetes.Interface, namespac
 // of a multi-tenant cluster, where a team's namespace has a LocalQueue and a quota on CPU and memory
 // limits.
 func ApplyTeamQuota(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir string) (Team, Undo, error) {
-	team, undoTeam, err := applyTeam(ctx, cfg, kube, kq, root, dir, QuotaTeamNamespace)
+	team, undoTeam, err := applyTeam(ctx, cfg, kube, kq, root, dir, QuotaTeamNamespace, nil)
 	if err != nil {
 		return team, nil, err
 	}
@@ -122,6 +122,57 @@ func ApplyTeamQuota(ctx context.Context, cfg *rest.Config, kube kubernetes.Inter
 	}
 	undos := undoStack{undoTeam, undoPolicy}
 	return team, undos.run, nil
+}
+
+// Team namespaces whose policy leaves the suite less than it needs (hardening rows team-quota-too-small
+// and team-queue-without-dra).
+const (
+	SmallQuotaTeamNamespace = "team-gpu-quota-small"
+	NoDRATeamNamespace      = "team-gpu-nodra"
+)
+
+// SmallComputeQuota is a ResourceQuota in namespace whose limits.cpu is half of one suite pod's (the
+// fixtures' default CPU): no pod the suite makes fits, on any path.
+func SmallComputeQuota(namespace string) *corev1.ResourceQuota {
+	half := resource.MustParse(fixtures.DefaultCPU)
+	half.SetMilli(half.MilliValue() / 2)
+	return &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: ComputeQuota, Namespace: namespace},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{
+			corev1.ResourcePods:        resource.MustParse(computeQuotaPods),
+			corev1.ResourceLimitsCPU:   half,
+			corev1.ResourceRequestsCPU: half,
+		}},
+	}
+}
+
+// ApplyTeamQuotaTooSmall is ApplyTeamNamespace for SmallQuotaTeamNamespace with SmallComputeQuota there:
+// the team preflight must refuse to start, naming the quota, limits.cpu and its figures. The undo deletes
+// the quota and the team.
+func ApplyTeamQuotaTooSmall(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir string) (Team, Undo, error) {
+	team, undoTeam, err := applyTeam(ctx, cfg, kube, kq, root, dir, SmallQuotaTeamNamespace, nil)
+	if err != nil {
+		return team, nil, err
+	}
+	q := SmallComputeQuota(team.Namespace)
+	if _, err := kube.CoreV1().ResourceQuotas(team.Namespace).Create(ctx, q, metav1.CreateOptions{}); err != nil {
+		return team, nil, errors.Join(fmt.Errorf("creating ResourceQuota %s/%s: %w", team.Namespace, q.Name, err), undoTeam(ctx))
+	}
+	undoQuota := func(ctx context.Context) error {
+		if err := kube.CoreV1().ResourceQuotas(team.Namespace).Delete(ctx, q.Name, metav1.DeleteOptions{}); err != nil && !gone(err) {
+			return err
+		}
+		return nil
+	}
+	undos := undoStack{undoTeam, undoQuota}
+	return team, undos.run, nil
+}
+
+// ApplyTeamQueueWithoutDRA is ApplyTeamNamespace for NoDRATeamNamespace, its ClusterQueue covering CPU,
+// memory and the device plugin's GPUs but not the DRA path's Kueue resource: the DRA path's queued specs
+// must be not exercised, naming the ClusterQueue and what it covers, and the run GO.
+func ApplyTeamQueueWithoutDRA(ctx context.Context, cfg *rest.Config, kube kubernetes.Interface, kq kueueclient.Interface, root, dir string) (Team, Undo, error) {
+	return applyTeam(ctx, cfg, kube, kq, root, dir, NoDRATeamNamespace, []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, GPUResource})
 }
 
 // ProvisionComputePolicy puts ComputePolicy, sized from the cluster's nodes, into every namespace that

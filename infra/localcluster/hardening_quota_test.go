@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -258,5 +259,109 @@ func TestApplyTeamQuota(t *testing.T) {
 	}
 	if _, err := kq.KueueV1beta2().ClusterQueues().Get(ctx, QuotaTeamNamespace, metav1.GetOptions{}); err == nil {
 		t.Error("the undo left the ClusterQueue")
+	}
+}
+
+// teamFakes are fake clients on which applyTeam succeeds: a token for the team's ServiceAccount.
+func teamFakes(t *testing.T) (string, *fake.Clientset, *kueuefake.Clientset) {
+	t.Helper()
+	wd, _ := os.Getwd()
+	root, err := FindRepoRoot(wd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kube := fake.NewClientset(sizedNode("w1", "8", "32Gi"))
+	kube.PrependReactor("create", "serviceaccounts", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "token" {
+			return false, nil, nil
+		}
+		return true, &authnv1.TokenRequest{Status: authnv1.TokenRequestStatus{Token: "t"}}, nil
+	})
+	return root, kube, kueuefake.NewSimpleClientset()
+}
+
+// team-quota-too-small: a team of its own with a quota whose limits.cpu is half of one suite pod's; the
+// undo removes the quota and the team.
+func TestApplyTeamQuotaTooSmall(t *testing.T) {
+	ctx := t.Context()
+	root, kube, kq := teamFakes(t)
+	team, undo, err := ApplyTeamQuotaTooSmall(ctx, &rest.Config{Host: "https://127.0.0.1:6443"}, kube, kq, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if team.Namespace != SmallQuotaTeamNamespace || team.LocalQueue != TeamLocalQueue || team.Kubeconfig == "" {
+		t.Errorf("team = %+v", team)
+	}
+	q, err := kube.CoreV1().ResourceQuotas(SmallQuotaTeamNamespace).Get(ctx, ComputeQuota, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	one := fixtures.NewFactory("r1").Resources().Limits[corev1.ResourceCPU]
+	if hard := q.Spec.Hard[corev1.ResourceLimitsCPU]; hard.Cmp(one) >= 0 || hard.IsZero() {
+		t.Errorf("limits.cpu hard %s: want below one pod's %s, above zero", hard.String(), one.String())
+	}
+	if _, err := kube.CoreV1().LimitRanges(SmallQuotaTeamNamespace).Get(ctx, ContainerLimits, metav1.GetOptions{}); err == nil {
+		t.Error("the row adds a LimitRange; only the quota is its point")
+	}
+	if err := undo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ResourceQuotas(SmallQuotaTeamNamespace).Get(ctx, ComputeQuota, metav1.GetOptions{}); err == nil {
+		t.Error("the undo left the quota")
+	}
+	if _, err := kube.CoreV1().Namespaces().Get(ctx, SmallQuotaTeamNamespace, metav1.GetOptions{}); err == nil {
+		t.Error("the undo left the namespace")
+	}
+}
+
+// team-queue-without-dra: the team's ClusterQueue covers CPU, memory and the device plugin's GPUs, with
+// a quota for each, and not the DRA path's Kueue resource; the undo removes the queues and the team.
+func TestApplyTeamQueueWithoutDRA(t *testing.T) {
+	ctx := t.Context()
+	root, kube, kq := teamFakes(t)
+	team, undo, err := ApplyTeamQueueWithoutDRA(ctx, &rest.Config{Host: "https://127.0.0.1:6443"}, kube, kq, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if team.Namespace != NoDRATeamNamespace || team.LocalQueue != TeamLocalQueue {
+		t.Errorf("team = %+v", team)
+	}
+	cq, err := kq.KueueV1beta2().ClusterQueues().Get(ctx, NoDRATeamNamespace, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, GPUResource}
+	rg := cq.Spec.ResourceGroups
+	if len(rg) != 1 || !slices.Equal(rg[0].CoveredResources, want) || len(rg[0].Flavors) != 1 || len(rg[0].Flavors[0].Resources) != len(want) {
+		t.Fatalf("resource groups %+v, want one covering %v with a quota for each", rg, want)
+	}
+	for i, r := range rg[0].Flavors[0].Resources {
+		if r.Name != want[i] || r.NominalQuota.IsZero() {
+			t.Errorf("flavor quota %d: %s %s", i, r.Name, r.NominalQuota.String())
+		}
+	}
+	if err := undo(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kq.KueueV1beta2().ClusterQueues().Get(ctx, NoDRATeamNamespace, metav1.GetOptions{}); err == nil {
+		t.Error("the undo left the ClusterQueue")
+	}
+	if _, err := kube.CoreV1().Namespaces().Get(ctx, NoDRATeamNamespace, metav1.GetOptions{}); err == nil {
+		t.Error("the undo left the namespace")
+	}
+}
+
+// The other team rows' ClusterQueues still cover both paths' devices.
+func TestTeamQueueCoversBothPaths(t *testing.T) {
+	ctx := t.Context()
+	root, kube, kq := teamFakes(t)
+	_, undo, err := ApplyTeamNamespace(ctx, &rest.Config{Host: "https://127.0.0.1:6443"}, kube, kq, root, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = undo(ctx) }()
+	cq, err := kq.KueueV1beta2().ClusterQueues().Get(ctx, TeamNamespace, metav1.GetOptions{})
+	if err != nil || !slices.Equal(cq.Spec.ResourceGroups[0].CoveredResources, teamCovered) || len(cq.Spec.ResourceGroups[0].Flavors[0].Resources) != 4 {
+		t.Errorf("ClusterQueue %+v, %v", cq, err)
 	}
 }

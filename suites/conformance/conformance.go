@@ -103,10 +103,12 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 	return cfg.ArtifactsDir, nil
 }
 
-// shared is what the first parallel process hands to every process: the run's ID and discovery.
+// shared is what the first parallel process hands to every process: the run's ID, discovery and, in
+// team-namespace mode, what the namespace's quota and queue left of the paths (suite.Run.TeamDecision).
 type shared struct {
 	RunID        string
 	Capabilities cluster.Capabilities
+	TeamDecision string
 }
 
 // register registers the run's Ginkgo nodes: the one-time checks, the registry's scenarios, the per-spec
@@ -122,7 +124,7 @@ func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer) {
 		}
 		// The run ID in the Ginkgo report ties it to this run's record (`gpuconform report` checks).
 		ginkgo.AddReportEntry(reports.RunIDEntry, r.RunID)
-		b, err := json.Marshal(shared{RunID: r.RunID, Capabilities: r.Caps})
+		b, err := json.Marshal(shared{RunID: r.RunID, Capabilities: r.Caps, TeamDecision: r.TeamDecision()})
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
 		return b
 	}, func(b []byte) {
@@ -130,6 +132,7 @@ func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer) {
 		gomega.Expect(json.Unmarshal(b, &first)).To(gomega.Succeed())
 		// Every process built its spec tree from its own discovery: it must be the first process's.
 		gomega.Expect(r.SameDiscovery(ginkgo.GinkgoParallelProcess(), first.Capabilities)).To(gomega.Succeed())
+		gomega.Expect(r.SameTeamDecision(ginkgo.GinkgoParallelProcess(), first.TeamDecision)).To(gomega.Succeed())
 		r.Start(first.RunID)
 	})
 
