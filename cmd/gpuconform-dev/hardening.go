@@ -82,8 +82,7 @@ func hardeningTable() []hardeningRow {
 		// A team whose ClusterQueue covers CPU, memory and nvidia.com/gpu but not the DRA path's Kueue
 		// resource: the DRA path's queued specs are not exercised, with the reason in signoff.md, and the
 		// run is GO (the path's other specs run).
-		// TODO(lead): when hardeningRow has Signoff, require Signoff: []string{"does not cover"} here.
-		{Name: "team-queue-without-dra", Want: "GO",
+		{Name: "team-queue-without-dra", Want: "GO", Signoff: []string{"does not cover"},
 			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
 				team, undo, err := localcluster.ApplyTeamQueueWithoutDRA(ctx, h.clients.REST, h.clients.Kube, h.clients.Kueue, h.root, h.dir)
 				return []string{"--namespace=" + team.Namespace, "--local-queue=" + team.LocalQueue}, team.Kubeconfig, undo, err
