@@ -81,7 +81,9 @@ func CheckKueueWebhookReady(ctx context.Context, kube kubernetes.Interface, name
 }
 
 // CheckStackReady returns nil when every path the configuration demands is discovered with devices
-// (or, for "auto", when at least one path is), and Kueue's webhook is ready when Kueue is installed.
+// (or, for "auto", when at least one path is), and Kueue's webhook is ready when Kueue is installed. A
+// path found broken and settled (Capabilities.Settled) counts as an answer: waiting will not mend it, and
+// the run reports it as a failing spec.
 func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.Config) (Capabilities, error) {
 	snap, err := Collect(ctx, kube, cfg.Kueue.Namespace)
 	if err != nil {
@@ -91,11 +93,11 @@ func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.
 	var problems []string
 	if explicit := cfg.ExplicitPaths(); len(explicit) > 0 {
 		for _, p := range explicit {
-			if !caps.HasPath(p) {
+			if !caps.HasPath(p) && !caps.Settled[p] {
 				problems = append(problems, fmt.Sprintf("allocation path %s was requested but is absent: %s", p, caps.NotExercised[p]))
 			}
 		}
-	} else if caps.DevicePlugin == nil && caps.DRA == nil {
+	} else if caps.DevicePlugin == nil && caps.DRA == nil && caps.SettledBroken() == "" {
 		problems = append(problems, fmt.Sprintf("no allocation path has devices yet: device-plugin: %s; dra: %s",
 			caps.NotExercised[config.PathDevicePlugin], caps.NotExercised[config.PathDRA]))
 	}

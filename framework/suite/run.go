@@ -100,13 +100,24 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 }
 
 // waitForStack polls discovery until the requested paths have devices and Kueue's webhook answers, and
-// returns the last discovery with its error when they do not within the StackReady budget.
+// returns the last discovery with its error when they do not within the StackReady budget. A broken path
+// that is settled ends the wait once it has stayed the same for cluster.SettledFor, so a transient state
+// (a plugin pod restarting) is not reported as broken.
 func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
 	var caps cluster.Capabilities
 	var last error
+	var settled string
+	var since time.Time
 	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, r.Config.Timeouts().StackReady, true, func(ctx context.Context) (bool, error) {
 		caps, last = cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config)
-		return last == nil, nil
+		if last != nil {
+			settled = ""
+			return false, nil
+		}
+		if now := caps.SettledBroken(); now != settled {
+			settled, since = now, time.Now()
+		}
+		return settled == "" || time.Since(since) >= cluster.SettledFor, nil
 	})
 	if last != nil {
 		return caps, last
