@@ -283,6 +283,13 @@ func runCases() []runCase {
 				"Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim train-0-x7k2p-gpu-6xq9d: error preparing devices for claim 2c4d: device gpu-0 is not healthy",
 				"ResourceClaim ml/train-0-x7k2p-gpu-6xq9d: allocated gpu.example.com/gpu-worker-1/gpu-0",
 			}},
+		{name: "driver not registered on the node, twice in 10 s", file: "dra-not-registered.yaml", target: pod(podName),
+			stage: StageStarting, layer: LayerDRA, reason: DRAPrepareFailed,
+			wantMsgs: []string{
+				"prepare dynamic resources: DRA driver gpu.nvidia.com is not registered",
+				"the kubelet on node gpu-worker-1 found DRA driver gpu.nvidia.com not registered 2 time(s) over 10s",
+				"not final yet: final after 3 identical failures or 30s",
+			}},
 
 		// Kubelet and runtime.
 		{name: "image pull", file: "image-pull-failed.yaml", target: pod(podName),
