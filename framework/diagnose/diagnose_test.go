@@ -274,6 +274,13 @@ func runCases() []runCase {
 				"ResourceClaim ml/train-0-x7k2p-gpu-6xq9d: not allocated (status.allocation is empty)",
 			},
 			wantObject: "ResourceClaim ml/train-0-x7k2p-gpu-6xq9d"},
+		{name: "a DeviceClass that selects none of the published devices is final", file: "dra-class-selects-nothing.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerDRA, reason: DRAAllocationFailed, terminal: true,
+			wantMsgs: []string{
+				"2 cannot allocate all claims.",
+				`DeviceClass gpu.nvidia.com selects 0 of 3 published devices: expression "device.attributes['gpu.nvidia.com'].productName == 'gpuconform-never-published'" is false for gpu-4 on node gpu-worker-1 (driver gpu.nvidia.com; attributes: driverVersion=550.54.15, index=4, productName=NVIDIA H100 80GB HBM3, type=gpu)`,
+			},
+			wantObject: "DeviceClass gpu.nvidia.com"},
 		{name: "template missing", file: "dra-claim-missing.yaml", target: pod(podName),
 			stage: StageScheduling, layer: LayerDRA, reason: DRAClaimMissing,
 			wantMsgs: []string{`PodResourceClaim gpu: resource claim template "single-gpu": resourceclaimtemplate.resource.k8s.io "single-gpu" not found`}},
