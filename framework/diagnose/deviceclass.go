@@ -231,12 +231,17 @@ func attributeValue(a resourcev1.DeviceAttribute) string {
 // == "x"`, `"x" == device.driver`, `device.driver in ["x", "y"]`), sorted, read from the expressions'
 // syntax trees as CEL parses them. Empty when the class selects by other means.
 func ClassDrivers(class *resourcev1.DeviceClass) []string {
+	// The macros (has, all, exists, …) expand as CEL's own environments expand them.
+	p, err := parser.NewParser(parser.Macros(parser.AllMacros...))
+	if err != nil {
+		return nil // fixed options: cannot fail
+	}
 	var out []string
 	for _, sel := range class.Spec.Selectors {
 		if sel.CEL == nil {
 			continue
 		}
-		tree, errs := parser.Parse(common.NewTextSource(sel.CEL.Expression))
+		tree, errs := p.Parse(common.NewTextSource(sel.CEL.Expression))
 		if tree == nil || len(errs.GetErrors()) > 0 {
 			continue
 		}

@@ -106,23 +106,33 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
 	var caps cluster.Capabilities
 	var last error
-	var settled string
-	var since time.Time
+	var settled settling
 	err := wait.PollUntilContextTimeout(ctx, 5*time.Second, r.Config.Timeouts().StackReady, true, func(ctx context.Context) (bool, error) {
 		caps, last = cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config)
-		if last != nil {
-			settled = ""
-			return false, nil
-		}
-		if now := caps.SettledBroken(); now != settled {
-			settled, since = now, time.Now()
-		}
-		return settled == "" || time.Since(since) >= cluster.SettledFor, nil
+		return settled.done(time.Now(), last == nil, caps.SettledBroken()), nil
 	})
 	if last != nil {
 		return caps, last
 	}
 	return caps, err
+}
+
+// settling times how long the stack-ready check has given the same settled findings.
+type settling struct {
+	findings string
+	since    time.Time
+}
+
+// done reports whether the wait is over at now: the check passed, and it rests on no settled broken path,
+// or on the same ones for cluster.SettledFor.
+func (s *settling) done(now time.Time, ready bool, findings string) bool {
+	if !ready {
+		findings = "" // nothing settled to time while the check fails
+	}
+	if findings != s.findings {
+		s.findings, s.since = findings, now
+	}
+	return ready && (findings == "" || now.Sub(s.since) >= cluster.SettledFor)
 }
 
 // decide makes the decisions that follow from discovery: the timeout profile, the tolerations, the paths

@@ -203,11 +203,10 @@ func (d draUnregistered) waitRolled(ctx context.Context) error {
 	var last *appsv1.DaemonSet
 	err := wait.PollUntilContextTimeout(ctx, d.poll, d.rollout, true, func(ctx context.Context) (bool, error) {
 		ds, err := d.kube.AppsV1().DaemonSets(SystemNamespace).Get(ctx, fakeAgentDaemonSet, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
+		if err == nil {
+			last = ds
 		}
-		last = ds
-		return rolledOut(ds), nil
+		return err == nil && rolledOut(ds), nil // a failed read is tried again
 	})
 	if err != nil && last != nil {
 		st := last.Status
