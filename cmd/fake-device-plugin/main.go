@@ -45,6 +45,7 @@ func run(log *slog.Logger) error {
 	flag.StringVar(&fault, "fault", "", "faults to inject from the start, comma-separated (see internal/fakeplugin/faults.go; the node annotation "+fakeplugin.FaultsAnnotation+" adds more at run time): "+allFaults())
 	flag.IntVar(&cfg.DRADevices, "dra-devices", cfg.DRADevices, "number of fake GPUs served on the DRA path, after the device plugin's (0 = DRA off)")
 	flag.StringVar(&cfg.DRADriverName, "dra-driver-name", cfg.DRADriverName, "DRA driver name (ResourceSlices, claims, the kubelet plugin's registration)")
+	flag.BoolVar(&cfg.DRAUnregistered, "dra-unregistered", false, "fault injection: publish the DRA devices but never register the DRA plugin with the kubelet (start-up only; see Config.DRAUnregistered)")
 	flag.StringVar(&cfg.KubeletRegistryDir, "kubelet-registry-dir", cfg.KubeletRegistryDir, "kubelet plugin registration directory (DRA)")
 	flag.StringVar(&cfg.KubeletPluginsDir, "kubelet-plugins-dir", cfg.KubeletPluginsDir, "parent of the DRA plugin's socket directory")
 	flag.StringVar(&cfg.StateDir, "state-dir", "", "directory for the fake driver's device nodes, inventory and nvidia-smi on the node (empty = no device nodes, no CDI)")

@@ -116,6 +116,20 @@ func hardeningTable() []hardeningRow {
 				none := func(context.Context) error { return nil } // the rehearsal rolls back itself
 				return []string{"--disruptive", "--upgrade-to=560.35.03-broken", "--ginkgo.label-filter=scenario:upgrade"}, "", none, nil
 			}},
+		// The DRA path broken in the two ways that are settled: discovery finds a DeviceClass that selects
+		// none of the published GPUs (a selector on a productName never published) and registers a failing
+		// spec at once; an agent that publishes its GPUs without registering its kubelet plugin gets its
+		// DRA specs' pods bound, and the kubelet's "is not registered" ends each wait as final.
+		{Name: "deviceclass-selects-nothing", Want: "NO-GO", Failures: []string{"selects 0 of"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				undo, err := localcluster.ApplyDeviceClassSelectsNothing(ctx, h.clients.Kube)
+				return nil, "", undo, err
+			}},
+		{Name: "dra-unregistered", Want: "NO-GO", Failures: []string{"is not registered"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				undo, err := localcluster.ApplyDRAUnregistered(ctx, h.clients.Kube)
+				return nil, "", undo, err
+			}},
 		{Name: "untolerated-taint", Want: "NO-GO", Failures: []string{"UntoleratedTaint", "is final"},
 			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
 				_, kc, undo, err := taint(ctx, h)

@@ -193,9 +193,16 @@ func peakRSS() string {
 	return "unknown"
 }
 
+// scaleDriverNamespace holds the simulated DRA driver's kubelet plugin pods.
+const scaleDriverNamespace = "gpu-operator"
+
 // populate creates n Ready GPU nodes, as a GPU operator labels them, each with 8 nvidia.com/gpu
-// allocatable and a ResourceSlice of 8 devices of driver gpu.nvidia.com, plus the DeviceClass.
+// allocatable, a ResourceSlice of 8 devices of driver gpu.nvidia.com and the driver's Ready kubelet plugin
+// pod (discovery looks for it on the publishing nodes), plus the DeviceClass.
 func populate(ctx context.Context, kube kubernetes.Interface, n, workers int) error {
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: scaleDriverNamespace}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
 	if _, err := kube.ResourceV1().DeviceClasses().Create(ctx, &resourcev1.DeviceClass{
 		ObjectMeta: metav1.ObjectMeta{Name: localcluster.DRADriverName},
 		Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{
@@ -265,7 +272,31 @@ func createGPUNode(ctx context.Context, kube kubernetes.Interface, i int) error 
 			"driverVersion": {VersionValue: ptr.To("550.54.15")},
 		}})
 	}
-	_, err = kube.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
+	if _, err := kube.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	return createPluginPod(ctx, kube, name)
+}
+
+// createPluginPod creates the DRA driver's kubelet plugin pod on node, Running and Ready, with the host
+// paths NVIDIA's DRA driver mounts.
+func createPluginPod(ctx context.Context, kube kubernetes.Interface, node string) error {
+	hostPath := func(name, path string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
+	}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nvidia-dra-driver-kubelet-plugin-" + node, Namespace: scaleDriverNamespace}, Spec: corev1.PodSpec{
+		NodeName:   node,
+		Containers: []corev1.Container{{Name: "gpus", Image: "registry.example.com/k8s-dra-driver-gpu:v25.8.0"}},
+		Volumes: []corev1.Volume{hostPath("plugins-registry", "/var/lib/kubelet/plugins_registry"),
+			hostPath("plugins", "/var/lib/kubelet/plugins/"+localcluster.DRADriverName)},
+	}}
+	created, err := kube.CoreV1().Pods(scaleDriverNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	created.Status.Phase = corev1.PodRunning
+	created.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	_, err = kube.CoreV1().Pods(scaleDriverNamespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
 	return err
 }
 

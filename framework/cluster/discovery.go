@@ -1,11 +1,9 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +51,11 @@ type Snapshot struct {
 	KueueResources []string
 	// KueueDeployment is Kueue's controller Deployment, nil when unreadable.
 	KueueDeployment *appsv1.Deployment
+	// NodePods are, per node whose pods were listed (nodes that publish node-local ResourceSlices, at most
+	// maxPluginNodes), the pods there that mount a hostPath: where a DRA driver's kubelet plugin is looked
+	// for. NodePodsUnread says why they could not be listed ("" when they were).
+	NodePods       map[string][]corev1.Pod
+	NodePodsUnread string
 	// Notes record what could not be read and why (e.g. forbidden), for the report.
 	Notes []string
 }
@@ -81,6 +84,7 @@ func Collect(ctx context.Context, kube kubernetes.Interface, kueueNamespace stri
 		}
 		if rs, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{}); err == nil {
 			s.ResourceSlices = rs.Items
+			s.NodePods, s.NodePodsUnread = collectPluginPods(ctx, kube, s.ResourceSlices)
 		} else {
 			s.Notes = append(s.Notes, fmt.Sprintf("cannot list ResourceSlices: %v", err))
 		}
@@ -126,9 +130,13 @@ type Capabilities struct {
 	NotExercised map[string]string
 	// Broken says, per allocation path that is present but does not work, what is wrong and where:
 	// capacity without allocatable, GPU nodes whose device plugin serves nothing, a DeviceClass whose
-	// driver publishes no devices. A broken path is never "not exercised": the suite registers a failing
-	// spec for it, so the signoff is NO-GO.
+	// driver publishes no devices, a DeviceClass that selects none of the published devices, a DRA driver
+	// whose kubelet plugin runs on none of the nodes that publish its devices. A broken path is never "not
+	// exercised": the suite registers a failing spec for it, so the signoff is NO-GO.
 	Broken map[string]string
+	// Settled marks the broken paths that waiting will not mend (a DeviceClass that selects nothing, a DRA
+	// driver without its kubelet plugin): the stack-ready wait does not wait for them (SettledFor).
+	Settled map[string]bool
 	// GateNode is the Ready GPU node whose kubelet's feature gates the record reads ("" when none).
 	GateNode string
 	// Taints are the GPU pool's dedication taints, which of them test pods tolerate, and the pool nodes
@@ -154,8 +162,10 @@ type DRAPath struct {
 	DeviceClass string
 	// Driver is the driver publishing the slices that class selects.
 	Driver string
-	// Devices lists device names per node from node-local slices.
+	// Devices lists per node the names of the devices of node-local slices that the class selects.
 	Devices map[string][]string
+	// Published counts per node the devices of the driver's node-local slices, selected or not.
+	Published map[string]int
 	// DriverVersion is a driverVersion attribute from the slices, when present.
 	DriverVersion string
 	// Model is a model/productName attribute from the slices, when present.
@@ -225,7 +235,7 @@ func (c Capabilities) HasPath(path string) bool {
 
 // Discover decides the capabilities from a snapshot and the configuration. It never calls the API.
 func Discover(s Snapshot, cfg config.Config) Capabilities {
-	c := Capabilities{NotExercised: map[string]string{}, Broken: map[string]string{}, Notes: s.Notes, GateNode: gateNode(s)}
+	c := Capabilities{NotExercised: map[string]string{}, Broken: map[string]string{}, Settled: map[string]bool{}, Notes: slices.Clone(s.Notes), GateNode: gateNode(s)}
 	if s.ServerVersion != nil {
 		c.ServerVersion = s.ServerVersion.GitVersion
 	}
@@ -241,12 +251,15 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 		c.NotExercised[config.PathDevicePlugin] = "not selected by allocationPaths"
 	}
 	if cfg.WantsPath(config.PathDRA) {
-		c.DRA, c.NotExercised[config.PathDRA] = discoverDRA(s, cfg.DRA.DeviceClass)
-		if c.DRA == nil {
-			if why := brokenDRA(s, cfg.DRA.DeviceClass); why != "" {
-				c.Broken[config.PathDRA], c.NotExercised[config.PathDRA] = why, ""
+		d := decideDRA(s, cfg.DRA.DeviceClass)
+		c.DRA, c.NotExercised[config.PathDRA] = d.path, d.absent
+		if d.broken != "" {
+			c.Broken[config.PathDRA], c.NotExercised[config.PathDRA] = d.broken, ""
+			if d.settled {
+				c.Settled[config.PathDRA] = true
 			}
 		}
+		c.Notes = append(c.Notes, d.notes...)
 	} else {
 		c.NotExercised[config.PathDRA] = "not selected by allocationPaths"
 	}
@@ -396,7 +409,8 @@ func brokenDRA(s Snapshot, configured string) string {
 		if configured != "" && dc.Name != configured {
 			continue
 		}
-		if d := deviceClassDriver(dc); d != "" && !publishing[d] {
+		if ds := diagnose.ClassDrivers(&dc); len(ds) > 0 && !slices.ContainsFunc(ds, func(d string) bool { return publishing[d] }) {
+			d := strings.Join(ds, ", ")
 			return fmt.Sprintf("DeviceClass %s selects driver %s, but no ResourceSlice of %s publishes devices: its kubelet plugin is not running or not registered (kubectl get resourceslices; the driver's pods and the kubelet's log)",
 				dc.Name, d, d)
 		}
@@ -422,24 +436,25 @@ func isExtendedGPUResource(name corev1.ResourceName) bool {
 	return strings.Contains(strings.ToLower(s), "gpu") || strings.HasPrefix(s, migResourcePrefix)
 }
 
-var driverSelectorRE = regexp.MustCompile(`device\.driver\s*==\s*["']([^"']+)["']`)
-
-// deviceClassDriver returns the driver a DeviceClass selects through a `device.driver == "x"` CEL
-// selector, or "" when it selects by other means.
-func deviceClassDriver(dc resourcev1.DeviceClass) string {
-	for _, sel := range dc.Spec.Selectors {
-		if sel.CEL != nil {
-			if m := driverSelectorRE.FindStringSubmatch(sel.CEL.Expression); m != nil {
-				return m[1]
-			}
-		}
+// deviceClassDriver returns the drivers a DeviceClass compares device.driver with that publish devices
+// (comma-separated), else the first it names, or "" when it names none.
+func deviceClassDriver(dc *resourcev1.DeviceClass, publishing map[string]bool) string {
+	named := diagnose.ClassDrivers(dc)
+	if on := slices.DeleteFunc(slices.Clone(named), func(d string) bool { return !publishing[d] }); len(on) > 0 {
+		return strings.Join(on, ",")
+	}
+	if len(named) > 0 {
+		return named[0]
 	}
 	return ""
 }
 
-func discoverDRA(s Snapshot, configured string) (*DRAPath, string) {
+// discoverDRA finds the DRA path: the DeviceClass (configured, else the first by name that selects a
+// driver publishing devices) and the devices it selects per node, evaluated with CEL. It returns why the
+// path is absent, or, when the class selects none of the published devices, why (a broken path).
+func discoverDRA(s Snapshot, configured string) (*DRAPath, string, string) {
 	if !s.ResourceAPI {
-		return nil, "the API server does not serve resource.k8s.io/v1 (DRA is not enabled)"
+		return nil, "the API server does not serve resource.k8s.io/v1 (DRA is not enabled)", ""
 	}
 	drivers := map[string]bool{}
 	for _, sl := range s.ResourceSlices {
@@ -448,13 +463,13 @@ func discoverDRA(s Snapshot, configured string) (*DRAPath, string) {
 		}
 	}
 	if len(drivers) == 0 {
-		return nil, "no ResourceSlice publishes devices (no DRA driver is running)"
+		return nil, "no ResourceSlice publishes devices (no DRA driver is running)", ""
 	}
 	var class *resourcev1.DeviceClass
 	driver := ""
 	for i := range s.DeviceClasses {
 		dc := &s.DeviceClasses[i]
-		d := deviceClassDriver(*dc)
+		d := deviceClassDriver(dc, drivers)
 		if d == "" && drivers[dc.Name] { // classes named after their driver, selecting by other means
 			d = dc.Name
 		}
@@ -464,42 +479,41 @@ func discoverDRA(s Snapshot, configured string) (*DRAPath, string) {
 			}
 			continue
 		}
-		if d != "" && drivers[d] && (class == nil || dc.Name < class.Name) {
+		if d != "" && drivers[strings.Split(d, ",")[0]] && (class == nil || dc.Name < class.Name) {
 			class, driver = dc, d
 		}
 	}
 	if class == nil {
 		if configured != "" {
-			return nil, fmt.Sprintf("DeviceClass %q (set by dra.deviceClass) does not exist", configured)
+			return nil, fmt.Sprintf("DeviceClass %q (set by dra.deviceClass) does not exist", configured), ""
 		}
-		return nil, fmt.Sprintf("no DeviceClass selects a driver that publishes ResourceSlices (drivers: %s); set dra.deviceClass", strings.Join(slices.Sorted(maps.Keys(drivers)), ", "))
+		return nil, fmt.Sprintf("no DeviceClass selects a driver that publishes ResourceSlices (drivers: %s); set dra.deviceClass", strings.Join(slices.Sorted(maps.Keys(drivers)), ", ")), ""
 	}
 	if driver == "" {
 		// A configured class selecting by attributes only: count every node-local device.
 		driver = strings.Join(slices.Sorted(maps.Keys(drivers)), ",")
 	}
-	p := &DRAPath{DeviceClass: class.Name, Driver: driver, Devices: map[string][]string{}}
-	for _, sl := range s.ResourceSlices {
-		if !slices.Contains(strings.Split(driver, ","), sl.Spec.Driver) || sl.Spec.NodeName == nil {
-			continue
-		}
-		for _, d := range sl.Spec.Devices {
-			p.Devices[*sl.Spec.NodeName] = append(p.Devices[*sl.Spec.NodeName], d.Name)
-			if v := attr(d, "driverVersion"); v != "" && p.DriverVersion == "" {
-				p.DriverVersion = v
-			}
-			if v := cmp.Or(attr(d, "model"), attr(d, "productName")); v != "" && p.Model == "" {
-				p.Model = v
-			}
+	// Discovery is pure and each evaluation is bounded by the API's CEL cost limit: no context to honour.
+	match := diagnose.MatchDeviceClass(context.Background(), class, s.ResourceSlices)
+	if why := match.SelectsNothing(); why != "" {
+		return nil, "", why
+	}
+	p := &DRAPath{DeviceClass: class.Name, Driver: driver, Devices: map[string][]string{}, Published: map[string]int{}}
+	for node, names := range match.Matched {
+		if node != "" {
+			p.Devices[node] = names
 		}
 	}
+	for node, n := range match.Published {
+		if node != "" {
+			p.Published[node] = n
+		}
+	}
+	p.DriverVersion, p.Model = draModel(s.ResourceSlices, strings.Split(driver, ","))
 	if len(p.Devices) == 0 {
-		return nil, fmt.Sprintf("DeviceClass %q selects driver %s, but no node-local ResourceSlice of it has devices", class.Name, driver)
+		return nil, fmt.Sprintf("DeviceClass %q selects driver %s, but no node-local ResourceSlice of it has devices", class.Name, driver), ""
 	}
-	for n := range p.Devices {
-		slices.Sort(p.Devices[n])
-	}
-	return p, ""
+	return p, "", ""
 }
 
 func attr(d resourcev1.Device, name string) string {

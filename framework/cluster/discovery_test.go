@@ -53,6 +53,7 @@ func localCluster() *fake.Clientset {
 			Selectors: []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "gpu.example.com"`}}},
 		}},
 		slice("w1", "gpu-0", "gpu-1"), slice("w2", "gpu-0", "gpu-1"),
+		pluginPod("w1", "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins"), pluginPod("w2", "/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins"),
 		&appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "kueue-controller-manager", Namespace: "kueue-system"}, Spec: appsv1.DeploymentSpec{
 			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "manager", Image: "registry.k8s.io/kueue/kueue:v0.17.0"}}}},
 		}},

@@ -103,7 +103,9 @@ func (e *StackNotReady) Unwrap() []error { return e.Problems }
 // CheckStackReady returns nil when every path the configuration demands is discovered with devices
 // (or, for "auto", when at least one path is), no device plugin is settling (settle, when not nil: the
 // run's Settle, so that a plugin that is re-registering is waited for instead of judged broken), and
-// Kueue's webhook is ready when Kueue is installed; otherwise a *StackNotReady.
+// Kueue's webhook is ready when Kueue is installed; otherwise a *StackNotReady. A path found broken and
+// settled (Capabilities.Settled) counts as an answer: waiting will not mend it, and the run reports it as
+// a failing spec.
 func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.Config, settle *Settle) (Capabilities, error) {
 	snap, err := Collect(ctx, kube, cfg.Kueue.Namespace)
 	if err != nil {
@@ -118,11 +120,11 @@ func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.
 	}
 	if explicit := cfg.ExplicitPaths(); len(explicit) > 0 {
 		for _, p := range explicit {
-			if !caps.HasPath(p) {
+			if !caps.HasPath(p) && !caps.Settled[p] {
 				problems = append(problems, fmt.Errorf("allocation path %s was requested but is absent: %s", p, caps.NotExercised[p]))
 			}
 		}
-	} else if caps.DevicePlugin == nil && caps.DRA == nil {
+	} else if caps.DevicePlugin == nil && caps.DRA == nil && caps.SettledBroken() == "" {
 		problems = append(problems, fmt.Errorf("no allocation path has devices yet: device-plugin: %s; dra: %s",
 			caps.NotExercised[config.PathDevicePlugin], caps.NotExercised[config.PathDRA]))
 	}

@@ -172,12 +172,6 @@ func podStarted(p corev1.Pod) time.Time {
 	return t
 }
 
-func podReady(p corev1.Pod) bool {
-	return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-		return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
-	})
-}
-
 func nodeReady(n corev1.Node) bool {
 	return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
 		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue

@@ -45,7 +45,7 @@ func pluginDS(name, dir string, available, desired int32) *appsv1.DaemonSet {
 }
 
 // pluginPod is a pod of DaemonSet ds on node, created age before t0, Ready or not.
-func pluginPod(name, ds, node string, age time.Duration, ready bool) *corev1.Pod {
+func dpPluginPod(name, ds, node string, age time.Duration, ready bool) *corev1.Pod {
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "gpu", CreationTimestamp: metav1.NewTime(t0.Add(-age)),
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "DaemonSet", Name: ds, Controller: ptr.To(true)}}}}
 	p.Spec.NodeName = node
@@ -78,19 +78,19 @@ func TestSettleFirstCheck(t *testing.T) {
 		note string
 	}{
 		{name: "young pod, not Ready: settling", nodes: []corev1.Node{worker},
-			objs:     []runtime.Object{pluginDS("nvidia-device-plugin", dir, 0, 1), pluginPod("dp-a", "nvidia-device-plugin", "w1", 3*time.Second, false)},
+			objs:     []runtime.Object{pluginDS("nvidia-device-plugin", dir, 0, 1), dpPluginPod("dp-a", "nvidia-device-plugin", "w1", 3*time.Second, false)},
 			settling: "w1 (pod gpu/dp-a was not Ready, 3s old)"},
 		{name: "young pod, Ready, node status not written yet: settling", nodes: []corev1.Node{worker},
-			objs:     []runtime.Object{pluginDS("nvidia-device-plugin", dir, 1, 1), pluginPod("dp-a", "nvidia-device-plugin", "w1", 5*time.Second, true)},
+			objs:     []runtime.Object{pluginDS("nvidia-device-plugin", dir, 1, 1), dpPluginPod("dp-a", "nvidia-device-plugin", "w1", 5*time.Second, true)},
 			settling: "pod gpu/dp-a was Ready, 5s old"},
 		{name: "old Ready pod with nothing allocatable: broken, judged at once", nodes: []corev1.Node{worker},
-			objs: []runtime.Object{pluginDS("nvidia-device-plugin", dir, 1, 1), pluginPod("dp-a", "nvidia-device-plugin", "w1", 2*time.Hour, true)}},
+			objs: []runtime.Object{pluginDS("nvidia-device-plugin", dir, 1, 1), dpPluginPod("dp-a", "nvidia-device-plugin", "w1", 2*time.Hour, true)}},
 		{name: "a plugin mounting a directory under device-plugins counts", nodes: []corev1.Node{worker},
-			objs:     []runtime.Object{pluginDS("dp", dir+"/vendor/", 0, 1), pluginPod("dp-a", "dp", "w1", 2*time.Hour, false)},
+			objs:     []runtime.Object{pluginDS("dp", dir+"/vendor/", 0, 1), dpPluginPod("dp-a", "dp", "w1", 2*time.Hour, false)},
 			settling: "pod gpu/dp-a was not Ready, 2h0m0s old"},
 		{name: "old pod being replaced: settling", nodes: []corev1.Node{worker},
 			objs: []runtime.Object{pluginDS("dp", dir, 1, 1), func() *corev1.Pod {
-				p := pluginPod("dp-a", "dp", "w1", 2*time.Hour, true)
+				p := dpPluginPod("dp-a", "dp", "w1", 2*time.Hour, true)
 				p.DeletionTimestamp = &metav1.Time{Time: t0}
 				p.Finalizers = []string{"test/keep"} // the fake tracker refuses a deletion timestamp without one
 				return p
@@ -103,30 +103,30 @@ func TestSettleFirstCheck(t *testing.T) {
 			objs: []runtime.Object{pluginDS("dp", dir, 3, 3)},
 			note: "no device plugin pod runs on node w1 (looked for pods of gpu/dp)"},
 		{name: "no DaemonSet mounts device-plugins: judged as today, noted", nodes: []corev1.Node{worker},
-			objs: []runtime.Object{pluginDS("csi", "/var/lib/kubelet/plugins", 0, 1), pluginPod("csi-a", "csi", "w1", time.Second, false)},
+			objs: []runtime.Object{pluginDS("csi", "/var/lib/kubelet/plugins", 0, 1), dpPluginPod("csi-a", "csi", "w1", time.Second, false)},
 			note: "no DaemonSet mounts /var/lib/kubelet/device-plugins, so the device plugin's pods on node(s) w1 could not be found"},
 		{name: "pods forbidden: judged, noted", nodes: []corev1.Node{worker}, forbid: "pods",
-			objs: []runtime.Object{pluginDS("dp", dir, 0, 1), pluginPod("dp-a", "dp", "w1", time.Second, false)},
+			objs: []runtime.Object{pluginDS("dp", dir, 0, 1), dpPluginPod("dp-a", "dp", "w1", time.Second, false)},
 			note: "cannot list the pods on node w1 to find its device plugin"},
 		{name: "DaemonSets forbidden: judged, noted", nodes: []corev1.Node{worker}, forbid: "daemonsets",
-			objs: []runtime.Object{pluginDS("dp", dir, 0, 1), pluginPod("dp-a", "dp", "w1", time.Second, false)},
+			objs: []runtime.Object{pluginDS("dp", dir, 0, 1), dpPluginPod("dp-a", "dp", "w1", time.Second, false)},
 			note: "cannot list DaemonSets to find the device plugin's pods"},
 		{name: "labelled GPU node without a resource, plugin starting: settling", nodes: []corev1.Node{settleNode("w1", -1, 0)},
-			objs:     []runtime.Object{pluginDS("dp", dir, 0, 1), pluginPod("dp-a", "dp", "w1", time.Second, false)},
+			objs:     []runtime.Object{pluginDS("dp", dir, 0, 1), dpPluginPod("dp-a", "dp", "w1", time.Second, false)},
 			settling: "w1 (pod gpu/dp-a was not Ready"},
 		{name: "a node serving fewer than its capacity, plugin just restarted: settling", nodes: []corev1.Node{settleNode("w1", 4, 2)},
-			objs:     []runtime.Object{pluginDS("dp", dir, 1, 1), pluginPod("dp-a", "dp", "w1", 10*time.Second, true)},
+			objs:     []runtime.Object{pluginDS("dp", dir, 1, 1), dpPluginPod("dp-a", "dp", "w1", 10*time.Second, true)},
 			settling: "pod gpu/dp-a was Ready, 10s old"},
 		{name: "every node serves its capacity and the DaemonSet is settled: nothing read beyond it", nodes: []corev1.Node{settleNode("w1", 4, 4)},
-			objs: []runtime.Object{pluginDS("dp", dir, 1, 1), pluginPod("dp-a", "dp", "w1", time.Second, false)}},
+			objs: []runtime.Object{pluginDS("dp", dir, 1, 1), dpPluginPod("dp-a", "dp", "w1", time.Second, false)}},
 		{name: "node still shows its devices but its plugin is being replaced (status lags the kubelet): settling",
 			nodes: []corev1.Node{settleNode("w1", 4, 4), settleNode("w2", 4, 4)},
-			objs: []runtime.Object{pluginDS("dp", dir, 1, 2), pluginPod("dp-a", "dp", "w1", 2*time.Hour, true),
-				pluginPod("dp-b", "dp", "w2", time.Second, false)},
+			objs: []runtime.Object{pluginDS("dp", dir, 1, 2), dpPluginPod("dp-a", "dp", "w1", 2*time.Hour, true),
+				dpPluginPod("dp-b", "dp", "w2", time.Second, false)},
 			settling: "device plugin settling on w2 (pod gpu/dp-b was not Ready, 1s old)"},
 		{name: "a stuck old pod on a node that serves its capacity does not hold the run up",
 			nodes: []corev1.Node{settleNode("w1", 4, 4)},
-			objs:  []runtime.Object{pluginDS("dp", dir, 0, 1), pluginPod("dp-a", "dp", "w1", 2*time.Hour, false)}},
+			objs:  []runtime.Object{pluginDS("dp", dir, 0, 1), dpPluginPod("dp-a", "dp", "w1", 2*time.Hour, false)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			kube := fake.NewClientset(tc.objs...)
@@ -158,14 +158,14 @@ func TestSettleFirstCheck(t *testing.T) {
 // plugin never comes back is judged when the window ends, and the record says that.
 func TestSettleWaitsThenNotes(t *testing.T) {
 	ctx := t.Context()
-	kube := fake.NewClientset(pluginDS("dp", devicePluginDir, 0, 1), pluginPod("dp-a", "dp", "w1", time.Second, false))
+	kube := fake.NewClientset(pluginDS("dp", devicePluginDir, 0, 1), dpPluginPod("dp-a", "dp", "w1", time.Second, false))
 	s := NewSettle(t0)
 	down := []corev1.Node{settleNode("w1", 4, 0)}
 	if err := s.Check(ctx, kube, down, "nvidia.com/gpu", t0.Add(time.Second)); err == nil {
 		t.Fatal("first check: not settling")
 	}
 	// The plugin registered: its pod is Ready, its DaemonSet available, the node status says so.
-	if _, err := kube.CoreV1().Pods("gpu").Update(ctx, pluginPod("dp-a", "dp", "w1", time.Second, true), metav1.UpdateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Pods("gpu").Update(ctx, dpPluginPod("dp-a", "dp", "w1", time.Second, true), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := kube.AppsV1().DaemonSets("gpu").Update(ctx, pluginDS("dp", devicePluginDir, 1, 1), metav1.UpdateOptions{}); err != nil {
@@ -179,7 +179,7 @@ func TestSettleWaitsThenNotes(t *testing.T) {
 		t.Errorf("notes = %q", notes)
 	}
 
-	kube = fake.NewClientset(pluginDS("dp", devicePluginDir, 0, 1), pluginPod("dp-a", "dp", "w1", time.Second, false))
+	kube = fake.NewClientset(pluginDS("dp", devicePluginDir, 0, 1), dpPluginPod("dp-a", "dp", "w1", time.Second, false))
 	s = NewSettle(t0)
 	for _, at := range []time.Duration{time.Second, 30 * time.Second} {
 		if err := s.Check(ctx, kube, down, "", t0.Add(at)); err == nil {
@@ -235,7 +235,7 @@ func TestSettleIsBounded(t *testing.T) {
 func TestStackNotReadyWhileAPluginSettles(t *testing.T) {
 	now := time.Now()
 	w1, w2 := settleNode("w1", 4, 0), settleNode("w2", 4, 4)
-	pod := pluginPod("dp-a", "dp", "w1", 0, false)
+	pod := dpPluginPod("dp-a", "dp", "w1", 0, false)
 	pod.CreationTimestamp = metav1.NewTime(now.Add(-2 * time.Second))
 	kube := fake.NewClientset(&w1, &w2, pluginDS("dp", devicePluginDir, 1, 2), pod)
 	caps, err := CheckStackReady(t.Context(), kube, config.Default(), NewSettle(now))

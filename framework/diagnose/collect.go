@@ -30,11 +30,12 @@ func Collect(ctx context.Context, c Clients, t Target) (*Snapshot, error) {
 		return nil, err
 	}
 	col := &collector{c: c, s: &Snapshot{Target: t}}
-	col.readTarget(ctx) // application: the target, its owner Job or controllers, its pods
-	col.readQueue(ctx)  // Kueue: the Workload, its events, its queues
-	col.readEvents(ctx) // kubelet, runtime, scheduler: what they said about the pod (or controllers about missing pods)
-	col.readClaims(ctx) // DRA: the pod's ResourceClaims and templates
-	col.readNodes(ctx)  // scheduler: the nodes, when its message names a gate or a lack of capacity
+	col.readTarget(ctx)        // application: the target, its owner Job or controllers, its pods
+	col.readQueue(ctx)         // Kueue: the Workload, its events, its queues
+	col.readEvents(ctx)        // kubelet, runtime, scheduler: what they said about the pod (or controllers about missing pods)
+	col.readClaims(ctx)        // DRA: the pod's ResourceClaims and templates
+	col.readNodes(ctx)         // scheduler: the nodes, when its message names a gate or a lack of capacity
+	col.readDeviceClasses(ctx) // DRA: the claims' DeviceClasses and the published devices, when they cannot be allocated
 	return col.s, nil
 }
 

@@ -47,6 +47,10 @@ func snapshotOf(t *testing.T, file string, target Target) *Snapshot {
 			s.ResourceClaims = append(s.ResourceClaims, *o)
 		case *resourcev1.ResourceClaimTemplate:
 			s.ResourceClaimTemplates = append(s.ResourceClaimTemplates, *o)
+		case *resourcev1.DeviceClass:
+			s.DeviceClasses = append(s.DeviceClasses, *o)
+		case *resourcev1.ResourceSlice:
+			s.ResourceSlices = append(s.ResourceSlices, *o)
 		}
 		if m, err := meta.Accessor(obj); err == nil && obj.GetObjectKind().GroupVersionKind().Kind == tg.Kind && m.GetName() == tg.Name {
 			if _, ok := ownerRead(tg); ok {

@@ -274,6 +274,13 @@ func runCases() []runCase {
 				"ResourceClaim ml/train-0-x7k2p-gpu-6xq9d: not allocated (status.allocation is empty)",
 			},
 			wantObject: "ResourceClaim ml/train-0-x7k2p-gpu-6xq9d"},
+		{name: "a DeviceClass that selects none of the published devices is final", file: "dra-class-selects-nothing.yaml", target: pod(podName),
+			stage: StageScheduling, layer: LayerDRA, reason: DRAAllocationFailed, terminal: true,
+			wantMsgs: []string{
+				"2 cannot allocate all claims.",
+				`DeviceClass gpu.nvidia.com selects 0 of 3 published devices: expression "device.attributes['gpu.nvidia.com'].productName == 'gpuconform-never-published'" is false for gpu-4 on node gpu-worker-1 (driver gpu.nvidia.com; attributes: driverVersion=550.54.15, index=4, productName=NVIDIA H100 80GB HBM3, type=gpu)`,
+			},
+			wantObject: "DeviceClass gpu.nvidia.com"},
 		{name: "template missing", file: "dra-claim-missing.yaml", target: pod(podName),
 			stage: StageScheduling, layer: LayerDRA, reason: DRAClaimMissing,
 			wantMsgs: []string{`PodResourceClaim gpu: resource claim template "single-gpu": resourceclaimtemplate.resource.k8s.io "single-gpu" not found`}},
@@ -282,6 +289,13 @@ func runCases() []runCase {
 			wantMsgs: []string{
 				"Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim train-0-x7k2p-gpu-6xq9d: error preparing devices for claim 2c4d: device gpu-0 is not healthy",
 				"ResourceClaim ml/train-0-x7k2p-gpu-6xq9d: allocated gpu.example.com/gpu-worker-1/gpu-0",
+			}},
+		{name: "driver not registered on the node, twice in 10 s", file: "dra-not-registered.yaml", target: pod(podName),
+			stage: StageStarting, layer: LayerDRA, reason: DRAPrepareFailed,
+			wantMsgs: []string{
+				"prepare dynamic resources: DRA driver gpu.nvidia.com is not registered",
+				"the kubelet on node gpu-worker-1 found DRA driver gpu.nvidia.com not registered 2 time(s) over 10s",
+				"not final yet: final after 3 identical failures or 30s",
 			}},
 
 		// Kubelet and runtime.

@@ -14,7 +14,7 @@
 // Job target from Run to its Result takes these stops, in order:
 //
 //  1. Run (run.go): Collect, then Decide.
-//  2. Collect (collect.go): calls the five readers below, in order.
+//  2. Collect (collect.go): calls the six readers below, in order.
 //  3. readTarget: the application layer's objects: the Job and its pods.
 //  4. readQueue: Kueue's: the Job's Workload and, while it waits for quota,
 //     what Kueue said (its events) and its LocalQueue and ClusterQueue.
@@ -23,27 +23,34 @@
 //     pods).
 //  6. readClaims: DRA's: that pod's ResourceClaims and templates.
 //  7. readNodes: the scheduler's: the nodes, when its message names a gate
-//     or a lack of capacity. Back to Run (the first return).
-//  8. Decide (decide.go): from the most downstream object: the pods, else
+//     or a lack of capacity.
+//  8. readDeviceClasses (dra_class.go): DRA's again: the DeviceClasses the
+//     pod's claims ask for and the published ResourceSlices, when the
+//     scheduler cannot allocate the claims. Back to Run (the first return).
+//  9. Decide (decide.go): from the most downstream object: the pods, else
 //     the Workload, else the Job or the controllers.
-//  9. frame (snapshot.go): which Job, Workload and pods are the target's,
+//  10. frame (snapshot.go): which Job, Workload and pods are the target's,
 //     and the first failed read among them (a Forbidden or APIMissing
-//     verdict). Readers 4 to 7 call it too, to know whose objects to read.
-//  10. pod (pod.go): the explaining pod: finished, rejected by the kubelet,
+//     verdict). Readers 4 to 8 call it too, to know whose objects to read.
+//  11. pod (pod.go): the explaining pod: finished, rejected by the kubelet,
 //     unscheduled, container errors, the kubelet's events, running.
-//  11. unscheduled (scheduler.go): DRA objects, then the scheduler's counted
-//     causes (schedmsg.go parses them).
-//  12. refineCapacity (scheduler.go), or refineGates for a taint or selector
+//  12. unscheduled (scheduler.go): DRA objects, then the scheduler's counted
+//     causes (schedmsg.go parses them); an allocation failure goes to
+//     classesSelect (dra_class.go), which evaluates the claims' DeviceClasses
+//     on the published devices (MatchDeviceClass, deviceclass.go).
+//  13. refineCapacity (scheduler.go), or refineGates for a taint or selector
 //     verdict: what the nodes add. Back to Run with the Result (the second
 //     return).
 //
 // A queued Job, which has no pods, goes from Decide to workload and
-// notReserved (kueue.go) instead of stops 10 to 12; a Job that should have
+// notReserved (kueue.go) instead of stops 11 to 13; a Job that should have
 // pods and has none (admitted, or not queued) goes to noPodsYet (decide.go),
 // which reads the Job controller's FailedCreate with ParseAdmissionDenial; a
-// bound pod whose DRA driver failed goes from pod to claims (dra.go); a
+// bound pod whose DRA driver failed goes from pod to claims (dra.go), and to
+// unregistered (dra.go) when the kubelet says the driver is not registered; a
 // container whose pull or create failed goes from pod to repeats
-// (repeats.go), which counts the kubelet's identical failures. Along the way the stops
+// (repeats.go), which counts the kubelet's identical failures (repeated, which
+// unregistered uses too). Along the way the stops
 // consult pure helpers that call nothing back: eventsOf and latestEvent
 // (events.go), representativePod and statusExplains (pod.go),
 // classifyReadErr (access.go), ParseSchedulerMessage and PrimaryCause

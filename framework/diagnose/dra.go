@@ -1,9 +1,12 @@
 package diagnose
 
 import (
+	"cmp"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -116,4 +119,45 @@ func (v *verdict) addClaims(pod *corev1.Pod, res *Result) error {
 	res.Messages = append(res.Messages, st.missing...)
 	res.Messages = append(res.Messages, st.status...)
 	return nil
+}
+
+// notRegisteredRE finds the kubelet's words for a claim whose driver has no registered kubelet plugin on
+// the node: DRAPluginManager.GetPlugin's `DRA driver %s is not registered`
+// (pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go in k8s v1.37), inside the FailedPrepareDynamicResources
+// event `Failed to prepare dynamic resources: prepare dynamic resources: %v`
+// (pkg/kubelet/kuberuntime/kuberuntime_manager.go).
+var notRegisteredRE = regexp.MustCompile(`DRA driver (\S+) is not registered`)
+
+// notRegisteredFinal is how long a driver may stay unregistered on a node before the failure is final.
+// It is the kubelet's own grace for a plugin that went away: it waits 30 s for the plugin to register
+// again before it wipes the driver's ResourceSlices from the node (defaultWipingDelay,
+// pkg/kubelet/cm/dra/manager.go in k8s v1.37: "long enough to actually allow stopping a pod and starting
+// the replacement"). A plugin that is only restarting is back within it; one that is not will not be.
+const notRegisteredFinal = 30 * time.Second
+
+// unregistered makes a DRAPrepareFailed verdict final when the kubelet's reason is that the claim's driver
+// is not registered on the node, and that failure has repeated repeatsFinal times (the kubelet retries a
+// failed pod sync every 10 s) or lasted notRegisteredFinal; the count and span go into the evidence either
+// way, as for a container's repeated failures (repeated).
+func unregistered(pod *corev1.Pod, evs []corev1.Event, res *Result) {
+	// Only the kubelet's latest word counts: a driver that registered since fails, if at all, otherwise.
+	if latest := latestEvent(evs, eventFailedPrepareDRA); latest == nil || !notRegisteredRE.MatchString(latest.Message) {
+		return
+	}
+	about := func(e *corev1.Event) bool { return e.Reason == eventFailedPrepareDRA }
+	rep, ok := repeated(evs, about, notRegisteredRE.MatchString)
+	if !ok {
+		return
+	}
+	driver := notRegisteredRE.FindStringSubmatch(rep.newest.Message)[1]
+	node := cmp.Or(pod.Spec.NodeName, rep.newest.Source.Host)
+	res.Messages = append(res.Messages, fmt.Sprintf("the kubelet on node %s found DRA driver %s not registered %d time(s) over %s (events %s, count %d): its kubelet plugin does not run there, or does not register",
+		node, driver, rep.count, rep.span.Round(time.Second), eventFailedPrepareDRA, rep.count))
+	res.Next = fmt.Sprintf("kubectl get pods -A -o wide --field-selector spec.nodeName=%s (the DRA driver's kubelet plugin pod); its log and the kubelet's", node)
+	if !rep.final(notRegisteredFinal) {
+		res.Messages = append(res.Messages, fmt.Sprintf("not final yet: final after %d identical failures or %s", repeatsFinal, notRegisteredFinal))
+		return
+	}
+	res.terminal(fmt.Sprintf("DRA driver %s stayed unregistered on node %s (%d failures over %s; final from %d or %s, the kubelet's own grace for a plugin to register again): the pod cannot start there until the driver's kubelet plugin runs on the node",
+		driver, node, rep.count, rep.span.Round(time.Second), repeatsFinal, notRegisteredFinal))
 }

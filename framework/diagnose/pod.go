@@ -226,6 +226,7 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 				if err := v.addClaims(pod, res); err != nil {
 					return nil, err
 				}
+				unregistered(pod, evs, res)
 			}
 			return res, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -80,22 +81,12 @@ func (v *verdict) repeats(pod *corev1.Pod, container string, w *corev1.Container
 		}
 		return sameFailure(msg, createFailedHead+w.Message)
 	}
-	var newest *corev1.Event
-	evs := eventsOf(v.s.Events, "Pod", pod.Name, pod.UID)
-	for i := len(evs) - 1; i >= 0 && newest == nil; i-- {
-		if e := &evs[i]; e.Reason == eventFailed && aboutContainer(e, container) && failing(uncombined(e.Message)) {
-			newest = e
-		}
-	}
-	if newest == nil {
+	about := func(e *corev1.Event) bool { return e.Reason == eventFailed && aboutContainer(e, container) }
+	rep, ok := repeated(eventsOf(v.s.Events, "Pod", pod.Name, pod.UID), about, failing)
+	if !ok {
 		return
 	}
-	n := int32(0)
-	for _, e := range evs {
-		if e.Reason == eventFailed && aboutContainer(&e, container) && sameFailure(e.Message, newest.Message) {
-			n += eventCount(e)
-		}
-	}
+	n, newest := rep.count, rep.newest
 	v.ref("Event", newest.Namespace, newest.Name)
 	what := "the runtime on node %s failed to create container %s %d time(s) for the same reason"
 	switch {
@@ -105,11 +96,63 @@ func (v *verdict) repeats(pod *corev1.Pod, container string, w *corev1.Container
 		what = "the runtime on node %s failed to start container %s %d time(s) for the same reason"
 	}
 	res.Messages = append(res.Messages, fmt.Sprintf(what, pod.Spec.NodeName, container, n)+fmt.Sprintf(" (events %s, count %d)", newest.Reason, n))
-	if n < repeatsFinal {
+	if !rep.final(0) {
 		res.Messages = append(res.Messages, fmt.Sprintf("not final yet: final after %d identical failures", repeatsFinal))
 		return
 	}
 	res.terminal(fmt.Sprintf("the same failure repeated %d times on node %s (final from %d): the kubelet keeps retrying, but it fails the same way until the node, the image or the pod changes", n, pod.Spec.NodeName, repeatsFinal))
+}
+
+// repetition is one failure as the events about a pod carry it.
+type repetition struct {
+	// newest is the latest event of the failure.
+	newest *corev1.Event
+	// count sums the counts of the events that carry it; span is the time from its first occurrence to
+	// its latest.
+	count int32
+	span  time.Duration
+}
+
+// repeated finds the newest event that about accepts and whose message (without the event correlator's
+// prefix) failing accepts, and counts the events about accepts that carry the same failure (sameFailure).
+// ok is false when there is no such event.
+func repeated(evs []corev1.Event, about func(*corev1.Event) bool, failing func(msg string) bool) (rep repetition, ok bool) {
+	for i := len(evs) - 1; i >= 0 && rep.newest == nil; i-- {
+		if e := &evs[i]; about(e) && failing(uncombined(e.Message)) {
+			rep.newest = e
+		}
+	}
+	if rep.newest == nil {
+		return rep, false
+	}
+	first := EventTime(*rep.newest)
+	for _, e := range evs {
+		if about(&e) && sameFailure(e.Message, rep.newest.Message) {
+			rep.count += eventCount(e)
+			if t := firstOccurrence(e); !t.IsZero() && t.Before(first) {
+				first = t
+			}
+		}
+	}
+	rep.span = EventTime(*rep.newest).Sub(first)
+	return rep, true
+}
+
+// final reports a failure that has repeated repeatsFinal times or, when within is set, has lasted within.
+func (r repetition) final(within time.Duration) bool {
+	return r.count >= repeatsFinal || within > 0 && r.span >= within
+}
+
+// firstOccurrence is when an event first happened: its firstTimestamp (core/v1 writers), else its
+// eventTime (events.k8s.io writers, whose series carries the latest), else its creation.
+func firstOccurrence(e corev1.Event) time.Time {
+	switch {
+	case !e.FirstTimestamp.IsZero():
+		return e.FirstTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
 }
 
 // aboutContainer reports an event about the named container, or about the pod as a whole (a recorder

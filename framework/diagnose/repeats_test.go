@@ -63,6 +63,28 @@ func TestDecideRepeats(t *testing.T) {
 			s.Pods[0].Status.Phase = corev1.PodRunning
 			s.Pods[0].Status.ContainerStatuses[0].State = corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
 		}), ReasonRunning, false, "phase Running"},
+		// A DRA driver not registered on the pod's node: final from three failures, or from 30 s (the
+		// kubelet's grace for a plugin to register again) however few the kubelet's retries.
+		{"driver not registered twice in 10 s", edit("dra-not-registered.yaml", func(*Snapshot) {}), DRAPrepareFailed, false, "not final yet"},
+		{"driver not registered three times", edit("dra-not-registered.yaml", count(3)), DRAPrepareFailed, true,
+			"found DRA driver gpu.nvidia.com not registered 3 time(s)"},
+		{"driver not registered for 30 s", edit("dra-not-registered.yaml", func(s *Snapshot) {
+			s.Events[0].LastTimestamp.Time = s.Events[0].FirstTimestamp.Add(30e9)
+		}), DRAPrepareFailed, true, "not registered 2 time(s) over 30s"},
+		{"driver not registered, counted over two events", edit("dra-not-registered.yaml", func(s *Snapshot) {
+			older := s.Events[0]
+			older.Name, older.Count = "older", 1
+			older.FirstTimestamp.Time, older.LastTimestamp.Time = older.FirstTimestamp.Add(-10e9), older.FirstTimestamp.Add(-10e9)
+			s.Events = append(s.Events, older)
+		}), DRAPrepareFailed, true, "not registered 3 time(s) over 20s"},
+		{"a driver that registered since fails otherwise", edit("dra-not-registered.yaml", func(s *Snapshot) {
+			s.Events[0].Count = 5
+			newer := s.Events[0]
+			newer.Name, newer.Count, newer.Message = "newer", 1, "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim train-0-x7k2p-gpu-6xq9d: device gpu-0 is not healthy"
+			newer.FirstTimestamp.Time, newer.LastTimestamp.Time = newer.LastTimestamp.Add(5e9), newer.LastTimestamp.Add(5e9)
+			s.Events = append(s.Events, newer)
+		}), DRAPrepareFailed, false, "device gpu-0 is not healthy"},
+		{"another prepare failure repeated is not this one", edit("dra-prepare-failed.yaml", func(s *Snapshot) { s.Events[0].Count = 5 }), DRAPrepareFailed, false, "is not healthy"},
 		{"events unreadable", edit("image-pull-unreachable.yaml", func(s *Snapshot) {
 			s.Errors = append(s.Errors, ReadError{Read: eventsRead("ml", "Pod", podName), Err: forbidden("list", "events")})
 		}), ImagePullFailed, false, "repeated failures are not counted"},

@@ -107,6 +107,9 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 			res.Messages = append(res.Messages, claims.status...)
 		}
 		res.Next = fmt.Sprintf("kubectl get resourceclaims -n %s -o yaml; kubectl get resourceslices -o wide", pod.Namespace)
+		if res.Reason == DRAAllocationFailed {
+			v.classesSelect(pod, res)
+		}
 	case InsufficientDevice:
 		res.Next = "kubectl describe nodes | grep -E '^Name:|" + strings.ReplaceAll(strings.TrimPrefix(primary.Text, "Insufficient "), ".", `\.`) + "'"
 	case UntoleratedTaint:

@@ -49,6 +49,10 @@ type Snapshot struct {
 	// ResourceClaims and ResourceClaimTemplates are those the explaining pod refers to.
 	ResourceClaims         []resourcev1.ResourceClaim
 	ResourceClaimTemplates []resourcev1.ResourceClaimTemplate
+	// DeviceClasses are those the claims ask for, and ResourceSlices the devices published for them,
+	// read when the scheduler cannot allocate the claims.
+	DeviceClasses  []resourcev1.DeviceClass
+	ResourceSlices []resourcev1.ResourceSlice
 
 	// Errors are the reads that failed, in the order they were made.
 	Errors []ReadError

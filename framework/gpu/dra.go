@@ -34,8 +34,10 @@ type DRA struct {
 	Driver string
 	// KueueResource is the name Kueue accounts the class's devices as (deviceClassMappings).
 	KueueResource corev1.ResourceName
-	// Devices are the device names per node.
+	// Devices are the names per node of the devices the class selects.
 	Devices map[string][]string
+	// Published counts per node the devices the driver publishes, selected by the class or not.
+	Published map[string]int
 }
 
 var _ Path = (*DRA)(nil)
@@ -66,7 +68,12 @@ func (p *DRA) Capacity() map[string]int64 {
 
 // Describe implements Path.
 func (p *DRA) Describe() string {
-	return fmt.Sprintf("DRA: DeviceClass %s, driver %s (%d nodes, %d devices; Kueue quota as %s)", p.DeviceClass, p.Driver, len(p.Devices), sum(p.Capacity()), p.KueueResource)
+	published := 0
+	for _, n := range p.Published {
+		published += n
+	}
+	return fmt.Sprintf("DRA: DeviceClass %s matches %d of %d published devices, driver %s (%d nodes; Kueue quota as %s)",
+		p.DeviceClass, sum(p.Capacity()), published, p.Driver, len(p.Devices), p.KueueResource)
 }
 
 // TemplateName is the ResourceClaimTemplate name for an owner (Job or Pod) name.

@@ -58,18 +58,19 @@ func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
 // was made).
 func (w stackWait) run(ctx context.Context) (cluster.Capabilities, error) {
 	start := w.clock.Now()
+	var settled settling
 	for {
 		caps, err := w.check(ctx)
-		if err == nil {
+		now := w.clock.Now()
+		if settled.done(now, err == nil, caps.SettledBroken()) {
 			return caps, nil
 		}
-		now := w.clock.Now()
 		if stop, why := stopEarly(err, start, now); stop {
 			return caps, fmt.Errorf("%w\n(the wait for the GPU stack stopped after %s of its %s budget: %s)", err, now.Sub(start).Round(time.Second), w.budget, why)
 		}
 		left := w.budget - now.Sub(start)
 		if left <= 0 {
-			return caps, err
+			return caps, err // nil when a settled broken path had not stood for cluster.SettledFor yet: judge it as it stands
 		}
 		select {
 		case <-ctx.Done():
@@ -96,4 +97,22 @@ func stopEarly(err error, start, now time.Time) (bool, string) {
 		return true, fmt.Sprintf("the component did not come up within %s and no rollout of it is in progress", componentGrace)
 	}
 	return false, ""
+}
+
+// settling times how long the stack-ready check has given the same settled findings.
+type settling struct {
+	findings string
+	since    time.Time
+}
+
+// done reports whether the wait is over at now: the check passed, and it rests on no settled broken path,
+// or on the same ones for cluster.SettledFor.
+func (s *settling) done(now time.Time, ready bool, findings string) bool {
+	if !ready {
+		findings = "" // nothing settled to time while the check fails
+	}
+	if findings != s.findings {
+		s.findings, s.since = findings, now
+	}
+	return ready && (findings == "" || now.Sub(s.since) >= cluster.SettledFor)
 }

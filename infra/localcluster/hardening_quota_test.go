@@ -188,17 +188,15 @@ func TestProvisionComputePolicy(t *testing.T) {
 	}
 	create("someone-else", nil)
 	create("gpuconform-alloc-x1", map[string]string{fixtures.RunLabel: "r1"})
+	// The quota is created, then its usage recorded: wait for both, or the check below races the second.
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return has("gpuconform-alloc-x1"), nil
+		q, err := kube.CoreV1().ResourceQuotas("gpuconform-alloc-x1").Get(ctx, ComputeQuota, metav1.GetOptions{})
+		return has("gpuconform-alloc-x1") && err == nil && counted(q), nil
 	}); err != nil {
-		t.Fatalf("the labelled namespace got no policy: %v", err)
+		t.Fatalf("the labelled namespace got no policy with its usage recorded: %v", err)
 	}
 	if has("someone-else") {
 		t.Error("an unlabelled namespace got the policy")
-	}
-	q, err := kube.CoreV1().ResourceQuotas("gpuconform-alloc-x1").Get(ctx, ComputeQuota, metav1.GetOptions{})
-	if err != nil || !counted(q) {
-		t.Errorf("the quota's usage is not recorded (pods would be refused until the controller counts): %v %+v", err, q.Status)
 	}
 	if err := undo(ctx); err != nil {
 		t.Fatal(err)

@@ -54,6 +54,15 @@ type Config struct {
 	// claims for; NVIDIA's DRA driver calls itself gpu.nvidia.com, and so does the fake, so that CEL
 	// selectors written for real clusters (device.attributes["gpu.nvidia.com"].productName) work on it.
 	DRADriverName string
+	// DRAUnregistered runs the DRA half without registering it with the kubelet: it serves its gRPC
+	// socket and publishes its ResourceSlices through the API as always, and counts as ready without the
+	// kubelet's registration. Plays a driver whose kubelet plugin does not register (a registrar directory
+	// that is not the kubelet's, a broken registration sidecar): the scheduler allocates its devices and
+	// the kubelet refuses every pod given one ("DRA driver … is not registered"). It is a start-up flag,
+	// not a Fault switched at run time: a plugin that unregisters while running has its slices wiped by
+	// the kubelet 30 s later, so the state would depend on when a spec looked (hardening row
+	// dra-unregistered).
+	DRAUnregistered bool
 	// KubeletRegistryDir and KubeletPluginsDir are the kubelet's plugin registration directory and the
 	// parent of the DRA plugin's own socket directory.
 	KubeletRegistryDir string

@@ -59,11 +59,15 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 		kubeletplugin.DriverName(name),
 		kubeletplugin.RegistrarDirectoryPath(p.cfg.KubeletRegistryDir),
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
+		kubeletplugin.RegistrationService(!p.cfg.DRAUnregistered),
 	)
 	if err != nil {
 		return fmt.Errorf("start DRA kubelet plugin %s: %w", name, err)
 	}
 	defer helper.Stop()
+	if p.cfg.DRAUnregistered {
+		p.log.Warn("FAULT INJECTION: the DRA kubelet plugin does not register with the kubelet; its ResourceSlices are published all the same", "driver", name)
+	}
 	p.log.Info("DRA kubelet plugin started", "driver", name, "devices", p.cfg.DRADevices)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -92,13 +96,15 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 			case <-changed:
 				break wait
 			case <-tick.C:
-				// Readiness follows the kubelet's registration of the plugin (it can drop and come back).
+				// Readiness follows the kubelet's registration of the plugin (it can drop and come back);
+				// unregistered on purpose, the plugin serves as far as it can tell.
 				st := helper.RegistrationStatus()
-				registered := st != nil && st.PluginRegistered
+				registered := p.cfg.DRAUnregistered || st != nil && st.PluginRegistered
 				p.setDRAReady(registered)
 				// A starting kubelet deletes the node's ResourceSlices until its drivers register again; the
 				// helper's controller recreates them, but after two quick kubelet restarts it was seen not to
-				// for minutes. Once registered, a missing slice is published again.
+				// for minutes. Once registered, a missing slice is published again (unregistered on purpose,
+				// too: the kubelet wipes the slices of the registered plugin this one replaced 30 s later).
 				if ticks++; registered && ticks%10 == 0 && len(devs) > 0 && !p.sliceExists(ctx, client, name) {
 					p.log.Warn("own ResourceSlice is missing while registered; publishing it again", "driver", name)
 					break wait

@@ -1,0 +1,122 @@
+package diagnose
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+)
+
+// The scheduler says only "cannot allocate all claims" when a claim's DeviceClass selects none of the
+// published devices, the same words as for devices that are all in use. The DeviceClasses the claims ask
+// for and the ResourceSlices tell the two apart (MatchDeviceClass); a class that selects nothing is
+// final, since no device will be freed for it.
+
+// deviceClassesOf names the DeviceClasses the pod's claims ask for, in request order: from each claim
+// read, or its template while no claim has been generated.
+func (s *Snapshot) deviceClassesOf(pod *corev1.Pod) []string {
+	var out []string
+	add := func(dc resourcev1.DeviceClaim) {
+		for _, r := range dc.Requests {
+			if r.Exactly != nil {
+				out = appendUnique(out, r.Exactly.DeviceClassName)
+			}
+			for _, sub := range r.FirstAvailable {
+				out = appendUnique(out, sub.DeviceClassName)
+			}
+		}
+	}
+	for _, pc := range pod.Spec.ResourceClaims {
+		name, template := podClaim(pod, pc)
+		if i := slices.IndexFunc(s.ResourceClaims, func(c resourcev1.ResourceClaim) bool { return c.Namespace == pod.Namespace && c.Name == name }); name != "" && i >= 0 {
+			add(s.ResourceClaims[i].Spec.Devices)
+		}
+		if i := slices.IndexFunc(s.ResourceClaimTemplates, func(t resourcev1.ResourceClaimTemplate) bool {
+			return t.Namespace == pod.Namespace && t.Name == template
+		}); template != "" && i >= 0 {
+			add(s.ResourceClaimTemplates[i].Spec.Spec.Devices)
+		}
+	}
+	return out
+}
+
+// allocationFailed reports a pod the scheduler cannot place because its claims cannot be allocated (the
+// primary cause of its message is DRA's).
+func allocationFailed(pod *corev1.Pod, evs []corev1.Event) bool {
+	if pod.Spec.NodeName != "" || len(pod.Spec.ResourceClaims) == 0 {
+		return false
+	}
+	c, ok := ParseSchedulerMessage(schedulerSaid(pod, evs)).PrimaryCause()
+	return ok && classify(c.Text) == classDRA
+}
+
+// readDeviceClasses reads, for a pod whose claims cannot be allocated, the DeviceClasses they ask for
+// and the ResourceSlices (of the drivers the classes name, when they name one). It reads nothing after a
+// failed read of the claims.
+func (col *collector) readDeviceClasses(ctx context.Context) {
+	pod, evs := col.waitingPod()
+	if pod == nil || !allocationFailed(pod, evs) ||
+		slices.ContainsFunc(col.s.Errors, func(e ReadError) bool { return e.Group == resourcev1.GroupName }) {
+		return
+	}
+	rc := col.c.Kube.ResourceV1()
+	var drivers []string
+	anyDriver := false // a class that names no driver may select any driver's devices
+	for _, name := range col.s.deviceClassesOf(pod) {
+		dc, err := rc.DeviceClasses().Get(ctx, name, metav1.GetOptions{})
+		if !col.got(getRead("deviceclasses", resourcev1.GroupName, "", name), err) {
+			continue
+		}
+		col.s.DeviceClasses = append(col.s.DeviceClasses, *dc)
+		named := ClassDrivers(dc)
+		anyDriver = anyDriver || len(named) == 0
+		drivers = appendUnique(drivers, named...)
+	}
+	if len(col.s.DeviceClasses) == 0 {
+		return
+	}
+	opts := metav1.ListOptions{}
+	if !anyDriver && len(drivers) == 1 {
+		opts.FieldSelector = fields.OneTermEqualSelector(resourcev1.ResourceSliceSelectorDriver, drivers[0]).String()
+	}
+	list, err := rc.ResourceSlices().List(ctx, opts)
+	if col.got(listRead("resourceslices", resourcev1.GroupName, ""), err) {
+		col.s.ResourceSlices = list.Items
+	}
+}
+
+// classesSelect adds to an allocation failure, for each DeviceClass the pod's claims ask for, how many
+// of the published devices it selects, and makes the verdict final when one selects none. What could not
+// be read is said, never guessed.
+func (v *verdict) classesSelect(pod *corev1.Pod, res *Result) {
+	for _, name := range v.s.deviceClassesOf(pod) {
+		if err := v.s.failed(getRead("deviceclasses", resourcev1.GroupName, "", name)); err != nil {
+			res.Messages = append(res.Messages, fmt.Sprintf("DeviceClass %s could not be read (%v), so whether it selects any published device was not checked", name, err))
+			continue
+		}
+		i := slices.IndexFunc(v.s.DeviceClasses, func(dc resourcev1.DeviceClass) bool { return dc.Name == name })
+		if i < 0 {
+			continue // not read, or missing: the scheduler's message names a missing class itself
+		}
+		class := &v.s.DeviceClasses[i]
+		v.ref("DeviceClass", "", name)
+		if err := v.s.failed(listRead("resourceslices", resourcev1.GroupName, "")); err != nil {
+			res.Messages = append(res.Messages, fmt.Sprintf("ResourceSlices could not be read (%v), so whether DeviceClass %s selects any published device was not checked", err, name))
+			continue
+		}
+		// Decide reads no API; each evaluation is bounded by the API's CEL cost limit.
+		m := MatchDeviceClass(context.Background(), class, v.s.ResourceSlices)
+		why := m.SelectsNothing()
+		if why == "" {
+			res.Messages = append(res.Messages, m.Summary())
+			continue
+		}
+		res.Messages = append(res.Messages, why)
+		res.Next = fmt.Sprintf("kubectl get deviceclass %s -o yaml; kubectl get resourceslices -o yaml (the devices' attributes)", name)
+		res.terminal(fmt.Sprintf("DeviceClass %s selects none of the devices published for it: no claim of the class can be allocated until the class's selectors or the driver's attributes change", name))
+	}
+}

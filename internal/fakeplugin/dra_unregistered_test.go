@@ -1,0 +1,79 @@
+package fakeplugin
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// serveDRA runs the DRA half of an agent with two DRA GPUs on node-a against a fake API server until the
+// test ends, and returns the agent, the client and the registration directory.
+func serveDRA(t *testing.T, unregistered bool) (*Plugin, *fake.Clientset, string) {
+	t.Helper()
+	cfg := testConfig(t, shortDir(t), "node-a")
+	cfg.DRADevices = 2
+	cfg.KubeletRegistryDir, cfg.KubeletPluginsDir = shortDir(t), shortDir(t)
+	cfg.DRAUnregistered = unregistered
+	p := mustNew(t, cfg)
+	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "node-a-uid"}})
+	// The fake API server does not generate names; the ResourceSlice controller asks for one.
+	var n atomic.Int64
+	kube.PrependReactor("create", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if s, ok := a.(k8stesting.CreateAction).GetObject().(*resourceapi.ResourceSlice); ok && s.Name == "" {
+			s.Name = s.GenerateName + strconv.FormatInt(n.Add(1), 10)
+		}
+		return false, nil, nil
+	})
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.Context()))
+	done := make(chan error, 1)
+	go func() { done <- p.ServeDRA(ctx, kube) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("ServeDRA: %v", err)
+		}
+	})
+	return p, kube, cfg.KubeletRegistryDir
+}
+
+func (p *Plugin) isDRAReady() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.draReady
+}
+
+// Unregistered on purpose, the DRA half publishes its node's slice and counts as ready, and no
+// registration socket appears for the kubelet to find.
+func TestServeDRAUnregisteredPublishesWithoutRegistering(t *testing.T) {
+	p, kube, registry := serveDRA(t, true)
+	eventually(t, "the node's slice with both GPUs", func() bool {
+		list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == 1 && len(list.Items[0].Spec.Devices) == 2 && *list.Items[0].Spec.NodeName == "node-a"
+	})
+	eventually(t, "ready without the kubelet's registration", p.isDRAReady)
+	if entries, err := os.ReadDir(registry); err != nil || len(entries) != 0 {
+		t.Errorf("registration directory holds %v (%v), want nothing for the kubelet to find", entries, err)
+	}
+}
+
+// Registered as usual, the DRA half puts its registration socket where the kubelet looks, and is not
+// ready until the kubelet has registered it.
+func TestServeDRARegistersByDefault(t *testing.T) {
+	p, _, registry := serveDRA(t, false)
+	eventually(t, "a registration socket", func() bool {
+		entries, err := os.ReadDir(registry)
+		return err == nil && len(entries) == 1
+	})
+	if p.isDRAReady() {
+		t.Error("ready although no kubelet registered the plugin")
+	}
+}
