@@ -120,15 +120,18 @@ func hardeningTable() []hardeningRow {
 		// none of the published GPUs (a selector on a productName never published) and registers a failing
 		// spec at once; an agent that publishes its GPUs without registering its kubelet plugin gets its
 		// DRA specs' pods bound, and the kubelet's "is not registered" ends each wait as final.
+		// Both run the DRA path alone (--allocation-paths=dra): the device-plugin path is untouched and
+		// proven by the other rows, and an explicit path is where the stack wait must not wait out a
+		// settled break.
 		{Name: "deviceclass-selects-nothing", Want: "NO-GO", Failures: []string{"selects 0 of"},
 			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
 				undo, err := localcluster.ApplyDeviceClassSelectsNothing(ctx, h.clients.Kube)
-				return nil, "", undo, err
+				return []string{"--allocation-paths=dra"}, "", undo, err
 			}},
 		{Name: "dra-unregistered", Want: "NO-GO", Failures: []string{"is not registered"},
 			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
 				undo, err := localcluster.ApplyDRAUnregistered(ctx, h.clients.Kube)
-				return nil, "", undo, err
+				return []string{"--allocation-paths=dra"}, "", undo, err
 			}},
 		{Name: "untolerated-taint", Want: "NO-GO", Failures: []string{"UntoleratedTaint", "is final"},
 			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,7 +30,11 @@ func Collect(ctx context.Context, c Clients, t Target) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	col := &collector{c: c, s: &Snapshot{Target: t}}
+	now := time.Now
+	if c.Now != nil {
+		now = c.Now
+	}
+	col := &collector{c: c, s: &Snapshot{Target: t, ReadAt: now()}}
 	col.readTarget(ctx)        // application: the target, its owner Job or controllers, its pods
 	col.readQueue(ctx)         // Kueue: the Workload, its events, its queues
 	col.readEvents(ctx)        // kubelet, runtime, scheduler: what they said about the pod (or controllers about missing pods)

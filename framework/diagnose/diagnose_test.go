@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -77,7 +78,7 @@ func fixtureClients(t *testing.T, file string) (*fake.Clientset, *kueuefake.Clie
 func caseClients(t *testing.T, tc runCase) (Clients, *fake.Clientset, *kueuefake.Clientset) {
 	t.Helper()
 	kube, kq := fixtureClients(t, tc.file)
-	c := Clients{Kube: kube, Kueue: kq}
+	c := Clients{Kube: kube, Kueue: kq, Now: func() time.Time { return time.Time{} }} // as the recorded files: no read time
 	switch f := tc.fault; {
 	case f == nil:
 	case errors.Is(f.Err, errNoKueue):
@@ -510,7 +511,7 @@ func TestStringGolden(t *testing.T) {
 
 func TestExplain(t *testing.T) {
 	kube, kq := fixtureClients(t, "running.yaml")
-	c := Clients{Kube: kube, Kueue: kq}
+	c := Clients{Kube: kube, Kueue: kq, Now: func() time.Time { return time.Time{} }} // as the recorded files: no read time
 	if got := Explain(t.Context(), c, pod(podName)); !strings.Contains(got, "Reason:  Running") {
 		t.Errorf("Explain = %q", got)
 	}

@@ -136,10 +136,14 @@ var notRegisteredRE = regexp.MustCompile(`DRA driver (\S+) is not registered`)
 const notRegisteredFinal = 30 * time.Second
 
 // unregistered makes a DRAPrepareFailed verdict final when the kubelet's reason is that the claim's driver
-// is not registered on the node, and that failure has repeated repeatsFinal times (the kubelet retries a
-// failed pod sync every 10 s) or lasted notRegisteredFinal; the count and span go into the evidence either
-// way, as for a container's repeated failures (repeated).
-func unregistered(pod *corev1.Pod, evs []corev1.Event, res *Result) {
+// is not registered on the node, and that failure has repeated repeatsFinal times or lasted
+// notRegisteredFinal; the count and span go into the evidence either way, as for a container's repeated
+// failures (repeated). How long it lasted runs from its first event to readAt (when the snapshot was read;
+// the span between its events where readAt is unknown) while it is still the kubelet's latest word: the
+// kubelet retries a failed pod sync with a back-off that doubles (pkg/kubelet/pod_workers.go), so a second
+// identical event may come only a minute after the first, and waiting for the events' own span would make
+// the 30 s grace a 90 s one.
+func unregistered(pod *corev1.Pod, evs []corev1.Event, readAt time.Time, res *Result) {
 	// Only the kubelet's latest word counts: a driver that registered since fails, if at all, otherwise.
 	if latest := latestEvent(evs, eventFailedPrepareDRA); latest == nil || !notRegisteredRE.MatchString(latest.Message) {
 		return
@@ -154,10 +158,13 @@ func unregistered(pod *corev1.Pod, evs []corev1.Event, res *Result) {
 	res.Messages = append(res.Messages, fmt.Sprintf("the kubelet on node %s found DRA driver %s not registered %d time(s) over %s (events %s, count %d): its kubelet plugin does not run there, or does not register",
 		node, driver, rep.count, rep.span.Round(time.Second), eventFailedPrepareDRA, rep.count))
 	res.Next = fmt.Sprintf("kubectl get pods -A -o wide --field-selector spec.nodeName=%s (the DRA driver's kubelet plugin pod); its log and the kubelet's", node)
+	if !readAt.IsZero() {
+		rep.span = max(rep.span, readAt.Sub(rep.first))
+	}
 	if !rep.final(notRegisteredFinal) {
 		res.Messages = append(res.Messages, fmt.Sprintf("not final yet: final after %d identical failures or %s", repeatsFinal, notRegisteredFinal))
 		return
 	}
-	res.terminal(fmt.Sprintf("DRA driver %s stayed unregistered on node %s (%d failures over %s; final from %d or %s, the kubelet's own grace for a plugin to register again): the pod cannot start there until the driver's kubelet plugin runs on the node",
+	res.terminal(fmt.Sprintf("DRA driver %s stayed unregistered on node %s (%d failures, the first %s ago; final from %d or %s, the kubelet's own grace for a plugin to register again): the pod cannot start there until the driver's kubelet plugin runs on the node",
 		driver, node, rep.count, rep.span.Round(time.Second), repeatsFinal, notRegisteredFinal))
 }

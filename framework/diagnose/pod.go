@@ -226,7 +226,7 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 				if err := v.addClaims(pod, res); err != nil {
 					return nil, err
 				}
-				unregistered(pod, evs, res)
+				unregistered(pod, evs, v.s.ReadAt, res)
 			}
 			return res, nil
 		}

@@ -107,9 +107,10 @@ func (v *verdict) repeats(pod *corev1.Pod, container string, w *corev1.Container
 type repetition struct {
 	// newest is the latest event of the failure.
 	newest *corev1.Event
-	// count sums the counts of the events that carry it; span is the time from its first occurrence to
-	// its latest.
+	// count sums the counts of the events that carry it; first is its first occurrence and span the time
+	// from then to its latest.
 	count int32
+	first time.Time
 	span  time.Duration
 }
 
@@ -134,7 +135,7 @@ func repeated(evs []corev1.Event, about func(*corev1.Event) bool, failing func(m
 			}
 		}
 	}
-	rep.span = EventTime(*rep.newest).Sub(first)
+	rep.first, rep.span = first, EventTime(*rep.newest).Sub(first)
 	return rep, true
 }
 

@@ -71,6 +71,14 @@ func TestDecideRepeats(t *testing.T) {
 		{"driver not registered for 30 s", edit("dra-not-registered.yaml", func(s *Snapshot) {
 			s.Events[0].LastTimestamp.Time = s.Events[0].FirstTimestamp.Add(30e9)
 		}), DRAPrepareFailed, true, "not registered 2 time(s) over 30s"},
+		// The kubelet's back-off spaces its retries: two events 10 s apart, read 35 s after the first while
+		// the failure is still its latest word, have lasted 35 s; read 20 s after, not long enough.
+		{"driver not registered twice, still the latest word 35 s on", edit("dra-not-registered.yaml", func(s *Snapshot) {
+			s.ReadAt = s.Events[0].FirstTimestamp.Add(35e9)
+		}), DRAPrepareFailed, true, "not registered 2 time(s) over 10s"}, // final only through ReadAt: 2 events over 10 s are not
+		{"driver not registered twice, read 20 s on", edit("dra-not-registered.yaml", func(s *Snapshot) {
+			s.ReadAt = s.Events[0].FirstTimestamp.Add(20e9)
+		}), DRAPrepareFailed, false, "not final yet"},
 		{"driver not registered, counted over two events", edit("dra-not-registered.yaml", func(s *Snapshot) {
 			older := s.Events[0]
 			older.Name, older.Count = "older", 1

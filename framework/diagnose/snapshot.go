@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
@@ -56,6 +57,11 @@ type Snapshot struct {
 
 	// Errors are the reads that failed, in the order they were made.
 	Errors []ReadError
+
+	// ReadAt is when Collect began reading; zero for a snapshot recorded without it. A failure the kubelet
+	// retries with a growing back-off is judged by how long it has lasted by then, not only by the span
+	// between its own events (see unregistered).
+	ReadAt time.Time
 }
 
 // Read names one API read, so a failure can say what was denied or not served.

@@ -1,6 +1,8 @@
 package diagnose
 
 import (
+	"time"
+
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +19,10 @@ type Clients struct {
 	// kueue.x-k8s.io/v1beta2, which a diagnosis reports as APIMissing only
 	// if the target actually needs Kueue.
 	Kueue kueueclient.Interface
+	// Now stamps the snapshot's ReadAt; nil is time.Now. A test that compares a diagnosis over fake
+	// clients with one decided from the recorded file gives one returning the zero time (unknown), as the
+	// file has.
+	Now func() time.Time
 }
 
 // Target names the object to diagnose.
