@@ -516,16 +516,12 @@ func discoverDRA(s Snapshot, configured string) (*DRAPath, string, string) {
 	return p, "", ""
 }
 
+// attr is the value of a device's attribute name, qualified by any domain, or "" when it has none.
 func attr(d resourcev1.Device, name string) string {
 	for k, v := range d.Attributes {
 		if string(k) == name || strings.HasSuffix(string(k), "/"+name) {
-			switch {
-			case v.StringValue != nil:
-				return *v.StringValue
-			case v.VersionValue != nil:
-				return *v.VersionValue
-			case v.IntValue != nil:
-				return strconv.FormatInt(*v.IntValue, 10)
+			if s := diagnose.AttributeValue(v); s != "?" {
+				return s
 			}
 		}
 	}

@@ -207,13 +207,14 @@ func formatAttributes(attrs map[resourcev1.QualifiedName]resourcev1.DeviceAttrib
 			out = append(out, fmt.Sprintf("and %d more", len(names)-i))
 			break
 		}
-		out = append(out, string(name)+"="+attributeValue(attrs[name]))
+		out = append(out, string(name)+"="+AttributeValue(attrs[name]))
 	}
 	return out
 }
 
-// attributeValue renders one attribute's value; the API allows exactly one of them to be set.
-func attributeValue(a resourcev1.DeviceAttribute) string {
+// AttributeValue renders one attribute's value; the API allows exactly one of them to be set ("?" when
+// none is).
+func AttributeValue(a resourcev1.DeviceAttribute) string {
 	switch {
 	case a.StringValue != nil:
 		return *a.StringValue

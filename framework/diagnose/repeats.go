@@ -130,7 +130,7 @@ func repeated(evs []corev1.Event, about func(*corev1.Event) bool, failing func(m
 	for _, e := range evs {
 		if about(&e) && sameFailure(e.Message, rep.newest.Message) {
 			rep.count += eventCount(e)
-			if t := firstOccurrence(e); !t.IsZero() && t.Before(first) {
+			if t := eventFirstTime(e); !t.IsZero() && t.Before(first) {
 				first = t
 			}
 		}
@@ -142,18 +142,6 @@ func repeated(evs []corev1.Event, about func(*corev1.Event) bool, failing func(m
 // final reports a failure that has repeated repeatsFinal times or, when within is set, has lasted within.
 func (r repetition) final(within time.Duration) bool {
 	return r.count >= repeatsFinal || within > 0 && r.span >= within
-}
-
-// firstOccurrence is when an event first happened: its firstTimestamp (core/v1 writers), else its
-// eventTime (events.k8s.io writers, whose series carries the latest), else its creation.
-func firstOccurrence(e corev1.Event) time.Time {
-	switch {
-	case !e.FirstTimestamp.IsZero():
-		return e.FirstTimestamp.Time
-	case !e.EventTime.IsZero():
-		return e.EventTime.Time
-	}
-	return e.CreationTimestamp.Time
 }
 
 // aboutContainer reports an event about the named container, or about the pod as a whole (a recorder
