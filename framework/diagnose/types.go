@@ -1,11 +1,10 @@
 package diagnose
 
 import (
-	"time"
-
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
