@@ -36,8 +36,9 @@ images: build ## write the workload and runner images as OCI archives into _outp
 	$(GO) build -ldflags "-s -w $(LDFLAGS_VERSION)" -o _output/images/bin/ $(IMAGE_BINARIES)
 	$(GPUCONFORM) images --bin _output/images/bin --out _output/images --tag $(VERSION)
 
-unit: ## unit tests (no cluster)
+unit: ## unit tests (no cluster); the fake's MIG geometry is checked against go-nvml's mock H100, which needs cgo
 	$(GO) test $$($(GO) list ./... | grep -v /suites/)
+	CGO_ENABLED=1 $(GO) test -run TestProfilesMatchNVML ./internal/fakegpu/
 
 browser: ## install Debian's chromium (as root) so the unit tests open the HTML signoff in a real headless browser
 	@command -v chromium >/dev/null 2>&1 || [ "$$(id -u)" != 0 ] || \
