@@ -16,7 +16,7 @@ BUILD_DEV = $(GO) build -o $(GPUCONFORM_DEV) ./cmd/gpuconform-dev
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening bench scale clean
+.PHONY: help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing bench scale clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -125,6 +125,13 @@ HARDENING_VARIANTS ?=
 hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restricted admission, run as a team in one namespace, put quotas and LimitRanges on the namespaces, restart the device plugin as the run starts; require GO (NO-GO for an untolerated taint, a queue without preemption or Kueue's controller scaled to zero)
 	$(BUILD_DEV)
 	$(GPUCONFORM_DEV) hardening --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/hardening --variants=$(HARDENING_VARIANTS)
+
+# Sharing modes `make sharing` proves (default: all), e.g. SHARING_MODES=mig-mixed.
+SHARING_MODES ?=
+
+sharing: cluster ## on the local cluster: bring the fake GPUs into each sharing mode (time-slicing, MPS, MIG single and mixed with DRA partitions) in turn and require the sharing scenario (and allocation, where the mode's row says) GO; ends with whole GPUs
+	$(BUILD_DEV)
+	$(GPUCONFORM_DEV) sharing --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/sharing --modes=$(SHARING_MODES)
 
 test: lint browser unit selfcheck-ci incluster e2e ## what CI runs: vet, gofmt and golangci-lint, unit tests, a selfcheck subset, the in-cluster runner, then the suites on the local cluster (its signoff line last)
 

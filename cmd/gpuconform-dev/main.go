@@ -29,6 +29,10 @@ Usage:
                  on the local cluster: taint the GPU nodes, enforce a restricted admission policy, or
                  run as a team in one namespace, and require GO (and NO-GO, found at once, for an
                  untolerated taint or Kueue's controller scaled to zero)
+  gpuconform-dev sharing [--modes M,…] [--gpuconform BIN]
+                 on the local cluster: bring the fake GPUs into each sharing mode (time-slicing, MPS,
+                 MIG single and mixed, DRA partitions) in turn, run the sharing scenario (and the
+                 allocation scenario where the mode's row says) and require GO; ends exclusive
   gpuconform-dev scale [--nodes N]
                  preflight, discovery and diagnose against a simulated N-node GPU cluster (a
                  throwaway API server built here)
@@ -50,6 +54,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return selfcheckCommand(ctx, args[1:], stdout, stderr)
 	case "hardening":
 		return hardeningCommand(ctx, args[1:], stdout, stderr)
+	case "sharing":
+		return sharingCommand(ctx, args[1:], stdout, stderr)
 	case "scale":
 		return scaleCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":

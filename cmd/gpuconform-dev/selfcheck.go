@@ -45,6 +45,18 @@ type selfcheckRow struct {
 	// RestartAgents restarts the fake GPU agents after the row: a fault that leaves an agent out of
 	// service (no-reregister) is not undone by switching it off.
 	RestartAgents bool
+	// Sharing is the sharing mode the fake GPUs must be in for the fault to mean anything (a MIG fault
+	// on whole GPUs changes nothing); the zero value is the cluster's exclusive default. The table keeps
+	// rows of one mode together so that the cluster switches modes as few times as it can.
+	Sharing sharingMode
+}
+
+// mode is the row's sharing mode, exclusive when it names none.
+func (r selfcheckRow) mode() sharingMode {
+	if r.Sharing.Mode == "" {
+		return exclusive
+	}
+	return r.Sharing
 }
 
 // because compiles a row's Because expressions.
@@ -139,6 +151,19 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		return 2
 	}
 	var results []selfcheckResult
+	// make selfcheck brings the cluster up first, in its exclusive default; a row of another mode switches
+	// the fake GPUs into it, and the cluster ends exclusive again.
+	bin, current := shipped(*binary), exclusive
+	defer func() {
+		if current == exclusive {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		if err := bin.switchSharing(cctx, stderr, exclusive); err != nil {
+			fmt.Fprintf(stderr, "selfcheck: back to whole GPUs: %v\n", err)
+		}
+	}()
 	for _, row := range selfcheckTable() {
 		if len(want) > 0 && !slices.Contains(want, row.Fault) {
 			continue
@@ -149,8 +174,17 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 			results = append(results, res)
 			continue
 		}
+		if m := row.mode(); m != current {
+			fmt.Fprintf(stderr, "selfcheck: switching the fake GPUs to %s\n", m)
+			if err := bin.switchSharing(ctx, stderr, m); err != nil {
+				res.Note = err.Error()
+				results = append(results, res)
+				continue
+			}
+			current = m
+		}
 		fmt.Fprintf(stderr, "selfcheck: %s on, running specs matching %q\n", row.Fault, row.Focus)
-		res = runSelfcheckRow(ctx, clients.Kube, shipped(*binary), *kubeconfig, filepath.Join(*artifacts, string(row.Fault)), row, stderr)
+		res = runSelfcheckRow(ctx, clients.Kube, bin, *kubeconfig, filepath.Join(*artifacts, string(row.Fault)), row, stderr)
 		results = append(results, res)
 	}
 	printSelfcheck(stdout, results)

@@ -1,0 +1,245 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/cli"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/internal/fakegpu"
+	"gpuconform.io/gpuconform/reports"
+)
+
+// sharingMode is one way the fake GPU agent shares its GPUs, as `gpuconform cluster up --sharing` sets it.
+type sharingMode struct {
+	Mode     string
+	Replicas int
+}
+
+// String is the mode as rows and flags name it: "time-slicing:2", "mig-mixed".
+func (m sharingMode) String() string {
+	if m.Replicas > 1 {
+		return m.Mode + ":" + strconv.Itoa(m.Replicas)
+	}
+	return m.Mode
+}
+
+// exclusive is the local cluster's default: whole GPUs, the mode every harness leaves behind.
+var exclusive = sharingMode{Mode: fakegpu.SharingNone, Replicas: 1}
+
+// switchSharing brings the local cluster's fake GPU agent into mode with the shipped binary's
+// `cluster up` (warm: it rolls only the agent and waits for every GPU node's devices).
+func (bin shipped) switchSharing(ctx context.Context, log io.Writer, m sharingMode) error {
+	cmd := exec.CommandContext(ctx, string(bin), "cluster", "up", "--sharing="+m.Mode, "--replicas="+strconv.Itoa(max(m.Replicas, 1)))
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("gpuconform cluster up --sharing=%s --replicas=%d: %w", m.Mode, max(m.Replicas, 1), err)
+	}
+	return nil
+}
+
+// sharingRow is one mode of the sharing matrix and the scenarios run in it. Every row must be GO: the
+// sharing scenario green in the mode, and, where Scenarios name it, the allocation scenario too (the
+// suite's single-pod checks must hold on replica IDs and on a node whose GPUs are partly MIG).
+type sharingRow struct {
+	Mode      sharingMode
+	Scenarios []string
+}
+
+func sharingTable() []sharingRow {
+	both := []string{"sharing", "allocation"}
+	return []sharingRow{
+		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2}, Scenarios: both},
+		{Mode: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2}, Scenarios: []string{"sharing"}},
+		{Mode: sharingMode{Mode: fakegpu.SharingMIGSingle, Replicas: 1}, Scenarios: []string{"sharing"}},
+		{Mode: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1}, Scenarios: both},
+	}
+}
+
+// sharingResult is one row's outcome: the run's verdict and its specs per path and scenario.
+type sharingResult struct {
+	Row     sharingRow
+	Verdict string
+	// Counts are "path scenario" → passed, failed.
+	Counts map[string][2]int
+	Wall   time.Duration
+	Note   string
+}
+
+// sharingCommand brings the local cluster into each sharing mode of the fake GPU stack in turn, runs the
+// sharing scenario (and the allocation scenario where the row says) and requires GO; it leaves the
+// cluster in its exclusive default.
+func sharingCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := cli.FlagSet("sharing", stderr)
+	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
+	only := fs.String("modes", "", "comma-separated subset of modes (default: all): "+strings.Join(sharingNames(), ", "))
+	artifacts := fs.String("artifacts", "", "directory for each mode's run artifacts (default: _artifacts/sharing)")
+	binary := fs.String("gpuconform", "", "the shipped binary to prove (default: _output/bin/gpuconform of this checkout)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if _, err := localCheckout(kubeconfig, artifacts, binary, "sharing"); err != nil {
+		fmt.Fprintf(stderr, "gpuconform sharing: %v\n", err)
+		return 2
+	}
+	want := splitNonEmpty(*only)
+	for _, w := range want {
+		if !slices.Contains(sharingNames(), w) {
+			fmt.Fprintf(stderr, "gpuconform sharing: unknown mode %q; use %s\n", w, strings.Join(sharingNames(), ", "))
+			return 2
+		}
+	}
+	bin := shipped(*binary)
+	defer func() {
+		// A fresh context: the cluster goes back to whole GPUs even when ctx was cancelled.
+		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		fmt.Fprintf(stderr, "sharing: back to %s\n", exclusive)
+		if err := bin.switchSharing(cctx, stderr, exclusive); err != nil {
+			fmt.Fprintf(stderr, "sharing: %v\n", err)
+		}
+	}()
+	var results []sharingResult
+	for _, row := range sharingTable() {
+		if len(want) > 0 && !slices.Contains(want, row.Mode.String()) {
+			continue
+		}
+		fmt.Fprintf(stderr, "sharing: %s, running %s\n", row.Mode, strings.Join(row.Scenarios, ", "))
+		res := runSharingRow(ctx, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.Mode.String(), ":", "-")), row, stderr)
+		fmt.Fprintf(stderr, "sharing: %s → %s (%s)\n", row.Mode, res.Verdict, res.Wall.Round(time.Second))
+		results = append(results, res)
+	}
+	printSharing(stdout, results)
+	for _, r := range results {
+		if r.Verdict != "GO" {
+			return 1
+		}
+	}
+	return 0
+}
+
+func sharingNames() []string {
+	var out []string
+	for _, r := range sharingTable() {
+		out = append(out, r.Mode.String())
+	}
+	return out
+}
+
+// runSharingRow switches the cluster into the row's mode and runs its scenarios.
+func runSharingRow(ctx context.Context, bin shipped, kubeconfig, dir string, row sharingRow, stderr io.Writer) sharingResult {
+	res := sharingResult{Row: row, Verdict: "-", Counts: map[string][2]int{}}
+	_ = os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		res.Note = err.Error()
+		return res
+	}
+	log, err := os.Create(dir + ".log")
+	if err != nil {
+		res.Note = err.Error()
+		return res
+	}
+	defer log.Close()
+	if err := bin.switchSharing(ctx, log, row.Mode); err != nil {
+		res.Note = err.Error() + " (log " + dir + ".log)"
+		return res
+	}
+	filter := make([]string, len(row.Scenarios))
+	for i, s := range row.Scenarios {
+		filter[i] = labels.ScenarioPrefix + s
+	}
+	start := time.Now()
+	_ = bin.run(ctx, log, "--timeout=30m", "--kubeconfig="+kubeconfig, "--artifacts="+dir, "--ginkgo.no-color",
+		"--ginkgo.label-filter="+strings.Join(filter, " || "))
+	res.Wall = time.Since(start)
+	res.Verdict = bin.verdict(ctx, dir)
+	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
+	if err != nil {
+		res.Note = fmt.Sprintf("no Ginkgo report: %v (log %s.log)", err, dir)
+		return res
+	}
+	countSharing(&res, suites)
+	if res.Verdict != "GO" {
+		res.Note = "want GO (see " + dir + "/signoff.md)"
+	}
+	return res
+}
+
+// countSharing counts the run's specs per path and scenario label.
+func countSharing(res *sharingResult, suites []types.Report) {
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			if sp.LeafNodeType != types.NodeTypeIt {
+				continue
+			}
+			path, scenario := "-", "-"
+			for _, l := range sp.Labels() {
+				if p, ok := strings.CutPrefix(l, pathLabelPrefix); ok {
+					path = p
+				}
+				if sc, ok := strings.CutPrefix(l, labels.ScenarioPrefix); ok {
+					scenario = sc
+				}
+			}
+			key := path + " " + scenario
+			c := res.Counts[key]
+			switch reports.SpecResult(sp) {
+			case reports.ResultPassed:
+				c[0]++
+			case reports.ResultFailed:
+				c[1]++
+			default:
+				continue
+			}
+			res.Counts[key] = c
+		}
+	}
+}
+
+// printSharing prints a row per mode, path and scenario: what passed and failed, and the mode's verdict.
+func printSharing(w io.Writer, results []sharingResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODE\tPATH\tSCENARIO\tPASSED\tFAILED\tVERDICT\tNOTE")
+	good := 0
+	for _, r := range results {
+		if r.Verdict == "GO" {
+			good++
+		}
+		keys := make([]string, 0, len(r.Counts))
+		for k := range r.Counts {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if len(keys) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t-\t0\t0\t%s\t%s\n", r.Row.Mode, r.Verdict, orDash(r.Note))
+		}
+		for _, k := range keys {
+			path, scenario, _ := strings.Cut(k, " ")
+			c := r.Counts[k]
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.Row.Mode, path, scenario, c[0], c[1], r.Verdict, orDash(r.Note))
+		}
+	}
+	_ = tw.Flush()
+	fmt.Fprintf(w, "sharing: %d passed, %d failed\n", good, len(results)-good)
+}
+
+// pathLabelPrefix starts a path's label (labels.ForPath).
+var pathLabelPrefix = strings.TrimSuffix(labels.ForPath("x"), "x")
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
