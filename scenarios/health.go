@@ -53,21 +53,32 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, d
 			dev.Driver = dra.Driver
 		}
 	}
+	// A sick GPU is sick for every tenant: on a node whose labels say its GPUs are time-sliced or shared
+	// through MPS, the plugin withdraws every replica of it, and the healthy GPUs' replicas may each go to
+	// as many pods as the labels allow. A MIG device, or a claim's device, is its own unit.
+	nodeObj, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading node %s's sharing labels", node)
+	perDevice := int64(gpu.SharingFor(path, nodeObj.Labels).HoldersPerDevice())
 	undo, err := inj.MarkDeviceUnhealthy(ctx, devices, dev)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	unhealthy := testenv.DeferUndo(undo)
 	start := time.Now()
-	expectLiveCapacity(ctx, env, path, node, n-1, victim+" withdrawn", env.Timeouts.Release)
+	withdrawn := perDevice
+	if strings.HasPrefix(victim, "MIG-") {
+		withdrawn = 1
+	}
+	healthy := n - withdrawn
+	expectLiveCapacity(ctx, env, path, node, healthy, victim+" withdrawn", env.Timeouts.Release)
 	ginkgo.AddReportEntry("unhealthy → withdrawn", time.Since(start).Round(100*time.Millisecond).String())
 
-	ginkgo.By(fmt.Sprintf("filling the %d healthy devices of %s: none of the pods may see %s", n-1, node, victim))
-	seen := map[string]string{}
-	for i := range int(n - 1) {
+	ginkgo.By(fmt.Sprintf("filling the %d healthy devices of %s: none of the pods may see %s", healthy, node, victim))
+	seen := map[string][]string{}
+	for i := range int(healthy) {
 		p := startHeldPod(ctx, env, path, ns, fmt.Sprintf("healthy-%d", i), node)
 		d := p.report.Devices[0]
 		gomega.Expect(d).NotTo(gomega.Equal(victim), "pod %s was given %s, which is reported unhealthy", p.name, victim)
-		gomega.Expect(seen).NotTo(gomega.HaveKey(d), "pods %s and %s both see %s", seen[d], p.name, d)
-		seen[d] = p.name
+		seen[d] = append(seen[d], p.name)
+		gomega.Expect(int64(len(seen[d]))).To(gomega.BeNumerically("<=", perDevice), "pods %s all see %s, which %s's labels share %d way(s)", strings.Join(seen[d], " and "), d, node, perDevice)
 	}
 	ginkgo.By("asking for one more device: it must wait while the only free device is unhealthy")
 	w := env.Factory.GPUPod("after-recovery", ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
