@@ -30,7 +30,8 @@ import (
 // from the daemon. The fake runs no MPS daemon, so it hands the same limits to the container in the
 // variables CUDA's MPS client reads to set them per client, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
 // CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: that is the fake's addition, and it makes the limits visible to a
-// probe in the container, which is what the sharing checks read.
+// probe in the container, which is what the sharing checks read. With no daemon there is no pipe
+// directory to mount either: the variable names the path NVIDIA's containers see, and nothing listens there.
 const (
 	EnvMPSPipeDirectory         = "CUDA_MPS_PIPE_DIRECTORY"
 	EnvMPSActiveThreadPercent   = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
