@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
 )
 
@@ -41,7 +42,8 @@ func run(log *slog.Logger) error {
 	flag.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "node this plugin runs on (default $NODE_NAME, from the downward API)")
 	flag.StringVar(&cfg.ResourceName, "resource-name", cfg.ResourceName, "extended resource name to advertise")
 	flag.IntVar(&cfg.Devices, "devices", cfg.Devices, "number of physical fake GPUs")
-	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "time-slicing replicas per GPU (1 = no sharing)")
+	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas per GPU under --sharing=time-slicing or mps (1 = no sharing; above 1 without --sharing means time-slicing)")
+	flag.StringVar(&cfg.Sharing, "sharing", "", "sharing mode: "+strings.Join(fakegpu.SharingModes, ", ")+" (default none, or time-slicing when --replicas is above 1)")
 	flag.StringVar(&fault, "fault", "", "faults to inject from the start, comma-separated (see internal/fakeplugin/faults.go; the node annotation "+fakeplugin.FaultsAnnotation+" adds more at run time): "+allFaults())
 	flag.IntVar(&cfg.DRADevices, "dra-devices", cfg.DRADevices, "number of fake GPUs served on the DRA path, after the device plugin's (0 = DRA off)")
 	flag.StringVar(&cfg.DRADriverName, "dra-driver-name", cfg.DRADriverName, "DRA driver name (ResourceSlices, claims, the kubelet plugin's registration)")
@@ -91,7 +93,7 @@ func run(log *slog.Logger) error {
 	// socket so the kubelet marks the resource unavailable at once instead of waiting for a dead endpoint.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	log.Info("starting fake GPU agent", "agent", plugin.String(), "faults", fault, "version", cfg.PluginVersion)
+	log.Info("starting fake GPU agent", "agent", plugin.String(), "sharing", cfg.Mode(), "resources", plugin.Resources(), "faults", fault, "version", cfg.PluginVersion)
 	return plugin.Run(ctx, client)
 }
 

@@ -30,6 +30,38 @@ const (
 	NvidiaUVMToolsMin = 1
 )
 
+// MIG capability devices. A real driver gives each MIG device's GPU instance (and each of its compute
+// instances) a capability device, /dev/nvidia-caps/nvidia-cap<K>, whose minors /proc/driver/nvidia-caps/
+// mig-minors lays out as 1 (config) and 2 (monitor), then per GPU g and GPU instance i the instance's
+// access minor followed by its 8 compute instances' ones (9 minors per instance, 15 instances per GPU).
+// The runtime injects the cap devices of the MIG devices a container was given, and that is how NVML in
+// the container knows which MIG devices it may use. The fake gives a MIG device one cap device, its GPU
+// instance's access minor, with the placement's index (fakegpu.PlacementIndex, plus one: the driver's
+// instance IDs start at 1) as its instance ID.
+//
+// The capability major is dynamic on a real node (/proc/devices names it nvidia-caps); the fake uses a
+// fixed one, beside its fixed nvidia-uvm major, and the fake nvidia-smi recognises cap devices by it.
+const (
+	NvidiaCapsMajor = 236
+	// NvidiaCapsDir is the directory of the cap devices below /dev.
+	NvidiaCapsDir = "nvidia-caps"
+
+	capsFirstGPUMinor   = 3  // mig-minors: 1 config, 2 monitor, then GPU 0's first instance
+	capsPerInstance     = 9  // an instance's access minor and its 8 compute instances'
+	capsInstancesPerGPU = 15 // GPU instances a GPU's block of minors has room for
+)
+
+// MIGCapMinor is the cap device minor of the MIG device at placement p of the GPU with minor gpuMinor.
+func MIGCapMinor(gpuMinor int, p Placement) int {
+	gi := PlacementIndex(p) + 1
+	return capsFirstGPUMinor + gpuMinor*capsInstancesPerGPU*capsPerInstance + gi*capsPerInstance
+}
+
+// CapDeviceNode is the path of cap device minor below dev ("/dev" in a container).
+func CapDeviceNode(dev string, capMinor int) string {
+	return filepath.Join(dev, NvidiaCapsDir, fmt.Sprintf("nvidia-cap%d", capMinor))
+}
+
 // HostDir is where the agent keeps the fake driver on the node (its --state-dir in the shipped manifest): a
 // tmpfs under /run, so like a real driver's device nodes the fake ones are made again at every boot.
 const HostDir = "/run/gpuconform-fake-gpu"
@@ -69,6 +101,61 @@ type GPU struct {
 	PCIBusID  string `json:"pciBusID"`
 	// Path is the allocation path that serves this GPU (PathDevicePlugin or PathDRA).
 	Path string `json:"path"`
+	// MIG are the GPU's MIG devices in the MIG sharing modes, by placement: for a device-plugin GPU the
+	// devices of its layout (fakegpu.LayoutFor), for a DRA GPU every partition it could be prepared as
+	// (PartitionPlacements; they overlap, the scheduler's shared counters keep allocations apart). Empty
+	// for a whole GPU.
+	MIG []MIGDevice `json:"mig,omitempty"`
+}
+
+// MIGDevice is one MIG device of a GPU: the identity nvidia-smi lists and the cap device through which
+// a container is given it.
+type MIGDevice struct {
+	UUID      string `json:"uuid"`
+	Profile   string `json:"profile"`
+	Start     int    `json:"start"`
+	MemoryMiB int    `json:"memoryMiB"`
+	// CapMinor is the minor of its cap device, /dev/nvidia-caps/nvidia-cap<CapMinor> (MIGCapMinor).
+	CapMinor int `json:"capMinor"`
+	// Path is the allocation path that serves it, its GPU's.
+	Path string `json:"path"`
+}
+
+// NewMIGDevice describes the MIG device at placement p of the GPU with the given UUID and minor, served
+// on path.
+func NewMIGDevice(parentUUID string, parentMinor int, p Placement, path string) MIGDevice {
+	prof, _ := ProfileByName(p.Profile)
+	return MIGDevice{
+		UUID: MIGUUID(parentUUID, p), Profile: p.Profile, Start: p.Start, MemoryMiB: prof.MemoryMiB,
+		CapMinor: MIGCapMinor(parentMinor, p), Path: path,
+	}
+}
+
+// Placement is where the MIG device sits on its GPU.
+func (m MIGDevice) Placement() Placement { return Placement{Profile: m.Profile, Start: m.Start} }
+
+// MIGByUUID returns the MIG device with the given UUID and its GPU.
+func (inv Inventory) MIGByUUID(uuid string) (GPU, MIGDevice, bool) {
+	for _, g := range inv.GPUs {
+		for _, m := range g.MIG {
+			if m.UUID == uuid {
+				return g, m, true
+			}
+		}
+	}
+	return GPU{}, MIGDevice{}, false
+}
+
+// MIGByCapMinor returns the MIG device whose cap device has minor capMinor, and its GPU.
+func (inv Inventory) MIGByCapMinor(capMinor int) (GPU, MIGDevice, bool) {
+	for _, g := range inv.GPUs {
+		for _, m := range g.MIG {
+			if m.CapMinor == capMinor {
+				return g, m, true
+			}
+		}
+	}
+	return GPU{}, MIGDevice{}, false
 }
 
 // DeviceNode is the path of GPU minor's device node, below dev ("/dev" in a container, HostDevDir on the node).

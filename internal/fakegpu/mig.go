@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -143,3 +144,37 @@ func ProfileOfResource(resource string) string {
 
 // MIGProduct is GFD's product label of a MIG device: "<product>-MIG-<profile>".
 func MIGProduct(product, profile string) string { return fmt.Sprintf("%s-MIG-%s", product, profile) }
+
+// PlacementsOf returns every possible placement of the H100 profiles named, in the order H100Profiles
+// and their Starts list them; no names means every profile.
+func PlacementsOf(profiles ...string) []Placement {
+	var out []Placement
+	for _, prof := range H100Profiles {
+		if len(profiles) > 0 && !slices.Contains(profiles, prof.Name) {
+			continue
+		}
+		for _, s := range prof.Starts {
+			out = append(out, Placement{Profile: prof.Name, Start: s})
+		}
+	}
+	return out
+}
+
+// PartitionPlacements are the placements a partitionable (DRA) GPU offers in the MIG modes: every
+// possible placement of every H100 profile but the 7g one, which is the whole GPU again.
+func PartitionPlacements() []Placement {
+	var names []string
+	for _, prof := range H100Profiles {
+		if prof.Slices < MIGSlices {
+			names = append(names, prof.Name)
+		}
+	}
+	return PlacementsOf(names...)
+}
+
+// PlacementIndex is p's position among every possible placement of the H100 (PlacementsOf()), or -1
+// when p is not one. It serves as the fake's GPU instance ID: distinct per placement, stable, and
+// below the 15 GPU instances a GPU's capability minors are laid out for (MIGCapMinor).
+func PlacementIndex(p Placement) int {
+	return slices.Index(PlacementsOf(), p)
+}

@@ -14,10 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
 // UnhealthyDevicesAnnotation is the node annotation that marks devices unhealthy at run time: a
@@ -39,8 +42,12 @@ type Config struct {
 	ResourceName string
 	// Devices is the number of physical (fake) GPUs.
 	Devices int
-	// Replicas is the time-slicing factor: each physical GPU is advertised Replicas times. 1 = no sharing.
+	// Replicas is the sharing factor of time-slicing and MPS: each physical GPU is advertised Replicas
+	// times. 1 = no sharing.
 	Replicas int
+	// Sharing is the sharing mode (one of fakegpu.SharingModes; see Mode). Empty means none, or
+	// time-slicing when Replicas is above 1: the local cluster passed --replicas alone before modes existed.
+	Sharing string
 	// PluginDir is the kubelet's device-plugins directory, holding kubelet.sock and our socket.
 	PluginDir string
 	// Faults are deliberate misbehaviours switched on from the start (faults.go); the node annotation
@@ -147,6 +154,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("devices must be at least 1, got %d", c.Devices)
 	case c.Replicas < 1:
 		return fmt.Errorf("replicas must be at least 1, got %d", c.Replicas)
+	case c.Sharing != "" && !slices.Contains(fakegpu.SharingModes, c.Sharing):
+		return fmt.Errorf("sharing mode %q is not one of %s", c.Sharing, strings.Join(fakegpu.SharingModes, ", "))
+	case (c.Mode() == fakegpu.SharingTimeSlicing || c.Mode() == fakegpu.SharingMPS) && c.Replicas < 2:
+		return fmt.Errorf("sharing mode %s shares each GPU between replicas: set --replicas to 2 or more (got %d)", c.Mode(), c.Replicas)
+	case c.Mode() != fakegpu.SharingTimeSlicing && c.Mode() != fakegpu.SharingMPS && c.Replicas != 1:
+		return fmt.Errorf("sharing mode %s advertises no replicas: leave --replicas at 1 (got %d), or choose --sharing=%s or %s",
+			c.Mode(), c.Replicas, fakegpu.SharingTimeSlicing, fakegpu.SharingMPS)
 	case c.PluginDir == "":
 		return errors.New("device plugin directory is empty")
 	case c.DeviceListStrategy != StrategyCDI && c.DeviceListStrategy != StrategyDeviceSpecs:
@@ -164,19 +178,37 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// SharingStrategy is the GFD name of the sharing mode: "time-slicing" when replicas are advertised.
+// Mode is the sharing mode in force: Sharing, or for an empty Sharing time-slicing when Replicas is above
+// 1 and none otherwise.
+func (c Config) Mode() string {
+	switch {
+	case c.Sharing != "":
+		return c.Sharing
+	case c.Replicas > 1:
+		return fakegpu.SharingTimeSlicing
+	}
+	return fakegpu.SharingNone
+}
+
+// SharingStrategy is the GFD name of the sharing mode (label nvidia.com/gpu.sharing-strategy):
+// "time-slicing" or "mps" when replicas are advertised, "none" otherwise (MIG included: GFD reports MIG
+// through nvidia.com/mig.strategy, and a MIG device is not shared).
 func (c Config) SharingStrategy() string {
-	if c.Replicas > 1 {
-		return "time-slicing"
+	switch m := c.Mode(); m {
+	case fakegpu.SharingTimeSlicing, fakegpu.SharingMPS:
+		return m
 	}
 	return "none"
 }
 
-// SocketName is the file name of our gRPC socket in PluginDir. It is derived from the resource name so
-// that two fake plugins for different resources can share a node.
-func (c Config) SocketName() string {
+// SocketName is the file name of our gRPC socket in PluginDir for the configured resource. It is derived
+// from the resource name so that two fake plugins for different resources can share a node.
+func (c Config) SocketName() string { return socketName(c.ResourceName) }
+
+// socketName is the socket of the device-plugin server of resource (mig-mixed serves one per resource).
+func socketName(resource string) string {
 	r := strings.NewReplacer("/", "-", ".", "-")
-	return "gpuconform-" + r.Replace(c.ResourceName) + ".sock"
+	return "gpuconform-" + r.Replace(resource) + ".sock"
 }
 
 func (c Config) logger() *slog.Logger {

@@ -43,6 +43,12 @@ const cdiVersion = "0.6.0"
 // AllocateResponse or a DRA prepare result carries it: NVIDIA's index naming ("nvidia.com/gpu=3").
 func CDIDeviceName(i int) string { return CDIKind + "=" + strconv.Itoa(i) }
 
+// CDIMIGDeviceName is the fully qualified CDI name of the MIG device with the given UUID ("MIG-…"), as an
+// AllocateResponse or a DRA prepare result carries it: NVIDIA's UUID naming of MIG devices
+// ("nvidia.com/gpu=MIG-…"; nvidia-ctk's uuid device-name strategy). The CDI spec has one per MIG device
+// of the inventory: the device-plugin GPUs' layouts and, in the MIG modes, every partition of a DRA GPU.
+func CDIMIGDeviceName(uuid string) string { return CDIKind + "=" + uuid }
+
 func (p *Plugin) cdiEnabled() bool { return p.cfg.StateDir != "" && p.cfg.CDIDir != "" }
 
 // Inventory is the node's fake GPUs as the fake driver describes them to nvidia-smi. Under
@@ -54,14 +60,22 @@ func (p *Plugin) Inventory() fakegpu.Inventory {
 	}
 	for i, u := range p.table.uuids {
 		path := fakegpu.PathDevicePlugin
+		layout := fakegpu.LayoutFor(p.table.mode, i)
 		if i >= p.table.dp {
-			path = fakegpu.PathDRA
+			path, layout = fakegpu.PathDRA, nil
+			if fakegpu.IsMIG(p.table.mode) {
+				layout = fakegpu.PartitionPlacements()
+			}
 		}
-		inv.GPUs = append(inv.GPUs, fakegpu.GPU{
+		g := fakegpu.GPU{
 			Minor: i, UUID: u, Product: p.cfg.Product, MemoryMiB: p.cfg.MemoryMiB,
 			// Bus IDs as nvidia-smi prints them; distinct per GPU, stable per index.
 			PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x18+i), Path: path,
-		})
+		}
+		for _, pl := range layout {
+			g.MIG = append(g.MIG, fakegpu.NewMIGDevice(u, i, pl, path))
+		}
+		inv.GPUs = append(inv.GPUs, g)
 	}
 	return inv
 }
@@ -84,12 +98,22 @@ func (p *Plugin) InstallDriver() error {
 	for i := range p.table.uuids {
 		nodes["nvidia"+strconv.Itoa(i)] = [2]uint32{fakegpu.NvidiaMajor, uint32(i)}
 	}
+	inv := p.Inventory()
+	for _, g := range inv.GPUs {
+		for _, m := range g.MIG {
+			rel, _ := filepath.Rel(dev, fakegpu.CapDeviceNode(dev, m.CapMinor))
+			nodes[rel] = [2]uint32{fakegpu.NvidiaCapsMajor, uint32(m.CapMinor)}
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(dev, fakegpu.NvidiaCapsDir), 0o755); err != nil {
+		return err
+	}
 	for name, mm := range nodes {
 		if err := mknodChar(filepath.Join(dev, name), mm[0], mm[1]); err != nil {
 			return err
 		}
 	}
-	if err := p.Inventory().Save(p.inventoryFile()); err != nil {
+	if err := inv.Save(p.inventoryFile()); err != nil {
 		return fmt.Errorf("write inventory: %w", err)
 	}
 	if p.cfg.NvidiaSMI != "" {
@@ -149,9 +173,12 @@ func (p *Plugin) KeepInventory(ctx context.Context) {
 	}
 }
 
-// CDISpec is the agent's CDI spec: one device per GPU (its device node), and the edits every GPU
+// CDISpec is the agent's CDI spec: one device per GPU (its device node) and one per MIG device (its GPU's
+// device node and its cap device, as NVIDIA's generated specs give a MIG device), and the edits every GPU
 // container gets once it has any of them (control devices, nvidia-smi, the inventory), the way NVIDIA's
-// generated specs put the driver's shared files in the spec-wide edits.
+// generated specs put the driver's shared files in the spec-wide edits. Like a whole GPU's, a MIG
+// device's CDI device sets no environment: NVIDIA_VISIBLE_DEVICES comes from the allocation (Allocate's
+// envs), and a variable in each device would be overwritten by the next device of the same container.
 func (p *Plugin) CDISpec() cdispec.Spec {
 	dev := filepath.Join(p.cfg.StateDir, "dev")
 	mode := os.FileMode(0o666)
@@ -182,6 +209,18 @@ func (p *Plugin) CDISpec() cdispec.Spec {
 			ContainerEdits: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{node("nvidia"+strconv.Itoa(i), fakegpu.NvidiaMajor, int64(i))}},
 		})
 	}
+	for _, g := range p.Inventory().GPUs {
+		for _, m := range g.MIG {
+			capName, _ := filepath.Rel("/dev", fakegpu.CapDeviceNode("/dev", m.CapMinor))
+			spec.Devices = append(spec.Devices, cdispec.Device{
+				Name: m.UUID,
+				ContainerEdits: cdispec.ContainerEdits{DeviceNodes: []*cdispec.DeviceNode{
+					node("nvidia"+strconv.Itoa(g.Minor), fakegpu.NvidiaMajor, int64(g.Minor)),
+					node(capName, fakegpu.NvidiaCapsMajor, int64(m.CapMinor)),
+				}},
+			})
+		}
+	}
 	return spec
 }
 
@@ -206,6 +245,39 @@ func (p *Plugin) addDevices(car *pluginapi.ContainerAllocateResponse, handed []i
 	for _, i := range handed {
 		path := fakegpu.DeviceNode("/dev", i)
 		nodes = append(nodes, &cdispec.DeviceNode{Path: path, HostPath: fakegpu.DeviceNode(filepath.Join(p.cfg.StateDir, "dev"), i)})
+	}
+	for _, n := range nodes {
+		car.Devices = append(car.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: n.HostPath, Permissions: "rw"})
+	}
+	for _, m := range spec.ContainerEdits.Mounts {
+		car.Mounts = append(car.Mounts, &pluginapi.Mount{ContainerPath: m.ContainerPath, HostPath: m.HostPath, ReadOnly: true})
+	}
+}
+
+// addMIGDevices is addDevices for MIG devices: their CDI devices, or their GPUs' device nodes and their
+// cap devices with the spec-wide edits. A phantom MIG device (faults) is handed over all the same; its
+// CDI device, GPU node and cap device do not exist, so the runtime refuses the container.
+func (p *Plugin) addMIGDevices(car *pluginapi.ContainerAllocateResponse, handed []migDevice) {
+	if len(handed) == 0 {
+		return
+	}
+	if p.cfg.DeviceListStrategy == StrategyCDI {
+		for _, m := range handed {
+			car.CdiDevices = append(car.CdiDevices, &pluginapi.CDIDevice{Name: CDIMIGDeviceName(m.uuid)})
+		}
+		return
+	}
+	spec := p.CDISpec()
+	hostDev := filepath.Join(p.cfg.StateDir, "dev")
+	nodes := slices.Clone(spec.ContainerEdits.DeviceNodes)
+	var parents []int
+	for _, m := range handed {
+		if !slices.Contains(parents, m.parent) {
+			parents = append(parents, m.parent)
+			nodes = append(nodes, &cdispec.DeviceNode{Path: fakegpu.DeviceNode("/dev", m.parent), HostPath: fakegpu.DeviceNode(hostDev, m.parent)})
+		}
+		capMinor := fakegpu.MIGCapMinor(m.parent, m.placement)
+		nodes = append(nodes, &cdispec.DeviceNode{Path: fakegpu.CapDeviceNode("/dev", capMinor), HostPath: fakegpu.CapDeviceNode(hostDev, capMinor)})
 	}
 	for _, n := range nodes {
 		car.Devices = append(car.Devices, &pluginapi.DeviceSpec{ContainerPath: n.Path, HostPath: n.HostPath, Permissions: "rw"})

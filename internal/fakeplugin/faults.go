@@ -61,6 +61,24 @@ const (
 	// inventory changes, so containers created while the fault is on see it. Caught by comparing the version
 	// a GPU pod's nvidia-smi prints with what its node advertises.
 	FaultDriverMismatch Fault = "driver-mismatch"
+	// FaultExtraReplica (time-slicing, mps) advertises one replica more per GPU than the node's labels
+	// (nvidia.com/gpu.replicas) say: N+1 IDs per GPU, the last one "<uuid>::<N>". Plays a plugin whose
+	// sharing config and GFD disagree. Caught by the sharing checks: a GPU hands out more than its replica
+	// count.
+	FaultExtraReplica Fault = "extra-replica"
+	// FaultMPSNoLimits (mps) leaves CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+	// out of every allocation (the pipe directory stays). Plays MPS sharing without its limits, as good as
+	// time-slicing. Caught by the MPS check: the configured limits must be visible in the container.
+	FaultMPSNoLimits Fault = "mps-no-limits"
+	// FaultMIGWithParent (mig-mixed) also advertises the whole GPU of every split GPU on nvidia.com/gpu, so
+	// a pod can get the parent while others hold its MIG devices. Plays a plugin that ignores MIG mode.
+	// Caught by the MIG checks: a GPU's partitions and the whole GPU are never handed out together.
+	FaultMIGWithParent Fault = "mig-with-parent"
+	// FaultDRAPartitionNoCounters (DRA, MIG modes) publishes the partition devices without
+	// ConsumesCounters, so the scheduler can hand out a GPU and its partitions, or overlapping partitions,
+	// together. Plays a DRA driver whose partitions do not share their GPU's counters. Caught by the DRA
+	// partition checks: allocated partitions never overlap.
+	FaultDRAPartitionNoCounters Fault = "dra-partition-no-counters"
 )
 
 // FaultsAnnotation is the node annotation that switches faults on at run time on that node only: a
@@ -71,7 +89,8 @@ const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
 // AllFaults lists every fault, in the order the documentation and `make selfcheck` use.
 func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
-		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot, FaultDriverMismatch}
+		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot, FaultDriverMismatch,
+		FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that

@@ -18,60 +18,77 @@ import (
 // hung call must not stop the retry loop.
 const registerTimeout = 10 * time.Second
 
-// ServeKubelet serves the plugin's gRPC socket in PluginDir and keeps it registered with the kubelet
-// until ctx ends. When the kubelet restarts it wipes PluginDir, deleting our socket; that is how we learn
-// it forgot us, so the socket is polled and, once gone, the server is restarted on a fresh socket and
-// registered again. Only ctx ending stops it; it then removes its socket and returns nil.
+// ServeKubelet serves the plugin's gRPC sockets in PluginDir, one per resource (Resources), and keeps
+// each registered with the kubelet until ctx ends. When the kubelet restarts it wipes PluginDir, deleting
+// our sockets; that is how we learn it forgot us, so each socket is polled and, once gone, its server is
+// restarted on a fresh socket and registered again. Only ctx ending stops it; it then removes its sockets
+// and returns nil.
 func (p *Plugin) ServeKubelet(ctx context.Context) error {
 	dir, err := filepath.Abs(p.cfg.PluginDir)
 	if err != nil {
 		return fmt.Errorf("device plugin directory: %w", err)
 	}
-	sock := filepath.Join(dir, p.cfg.SocketName())
+	errs := make(chan error, len(p.servers))
+	for _, s := range p.servers {
+		go func() { errs <- s.serveKubelet(ctx, dir) }()
+	}
+	var first error
+	for range p.servers {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// serveKubelet is ServeKubelet for one resource's server.
+func (s *resourceServer) serveKubelet(ctx context.Context, dir string) error {
+	p := s.p
+	sock := filepath.Join(dir, socketName(s.res.name))
 	kubelet := filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket))
 	for generation := 1; ; generation++ {
-		srv, info, served, err := p.startServer(ctx, sock)
+		srv, info, served, err := s.startServer(ctx, sock)
 		if err != nil {
 			return err // only when ctx ended while we were retrying
 		}
-		p.log.Info("serving device plugin socket", "socket", sock, "generation", generation)
-		if err := p.register(ctx, kubelet, sock); err == nil {
-			p.waitSocketGone(ctx, sock, info, served)
+		s.log.Info("serving device plugin socket", "socket", sock, "generation", generation)
+		if err := s.register(ctx, kubelet, sock); err == nil {
+			s.waitSocketGone(ctx, sock, info, served)
 		}
 		srv.Stop()
 		if ctx.Err() != nil {
 			removeIfSame(sock, info)
-			p.log.Info("device plugin stopped", "socket", sock)
+			s.log.Info("device plugin stopped", "socket", sock)
 			return nil //nolint:nilerr // a cancelled context is the plugin's normal shutdown
 		}
 		if p.hasFault(FaultNoReregister) {
-			p.log.Warn("FAULT INJECTION: device plugin socket is gone and the plugin will not register again", "fault", string(FaultNoReregister), "socket", sock)
+			s.log.Warn("FAULT INJECTION: device plugin socket is gone and the plugin will not register again", "fault", string(FaultNoReregister), "socket", sock)
 			<-ctx.Done()
 			return nil
 		}
-		p.log.Warn("device plugin socket is gone or the server failed (kubelet restart?); restarting and re-registering", "socket", sock)
+		s.log.Warn("device plugin socket is gone or the server failed (kubelet restart?); restarting and re-registering", "socket", sock)
 	}
 }
 
 // startServer listens on a fresh socket and serves the plugin on it, retrying with backoff when the
 // directory is not ready yet. It returns the socket's file identity so that later we can tell our
 // socket from a file someone else put at the same path.
-func (p *Plugin) startServer(ctx context.Context, sock string) (*grpc.Server, os.FileInfo, <-chan error, error) {
-	backoff := p.cfg.RegisterInitialBackoff
+func (s *resourceServer) startServer(ctx context.Context, sock string) (*grpc.Server, os.FileInfo, <-chan error, error) {
+	backoff := s.p.cfg.RegisterInitialBackoff
 	for {
-		srv, info, served, err := p.listenAndServe(sock)
+		srv, info, served, err := s.listenAndServe(sock)
 		if err == nil {
 			return srv, info, served, nil
 		}
-		p.log.Error("cannot serve device plugin socket; retrying", "socket", sock, "err", err, "retry_in", backoff)
+		s.log.Error("cannot serve device plugin socket; retrying", "socket", sock, "err", err, "retry_in", backoff)
 		if !sleep(ctx, backoff) {
 			return nil, nil, nil, ctx.Err()
 		}
-		backoff = min(2*backoff, p.cfg.RegisterMaxBackoff)
+		backoff = min(2*backoff, s.p.cfg.RegisterMaxBackoff)
 	}
 }
 
-func (p *Plugin) listenAndServe(sock string) (*grpc.Server, os.FileInfo, <-chan error, error) {
+func (s *resourceServer) listenAndServe(sock string) (*grpc.Server, os.FileInfo, <-chan error, error) {
 	// A socket left by a previous run of this plugin would make Listen fail with "address in use".
 	if err := os.Remove(sock); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, nil, fmt.Errorf("remove stale socket: %w", err)
@@ -91,7 +108,7 @@ func (p *Plugin) listenAndServe(sock string) (*grpc.Server, os.FileInfo, <-chan 
 	// WaitForHandlers makes Stop wait for open ListAndWatch streams to return, so nothing of the old
 	// server still runs (or logs) once a restart or shutdown has finished.
 	srv := grpc.NewServer(grpc.WaitForHandlers(true))
-	pluginapi.RegisterDevicePluginServer(srv, p)
+	pluginapi.RegisterDevicePluginServer(srv, s)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	return srv, info, served, nil
@@ -99,16 +116,17 @@ func (p *Plugin) listenAndServe(sock string) (*grpc.Server, os.FileInfo, <-chan 
 
 // register calls the kubelet's Registration service, retrying with backoff while kubelet.sock is
 // missing (the kubelet is not up yet) or the call fails. It returns an error only when ctx ends.
-func (p *Plugin) register(ctx context.Context, kubeletSock, sock string) error {
+func (s *resourceServer) register(ctx context.Context, kubeletSock, sock string) error {
+	p := s.p
 	backoff := p.cfg.RegisterInitialBackoff
 	for attempt := 1; ; attempt++ {
-		err := p.registerOnce(ctx, kubeletSock, sock)
+		err := s.registerOnce(ctx, kubeletSock, sock)
 		if err == nil {
-			p.log.Info("registered with kubelet", "kubelet_socket", kubeletSock, "endpoint", filepath.Base(sock),
-				"version", pluginapi.Version, "devices", len(p.table.ids), "attempt", attempt)
+			s.log.Info("registered with kubelet", "kubelet_socket", kubeletSock, "endpoint", filepath.Base(sock),
+				"version", pluginapi.Version, "devices", len(s.res.ids), "attempt", attempt)
 			return nil
 		}
-		p.log.Warn("registration with kubelet failed; retrying", "kubelet_socket", kubeletSock, "attempt", attempt,
+		s.log.Warn("registration with kubelet failed; retrying", "kubelet_socket", kubeletSock, "attempt", attempt,
 			"err", err, "retry_in", backoff)
 		if !sleep(ctx, backoff) {
 			return ctx.Err()
@@ -117,7 +135,7 @@ func (p *Plugin) register(ctx context.Context, kubeletSock, sock string) error {
 	}
 }
 
-func (p *Plugin) registerOnce(ctx context.Context, kubeletSock, sock string) error {
+func (s *resourceServer) registerOnce(ctx context.Context, kubeletSock, sock string) error {
 	if _, err := os.Stat(kubeletSock); err != nil {
 		return fmt.Errorf("kubelet socket not available: %w", err)
 	}
@@ -131,8 +149,8 @@ func (p *Plugin) registerOnce(ctx context.Context, kubeletSock, sock string) err
 	_, err = pluginapi.NewRegistrationClient(conn).Register(ctx, &pluginapi.RegisterRequest{
 		Version:      pluginapi.Version,
 		Endpoint:     filepath.Base(sock), // the kubelet resolves it relative to its device-plugins dir
-		ResourceName: p.cfg.ResourceName,
-		Options:      p.options(),
+		ResourceName: s.res.name,
+		Options:      s.p.options(),
 	})
 	return err
 }
@@ -140,20 +158,20 @@ func (p *Plugin) registerOnce(ctx context.Context, kubeletSock, sock string) err
 // waitSocketGone returns when ctx ends, the server stops on its own, or our socket file disappears or is
 // replaced. Polling with os.Stat is enough: the kubelet needs seconds to come back anyway, and it keeps
 // the plugin free of inotify dependencies.
-func (p *Plugin) waitSocketGone(ctx context.Context, sock string, ours os.FileInfo, served <-chan error) {
-	t := time.NewTicker(p.cfg.SocketPollInterval)
+func (s *resourceServer) waitSocketGone(ctx context.Context, sock string, ours os.FileInfo, served <-chan error) {
+	t := time.NewTicker(s.p.cfg.SocketPollInterval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case err := <-served:
-			p.log.Error("device plugin gRPC server exited", "err", err)
+			s.log.Error("device plugin gRPC server exited", "err", err)
 			return
 		case <-t.C:
 			info, err := os.Stat(sock)
 			if err != nil || !os.SameFile(info, ours) {
-				p.log.Warn("device plugin socket disappeared", "socket", sock)
+				s.log.Warn("device plugin socket disappeared", "socket", sock)
 				return
 			}
 		}

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
 // Node label keys the plugin owns. They mirror GPU Feature Discovery so that scenarios and the
@@ -36,17 +38,50 @@ const (
 	LabelRuntimeMinor    = "nvidia.com/cuda.runtime-version.minor"
 	// LabelPluginVersion lets the upgrade rehearsal see which plugin revision serves the node.
 	LabelPluginVersion = "gpuconform.io/fake-device-plugin-version"
+
+	// GFD's MIG labels. Under the single strategy the nvidia.com/gpu.* labels describe the MIG devices
+	// (product, count, memory, slices); under the mixed strategy nvidia.com/gpu.count counts the whole
+	// GPUs and each profile P gets nvidia.com/mig-<P>.* labels (MIGProfileLabel).
+	LabelMIGStrategy     = "nvidia.com/mig.strategy"
+	LabelMIGCapable      = "nvidia.com/mig.capable"
+	LabelSlicesGI        = "nvidia.com/gpu.slices.gi"
+	LabelSlicesCI        = "nvidia.com/gpu.slices.ci"
+	LabelMultiprocessors = "nvidia.com/gpu.multiprocessors"
 )
 
+// Suffixes of the per-profile labels of the mixed MIG strategy (MIGProfileLabel).
+const (
+	MIGLabelCount           = "count"
+	MIGLabelMemory          = "memory"
+	MIGLabelProduct         = "product"
+	MIGLabelSlicesGI        = "slices.gi"
+	MIGLabelSlicesCI        = "slices.ci"
+	MIGLabelMultiprocessors = "multiprocessors"
+)
+
+var migLabelSuffixes = []string{MIGLabelCount, MIGLabelMemory, MIGLabelProduct, MIGLabelSlicesGI, MIGLabelSlicesCI, MIGLabelMultiprocessors}
+
+// MIGProfileLabel is GFD's label of profile under the mixed strategy: "nvidia.com/mig-3g.40gb.count".
+func MIGProfileLabel(profile, suffix string) string {
+	return fakegpu.MIGResource(profile) + "." + suffix
+}
+
 // OwnedLabelKeys lists every node label the plugin manages. A key whose value the current config does
-// not define (a driver version without a revision) is deleted, so labels left by an older revision of
-// the plugin never linger.
+// not define (a driver version without a revision, the MIG labels of another sharing mode) is deleted,
+// so labels left by an older revision of the plugin or an earlier mode never linger.
 func OwnedLabelKeys() []string {
-	return []string{
+	keys := []string{
 		LabelProduct, LabelCount, LabelMemory, LabelFamily, LabelSharingStrategy, LabelReplicas,
 		LabelDriverFull, LabelDriverMajor, LabelDriverMinor, LabelDriverRevision,
 		LabelRuntimeFull, LabelRuntimeMajor, LabelRuntimeMinor, LabelPluginVersion,
+		LabelMIGStrategy, LabelMIGCapable, LabelSlicesGI, LabelSlicesCI, LabelMultiprocessors,
 	}
+	for _, prof := range fakegpu.H100Profiles {
+		for _, suffix := range migLabelSuffixes {
+			keys = append(keys, MIGProfileLabel(prof.Name, suffix))
+		}
+	}
+	return keys
 }
 
 // NodeLabels returns the labels the plugin publishes for this config; owned keys that are absent from
@@ -61,6 +96,7 @@ func (c Config) NodeLabels() map[string]string {
 		LabelReplicas:        strconv.Itoa(c.Replicas),
 		LabelPluginVersion:   c.PluginVersion,
 	}
+	c.addSharingLabels(l)
 	addVersion(l, c.DriverVersion, LabelDriverFull, LabelDriverMajor, LabelDriverMinor, LabelDriverRevision)
 	addVersion(l, c.CUDAVersion, LabelRuntimeFull, LabelRuntimeMajor, LabelRuntimeMinor)
 	for k, v := range l {
@@ -71,6 +107,47 @@ func (c Config) NodeLabels() map[string]string {
 		}
 	}
 	return l
+}
+
+// addSharingLabels sets what GFD labels differently per sharing mode. Time-slicing and MPS rename the
+// product "<product>-SHARED" (GFD's default when the plugin does not rename the resource). mig-single
+// describes the MIG devices on the nvidia.com/gpu.* labels; mig-mixed counts the whole GPUs there and
+// labels each profile on nvidia.com/mig-<P>.*.
+func (c Config) addSharingLabels(l map[string]string) {
+	switch c.Mode() {
+	case fakegpu.SharingTimeSlicing, fakegpu.SharingMPS:
+		l[LabelProduct] = c.Product + "-SHARED"
+	case fakegpu.SharingMIGSingle:
+		prof, _ := fakegpu.ProfileByName(fakegpu.SingleLayout[0].Profile)
+		l[LabelMIGStrategy], l[LabelMIGCapable] = "single", "true"
+		l[LabelProduct] = fakegpu.MIGProduct(c.Product, prof.Name)
+		l[LabelCount] = strconv.Itoa(c.Devices * len(fakegpu.SingleLayout))
+		l[LabelMemory] = strconv.Itoa(prof.MemoryMiB)
+		l[LabelSlicesGI], l[LabelSlicesCI] = strconv.Itoa(prof.Slices), strconv.Itoa(prof.Slices)
+		l[LabelMultiprocessors] = strconv.Itoa(prof.Multiprocessors)
+	case fakegpu.SharingMIGMixed:
+		l[LabelMIGStrategy], l[LabelMIGCapable] = "mixed", "true"
+		whole, perProfile := 0, map[string]int{}
+		for i := range c.Devices {
+			layout := fakegpu.LayoutFor(fakegpu.SharingMIGMixed, i)
+			if layout == nil {
+				whole++
+			}
+			for _, pl := range layout {
+				perProfile[pl.Profile]++
+			}
+		}
+		l[LabelCount] = strconv.Itoa(whole)
+		for name, n := range perProfile {
+			prof, _ := fakegpu.ProfileByName(name)
+			l[MIGProfileLabel(name, MIGLabelCount)] = strconv.Itoa(n)
+			l[MIGProfileLabel(name, MIGLabelMemory)] = strconv.Itoa(prof.MemoryMiB)
+			l[MIGProfileLabel(name, MIGLabelProduct)] = fakegpu.MIGProduct(c.Product, name)
+			l[MIGProfileLabel(name, MIGLabelSlicesGI)] = strconv.Itoa(prof.Slices)
+			l[MIGProfileLabel(name, MIGLabelSlicesCI)] = strconv.Itoa(prof.Slices)
+			l[MIGProfileLabel(name, MIGLabelMultiprocessors)] = strconv.Itoa(prof.Multiprocessors)
+		}
+	}
 }
 
 // addVersion splits "550.54.15" into the full/major/minor/revision labels named by keys (full first).

@@ -139,7 +139,7 @@ func TestPublishesGFDShapedLabels(t *testing.T) {
 	startPlugin(t, func(ctx context.Context) error { return p.Run(ctx, cluster) })
 
 	want := map[string]string{
-		"nvidia.com/gpu.product":                   "NVIDIA-H100-80GB-HBM3",
+		"nvidia.com/gpu.product":                   "NVIDIA-H100-80GB-HBM3-SHARED", // GFD's rename under time-slicing
 		"nvidia.com/gpu.count":                     "4",
 		"nvidia.com/gpu.memory":                    "81559",
 		"nvidia.com/gpu.family":                    "hopper",

@@ -10,8 +10,6 @@ import (
 	"sync"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
@@ -43,9 +41,13 @@ type Plugin struct {
 	faults          faultSet      // in force now: configured plus the node annotation's
 	changed         chan struct{} // closed (and replaced) on every health or fault change, waking ListAndWatch streams and the slice publisher
 	lastGiven       []int         // physical indexes of the latest Allocate or Prepare (the double-allocate fault hands them out again)
+	lastGivenMIG    []migDevice   // MIG devices of the latest MIG allocation (the same, for MIG resources)
 	draReady        bool          // the DRA half is registered with the kubelet (or turned off)
 
-	streams int // open ListAndWatch streams; ReadyFile exists while it is above zero
+	streams   int            // open ListAndWatch streams, of every resource
+	streamsOf map[string]int // open ListAndWatch streams per resource; ReadyFile exists while each resource has one
+
+	servers []*resourceServer // one device-plugin server per resource, the configured resource first
 
 	labelsDrifted chan struct{} // WatchNode → SyncLabels: our labels on the node differ from the config
 	nodeSynced    chan struct{} // closed once WatchNode has seen the node's initial state
@@ -60,14 +62,18 @@ func New(cfg Config) (*Plugin, error) {
 	p := &Plugin{
 		cfg:       cfg,
 		log:       cfg.logger().With("node", cfg.NodeName, "resource", cfg.ResourceName),
-		table:     newDeviceTable(cfg.NodeName, cfg.Devices, cfg.DRADevices, cfg.Replicas),
+		table:     newModeTable(cfg.NodeName, cfg.ResourceName, cfg.Mode(), cfg.Devices, cfg.DRADevices, cfg.Replicas),
 		unhealthy: map[int]bool{},
+		streamsOf: map[string]int{},
 		faults:    newFaultSet(cfg.Faults),
 		draReady:  cfg.DRADevices == 0,
 		changed:   make(chan struct{}),
 
 		labelsDrifted: make(chan struct{}, 1),
 		nodeSynced:    make(chan struct{}),
+	}
+	for _, res := range p.table.resources {
+		p.servers = append(p.servers, &resourceServer{p: p, res: res, log: cfg.logger().With("node", cfg.NodeName, "resource", res.name)})
 	}
 	if len(cfg.Faults) > 0 {
 		// Loud on purpose: a plugin with a fault must never be mistaken for a healthy one in the logs.
@@ -76,34 +82,44 @@ func New(cfg Config) (*Plugin, error) {
 	return p, nil
 }
 
-// DeviceIDs returns the IDs advertised to the kubelet (Devices×Replicas of them), in a stable order.
+// DeviceIDs returns the IDs advertised to the kubelet on the configured resource (Devices×Replicas of
+// them without MIG), in a stable order.
 func (p *Plugin) DeviceIDs() []string { return slices.Clone(p.table.ids) }
+
+// Resources returns the extended resources the device plugin serves, the configured one first (mig-mixed
+// adds one per MIG profile on the node).
+func (p *Plugin) Resources() []string {
+	out := make([]string, len(p.table.resources))
+	for i, r := range p.table.resources {
+		out[i] = r.name
+	}
+	return out
+}
+
+// ResourceDeviceIDs returns the IDs advertised on resource (nil for a resource not served).
+func (p *Plugin) ResourceDeviceIDs(resource string) []string {
+	if res, ok := p.table.resource(resource); ok {
+		return slices.Clone(res.ids)
+	}
+	return nil
+}
+
+// Server returns the device-plugin server of resource (nil for a resource not served): what the kubelet
+// talks to on that resource's socket.
+func (p *Plugin) Server(resource string) pluginapi.DevicePluginServer {
+	for _, s := range p.servers {
+		if s.res.name == resource {
+			return s
+		}
+	}
+	return nil
+}
 
 // PhysicalUUIDs returns the UUIDs of the physical fake GPUs, by index.
 func (p *Plugin) PhysicalUUIDs() []string { return slices.Clone(p.table.uuids) }
 
-// Devices is the current device list as ListAndWatch reports it.
-func (p *Plugin) Devices() []*pluginapi.Device {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	devs, _ := p.snapshotLocked()
-	return devs
-}
-
-func (p *Plugin) snapshotLocked() ([]*pluginapi.Device, <-chan struct{}) {
-	devs := make([]*pluginapi.Device, 0, len(p.table.ids)+1)
-	for _, id := range p.table.ids {
-		h := pluginapi.Healthy
-		if p.unhealthy[p.table.byID[id]] && !p.faults[FaultIgnoreHealth] {
-			h = pluginapi.Unhealthy
-		}
-		devs = append(devs, &pluginapi.Device{ID: id, Health: h})
-	}
-	if p.faults[FaultOverAdvertise] {
-		devs = append(devs, &pluginapi.Device{ID: p.table.phantomID(), Health: pluginapi.Healthy})
-	}
-	return devs, p.changed
-}
+// Devices is the current device list of the configured resource as ListAndWatch reports it.
+func (p *Plugin) Devices() []*pluginapi.Device { return p.servers[0].devices() }
 
 // notifyLocked wakes everything that re-reads the device state (ListAndWatch streams, the slice publisher).
 func (p *Plugin) notifyLocked() {
@@ -189,94 +205,22 @@ func (p *Plugin) options() *pluginapi.DevicePluginOptions {
 	return &pluginapi.DevicePluginOptions{GetPreferredAllocationAvailable: true}
 }
 
-// ListAndWatch sends the full device list at once and again after every health change, until the
-// kubelet hangs up or the server stops.
-func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
-	ctx := stream.Context()
-	p.streamOpened()
-	defer p.streamClosed()
-	for {
-		p.mu.Lock()
-		devs, changed := p.snapshotLocked()
-		p.mu.Unlock()
-		if err := stream.Send(&pluginapi.ListAndWatchResponse{Devices: devs}); err != nil {
-			return err
-		}
-		p.log.Info(LogSentDeviceList, "devices", len(devs), "unhealthy", countUnhealthy(devs))
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-changed:
-		}
-	}
+// ListAndWatch, GetPreferredAllocation and Allocate of the Plugin itself are those of the configured
+// resource's server (servers.go), which is what the kubelet reaches on SocketName.
+
+// ListAndWatch is the configured resource's ListAndWatch.
+func (p *Plugin) ListAndWatch(e *pluginapi.Empty, stream grpc.ServerStreamingServer[pluginapi.ListAndWatchResponse]) error {
+	return p.servers[0].ListAndWatch(e, stream)
 }
 
-func countUnhealthy(devs []*pluginapi.Device) int {
-	n := 0
-	for _, d := range devs {
-		if d.Health != pluginapi.Healthy {
-			n++
-		}
-	}
-	return n
+// GetPreferredAllocation is the configured resource's GetPreferredAllocation.
+func (p *Plugin) GetPreferredAllocation(ctx context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
+	return p.servers[0].GetPreferredAllocation(ctx, req)
 }
 
-// GetPreferredAllocation answers deterministically; see deviceTable.preferred for the policy.
-func (p *Plugin) GetPreferredAllocation(_ context.Context, req *pluginapi.PreferredAllocationRequest) (*pluginapi.PreferredAllocationResponse, error) {
-	resp := &pluginapi.PreferredAllocationResponse{}
-	for _, cr := range req.GetContainerRequests() {
-		ids := p.table.preferred(cr.GetAvailableDeviceIDs(), cr.GetMustIncludeDeviceIDs(), int(cr.GetAllocationSize()))
-		resp.ContainerResponses = append(resp.ContainerResponses, &pluginapi.ContainerPreferredAllocationResponse{DeviceIDs: ids})
-	}
-	return resp, nil
-}
-
-// Allocate gives each container what NVIDIA's stack would: the CDI devices of the physical GPUs behind the
-// requested IDs (their device nodes, plus the control devices, nvidia-smi and the inventory the CDI spec
-// adds), and NVIDIA_VISIBLE_DEVICES naming them, in request order and without duplicate replicas. Faults
-// change what is handed out (faults.go).
-func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
-	resp := &pluginapi.AllocateResponse{}
-	phantom := p.table.phantomID()
-	for _, cr := range req.GetContainerRequests() {
-		ids := cr.GetDevicesIds()
-		present := make([]string, 0, len(ids))
-		gotPhantom := false
-		for _, id := range ids {
-			if id == phantom && p.hasFault(FaultOverAdvertise) {
-				gotPhantom = true // advertised, but no GPU is behind it
-				continue
-			}
-			present = append(present, id)
-		}
-		idx, err := p.table.physical(present)
-		if err != nil {
-			p.log.Error("allocate refused", "requested", ids, "err", err)
-			return nil, status.Error(codes.InvalidArgument, err.Error())
-		}
-		handed := p.handOut(idx, "allocate", ids)
-		if gotPhantom {
-			// Handed to the runtime as if it existed, as a broken plugin would (addDevices).
-			handed = append(handed, len(p.table.uuids))
-			p.log.Warn("FAULT INJECTION: handed out a GPU that does not exist", "fault", string(FaultOverAdvertise), "id", phantom)
-		}
-		visible := make([]string, 0, len(handed))
-		for _, i := range handed {
-			visible = append(visible, p.table.uuid(i))
-		}
-		env := map[string]string{
-			EnvVisibleDevices: strings.Join(visible, ","),
-			EnvResource:       p.cfg.ResourceName,
-			EnvNode:           p.cfg.NodeName,
-		}
-		car := &pluginapi.ContainerAllocateResponse{Envs: env}
-		if p.cdiEnabled() {
-			p.addDevices(car, handed)
-		}
-		p.log.Info("allocated devices", "requested", ids, EnvVisibleDevices, env[EnvVisibleDevices])
-		resp.ContainerResponses = append(resp.ContainerResponses, car)
-	}
-	return resp, nil
+// Allocate is the configured resource's Allocate.
+func (p *Plugin) Allocate(ctx context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
+	return p.servers[0].Allocate(ctx, req)
 }
 
 // handOut applies the faults that change which GPUs an allocation gets (wrong-ids, double-allocate) to the
@@ -299,6 +243,33 @@ func (p *Plugin) handOut(idx []int, what string, asked any) []int {
 	return handed
 }
 
+// handOutMIG is handOut for MIG devices of resource res: wrong-ids gives other MIG devices of res,
+// double-allocate the previous MIG allocation's first device again.
+func (p *Plugin) handOutMIG(res *resourceDevices, migs []migDevice, asked []string) []migDevice {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	handed := slices.Clone(migs)
+	uuids := func(ms []migDevice) []string {
+		out := make([]string, len(ms))
+		for i, m := range ms {
+			out[i] = m.uuid
+		}
+		return out
+	}
+	switch {
+	case p.faults[FaultWrongIDs] && len(migs) > 0:
+		handed = p.table.wrongMIGs(res, migs)
+		p.log.Warn("FAULT INJECTION: handing out wrong devices", "fault", string(FaultWrongIDs), "op", "allocate "+res.name, "requested", asked, "handed_out", uuids(handed))
+	case p.faults[FaultDoubleAllocate] && len(migs) > 0 && len(p.lastGivenMIG) > 0:
+		handed[0] = p.lastGivenMIG[0]
+		p.log.Warn("FAULT INJECTION: handing out a device that is already in use", "fault", string(FaultDoubleAllocate), "op", "allocate "+res.name, "requested", asked, "handed_out", uuids(handed))
+	}
+	if len(handed) > 0 {
+		p.lastGivenMIG = slices.Clone(handed)
+	}
+	return handed
+}
+
 // PreStartContainer is never requested (PreStartRequired is false); it succeeds for completeness.
 func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	return &pluginapi.PreStartContainerResponse{}, nil
@@ -306,5 +277,5 @@ func (p *Plugin) PreStartContainer(context.Context, *pluginapi.PreStartContainer
 
 // String identifies the plugin in logs and errors.
 func (p *Plugin) String() string {
-	return fmt.Sprintf("fake-gpu-agent(%s on %s, %d×%d; DRA %s: %d)", p.cfg.ResourceName, p.cfg.NodeName, p.cfg.Devices, p.cfg.Replicas, p.cfg.DRADriverName, p.cfg.DRADevices)
+	return fmt.Sprintf("fake-gpu-agent(%s on %s, %d×%d, sharing %s; DRA %s: %d)", strings.Join(p.Resources(), "+"), p.cfg.NodeName, p.cfg.Devices, p.cfg.Replicas, p.cfg.Mode(), p.cfg.DRADriverName, p.cfg.DRADevices)
 }

@@ -13,26 +13,34 @@ import (
 // advertising the checkpointed devices while no plugin serves them, and pods admitted then fail with
 // UnexpectedAdmissionError. Whoever waits for the GPU stack (make cluster, the suites) waits for Ready.
 
-// streamOpened records a new ListAndWatch stream and creates the marker on the first one.
-func (p *Plugin) streamOpened() {
+// streamOpened records a new ListAndWatch stream of resource and creates the marker once every resource
+// has one.
+func (p *Plugin) streamOpened(resource string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.streams++
+	p.streamsOf[resource]++
 	p.updateReadyLocked()
 }
 
-// streamClosed forgets a stream and removes the marker when none is left.
-func (p *Plugin) streamClosed() {
+// streamClosed forgets a stream and removes the marker when a resource has none left.
+func (p *Plugin) streamClosed(resource string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.streams--
+	p.streamsOf[resource]--
 	p.updateReadyLocked()
 }
 
 // updateReadyLocked makes the marker follow both halves: ready while the kubelet holds a ListAndWatch
-// stream and, with DRA on, while the kubelet has registered the DRA plugin.
+// stream on every resource served (mig-mixed serves several) and, with DRA on, while the kubelet has
+// registered the DRA plugin.
 func (p *Plugin) updateReadyLocked() {
-	p.setReadyLocked(p.streams > 0 && p.draReady)
+	streaming := true
+	for _, res := range p.table.resources {
+		streaming = streaming && p.streamsOf[res.name] > 0
+	}
+	p.setReadyLocked(streaming && p.draReady)
 }
 
 // clearReady removes a marker a previous process may have left in the pod's volume: a restarted container

@@ -3,7 +3,8 @@
 // inventory file the fake agent's CDI spec mounts beside it.
 //
 // Like the real tool it reports only the GPUs whose device nodes are present (the runtime injects the
-// allocated ones), renumbers them 0..k-1 in minor order, and fails with the real tool's messages and
+// allocated ones), renumbers them 0..k-1 in minor order, lists under a GPU the MIG devices whose cap
+// devices (/dev/nvidia-caps/nvidia-cap<K>) the container has, and fails with the real tool's messages and
 // exit codes when there is no driver (no /dev/nvidiactl, exit 9) or no GPU (exit 6). Its messages for
 // failures go to stderr rather than stdout as the real tool does, so a caller that keeps only stderr
 // of a failed run (the workload probe does) can say why.
@@ -72,10 +73,12 @@ func StatDevice(path string) (bool, uint32, uint32, error) {
 	return true, unix.Major(rdev), unix.Minor(rdev), nil
 }
 
-// gpu is one GPU the container can see, with its in-container index.
+// gpu is one GPU the container can see, with its in-container index and the MIG devices of it the
+// container can see (by placement).
 type gpu struct {
 	index int
 	fakegpu.GPU
+	migs []fakegpu.MIGDevice
 }
 
 // options is the parsed command line.
@@ -133,6 +136,10 @@ func Main(args []string, env Env, stdout, stderr io.Writer) int {
 	case opt.list:
 		for _, g := range gpus {
 			fmt.Fprintf(stdout, "GPU %d: %s (UUID: %s)\n", g.index, g.Product, g.UUID)
+			// NVIDIA's format: the MIG devices under their GPU, indented, numbered within it from 0.
+			for k, m := range g.migs {
+				fmt.Fprintf(stdout, "  MIG %-11s Device %2d: (UUID: %s)\n", m.Profile, k, m.UUID)
+			}
 		}
 	case opt.query != nil:
 		writeCSV(stdout, inv, gpus, fields, header, units)
@@ -148,7 +155,8 @@ Usage: nvidia-smi [OPTION]
 
     -h,   --help                Print this usage and exit.
           --version             Print the driver and CUDA versions.
-    -L,   --list-gpus           List the visible GPUs: GPU <index>: <name> (UUID: <uuid>).
+    -L,   --list-gpus           List the visible GPUs: GPU <index>: <name> (UUID: <uuid>), and
+                                under each its visible MIG devices.
           --query-gpu=FIELDS    Query the visible GPUs. FIELDS: index, uuid (gpu_uuid), name
                                 (gpu_name), memory.total, driver_version, pci.bus_id (gpu_bus_id), count.
           --format=csv[,noheader][,nounits]  CSV is also the default.
@@ -304,7 +312,10 @@ func parseQuery(names []string, format string) (out []field, header, units bool,
 }
 
 // readDriver stands in for the real tool's talk to the driver: nvidiactl must be there, the inventory
-// readable, and the visible GPUs are the nvidia<N> character devices of major 195, by minor.
+// readable, and the visible GPUs are the nvidia<N> character devices of major 195, by minor. A GPU's
+// visible MIG devices are those whose cap device (nvidia-caps/nvidia-cap<K>, major
+// fakegpu.NvidiaCapsMajor) is there too; a cap device without its GPU's device node gives nothing, as
+// NVML cannot open the GPU it belongs to.
 func readDriver(env Env, stderr io.Writer) (fakegpu.Inventory, []gpu, int) {
 	fail := func(detail error) (fakegpu.Inventory, []gpu, int) {
 		fmt.Fprintf(stderr, "%s\n(fake nvidia-smi: %v)\n", DriverFailure, detail)
@@ -346,9 +357,17 @@ func readDriver(env Env, stderr io.Writer) (fakegpu.Inventory, []gpu, int) {
 		}
 		seen[m] = g
 	}
+	caps := visibleCaps(env)
 	gpus := make([]gpu, 0, len(seen))
 	for _, g := range seen {
-		gpus = append(gpus, gpu{GPU: g})
+		v := gpu{GPU: g}
+		for _, m := range g.MIG {
+			if caps[m.CapMinor] {
+				v.migs = append(v.migs, m)
+			}
+		}
+		slices.SortFunc(v.migs, func(a, b fakegpu.MIGDevice) int { return cmp.Compare(a.Start, b.Start) })
+		gpus = append(gpus, v)
 	}
 	// The real tool renumbers the GPUs a container sees from 0, in minor (PCI) order.
 	slices.SortFunc(gpus, func(a, b gpu) int { return cmp.Compare(a.Minor, b.Minor) })
@@ -356,6 +375,27 @@ func readDriver(env Env, stderr io.Writer) (fakegpu.Inventory, []gpu, int) {
 		gpus[i].index = i
 	}
 	return inv, gpus, ExitOK
+}
+
+// visibleCaps returns the minors of the MIG cap devices in the container's nvidia-caps directory.
+func visibleCaps(env Env) map[int]bool {
+	dir := filepath.Join(env.DevDir, fakegpu.NvidiaCapsDir)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // no MIG device given: no directory at all
+	}
+	caps := map[int]bool{}
+	for _, e := range entries {
+		digits, ok := strings.CutPrefix(e.Name(), "nvidia-cap")
+		if !ok || !isDecimal(digits) {
+			continue
+		}
+		isChar, major, minor, err := env.Stat(filepath.Join(dir, e.Name()))
+		if err == nil && isChar && major == fakegpu.NvidiaCapsMajor {
+			caps[int(minor)] = true
+		}
+	}
+	return caps
 }
 
 // isDecimal reports whether s is a non-empty run of ASCII digits (strconv.Atoi would also take "+1").
@@ -398,5 +438,15 @@ func writeSummary(w io.Writer, inv fakegpu.Inventory, gpus []gpu) {
 			mem = fmt.Sprintf("%dMiB", g.MemoryMiB)
 		}
 		fmt.Fprintf(w, "%4d %-32s %-18s %s\n", g.index, g.Product, notAvailable(g.PCIBusID), mem)
+	}
+	header := false
+	for _, g := range gpus {
+		for k, m := range g.migs {
+			if !header {
+				fmt.Fprintf(w, "MIG devices:\n%-4s %-4s %-11s %-40s %s\n", "GPU", "MIG", "Profile", "UUID", "Memory-Total")
+				header = true
+			}
+			fmt.Fprintf(w, "%4d %4d %-11s %-40s %dMiB\n", g.index, k, m.Profile, m.UUID, m.MemoryMiB)
+		}
 	}
 }

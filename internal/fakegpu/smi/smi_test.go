@@ -49,6 +49,9 @@ func setup(t *testing.T, nodes map[string]dev) Env {
 		t.Fatal(err)
 	}
 	for name := range nodes {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(devDir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(devDir, name), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -63,8 +66,11 @@ func setup(t *testing.T, nodes map[string]dev) Env {
 		t.Fatal(err)
 	}
 	stat := func(path string) (bool, uint32, uint32, error) {
-		if d, ok := nodes[filepath.Base(path)]; ok && filepath.Dir(path) == devDir {
-			return true, d.major, d.minor, nil
+		// Names below dev, "nvidia-caps/nvidia-cap21" included.
+		if rel, err := filepath.Rel(devDir, path); err == nil {
+			if d, ok := nodes[rel]; ok {
+				return true, d.major, d.minor, nil
+			}
 		}
 		_, err := os.Stat(path)
 		return false, 0, 0, err
