@@ -25,6 +25,7 @@ import (
 	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
 	"gpuconform.io/gpuconform/reports"
 )
@@ -103,6 +104,20 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(capacity(`after it came back`) + `|a one-device pod to run on \S+ on the \S+ path after the node came back`)},
 		{Fault: fakeplugin.FaultDriverMismatch, Focus: "driver and CUDA versions the node advertises", Catcher: "driver and CUDA versions the node advertises",
 			Because: because(`advertises driver \S+ \([^)]*\) but nvidia-smi in pod \S+ prints \S+`)},
+		// The sharing modes' faults, each in the mode it breaks (scenarios/sharing*.go; the replica limit is
+		// framework/gpu CheckExclusive's, from the labels' replicas).
+		{Fault: fakeplugin.FaultExtraReplica, Sharing: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2},
+			Focus: "maps every time-slicing replica", Catcher: "maps every time-slicing replica",
+			Because: because(`which the node's labels share 2 ways .*: a device was handed out more often than it has replicas`)},
+		{Fault: fakeplugin.FaultMPSNoLimits, Sharing: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2},
+			Focus: "maps every mps replica", Catcher: "maps every mps replica",
+			Because: because(`lacks its MPS limits: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE \(want 50\)`)},
+		{Fault: fakeplugin.FaultMIGWithParent, Sharing: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1},
+			Focus: "never beside its whole parent GPU", Catcher: "never beside its whole parent GPU",
+			Because: because(`is held whole by pod \S+ while pod \S+ holds its MIG device MIG-\S+ \(\S+\): a GPU and its partitions were handed out together`)},
+		{Fault: fakeplugin.FaultDRAPartitionNoCounters, Sharing: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1},
+			Focus: "does not allocate a partition of a GPU whose whole device", Catcher: "does not allocate a partition of a GPU whose whole device",
+			Because: because(`GPU GPU-\S+ and its partition \S+ were handed out together`)},
 	}
 }
 
