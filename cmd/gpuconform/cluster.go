@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
 func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
@@ -31,6 +33,7 @@ func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		fs.IntVar(&opts.CanaryWorkers, "canary-workers", opts.CanaryWorkers, "workers in the canary pool")
 		fs.IntVar(&opts.DevicesPerNode, "devices", opts.DevicesPerNode, "fake devices per node on each allocation path")
 		fs.IntVar(&opts.Replicas, "replicas", opts.Replicas, "time-slicing replicas per fake GPU on the device-plugin path (1 = whole GPUs; default from "+localcluster.EnvReplicas+"); changing it rolls only the fake GPU agent")
+		fs.StringVar(&opts.Sharing, "sharing", opts.Sharing, "sharing mode of the fake GPUs: "+strings.Join(fakegpu.SharingModes, ", ")+" (default from "+localcluster.EnvSharing+"; unset: time-slicing when --replicas is above 1, else none); time-slicing and mps need --replicas 2 or more; changing it rolls only the fake GPU agent")
 		fs.StringVar(&opts.DRADriver, "dra-driver", opts.DRADriver, "DRA half of the fake GPU stack: "+localcluster.DRADriverFake+" (the project's agent, gpu.nvidia.com) or "+localcluster.DRADriverExample+" (dra-example-driver, gpu.example.com)")
 	case "down", "logs", "load":
 	default:
@@ -39,6 +42,14 @@ func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
+	}
+	// A bad combination of flags (or of GPUCONFORM_SHARING and GPUCONFORM_REPLICAS) is a usage error,
+	// refused before anything is built or created.
+	if args[0] == "up" {
+		if err := opts.Validate(); err != nil {
+			fmt.Fprintf(stderr, "gpuconform cluster up: %v\n", err)
+			return 2
+		}
 	}
 	c, err := localcluster.New(opts)
 	if err != nil {

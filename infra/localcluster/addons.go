@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -17,6 +20,8 @@ import (
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
 	"sigs.k8s.io/yaml"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
 //go:embed manifests/*.yaml
@@ -25,6 +30,10 @@ var manifests embed.FS
 // DRADriverName is the name the fake GPU agent's DRA half publishes its devices under (also its
 // DeviceClass): NVIDIA's DRA driver's, so that claims and CEL selectors written for real clusters work.
 const DRADriverName = "gpu.nvidia.com"
+
+// MIGDeviceClass is the DeviceClass of the agent's DRA partitions (type "mig"), installed in the MIG sharing
+// modes next to the class of whole GPUs (DRADriverName, type "gpu"); NVIDIA's DRA driver installs both.
+const MIGDeviceClass = "mig.nvidia.com"
 
 // GPUResource is the extended resource the fake GPU agent's device plugin advertises.
 const GPUResource = "nvidia.com/gpu"
@@ -90,10 +99,12 @@ func render(name string, data any) ([]byte, error) {
 // GPUStackOptions are the settings of the fake GPU stack on the local cluster. The upgrade rehearsal changes
 // PluginVersion/DriverVersion on the canary pool; fault injection changes Fault.
 type GPUStackOptions struct {
-	Image         string
-	Devices       int
-	ResourceName  string
-	Replicas      int
+	Image        string
+	Devices      int
+	ResourceName string
+	Replicas     int
+	// Sharing is the agent's sharing mode (Options.SharingMode), never "".
+	Sharing       string
 	DriverVersion string
 	// UpgradeTo is the driver version the stack can be upgraded to (the rehearsal's target here).
 	UpgradeTo     string
@@ -187,6 +198,13 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 	} else if err := c.removeExampleDRADriver(ctx); err != nil {
 		return err
 	}
+	// The manifest holds the MIG class only when the agent publishes partitions; applying it never
+	// deletes, so a cluster brought up again in another mode loses the class here.
+	if !s.partitionable() {
+		if err := c.kubectl(ctx, "remove the MIG DeviceClass", "delete", "--ignore-not-found", "deviceclass/"+MIGDeviceClass); err != nil {
+			return err
+		}
+	}
 	if err := c.applyManifest(ctx, "fake GPU agent", dp); err != nil {
 		return err
 	}
@@ -199,7 +217,8 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 			return err
 		}
 	}
-	want := s.Devices * max(s.Replicas, 1)
+	want := s.allocatable()
+	wantDRA := s.draDevicesPerNode()
 	started := c.nodeStartTimes(ctx)
 	return poll(ctx, 120*time.Second, func() (bool, string) {
 		// Both plugins' pods must be Ready (their probes say the kubelet is served), and Ready since their
@@ -219,26 +238,130 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 		if got, want := len(strings.Fields(out)), podsPerNode*len(strings.Fields(pool)); got != want {
 			return false, fmt.Sprintf("%d GPU stack pods (%s) on %d pool nodes, want %d", got, podNames, len(strings.Fields(pool)), want)
 		}
-		out, err = c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o",
-			`jsonpath={range .items[*]}{.metadata.name}={.status.allocatable.`+strings.ReplaceAll(s.ResourceName, ".", `\.`)+`}{"\n"}{end}`)
+		nodes, err := c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o", "json")
 		if err != nil {
 			return false, err.Error()
 		}
-		for line := range strings.FieldsSeq(out) {
-			name, n, _ := strings.Cut(line, "=")
-			if got, _ := strconv.Atoi(n); got != want {
-				return false, fmt.Sprintf("node %s allocatable %s = %q, want %d", name, s.ResourceName, n, want)
+		if why := allocatableMismatch([]byte(nodes), want); why != "" {
+			return false, why
+		}
+		published, err := c.kubectlOut(ctx, "get", "resourceslices", "-o", "json")
+		if err != nil {
+			return false, err.Error()
+		}
+		return sliceMismatch([]byte(published), s.DriverName, strings.Fields(pool), wantDRA)
+	})
+}
+
+// partitionable reports whether the agent publishes MIG partitions on the DRA path (a MIG mode, and the
+// agent serving DRA GPUs).
+func (s GPUStackOptions) partitionable() bool { return s.DRADevices > 0 && fakegpu.IsMIG(s.Sharing) }
+
+// allocatable is what every pool node must advertise once the agent serves, per extended resource: the
+// GPUs times the replicas; in mig-single every GPU's MIG devices on nvidia.com/gpu; in mig-mixed the whole
+// GPUs on nvidia.com/gpu and each profile's MIG devices on its own resource (fakegpu's layouts). A MIG
+// resource of another mode must be down to 0.
+func (s GPUStackOptions) allocatable() map[string]int {
+	want := map[string]int{}
+	switch s.Sharing {
+	case fakegpu.SharingMIGSingle, fakegpu.SharingMIGMixed:
+		for i := range s.Devices {
+			layout := fakegpu.LayoutFor(s.Sharing, i)
+			switch {
+			case len(layout) == 0:
+				want[s.ResourceName]++
+			case s.Sharing == fakegpu.SharingMIGSingle:
+				want[s.ResourceName] += len(layout)
+			default:
+				for _, pl := range layout {
+					want[fakegpu.MIGResource(pl.Profile)]++
+				}
 			}
 		}
-		slices, err := c.kubectlOut(ctx, "get", "resourceslices", "-o", `jsonpath={range .items[?(@.spec.driver=="`+s.DriverName+`")]}{.spec.nodeName}{"\n"}{end}`)
-		if err != nil {
-			return false, err.Error()
+	default:
+		want[s.ResourceName] = s.Devices * max(s.Replicas, 1)
+	}
+	return want
+}
+
+// draDevicesPerNode is how many devices the agent's DRA half publishes per node: its GPUs, and in the MIG
+// modes each with one partition per placement of every profile smaller than the GPU. 0 when another driver
+// (the dra-example-driver) serves DRA: then only a slice per node is required.
+func (s GPUStackOptions) draDevicesPerNode() int {
+	if s.ExampleDRADriver || s.DRADevices == 0 {
+		return 0
+	}
+	if !s.partitionable() {
+		return s.DRADevices
+	}
+	perGPU := 1
+	for _, prof := range fakegpu.H100Profiles {
+		if prof.Slices < fakegpu.MIGSlices {
+			perGPU += len(prof.Starts)
 		}
-		if len(strings.Fields(slices)) < len(strings.Fields(pool)) {
-			return false, fmt.Sprintf("ResourceSlices of %s on %d of %d pool nodes", s.DriverName, len(strings.Fields(slices)), len(strings.Fields(pool)))
+	}
+	return s.DRADevices * perGPU
+}
+
+// allocatableMismatch reads `kubectl get nodes -o json` and says which node does not advertise want (and
+// which still advertises a MIG resource want does not list); "" when all do.
+func allocatableMismatch(raw []byte, want map[string]int) string {
+	var list struct {
+		Items []struct {
+			Metadata struct{ Name string }
+			Status   struct{ Allocatable map[string]string }
 		}
-		return true, ""
-	})
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return "cannot read the nodes: " + err.Error()
+	}
+	for _, n := range list.Items {
+		for _, r := range slices.Sorted(maps.Keys(want)) {
+			if got, _ := strconv.Atoi(n.Status.Allocatable[r]); got != want[r] {
+				return fmt.Sprintf("node %s allocatable %s = %q, want %d", n.Metadata.Name, r, n.Status.Allocatable[r], want[r])
+			}
+		}
+		for r, v := range n.Status.Allocatable {
+			if _, expected := want[r]; !expected && fakegpu.ProfileOfResource(r) != "" && v != "0" {
+				return fmt.Sprintf("node %s still allocates %s = %s, which this sharing mode does not serve", n.Metadata.Name, r, v)
+			}
+		}
+	}
+	return ""
+}
+
+// sliceMismatch reads `kubectl get resourceslices -o json` and says which pool node does not publish the
+// devices of driver it should: want devices (across its slices), or when want is 0 any. Counter-set-only
+// slices (the MIG modes) count for nothing.
+func sliceMismatch(raw []byte, driver string, pool []string, want int) (bool, string) {
+	var list struct {
+		Items []struct {
+			Spec struct {
+				Driver   string
+				NodeName string
+				Devices  []struct{ Name string }
+			}
+		}
+	}
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return false, "cannot read the ResourceSlices: " + err.Error()
+	}
+	have := map[string]int{}
+	for _, sl := range list.Items {
+		if sl.Spec.Driver == driver {
+			have[sl.Spec.NodeName] += len(sl.Spec.Devices)
+		}
+	}
+	for _, node := range pool {
+		node = strings.TrimPrefix(node, "node/")
+		switch got := have[node]; {
+		case got == 0:
+			return false, fmt.Sprintf("no ResourceSlice of %s publishes devices on %s", driver, node)
+		case want > 0 && got != want:
+			return false, fmt.Sprintf("ResourceSlices of %s publish %d devices on %s, want %d", driver, got, node, want)
+		}
+	}
+	return true, ""
 }
 
 // stalePluginPods reads "pod=node=ready=startedAt" lines and says which pod is not Ready or runs a

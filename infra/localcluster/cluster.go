@@ -14,9 +14,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
 // Options configure the local cluster.
@@ -39,6 +42,12 @@ type Options struct {
 	// times, as NVIDIA's time-slicing does ("<uuid>::<n>" IDs, GFD's sharing labels). 1 = whole GPUs.
 	// It is the agent's flag, so changing it on a running cluster rolls the agent, nothing else.
 	Replicas int
+	// Sharing is the agent's sharing mode (fakegpu.SharingModes: none, time-slicing, mps, mig-single,
+	// mig-mixed); "" derives it from Replicas as before the modes existed: time-slicing above 1, else none.
+	// Time-slicing and MPS need Replicas of at least 2, every other mode 1. Like Replicas it is the agent's
+	// flag: changing it rolls the agent, nothing else, and installs or removes the mig.nvidia.com
+	// DeviceClass.
+	Sharing string
 	// DRADriver chooses the DRA half of the fake GPU stack: DRADriverFake (the project's agent, driver
 	// gpu.nvidia.com, sharing one inventory and the device nodes with the device plugin) or DRADriverExample
 	// (the community dra-example-driver, driver gpu.example.com, environment variables only).
@@ -69,6 +78,7 @@ func DefaultOptions(repoRoot string) Options {
 		CanaryWorkers:  1,
 		DevicesPerNode: 4,
 		Replicas:       replicasFromEnv(os.Getenv(EnvReplicas)),
+		Sharing:        strings.TrimSpace(os.Getenv(EnvSharing)),
 		DRADriver:      DRADriverFake,
 		SharedDir:      filepath.Join(cache, "shared", "gpuconform"),
 		Log:            os.Stderr,
@@ -78,6 +88,9 @@ func DefaultOptions(repoRoot string) Options {
 // EnvReplicas sets Options.Replicas of DefaultOptions, so `make cluster` and the targets that depend on it
 // bring the cluster up time-sliced without a flag: GPUCONFORM_REPLICAS=2 make e2e.
 const EnvReplicas = "GPUCONFORM_REPLICAS"
+
+// EnvSharing sets Options.Sharing of DefaultOptions, like EnvReplicas: GPUCONFORM_SHARING=mig-mixed make e2e.
+const EnvSharing = "GPUCONFORM_SHARING"
 
 // replicasFromEnv reads EnvReplicas: unset is 1 (whole GPUs); a value that is not a number is 0, which
 // New refuses, naming the variable.
@@ -92,20 +105,40 @@ func replicasFromEnv(v string) int {
 	return n
 }
 
-// validate reports the first option the cluster cannot be brought up with.
-func (o Options) validate() error {
+// Validate reports the first option the cluster cannot be brought up with, before anything is created:
+// the CLI calls it to refuse a bad combination as a usage error, and New calls it again.
+func (o Options) Validate() error {
+	mode := o.SharingMode()
 	switch {
 	case o.GPUWorkers < 1 || o.CanaryWorkers < 0:
 		return fmt.Errorf("need at least 1 GPU worker and 0 or more canary workers (got %d, %d)", o.GPUWorkers, o.CanaryWorkers)
 	case o.Replicas < 1:
 		return fmt.Errorf("time-slicing replicas must be a number of at least 1 (--replicas, or %s in the environment); got %d", EnvReplicas, o.Replicas)
+	case !slices.Contains(fakegpu.SharingModes, mode):
+		return fmt.Errorf("sharing mode %q (--sharing, or %s in the environment) is not one of %s", mode, EnvSharing, strings.Join(fakegpu.SharingModes, ", "))
+	case (mode == fakegpu.SharingTimeSlicing || mode == fakegpu.SharingMPS) && o.Replicas < 2:
+		return fmt.Errorf("sharing mode %s shares each GPU among replicas: set --replicas (or %s) to 2 or more; got %d", mode, EnvReplicas, o.Replicas)
+	case mode != fakegpu.SharingTimeSlicing && mode != fakegpu.SharingMPS && o.Replicas != 1:
+		return fmt.Errorf("--replicas %d (or %s) applies to the time-slicing and mps sharing modes only; sharing mode %s needs 1 (or pass --sharing time-slicing)", o.Replicas, EnvReplicas, mode)
 	}
 	return nil
 }
 
+// SharingMode is the sharing mode the agent runs in: Sharing, or when it is empty the mode Replicas
+// implies (time-slicing above 1, else none), so GPUCONFORM_REPLICAS=2 alone keeps meaning time-slicing.
+func (o Options) SharingMode() string {
+	switch {
+	case o.Sharing != "":
+		return o.Sharing
+	case o.Replicas > 1:
+		return fakegpu.SharingTimeSlicing
+	}
+	return fakegpu.SharingNone
+}
+
 // gpuStack is the fake GPU stack these options ask for, its agent running tools (the tools image).
 func (o Options) gpuStack(tools string) GPUStackOptions {
-	s := GPUStackOptions{Image: tools, Devices: o.DevicesPerNode, ResourceName: GPUResource, Replicas: o.Replicas,
+	s := GPUStackOptions{Image: tools, Devices: o.DevicesPerNode, ResourceName: GPUResource, Replicas: o.Replicas, Sharing: o.SharingMode(),
 		DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: o.DevicesPerNode}
 	if o.DRADriver == DRADriverExample {
 		s.DriverName, s.DRADevices, s.ExampleDRADriver = ExampleDRADriverName, 0, true
@@ -129,7 +162,7 @@ func New(opts Options) (*Cluster, error) {
 	if opts.Log == nil {
 		opts.Log = io.Discard
 	}
-	if err := opts.validate(); err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	q, err := DetectQuirks()

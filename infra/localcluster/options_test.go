@@ -2,8 +2,12 @@ package localcluster
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
 // GPUCONFORM_REPLICAS sets the default the --replicas flag starts from; unset it is 1, and a value that
@@ -21,13 +25,14 @@ func TestReplicasOption(t *testing.T) {
 		{"two", 0, true},
 		{"-1", -1, true},
 	}
+	t.Setenv(EnvSharing, "") // the mode follows the replicas
 	for _, c := range cases {
 		t.Setenv(EnvReplicas, c.env)
 		o := DefaultOptions(t.TempDir())
 		if o.Replicas != c.want {
 			t.Errorf("%s=%q: Replicas = %d, want %d", EnvReplicas, c.env, o.Replicas, c.want)
 		}
-		err := o.validate()
+		err := o.Validate()
 		if c.invalid != (err != nil) {
 			t.Errorf("%s=%q: validate() = %v, want invalid=%v", EnvReplicas, c.env, err, c.invalid)
 		}
@@ -42,6 +47,7 @@ func TestReplicasOption(t *testing.T) {
 // agent instead of keeping 1.
 func TestReplicasReachTheAgent(t *testing.T) {
 	t.Setenv(EnvReplicas, "")
+	t.Setenv(EnvSharing, "")
 	o := DefaultOptions(t.TempDir())
 	whole := o.gpuStack("tools:1")
 	o.Replicas = 2
@@ -67,5 +73,188 @@ func TestReplicasReachTheAgent(t *testing.T) {
 	o.DRADriver = DRADriverExample
 	if s := o.gpuStack("tools:1"); !s.ExampleDRADriver || s.DRADevices != 0 || s.Replicas != 2 {
 		t.Errorf("example driver stack: %+v", s)
+	}
+}
+
+// GPUCONFORM_SHARING sets the default of --sharing; with it unset the replicas decide as before. A mode
+// that does not exist, or replicas that do not fit the mode, are refused before anything is touched, and
+// the refusal names what to change.
+func TestSharingOption(t *testing.T) {
+	cases := []struct {
+		sharing, replicas string
+		mode              string
+		refusal           string // "" = valid; else a word the refusal must contain
+	}{
+		{"", "", fakegpu.SharingNone, ""},
+		{"", "2", fakegpu.SharingTimeSlicing, ""},
+		{"none", "", fakegpu.SharingNone, ""},
+		{" mig-single ", "", fakegpu.SharingMIGSingle, ""},
+		{"mig-mixed", "1", fakegpu.SharingMIGMixed, ""},
+		{"time-slicing", "4", fakegpu.SharingTimeSlicing, ""},
+		{"mps", "2", fakegpu.SharingMPS, ""},
+		{"mps", "", fakegpu.SharingMPS, EnvReplicas},
+		{"time-slicing", "1", fakegpu.SharingTimeSlicing, "2 or more"},
+		{"none", "2", fakegpu.SharingNone, "--sharing time-slicing"},
+		{"mig-mixed", "2", fakegpu.SharingMIGMixed, EnvReplicas},
+		{"mig", "", "mig", EnvSharing},
+		{"MIG-single", "", "MIG-single", "mig-single, mig-mixed"},
+	}
+	for _, c := range cases {
+		t.Setenv(EnvSharing, c.sharing)
+		t.Setenv(EnvReplicas, c.replicas)
+		o := DefaultOptions(t.TempDir())
+		if got := o.SharingMode(); got != c.mode {
+			t.Errorf("%s=%q %s=%q: mode %q, want %q", EnvSharing, c.sharing, EnvReplicas, c.replicas, got, c.mode)
+		}
+		err := o.Validate()
+		switch {
+		case c.refusal == "" && err != nil:
+			t.Errorf("%s=%q %s=%q refused: %v", EnvSharing, c.sharing, EnvReplicas, c.replicas, err)
+		case c.refusal != "" && err == nil:
+			t.Errorf("%s=%q %s=%q accepted, want a refusal", EnvSharing, c.sharing, EnvReplicas, c.replicas)
+		case c.refusal != "" && !strings.Contains(err.Error(), c.refusal):
+			t.Errorf("%s=%q %s=%q: refusal %q does not say %q", EnvSharing, c.sharing, EnvReplicas, c.replicas, err, c.refusal)
+		}
+	}
+}
+
+// The mode reaches the agent as --sharing (none needs no flag), changes the pod template, and in the MIG
+// modes the manifest also holds the mig.nvidia.com class, selecting partitions, beside the class of whole
+// GPUs.
+func TestSharingReachesTheAgent(t *testing.T) {
+	t.Setenv(EnvSharing, "")
+	t.Setenv(EnvReplicas, "")
+	render := func(o Options) string {
+		t.Helper()
+		b, err := render("fake-device-plugin.yaml", o.gpuStack("tools:1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	o := DefaultOptions(t.TempDir())
+	none := render(o)
+	if strings.Contains(none, "--sharing") || strings.Contains(none, MIGDeviceClass) {
+		t.Errorf("mode none renders --sharing or the MIG class:\n%s", none)
+	}
+	if !strings.Contains(none, `device.attributes['gpu.nvidia.com'].type == 'gpu'`) {
+		t.Error("the class of whole GPUs does not select type == 'gpu'")
+	}
+	o.Replicas = 2
+	if ts := render(o); !strings.Contains(ts, `"--sharing=time-slicing"`) || strings.Contains(ts, MIGDeviceClass) {
+		t.Errorf("replicas 2 without a mode: want --sharing=time-slicing and no MIG class")
+	}
+	o.Replicas = 1
+	for _, mode := range []string{fakegpu.SharingMIGSingle, fakegpu.SharingMIGMixed} {
+		o.Sharing = mode
+		m := render(o)
+		if !strings.Contains(m, `"--sharing=`+mode+`"`) {
+			t.Errorf("%s: the agent does not get --sharing=%s", mode, mode)
+		}
+		if !strings.Contains(m, "name: "+MIGDeviceClass) || !strings.Contains(m, `device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'`) {
+			t.Errorf("%s: no %s class selecting the agent's type == 'mig' devices:\n%s", mode, MIGDeviceClass, m)
+		}
+		if m == none {
+			t.Errorf("%s renders the same manifest as none: the agent would not roll", mode)
+		}
+		if !o.gpuStack("t").partitionable() {
+			t.Errorf("%s: the stack is not partitionable, so cluster up would delete the MIG class", mode)
+		}
+	}
+	// With the example driver on the DRA path the agent publishes no partitions: no MIG class.
+	o.DRADriver = DRADriverExample
+	if s := o.gpuStack("tools:1"); s.partitionable() || strings.Contains(render(o), MIGDeviceClass) {
+		t.Error("with the example DRA driver the MIG class is installed")
+	}
+}
+
+// What cluster up waits for in each mode: per node the device-plugin resources the agent advertises and
+// the DRA devices it publishes (4 GPUs per path).
+func TestWaitCountsFollowTheMode(t *testing.T) {
+	t.Setenv(EnvSharing, "")
+	t.Setenv(EnvReplicas, "")
+	cases := []struct {
+		sharing  string
+		replicas int
+		alloc    map[string]int
+		dra      int
+	}{
+		{"", 1, map[string]int{"nvidia.com/gpu": 4}, 4},
+		{"time-slicing", 2, map[string]int{"nvidia.com/gpu": 8}, 4},
+		{"mps", 3, map[string]int{"nvidia.com/gpu": 12}, 4},
+		{"mig-single", 1, map[string]int{"nvidia.com/gpu": 8}, 4 * 14},
+		{"mig-mixed", 1, map[string]int{"nvidia.com/gpu": 2, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-2g.20gb": 3, "nvidia.com/mig-1g.10gb": 1}, 4 * 14},
+	}
+	for _, c := range cases {
+		o := DefaultOptions(t.TempDir())
+		o.Sharing, o.Replicas = c.sharing, c.replicas
+		if err := o.Validate(); err != nil {
+			t.Fatal(err)
+		}
+		s := o.gpuStack("tools:1")
+		if got := s.allocatable(); fmt.Sprint(got) != fmt.Sprint(c.alloc) {
+			t.Errorf("%s×%d: allocatable %v, want %v", c.sharing, c.replicas, got, c.alloc)
+		}
+		if got := s.draDevicesPerNode(); got != c.dra {
+			t.Errorf("%s×%d: DRA devices per node %d, want %d", c.sharing, c.replicas, got, c.dra)
+		}
+		o.DRADriver = DRADriverExample
+		if got := o.gpuStack("tools:1").draDevicesPerNode(); got != 0 {
+			t.Errorf("%s with the example driver: %d DRA devices required, want any (0)", c.sharing, got)
+		}
+	}
+}
+
+func TestAllocatableMismatch(t *testing.T) {
+	want := map[string]int{"nvidia.com/gpu": 2, "nvidia.com/mig-3g.40gb": 2}
+	node := func(name string, alloc map[string]string) string {
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": name}, "status": map[string]any{"allocatable": alloc}})
+		return string(b)
+	}
+	list := func(items ...string) []byte { return []byte(`{"items":[` + strings.Join(items, ",") + `]}`) }
+	good := node("w1", map[string]string{"cpu": "8", "nvidia.com/gpu": "2", "nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-1g.10gb": "0"})
+	if why := allocatableMismatch(list(good), want); why != "" {
+		t.Errorf("a node as wanted: %s", why)
+	}
+	for _, bad := range []string{
+		node("w2", map[string]string{"nvidia.com/gpu": "4"}),
+		node("w2", map[string]string{"nvidia.com/gpu": "2", "nvidia.com/mig-3g.40gb": "1"}),
+		node("w2", map[string]string{"nvidia.com/gpu": "2", "nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-1g.10gb": "1"}),
+	} {
+		if why := allocatableMismatch(list(good, bad), want); !strings.Contains(why, "node w2") {
+			t.Errorf("%s: mismatch %q, want one naming w2", bad, why)
+		}
+	}
+}
+
+func TestSliceMismatch(t *testing.T) {
+	slice := func(node string, devices int, counterSets int) string {
+		devs := make([]map[string]string, devices)
+		for i := range devs {
+			devs[i] = map[string]string{"name": fmt.Sprintf("gpu-%d", i)}
+		}
+		spec := map[string]any{"driver": "gpu.nvidia.com", "nodeName": node}
+		if devices > 0 {
+			spec["devices"] = devs
+		}
+		if counterSets > 0 {
+			spec["sharedCounters"] = make([]map[string]string, counterSets)
+		}
+		b, _ := json.Marshal(map[string]any{"spec": spec})
+		return string(b)
+	}
+	list := func(items ...string) []byte { return []byte(`{"items":[` + strings.Join(items, ",") + `]}`) }
+	pool := []string{"node/w1", "node/w2"}
+	if ok, why := sliceMismatch(list(slice("w1", 0, 4), slice("w1", 56, 0), slice("w2", 0, 4), slice("w2", 56, 0)), "gpu.nvidia.com", pool, 56); !ok {
+		t.Errorf("both nodes publish 56 devices: %s", why)
+	}
+	if ok, why := sliceMismatch(list(slice("w1", 0, 4), slice("w1", 56, 0), slice("w2", 0, 4)), "gpu.nvidia.com", pool, 56); ok || !strings.Contains(why, "w2") {
+		t.Errorf("w2 publishes counter sets only: %v %q", ok, why)
+	}
+	if ok, why := sliceMismatch(list(slice("w1", 4, 0), slice("w2", 4, 0)), "gpu.nvidia.com", pool, 56); ok || !strings.Contains(why, "publish 4 devices") {
+		t.Errorf("whole GPUs only where partitions are due: %v %q", ok, why)
+	}
+	if ok, why := sliceMismatch(list(slice("w1", 4, 0), slice("w2", 3, 0)), "gpu.nvidia.com", pool, 0); !ok {
+		t.Errorf("any devices will do for another driver: %s", why)
 	}
 }

@@ -70,10 +70,10 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := c.step("tools image", "build the project's tools image and load it into every node", func() error { tools, err = c.loadTools(ctx); return err }); err != nil {
 		return err
 	}
-	// Applied on every bring-up: a changed setting (--replicas, say) changes the agent's pod template, so
+	// Applied on every bring-up: a changed setting (--replicas or --sharing, say) changes the agent's pod template, so
 	// its DaemonSet rolls and the wait below holds until every node advertises the new count.
 	stack := c.opts.gpuStack(tools)
-	what := fmt.Sprintf("install the fake device plugin (%d GPUs × %d replicas per node) and DRA driver and wait for every GPU node's devices", stack.Devices, stack.Replicas)
+	what := fmt.Sprintf("install the fake device plugin (%d GPUs × %d replicas per node, sharing %s) and DRA driver and wait for every GPU node's devices", stack.Devices, stack.Replicas, stack.Sharing)
 	if err := c.step("fake GPU stack", what, func() error { return c.installGPUStack(ctx, stack) }); err != nil {
 		return err
 	}

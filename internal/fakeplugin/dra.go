@@ -17,6 +17,8 @@ import (
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/utils/ptr"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
 // The DRA half of the agent: a kubelet DRA plugin written with k8s.io/dynamic-resource-allocation's
@@ -74,19 +76,25 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 	ticks := 0
 	for {
 		p.mu.Lock()
-		devs, changed := p.sliceDevicesLocked()
+		groups, changed := p.sliceDeviceGroupsLocked()
 		p.mu.Unlock()
+		published := p.draSlices(groups)
 		res := resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{
-			p.cfg.NodeName: {Slices: []resourceslice.Slice{{Devices: devs}}},
+			p.cfg.NodeName: {Slices: published},
 		}}
+		var names, sets []string
+		for _, sl := range published {
+			for _, d := range sl.Devices {
+				names = append(names, d.Name)
+			}
+			for _, cs := range sl.SharedCounters {
+				sets = append(sets, cs.Name)
+			}
+		}
 		if err := helper.PublishResources(ctx, res); err != nil {
 			p.log.Error("cannot publish ResourceSlice; retrying", "err", err)
 		} else {
-			names := make([]string, len(devs))
-			for i, d := range devs {
-				names[i] = d.Name
-			}
-			p.log.Info(LogPublishedSlice, "driver", name, "devices", names)
+			p.log.Info(LogPublishedSlice, "driver", name, "devices", names, "counter_sets", sets, "slices", len(published))
 		}
 	wait:
 		for {
@@ -105,7 +113,7 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 				// helper's controller recreates them, but after two quick kubelet restarts it was seen not to
 				// for minutes. Once registered, a missing slice is published again (unregistered on purpose,
 				// too: the kubelet wipes the slices of the registered plugin this one replaced 30 s later).
-				if ticks++; registered && ticks%10 == 0 && len(devs) > 0 && !p.sliceExists(ctx, client, name) {
+				if ticks++; registered && ticks%10 == 0 && len(names)+len(sets) > 0 && !p.sliceExists(ctx, client, name) {
 					p.log.Warn("own ResourceSlice is missing while registered; publishing it again", "driver", name)
 					break wait
 				}
@@ -114,21 +122,28 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 	}
 }
 
-// sliceDevicesLocked lists the devices to publish: every healthy DRA GPU (an unhealthy one is left out, so
-// the scheduler stops allocating it; its name and UUID stay the same when it comes back), plus the
-// phantom under FaultPhantomSliceDevice.
-func (p *Plugin) sliceDevicesLocked() ([]resourceapi.Device, <-chan struct{}) {
-	var devs []resourceapi.Device
+// sliceDeviceGroupsLocked lists the devices to publish, by GPU: every healthy DRA GPU (an unhealthy one is
+// left out, so the scheduler stops allocating it; its name and UUID stay the same when it comes back), in
+// the MIG modes with its partitions (dra_partitions.go), plus the phantom under FaultPhantomSliceDevice.
+// Each group holds one GPU and its partitions, so they can be kept in one ResourceSlice. The phantom is a
+// whole GPU only, consuming no counters: it has no counter set, and a reference to a missing one would make
+// the whole pool invalid instead of one device unpreparable.
+func (p *Plugin) sliceDeviceGroupsLocked() ([][]resourceapi.Device, <-chan struct{}) {
+	var groups [][]resourceapi.Device
 	for i := p.table.dp; i < len(p.table.uuids); i++ {
 		if p.unhealthy[i] && !p.faults[FaultIgnoreHealth] {
 			continue
 		}
-		devs = append(devs, p.sliceDevice(i))
+		if p.draPartitionable() {
+			groups = append(groups, p.partitionableGPULocked(i))
+		} else {
+			groups = append(groups, []resourceapi.Device{p.sliceDevice(i)})
+		}
 	}
 	if p.faults[FaultPhantomSliceDevice] {
-		devs = append(devs, p.sliceDevice(len(p.table.uuids)))
+		groups = append(groups, []resourceapi.Device{p.sliceDevice(len(p.table.uuids))})
 	}
-	return devs, p.changed
+	return groups, p.changed
 }
 
 // sliceDevice describes GPU i with the attribute names and types NVIDIA's DRA driver publishes for a
@@ -214,36 +229,70 @@ func (p *Plugin) prepareClaim(claim *resourceapi.ResourceClaim) kubeletplugin.Pr
 	}
 	type ours struct {
 		request, device string
-		index           int
+		index           int                // the GPU: the device itself, or a partition's parent
+		mig             *fakegpu.Placement // a partition: its placement on that GPU
 	}
 	var mine []ours
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != p.cfg.DRADriverName || r.Pool != p.cfg.NodeName {
 			continue
 		}
-		i, ok := draIndex(r.Device)
-		if !ok || i < p.table.dp || i >= len(p.table.uuids) {
-			p.log.Error("prepare refused: no such GPU", "claim", ref, "device", r.Device)
-			return kubeletplugin.PrepareResult{Err: fmt.Errorf("fake GPU driver on %s: device %s of claim %s does not exist on this node (it has %s..%s)",
-				p.cfg.NodeName, r.Device, ref, DRADeviceName(p.table.dp), DRADeviceName(len(p.table.uuids)-1))}
+		m := ours{request: r.Request, device: r.Device}
+		i, pl, isPartition := draPartition(r.Device)
+		if isPartition {
+			m.mig = &pl
+		} else {
+			i, _ = draIndex(r.Device)
 		}
-		mine = append(mine, ours{r.Request, r.Device, i})
+		if why := p.unpreparable(r.Device, i, isPartition); why != "" {
+			p.log.Error("prepare refused: no such device", "claim", ref, "device", r.Device, "why", why)
+			return kubeletplugin.PrepareResult{Err: fmt.Errorf("fake GPU driver on %s: device %s of claim %s %s", p.cfg.NodeName, r.Device, ref, why)}
+		}
+		m.index = i
+		mine = append(mine, m)
 	}
 	idx := make([]int, len(mine))
 	for k, m := range mine {
 		idx[k] = m.index
 	}
+	// The faults that change what is handed out (wrong-ids, double-allocate) pick other GPUs; a partition
+	// then becomes the same placement on the GPU picked, so it is as wrong as a whole GPU would be.
 	handed := p.handOut(idx, "prepare "+ref, idx)
 	var res kubeletplugin.PrepareResult
+	var given []string
 	for k, m := range mine {
 		var cdi []string
-		if p.cdiEnabled() && handed[k] < len(p.table.uuids) {
+		switch {
+		case m.mig != nil:
+			// A MIG device is named by its UUID in the fake driver's CDI spec (as nvidia-ctk names devices
+			// under its uuid naming strategy); one on a GPU past the inventory (a fault's phantom) names
+			// none that exists, and the runtime fails the container.
+			cdi = []string{CDIMIGDeviceName(fakegpu.MIGUUID(p.table.uuid(handed[k]), *m.mig))}
+		case handed[k] < len(p.table.uuids):
 			cdi = []string{CDIDeviceName(handed[k])}
 		}
+		if !p.cdiEnabled() {
+			cdi = nil
+		}
+		given = append(given, cdi...)
 		res.Devices = append(res.Devices, kubeletplugin.Device{Requests: []string{m.request}, PoolName: p.cfg.NodeName, DeviceName: m.device, CDIDeviceIDs: cdi})
 	}
-	p.log.Info("prepared claim", "claim", ref, "uid", claim.UID, "devices", idx, "cdi", res.Devices)
+	p.log.Info("prepared claim", "claim", ref, "uid", claim.UID, "devices", idx, "cdi", given)
 	return res
+}
+
+// unpreparable says why a device allocated on this node is not one the agent publishes ("" when it is):
+// a phantom, a device-plugin GPU, another driver's name, or a partition outside the MIG modes. A real
+// driver fails a device it cannot find the same way.
+func (p *Plugin) unpreparable(name string, i int, partition bool) string {
+	first, last := DRADeviceName(p.table.dp), DRADeviceName(len(p.table.uuids)-1)
+	switch {
+	case partition && !p.draPartitionable():
+		return fmt.Sprintf("is a MIG partition, and this node publishes whole GPUs only (sharing mode %q)", p.cfg.Sharing)
+	case i < p.table.dp || i >= len(p.table.uuids) || !partition && name != DRADeviceName(i):
+		return fmt.Sprintf("does not exist on this node (it has %s..%s)", first, last)
+	}
+	return ""
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin. The CDI spec is static, so there is nothing

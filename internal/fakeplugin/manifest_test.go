@@ -28,6 +28,7 @@ type manifestValues struct {
 	Devices       int
 	ResourceName  string
 	Replicas      int
+	Sharing       string
 	DriverVersion string
 	UpgradeTo     string
 	PluginVersion string
@@ -181,6 +182,23 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 		t.Errorf("the agent makes device nodes and must run privileged: %+v", c.SecurityContext)
 	}
+
+	// The MIG modes pass --sharing and add the class of partitions, which must decode strictly too.
+	v.Sharing = "mig-mixed"
+	objs = renderManifest(t, v)
+	if c := daemonSet(t, objs).Spec.Template.Spec.Containers[0]; !slices.Contains(c.Args, "--sharing=mig-mixed") {
+		t.Errorf("args in mig-mixed = %v, want --sharing=mig-mixed", c.Args)
+	}
+	var classes []string
+	for _, u := range objs {
+		if u.GetKind() == "DeviceClass" {
+			classes = append(classes, u.GetName())
+		}
+	}
+	if !slices.Equal(classes, []string{"gpu.nvidia.com", "mig.nvidia.com"}) {
+		t.Errorf("DeviceClasses in mig-mixed = %v, want gpu.nvidia.com and mig.nvidia.com", classes)
+	}
+	v.Sharing = ""
 
 	v.Fault = string(FaultWrongIDs)
 	c = daemonSet(t, renderManifest(t, v)).Spec.Template.Spec.Containers[0]
