@@ -82,13 +82,18 @@ func InUse(ctx context.Context, kube kubernetes.Interface, p Path, nodes ...stri
 			return nil, fmt.Errorf("listing ResourceSlices: %w", err)
 		}
 		drivers := strings.Split(p.Driver, ",")
+		selected := p.selectedNow(ctx, kube, slicesList.Items)
 		poolNode := map[string]string{} // driver/pool → node
 		for _, s := range slicesList.Items {
 			if !slices.Contains(drivers, s.Spec.Driver) || s.Spec.NodeName == nil {
 				continue
 			}
 			if u, ok := out[*s.Spec.NodeName]; ok {
-				u.Capacity += int64(len(s.Spec.Devices))
+				for _, d := range s.Spec.Devices {
+					if selected(*s.Spec.NodeName, d.Name) {
+						u.Capacity++
+					}
+				}
 				out[*s.Spec.NodeName] = u
 				poolNode[s.Spec.Driver+"/"+s.Spec.Pool.Name] = *s.Spec.NodeName
 			}

@@ -21,6 +21,7 @@ import (
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/diagnose"
 )
 
 // Path is one allocation path.
@@ -209,11 +210,12 @@ func LiveCapacity(ctx context.Context, kube kubernetes.Interface, p Path, node s
 		}
 		drivers := strings.Split(p.Driver, ",")
 		rules := taintRuleSelectors(ctx, kube)
+		selected := p.selectedNow(ctx, kube, list.Items)
 		var count int64
 		for _, s := range list.Items {
 			if slices.Contains(drivers, s.Spec.Driver) && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
 				for _, d := range s.Spec.Devices {
-					if !deviceTainted(d, s.Spec.Driver, s.Spec.Pool.Name, rules) {
+					if selected(node, d.Name) && !deviceTainted(d, s.Spec.Driver, s.Spec.Pool.Name, rules) {
 						count++
 					}
 				}
@@ -222,6 +224,26 @@ func LiveCapacity(ctx context.Context, kube kubernetes.Interface, p Path, node s
 		return count, nil
 	}
 	return 0, fmt.Errorf("no live capacity for path %s", p.Name())
+}
+
+// selectedNow returns whether the path's DeviceClass selects a node's device by name in the published
+// slices: a driver that publishes a GPU's partitions beside the GPU (MIG through shared counters) offers
+// the class's devices, not all it publishes. When the class cannot be read, every device counts, as
+// before there were partitions.
+func (p *DRA) selectedNow(ctx context.Context, kube kubernetes.Interface, published []resourcev1.ResourceSlice) func(node, device string) bool {
+	class, err := kube.ResourceV1().DeviceClasses().Get(ctx, p.DeviceClass, metav1.GetOptions{})
+	if err != nil || p.DeviceClass == "" {
+		return func(string, string) bool { return true }
+	}
+	match := diagnose.MatchDeviceClass(ctx, class, published)
+	sets := map[string]map[string]bool{}
+	for node, names := range match.Matched {
+		sets[node] = map[string]bool{}
+		for _, n := range names {
+			sets[node][n] = true
+		}
+	}
+	return func(node, device string) bool { return sets[node][device] }
 }
 
 // taintSelector is a DeviceTaintRule's device selector (empty fields match any) with a scheduling effect.

@@ -31,6 +31,9 @@ func partitionableAgent(t *testing.T, mode string, dra int) *Plugin {
 	t.Helper()
 	cfg := cdiConfig(t, dra)
 	cfg.Sharing = mode
+	if mode == fakegpu.SharingTimeSlicing || mode == fakegpu.SharingMPS {
+		cfg.Replicas = 2 // the sharing modes need replicas to share
+	}
 	return mustNew(t, cfg)
 }
 
