@@ -117,7 +117,7 @@ func (m NodeSharingMode) Describe() string {
 	case ModeMIGSingle, ModeMIGMixed:
 		parts := make([]string, 0, len(m.MIG)+1)
 		if m.Mode == ModeMIGMixed {
-			parts = append(parts, fmt.Sprintf("%d whole GPUs", m.WholeGPUs))
+			parts = append(parts, plural(int(m.WholeGPUs), "whole GPU"))
 		}
 		for _, r := range m.MIG {
 			parts = append(parts, fmt.Sprintf("%s ×%d (%s)", r.Resource, r.Count, r.Profile))
@@ -131,7 +131,7 @@ func (m NodeSharingMode) Describe() string {
 		for _, g := range m.Partitions {
 			n += len(g.Partitions)
 		}
-		return fmt.Sprintf("%s: %d GPUs, %d partitions", m.Mode, len(m.Partitions), n)
+		return fmt.Sprintf("%s: %s, %s", m.Mode, plural(len(m.Partitions), "GPU"), plural(n, "partition"))
 	}
 	return m.Mode
 }
@@ -163,6 +163,14 @@ func DiscoverSharingModes(nodes []corev1.Node, published []resourcev1.ResourceSl
 		return strings.Compare(a.Node+"\x00"+a.Path, b.Node+"\x00"+b.Path)
 	})
 	return out
+}
+
+// plural is "1 GPU" or "n GPUs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // poolOf is the node's pool label as "<label>=<value>", "" when it carries none of PoolLabels.
