@@ -97,6 +97,12 @@ func (p pageData) Filters() string { return Filters(p.Suites) }
 // Sharing is the record's sharing line (SharingText).
 func (p pageData) Sharing() string { return SharingText(p.Rec, p.Suites) }
 
+// SharingRows are the "Sharing per node" table (SharingRows).
+func (p pageData) SharingRows() []SharingRow { return SharingRows(p.Rec, p.Suites) }
+
+// SharingMismatches name the nodes whose labels, evidence and pods disagree (SharingMismatches).
+func (p pageData) SharingMismatches() []string { return SharingMismatches(p.Rec, p.Suites) }
+
 func (p pageData) Kueue() string {
 	if p.Rec.Kueue.Present {
 		return p.Rec.Kueue.Version
@@ -326,6 +332,10 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 <tr><th>Sharing</th><td>{{.Sharing}}</td></tr></table>
 {{if .Rec.Nodes}}<table><tr><th>Node</th><th>Accelerator</th><th>Driver</th><th>OS</th><th>Kernel</th><th>Runtime</th><th>Kubelet</th><th>Devices (plugin/DRA)</th></tr>
 {{range .Rec.Nodes}}<tr><td>{{.Name}}</td><td>{{.Accelerator}}</td><td>{{.Driver}}</td><td>{{.OSImage}}</td><td>{{.Kernel}}</td><td>{{.ContainerRuntime}}</td><td>{{.Kubelet}}</td><td>{{.DevicePluginDevices}}/{{.DRADevices}}</td></tr>{{end}}</table>{{end}}
+{{with .SharingRows}}<h3>Sharing per node</h3><p class="muted">The mode from each node's evidence (advertised devices, MIG resources, DRA counters), and what a pod saw there.</p>
+<table><tr><th>Node</th><th>Path</th><th>Mode from evidence</th><th>Seen from a pod</th><th>Note</th></tr>
+{{range .}}<tr><td>{{.Node}}</td><td>{{.Path}}</td><td>{{.Mode}}</td><td>{{with .Seen}}{{.}}{{else}}not recorded{{end}}</td><td>{{with .Note}}{{.}}{{else}}–{{end}}</td></tr>{{end}}</table>
+{{with $.SharingMismatches}}<p>Labels, evidence and pods disagree on:</p><ul>{{range .}}<li><b>{{.}}</b></li>{{end}}</ul>{{end}}{{end}}
 
 <h2>Results</h2>
 <table><tr><th>Path</th><th>Spec</th><th>Result</th><th>Time</th></tr>

@@ -17,6 +17,7 @@ import (
 	"gpuconform.io/gpuconform/framework/artifacts"
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/timeline"
 )
 
@@ -44,8 +45,13 @@ type Record struct {
 	Sharing           cluster.Sharing `json:"sharing"`
 	// ObservedSharing is what the run's pods were given of shared GPUs (ObservedSharing), "" when no
 	// pod was given a replica ID.
-	ObservedSharing string       `json:"observedSharing,omitempty"`
-	Nodes           []NodeRecord `json:"nodes"`
+	ObservedSharing string `json:"observedSharing,omitempty"`
+	// SharingModes are, per node and path, how the node shares its GPUs, read from evidence by discovery.
+	SharingModes []cluster.NodeSharingMode `json:"sharingModes,omitempty"`
+	// SharingSeen are what the run's pods saw of their node's sharing (the specs' SharingObservedEntry
+	// entries), kept so a report rendered without the specs still shows them.
+	SharingSeen []gpu.SharingObservation `json:"sharingSeen,omitempty"`
+	Nodes       []NodeRecord             `json:"nodes"`
 	// FeatureGates are the GPU-relevant gates of the API server and of one GPU node's kubelet, read from
 	// their kubernetes_feature_enabled metric (cluster.ReadFeatureGates); empty when unreadable (Notes say why).
 	FeatureGates []cluster.FeatureGate `json:"featureGates"`
@@ -132,6 +138,7 @@ func NewRecord(runID, contextName, server string, caps cluster.Capabilities, pat
 		KubernetesVersion: caps.ServerVersion,
 		Kueue:             KueueRecord{Present: caps.Kueue.Present, Version: caps.Kueue.Version},
 		Sharing:           caps.Sharing,
+		SharingModes:      caps.SharingModes,
 		Notes:             caps.Notes,
 	}
 	for _, p := range paths {

@@ -96,6 +96,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d/%d |\n", n.Name, cell(n.Accelerator), cell(n.Driver), cell(n.OSImage), cell(n.Kernel), cell(n.ContainerRuntime), cell(n.Kubelet), n.DevicePluginDevices, n.DRADevices)
 		}
 	}
+	renderSharing(&b, rec, suites)
 	renderFeatureGates(&b, rec.FeatureGates)
 	renderParameters(&b, rec, Filters(suites))
 
@@ -219,6 +220,33 @@ func Count(suites []types.Report) (passed, failed, skipped int) {
 		}
 	}
 	return passed, failed, skipped
+}
+
+// renderSharing writes the "Sharing per node" table, then names the nodes whose labels, evidence and
+// pods disagree.
+func renderSharing(b *strings.Builder, rec Record, suites []types.Report) {
+	rows := SharingRows(rec, suites)
+	if len(rows) == 0 {
+		return
+	}
+	b.WriteString("\n### Sharing per node\n\nThe mode from each node's evidence (advertised devices, MIG resources, DRA counters), and what a pod saw there.\n\n")
+	b.WriteString("| Node | Path | Mode from evidence | Seen from a pod | Note |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		seen, note := "not recorded", "–"
+		if r.Seen != "" {
+			seen = cell(r.Seen)
+		}
+		if r.Note != "" {
+			note = cell(r.Note)
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s | %s |\n", r.Node, r.Path, cell(r.Mode), seen, note)
+	}
+	if mismatches := SharingMismatches(rec, suites); len(mismatches) > 0 {
+		b.WriteString("\nLabels, evidence and pods disagree on:\n\n")
+		for _, m := range mismatches {
+			fmt.Fprintf(b, "- **%s**\n", m)
+		}
+	}
 }
 
 // renderFeatureGates writes one row per gate and one column per component that reported it.

@@ -1,11 +1,14 @@
 package reports
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/cluster"
 )
 
 // Outcome is the signoff answer.
@@ -42,12 +45,27 @@ type Signoff struct {
 	Baseline *Baseline `json:"baseline,omitempty"`
 }
 
-// Baseline is what a later run is compared with: the paths an earlier run exercised and its spec results.
+// Baseline is what a later run is compared with: the paths an earlier run exercised, its spec results and
+// the sharing mode of each of its nodes.
 type Baseline struct {
 	RunID   string            `json:"runID"`
 	Source  string            `json:"source"`
 	Paths   []string          `json:"paths"`
 	Results map[string]string `json:"results"`
+	// SharingModes are the earlier run's per-node modes from evidence; empty for a baseline taken before
+	// the record carried them, which then compares nothing.
+	SharingModes []BaselineSharing `json:"sharingModes,omitempty"`
+}
+
+// BaselineSharing is one node's sharing mode on one path in a baseline.
+type BaselineSharing struct {
+	Node string `json:"node"`
+	// Pool is the node's pool label ("<label>=<value>", cluster.PoolLabels), "" when it has none: nodes of
+	// a managed pool are replaced between runs, so such a node is compared by its pool.
+	Pool string `json:"pool,omitempty"`
+	Path string `json:"path"`
+	// Mode is the mode with what makes it that mode ("time-slicing, 2 replicas per GPU").
+	Mode string `json:"mode"`
 }
 
 // BaselineFrom condenses a record into a baseline.
@@ -56,7 +74,69 @@ func BaselineFrom(r Record, source string) *Baseline {
 	for _, p := range r.Paths {
 		b.Paths = append(b.Paths, p.Name)
 	}
+	for _, m := range r.SharingModes {
+		b.SharingModes = append(b.SharingModes, BaselineSharing{Node: m.Node, Pool: m.Pool, Path: m.Path, Mode: sharingModeKey(m)})
+	}
 	return b
+}
+
+// sharingModeKey is what a baseline compares of a node's mode: the mode, and the replicas a GPU is shared
+// by (a change of replicas changes what each pod gets); MIG device counts are left out, since an
+// unhealthy device lowers them without any change of configuration.
+func sharingModeKey(m cluster.NodeSharingMode) string {
+	if m.Replicas > 1 {
+		return fmt.Sprintf("%s, %d replicas per device", m.Mode, m.Replicas)
+	}
+	return m.Mode
+}
+
+// sharingChanges are the NO-GO lines for nodes (or pools) whose sharing mode on a path differs from the
+// baseline's; a node or pool absent now is not compared (the paths and results say what is missing).
+func sharingChanges(b *Baseline, now []cluster.NodeSharingMode) []string {
+	type key struct{ who, path string }
+	who := func(node, pool string) string { return cmp.Or(pool, node) }
+	before, after := map[key][]string{}, map[key][]string{}
+	nodes := map[key][]string{}
+	for _, m := range b.SharingModes {
+		k := key{who(m.Node, m.Pool), m.Path}
+		if !slices.Contains(before[k], m.Mode) {
+			before[k] = append(before[k], m.Mode)
+		}
+	}
+	for _, m := range now {
+		k := key{who(m.Node, m.Pool), m.Path}
+		mode := sharingModeKey(m)
+		if !slices.Contains(after[k], mode) {
+			after[k] = append(after[k], mode)
+		}
+		if b := before[k]; len(b) > 0 && !slices.Contains(b, mode) && !slices.Contains(nodes[k], m.Node) {
+			nodes[k] = append(nodes[k], m.Node)
+		}
+	}
+	keys := make([]key, 0, len(before))
+	for k := range before {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b key) int { return cmp.Or(cmp.Compare(a.who, b.who), cmp.Compare(a.path, b.path)) })
+	var out []string
+	for _, k := range keys {
+		now := after[k]
+		if len(now) == 0 {
+			continue
+		}
+		slices.Sort(now)
+		was := slices.Sorted(slices.Values(before[k]))
+		if slices.Equal(was, now) {
+			continue
+		}
+		subject := "node " + k.who
+		if strings.Contains(k.who, "=") {
+			subject = fmt.Sprintf("pool %s (node %s)", k.who, strings.Join(nodes[k], ", "))
+		}
+		out = append(out, fmt.Sprintf("sharing of %s on path %s was %s in baseline run %s, is %s now",
+			subject, k.path, strings.Join(was, " and "), b.RunID, strings.Join(now, " and ")))
+	}
+	return out
 }
 
 // Spec result values in Record.Results.
@@ -228,6 +308,7 @@ func Decide(suites []types.Report, rec Record) Verdict {
 				v.Baseline = append(v.Baseline, fmt.Sprintf("passed in baseline run %s, not run now: %s", b.RunID, name))
 			}
 		}
+		v.Baseline = append(v.Baseline, sharingChanges(b, rec.SharingModes)...)
 		v.NoGo = append(v.NoGo, v.Baseline...)
 	}
 

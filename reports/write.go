@@ -15,6 +15,7 @@ import (
 // HTML) from the suites' report, the record and the timelines the specs left in dir.
 func WriteSignoff(dir string, suites []types.Report, rec Record) error {
 	rec.ObservedSharing = ObservedSharing(suites)
+	rec.SharingSeen = SharingObservations(suites)
 	_, errRecord := rec.Write(dir)
 	tls, errTimelines := timeline.ReadAll(dir)
 	rec.Timelines = tls

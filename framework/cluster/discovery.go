@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -33,8 +32,6 @@ const (
 	ResourceGroupVersion = "resource.k8s.io/v1"
 	kueueManagerName     = "kueue-controller-manager"
 	migResourcePrefix    = "nvidia.com/mig-"
-	sharingModeExclusive = "exclusive"
-	sharingModeMIG       = "mig"
 	unknownVersion       = "unknown"
 )
 
@@ -120,8 +117,11 @@ type Capabilities struct {
 	DRA *DRAPath
 	// Kueue describes the Kueue installation.
 	Kueue KueueInfo
-	// Sharing is the GPU sharing mode.
+	// Sharing is the GPU sharing mode of the whole cluster, summarised from SharingModes.
 	Sharing Sharing
+	// SharingModes are, per node and discovered path, how the node shares its GPUs, read from evidence
+	// (DiscoverSharingModes).
+	SharingModes []NodeSharingMode
 	// Pools are the resolved node pools.
 	Pools Pools
 	// Nodes describes every node that has devices on some path.
@@ -180,13 +180,14 @@ type KueueInfo struct {
 	Reason string
 }
 
-// Sharing is the GPU sharing mode.
+// Sharing is the GPU sharing mode of the cluster, the summary of its nodes' NodeSharingMode.
 type Sharing struct {
-	// Mode is "exclusive", "time-slicing", "mps", "mig" or a mix "a+b".
+	// Mode is "exclusive", one of the shared Mode constants ("time-slicing", "mps", "mig-single",
+	// "mig-mixed", "dra-partitionable"), or a mix "a+b" of the modes nodes show.
 	Mode string
-	// Replicas is the time-slicing/MPS replica count, 0 when not shared.
+	// Replicas is the largest time-slicing/MPS replica count of a node, 0 when none is replicated.
 	Replicas int
-	// MIGResources are the nvidia.com/mig-* resource names seen in allocatable.
+	// MIGResources are the nvidia.com/mig-* resources that carry MIG devices.
 	MIGResources []string
 }
 
@@ -267,7 +268,15 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 	if !c.Kueue.Present {
 		c.NotExercised["kueue"] = c.Kueue.Reason
 	}
-	c.Sharing = discoverSharing(s.Nodes)
+	draDriver := ""
+	if c.DRA != nil {
+		draDriver = c.DRA.Driver
+	}
+	// Only the discovered paths: a node's plugin resources say nothing when the run leaves that path out.
+	c.SharingModes = slices.DeleteFunc(DiscoverSharingModes(s.Nodes, s.ResourceSlices, draDriver), func(m NodeSharingMode) bool {
+		return m.Path == config.PathDevicePlugin && c.DevicePlugin == nil
+	})
+	c.Sharing = summariseSharing(c.SharingModes)
 	if c.DevicePlugin != nil {
 		c.Notes = append(c.Notes, sharingDisagreements(s.Nodes, c.DevicePlugin.ResourceName)...)
 	}
@@ -562,35 +571,6 @@ func imageTag(image string) string {
 		return ""
 	}
 	return ref[colon+1:]
-}
-
-func discoverSharing(nodes []corev1.Node) Sharing {
-	modes := map[string]bool{}
-	sh := Sharing{}
-	mig := map[string]bool{}
-	for _, n := range nodes {
-		if s := n.Labels[LabelSharingStrategy]; s != "" && s != "none" {
-			modes[s] = true
-			if r, err := strconv.Atoi(n.Labels[LabelSharingReplicas]); err == nil && r > sh.Replicas {
-				sh.Replicas = r
-			}
-		}
-		for name, q := range n.Status.Allocatable {
-			if strings.HasPrefix(string(name), migResourcePrefix) && q.Value() > 0 {
-				mig[string(name)] = true
-			}
-		}
-	}
-	if len(mig) > 0 {
-		modes[sharingModeMIG] = true
-		sh.MIGResources = slices.Sorted(maps.Keys(mig))
-	}
-	if len(modes) == 0 {
-		sh.Mode = sharingModeExclusive
-	} else {
-		sh.Mode = strings.Join(slices.Sorted(maps.Keys(modes)), "+")
-	}
-	return sh
 }
 
 func nodeInfos(nodes []corev1.Node, dp *DevicePluginPath, dra *DRAPath) []NodeInfo {

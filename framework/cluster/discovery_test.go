@@ -107,8 +107,13 @@ func TestDiscoverRealClusterShapes(t *testing.T) {
 	if caps.Kueue.Present || !strings.Contains(caps.NotExercised["kueue"], "not installed") {
 		t.Errorf("kueue must be absent with a reason: %+v", caps.Kueue)
 	}
-	if caps.Sharing.Mode != "mig+time-slicing" || caps.Sharing.Replicas != 4 || caps.Sharing.MIGResources[0] != "nvidia.com/mig-1g.10gb" {
+	// Per-profile MIG resources are the mixed strategy; the time-slicing labels then speak of the MIG
+	// devices' replicas.
+	if caps.Sharing.Mode != "mig-mixed" || caps.Sharing.Replicas != 4 || caps.Sharing.MIGResources[0] != "nvidia.com/mig-1g.10gb" {
 		t.Errorf("sharing: %+v", caps.Sharing)
+	}
+	if len(caps.SharingModes) != 1 || caps.SharingModes[0].Node != "gpu-a" || caps.SharingModes[0].Mode != ModeMIGMixed || caps.SharingModes[0].WholeGPUs != 32 {
+		t.Errorf("sharing modes: %+v", caps.SharingModes)
 	}
 	if !caps.Pools.GPU.FellBack || strings.Join(caps.Pools.GPU.Nodes, ",") != "gpu-a" {
 		t.Errorf("default GPU pool must fall back to nodes with devices: %+v", caps.Pools.GPU)

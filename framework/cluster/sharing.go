@@ -20,6 +20,10 @@ type NodeSharing struct {
 	Strategy string
 	// Replicas is the label's value, 0 when the label is absent or not a number.
 	Replicas int
+	// MIG is the MIG strategy (nvidia.com/mig.strategy: "single" or "mixed"), "" when the node's GPUs are
+	// not partitioned. Each MIG device is then a device of its own: its UUID is what is held exclusively,
+	// unless the replicas share it too.
+	MIG string
 }
 
 // NodeSharingOf reads a node's sharing labels.
@@ -28,7 +32,11 @@ func NodeSharingOf(labels map[string]string) NodeSharing {
 	if err != nil || r < 0 {
 		r = 0
 	}
-	return NodeSharing{Strategy: labels[LabelSharingStrategy], Replicas: r}
+	mig := labels[LabelMIGStrategy]
+	if mig == sharingNone {
+		mig = ""
+	}
+	return NodeSharing{Strategy: labels[LabelSharingStrategy], Replicas: r, MIG: mig}
 }
 
 // Shared reports whether the labels let several pods hold one physical GPU: a strategy other than "none"
@@ -46,12 +54,22 @@ func (s NodeSharing) HoldersPerDevice() int {
 	return 1
 }
 
-// String describes the sharing for messages: "time-slicing, 2 replicas per GPU" or "exclusive".
+// String describes the sharing for messages: "time-slicing, 2 replicas per GPU", "MIG (mixed
+// strategy), each MIG device exclusive" or "exclusive".
 func (s NodeSharing) String() string {
-	if !s.Shared() {
-		return "exclusive"
+	unit := "GPU"
+	if s.MIG != "" {
+		unit = "MIG device"
 	}
-	return fmt.Sprintf("%s, %d replicas per GPU", s.Strategy, s.Replicas)
+	switch {
+	case s.Shared() && s.MIG != "":
+		return fmt.Sprintf("MIG (%s strategy), %s, %d replicas per %s", s.MIG, s.Strategy, s.Replicas, unit)
+	case s.Shared():
+		return fmt.Sprintf("%s, %d replicas per %s", s.Strategy, s.Replicas, unit)
+	case s.MIG != "":
+		return fmt.Sprintf("MIG (%s strategy), each MIG device exclusive", s.MIG)
+	}
+	return "exclusive"
 }
 
 // sharingDisagreements names the nodes whose GFD labels and allocatable resource disagree: a node

@@ -27,9 +27,27 @@ func TestNodeSharingOf(t *testing.T) {
 	}
 	for _, c := range cases {
 		s := NodeSharingOf(c.labels)
+		if s.MIG != "" {
+			t.Errorf("%s: MIG %q without a MIG label", c.name, s.MIG)
+		}
 		if s.Shared() != c.shared || s.HoldersPerDevice() != c.holders {
 			t.Errorf("%s: %+v shared=%v holders=%d, want %v and %d", c.name, s, s.Shared(), s.HoldersPerDevice(), c.shared, c.holders)
 		}
+	}
+}
+
+// A MIG node's devices are its MIG devices, each exclusive unless replicas share it too.
+func TestNodeSharingOfMIG(t *testing.T) {
+	mixed := NodeSharingOf(map[string]string{LabelMIGStrategy: "mixed", LabelSharingStrategy: "none", LabelSharingReplicas: "1"})
+	if mixed.MIG != "mixed" || mixed.Shared() || mixed.HoldersPerDevice() != 1 || mixed.String() != "MIG (mixed strategy), each MIG device exclusive" {
+		t.Errorf("mixed: %+v %q", mixed, mixed)
+	}
+	sliced := NodeSharingOf(map[string]string{LabelMIGStrategy: "single", LabelSharingStrategy: "time-slicing", LabelSharingReplicas: "2"})
+	if !sliced.Shared() || sliced.HoldersPerDevice() != 2 || sliced.String() != "MIG (single strategy), time-slicing, 2 replicas per MIG device" {
+		t.Errorf("time-sliced MIG: %+v %q", sliced, sliced)
+	}
+	if none := NodeSharingOf(map[string]string{LabelMIGStrategy: "none"}); none.MIG != "" || none.String() != "exclusive" {
+		t.Errorf("mig.strategy=none: %+v", none)
 	}
 }
 

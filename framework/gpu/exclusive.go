@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
 // Holding is what one pod running on a node holds of a path's devices, for the exclusivity check.
@@ -20,9 +21,10 @@ type Holding struct {
 }
 
 // SharingFor is how the exclusivity check judges node's devices on path p: by the node's GPU Feature
-// Discovery labels on the device-plugin path, whose extended resource those labels describe; always
-// exclusive on a claim-based path, where sharing is a claim's own configuration and never replicas the
-// labels count.
+// Discovery labels on the device-plugin path, whose extended resource those labels describe (replicas
+// under time-slicing and MPS alike; under MIG each MIG UUID is a device of its own); always exclusive on
+// a claim-based path, where sharing is a claim's own configuration and never replicas the labels count,
+// and a DRA partition is a device of its own as a MIG device is.
 func SharingFor(p Path, nodeLabels map[string]string) cluster.NodeSharing {
 	if p.ClaimBased() {
 		return cluster.NodeSharing{}
@@ -32,8 +34,10 @@ func SharingFor(p Path, nodeLabels map[string]string) cluster.NodeSharing {
 
 // CheckExclusive judges what pods running side by side on node hold. On an exclusive node (no sharing
 // labels, "none", or one replica) a physical device held or seen by two pods is a breach, as it always
-// was. On a node the labels call shared, distinct replicas of one GPU may go to different pods; the same
-// replica ID handed out twice, or a GPU held by more pods than it has replicas, is still a breach.
+// was. On a node the labels call shared (time-slicing or MPS), distinct replicas of one GPU may go to
+// different pods; the same replica ID handed out twice, or a GPU held by more pods than it has replicas,
+// is still a breach. A MIG device is judged by its own UUID like a GPU; that its parent GPU is not held
+// whole at the same time is CheckMIGParents's question.
 func CheckExclusive(node string, sharing cluster.NodeSharing, holdings []Holding) error {
 	if sharing.Shared() {
 		if err := sameIDTwice(node, holdings); err != nil {
@@ -114,4 +118,57 @@ func sortedKeys(m map[string][]string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// MIGHolding is what one pod running on a node holds of MIG devices and whole GPUs, for CheckMIGParents.
+type MIGHolding struct {
+	// Pod names the holder.
+	Pod string
+	// MIG are the MIG devices its container was given, each with its parent GPU (the probe's mig_devices).
+	MIG []probe.MIGDevice
+	// Whole are the GPUs it holds whole: GPU UUIDs, or replica IDs of them.
+	Whole []string
+}
+
+// CheckMIGParents judges what pods running side by side on node hold of MIG devices and whole GPUs. A
+// MIG device's memory and compute are a slice of its parent GPU, so a GPU held whole while any of its
+// MIG devices is held (by another pod or the same one) has been handed out twice; and one MIG device
+// held by two pods is a breach as a GPU would be. A MIG device whose parent is unknown is judged by its
+// UUID only.
+func CheckMIGParents(node string, holdings []MIGHolding) error {
+	type holder struct{ pod, device, profile string }
+	whole := map[string][]string{}  // GPU → pods holding it whole
+	parts := map[string][]holder{}  // GPU → MIG devices held of it
+	migOwner := map[string]string{} // MIG UUID → pod
+	for _, h := range holdings {
+		for _, g := range PhysicalDevices(h.Whole) {
+			if !slices.Contains(whole[g], h.Pod) {
+				whole[g] = append(whole[g], h.Pod)
+			}
+		}
+		for _, m := range h.MIG {
+			if other, dup := migOwner[m.UUID]; dup && other != h.Pod {
+				return fmt.Errorf("MIG device %s (%s of %s) is held by pod %s and by pod %s, both running on %s: a MIG device was handed out twice",
+					m.UUID, m.Profile, m.Parent, other, h.Pod, node)
+			}
+			migOwner[m.UUID] = h.Pod
+			if m.Parent != "" {
+				parts[m.Parent] = append(parts[m.Parent], holder{h.Pod, m.UUID, m.Profile})
+			}
+		}
+	}
+	for _, g := range sortedKeys(whole) {
+		if len(parts[g]) == 0 {
+			continue
+		}
+		p := parts[g][0]
+		owner := whole[g][0]
+		if owner == p.pod {
+			return fmt.Errorf("pod %s on %s holds GPU %s whole and also its MIG device %s (%s): a GPU was handed out together with its own partition",
+				owner, node, g, p.device, p.profile)
+		}
+		return fmt.Errorf("GPU %s is held whole by pod %s while pod %s holds its MIG device %s (%s), both running on %s: a MIG device's parent was handed out with it (%d MIG device(s) of it held in all)",
+			g, owner, p.pod, p.device, p.profile, node, len(parts[g]))
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
 // held is a pod holding ids whose container saw their physical devices.
@@ -63,5 +64,74 @@ func TestSharingFor(t *testing.T) {
 	}
 	if s := SharingFor(&DRA{}, lbls); s.Shared() || s.HoldersPerDevice() != 1 {
 		t.Errorf("DRA on a time-sliced node: %+v, want exclusive", s)
+	}
+}
+
+// MPS is judged like time-slicing, and a MIG node's MIG UUIDs each as a device of their own.
+func TestCheckExclusiveMPSAndMIG(t *testing.T) {
+	mps := SharingFor(&DevicePlugin{}, map[string]string{cluster.LabelSharingStrategy: "mps", cluster.LabelSharingReplicas: "2"})
+	if err := CheckExclusive("w1", mps, []Holding{held("p0", "GPU-a::0"), held("p1", "GPU-a::1")}); err != nil {
+		t.Errorf("mps: two replicas of one GPU: %v", err)
+	}
+	if err := CheckExclusive("w1", mps, []Holding{held("p0", "GPU-a::0"), held("p1", "GPU-a::1"), held("p2", "GPU-a::2")}); err == nil || !strings.Contains(err.Error(), "(mps, 2 replicas per GPU)") {
+		t.Errorf("mps: three holders of a 2-way GPU: %v", err)
+	}
+	mig := SharingFor(&DevicePlugin{}, map[string]string{"nvidia.com/mig.strategy": "mixed", cluster.LabelSharingStrategy: "none", cluster.LabelSharingReplicas: "1"})
+	if mig.Shared() || mig.MIG != "mixed" {
+		t.Fatalf("MIG node sharing = %+v", mig)
+	}
+	if err := CheckExclusive("w1", mig, []Holding{held("p0", "MIG-a"), held("p1", "MIG-b"), held("p2", "GPU-c")}); err != nil {
+		t.Errorf("distinct MIG devices: %v", err)
+	}
+	if err := CheckExclusive("w1", mig, []Holding{held("p0", "MIG-a"), held("p1", "MIG-a")}); err == nil || !strings.Contains(err.Error(), "device MIG-a is seen by pod p0 and by pod p1") {
+		t.Errorf("one MIG device to two pods: %v", err)
+	}
+}
+
+func TestCheckMIGParents(t *testing.T) {
+	mig := func(uuid, parent, profile string) probe.MIGDevice {
+		return probe.MIGDevice{UUID: uuid, Parent: parent, Profile: profile}
+	}
+	cases := []struct {
+		name     string
+		holdings []MIGHolding
+		want     string
+	}{
+		{"MIG devices of one GPU to two pods, another GPU whole", []MIGHolding{
+			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "3g.40gb")}},
+			{Pod: "p1", MIG: []probe.MIGDevice{mig("MIG-2", "GPU-c", "3g.40gb")}},
+			{Pod: "p2", Whole: []string{"GPU-a"}},
+		}, ""},
+		{"parent held whole by another pod (mig-with-parent)", []MIGHolding{
+			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "3g.40gb")}},
+			{Pod: "p1", MIG: []probe.MIGDevice{mig("MIG-2", "GPU-c", "3g.40gb")}},
+			{Pod: "p2", Whole: []string{"GPU-c"}},
+		}, "GPU GPU-c is held whole by pod p2 while pod p0 holds its MIG device MIG-1 (3g.40gb), both running on w1: a MIG device's parent was handed out with it (2 MIG device(s) of it held in all)"},
+		{"parent held as a replica ID", []MIGHolding{
+			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}},
+			{Pod: "p1", Whole: []string{"GPU-c::0"}},
+		}, "GPU GPU-c is held whole by pod p1"},
+		{"one pod holds a GPU and its own partition", []MIGHolding{
+			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}, Whole: []string{"GPU-c"}},
+		}, "pod p0 on w1 holds GPU GPU-c whole and also its MIG device MIG-1 (1g.10gb)"},
+		{"one MIG device to two pods", []MIGHolding{
+			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}},
+			{Pod: "p1", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}},
+		}, "MIG device MIG-1 (1g.10gb of GPU-c) is held by pod p0 and by pod p1"},
+		{"parent unknown: judged by UUID only", []MIGHolding{
+			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "", "1g.10gb")}},
+			{Pod: "p1", Whole: []string{"GPU-c"}},
+		}, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := CheckMIGParents("w1", c.holdings)
+			if c.want == "" && err != nil {
+				t.Errorf("CheckMIGParents: %v, want no breach", err)
+			}
+			if c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+				t.Errorf("CheckMIGParents: %v, want a breach containing %q", err, c.want)
+			}
+		})
 	}
 }

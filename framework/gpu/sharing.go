@@ -1,10 +1,14 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
 // ReplicaSeparator joins a physical device ID and a replica number in the IDs a sharing device plugin
@@ -131,3 +135,107 @@ type ReplicaObservation struct {
 
 // String is what the report shows: "w1: replicas 0, 1 of GPU-a".
 func (o ReplicaObservation) String() string { return o.Node + ": " + DescribeReplicas(o.IDs) }
+
+// SharingObservedEntry is the report entry through which a spec records what one pod saw of a node's GPU
+// sharing (its value a SharingObservation), so the signoff states each node's sharing as seen from a
+// pod, beside what discovery read from the node.
+const SharingObservedEntry = "gpu sharing observed"
+
+// ObservedMIG is the Mode of an observation whose pod was given MIG devices (or DRA partitions, which a
+// container sees the same way): a pod cannot tell the strategy that advertised them.
+const ObservedMIG = "mig"
+
+// SharingObservation is the value of a SharingObservedEntry: what one pod on a node was given on a path.
+type SharingObservation struct {
+	Node string `json:"node"`
+	Path string `json:"path"`
+	// Mode is the sharing the pod's evidence shows: cluster.ModeExclusive, ModeTimeSlicing, ModeMPS, or
+	// ObservedMIG.
+	Mode string `json:"mode"`
+	Pod  string `json:"pod"`
+	// Saw is what it was given: "MIG-… (3g.40gb of GPU-…)", "replica 1 of GPU-…", "GPU-… whole".
+	Saw string `json:"saw"`
+	// Note is what the mode does not promise or what limits it set: "no memory or fault isolation" for
+	// time-slicing, the MPS limits, …
+	Note string `json:"note,omitempty"`
+}
+
+// String is what the report shows: "pod p0 on w1 (device-plugin): time-slicing, saw replica 1 of GPU-a
+// (no memory or fault isolation)".
+func (o SharingObservation) String() string {
+	s := fmt.Sprintf("pod %s on %s (%s): %s, saw %s", o.Pod, o.Node, o.Path, o.Mode, o.Saw)
+	if o.Note != "" {
+		s += " (" + o.Note + ")"
+	}
+	return s
+}
+
+// noIsolation is what time-slicing does not promise, said wherever a pod shares a GPU that way.
+const noIsolation = "no memory or fault isolation"
+
+// ObserveSharing is what pod on node saw on path, read from its probe report and the IDs its path's
+// authority allocated it (replica IDs under time-slicing and MPS; nil when unread): MIG devices (by
+// nvidia-smi, with their profile and parent) make it ObservedMIG; replica IDs make it MPS when the
+// container was told of MPS, else time-slicing; anything else is whole GPUs, exclusive.
+func ObserveSharing(node, path, pod string, allocated []string, r probe.Report) SharingObservation {
+	o := SharingObservation{Node: node, Path: path, Pod: pod}
+	switch {
+	case len(r.MIGDevices) > 0:
+		o.Mode = ObservedMIG
+		mig := map[string]bool{}
+		var saw []string
+		for _, m := range r.MIGDevices {
+			mig[m.UUID] = true
+			saw = append(saw, fmt.Sprintf("%s (%s of %s)", m.UUID, m.Profile, m.Parent))
+		}
+		for _, d := range r.Devices {
+			if !mig[d] {
+				saw = append(saw, d+" whole")
+			}
+		}
+		o.Saw = strings.Join(saw, "; ")
+	case AnyReplicated(allocated):
+		o.Mode, o.Saw, o.Note = cluster.ModeTimeSlicing, DescribeReplicas(allocated), noIsolation
+		if r.MPS != nil {
+			o.Mode, o.Note = cluster.ModeMPS, mpsNote(*r.MPS)
+		}
+	default:
+		o.Mode = cluster.ModeExclusive
+		saw := make([]string, 0, len(r.Devices))
+		for _, d := range r.Devices {
+			saw = append(saw, d+" whole")
+		}
+		o.Saw = strings.Join(saw, "; ")
+		if r.MPS != nil {
+			// MPS variables without replica IDs: the allocation was not read, or MPS serves whole GPUs.
+			o.Note = mpsNote(*r.MPS)
+		}
+	}
+	if o.Saw == "" {
+		o.Saw = "no device"
+	}
+	return o
+}
+
+// mpsNote states the MPS limits a container was told, or that it was told none.
+func mpsNote(m probe.MPS) string {
+	if m.ActiveThreadPercentage == "" && m.PinnedDeviceMemLimit == "" {
+		return "MPS without limits: neither CUDA_MPS_ACTIVE_THREAD_PERCENTAGE nor CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is set; " + noIsolation
+	}
+	return fmt.Sprintf("MPS limits: active threads %s%%, pinned device memory %s; no fault isolation",
+		cmp.Or(m.ActiveThreadPercentage, "unset"), cmp.Or(m.PinnedDeviceMemLimit, "unset"))
+}
+
+// SeenConsistent reports whether what a pod saw (an observation's Mode) fits the mode discovery read
+// from its node's evidence: whole GPUs fit an exclusive node and the whole GPUs a mig-mixed or a
+// partitionable node also hands out; replicas fit time-slicing or MPS only, each its own; MIG devices fit
+// the MIG modes and DRA partitions.
+func SeenConsistent(nodeMode, seen string) bool {
+	switch seen {
+	case cluster.ModeExclusive:
+		return nodeMode == cluster.ModeExclusive || nodeMode == cluster.ModeMIGMixed || nodeMode == cluster.ModePartitionable
+	case ObservedMIG:
+		return nodeMode == cluster.ModeMIGSingle || nodeMode == cluster.ModeMIGMixed || nodeMode == cluster.ModePartitionable
+	}
+	return nodeMode == seen
+}

@@ -8,7 +8,9 @@ import (
 
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
+	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
+	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
 func TestParseDeviceID(t *testing.T) {
@@ -120,6 +122,68 @@ func TestWrongIDsFaultIsAMismatchWithReplicas(t *testing.T) {
 			if !fault && err != nil {
 				t.Errorf("no fault: %v", err)
 			}
+		}
+	}
+}
+
+func TestObserveSharing(t *testing.T) {
+	const parent = "GPU-8f4a7c2e-1b3d-4e5f-9a6b-7c8d9e0f1a2b"
+	migReport := probe.Report{Devices: []string{"MIG-1"}, MIGDevices: []probe.MIGDevice{{UUID: "MIG-1", Parent: parent, Profile: "3g.40gb"}}}
+	cases := []struct {
+		name      string
+		allocated []string
+		report    probe.Report
+		want      SharingObservation
+	}{
+		{"whole GPU", []string{"GPU-a"}, probe.Report{Devices: []string{"GPU-a"}},
+			SharingObservation{Mode: cluster.ModeExclusive, Saw: "GPU-a whole"}},
+		{"time-slicing replica", []string{"GPU-a::1"}, probe.Report{Devices: []string{"GPU-a"}},
+			SharingObservation{Mode: cluster.ModeTimeSlicing, Saw: "replica 1 of GPU-a", Note: "no memory or fault isolation"}},
+		{"MPS replica with limits", []string{"GPU-a::0"}, probe.Report{Devices: []string{"GPU-a"}, MPS: &probe.MPS{PipeDirectory: "/tmp/nvidia-mps", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960M"}},
+			SharingObservation{Mode: cluster.ModeMPS, Saw: "replica 0 of GPU-a", Note: "MPS limits: active threads 50%, pinned device memory 0=40960M; no fault isolation"}},
+		{"MPS replica without limits (mps-no-limits)", []string{"GPU-a::0"}, probe.Report{Devices: []string{"GPU-a"}, MPS: &probe.MPS{PipeDirectory: "/tmp/nvidia-mps"}},
+			SharingObservation{Mode: cluster.ModeMPS, Saw: "replica 0 of GPU-a", Note: "MPS without limits: neither CUDA_MPS_ACTIVE_THREAD_PERCENTAGE nor CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is set; no memory or fault isolation"}},
+		{"MIG device", []string{"MIG-1"}, migReport,
+			SharingObservation{Mode: ObservedMIG, Saw: "MIG-1 (3g.40gb of " + parent + ")"}},
+		{"nothing", nil, probe.Report{Devices: []string{}}, SharingObservation{Mode: cluster.ModeExclusive, Saw: "no device"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := ObserveSharing("w1", "device-plugin", "p0", c.allocated, c.report)
+			c.want.Node, c.want.Path, c.want.Pod = "w1", "device-plugin", "p0"
+			if got != c.want {
+				t.Errorf("ObserveSharing = %+v, want %+v", got, c.want)
+			}
+		})
+	}
+	o := ObserveSharing("w1", "device-plugin", "p0", []string{"GPU-a::1"}, probe.Report{Devices: []string{"GPU-a"}})
+	if s := o.String(); s != "pod p0 on w1 (device-plugin): time-slicing, saw replica 1 of GPU-a (no memory or fault isolation)" {
+		t.Errorf("String = %q", s)
+	}
+}
+
+func TestSeenConsistent(t *testing.T) {
+	cases := []struct {
+		node, seen string
+		want       bool
+	}{
+		{cluster.ModeExclusive, cluster.ModeExclusive, true},
+		{cluster.ModeExclusive, cluster.ModeTimeSlicing, false},
+		{cluster.ModeTimeSlicing, cluster.ModeTimeSlicing, true},
+		{cluster.ModeTimeSlicing, cluster.ModeExclusive, false},
+		{cluster.ModeTimeSlicing, cluster.ModeMPS, false},
+		{cluster.ModeMPS, cluster.ModeMPS, true},
+		{cluster.ModeMIGSingle, ObservedMIG, true},
+		{cluster.ModeMIGSingle, cluster.ModeExclusive, false},
+		{cluster.ModeMIGMixed, ObservedMIG, true},
+		{cluster.ModeMIGMixed, cluster.ModeExclusive, true},
+		{cluster.ModePartitionable, ObservedMIG, true},
+		{cluster.ModePartitionable, cluster.ModeExclusive, true},
+		{cluster.ModeExclusive, ObservedMIG, false},
+	}
+	for _, c := range cases {
+		if got := SeenConsistent(c.node, c.seen); got != c.want {
+			t.Errorf("SeenConsistent(%s, %s) = %v, want %v", c.node, c.seen, got, c.want)
 		}
 	}
 }

@@ -37,6 +37,12 @@ type Report struct {
 	CUDAVersion string `json:"cuda_version"`
 	// VersionError says why nvidia-smi, although installed, gave no DriverVersion or CUDAVersion.
 	VersionError string `json:"version_error,omitempty"`
+	// MIGDevices are the MIG devices `nvidia-smi -L` lists, each with its parent GPU: null when
+	// nvidia-smi is not installed or failed, empty when it listed none. Devices holds their UUIDs too.
+	MIGDevices []MIGDevice `json:"mig_devices"`
+	// MPS is what the container was told of CUDA MPS (the CUDA_MPS_* variables), null when no such
+	// variable is set.
+	MPS *MPS `json:"mps"`
 	// Truncated is true only in a termination message that had to drop Sources to fit the kubelet's
 	// size limit; stdout always carries the full report.
 	Truncated bool `json:"truncated,omitempty"`

@@ -78,7 +78,8 @@ func Gather(ctx context.Context, opts Options) Report {
 		pathList = defaultPath
 	}
 	bin := lookPathIn("nvidia-smi", pathList)
-	r.Sources.NvidiaSMI, r.Sources.NvidiaSMIError = runNvidiaSMI(ctx, bin, timeout)
+	r.Sources.NvidiaSMI, r.MIGDevices, r.Sources.NvidiaSMIError = runNvidiaSMI(ctx, bin, timeout)
+	r.MPS = mpsFromEnv(env)
 	r.DriverVersion, r.CUDAVersion, r.VersionError = queryVersions(ctx, bin, timeout, r.Sources.NvidiaSMIError != "")
 
 	r.Devices, r.CountedFrom = union(r.Sources)
@@ -164,23 +165,23 @@ const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // nvidiaSMINoDevices is nvidia-smi's exit status for "No devices were found" (NVML_ERROR_NOT_FOUND).
 const nvidiaSMINoDevices = 6
 
-// runNvidiaSMI runs `nvidia-smi -L` (bin, found on the PATH) and returns the UUIDs it lists. When the
-// binary is not installed (bin is empty) it returns (nil, ""): most test containers have no NVIDIA
-// userspace and that is not worth a word. When it is installed but fails, the error is returned for
-// the report.
-func runNvidiaSMI(ctx context.Context, bin string, timeout time.Duration) ([]string, string) {
+// runNvidiaSMI runs `nvidia-smi -L` (bin, found on the PATH) and returns the UUIDs it lists and the MIG
+// devices among them. When the binary is not installed (bin is empty) it returns (nil, nil, ""): most
+// test containers have no NVIDIA userspace and that is not worth a word. When it is installed but fails,
+// the error is returned for the report.
+func runNvidiaSMI(ctx context.Context, bin string, timeout time.Duration) ([]string, []MIGDevice, string) {
 	if bin == "" {
-		return nil, ""
+		return nil, nil, ""
 	}
 	out, code, err := runTool(ctx, bin, timeout, "-L")
 	if code == nvidiaSMINoDevices {
 		// "No devices were found": the driver answered, and the container has no GPU.
-		return []string{}, ""
+		return []string{}, []MIGDevice{}, ""
 	}
 	if err != nil {
-		return []string{}, err.Error()
+		return []string{}, nil, err.Error()
 	}
-	return ParseNvidiaSMIList(out), ""
+	return ParseNvidiaSMIList(out), ParseNvidiaSMIMIG(out), ""
 }
 
 // runTool runs bin with args, bounded by timeout, and returns its stdout and exit status (-1 when it

@@ -1,0 +1,576 @@
+package cluster
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+
+	"gpuconform.io/gpuconform/framework/config"
+)
+
+// Sharing modes of one node on one allocation path, as DiscoverSharingModes reads them from evidence.
+const (
+	// ModeExclusive: every advertised device is a whole GPU that one pod holds alone.
+	ModeExclusive = "exclusive"
+	// ModeTimeSlicing: each physical GPU advertised several times (replicas), without memory or fault
+	// isolation between the pods that share it.
+	ModeTimeSlicing = "time-slicing"
+	// ModeMPS: replicas like time-slicing, served through CUDA MPS with per-client limits.
+	ModeMPS = "mps"
+	// ModeMIGSingle: every GPU split into MIG devices of one profile, all advertised as nvidia.com/gpu.
+	ModeMIGSingle = "mig-single"
+	// ModeMIGMixed: MIG devices advertised per profile (nvidia.com/mig-<profile>) beside whole GPUs.
+	ModeMIGMixed = "mig-mixed"
+	// ModePartitionable: DRA devices consuming shared counters, so a GPU and its partitions are
+	// allocatable from one budget.
+	ModePartitionable = "dra-partitionable"
+)
+
+// GFD labels and DRA attributes that describe sharing and MIG beyond those discovery.go names.
+const (
+	LabelMIGStrategy = "nvidia.com/mig.strategy"
+	LabelGPUMemory   = "nvidia.com/gpu.memory"
+	// migProductInfix is what GFD puts between the product and the profile in nvidia.com/gpu.product on a
+	// node whose GPUs are all split (mig.strategy=single): "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb".
+	migProductInfix = "-MIG-"
+	// draTypeMIG and draTypeGPU are the values of the "type" attribute of NVIDIA's DRA driver's devices.
+	draTypeMIG = "mig"
+	draTypeGPU = "gpu"
+)
+
+// PoolLabels are the node labels that name a node's pool on the common managed platforms, in the order
+// they are tried: a baseline compares sharing per pool, because a pool's nodes are replaced between runs.
+var PoolLabels = []string{"cloud.google.com/gke-nodepool", "eks.amazonaws.com/nodegroup", "kubernetes.azure.com/agentpool", "karpenter.sh/nodepool"}
+
+// NodeSharingMode is how one node shares its GPUs on one allocation path, read from evidence.
+type NodeSharingMode struct {
+	Node string `json:"node"`
+	// Path is "device-plugin" or "dra".
+	Path string `json:"path"`
+	// Mode is what the evidence shows (one of the Mode constants).
+	Mode string `json:"mode"`
+	// Labelled is the mode the node's GFD labels claim, "" when they claim none (no sharing or MIG label).
+	Labelled string `json:"labelled,omitempty"`
+	// Pool is the node's pool as "<label>=<value>" of the first of PoolLabels it carries, "" when none.
+	Pool string `json:"pool,omitempty"`
+	// Replicas (time-slicing, mps) is how many devices are advertised per physical GPU.
+	Replicas int `json:"replicas,omitempty"`
+	// MIG (MIG modes, device-plugin path) lists each resource that carries MIG devices.
+	MIG []MIGResource `json:"mig,omitempty"`
+	// WholeGPUs (mig-mixed) is the number of nvidia.com/gpu devices, which are whole GPUs.
+	WholeGPUs int64 `json:"wholeGPUs,omitempty"`
+	// Partitions (dra-partitionable) has one entry per parent GPU.
+	Partitions []PartitionableGPU `json:"partitions,omitempty"`
+	// Evidence says what the mode was read from, one item per fact.
+	Evidence []string `json:"evidence,omitempty"`
+	// Conflict says where labels and evidence disagree, and that the evidence won; "" when they agree.
+	Conflict string `json:"conflict,omitempty"`
+}
+
+// MIGResource is one extended resource whose devices are MIG devices of one profile.
+type MIGResource struct {
+	Resource  string `json:"resource"`
+	Profile   string `json:"profile"`
+	Count     int64  `json:"count"`
+	MemoryMiB int64  `json:"memoryMiB,omitempty"`
+}
+
+// PartitionableGPU is one GPU a DRA driver publishes with its partitions.
+type PartitionableGPU struct {
+	// Whole is the device name of the whole GPU, "" when none is published.
+	Whole string `json:"whole,omitempty"`
+	// UUID is the whole GPU's uuid attribute (else the partitions' parentUUID).
+	UUID string `json:"uuid,omitempty"`
+	// CounterSet is the shared counter set the GPU's devices consume, "" when they consume none.
+	CounterSet string `json:"counterSet,omitempty"`
+	// Counters is the capacity of each counter of that set.
+	Counters   map[string]int64  `json:"counters,omitempty"`
+	Partitions []PartitionDevice `json:"partitions,omitempty"`
+}
+
+// PartitionDevice is one partition of a partitionable GPU.
+type PartitionDevice struct {
+	Name      string `json:"name"`
+	Profile   string `json:"profile,omitempty"`
+	UUID      string `json:"uuid,omitempty"`
+	MemoryMiB int64  `json:"memoryMiB,omitempty"`
+	// Consumes is what the device takes of its counter set, by counter.
+	Consumes map[string]int64 `json:"consumes,omitempty"`
+}
+
+// Shared reports whether the mode lets more than one pod use one physical GPU (replicas, MIG devices or
+// partitions).
+func (m NodeSharingMode) Shared() bool { return m.Mode != ModeExclusive && m.Mode != "" }
+
+// Describe is the mode with its parameters for reports: "time-slicing, 2 replicas per GPU",
+// "mig-mixed: 2 whole GPUs, nvidia.com/mig-3g.40gb ×2", "dra-partitionable: 4 GPUs, 40 partitions".
+func (m NodeSharingMode) Describe() string {
+	switch m.Mode {
+	case ModeTimeSlicing, ModeMPS:
+		return fmt.Sprintf("%s, %d replicas per GPU", m.Mode, m.Replicas)
+	case ModeMIGSingle, ModeMIGMixed:
+		parts := make([]string, 0, len(m.MIG)+1)
+		if m.Mode == ModeMIGMixed {
+			parts = append(parts, plural(int(m.WholeGPUs), "whole GPU"))
+		}
+		for _, r := range m.MIG {
+			parts = append(parts, fmt.Sprintf("%s ×%d (%s)", r.Resource, r.Count, r.Profile))
+		}
+		if m.Replicas > 1 {
+			parts = append(parts, fmt.Sprintf("%d replicas per MIG device", m.Replicas))
+		}
+		return m.Mode + ": " + strings.Join(parts, ", ")
+	case ModePartitionable:
+		n := 0
+		for _, g := range m.Partitions {
+			n += len(g.Partitions)
+		}
+		return fmt.Sprintf("%s: %s, %s", m.Mode, plural(len(m.Partitions), "GPU"), plural(n, "partition"))
+	}
+	return m.Mode
+}
+
+// DiscoverSharingModes reads, per node and allocation path, how the node shares its GPUs: on the
+// device-plugin path from its allocatable resources (nvidia.com/gpu against GFD's nvidia.com/gpu.count,
+// nvidia.com/mig-* resources) and GFD's product label, which GFD derives from the devices themselves; on
+// the DRA path from draDriver's devices (comma-separated drivers; "" reads no DRA path): their type,
+// profile and parentUUID attributes and the shared counters they consume. The sharing labels
+// (nvidia.com/gpu.sharing-strategy, .replicas, nvidia.com/mig.strategy) are the configuration's claim:
+// they name what the evidence cannot tell apart (time-slicing from MPS) and are otherwise checked against
+// it, and where they disagree the evidence wins and Conflict says so. Sorted by node, then path.
+func DiscoverSharingModes(nodes []corev1.Node, published []resourcev1.ResourceSlice, draDriver string) []NodeSharingMode {
+	var out []NodeSharingMode
+	dra := draByNode(published, draDriver)
+	for _, n := range nodes {
+		pool := poolOf(n.Labels)
+		if m, ok := devicePluginMode(n); ok {
+			m.Pool = pool
+			out = append(out, m)
+		}
+		if gpus, ok := dra[n.Name]; ok {
+			m := draMode(n.Name, gpus)
+			m.Pool = pool
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b NodeSharingMode) int {
+		return strings.Compare(a.Node+"\x00"+a.Path, b.Node+"\x00"+b.Path)
+	})
+	return out
+}
+
+// plural is "1 GPU" or "n GPUs".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// poolOf is the node's pool label as "<label>=<value>", "" when it carries none of PoolLabels.
+func poolOf(labels map[string]string) string {
+	for _, l := range PoolLabels {
+		if v := labels[l]; v != "" {
+			return l + "=" + v
+		}
+	}
+	return ""
+}
+
+// labelledMode is the mode the node's GFD labels claim, "" when they claim none.
+func labelledMode(labels map[string]string) (mode string, replicas int) {
+	switch labels[LabelMIGStrategy] {
+	case "single":
+		return ModeMIGSingle, 0
+	case "mixed":
+		return ModeMIGMixed, 0
+	}
+	s := NodeSharingOf(labels)
+	switch {
+	case s.Shared() && s.Strategy == ModeMPS:
+		return ModeMPS, s.Replicas
+	case s.Shared():
+		return ModeTimeSlicing, s.Replicas
+	case labels[LabelSharingStrategy] != "" || labels[LabelMIGStrategy] == sharingNone:
+		return ModeExclusive, 0
+	}
+	return "", 0
+}
+
+// memoryOfProfile reads a MIG profile's memory from its name ("3g.40gb" → 40 GiB) when no label says it:
+// NVIDIA's names round the memory to whole GB, so this is an approximation the label replaces.
+var profileMemory = regexp.MustCompile(`^\d+g\.(\d+)gb`)
+
+func memoryOfProfile(profile string) int64 {
+	m := profileMemory.FindStringSubmatch(profile)
+	if m == nil {
+		return 0
+	}
+	gb, _ := strconv.ParseInt(m[1], 10, 64)
+	return gb * 1024
+}
+
+// labelInt reads an integer label, ok false when absent or not a number.
+func labelInt(labels map[string]string, key string) (int64, bool) {
+	v, err := strconv.ParseInt(labels[key], 10, 64)
+	return v, err == nil
+}
+
+// devicePluginMode reads the device-plugin path of one node; ok is false when the node advertises no
+// NVIDIA GPU resource and carries no GFD sharing label.
+func devicePluginMode(n corev1.Node) (NodeSharingMode, bool) {
+	m := NodeSharingMode{Node: n.Name, Path: config.PathDevicePlugin}
+	labelled, labelReplicas := labelledMode(n.Labels)
+	m.Labelled = labelled
+	gpuQ := n.Status.Allocatable[PreferredGPUResource]
+	gpus := gpuQ.Value()
+	var migResources []MIGResource
+	for _, name := range slices.Sorted(maps.Keys(n.Status.Allocatable)) {
+		profile, ok := strings.CutPrefix(string(name), migResourcePrefix)
+		q := n.Status.Allocatable[name]
+		if !ok || q.Value() <= 0 {
+			continue
+		}
+		mem, hasMem := labelInt(n.Labels, "nvidia.com/mig-"+profile+".memory")
+		if !hasMem {
+			mem = memoryOfProfile(profile)
+		}
+		migResources = append(migResources, MIGResource{Resource: string(name), Profile: profile, Count: q.Value(), MemoryMiB: mem})
+		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=%d", name, q.Value()))
+	}
+	if gpus <= 0 && len(migResources) == 0 && labelled == "" {
+		return m, false
+	}
+	if labelled != "" {
+		m.Evidence = append(m.Evidence, labelEvidence(n.Labels)...)
+	}
+	// NVIDIA's plugin may also time-slice MIG devices: then the sharing labels describe the MIG devices'
+	// replicas, and only the MIG strategy label claims the partitioning.
+	migLabelled := map[string]bool{"single": true, "mixed": true}[n.Labels[LabelMIGStrategy]]
+	count, hasCount := labelInt(n.Labels, LabelGPUCount)
+	product := n.Labels[LabelGPUProduct]
+	_, singleProfile, singleByProduct := strings.Cut(product, migProductInfix)
+	var conflicts []string
+
+	switch {
+	case len(migResources) > 0:
+		// Per-profile MIG resources exist only under the mixed strategy: nvidia.com/gpu then carries the
+		// GPUs left whole, which GFD counts in nvidia.com/gpu.count.
+		m.Mode, m.MIG, m.WholeGPUs = ModeMIGMixed, migResources, gpus
+		m.Replicas = labelReplicas
+		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=%d (whole GPUs)", PreferredGPUResource, gpus))
+		if hasCount && gpus > count {
+			conflicts = append(conflicts, fmt.Sprintf("%s advertises %d devices where GFD counts %d whole GPUs (%s=%d): GPUs split into MIG devices may also be advertised whole",
+				PreferredGPUResource, gpus, count, LabelGPUCount, count))
+		}
+	case singleByProduct && gpus > 0:
+		// Under the single strategy nvidia.com/gpu carries MIG devices, and GFD names the product after
+		// the profile of the devices it found.
+		mem, hasMem := labelInt(n.Labels, LabelGPUMemory)
+		if !hasMem {
+			mem = memoryOfProfile(singleProfile)
+		}
+		m.Mode, m.Replicas = ModeMIGSingle, labelReplicas
+		m.MIG = []MIGResource{{Resource: PreferredGPUResource, Profile: singleProfile, Count: gpus, MemoryMiB: mem}}
+		m.Evidence = append(m.Evidence, fmt.Sprintf("label %s=%s (GFD names the MIG profile it found)", LabelGPUProduct, product),
+			fmt.Sprintf("allocatable %s=%d", PreferredGPUResource, gpus))
+	default:
+		m.Mode = ModeExclusive
+		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=%d", PreferredGPUResource, gpus))
+		switch {
+		case hasCount && count > 0:
+			// Advertised devices beyond the physical GPUs are replicas; unhealthy GPUs only lower the
+			// count, so rounding up keeps a sliced node with a failed GPU sliced.
+			if r := int((gpus + count - 1) / count); r > 1 {
+				m.Mode, m.Replicas = ModeTimeSlicing, r
+				if labelled == ModeMPS {
+					m.Mode = ModeMPS
+				}
+				m.Evidence = append(m.Evidence, fmt.Sprintf("%d devices for %s=%d: %d per GPU", gpus, LabelGPUCount, count, r))
+			}
+		case labelReplicas > 1:
+			// Without GFD's count nothing tells replicas from GPUs; the labels are all there is.
+			m.Mode, m.Replicas = labelled, labelReplicas
+			m.Evidence = append(m.Evidence, fmt.Sprintf("no %s label: replicas taken from the labels", LabelGPUCount))
+		}
+	}
+
+	if (m.Mode == ModeMIGSingle || m.Mode == ModeMIGMixed) && !migLabelled && labelReplicas > 1 {
+		// Sharing labels without a MIG strategy label on a MIG node: they speak of the MIG devices.
+		labelled, m.Labelled = "", ""
+	}
+	// The labels' claim against the evidence; absent labels claim nothing (a cluster without GFD).
+	switch {
+	case labelled == "":
+	case labelled != m.Mode:
+		conflicts = append(conflicts, fmt.Sprintf("labels say %s, the evidence shows %s", describeLabelled(labelled, labelReplicas), m.Describe()))
+	case (m.Mode == ModeTimeSlicing || m.Mode == ModeMPS) && labelReplicas != m.Replicas:
+		conflicts = append(conflicts, fmt.Sprintf("labels say %d replicas per GPU, %d are advertised per GPU", labelReplicas, m.Replicas))
+	}
+	if len(conflicts) > 0 {
+		m.Conflict = strings.Join(conflicts, "; ") + " (the evidence wins)"
+	}
+	return m, true
+}
+
+func describeLabelled(mode string, replicas int) string {
+	if replicas > 1 {
+		return fmt.Sprintf("%s, %d replicas per GPU", mode, replicas)
+	}
+	return mode
+}
+
+// labelEvidence lists the sharing labels the node carries, for Evidence.
+func labelEvidence(labels map[string]string) []string {
+	var out []string
+	for _, k := range []string{LabelMIGStrategy, LabelSharingStrategy, LabelSharingReplicas, LabelGPUCount} {
+		if v, ok := labels[k]; ok {
+			out = append(out, fmt.Sprintf("label %s=%s", k, v))
+		}
+	}
+	return out
+}
+
+// draDevice is one device of the DRA driver with where it was read.
+type draDevice struct {
+	slice  string
+	device resourcev1.Device
+}
+
+// draNode is what the driver publishes for one node: its devices and the counter sets of its pools.
+type draNode struct {
+	devices  []draDevice
+	counters map[string]map[string]int64 // counter set → counter → capacity
+	sliceOf  map[string]string           // counter set → the ResourceSlice that defines it
+}
+
+// draByNode groups the devices and shared counters of the drivers' latest pool generations by node. A
+// pool's counters may sit in a ResourceSlice of their own (Kubernetes 1.34+ forbids devices and
+// SharedCounters in one slice), so counters and devices are joined by pool, and the pool's node is that of
+// any of its slices.
+func draByNode(all []resourcev1.ResourceSlice, drivers string) map[string]*draNode {
+	out := map[string]*draNode{}
+	if drivers == "" {
+		return out
+	}
+	want := strings.Split(drivers, ",")
+	type poolKey struct{ driver, pool string }
+	latest := map[poolKey]int64{}
+	for _, s := range all {
+		k := poolKey{s.Spec.Driver, s.Spec.Pool.Name}
+		if g, ok := latest[k]; !ok || s.Spec.Pool.Generation > g {
+			latest[k] = s.Spec.Pool.Generation
+		}
+	}
+	poolNode := map[poolKey]string{}
+	for _, s := range all {
+		if s.Spec.NodeName != nil && *s.Spec.NodeName != "" {
+			poolNode[poolKey{s.Spec.Driver, s.Spec.Pool.Name}] = *s.Spec.NodeName
+		}
+	}
+	node := func(name string) *draNode {
+		if out[name] == nil {
+			out[name] = &draNode{counters: map[string]map[string]int64{}, sliceOf: map[string]string{}}
+		}
+		return out[name]
+	}
+	for _, s := range all {
+		k := poolKey{s.Spec.Driver, s.Spec.Pool.Name}
+		if !slices.Contains(want, s.Spec.Driver) || s.Spec.Pool.Generation != latest[k] {
+			continue
+		}
+		for _, cs := range s.Spec.SharedCounters {
+			if n := poolNode[k]; n != "" {
+				dn := node(n)
+				dn.counters[cs.Name] = counterValues(cs.Counters)
+				dn.sliceOf[cs.Name] = s.Name
+			}
+		}
+		for _, d := range s.Spec.Devices {
+			n := poolNode[k]
+			if d.NodeName != nil {
+				n = *d.NodeName
+			}
+			if n != "" {
+				dn := node(n)
+				dn.devices = append(dn.devices, draDevice{slice: s.Name, device: d})
+			}
+		}
+	}
+	for n, dn := range out {
+		if len(dn.devices) == 0 {
+			delete(out, n)
+		}
+	}
+	return out
+}
+
+func counterValues(cs map[string]resourcev1.Counter) map[string]int64 {
+	out := make(map[string]int64, len(cs))
+	for name, c := range cs {
+		out[name] = c.Value.Value()
+	}
+	return out
+}
+
+// draMode reads the DRA path of one node: partitionable when its devices consume shared counters or
+// describe themselves as MIG partitions, exclusive otherwise. Partitions that consume no counter are a
+// conflict, since nothing then stops the scheduler from handing out a GPU and its partitions together.
+func draMode(node string, dn *draNode) NodeSharingMode {
+	m := NodeSharingMode{Node: node, Path: config.PathDRA, Mode: ModeExclusive}
+	gpus := map[string]*PartitionableGPU{} // counter set, else parent UUID → GPU
+	var order []string
+	gpu := func(key string) *PartitionableGPU {
+		if gpus[key] == nil {
+			gpus[key] = &PartitionableGPU{}
+			order = append(order, key)
+		}
+		return gpus[key]
+	}
+	consumersPerSet := map[string]int{}
+	setSlice := map[string]string{}
+	var noCounters, unknownSet []string
+	wholeByUUID := map[string]string{}
+	for _, dd := range dn.devices {
+		d := dd.device
+		typ, profile := attr(d, "type"), attr(d, "profile")
+		isPartition := typ == draTypeMIG || profile != ""
+		set := ""
+		if len(d.ConsumesCounters) > 0 {
+			set = d.ConsumesCounters[0].CounterSet
+			consumersPerSet[set]++
+			setSlice[set] = dd.slice
+			if _, ok := dn.counters[set]; !ok {
+				unknownSet = append(unknownSet, fmt.Sprintf("%s (counter set %s)", d.Name, set))
+			}
+		}
+		switch {
+		case isPartition:
+			key := set
+			if key == "" {
+				key = "parent " + attr(d, "parentUUID")
+				noCounters = append(noCounters, d.Name)
+			}
+			g := gpu(key)
+			g.CounterSet = set
+			if g.UUID == "" {
+				g.UUID = attr(d, "parentUUID")
+			}
+			p := PartitionDevice{Name: d.Name, Profile: profile, UUID: attr(d, "uuid"), Consumes: consumption(d.ConsumesCounters)}
+			p.MemoryMiB = capacityMiB(d, "memory")
+			g.Partitions = append(g.Partitions, p)
+		case set != "":
+			g := gpu(set)
+			g.CounterSet, g.Whole, g.UUID = set, d.Name, attr(d, "uuid")
+		case typ == draTypeGPU || typ == "":
+			if u := attr(d, "uuid"); u != "" {
+				wholeByUUID[u] = d.Name
+			}
+		}
+	}
+	// Partitions that consume no counter belong with the whole GPU that does, when there is one.
+	for _, key := range order {
+		g := gpus[key]
+		if g.CounterSet != "" || g.UUID == "" {
+			continue
+		}
+		for _, other := range order {
+			if o := gpus[other]; other != key && o.CounterSet != "" && o.UUID == g.UUID {
+				o.Partitions = append(o.Partitions, g.Partitions...)
+				g.Partitions = nil
+				break
+			}
+		}
+	}
+	// A whole GPU consuming no counter still is its partitions' parent: join them by UUID.
+	for _, key := range order {
+		g := gpus[key]
+		if g.Whole == "" && g.UUID != "" {
+			g.Whole = wholeByUUID[g.UUID]
+		}
+		if g.CounterSet != "" {
+			g.Counters = dn.counters[g.CounterSet]
+		}
+		if len(g.Partitions) > 0 || g.CounterSet != "" {
+			m.Partitions = append(m.Partitions, *g)
+		}
+	}
+	for _, set := range slices.Sorted(maps.Keys(consumersPerSet)) {
+		where := setSlice[set]
+		if s := dn.sliceOf[set]; s != "" && s != where {
+			where += ", counters in ResourceSlice " + s
+		}
+		m.Evidence = append(m.Evidence, fmt.Sprintf("ResourceSlice %s: %d devices consume counter set %s", where, consumersPerSet[set], set))
+	}
+	if len(m.Partitions) > 0 {
+		m.Mode = ModePartitionable
+	} else {
+		m.Evidence = append(m.Evidence, fmt.Sprintf("%d devices, none consumes a shared counter or is a partition", len(dn.devices)))
+	}
+	var conflicts []string
+	if len(noCounters) > 0 {
+		conflicts = append(conflicts, fmt.Sprintf("%d partition devices consume no shared counter (%s): nothing stops the scheduler from handing out a GPU and its partitions together",
+			len(noCounters), strings.Join(firstN(noCounters, 3), ", ")))
+		m.Evidence = append(m.Evidence, fmt.Sprintf("%d devices of type mig without ConsumesCounters", len(noCounters)))
+	}
+	if len(unknownSet) > 0 {
+		conflicts = append(conflicts, fmt.Sprintf("devices consume counter sets no ResourceSlice of their pool defines: %s", strings.Join(firstN(unknownSet, 3), ", ")))
+	}
+	m.Conflict = strings.Join(conflicts, "; ")
+	return m
+}
+
+// capacityMiB is a device's capacity name (qualified by any domain) in MiB, 0 when it has none.
+func capacityMiB(d resourcev1.Device, name string) int64 {
+	for k, c := range d.Capacity {
+		if string(k) == name || strings.HasSuffix(string(k), "/"+name) {
+			return c.Value.Value() / (1 << 20)
+		}
+	}
+	return 0
+}
+
+func consumption(cs []resourcev1.DeviceCounterConsumption) map[string]int64 {
+	if len(cs) == 0 {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, c := range cs {
+		for name, v := range c.Counters {
+			out[name] += v.Value.Value()
+		}
+	}
+	return out
+}
+
+// summariseSharing is the cluster-wide Sharing of the per-node modes: the distinct shared modes ("+"
+// joined; exclusive when none), the largest replica count, and the MIG resources other than nvidia.com/gpu.
+func summariseSharing(modes []NodeSharingMode) Sharing {
+	sh := Sharing{}
+	seen, mig := map[string]bool{}, map[string]bool{}
+	for _, m := range modes {
+		if m.Shared() {
+			seen[m.Mode] = true
+		}
+		sh.Replicas = max(sh.Replicas, m.Replicas)
+		for _, r := range m.MIG {
+			if strings.HasPrefix(r.Resource, migResourcePrefix) {
+				mig[r.Resource] = true
+			}
+		}
+	}
+	if len(mig) > 0 {
+		sh.MIGResources = slices.Sorted(maps.Keys(mig))
+	}
+	sh.Mode = ModeExclusive
+	if len(seen) > 0 {
+		sh.Mode = strings.Join(slices.Sorted(maps.Keys(seen)), "+")
+	}
+	return sh
+}
