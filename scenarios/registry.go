@@ -16,6 +16,7 @@ var Registry = []*Scenario{
 	Upgrade,
 	Shortage,
 	Driver,
+	Sharing,
 }
 
 // Scenario is a scenario's declaration: what the suite, the labels, the verdict policy, the report and

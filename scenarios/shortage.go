@@ -213,6 +213,10 @@ type expectation struct {
 	// entry "a || b" is satisfied by either text (the scheduler's words depend on which of its filters
 	// rejected a node first, and so on the cluster's taints).
 	messages []string
+	// bound, when set, says what it means that the pod was bound after all (two devices that must never be
+	// handed out together were): the wait then ends at once with that, instead of waiting out its budget for
+	// a diagnosis that cannot come.
+	bound func(ctx context.Context, pod *corev1.Pod) string
 }
 
 // quotaShortage: a ClusterQueue with quota for one device, a first Job that holds it for a while, a
@@ -325,13 +329,25 @@ func expectDiagnosis(ctx context.Context, env *testenv.Env, target wait.Target, 
 	budget := env.Timeouts.Admission + env.Timeouts.PodStart
 	// A final verdict that is not the expected one (another reason, or evidence it lacks) will not
 	// change: the wait ends on it instead of waiting out the budget. The verdict is the check's own.
+	boundMeans := ""
 	otherFinal := func(context.Context, wait.Target) (string, bool) {
+		if boundMeans != "" {
+			return boundMeans, true
+		}
 		if res == nil {
 			return "", false
 		}
 		return res.String(), res.Terminal && !matches(res, want)
 	}
 	env.Wait.ForJudged(ctx, fmt.Sprintf("the diagnosis of %s to be %s/%s/%s", target, want.stage, want.layer, want.reason), target, budget, otherFinal, func(g gomega.Gomega) {
+		if want.bound != nil && target.Kind == "Pod" {
+			pod, err := env.Clients.Kube.CoreV1().Pods(target.Namespace).Get(ctx, target.Name, metav1.GetOptions{})
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			if pod.Spec.NodeName != "" {
+				boundMeans = fmt.Sprintf("pod %s was bound to %s: %s", pod.Name, pod.Spec.NodeName, want.bound(ctx, pod))
+			}
+			g.Expect(pod.Spec.NodeName).To(gomega.BeEmpty(), boundMeans)
+		}
 		var err error
 		res, err = diagnose.Run(ctx, dc, diagnose.Target{Kind: target.Kind, Namespace: target.Namespace, Name: target.Name})
 		g.Expect(err).NotTo(gomega.HaveOccurred(), "diagnose.Run")

@@ -158,3 +158,22 @@ func TestPodResourcesFlags(t *testing.T) {
 		}
 	}
 }
+
+// The noisy-neighbour workload is an image and a command split on spaces; a command without an image is a
+// usage error that names the flag to give.
+func TestNoisyNeighbourFlags(t *testing.T) {
+	cfg, err := Parse([]string{"--noisy-neighbour-image", "example.com/bench:1", "--noisy-neighbour-command", "/bench  --seconds 5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.NoisyNeighbour.Image != "example.com/bench:1" || strings.Join(cfg.NoisyNeighbour.Command, "|") != "/bench|--seconds|5" {
+		t.Errorf("noisyNeighbour = %+v", cfg.NoisyNeighbour)
+	}
+	if _, err := Parse([]string{"--noisy-neighbour-command", "/bench"}); err == nil || !strings.Contains(err.Error(), "--noisy-neighbour-image") {
+		t.Errorf("a command without an image: err = %v", err)
+	}
+	cfg, err = Parse([]string{"--config", writeFile(t, "noisyNeighbour:\n  image: example.com/bench:1\n  command: [/bench, --label, a b]\n")})
+	if err != nil || len(cfg.NoisyNeighbour.Command) != 3 || cfg.NoisyNeighbour.Command[2] != "a b" {
+		t.Errorf("noisyNeighbour from the file: %v %+v", err, cfg.NoisyNeighbour)
+	}
+}

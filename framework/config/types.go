@@ -110,6 +110,34 @@ type Config struct {
 	// Preemption names what the preemption scenario uses on an existing installation (queues.mode
 	// existing): the WorkloadPriorityClasses of the preemptible and of the urgent job.
 	Preemption PreemptionConfig `json:"preemption,omitempty"`
+	// NoisyNeighbour is the workload the sharing scenario measures GPU latency with, alone and beside a
+	// memory-heavy and a compute-heavy neighbour on one shared GPU. Without an image the measurement is not
+	// exercised: the project's probe only lists devices, and on fake GPUs there is nothing to measure.
+	NoisyNeighbour NoisyNeighbourConfig `json:"noisyNeighbour,omitempty"`
+}
+
+// NoisyNeighbourRoleEnv is the environment variable that tells the noisy-neighbour workload its role: the
+// latency probe, or one of the two neighbours that load the GPU until they are deleted.
+const NoisyNeighbourRoleEnv = "GPUCONFORM_NOISY_ROLE"
+
+// The roles of the noisy-neighbour workload, the values of NoisyNeighbourRoleEnv.
+const (
+	// NoisyRoleProbe runs a short latency measurement and ends its log with one JSON line
+	// {"p50_ms": …, "p99_ms": …}.
+	NoisyRoleProbe = "probe"
+	// NoisyRoleMemory keeps the GPU's memory busy (allocation and copies) until it is deleted.
+	NoisyRoleMemory = "memory-heavy"
+	// NoisyRoleCompute keeps the GPU's compute units busy until it is deleted.
+	NoisyRoleCompute = "compute-heavy"
+)
+
+// NoisyNeighbourConfig names the workload of the noisy-neighbour measurement: one image whose command
+// plays the role NoisyNeighbourRoleEnv names.
+type NoisyNeighbourConfig struct {
+	// Image is a workload image that drives the device (CUDA); empty: not measured.
+	Image string `json:"image,omitempty"`
+	// Command is the container's command; empty runs the image's entrypoint.
+	Command []string `json:"command,omitempty"`
 }
 
 // PodResourcesConfig is what every container of every pod the suite runs (test pods, their init and

@@ -145,6 +145,11 @@ func rules() []rule {
 		}, func(Config) string {
 			return "preemption: --low-priority-class and --high-priority-class name your WorkloadPriorityClasses for your LocalQueue; give --local-queue NS/NAME too, or drop them (with its own queues the suite creates its own classes)"
 		}},
+		{"noisy-neighbour-command-needs-image", func(c Config) bool { return len(c.NoisyNeighbour.Command) == 0 || c.NoisyNeighbour.Image != "" },
+			func(c Config) string {
+				return fmt.Sprintf("noisyNeighbour.command %q without noisyNeighbour.image: the command would run in the project's workload image, which cannot load a GPU; name the image that drives the device (--noisy-neighbour-image)",
+					strings.Join(c.NoisyNeighbour.Command, " "))
+			}},
 		{"dra-kueue-resource", func(c Config) bool { return c.DRA.KueueResourceName != "" },
 			func(Config) string {
 				return "dra.kueueResourceName: empty; set the resource name of Kueue's deviceClassMappings (--dra-kueue-resource, default example.com/gpu)"

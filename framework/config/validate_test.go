@@ -86,6 +86,10 @@ func TestRules(t *testing.T) {
 		"local-queue-namespace-agrees": {func(c *Config) { existingQueue(c); c.Queues.LocalQueue = "team-b/gpus" },
 			func(c *Config) { existingQueue(c); c.Queues.LocalQueue = "team-a/gpus" }},
 		"local-queue-needs-namespace": {func(c *Config) { existingQueue(c); c.Namespace = "" }, existingQueue},
+		"noisy-neighbour-command-needs-image": {func(c *Config) { c.NoisyNeighbour.Command = []string{"/bench"} },
+			func(c *Config) {
+				c.NoisyNeighbour = NoisyNeighbourConfig{Image: "example.com/bench:1", Command: []string{"/bench"}}
+			}},
 		"priority-classes-paired": {func(c *Config) { existingQueue(c); c.Preemption.LowPriorityClass = "low" },
 			func(c *Config) {
 				existingQueue(c)

@@ -1,0 +1,215 @@
+package scenarios
+
+import (
+	"strings"
+	"testing"
+
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/internal/fakegpu"
+	"gpuconform.io/gpuconform/internal/workload/probe"
+)
+
+// NVIDIA's MPS control daemon divides 100% of the threads and the GPU's memory among its replicas, by
+// integer division; a container missing any limit is told which, and wrong values are named.
+func TestMPSExpectations(t *testing.T) {
+	want := expectedMPS(3, 81920)
+	if want.ActiveThreadPercentage != "33" || want.PinnedDeviceMemLimit != "0=27306M" {
+		t.Fatalf("expectedMPS(3, 81920) = %+v", want)
+	}
+	if w := expectedMPS(2, 0); w.ActiveThreadPercentage != "50" || w.PinnedDeviceMemLimit != "" {
+		t.Errorf("without the memory label the memory limit is unknown: %+v", w)
+	}
+	two := expectedMPS(2, 81920)
+	ok := &probe.MPS{PipeDirectory: "/tmp/nvidia-mps", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960M"}
+	if err := checkMPS("p", ok, two); err != nil {
+		t.Errorf("NVIDIA's defaults refused: %v", err)
+	}
+	if err := checkMPS("p", &probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40G"}, two); err != nil {
+		t.Errorf("the same limit in G refused: %v", err)
+	}
+	for name, c := range map[string]struct {
+		seen *probe.MPS
+		want []string
+	}{
+		"no variable":   {nil, []string{"no CUDA_MPS_* variable"}},
+		"no limits":     {&probe.MPS{PipeDirectory: "/tmp/nvidia-mps"}, []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (want 50)", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (want 0=40960M)"}},
+		"threads wrong": {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "100", PinnedDeviceMemLimit: "0=40960M"}, []string{`is "100", want 50`}},
+		"memory wrong":  {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=81920M"}, []string{`is "0=81920M", want 0=40960M`}},
+		"no unit":       {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960"}, []string{"no M or G unit"}},
+	} {
+		err := checkMPS("p", c.seen, two)
+		for _, w := range c.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: %v, want it to say %q", name, err, w)
+			}
+		}
+	}
+}
+
+// The report names, per pod, its replica and the pods sharing its GPU, and what the mode does not isolate.
+func TestSharedObservations(t *testing.T) {
+	obs := sharedObservations("w1", "device-plugin", cluster.ModeTimeSlicing, []sharedHolding{
+		{Pod: "a", Replicas: []string{"GPU-1::0"}, GPU: "GPU-1"},
+		{Pod: "b", Replicas: []string{"GPU-1::1"}, GPU: "GPU-1"},
+		{Pod: "c", Replicas: []string{"GPU-2::0"}, GPU: "GPU-2"},
+	})
+	if len(obs) != 3 || obs[0].Saw != "replica 0 of GPU-1" || obs[0].Note != "shares GPU-1 with b: no memory or fault isolation" ||
+		obs[2].Note != "alone on GPU-2: no memory or fault isolation" || obs[1].Node != "w1" || obs[1].Mode != cluster.ModeTimeSlicing {
+		t.Errorf("time-slicing observations: %+v", obs)
+	}
+	mps := sharedObservations("w1", "device-plugin", cluster.ModeMPS, []sharedHolding{{Pod: "a", Replicas: []string{"GPU-1::0"}, GPU: "GPU-1", MPS: "active threads 50%"}})
+	if !strings.Contains(mps[0].Note, "MPS limits active threads 50%") {
+		t.Errorf("MPS observation: %+v", mps)
+	}
+}
+
+// A MIG pod sees exactly its allocated device of its profile on its parent; a device held twice, or a whole
+// GPU held beside one of its MIG devices, is a breach.
+func TestMIGChecks(t *testing.T) {
+	parent := "GPU-aaaa"
+	uuid := fakegpu.MIGUUID(parent, fakegpu.Placement{Profile: "3g.40gb", Start: 0})
+	seen := []probe.MIGDevice{{UUID: uuid, Parent: parent, Profile: "3g.40gb"}}
+	h, err := checkMIGSeen("p", seen, uuid, "3g.40gb", parent)
+	if err != nil || h.Parent != parent {
+		t.Fatalf("checkMIGSeen: %+v %v", h, err)
+	}
+	for name, c := range map[string]struct {
+		seen              []probe.MIGDevice
+		allocated, parent string
+		want              string
+	}{
+		"none":           {nil, uuid, "", "lists 0 MIG devices"},
+		"other device":   {seen, "MIG-other", "", "but sees " + uuid},
+		"other parent":   {seen, uuid, "GPU-bbbb", "sees " + uuid + " on " + parent},
+		"other profile":  {[]probe.MIGDevice{{UUID: uuid, Parent: parent, Profile: "2g.20gb"}}, uuid, "", "sees " + uuid + ", a 2g.20gb"},
+		"two of them":    {append(seen, seen...), uuid, "", "lists 2 MIG devices"},
+		"unnamed parent": {[]probe.MIGDevice{{UUID: uuid, Profile: "3g.40gb"}}, uuid, parent, "on no parent GPU"},
+	} {
+		if _, err := checkMIGSeen("p", c.seen, c.allocated, "3g.40gb", c.parent); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+	migs := []migHolding{{Pod: "a", UUID: uuid, Profile: "3g.40gb", Parent: parent}}
+	if err := checkMIGParents(map[string]string{"GPU-bbbb": "w"}, migs); err != nil {
+		t.Errorf("a whole GPU beside another GPU's MIG device: %v", err)
+	}
+	if err := checkMIGParents(map[string]string{parent: "w"}, migs); err == nil || !strings.Contains(err.Error(), "held whole by pod w while pod a holds its MIG device") {
+		t.Errorf("whole parent beside its MIG device: %v", err)
+	}
+	if err := checkMIGParents(nil, append(migs, migHolding{Pod: "b", UUID: uuid})); err == nil || !strings.Contains(err.Error(), "handed out twice") {
+		t.Errorf("one MIG device, two pods: %v", err)
+	}
+}
+
+// partitionGPU is a parent as the fake stack publishes it (contract: one counter per memory slice and
+// multiprocessors, one partition per placement of every H100 profile but 7g), built from fakegpu's
+// geometry so the expectations follow NVIDIA's profiles rather than numbers typed here.
+func partitionGPU(t *testing.T, drop string) cluster.PartitionableGPU {
+	t.Helper()
+	g := cluster.PartitionableGPU{Whole: "gpu-4", UUID: "GPU-aaaa", CounterSet: "gpu-4-counters", Counters: map[string]int64{"multiprocessors": 112}}
+	for k := range fakegpu.MIGSlices {
+		g.Counters["memory-slice-"+string(rune('0'+k))] = 1
+	}
+	for _, p := range fakegpu.H100Profiles {
+		if p.Name == "7g.80gb" {
+			continue
+		}
+		for _, start := range p.Starts {
+			d := cluster.PartitionDevice{Name: "gpu-4-mig-" + strings.ReplaceAll(p.Name, ".", "") + "-" + string(rune('0'+start)), Profile: p.Name, MemoryMiB: int64(p.MemoryMiB),
+				UUID: fakegpu.MIGUUID(g.UUID, fakegpu.Placement{Profile: p.Name, Start: start}), Consumes: map[string]int64{"multiprocessors": int64(p.Multiprocessors)}}
+			for k := start; k < start+p.Slices; k++ {
+				d.Consumes["memory-slice-"+string(rune('0'+k))] = 1
+			}
+			if d.Name == drop {
+				d.Consumes = nil
+			}
+			g.Partitions = append(g.Partitions, d)
+		}
+	}
+	return g
+}
+
+// The expected number of partitions comes from the counters: capacity against consumption over every
+// placement of a profile; the plan takes the profile with the most that still fits the pod budget.
+func TestPartitionPlanFromCounters(t *testing.T) {
+	g := partitionGPU(t, "")
+	byProfile := map[string][]cluster.PartitionDevice{}
+	for _, d := range g.Partitions {
+		byProfile[d.Profile] = append(byProfile[d.Profile], d)
+	}
+	for profile, want := range map[string]int{"1g.10gb": 7, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1} {
+		if n, names := maxPlacements(byProfile[profile], g.Counters); n != want || len(names) != want {
+			t.Errorf("%s: %d placements fit (%v), want %d", profile, n, names, want)
+		}
+	}
+	plan, err := planPartitions(g, 4)
+	if err != nil || plan.Profile != "2g.20gb" || plan.Count != 3 {
+		t.Errorf("plan for 4 pods: %+v %v", plan, err)
+	}
+	if plan, err := planPartitions(g, 2); err != nil || plan.Profile != "3g.40gb" || plan.Count != 2 {
+		t.Errorf("plan for 2 pods: %+v %v (ties go to the larger profile)", plan, err)
+	}
+	if _, err := planPartitions(partitionGPU(t, "gpu-4-mig-3g40gb-4"), 4); err == nil || !strings.Contains(err.Error(), "consumes no counter") {
+		t.Errorf("a partition without counters: %v", err)
+	}
+	// A 3g.40gb and a 4g.40gb both placed at slice 0 overlap: together they exceed memory slice 0.
+	overlap := []cluster.PartitionDevice{byProfile["3g.40gb"][0], byProfile["4g.40gb"][0]}
+	if err := counterOverrun(g.Counters, overlap); err == nil || !strings.Contains(err.Error(), "memory-slice-0, whose capacity is 1") {
+		t.Errorf("overlapping partitions: %v", err)
+	}
+	if err := counterOverrun(g.Counters, byProfile["2g.20gb"]); err != nil {
+		t.Errorf("three 2g.20gb fit an H100: %v", err)
+	}
+	if err := counterOverrun(map[string]int64{}, byProfile["1g.10gb"][:1]); err == nil || !strings.Contains(err.Error(), "does not publish") {
+		t.Errorf("a counter the set lacks: %v", err)
+	}
+}
+
+// The noisy-neighbour probe's numbers come from its own last log line, both of them, or not at all.
+func TestParseLatency(t *testing.T) {
+	l, err := parseLatency("warming up\n{\"p50_ms\": 1.25, \"p99_ms\": 4.5}\n")
+	if err != nil || l.P50 != 1.25 || l.P99 != 4.5 || l.String() != "p50 1.25 ms, p99 4.50 ms" {
+		t.Errorf("%+v %v", l, err)
+	}
+	for _, bad := range []string{"", "done", `{"p50_ms": 1}`, `{"p50_ms": 0, "p99_ms": 2}`, "{\"p50_ms\": 1, \"p99_ms\": 2}\nbye"} {
+		if _, err := parseLatency(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// Registration: one node per mode per path from the pool, only the modes checked on that path; an all
+// exclusive path and an unconfigured measurement are recorded as not exercised, with the evidence.
+func TestSharingRegistrationChoices(t *testing.T) {
+	modes := []cluster.NodeSharingMode{
+		{Node: "w2", Path: config.PathDevicePlugin, Mode: cluster.ModeTimeSlicing, Replicas: 2},
+		{Node: "w1", Path: config.PathDevicePlugin, Mode: cluster.ModeTimeSlicing, Replicas: 2},
+		{Node: "w3", Path: config.PathDevicePlugin, Mode: cluster.ModeMIGMixed},
+		{Node: "w9", Path: config.PathDevicePlugin, Mode: cluster.ModeMPS, Replicas: 2},
+		{Node: "w1", Path: config.PathDRA, Mode: cluster.ModeExclusive, Evidence: []string{"ResourceSlice w1: 4 devices, no counters"}},
+	}
+	pool := []string{"w1", "w2", "w3"}
+	chosen, exclusive := sharingModesOn(modes, config.PathDevicePlugin, pool)
+	if len(chosen) != 2 || chosen[0].Node != "w1" || chosen[0].Mode != cluster.ModeTimeSlicing || chosen[1].Mode != cluster.ModeMIGMixed || len(exclusive) != 0 {
+		t.Errorf("device-plugin: chosen %+v, exclusive %v", chosen, exclusive)
+	}
+	chosen, exclusive = sharingModesOn(modes, config.PathDRA, pool)
+	if len(chosen) != 0 || len(exclusive) != 1 || !strings.Contains(exclusive[0], "w1: exclusive from ResourceSlice w1") {
+		t.Errorf("dra: chosen %+v, exclusive %v", chosen, exclusive)
+	}
+
+	var skipped []string
+	reg := SharingInput{Base: Base{NotExercised: func(what, why string) { skipped = append(skipped, what+": "+why) }}}
+	if noisyCandidate(reg, config.PathDevicePlugin, modes[:1]) != nil || len(skipped) != 1 ||
+		!strings.Contains(skipped[0], "sharing: noisy-neighbour latency on device-plugin: no workload image that drives the device is configured (--noisy-neighbour-image)") {
+		t.Errorf("unconfigured measurement: %v", skipped)
+	}
+	reg.Noisy.Image = "example.com/bench:1"
+	if m := noisyCandidate(reg, config.PathDevicePlugin, modes[2:3]); m != nil || len(skipped) != 2 || !strings.Contains(skipped[1], "no time-sliced or MPS node") {
+		t.Errorf("no shared node: %v %v", m, skipped)
+	}
+	if m := noisyCandidate(reg, config.PathDevicePlugin, modes[:3]); m == nil || m.Node != "w2" {
+		t.Errorf("configured, shared node: %+v", m)
+	}
+}
