@@ -307,7 +307,7 @@ func migNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSha
 			ginkgo.AddReportEntry(gpu.SharingObservedEntry, migObservation(node, s.Path.Name(), m.Mode, h))
 		}
 	}
-	if err := checkMIGParents(whole, migs); err != nil {
+	if err := checkMIGParents(node, whole, migs); err != nil {
 		ginkgo.Fail(err.Error())
 	}
 

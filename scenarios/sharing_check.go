@@ -67,42 +67,15 @@ func checkMPS(pod string, seen *probe.MPS, want mpsLimits) error {
 	if want.PinnedDeviceMemLimit == "" {
 		return nil
 	}
-	got, err := parsePinnedLimit(seen.PinnedDeviceMemLimit)
+	got, err := probe.ParsePinnedMemLimit(seen.PinnedDeviceMemLimit)
 	if err != nil {
 		return fmt.Errorf("pod %s: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: %w", pod, err)
 	}
-	exp, _ := parsePinnedLimit(want.PinnedDeviceMemLimit)
+	exp, _ := probe.ParsePinnedMemLimit(want.PinnedDeviceMemLimit)
 	if !maps.Equal(got, exp) {
 		return fmt.Errorf("pod %s: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is %q, want %s (the GPU's memory divided among its replicas)", pod, seen.PinnedDeviceMemLimit, want.PinnedDeviceMemLimit)
 	}
 	return nil
-}
-
-// parsePinnedLimit reads CUDA's "<ordinal>=<size>[M|G]" list into MiB per device ordinal.
-func parsePinnedLimit(s string) (map[int]int64, error) {
-	out := map[int]int64{}
-	for entry := range strings.SplitSeq(s, ",") {
-		ord, size, ok := strings.Cut(strings.TrimSpace(entry), "=")
-		n, err := strconv.Atoi(ord)
-		if !ok || err != nil || n < 0 {
-			return nil, fmt.Errorf("%q: want <device ordinal>=<size>[M|G] per device, comma-separated", s)
-		}
-		unit := int64(1)
-		switch {
-		case strings.HasSuffix(size, "G"):
-			unit, size = 1024, strings.TrimSuffix(size, "G")
-		case strings.HasSuffix(size, "M"):
-			size = strings.TrimSuffix(size, "M")
-		default:
-			return nil, fmt.Errorf("%q: size %q has no M or G unit", s, size)
-		}
-		v, err := strconv.ParseInt(size, 10, 64)
-		if err != nil || v < 0 {
-			return nil, fmt.Errorf("%q: size %q is not a number", s, size)
-		}
-		out[n] = v * unit
-	}
-	return out, nil
 }
 
 func cmpOr(s, def string) string {
@@ -175,22 +148,18 @@ func checkMIGSeen(pod string, seen []probe.MIGDevice, allocated, profile, parent
 	return h, nil
 }
 
-// checkMIGParents is local to this scenario (the contract names no framework helper for it): a MIG device
-// is never held by two pods, and a whole GPU held by one pod is never the parent of a MIG device another
-// pod holds, since the whole GPU's holder could then reach memory the MIG device's holder was promised.
-// whole maps a whole GPU's UUID to its holder.
-func checkMIGParents(whole map[string]string, migs []migHolding) error {
-	holder := map[string]string{}
-	for _, m := range migs {
-		if other, dup := holder[m.UUID]; dup {
-			return fmt.Errorf("MIG device %s is held by pod %s and by pod %s: a MIG device was handed out twice", m.UUID, other, m.Pod)
-		}
-		holder[m.UUID] = m.Pod
-		if p, ok := whole[m.Parent]; ok && p != m.Pod {
-			return fmt.Errorf("GPU %s is held whole by pod %s while pod %s holds its MIG device %s (%s): a GPU and its partitions were handed out together", m.Parent, p, m.Pod, m.UUID, m.Profile)
-		}
+// checkMIGParents judges, with the framework's gpu.CheckMIGParents, the MIG devices (or partitions) pods
+// on node hold beside the whole GPUs others hold (whole maps a GPU's UUID to its holder).
+func checkMIGParents(node string, whole map[string]string, migs []migHolding) error {
+	holdings := make([]gpu.MIGHolding, 0, len(whole)+len(migs))
+	for uuid, pod := range whole {
+		holdings = append(holdings, gpu.MIGHolding{Pod: pod, Whole: []string{uuid}})
 	}
-	return nil
+	for _, m := range migs {
+		holdings = append(holdings, gpu.MIGHolding{Pod: m.Pod, MIG: []probe.MIGDevice{{UUID: m.UUID, Profile: m.Profile, Parent: m.Parent}}})
+	}
+	slices.SortStableFunc(holdings, func(a, b gpu.MIGHolding) int { return strings.Compare(a.Pod, b.Pod) })
+	return gpu.CheckMIGParents(node, holdings)
 }
 
 // migObservation records one pod's MIG device (or partition) for the report.

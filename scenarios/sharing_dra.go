@@ -125,7 +125,7 @@ func fillParentWithPartitions(ctx context.Context, s *Spec[SharingInput], m clus
 		migs = append(migs, h)
 		ginkgo.AddReportEntry(gpu.SharingObservedEntry, migObservation(node, s.Path.Name(), m.Mode, h))
 	}
-	if err := checkMIGParents(nil, migs); err != nil {
+	if err := checkMIGParents(node, nil, migs); err != nil {
 		ginkgo.Fail(err.Error())
 	}
 

@@ -36,7 +36,8 @@ func TestMPSExpectations(t *testing.T) {
 		"no limits":     {&probe.MPS{PipeDirectory: "/tmp/nvidia-mps"}, []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (want 50)", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (want 0=40960M)"}},
 		"threads wrong": {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "100", PinnedDeviceMemLimit: "0=40960M"}, []string{`is "100", want 50`}},
 		"memory wrong":  {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=81920M"}, []string{`is "0=81920M", want 0=40960M`}},
-		"no unit":       {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960"}, []string{"no M or G unit"}},
+		// CUDA reads a bare number as bytes: 40960 bytes is not the 40960 MiB the replicas' share is.
+		"bytes": {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960"}, []string{`is "0=40960", want 0=40960M`}},
 	} {
 		err := checkMPS("p", c.seen, two)
 		for _, w := range c.want {
@@ -91,13 +92,13 @@ func TestMIGChecks(t *testing.T) {
 		}
 	}
 	migs := []migHolding{{Pod: "a", UUID: uuid, Profile: "3g.40gb", Parent: parent}}
-	if err := checkMIGParents(map[string]string{"GPU-bbbb": "w"}, migs); err != nil {
+	if err := checkMIGParents("n", map[string]string{"GPU-bbbb": "w"}, migs); err != nil {
 		t.Errorf("a whole GPU beside another GPU's MIG device: %v", err)
 	}
-	if err := checkMIGParents(map[string]string{parent: "w"}, migs); err == nil || !strings.Contains(err.Error(), "held whole by pod w while pod a holds its MIG device") {
+	if err := checkMIGParents("n", map[string]string{parent: "w"}, migs); err == nil || !strings.Contains(err.Error(), "held whole by pod w while pod a holds its MIG device") {
 		t.Errorf("whole parent beside its MIG device: %v", err)
 	}
-	if err := checkMIGParents(nil, append(migs, migHolding{Pod: "b", UUID: uuid})); err == nil || !strings.Contains(err.Error(), "handed out twice") {
+	if err := checkMIGParents("n", nil, append(migs, migHolding{Pod: "b", UUID: uuid})); err == nil || !strings.Contains(err.Error(), "handed out twice") {
 		t.Errorf("one MIG device, two pods: %v", err)
 	}
 }

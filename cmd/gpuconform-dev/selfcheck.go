@@ -114,7 +114,7 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`lacks its MPS limits: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE \(want 50\)`)},
 		{Fault: fakeplugin.FaultMIGWithParent, Sharing: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1},
 			Focus: "never beside its whole parent GPU", Catcher: "never beside its whole parent GPU",
-			Because: because(`is held whole by pod \S+ while pod \S+ holds its MIG device MIG-\S+ \(\S+\): a GPU and its partitions were handed out together`)},
+			Because: because(`GPU \S+ is held whole by pod \S+ while pod \S+ holds its MIG device MIG-\S+ \(\S+\), both running on \S+: a MIG device's parent was handed out with it`)},
 		{Fault: fakeplugin.FaultDRAPartitionNoCounters, Sharing: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1},
 			Focus: "does not allocate a partition of a GPU whose whole device", Catcher: "does not allocate a partition of a GPU whose whole device",
 			Because: because(`GPU GPU-\S+ and its partition \S+ were handed out together`)},

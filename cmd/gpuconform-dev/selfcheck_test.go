@@ -58,7 +58,7 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"Expected\n    <string>: 551.54.15\nto equal\n    <string>: 550.54.15",
 		fakeplugin.FaultExtraReplica:           "GPU GPU-0c2f is held by 3 pods (ts-0, ts-4, ts-8) on gpuconform-worker, which the node's labels share 2 ways (time-slicing, 2 replicas): a device was handed out more often than it has replicas",
 		fakeplugin.FaultMPSNoLimits:            "pod mps-0 on an MPS node lacks its MPS limits: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (want 50); CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (want 0=40779M)",
-		fakeplugin.FaultMIGWithParent:          "GPU GPU-9d3a is held whole by pod whole-2 while pod mig-1-0 holds its MIG device MIG-4e1c-aa (3g.40gb): a GPU and its partitions were handed out together",
+		fakeplugin.FaultMIGWithParent:          "GPU GPU-9d3a is held whole by pod mig-0-2 while pod mig-1-0 holds its MIG device MIG-4e1c-aa (3g.40gb), both running on gpuconform-worker: a MIG device's parent was handed out with it (1 MIG device(s) of it held in all)",
 		fakeplugin.FaultDRAPartitionNoCounters: "Told to stop trying after 3.001s.\nGPU GPU-7a1b and its partition gpuconform-worker-gpu.nvidia.com-1/gpu-4-mig-1g10gb-0 were handed out together",
 	}
 }
