@@ -159,9 +159,12 @@ func runSharingRow(ctx context.Context, bin shipped, kubeconfig, dir string, row
 	for i, s := range row.Scenarios {
 		filter[i] = labels.ScenarioPrefix + s
 	}
+	// The run requires what it filters for, on both paths: the row's scenarios each with a passed spec,
+	// and each path exercised (the default policy would call the other scenarios missing: INCOMPLETE).
+	require := append(slices.Clone(filter), labels.ForPath("device-plugin"), labels.ForPath("dra"))
 	start := time.Now()
 	_ = bin.run(ctx, log, "--timeout=30m", "--kubeconfig="+kubeconfig, "--artifacts="+dir, "--ginkgo.no-color",
-		"--ginkgo.label-filter="+strings.Join(filter, " || "))
+		"--ginkgo.label-filter="+strings.Join(filter, " || "), "--require="+strings.Join(require, ","))
 	res.Wall = time.Since(start)
 	res.Verdict = bin.verdict(ctx, dir)
 	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
