@@ -59,7 +59,7 @@ func checkMPS(pod string, seen *probe.MPS, want mpsLimits) error {
 		missing = append(missing, fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (want %s)", cmpOr(want.PinnedDeviceMemLimit, "a limit per device")))
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("pod %s on an MPS node lacks its MPS limits: %s", pod, strings.Join(missing, "; "))
+		return fmt.Errorf("pod %s on an MPS node lacks its MPS limits: %s (neither its CUDA_MPS_* variables nor the defaults of the MPS control daemon behind its pipe directory, asked with %s, give them)", pod, strings.Join(missing, "; "), probe.MPSControl)
 	}
 	if n, err := strconv.Atoi(strings.TrimSpace(seen.ActiveThreadPercentage)); err != nil || strconv.Itoa(n) != want.ActiveThreadPercentage {
 		return fmt.Errorf("pod %s: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is %q, want %s (100 divided among the GPU's replicas)", pod, seen.ActiveThreadPercentage, want.ActiveThreadPercentage)

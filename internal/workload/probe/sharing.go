@@ -32,6 +32,64 @@ type MPS struct {
 	// PinnedDeviceMemLimit is CUDA_MPS_PINNED_DEVICE_MEM_LIMIT, in CUDA's format "<ordinal>=<size>[M|G]",
 	// comma-separated per visible device (ParsePinnedMemLimit reads it).
 	PinnedDeviceMemLimit string `json:"pinned_device_mem_limit"`
+	// LimitsFrom says where the limits were read: "env" (the container's CUDA_MPS_* variables) or
+	// "nvidia-cuda-mps-control" (the MPS control daemon's defaults, asked through the pipe directory when
+	// the variables are unset: NVIDIA's device plugin gives a container only the pipe directory, and its
+	// MPS daemon applies the limits as defaults). Empty when no limit was found.
+	LimitsFrom string `json:"limits_from,omitempty"`
+}
+
+// MPSControl is the MPS control client the NVIDIA container toolkit mounts beside nvidia-smi.
+const MPSControl = "nvidia-cuda-mps-control"
+
+// mpsControlQuery runs one command of the MPS control daemon (its commands are read from stdin) and
+// returns its trimmed answer.
+type mpsControlQuery func(command string) (string, error)
+
+// fillMPSFromDaemon completes limits the environment lacks from the MPS control daemon's defaults for
+// the container's device 0..n-1 (get_default_active_thread_percentage, get_default_device_pinned_mem_limit).
+// A limit the daemon does not answer stays empty, so the check names it as missing.
+func fillMPSFromDaemon(m *MPS, devices int, query mpsControlQuery) {
+	if m == nil || query == nil || m.PipeDirectory == "" {
+		return
+	}
+	if m.ActiveThreadPercentage != "" || m.PinnedDeviceMemLimit != "" {
+		m.LimitsFrom = "env"
+	}
+	if m.ActiveThreadPercentage != "" && m.PinnedDeviceMemLimit != "" {
+		return
+	}
+	asked := false
+	if m.ActiveThreadPercentage == "" {
+		if out, err := query("get_default_active_thread_percentage"); err == nil && out != "" {
+			m.ActiveThreadPercentage, asked = wholeNumber(out), true
+		}
+	}
+	if m.PinnedDeviceMemLimit == "" {
+		var parts []string
+		for d := range max(devices, 1) {
+			out, err := query(fmt.Sprintf("get_default_device_pinned_mem_limit %d", d))
+			if err != nil || out == "" {
+				parts = nil
+				break
+			}
+			parts = append(parts, fmt.Sprintf("%d=%s", d, out))
+		}
+		if len(parts) > 0 {
+			m.PinnedDeviceMemLimit, asked = strings.Join(parts, ","), true
+		}
+	}
+	if asked && m.LimitsFrom == "" {
+		m.LimitsFrom = MPSControl
+	}
+}
+
+// wholeNumber drops a zero fraction ("50.0" → "50"), as the daemon prints percentages.
+func wholeNumber(s string) string {
+	if f, err := strconv.ParseFloat(s, 64); err == nil && f == float64(int64(f)) {
+		return strconv.FormatInt(int64(f), 10)
+	}
+	return s
 }
 
 // mpsPrefix starts every variable CUDA's MPS client reads.

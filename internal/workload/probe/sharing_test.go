@@ -70,7 +70,7 @@ func TestGatherMIGDevices(t *testing.T) {
 func TestGatherMPS(t *testing.T) {
 	r := newFixture(t, "NVIDIA_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
 		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M").gather()
-	want := &MPS{PipeDirectory: "/tmp/nvidia-mps", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960M"}
+	want := &MPS{PipeDirectory: "/tmp/nvidia-mps", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960M", LimitsFrom: "env"}
 	if !reflect.DeepEqual(r.MPS, want) {
 		t.Fatalf("mps = %+v, want %+v", r.MPS, want)
 	}
@@ -78,7 +78,7 @@ func TestGatherMPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{`"mps":{"pipe_directory":"/tmp/nvidia-mps","active_thread_percentage":"50","pinned_device_mem_limit":"0=40960M"}`, `"mig_devices":null`} {
+	for _, field := range []string{`"mps":{"pipe_directory":"/tmp/nvidia-mps","active_thread_percentage":"50","pinned_device_mem_limit":"0=40960M","limits_from":"env"}`, `"mig_devices":null`} {
 		if !strings.Contains(string(line), field) {
 			t.Errorf("report JSON %s lacks %s", line, field)
 		}
@@ -100,4 +100,38 @@ func TestParsePinnedMemLimit(t *testing.T) {
 			t.Errorf("ParsePinnedMemLimit(%q) = %v, want an error naming it", bad, err)
 		}
 	}
+}
+
+// Limits the environment lacks come from the MPS control daemon's defaults, as NVIDIA's MPS daemon sets
+// them; what the environment sets is kept, and a daemon that does not answer leaves the limit missing.
+func TestFillMPSFromDaemon(t *testing.T) {
+	daemon := func(answers map[string]string) mpsControlQuery {
+		return func(cmd string) (string, error) {
+			if a, ok := answers[cmd]; ok {
+				return a, nil
+			}
+			return "", fmt.Errorf("unknown command %q", cmd)
+		}
+	}
+	m := &MPS{PipeDirectory: "/mps/nvidia.com/gpu/pipe"}
+	fillMPSFromDaemon(m, 1, daemon(map[string]string{
+		"get_default_active_thread_percentage": "50.0",
+		"get_default_device_pinned_mem_limit 0": "40960M",
+	}))
+	if m.ActiveThreadPercentage != "50" || m.PinnedDeviceMemLimit != "0=40960M" || m.LimitsFrom != MPSControl {
+		t.Errorf("from the daemon: %+v", m)
+	}
+
+	env := &MPS{PipeDirectory: "/tmp/nvidia-mps", ActiveThreadPercentage: "25", PinnedDeviceMemLimit: "0=20G"}
+	fillMPSFromDaemon(env, 1, daemon(map[string]string{"get_default_active_thread_percentage": "50.0"}))
+	if env.ActiveThreadPercentage != "25" || env.PinnedDeviceMemLimit != "0=20G" || env.LimitsFrom != "env" {
+		t.Errorf("the environment's limits must stand: %+v", env)
+	}
+
+	silent := &MPS{PipeDirectory: "/tmp/nvidia-mps"}
+	fillMPSFromDaemon(silent, 1, daemon(nil))
+	if silent.ActiveThreadPercentage != "" || silent.PinnedDeviceMemLimit != "" || silent.LimitsFrom != "" {
+		t.Errorf("a daemon that does not answer gives no limits: %+v", silent)
+	}
+	fillMPSFromDaemon(nil, 1, daemon(nil)) // no MPS share: nothing to fill
 }

@@ -80,6 +80,18 @@ func Gather(ctx context.Context, opts Options) Report {
 	bin := lookPathIn("nvidia-smi", pathList)
 	r.Sources.NvidiaSMI, r.MIGDevices, r.Sources.NvidiaSMIError = runNvidiaSMI(ctx, bin, timeout)
 	r.MPS = mpsFromEnv(env)
+	if ctl := lookPathIn(MPSControl, pathList); ctl != "" {
+		fillMPSFromDaemon(r.MPS, max(len(r.Sources.NvidiaSMI), 1), func(command string) (string, error) {
+			qctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			cmd := exec.CommandContext(qctx, ctl)
+			cmd.Stdin = strings.NewReader(command + "\n")
+			out, err := cmd.Output()
+			return strings.TrimSpace(string(out)), err
+		})
+	} else if r.MPS != nil && (r.MPS.ActiveThreadPercentage != "" || r.MPS.PinnedDeviceMemLimit != "") {
+		r.MPS.LimitsFrom = "env"
+	}
 	r.DriverVersion, r.CUDAVersion, r.VersionError = queryVersions(ctx, bin, timeout, r.Sources.NvidiaSMIError != "")
 
 	r.Devices, r.CountedFrom = union(r.Sources)
