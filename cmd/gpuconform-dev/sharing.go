@@ -116,7 +116,7 @@ func sharingCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 			continue
 		}
 		fmt.Fprintf(stderr, "sharing: %s, running %s\n", row.Mode, strings.Join(row.Scenarios, ", "))
-		res := runSharingRow(ctx, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.Mode.String(), ":", "-")), row, stderr)
+		res := runSharingRow(ctx, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.Mode.String(), ":", "-")), row)
 		fmt.Fprintf(stderr, "sharing: %s → %s (%s)\n", row.Mode, res.Verdict, res.Wall.Round(time.Second))
 		results = append(results, res)
 	}
@@ -138,7 +138,7 @@ func sharingNames() []string {
 }
 
 // runSharingRow switches the cluster into the row's mode and runs its scenarios.
-func runSharingRow(ctx context.Context, bin shipped, kubeconfig, dir string, row sharingRow, stderr io.Writer) sharingResult {
+func runSharingRow(ctx context.Context, bin shipped, kubeconfig, dir string, row sharingRow) sharingResult {
 	res := sharingResult{Row: row, Verdict: "-", Counts: map[string][2]int{}}
 	_ = os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {

@@ -115,7 +115,7 @@ func TestFillMPSFromDaemon(t *testing.T) {
 	}
 	m := &MPS{PipeDirectory: "/mps/nvidia.com/gpu/pipe"}
 	fillMPSFromDaemon(m, 1, daemon(map[string]string{
-		"get_default_active_thread_percentage": "50.0",
+		"get_default_active_thread_percentage":  "50.0",
 		"get_default_device_pinned_mem_limit 0": "40960M",
 	}))
 	if m.ActiveThreadPercentage != "50" || m.PinnedDeviceMemLimit != "0=40960M" || m.LimitsFrom != MPSControl {
