@@ -126,15 +126,7 @@ func (o Options) Validate() error {
 
 // SharingMode is the sharing mode the agent runs in: Sharing, or when it is empty the mode Replicas
 // implies (time-slicing above 1, else none), so GPUCONFORM_REPLICAS=2 alone keeps meaning time-slicing.
-func (o Options) SharingMode() string {
-	switch {
-	case o.Sharing != "":
-		return o.Sharing
-	case o.Replicas > 1:
-		return fakegpu.SharingTimeSlicing
-	}
-	return fakegpu.SharingNone
-}
+func (o Options) SharingMode() string { return fakegpu.ModeOf(o.Sharing, o.Replicas) }
 
 // gpuStack is the fake GPU stack these options ask for, its agent running tools (the tools image).
 func (o Options) gpuStack(tools string) GPUStackOptions {

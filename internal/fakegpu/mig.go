@@ -32,6 +32,19 @@ const (
 // SharingModes are the modes in the order the flag's help lists them.
 var SharingModes = []string{SharingNone, SharingTimeSlicing, SharingMPS, SharingMIGSingle, SharingMIGMixed}
 
+// ModeOf is the sharing mode in force for a --sharing value and a replica count: the value itself, or when
+// it is empty the mode the replicas imply (time-slicing above 1, else none), so that --replicas 2 alone
+// keeps meaning time-slicing as it did before there were other modes.
+func ModeOf(sharing string, replicas int) string {
+	switch {
+	case sharing != "":
+		return sharing
+	case replicas > 1:
+		return SharingTimeSlicing
+	}
+	return SharingNone
+}
+
 // IsMIG reports whether mode partitions GPUs into MIG devices.
 func IsMIG(mode string) bool { return mode == SharingMIGSingle || mode == SharingMIGMixed }
 
@@ -122,12 +135,19 @@ func LayoutFor(mode string, index int) []Placement {
 // "MIG-<uuid>" shape drivers since R470 print: a hash of the parent and the placement, so it survives
 // agent restarts and is distinct across GPUs and nodes.
 func MIGUUID(parent string, p Placement) string {
-	sum := sha256.Sum256([]byte("gpuconform.io/fake-mig\x00" + parent + "\x00" + p.Profile + "\x00" + strconv.Itoa(p.Start)))
+	return NameUUID("MIG-", "gpuconform.io/fake-mig", parent, p.Profile, strconv.Itoa(p.Start))
+}
+
+// NameUUID is prefix and a name-based (version 5 style) RFC 4122 UUID hashed from namespace and parts:
+// stable across restarts of the agent, distinct for distinct parts. NVIDIA prints GPUs as "GPU-<uuid>"
+// and MIG devices as "MIG-<uuid>".
+func NameUUID(prefix, namespace string, parts ...string) string {
+	sum := sha256.Sum256([]byte(namespace + "\x00" + strings.Join(parts, "\x00")))
 	b := sum[:16]
 	b[6] = (b[6] & 0x0f) | 0x50
 	b[8] = (b[8] & 0x3f) | 0x80
 	h := hex.EncodeToString(b)
-	return "MIG-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	return prefix + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
 // MIGResource is the extended resource of profile under the mixed strategy: nvidia.com/mig-3g.40gb.

@@ -180,15 +180,7 @@ func (c Config) Validate() error {
 
 // Mode is the sharing mode in force: Sharing, or for an empty Sharing time-slicing when Replicas is above
 // 1 and none otherwise.
-func (c Config) Mode() string {
-	switch {
-	case c.Sharing != "":
-		return c.Sharing
-	case c.Replicas > 1:
-		return fakegpu.SharingTimeSlicing
-	}
-	return fakegpu.SharingNone
-}
+func (c Config) Mode() string { return fakegpu.ModeOf(c.Sharing, c.Replicas) }
 
 // SharingStrategy is the GFD name of the sharing mode (label nvidia.com/gpu.sharing-strategy):
 // "time-slicing" or "mps" when replicas are advertised, "none" otherwise (MIG included: GFD reports MIG

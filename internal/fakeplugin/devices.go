@@ -2,8 +2,6 @@ package fakeplugin
 
 import (
 	"cmp"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -21,13 +19,7 @@ const replicaSeparator = "::"
 // kubelet's checkpoint of allocated devices stays valid) while two nodes never share an ID (a test that
 // compares IDs across nodes cannot be fooled by a collision).
 func DeviceUUID(node string, index int) string {
-	sum := sha256.Sum256([]byte("gpuconform.io/fake-gpu\x00" + node + "\x00" + strconv.Itoa(index)))
-	b := sum[:16]
-	// Mark it as a name-based (version 5 style) RFC 4122 UUID so it also parses as one.
-	b[6] = (b[6] & 0x0f) | 0x50
-	b[8] = (b[8] & 0x3f) | 0x80
-	h := hex.EncodeToString(b)
-	return "GPU-" + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+	return fakegpu.NameUUID("GPU-", "gpuconform.io/fake-gpu", node, strconv.Itoa(index))
 }
 
 // ReplicaID returns the advertised ID of one time-slicing replica of a physical GPU.

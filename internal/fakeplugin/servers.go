@@ -168,19 +168,25 @@ func (s *resourceServer) Allocate(_ context.Context, req *pluginapi.AllocateRequ
 	return resp, nil
 }
 
-// allocateWhole answers one container asking for whole GPUs or replicas of them.
-func (s *resourceServer) allocateWhole(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
-	p := s.p
-	phantom := p.table.phantomFor(s.res)
-	present := make([]string, 0, len(ids))
-	gotPhantom := false
+// withoutPhantom splits the over-advertise fault's phantom ID (advertised, but no device is behind it) off
+// the IDs a container asked for: the IDs that exist, whether the phantom was among them, and its ID.
+func (s *resourceServer) withoutPhantom(ids []string) (present []string, gotPhantom bool, phantom string) {
+	phantom = s.p.table.phantomFor(s.res)
+	present = make([]string, 0, len(ids))
 	for _, id := range ids {
-		if id == phantom && p.hasFault(FaultOverAdvertise) {
-			gotPhantom = true // advertised, but no GPU is behind it
+		if id == phantom && s.p.hasFault(FaultOverAdvertise) {
+			gotPhantom = true
 			continue
 		}
 		present = append(present, id)
 	}
+	return present, gotPhantom, phantom
+}
+
+// allocateWhole answers one container asking for whole GPUs or replicas of them.
+func (s *resourceServer) allocateWhole(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
+	p := s.p
+	present, gotPhantom, phantom := s.withoutPhantom(ids)
 	idx, err := p.table.physical(present)
 	if err != nil {
 		return nil, err
@@ -208,16 +214,7 @@ func (s *resourceServer) allocateWhole(ids []string) (*pluginapi.ContainerAlloca
 // allocateMIG answers one container asking for MIG devices.
 func (s *resourceServer) allocateMIG(ids []string) (*pluginapi.ContainerAllocateResponse, error) {
 	p := s.p
-	phantom := p.table.phantomFor(s.res)
-	present := make([]string, 0, len(ids))
-	gotPhantom := false
-	for _, id := range ids {
-		if id == phantom && p.hasFault(FaultOverAdvertise) {
-			gotPhantom = true
-			continue
-		}
-		present = append(present, id)
-	}
+	present, gotPhantom, phantom := s.withoutPhantom(ids)
 	migs, err := p.table.migsOf(s.res, present)
 	if err != nil {
 		return nil, err
