@@ -16,7 +16,7 @@ BUILD_DEV = $(GO) build -o $(GPUCONFORM_DEV) ./cmd/gpuconform-dev
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing bench scale clean
+.PHONY: help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -128,12 +128,19 @@ hardening: cluster ## on the local cluster: taint the GPU nodes, enforce restric
 
 # Sharing modes `make sharing` proves (default: all), e.g. SHARING_MODES=mig-mixed.
 SHARING_MODES ?=
+# The mode CI proves on every run: MIG mixed covers MIG devices on the device plugin, whole GPUs beside
+# them, and partitionable DRA GPUs through shared counters, with the allocation scenario on top.
+SHARING_CI_MODES ?= mig-mixed
 
 sharing: cluster ## on the local cluster: bring the fake GPUs into each sharing mode (time-slicing, MPS, MIG single and mixed with DRA partitions) in turn and require the sharing scenario (and allocation, where the mode's row says) GO; ends with whole GPUs
 	$(BUILD_DEV)
 	$(GPUCONFORM_DEV) sharing --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/sharing --modes=$(SHARING_MODES)
 
-test: lint browser unit selfcheck-ci incluster e2e ## what CI runs: vet, gofmt and golangci-lint, unit tests, a selfcheck subset, the in-cluster runner, then the suites on the local cluster (its signoff line last)
+sharing-ci: cluster ## the sharing mode CI proves (SHARING_CI_MODES), then whole GPUs again
+	$(BUILD_DEV)
+	$(GPUCONFORM_DEV) sharing --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/sharing --modes=$(SHARING_CI_MODES)
+
+test: lint browser unit selfcheck-ci sharing-ci incluster e2e ## what CI runs: vet, gofmt and golangci-lint, unit tests, a selfcheck subset, one sharing mode, the in-cluster runner, then the suites on the local cluster (its signoff line last)
 
 clean: ## remove this checkout's outputs (the machine-wide build cache stays)
 	rm -rf _output _artifacts

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
+)
+
+// Every row is a mode the fake agent serves, named once, with the replicas the mode needs; the
+// allocation scenario runs on a time-sliced and a MIG-mixed cluster, as the sharing issue asks.
+func TestSharingTable(t *testing.T) {
+	names := sharingNames()
+	if len(slices.Compact(slices.Sorted(slices.Values(names)))) != len(names) {
+		t.Errorf("sharing rows are not unique: %v", names)
+	}
+	allocation := map[string]bool{}
+	for _, r := range sharingTable() {
+		if !slices.Contains(fakegpu.SharingModes, r.Mode.Mode) || r.Mode.Mode == fakegpu.SharingNone {
+			t.Errorf("row %s: not a sharing mode of the fake agent", r.Mode)
+		}
+		replicated := r.Mode.Mode == fakegpu.SharingTimeSlicing || r.Mode.Mode == fakegpu.SharingMPS
+		if replicated != (r.Mode.Replicas > 1) {
+			t.Errorf("row %s: %d replicas does not fit the mode", r.Mode, r.Mode.Replicas)
+		}
+		if !slices.Contains(r.Scenarios, "sharing") {
+			t.Errorf("row %s does not run the sharing scenario", r.Mode)
+		}
+		allocation[r.Mode.Mode] = slices.Contains(r.Scenarios, "allocation")
+	}
+	if !allocation[fakegpu.SharingTimeSlicing] || !allocation[fakegpu.SharingMIGMixed] {
+		t.Errorf("the allocation scenario must run time-sliced and MIG-mixed: %v", allocation)
+	}
+	if exclusive.String() != "none" || (sharingMode{Mode: "time-slicing", Replicas: 2}).String() != "time-slicing:2" {
+		t.Errorf("mode names: %s, %s", exclusive, sharingMode{Mode: "time-slicing", Replicas: 2})
+	}
+}
+
+// Specs are counted per path and scenario label; skipped specs count in neither column, and the table
+// ends with the runner's closing line.
+func TestCountAndPrintSharing(t *testing.T) {
+	spec := func(state types.SpecState, labels ...string) types.SpecReport {
+		return types.SpecReport{LeafNodeType: types.NodeTypeIt, State: state, ContainerHierarchyLabels: [][]string{labels}}
+	}
+	res := sharingResult{Row: sharingTable()[0], Verdict: "NO-GO", Counts: map[string][2]int{}}
+	countSharing(&res, []types.Report{{SpecReports: []types.SpecReport{
+		spec(types.SpecStatePassed, "path:dra", "scenario:sharing"),
+		spec(types.SpecStatePassed, "path:dra", "scenario:sharing"),
+		spec(types.SpecStateFailed, "path:device-plugin", "scenario:sharing"),
+		spec(types.SpecStateSkipped, "path:device-plugin", "scenario:allocation"),
+	}}})
+	if res.Counts["dra sharing"] != [2]int{2, 0} || res.Counts["device-plugin sharing"] != [2]int{0, 1} || len(res.Counts) != 2 {
+		t.Errorf("counts = %v", res.Counts)
+	}
+	var out bytes.Buffer
+	printSharing(&out, []sharingResult{res, {Row: sharingTable()[1], Verdict: "GO", Counts: map[string][2]int{"dra sharing": {3, 0}}}})
+	if !strings.HasSuffix(out.String(), "sharing: 1 passed, 1 failed\n") || !strings.Contains(out.String(), "time-slicing:2  device-plugin") {
+		t.Errorf("table:\n%s", out.String())
+	}
+}
