@@ -250,6 +250,11 @@ func heldDevices(ctx context.Context, env *testenv.Env, dra *gpu.DRA, node strin
 // claimedDevices names the devices a bound pod's claims were allocated, for the message that says they
 // should not have been.
 func claimedDevices(ctx context.Context, env *testenv.Env, pod *corev1.Pod) string {
+	// The pod handed in may be the diagnosis's snapshot, older than the claim controller's status update
+	// that names its generated claim: read it again.
+	if fresh, err := env.Clients.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
+		pod = fresh
+	}
 	var out []string
 	for _, name := range gpu.ClaimNames(pod) {
 		c, err := env.Clients.Kube.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
@@ -261,7 +266,7 @@ func claimedDevices(ctx context.Context, env *testenv.Env, pod *corev1.Pod) stri
 		}
 	}
 	if len(out) == 0 {
-		return "(its claim's allocation could not be read)"
+		return "(its claim's allocation could not be read: pod " + pod.Name + " names no allocated ResourceClaim)"
 	}
 	return strings.Join(out, ", ")
 }

@@ -117,7 +117,7 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`GPU \S+ is held whole by pod \S+ while pod \S+ holds its MIG device MIG-\S+ \(\S+\), both running on \S+: a MIG device's parent was handed out with it`)},
 		{Fault: fakeplugin.FaultDRAPartitionNoCounters, Sharing: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1},
 			Focus: "does not allocate a partition of a GPU whose whole device", Catcher: "does not allocate a partition of a GPU whose whole device",
-			Because: because(`GPU GPU-\S+ and its partition \S+ were handed out together`)},
+			Because: because(`GPU GPU-\S+ and its partition .+ were handed out together`)},
 	}
 }
 
