@@ -255,18 +255,27 @@ func claimedDevices(ctx context.Context, env *testenv.Env, pod *corev1.Pod) stri
 	if fresh, err := env.Clients.Kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err == nil {
 		pod = fresh
 	}
-	var out []string
-	for _, name := range gpu.ClaimNames(pod) {
+	var out, why []string
+	names := gpu.ClaimNames(pod)
+	for _, name := range names {
 		c, err := env.Clients.Kube.ResourceV1().ResourceClaims(pod.Namespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil || c.Status.Allocation == nil {
+		switch {
+		case err != nil:
+			why = append(why, fmt.Sprintf("reading ResourceClaim %s: %v", name, err))
+			continue
+		case c.Status.Allocation == nil:
+			why = append(why, "ResourceClaim "+name+" has no allocation")
 			continue
 		}
 		for _, r := range c.Status.Allocation.Devices.Results {
 			out = append(out, r.Pool+"/"+r.Device)
 		}
 	}
+	if len(names) == 0 {
+		why = append(why, fmt.Sprintf("pod %s names no generated ResourceClaim in its status (%d claim statuses)", pod.Name, len(pod.Status.ResourceClaimStatuses)))
+	}
 	if len(out) == 0 {
-		return "(its claim's allocation could not be read: pod " + pod.Name + " names no allocated ResourceClaim)"
+		return "(its claim's allocation could not be read: " + strings.Join(why, "; ") + ")"
 	}
 	return strings.Join(out, ", ")
 }
