@@ -9,6 +9,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
+	"gpuconform.io/gpuconform/reports"
 )
 
 // Every row is a mode the fake agent serves, named once, with the replicas the mode needs; the
@@ -57,8 +58,27 @@ func TestCountAndPrintSharing(t *testing.T) {
 		t.Errorf("counts = %v", res.Counts)
 	}
 	var out bytes.Buffer
-	printSharing(&out, []sharingResult{res, {Row: sharingTable()[1], Verdict: "GO", Counts: map[string][2]int{"dra sharing": {3, 0}}}})
+	printSharing(&out, []sharingResult{res, {Row: sharingTable()[1], Verdict: "INCOMPLETE", OK: true, Counts: map[string][2]int{"dra sharing": {3, 0}}}})
 	if !strings.HasSuffix(out.String(), "sharing: 1 passed, 1 failed\n") || !strings.Contains(out.String(), "time-slicing:2  device-plugin") {
 		t.Errorf("table:\n%s", out.String())
+	}
+}
+
+// A filtered run is accepted when the filter is its only gap; a path not exercised, or a failure, is not.
+func TestOnlyFiltered(t *testing.T) {
+	filtered := "filtered run (label filter scenario:sharing): the signoff covers only the selected specs"
+	cases := []struct {
+		v    reports.Verdict
+		want bool
+	}{
+		{reports.Verdict{Outcome: reports.OutcomeGo}, true},
+		{reports.Verdict{Outcome: reports.OutcomeIncomplete, Incomplete: []string{filtered}}, true},
+		{reports.Verdict{Outcome: reports.OutcomeIncomplete, Incomplete: []string{filtered, "required path:dra was not exercised (no passed spec carries the label)"}}, false},
+		{reports.Verdict{Outcome: reports.OutcomeNoGo, NoGo: []string{"failed: x"}, Incomplete: []string{filtered}}, false},
+	}
+	for i, c := range cases {
+		if got := onlyFiltered(c.v); got != c.want {
+			t.Errorf("case %d (%+v): %v, want %v", i, c.v, got, c.want)
+		}
 	}
 }

@@ -366,8 +366,16 @@ func brokenDevicePlugin(nodes []corev1.Node, configured string) string {
 	var capOnly, labelled []string
 	resource := ""
 	for _, n := range nodes {
+		// A node that still serves another GPU resource changed its set of resources (a MIG or sharing
+		// reconfiguration): the kubelet keeps a resource whose plugin endpoint stopped in capacity, with
+		// nothing allocatable, for its endpoint grace period (5 minutes, devicemanager's
+		// endpointStopGracePeriod). Only the configured resource, or a node serving none, is broken.
+		serving := false
+		for name, q := range n.Status.Allocatable {
+			serving = serving || q.Value() > 0 && isExtendedGPUResource(name)
+		}
 		for name, q := range n.Status.Capacity {
-			if q.Value() > 0 && isExtendedGPUResource(name) && (configured == "" || string(name) == configured) {
+			if q.Value() > 0 && isExtendedGPUResource(name) && (configured == "" && !serving || string(name) == configured) {
 				if a := n.Status.Allocatable[name]; a.Value() == 0 {
 					capOnly = append(capOnly, n.Name)
 					resource = string(name)
@@ -389,6 +397,7 @@ func brokenDevicePlugin(nodes []corev1.Node, configured string) string {
 		}
 	}
 	slices.Sort(capOnly)
+	capOnly = slices.Compact(capOnly) // a node with several such resources is named once
 	slices.Sort(labelled)
 	switch {
 	case len(capOnly) > 0:

@@ -240,3 +240,26 @@ func TestDiscoverBrokenNodeBesideWorkingOnes(t *testing.T) {
 		t.Errorf("broken = %q, want w2 named and the MIG node not", why)
 	}
 }
+
+// A node whose resources changed (MIG mixed back to whole GPUs) keeps the old resources in capacity with
+// nothing allocatable for the kubelet's endpoint grace period; while it serves nvidia.com/gpu that is
+// not a broken plugin. A node serving no GPU resource at all still is, named once.
+func TestStaleResourceAfterReconfigurationIsNotBroken(t *testing.T) {
+	reconfigured := gpuNode("w1", nil, map[string]int64{"nvidia.com/gpu": 4, "nvidia.com/mig-3g.40gb": 0, "nvidia.com/mig-1g.10gb": 0})
+	reconfigured.Status.Capacity = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4"),
+		"nvidia.com/mig-3g.40gb": resource.MustParse("2"), "nvidia.com/mig-1g.10gb": resource.MustParse("1")}
+	if why := brokenDevicePlugin([]corev1.Node{*reconfigured}, ""); why != "" {
+		t.Errorf("a node serving nvidia.com/gpu with stale MIG capacity called broken: %s", why)
+	}
+	stopped := gpuNode("w2", nil, map[string]int64{"nvidia.com/mig-3g.40gb": 0, "nvidia.com/mig-1g.10gb": 0})
+	stopped.Status.Capacity = reconfigured.Status.Capacity.DeepCopy()
+	stopped.Status.Capacity["nvidia.com/gpu"] = resource.MustParse("0")
+	why := brokenDevicePlugin([]corev1.Node{*reconfigured, *stopped}, "")
+	if !strings.Contains(why, "node(s) w2 report capacity for nvidia.com/mig-") || strings.Contains(why, "w1") {
+		t.Errorf("a node serving nothing must be broken, once: %q", why)
+	}
+	// The configured resource is judged as it always was.
+	if why := brokenDevicePlugin([]corev1.Node{*reconfigured}, "nvidia.com/mig-3g.40gb"); !strings.Contains(why, "w1 report capacity for nvidia.com/mig-3g.40gb") {
+		t.Errorf("configured resource with 0 allocatable: %q", why)
+	}
+}
