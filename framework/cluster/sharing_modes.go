@@ -153,9 +153,9 @@ func (c ConsumableCapacity) SmallestRequest() (q resource.Quantity, ok bool) {
 	return resource.Quantity{}, false
 }
 
-// describe is the capacity and its policy for evidence: "80Gi (request policy: default 80Gi, min 40Gi,
+// Describe is the capacity and its policy, for evidence and messages: "80Gi (request policy: default 80Gi, min 40Gi,
 // max 80Gi, step 40Gi)".
-func (c ConsumableCapacity) describe() string {
+func (c ConsumableCapacity) Describe() string {
 	var policy []string
 	add := func(what string, q *resource.Quantity) {
 		if q != nil {
@@ -629,7 +629,7 @@ func draMode(node string, dn *draNode) NodeSharingMode {
 	for _, c := range m.Consumable {
 		caps := make([]string, 0, len(c.Capacity))
 		for _, name := range slices.Sorted(maps.Keys(c.Capacity)) {
-			caps = append(caps, name+" "+c.Capacity[name].describe())
+			caps = append(caps, name+" "+c.Capacity[name].Describe())
 		}
 		m.Evidence = append(m.Evidence, fmt.Sprintf("ResourceSlice %s: device %s allows multiple allocations, capacity %s", c.Slice, c.Name, cmp.Or(strings.Join(caps, "; "), "none")))
 	}
