@@ -118,6 +118,10 @@ func selfcheckTable() []selfcheckRow {
 		{Fault: fakeplugin.FaultDRAPartitionNoCounters, Sharing: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1},
 			Focus: "does not allocate a partition of a GPU whose whole device", Catcher: "does not allocate a partition of a GPU whose whole device",
 			Because: because(`GPU GPU-\S+ and its partition \S+ were handed out together`)},
+		// On the DRA path time-slicing shares each GPU by its memory capacity (scenarios/sharing_dra_capacity.go).
+		{Fault: fakeplugin.FaultDRACapacityOverstated, Sharing: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2},
+			Focus: "shares one GPU among as many claims as its published capacity allows", Catcher: "shares one GPU among as many claims as its published capacity allows",
+			Because: because(`publishes \S+ capacity \S+ \(\d+ MiB\), but the GPU shows \d+ MiB of memory in pod \S+: the driver overstates the capacity`)},
 	}
 }
 
