@@ -81,6 +81,8 @@ func SharingSpec(input func() SharingInput) {
 						})
 				case cluster.ModePartitionable:
 					registerPartitionSpecs(reg, s, m)
+				case cluster.ModeConsumable:
+					registerCapacitySpecs(reg, s, m)
 				}
 			}
 			if noisyNode != nil {
@@ -118,12 +120,12 @@ func sharingModesOn(modes []cluster.NodeSharingMode, path string, pool []string)
 }
 
 // checkedOn says whether this scenario checks mode on path: replicas and MIG resources are the device
-// plugin's, partitions through shared counters DRA's.
+// plugin's, partitions through shared counters and GPUs shared by capacity DRA's.
 func checkedOn(path, mode string) bool {
 	switch mode {
 	case cluster.ModeTimeSlicing, cluster.ModeMPS, cluster.ModeMIGSingle, cluster.ModeMIGMixed:
 		return path == config.PathDevicePlugin
-	case cluster.ModePartitionable:
+	case cluster.ModePartitionable, cluster.ModeConsumable:
 		return path == config.PathDRA
 	}
 	return false

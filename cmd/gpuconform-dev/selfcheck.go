@@ -109,6 +109,10 @@ func selfcheckTable() []selfcheckRow {
 		{Fault: fakeplugin.FaultExtraReplica, Sharing: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2},
 			Focus: "maps every time-slicing replica", Catcher: "maps every time-slicing replica",
 			Because: because(`which the node's labels share 2 ways .*: a device was handed out more often than it has replicas`)},
+		// On the DRA path time-slicing shares each GPU by its memory capacity (scenarios/sharing_dra_capacity.go).
+		{Fault: fakeplugin.FaultDRACapacityOverstated, Sharing: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2},
+			Focus: "shares one GPU among as many claims as its published capacity allows", Catcher: "shares one GPU among as many claims as its published capacity allows",
+			Because: because(`publishes \S+ capacity \S+ \(\d+ MiB\), but the GPU shows \d+ MiB of memory in pod \S+: the driver overstates the capacity`)},
 		{Fault: fakeplugin.FaultMPSNoLimits, Sharing: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2},
 			Focus: "maps every mps replica", Catcher: "maps every mps replica",
 			Because: because(`lacks its MPS limits: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE \(want 50\)`)},

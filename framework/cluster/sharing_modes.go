@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"gpuconform.io/gpuconform/framework/config"
 )
@@ -30,6 +32,10 @@ const (
 	// ModePartitionable: DRA devices consuming shared counters, so a GPU and its partitions are
 	// allocatable from one budget.
 	ModePartitionable = "dra-partitionable"
+	// ModeConsumable: DRA devices that several claims may be allocated at once (allowMultipleAllocations),
+	// each consuming part of a capacity such as memory, until the capacity is spent (KEP 5075, consumable
+	// capacity).
+	ModeConsumable = "dra-shared"
 )
 
 // GFD labels and DRA attributes that describe sharing and MIG beyond those discovery.go names.
@@ -67,6 +73,8 @@ type NodeSharingMode struct {
 	WholeGPUs int64 `json:"wholeGPUs,omitempty"`
 	// Partitions (dra-partitionable) has one entry per parent GPU.
 	Partitions []PartitionableGPU `json:"partitions,omitempty"`
+	// Consumable (dra-shared) has one entry per device several claims may share.
+	Consumable []ConsumableDevice `json:"consumable,omitempty"`
 	// Evidence says what the mode was read from, one item per fact.
 	Evidence []string `json:"evidence,omitempty"`
 	// Conflict says where labels and evidence disagree, and that the evidence won; "" when they agree.
@@ -104,6 +112,100 @@ type PartitionDevice struct {
 	Consumes map[string]int64 `json:"consumes,omitempty"`
 }
 
+// ConsumableDevice is one DRA device that several claims may be allocated at once, each consuming part
+// of its capacities.
+type ConsumableDevice struct {
+	Name string `json:"name"`
+	// UUID is its uuid attribute (plain or qualified with the driver's domain), "" when it has none.
+	UUID string `json:"uuid,omitempty"`
+	// Slice is the ResourceSlice that publishes it.
+	Slice string `json:"slice,omitempty"`
+	// Capacity is each of its capacities, by name as published ("memory", "gpu.nvidia.com/memory").
+	Capacity map[string]ConsumableCapacity `json:"capacity,omitempty"`
+}
+
+// ConsumableCapacity is one capacity of a shareable device and the request policy that says how claims
+// consume it.
+type ConsumableCapacity struct {
+	// Value is the whole capacity, which the claims sharing the device consume together at most.
+	Value resource.Quantity `json:"value"`
+	// Default is what a claim that asks for none of it consumes; nil when the device sets no policy (it
+	// then consumes all of it).
+	Default *resource.Quantity `json:"default,omitempty"`
+	// Min, Max and Step are the policy's valid range, ValidValues its valid values; nil when it sets none.
+	Min         *resource.Quantity  `json:"min,omitempty"`
+	Max         *resource.Quantity  `json:"max,omitempty"`
+	Step        *resource.Quantity  `json:"step,omitempty"`
+	ValidValues []resource.Quantity `json:"validValues,omitempty"`
+}
+
+// SmallestRequest is the least of the capacity a claim can consume under the policy: the range's minimum,
+// the first valid value, or the default; ok is false when the policy names none (any amount goes).
+func (c ConsumableCapacity) SmallestRequest() (q resource.Quantity, ok bool) {
+	switch {
+	case c.Min != nil:
+		return c.Min.DeepCopy(), true
+	case len(c.ValidValues) > 0:
+		return c.ValidValues[0].DeepCopy(), true
+	case c.Default != nil:
+		return c.Default.DeepCopy(), true
+	}
+	return resource.Quantity{}, false
+}
+
+// Describe is the capacity and its policy, for evidence and messages: "80Gi (request policy: default 80Gi, min 40Gi,
+// max 80Gi, step 40Gi)".
+func (c ConsumableCapacity) Describe() string {
+	var policy []string
+	add := func(what string, q *resource.Quantity) {
+		if q != nil {
+			policy = append(policy, what+" "+q.String())
+		}
+	}
+	add("default", c.Default)
+	add("min", c.Min)
+	add("max", c.Max)
+	add("step", c.Step)
+	if len(c.ValidValues) > 0 {
+		vs := make([]string, len(c.ValidValues))
+		for i, v := range c.ValidValues {
+			vs[i] = v.String()
+		}
+		policy = append(policy, "valid values "+strings.Join(vs, ", "))
+	}
+	if len(policy) == 0 {
+		return c.Value.String() + " (no request policy)"
+	}
+	return c.Value.String() + " (request policy: " + strings.Join(policy, ", ") + ")"
+}
+
+// consumableCapacities reads a shareable device's capacities and their request policies.
+func consumableCapacities(d resourcev1.Device) map[string]ConsumableCapacity {
+	out := map[string]ConsumableCapacity{}
+	for name, c := range d.Capacity {
+		cc := ConsumableCapacity{Value: c.Value.DeepCopy()}
+		if p := c.RequestPolicy; p != nil {
+			cc.Default = copyQuantity(p.Default)
+			if r := p.ValidRange; r != nil {
+				cc.Min, cc.Max, cc.Step = copyQuantity(r.Min), copyQuantity(r.Max), copyQuantity(r.Step)
+			}
+			for _, v := range p.ValidValues {
+				cc.ValidValues = append(cc.ValidValues, v.DeepCopy())
+			}
+		}
+		out[string(name)] = cc
+	}
+	return out
+}
+
+func copyQuantity(q *resource.Quantity) *resource.Quantity {
+	if q == nil {
+		return nil
+	}
+	c := q.DeepCopy()
+	return &c
+}
+
 // Shared reports whether the mode lets more than one pod use one physical GPU (replicas, MIG devices or
 // partitions).
 func (m NodeSharingMode) Shared() bool { return m.Mode != ModeExclusive && m.Mode != "" }
@@ -132,6 +234,18 @@ func (m NodeSharingMode) Describe() string {
 			n += len(g.Partitions)
 		}
 		return fmt.Sprintf("%s: %s, %s", m.Mode, plural(len(m.Partitions), "GPU"), plural(n, "partition"))
+	case ModeConsumable:
+		names := map[string]bool{}
+		for _, d := range m.Consumable {
+			for c := range d.Capacity {
+				names[c] = true
+			}
+		}
+		by := "capacity"
+		if len(names) > 0 {
+			by += " (" + strings.Join(slices.Sorted(maps.Keys(names)), ", ") + ")"
+		}
+		return fmt.Sprintf("%s: %s shared by %s", m.Mode, plural(len(m.Consumable), "GPU"), by)
 	}
 	return m.Mode
 }
@@ -420,7 +534,8 @@ func counterValues(cs map[string]resourcev1.Counter) map[string]int64 {
 }
 
 // draMode reads the DRA path of one node: partitionable when its devices consume shared counters or
-// describe themselves as MIG partitions, exclusive otherwise. Partitions that consume no counter are a
+// describe themselves as MIG partitions, shared (dra-shared) when its GPUs allow multiple allocations,
+// exclusive otherwise. Partitions that consume no counter are a
 // conflict, since nothing then stops the scheduler from handing out a GPU and its partitions together.
 func draMode(node string, dn *draNode) NodeSharingMode {
 	m := NodeSharingMode{Node: node, Path: config.PathDRA, Mode: ModeExclusive}
@@ -449,6 +564,9 @@ func draMode(node string, dn *draNode) NodeSharingMode {
 			if _, ok := dn.counters[set]; !ok {
 				unknownSet = append(unknownSet, fmt.Sprintf("%s (counter set %s)", d.Name, set))
 			}
+		}
+		if d.AllowMultipleAllocations != nil && *d.AllowMultipleAllocations && !isPartition {
+			m.Consumable = append(m.Consumable, ConsumableDevice{Name: d.Name, UUID: attr(d, "uuid"), Slice: dd.slice, Capacity: consumableCapacities(d)})
 		}
 		switch {
 		case isPartition:
@@ -508,9 +626,19 @@ func draMode(node string, dn *draNode) NodeSharingMode {
 		}
 		m.Evidence = append(m.Evidence, fmt.Sprintf("ResourceSlice %s: %d devices consume counter set %s", where, consumersPerSet[set], set))
 	}
-	if len(m.Partitions) > 0 {
+	for _, c := range m.Consumable {
+		caps := make([]string, 0, len(c.Capacity))
+		for _, name := range slices.Sorted(maps.Keys(c.Capacity)) {
+			caps = append(caps, name+" "+c.Capacity[name].Describe())
+		}
+		m.Evidence = append(m.Evidence, fmt.Sprintf("ResourceSlice %s: device %s allows multiple allocations, capacity %s", c.Slice, c.Name, cmp.Or(strings.Join(caps, "; "), "none")))
+	}
+	switch {
+	case len(m.Partitions) > 0:
 		m.Mode = ModePartitionable
-	} else {
+	case len(m.Consumable) > 0:
+		m.Mode = ModeConsumable
+	default:
 		m.Evidence = append(m.Evidence, fmt.Sprintf("%d devices, none consumes a shared counter or is a partition", len(dn.devices)))
 	}
 	var conflicts []string

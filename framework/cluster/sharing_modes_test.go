@@ -293,3 +293,74 @@ func TestDiscoverCarriesSharingModes(t *testing.T) {
 		}
 	}
 }
+
+// sharedSlice is n GPUs of node published as the fake DRA half does in time-slicing and MPS: each allows
+// multiple allocations, its memory consumable in shares of memory/replicas (the first GPU without a
+// request policy when noPolicy).
+func sharedSlice(node string, n, replicas int, noPolicy bool) resourcev1.ResourceSlice {
+	s := nvidiaSlice(node, n)
+	memory := resource.MustParse("80Gi")
+	share := resource.NewQuantity(memory.Value()/int64(replicas), resource.BinarySI)
+	for i := range s.Spec.Devices {
+		d := &s.Spec.Devices[i]
+		d.Attributes["uuid"] = resourcev1.DeviceAttribute{StringValue: ptr.To(fmt.Sprintf("GPU-%d", i))}
+		d.AllowMultipleAllocations = ptr.To(true)
+		c := resourcev1.DeviceCapacity{Value: memory}
+		if i > 0 || !noPolicy {
+			c.RequestPolicy = &resourcev1.CapacityRequestPolicy{Default: &memory, ValidRange: &resourcev1.CapacityRequestPolicyRange{Min: share, Max: &memory, Step: share}}
+		}
+		d.Capacity = map[resourcev1.QualifiedName]resourcev1.DeviceCapacity{"memory": c}
+	}
+	return s
+}
+
+func TestDiscoverSharingModesDRAConsumableCapacity(t *testing.T) {
+	got := DiscoverSharingModes([]corev1.Node{*gpuNode("w1", nil, nil)}, []resourcev1.ResourceSlice{sharedSlice("w1", 2, 2, true)}, "gpu.nvidia.com")
+	if len(got) != 1 || got[0].Path != config.PathDRA || got[0].Mode != ModeConsumable || got[0].Conflict != "" {
+		t.Fatalf("modes = %+v, want w1/dra dra-shared without conflict", got)
+	}
+	m := got[0]
+	if !m.Shared() || len(m.Consumable) != 2 || m.Partitions != nil {
+		t.Fatalf("mode %+v: want 2 shared GPUs and no partitions", m)
+	}
+	d := m.Consumable[1]
+	memory := d.Capacity["memory"]
+	if d.Name != "gpu-1" || d.UUID != "GPU-1" || d.Slice != "w1-gpu.nvidia.com" || memory.Value.String() != "80Gi" ||
+		memory.Default == nil || memory.Default.String() != "80Gi" || memory.Min == nil || memory.Min.String() != "40Gi" ||
+		memory.Step == nil || memory.Step.String() != "40Gi" || memory.Max == nil || memory.Max.String() != "80Gi" {
+		t.Errorf("gpu-1 = %+v (memory %+v)", d, memory)
+	}
+	if q, ok := memory.SmallestRequest(); !ok || q.String() != "40Gi" {
+		t.Errorf("smallest request of gpu-1 = %v, %v; want 40Gi", q.String(), ok)
+	}
+	// Without a policy any amount goes: there is no smallest request, and the capacity is all there is.
+	noPolicy := m.Consumable[0].Capacity["memory"]
+	if _, ok := noPolicy.SmallestRequest(); ok || noPolicy.Default != nil || noPolicy.Value.String() != "80Gi" {
+		t.Errorf("gpu-0 without a policy = %+v", noPolicy)
+	}
+	evidence := strings.Join(m.Evidence, "\n")
+	for _, want := range []string{
+		"ResourceSlice w1-gpu.nvidia.com: device gpu-0 allows multiple allocations, capacity memory 80Gi (no request policy)",
+		"device gpu-1 allows multiple allocations, capacity memory 80Gi (request policy: default 80Gi, min 40Gi, max 80Gi, step 40Gi)",
+	} {
+		if !strings.Contains(evidence, want) {
+			t.Errorf("evidence %q lacks %q", evidence, want)
+		}
+	}
+	if d := m.Describe(); d != "dra-shared: 2 GPUs shared by capacity (memory)" {
+		t.Errorf("Describe = %q", d)
+	}
+	if sh := summariseSharing(got); sh.Mode != ModeConsumable {
+		t.Errorf("summary = %+v, want mode %s", sh, ModeConsumable)
+	}
+
+	// The same GPUs without allowMultipleAllocations are exclusive, whatever their capacity says.
+	plain := sharedSlice("w1", 2, 2, false)
+	for i := range plain.Spec.Devices {
+		plain.Spec.Devices[i].AllowMultipleAllocations = nil
+	}
+	got = DiscoverSharingModes([]corev1.Node{*gpuNode("w1", nil, nil)}, []resourcev1.ResourceSlice{plain}, "gpu.nvidia.com")
+	if len(got) != 1 || got[0].Mode != ModeExclusive || got[0].Consumable != nil {
+		t.Errorf("GPUs for one claim each: %+v", got)
+	}
+}

@@ -227,13 +227,15 @@ func mpsNote(m probe.MPS) string {
 }
 
 // SeenConsistent reports whether what a pod saw (an observation's Mode) fits the mode discovery read
-// from its node's evidence: whole GPUs fit an exclusive node and the whole GPUs a mig-mixed or a
-// partitionable node also hands out; replicas fit time-slicing or MPS only, each its own; MIG devices fit
-// the MIG modes and DRA partitions.
+// from its node's evidence: whole GPUs fit an exclusive node and the whole GPUs a mig-mixed, a
+// partitionable or a dra-shared node also hands out (a claim that asks for no share of a shared GPU's
+// capacity consumes its request policy's default, which may be all of it); replicas fit time-slicing or
+// MPS only, each its own; MIG devices fit the MIG modes and DRA partitions; a share of a GPU's capacity
+// fits dra-shared only.
 func SeenConsistent(nodeMode, seen string) bool {
 	switch seen {
 	case cluster.ModeExclusive:
-		return nodeMode == cluster.ModeExclusive || nodeMode == cluster.ModeMIGMixed || nodeMode == cluster.ModePartitionable
+		return nodeMode == cluster.ModeExclusive || nodeMode == cluster.ModeMIGMixed || nodeMode == cluster.ModePartitionable || nodeMode == cluster.ModeConsumable
 	case ObservedMIG:
 		return nodeMode == cluster.ModeMIGSingle || nodeMode == cluster.ModeMIGMixed || nodeMode == cluster.ModePartitionable
 	}

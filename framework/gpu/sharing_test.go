@@ -178,6 +178,11 @@ func TestSeenConsistent(t *testing.T) {
 		{cluster.ModeMIGMixed, ObservedMIG, true},
 		{cluster.ModeMIGMixed, cluster.ModeExclusive, true},
 		{cluster.ModePartitionable, ObservedMIG, true},
+		{cluster.ModeConsumable, cluster.ModeConsumable, true},
+		{cluster.ModeConsumable, cluster.ModeExclusive, true},
+		{cluster.ModeConsumable, ObservedMIG, false},
+		{cluster.ModeExclusive, cluster.ModeConsumable, false},
+		{cluster.ModeTimeSlicing, cluster.ModeConsumable, false},
 		{cluster.ModePartitionable, cluster.ModeExclusive, true},
 		{cluster.ModeExclusive, ObservedMIG, false},
 	}

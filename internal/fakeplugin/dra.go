@@ -124,7 +124,8 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 
 // sliceDeviceGroupsLocked lists the devices to publish, by GPU: every healthy DRA GPU (an unhealthy one is
 // left out, so the scheduler stops allocating it; its name and UUID stay the same when it comes back), in
-// the MIG modes with its partitions (dra_partitions.go), plus the phantom under FaultPhantomSliceDevice.
+// the MIG modes with its partitions (dra_partitions.go), in time-slicing and MPS shared by its memory
+// capacity (dra_shared.go), plus the phantom under FaultPhantomSliceDevice.
 // Each group holds one GPU and its partitions, so they can be kept in one ResourceSlice. The phantom is a
 // whole GPU only, consuming no counters: it has no counter set, and a reference to a missing one would make
 // the whole pool invalid instead of one device unpreparable.
@@ -134,9 +135,12 @@ func (p *Plugin) sliceDeviceGroupsLocked() ([][]resourceapi.Device, <-chan struc
 		if p.unhealthy[i] && !p.faults[FaultIgnoreHealth] {
 			continue
 		}
-		if p.draPartitionable() {
+		switch {
+		case p.draPartitionable():
 			groups = append(groups, p.partitionableGPULocked(i))
-		} else {
+		case p.draShared():
+			groups = append(groups, []resourceapi.Device{p.sharedDevice(p.sliceDevice(i), p.faults[FaultDRACapacityOverstated])})
+		default:
 			groups = append(groups, []resourceapi.Device{p.sliceDevice(i)})
 		}
 	}
@@ -231,13 +235,14 @@ func (p *Plugin) prepareClaim(claim *resourceapi.ResourceClaim) kubeletplugin.Pr
 		request, device string
 		index           int                // the GPU: the device itself, or a partition's parent
 		mig             *fakegpu.Placement // a partition: its placement on that GPU
+		share           *types.UID         // a shared GPU: the allocation's share of it
 	}
 	var mine []ours
 	for _, r := range claim.Status.Allocation.Devices.Results {
 		if r.Driver != p.cfg.DRADriverName || r.Pool != p.cfg.NodeName {
 			continue
 		}
-		m := ours{request: r.Request, device: r.Device}
+		m := ours{request: r.Request, device: r.Device, share: r.ShareID}
 		i, pl, isPartition := draPartition(r.Device)
 		if isPartition {
 			m.mig = &pl
@@ -269,13 +274,15 @@ func (p *Plugin) prepareClaim(claim *resourceapi.ResourceClaim) kubeletplugin.Pr
 			// none that exists, and the runtime fails the container.
 			cdi = []string{CDIMIGDeviceName(fakegpu.MIGUUID(p.table.uuid(handed[k]), *m.mig))}
 		case handed[k] < len(p.table.uuids):
+			// A share of a shared GPU is the GPU itself, as a time-slicing replica is: the claims that share
+			// it are told apart by the scheduler's accounting only.
 			cdi = []string{CDIDeviceName(handed[k])}
 		}
 		if !p.cdiEnabled() {
 			cdi = nil
 		}
 		given = append(given, cdi...)
-		res.Devices = append(res.Devices, kubeletplugin.Device{Requests: []string{m.request}, PoolName: p.cfg.NodeName, DeviceName: m.device, CDIDeviceIDs: cdi})
+		res.Devices = append(res.Devices, kubeletplugin.Device{Requests: []string{m.request}, PoolName: p.cfg.NodeName, DeviceName: m.device, CDIDeviceIDs: cdi, ShareID: m.share})
 	}
 	p.log.Info("prepared claim", "claim", ref, "uid", claim.UID, "devices", idx, "cdi", given)
 	return res

@@ -79,6 +79,11 @@ const (
 	// together. Plays a DRA driver whose partitions do not share their GPU's counters. Caught by the DRA
 	// partition checks: allocated partitions never overlap.
 	FaultDRAPartitionNoCounters Fault = "dra-partition-no-counters"
+	// FaultDRACapacityOverstated (DRA, time-slicing and MPS) publishes each shared DRA GPU's memory capacity
+	// as twice the memory the GPU has, so the scheduler lets twice as many claims share it as its memory
+	// holds. Plays a DRA driver that reports the wrong framebuffer size. Caught by the DRA capacity check:
+	// the published capacity must not exceed the memory the GPU shows in the container.
+	FaultDRACapacityOverstated Fault = "dra-capacity-overstated"
 )
 
 // FaultsAnnotation is the node annotation that switches faults on at run time on that node only: a
@@ -90,7 +95,7 @@ const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
 func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot, FaultDriverMismatch,
-		FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters}
+		FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters, FaultDRACapacityOverstated}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that

@@ -40,6 +40,11 @@ type Report struct {
 	// MIGDevices are the MIG devices `nvidia-smi -L` lists, each with its parent GPU: null when
 	// nvidia-smi is not installed or failed, empty when it listed none. Devices holds their UUIDs too.
 	MIGDevices []MIGDevice `json:"mig_devices"`
+	// GPUs are the GPUs nvidia-smi shows with their total memory (`--query-gpu=uuid,memory.total`): null
+	// when nvidia-smi is not installed or failed, empty when it shows none.
+	GPUs []GPUMemory `json:"gpus"`
+	// GPUsError says why nvidia-smi, although it listed the GPUs, gave no memory for them.
+	GPUsError string `json:"gpus_error,omitempty"`
 	// MPS is what the container was told of CUDA MPS (the CUDA_MPS_* variables), null when no such
 	// variable is set.
 	MPS *MPS `json:"mps"`

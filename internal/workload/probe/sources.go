@@ -93,6 +93,7 @@ func Gather(ctx context.Context, opts Options) Report {
 		r.MPS.LimitsFrom = "env"
 	}
 	r.DriverVersion, r.CUDAVersion, r.VersionError = queryVersions(ctx, bin, timeout, r.Sources.NvidiaSMIError != "")
+	r.GPUs, r.GPUsError = queryMemory(ctx, bin, timeout, r.Sources.NvidiaSMIError != "")
 
 	r.Devices, r.CountedFrom = union(r.Sources)
 	return r

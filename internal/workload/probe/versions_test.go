@@ -56,7 +56,7 @@ func TestVersionsFromTheRealToolsFormats(t *testing.T) {
 	if r.DriverVersion != "580.159.04" || r.CUDAVersion != "13.0" || r.VersionError != "" {
 		t.Errorf("driver/cuda = %q/%q (error %q), want 580.159.04/13.0", r.DriverVersion, r.CUDAVersion, r.VersionError)
 	}
-	if want := []string{"-L", argsDriverQuery, argsVersion}; !slices.Equal(f.toolCalls(), want) {
+	if want := []string{"-L", argsDriverQuery, argsVersion, memoryQuery}; !slices.Equal(f.toolCalls(), want) {
 		t.Errorf("nvidia-smi ran with %q, want %q", f.toolCalls(), want)
 	}
 }
@@ -103,7 +103,7 @@ func TestCUDAVersionFromTheSummaryWhenTheToolLacksVersion(t *testing.T) {
 	if r.DriverVersion != "535.183.01" || r.CUDAVersion != "12.2" || r.VersionError != "" {
 		t.Errorf("driver/cuda = %q/%q (error %q), want 535.183.01/12.2", r.DriverVersion, r.CUDAVersion, r.VersionError)
 	}
-	if want := []string{"-L", argsDriverQuery, argsVersion, ""}; !slices.Equal(f.toolCalls(), want) {
+	if want := []string{"-L", argsDriverQuery, argsVersion, "", memoryQuery}; !slices.Equal(f.toolCalls(), want) {
 		t.Errorf("nvidia-smi ran with %q, want %q", f.toolCalls(), want)
 	}
 }
