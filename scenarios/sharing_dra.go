@@ -76,7 +76,9 @@ func partitionBesideWhole(ctx context.Context, s *Spec[SharingInput], m cluster.
 	ginkgo.By(fmt.Sprintf("claiming a partition of the same GPU (DeviceClass %s)", migDeviceClass))
 	partTmpl := env.Factory.ResourceClaimTemplate("part-gpus", ns).ExactCount(gpu.DRAClaimName, migDeviceClass, 1).
 		Selector(gpu.DRAClaimName, attributeIs(domain, "parentUUID", parent.UUID)).Obj()
-	w := env.Factory.GPUPod("part", ns).ClaimTemplate(gpu.DRAClaimName, partTmpl).Args(fixtures.ProbeArgs(1)...).OnNodes(node)
+	// Held: a partition handed out by mistake must still be allocated when the failure names it (the claim
+	// of a pod that completed is deleted with it).
+	w := env.Factory.GPUPod("part", ns).ClaimTemplate(gpu.DRAClaimName, partTmpl).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
 	pendingPodDiagnosed(ctx, env, w, expectation{
 		stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
 		messages: []string{"cannot allocate all claims"},
