@@ -181,7 +181,17 @@ func checkCapacityWithinMemory(node, device, uuid, name string, published resour
 func capacityObservation(node, path, pod, uuid string, share capacityShare, name string, total resource.Quantity) gpu.SharingObservation {
 	return gpu.SharingObservation{Node: node, Path: path, Mode: cluster.ModeConsumable, Pod: pod,
 		Saw:  fmt.Sprintf("share %s of %s", cmpOr(share.ShareID, "?"), uuid),
-		Note: fmt.Sprintf("shares GPU %s by capacity (%s %s of %s): no fault isolation", uuid, name, share.Consumed.String(), total.String())}
+		Note: fmt.Sprintf("shares GPU %s by capacity (%s %s): no fault isolation", uuid, name, shareOf(share.Consumed, total))}
+}
+
+// shareOf says how much of a capacity one share consumes, both amounts in one unit: a request policy's
+// step rounds a byte amount to a value that Quantity prints in another unit than the total (41758208Ki
+// of 81559Mi), which a reader cannot compare at a glance.
+func shareOf(consumed, total resource.Quantity) string {
+	if consumed.Format == resource.BinarySI && total.Format == resource.BinarySI && consumed.Value() >= 1<<20 {
+		return fmt.Sprintf("%d MiB of %d MiB", consumed.Value()>>20, total.Value()>>20)
+	}
+	return consumed.String() + " of " + total.String()
 }
 
 // fillSharedGPU fills one free shared GPU of the node with claims for a share of its capacity each, as many

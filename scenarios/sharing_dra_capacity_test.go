@@ -96,7 +96,7 @@ func TestCapacitySharesAndMemory(t *testing.T) {
 	}
 
 	o := capacityObservation("w1", config.PathDRA, "cap-0", "GPU-aaaa", share("cap-0", "s0", "40Gi"), "memory", total)
-	if o.Mode != cluster.ModeConsumable || o.Saw != "share s0 of GPU-aaaa" || o.Note != "shares GPU GPU-aaaa by capacity (memory 40Gi of 80Gi): no fault isolation" {
+	if o.Mode != cluster.ModeConsumable || o.Saw != "share s0 of GPU-aaaa" || o.Note != "shares GPU GPU-aaaa by capacity (memory 40960 MiB of 81920 MiB): no fault isolation" {
 		t.Errorf("observation %+v", o)
 	}
 }
@@ -111,5 +111,20 @@ func TestCapacitySharingIsCheckedOnTheDRAPath(t *testing.T) {
 	}
 	if chosen, exclusive := sharingModesOn(modes, config.PathDevicePlugin, nil); len(chosen) != 0 || len(exclusive) != 1 {
 		t.Errorf("device-plugin: chosen %+v, not checked %v", chosen, exclusive)
+	}
+}
+
+func TestShareOfUsesOneUnit(t *testing.T) {
+	cases := []struct{ consumed, total, want string }{
+		// what the fake's policy step made of half of an H100 on the local cluster
+		{"41758208Ki", "81559Mi", "40779 MiB of 81559 MiB"},
+		{"4", "8", "4 of 8"},
+		{"512Ki", "1Mi", "512Ki of 1Mi"},
+		{"1", "1Ki", "1 of 1Ki"},
+	}
+	for _, c := range cases {
+		if got := shareOf(resource.MustParse(c.consumed), resource.MustParse(c.total)); got != c.want {
+			t.Errorf("shareOf(%s, %s) = %q, want %q", c.consumed, c.total, got, c.want)
+		}
 	}
 }
