@@ -453,10 +453,11 @@ func failedDevice(ctx context.Context, s *Spec[FailureInput], evictor faults.Dev
 	ginkgo.By(fmt.Sprintf("reporting %s, used by %s, unhealthy through %s", victim, pod.Name, evictor.Name()))
 	faultAt := time.Now()
 	env.Note(t.job.Name, timeline.Fault, "Device/"+victim.ID, "unhealthy through "+evictor.Name())
+	withdrawn, _ := withdrawnWith(ctx, env, path, node, victim.ID)
 	undo, err := inj.MarkDeviceUnhealthy(ctx, evictor, victim)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	unhealthy := testenv.DeferUndo(undo)
-	expectLiveCapacity(ctx, env, path, node, capacity-1, victim.ID+" withdrawn", env.Timeouts.Release)
+	expectLiveCapacity(ctx, env, path, node, capacity-withdrawn, victim.ID+" withdrawn", env.Timeouts.Release)
 	env.Note(t.job.Name, timeline.DeviceWithdrawn, "Device/"+victim.ID, "")
 	ginkgo.AddReportEntry("device unhealthy → withdrawn", since(faultAt))
 

@@ -31,6 +31,22 @@ func expectLiveCapacity(ctx context.Context, env *testenv.Env, path gpu.Path, no
 	})
 }
 
+// withdrawnWith is how many of the node's advertised devices go when the device victim is reported
+// unhealthy, and how many pods each healthy device may go to. A sick GPU is sick for every tenant: on a
+// node whose labels say its GPUs are time-sliced or shared through MPS, the plugin withdraws every replica
+// of it (NVIDIA's plugin marks each replica of an unhealthy GPU unhealthy), and the healthy GPUs' replicas
+// may each go to as many pods as the labels allow. A MIG device, or a claim's device, is its own unit.
+func withdrawnWith(ctx context.Context, env *testenv.Env, path gpu.Path, node, victim string) (withdrawn, perDevice int64) {
+	ginkgo.GinkgoHelper()
+	nodeObj, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading node %s's sharing labels", node)
+	perDevice = int64(gpu.SharingFor(path, nodeObj.Labels).HoldersPerDevice())
+	if strings.HasPrefix(victim, "MIG-") {
+		return 1, perDevice
+	}
+	return perDevice, perDevice
+}
+
 func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, devices faults.DeviceProvider, path gpu.Path, ns, node string) {
 	n := path.Capacity()[node]
 	ginkgo.By("finding a device of " + node + " by running a pod on it")
@@ -53,20 +69,11 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, d
 			dev.Driver = dra.Driver
 		}
 	}
-	// A sick GPU is sick for every tenant: on a node whose labels say its GPUs are time-sliced or shared
-	// through MPS, the plugin withdraws every replica of it, and the healthy GPUs' replicas may each go to
-	// as many pods as the labels allow. A MIG device, or a claim's device, is its own unit.
-	nodeObj, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading node %s's sharing labels", node)
-	perDevice := int64(gpu.SharingFor(path, nodeObj.Labels).HoldersPerDevice())
+	withdrawn, perDevice := withdrawnWith(ctx, env, path, node, victim)
 	undo, err := inj.MarkDeviceUnhealthy(ctx, devices, dev)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	unhealthy := testenv.DeferUndo(undo)
 	start := time.Now()
-	withdrawn := perDevice
-	if strings.HasPrefix(victim, "MIG-") {
-		withdrawn = 1
-	}
 	healthy := n - withdrawn
 	expectLiveCapacity(ctx, env, path, node, healthy, victim+" withdrawn", env.Timeouts.Release)
 	ginkgo.AddReportEntry("unhealthy → withdrawn", time.Since(start).Round(100*time.Millisecond).String())
