@@ -54,8 +54,12 @@ func shortNodes(nodes []corev1.Node, resource string) map[string]string {
 			if c.Value() <= 0 || !isExtendedGPUResource(name) {
 				continue
 			}
+			a := n.Status.Allocatable[name]
+			if a.Value() == 0 && staleMIGResource(n.Labels, name) {
+				continue
+			}
 			hasGPU = true
-			if a := n.Status.Allocatable[name]; (resource == "" || string(name) == resource) && a.Value() < c.Value() {
+			if (resource == "" || string(name) == resource) && a.Value() < c.Value() {
 				out[n.Name] = fmt.Sprintf("served %d of %d %s", a.Value(), c.Value(), name)
 			}
 		}
@@ -67,6 +71,26 @@ func shortNodes(nodes []corev1.Node, resource string) map[string]string {
 		}
 	}
 	return out
+}
+
+// staleMIGResource reports whether a MIG resource (nvidia.com/mig-<profile>) is left over from an earlier
+// MIG layout of the node, so its capacity without allocatable is no plugin settling: the kubelet keeps a
+// resource whose plugin stopped advertising it for endpointStopGracePeriod (5 minutes) with every device
+// unhealthy. GPU Feature Discovery's labels say what the layout is now: a mig.strategy other than mixed
+// advertises no nvidia.com/mig-* resource, and under mixed a profile is advertised only where its
+// nvidia.com/mig-<profile>.count is positive. Without the strategy label there is no evidence, and the
+// resource is judged as any other.
+func staleMIGResource(labels map[string]string, name corev1.ResourceName) bool {
+	profile, ok := strings.CutPrefix(string(name), migResourcePrefix)
+	strategy, labelled := labels[LabelMIGStrategy]
+	if !ok || !labelled {
+		return false
+	}
+	if strategy != "mixed" {
+		return true
+	}
+	count, counted := labelInt(labels, migResourcePrefix+profile+".count")
+	return !counted || count <= 0
 }
 
 // labelledGPU reports whether a GPU label (gpuNodeLabels) says the node has GPUs.

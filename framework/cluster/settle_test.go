@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -247,5 +248,45 @@ func TestStackNotReadyWhileAPluginSettles(t *testing.T) {
 	}
 	if _, err := CheckStackReady(t.Context(), kube, config.Default(), nil); err != nil {
 		t.Errorf("without a Settle the path is judged at once: %v", err)
+	}
+}
+
+// A MIG resource the node's labels no longer account for, kept by the kubelet without allocatable after
+// a MIG layout change, is no plugin settling; a MIG resource the labels count, or one on a node without
+// GFD's strategy label, still is.
+func TestShortNodesLeavesStaleMIGResources(t *testing.T) {
+	withMIG := func(labels map[string]string, profile string, capacity, allocatable int64) corev1.Node {
+		n := settleNode("w1", 4, 4)
+		maps.Copy(n.Labels, labels)
+		name := corev1.ResourceName("nvidia.com/mig-" + profile)
+		n.Status.Capacity[name] = *resource.NewQuantity(capacity, resource.DecimalSI)
+		n.Status.Allocatable[name] = *resource.NewQuantity(allocatable, resource.DecimalSI)
+		return n
+	}
+	cases := []struct {
+		why  string
+		node corev1.Node
+		want string
+	}{
+		{"time-sliced now, mixed before", withMIG(map[string]string{"nvidia.com/mig.strategy": "none"}, "3g.40gb", 2, 0), ""},
+		{"single now, mixed before", withMIG(map[string]string{"nvidia.com/mig.strategy": "single"}, "3g.40gb", 2, 0), ""},
+		{"mixed with another layout", withMIG(map[string]string{"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-1g.10gb.count": "7"}, "3g.40gb", 2, 0), ""},
+		{"mixed, profile counted 0", withMIG(map[string]string{"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-3g.40gb.count": "0"}, "3g.40gb", 2, 0), ""},
+		{"mixed, profile counted: restarting", withMIG(map[string]string{"nvidia.com/mig.strategy": "mixed", "nvidia.com/mig-3g.40gb.count": "2"}, "3g.40gb", 2, 0), "served 0 of 2 nvidia.com/mig-3g.40gb"},
+		{"no strategy label: no evidence", withMIG(nil, "3g.40gb", 2, 0), "served 0 of 2 nvidia.com/mig-3g.40gb"},
+		{"stale but partly allocatable: not stale", withMIG(map[string]string{"nvidia.com/mig.strategy": "none"}, "3g.40gb", 2, 1), "served 1 of 2 nvidia.com/mig-3g.40gb"},
+	}
+	for _, c := range cases {
+		if got := shortNodes([]corev1.Node{c.node}, "")["w1"]; got != c.want {
+			t.Errorf("%s: %q, want %q", c.why, got, c.want)
+		}
+	}
+	// Only stale MIG resources and no GPU resource served: the node advertises no GPU resource.
+	n := settleNode("w1", -1, 0)
+	n.Labels["nvidia.com/mig.strategy"] = "none"
+	n.Status.Capacity = corev1.ResourceList{"nvidia.com/mig-3g.40gb": *resource.NewQuantity(2, resource.DecimalSI)}
+	n.Status.Allocatable = corev1.ResourceList{"nvidia.com/mig-3g.40gb": *resource.NewQuantity(0, resource.DecimalSI)}
+	if got := shortNodes([]corev1.Node{n}, "")["w1"]; got != "advertised no GPU resource though labelled as a GPU node" {
+		t.Errorf("only stale MIG resources: %q", got)
 	}
 }
