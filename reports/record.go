@@ -96,6 +96,9 @@ type Parameters struct {
 type KueueRecord struct {
 	Present bool   `json:"present"`
 	Version string `json:"version"`
+	// WaitForPodsReady is Kueue's all-or-nothing setting for gangs as read from its Configuration:
+	// "timeout 45s, …", or "off: …" / "unknown: …" with why.
+	WaitForPodsReady string `json:"waitForPodsReady,omitempty"`
 }
 
 // PathRecord is one exercised allocation path.
@@ -136,7 +139,7 @@ func NewRecord(runID, contextName, server string, caps cluster.Capabilities, pat
 	r := Record{
 		RunID: runID, GeneratedAt: time.Now().UTC(), Context: contextName, Server: server,
 		KubernetesVersion: caps.ServerVersion,
-		Kueue:             KueueRecord{Present: caps.Kueue.Present, Version: caps.Kueue.Version},
+		Kueue:             KueueRecord{Present: caps.Kueue.Present, Version: caps.Kueue.Version, WaitForPodsReady: podsReadyWords(caps.Kueue)},
 		Sharing:           caps.Sharing,
 		SharingModes:      caps.SharingModes,
 		Notes:             caps.Notes,
@@ -193,4 +196,15 @@ func ReadRecord(path string) (Record, error) {
 		return r, fmt.Errorf("%s: %w", path, err)
 	}
 	return r, nil
+}
+
+// podsReadyWords is the record's line for Kueue's waitForPodsReady ("" without Kueue).
+func podsReadyWords(k cluster.KueueInfo) string {
+	switch {
+	case !k.Present:
+		return ""
+	case k.PodsReady != nil:
+		return k.PodsReady.String()
+	}
+	return k.PodsReadyWhy
 }

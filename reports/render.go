@@ -77,6 +77,9 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 		kueue = rec.Kueue.Version
 	}
 	row("Kueue", kueue)
+	if rec.Kueue.WaitForPodsReady != "" {
+		row("Kueue waitForPodsReady", rec.Kueue.WaitForPodsReady)
+	}
 	for _, p := range rec.Paths {
 		desc := p.Description
 		if p.DriverVersion != "" {

@@ -140,6 +140,7 @@ var (
 	podKind                   = corev1.SchemeGroupVersion.WithKind("Pod")
 	jobKind                   = batchv1.SchemeGroupVersion.WithKind("Job")
 	pvcKind                   = corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim")
+	serviceKind               = corev1.SchemeGroupVersion.WithKind("Service")
 	claimTemplateKind         = resourcev1.SchemeGroupVersion.WithKind("ResourceClaimTemplate")
 	claimKind                 = resourcev1.SchemeGroupVersion.WithKind("ResourceClaim")
 	namespaceKind             = corev1.SchemeGroupVersion.WithKind("Namespace")
@@ -151,7 +152,7 @@ var (
 	workloadPriorityClassKind = kueue.GroupVersion.WithKind("WorkloadPriorityClass")
 
 	// namespacedKinds are listed in a team namespace.
-	namespacedKinds = []schema.GroupVersionKind{podKind, jobKind, pvcKind, claimTemplateKind, claimKind}
+	namespacedKinds = []schema.GroupVersionKind{podKind, jobKind, pvcKind, serviceKind, claimTemplateKind, claimKind}
 	// clusterKinds are listed when the suite creates its own namespaces (claims across all of them).
 	clusterKinds = []schema.GroupVersionKind{namespaceKind, claimKind, pvKind, deviceClassKind}
 	// kueueKinds are listed where Kueue is installed.

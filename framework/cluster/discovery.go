@@ -48,6 +48,9 @@ type Snapshot struct {
 	KueueResources []string
 	// KueueDeployment is Kueue's controller Deployment, nil when unreadable.
 	KueueDeployment *appsv1.Deployment
+	// KueueConfig is the Configuration document Kueue's controller runs with; KueueConfigUnread says why
+	// it could not be read ("" when it was).
+	KueueConfig, KueueConfigUnread string
 	// NodePods are, per node whose pods were listed (nodes that publish node-local ResourceSlices, at most
 	// maxPluginNodes), the pods there that mount a hostPath: where a DRA driver's kubelet plugin is looked
 	// for. NodePodsUnread says why they could not be listed ("" when they were).
@@ -98,6 +101,7 @@ func Collect(ctx context.Context, kube kubernetes.Interface, kueueNamespace stri
 		switch {
 		case err == nil:
 			s.KueueDeployment = d
+			s.KueueConfig, s.KueueConfigUnread = readKueueConfig(ctx, kube, d)
 		case apierrors.IsNotFound(err):
 			s.Notes = append(s.Notes, fmt.Sprintf("Kueue CRDs are served but deployment %s/%s was not found; Kueue version unknown", kueueNamespace, kueueManagerName))
 		default:
@@ -176,6 +180,10 @@ type DRAPath struct {
 type KueueInfo struct {
 	Present bool
 	Version string
+	// PodsReady is its waitForPodsReady, nil when off or unknown; PodsReadyWhy says which, and why
+	// ("off in Kueue's Configuration", or why the Configuration could not be read).
+	PodsReady    *PodsReady
+	PodsReadyWhy string
 	// Reason says why Kueue is considered absent.
 	Reason string
 }
@@ -561,6 +569,22 @@ func discoverKueue(s Snapshot) KueueInfo {
 		return KueueInfo{Reason: fmt.Sprintf("Kueue API kueue.x-k8s.io/v1beta2 lacks %s", strings.Join(missing, ", "))}
 	}
 	info := KueueInfo{Present: true, Version: unknownVersion}
+	switch {
+	case s.KueueDeployment == nil:
+		info.PodsReadyWhy = "unknown: Kueue's Deployment could not be read"
+	case s.KueueConfigUnread != "":
+		info.PodsReadyWhy = "unknown: Kueue's Configuration could not be read (" + s.KueueConfigUnread + ")"
+	default:
+		p, err := parsePodsReady(s.KueueConfig)
+		switch {
+		case err != nil:
+			info.PodsReadyWhy = "unknown: " + err.Error()
+		case p == nil:
+			info.PodsReadyWhy = "off: Kueue's Configuration has no waitForPodsReady"
+		default:
+			info.PodsReady = p
+		}
+	}
 	if s.KueueDeployment != nil {
 		for _, ctr := range s.KueueDeployment.Spec.Template.Spec.Containers {
 			if tag := imageTag(ctr.Image); tag != "" && (ctr.Name == "manager" || info.Version == unknownVersion) {

@@ -110,7 +110,12 @@ func PreflightNeeds(n Needs) []Permission {
 		}
 	}
 	if n.Kueue {
-		perms = append(perms, Permission{Verb: "list", Group: kueue.GroupVersion.Group, Resource: "workloads", Why: "check admission", Namespace: ns})
+		perms = append(perms, Permission{Verb: "list", Group: kueue.GroupVersion.Group, Resource: "workloads", Why: "check admission", Namespace: ns},
+			Permission{Verb: "create", Resource: "services", Why: "a gang's headless Service, where its workers find each other", Namespace: ns},
+			Permission{Verb: "delete", Resource: "services", Why: "clean up each gang's Service", Namespace: ns})
+		if ns != "" {
+			perms = append(perms, Permission{Verb: "list", Resource: "services", Why: "leak audit and cleanup by label", Namespace: ns})
+		}
 		if ns != "" {
 			perms = append(perms,
 				Permission{Verb: "get", Group: kueue.GroupVersion.Group, Resource: "localqueues", Why: "check the team's LocalQueue is active", Namespace: ns},

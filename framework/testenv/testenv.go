@@ -224,6 +224,7 @@ var labelledKinds = []func() k8s.ObjectList{
 	func() k8s.ObjectList { return &corev1.PodList{} },
 	func() k8s.ObjectList { return &resourcev1.ResourceClaimTemplateList{} },
 	func() k8s.ObjectList { return &corev1.PersistentVolumeClaimList{} },
+	func() k8s.ObjectList { return &corev1.ServiceList{} },
 }
 
 // deleteLabelled deletes the objects of labelledKinds in ns that carry the selector. A kind whose API

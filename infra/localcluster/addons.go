@@ -410,7 +410,13 @@ func poll(ctx context.Context, timeout time.Duration, check func() (bool, string
 }
 
 // kueueConfig is the Configuration the local Kueue runs with: Kueue's defaults, Jobs as the only
-// integration the suites use, and DRA support so ClusterQueues can put quotas on DRA devices.
+// integration the suites use, DRA support so ClusterQueues can put quotas on DRA devices, and
+// waitForPodsReady as a training cluster enables it for gangs: a Workload whose pods are not all ready
+// within the timeout (a gang that only partly fits) is evicted and requeued, so it never holds devices
+// half-started. The timings shorten only local waits (Kueue's defaults: 5m, and a 60s requeue base): the
+// recovery timeout stays above the failure scenario's node loss (NotReady, then the taint's eviction), so
+// that a replacement a node failure needs is not also a Kueue requeue. The gang scenario reads them back
+// from this ConfigMap (framework/cluster discoverKueue) and the record lists them.
 const kueueConfig = `apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
 health:
@@ -436,6 +442,14 @@ clientConnection:
 integrations:
   frameworks:
   - batch/job
+waitForPodsReady:
+  timeout: 45s
+  recoveryTimeout: 3m
+  blockAdmission: false
+  requeuingStrategy:
+    timestamp: Eviction
+    backoffBaseSeconds: 5
+    backoffMaxSeconds: 60
 featureGates:
   DynamicResourceAllocation: true
 resources:
