@@ -153,13 +153,21 @@ func (r *Recorder) job(j *batchv1.Job) {
 	}
 }
 
-// workloadOf names the workload a pod belongs to: its Job, or the pod itself.
+// workloadOf names the workload a pod belongs to: its Job, or the pod itself. A worker of an Indexed Job
+// (a gang) is a workload of its own, "<job>[i]", so that the timeline has one bar per worker beside the
+// Job's (whose events are the queue's: created, admitted, evicted, finished).
 func workloadOf(p *corev1.Pod) string {
 	if c := metav1.GetControllerOf(p); c != nil && c.Kind == "Job" {
+		if i, ok := p.Annotations[batchv1.JobCompletionIndexAnnotation]; ok {
+			return WorkerName(c.Name, i)
+		}
 		return c.Name
 	}
 	return p.Name
 }
+
+// WorkerName is the timeline's name for worker index of a gang Job.
+func WorkerName(job, index string) string { return job + "[" + index + "]" }
 
 func (r *Recorder) pod(ctx context.Context, p *corev1.Pod) {
 	w := workloadOf(p)

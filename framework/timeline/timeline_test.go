@@ -155,3 +155,17 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestWorkerOfGangHasItsOwnBar(t *testing.T) {
+	ctrl := true
+	owner := []metav1.OwnerReference{{Kind: "Job", Name: "gang", Controller: &ctrl}}
+	worker := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "gang-1-abc", OwnerReferences: owner,
+		Annotations: map[string]string{batchv1.JobCompletionIndexAnnotation: "1"}}}
+	if got := workloadOf(worker); got != "gang[1]" {
+		t.Fatalf("a gang worker's workload is %q, want gang[1]", got)
+	}
+	single := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-xyz", OwnerReferences: owner}}
+	if got := workloadOf(single); got != "gang" {
+		t.Fatalf("a one-pod Job's pod belongs to %q, want its Job", got)
+	}
+}
