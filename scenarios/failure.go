@@ -439,14 +439,7 @@ func failedDevice(ctx context.Context, s *Spec[FailureInput], evictor faults.Dev
 		ginkgo.Skip("not exercised: the training pod's device identity cannot be read (" + given.Note + ")")
 	}
 	gomega.Expect(given.Devices).To(gomega.HaveLen(1))
-	victim := faults.Device{Node: node, ID: given.Devices[0]}
-	if dra, ok := path.(*gpu.DRA); ok && len(given.DeviceRefs) == 1 {
-		pool, name, _ := strings.Cut(given.DeviceRefs[0], "/")
-		victim.Pool, victim.Name = pool, name
-		if !strings.Contains(dra.Driver, ",") {
-			victim.Driver = dra.Driver
-		}
-	}
+	victim := victimDevice(path, node, given)
 	lastSeen, err := lastCheckpoint(ctx, env, ns, pod.Name)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 
@@ -513,4 +506,17 @@ func resourceHealth(p *corev1.Pod) string {
 		return fmt.Sprintf("phase %s; no allocatedResourcesStatus (the kubelet reports device health in pod status only with the ResourceHealthStatus feature)", p.Status.Phase)
 	}
 	return fmt.Sprintf("phase %s; %s", p.Status.Phase, strings.Join(out, "; "))
+}
+
+// victimDevice is the one device a pod was given, as a fault names it (on DRA also its pool and name).
+func victimDevice(path gpu.Path, node string, given gpu.Allocation) faults.Device {
+	victim := faults.Device{Node: node, ID: given.Devices[0]}
+	if dra, ok := path.(*gpu.DRA); ok && len(given.DeviceRefs) == 1 {
+		pool, name, _ := strings.Cut(given.DeviceRefs[0], "/")
+		victim.Pool, victim.Name = pool, name
+		if !strings.Contains(dra.Driver, ",") {
+			victim.Driver = dra.Driver
+		}
+	}
+	return victim
 }

@@ -17,6 +17,7 @@ var Registry = []*Scenario{
 	Shortage,
 	Driver,
 	Sharing,
+	Gang,
 }
 
 // Scenario is a scenario's declaration: what the suite, the labels, the verdict policy, the report and

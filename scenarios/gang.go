@@ -1,0 +1,641 @@
+package scenarios
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/checkpoints"
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/faults"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/queues"
+	"gpuconform.io/gpuconform/framework/suite"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/timeline"
+	"gpuconform.io/gpuconform/framework/wait"
+	"gpuconform.io/gpuconform/internal/workload/gang"
+)
+
+// GangInput is the input of GangSpec.
+type GangInput struct {
+	Base
+	// KueuePresent registers the scenario: the gang's admission is Kueue's.
+	KueuePresent       bool
+	ExistingLocalQueue string
+	// PodsReady is Kueue's waitForPodsReady (nil: off or unknown, PodsReadyWhy says which).
+	PodsReady    *cluster.PodsReady
+	PodsReadyWhy string
+	// Faults, Disruptive, Checkpoints: the failed-worker spec's needs, as the failure scenario's.
+	Faults         *faults.Injector
+	Disruptive     bool
+	Checkpoints    checkpoints.Storage
+	CheckpointsWhy string
+	EvictAfter     time.Duration
+}
+
+const gangName = "gang"
+
+// Gang is the multi-worker job scenario (GangSpec).
+var Gang = Define(Scenario{Name: gangName, Title: "a multi-worker GPU job is admitted and started whole, holds nothing while it cannot be, and comes back whole from its checkpoint when a worker fails",
+	Required: true, Measured: true, Needs: suite.Needs{Kueue: true}, Uses: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true}},
+	func(r *suite.Run) GangInput {
+		return GangInput{Base: baseOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(),
+			PodsReady: r.Caps.Kueue.PodsReady, PodsReadyWhy: r.Caps.Kueue.PodsReadyWhy,
+			Faults: r.Faults(), Disruptive: r.Config.Disruptive, Checkpoints: r.Checkpoints, CheckpointsWhy: r.CheckpointsWhy,
+			EvictAfter: r.Config.Faults.EvictionToleration.Duration}
+	},
+	GangSpec)
+
+// The gang's training: lock-step steps (a step completes only when every worker contributed), a
+// checkpoint every gangEvery steps. A worker that hears nothing from its peers for gangPeerTimeout stops.
+const (
+	gangSteps       = 20
+	gangFailSteps   = 40
+	gangEvery       = 5
+	gangStepTime    = 500 * time.Millisecond
+	gangPeerTimeout = 20 * time.Second
+	// gangObserve is how long a gang that only partly fits is watched where Kueue's waitForPodsReady is
+	// off or unknown: long enough for any admission mechanism to have withdrawn it.
+	gangObserve = 60 * time.Second
+)
+
+// GangSpec registers, per path, the checks of a multi-worker job (an Indexed Job of W workers with N
+// devices each, submitted through Kueue): it is admitted as one Workload and all its workers start,
+// step together and complete, on one node or on distinct nodes as asked; one that needs more devices
+// than are free (with quota enough) never keeps some workers running while others wait (Kueue's
+// waitForPodsReady evicts and requeues it whole); one short of quota stays suspended with no pod; and
+// when one worker's device fails, the survivor stops instead of running alone and the whole gang
+// restarts from its last common checkpoint on healthy devices.
+func GangSpec(input func() GangInput) {
+	reg := input()
+	if !reg.KueuePresent {
+		reg.notExercised("gang admission", "Kueue is absent (or not usable in this mode): the suite's gang admission is Kueue's")
+		return
+	}
+	for _, regPath := range reg.Paths {
+		pathName := regPath.Name()
+		if !reg.queued(true, pathName) {
+			continue // recorded: the team's ClusterQueue does not cover the path's Kueue resource
+		}
+		one, across := reg.eligible(regPath, 2), reg.eligible(regPath, 1)
+		if len(across) == 0 {
+			reg.notExercised(pathName+": gang", "no node in the GPU pool has a device on this path")
+			continue
+		}
+		devices, devicesWhy := reg.Faults.DevicesFor(regPath.ClaimBased())
+		if regPath.ClaimBased() && reg.Faults.DRAEvict != nil {
+			devices, devicesWhy = reg.Faults.DRAEvict, ""
+		}
+		describePath(input, regPath, "Multi-worker GPU jobs", "gang", []any{labels.Of(labels.Scenario(gangName), labels.NeedsKueue), ginkgo.Serial}, func(s *Spec[GangInput]) {
+			if len(one) == 0 {
+				reg.notExercised(pathName+": gang on one node", "no node in the GPU pool has 2 devices on this path")
+			} else {
+				ginkgo.It("admits a 2-worker gang as one Workload and starts both workers on one node, where they step together and complete", func(ctx context.Context) {
+					gangFits(ctx, s, fixtures.OneNode, one)
+				})
+			}
+			if len(across) < 2 {
+				reg.notExercised(pathName+": gang across nodes", "the GPU pool has one node with a device on this path")
+			} else {
+				ginkgo.It("admits a 2-worker gang as one Workload and starts each worker on a node of its own, where they step together and complete", func(ctx context.Context) {
+					gangFits(ctx, s, fixtures.AcrossNodes, across)
+				})
+			}
+			if reg.ExistingLocalQueue != "" {
+				reg.notExercised(pathName+": gang that does not fit, gang short of quota", "queues.mode=existing: they need a ClusterQueue of their own, sized to the gang")
+			} else {
+				ginkgo.It("never keeps part of a gang running while the rest waits for devices: a gang larger than the free devices is evicted and requeued whole", func(ctx context.Context) {
+					gangDoesNotFit(ctx, s, across)
+				})
+				ginkgo.It("keeps a gang short of quota suspended with no pod", func(ctx context.Context) {
+					gangShortOfQuota(ctx, s, across)
+				})
+			}
+			switch {
+			case !reg.Disruptive:
+				reg.notExercised(pathName+": failed worker in a gang", "it fails a device of the GPU pool; run with --disruptive to include it")
+			case devices == nil:
+				reg.notExercised(pathName+": failed worker in a gang", devicesWhy)
+			case reg.Checkpoints.None():
+				reg.notExercised(pathName+": failed worker in a gang", reg.CheckpointsWhy+"; a gang's restart resumes from its shared checkpoints")
+			case len(across) < 3:
+				reg.notExercised(pathName+": failed worker in a gang", "the failed worker's replacement needs a third node with a device on this path, beside the two workers")
+			default:
+				ginkgo.It("stops the survivor when one worker's device fails, and restarts the whole gang from its last common checkpoint on healthy devices", ginkgo.Label(labels.Disruptive), func(ctx context.Context) {
+					gangFailedWorker(ctx, s, devices, across)
+				})
+			}
+		})
+	}
+}
+
+// gangRun is one submitted gang.
+type gangRun struct {
+	job     *batchv1.Job
+	builder *fixtures.GangJobWrapper
+	workID  string
+	lq      string
+}
+
+// gangShape is what a spec submits.
+type gangShape struct {
+	name             string
+	workers, devices int
+	placement        fixtures.Placement
+	nodes            []string
+	steps            int
+	quota            int // device quota of its ClusterQueue (0: workers × devices)
+	storage          checkpoints.Storage
+	evictAfter       time.Duration
+}
+
+// submitGang creates the gang's queue and checkpoint storage, and the gang.
+func submitGang(ctx context.Context, s *Spec[GangInput], sh gangShape) gangRun {
+	ginkgo.GinkgoHelper()
+	env, ns, path := s.Env, s.NS, s.Path
+	quota := sh.quota
+	if quota == 0 {
+		quota = sh.workers * sh.devices
+	}
+	lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, ExistingLocalQueue: s.In.ExistingLocalQueue, Quota: queues.QuotaFor(path.QuotaResource(), quota)})
+	w := env.Factory.GangJob(sh.name, ns, sh.workers).Placement(sh.placement)
+	w.Path(path).Devices(sh.devices).Queue(lq).OnNodes(sh.nodes...).BackoffLimit(int32(4 * sh.workers))
+	workID := ns + "-" + sh.name
+	dir := trainDir + "/" + workID
+	if sh.storage.None() {
+		w.ScratchDir("checkpoints", trainDir)
+	} else {
+		created := false
+		ensureCheckpointStorage(ctx, env, ns, sh.storage, &created)
+		w.PersistentVolume(checkpointClaim, trainDir)
+	}
+	if sh.evictAfter > 0 {
+		w.EvictAfter(sh.evictAfter)
+	}
+	w.Args(w.GangArgs("--steps", strconv.Itoa(sh.steps), "--step-duration", gangStepTime.String(), "--checkpoint-every", strconv.Itoa(gangEvery),
+		"--checkpoint-dir", dir, "--work-id", workID, "--peer-timeout", gangPeerTimeout.String())...)
+	obj := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	ginkgo.By(fmt.Sprintf("submitting gang %s: %s, through LocalQueue %s", sh.name, w, lq))
+	return gangRun{job: env.Create(ctx, obj).(*batchv1.Job), builder: w, workID: workID, lq: lq}
+}
+
+// expectOneWorkload checks the gang is one Workload of one pod set counting every worker.
+func expectOneWorkload(ctx context.Context, env *testenv.Env, job *batchv1.Job, workers int) *kueue.Workload {
+	ginkgo.GinkgoHelper()
+	wl, err := queues.WorkloadFor(ctx, env, job)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	gomega.Expect(wl).NotTo(gomega.BeNil(), "Job %s/%s has no Workload", job.Namespace, job.Name)
+	count := int32(0)
+	for _, ps := range wl.Spec.PodSets {
+		count += ps.Count
+	}
+	gomega.Expect(count).To(gomega.Equal(int32(workers)), "Workload %s counts %d pods for a gang of %d workers: Kueue would admit it in parts", wl.Name, count, workers)
+	return wl
+}
+
+// gangWorkers are a gang's live pods by completion index (the newest pod of each index).
+func gangWorkers(ctx context.Context, env *testenv.Env, job *batchv1.Job, skip ...string) (map[int]*corev1.Pod, error) {
+	list, err := pods.OfJob(ctx, env, job)
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]*corev1.Pod{}
+	for i := range list {
+		p := &list[i]
+		if slices.Contains(skip, p.Name) || p.DeletionTimestamp != nil {
+			continue
+		}
+		idx, err := strconv.Atoi(p.Annotations[batchv1.JobCompletionIndexAnnotation])
+		if err != nil {
+			continue
+		}
+		if cur, ok := out[idx]; !ok || p.CreationTimestamp.After(cur.CreationTimestamp.Time) {
+			out[idx] = p
+		}
+	}
+	return out, nil
+}
+
+// workerStart is when the pod's workload container started (zero when it has not).
+func workerStart(p *corev1.Pod) time.Time {
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != fixtures.WorkloadContainer {
+			continue
+		}
+		switch {
+		case cs.State.Running != nil:
+			return cs.State.Running.StartedAt.Time
+		case cs.State.Terminated != nil:
+			return cs.State.Terminated.StartedAt.Time
+		}
+	}
+	return time.Time{}
+}
+
+// expectGangStarted waits until every worker of the gang (none of skip) has started, and returns them
+// by index with the start skew (last worker's start − first's).
+func expectGangStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job, workers int, skip ...string) (map[int]*corev1.Pod, time.Duration) {
+	ginkgo.GinkgoHelper()
+	var got map[int]*corev1.Pod
+	env.Wait.ForProgress(ctx, fmt.Sprintf("all %d workers of gang %s/%s to start", workers, job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
+		env.Timeouts.PodStart, func(g gomega.Gomega) {
+			var err error
+			got, err = gangWorkers(ctx, env, job, skip...)
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			for i := range workers {
+				p, ok := got[i]
+				g.Expect(ok).To(gomega.BeTrue(), "worker %d has no pod", i)
+				g.Expect(workerStart(p).IsZero()).To(gomega.BeFalse(), "worker %d (%s) has not started (phase %s, node %q)", i, p.Name, p.Status.Phase, p.Spec.NodeName)
+			}
+		})
+	first, last := time.Time{}, time.Time{}
+	for _, p := range got {
+		at := workerStart(p)
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+		if at.After(last) {
+			last = at
+		}
+	}
+	return got, last.Sub(first)
+}
+
+// gangSummary is what a gang worker writes as its termination message (gpu-workload gang).
+type gangSummary struct {
+	Status             string `json:"status"`
+	Rank               int    `json:"rank"`
+	Workers            int    `json:"workers"`
+	CompletedSteps     int    `json:"completed_steps"`
+	ResumedFrom        int    `json:"resumed_from"`
+	Resumed            bool   `json:"resumed"`
+	Attempt            int    `json:"attempt"`
+	LastCheckpointStep int    `json:"last_checkpoint_step"`
+	StateDigest        string `json:"state_digest"`
+}
+
+// workerSummary reads a terminated worker's summary.
+func workerSummary(ctx context.Context, env *testenv.Env, ns, pod string) gangSummary {
+	ginkgo.GinkgoHelper()
+	var sum gangSummary
+	env.Wait.For(ctx, fmt.Sprintf("the gang summary of worker pod %s/%s", ns, pod), wait.Target{Kind: "Pod", Namespace: ns, Name: pod}, env.Timeouts.JobRun, func(g gomega.Gomega) {
+		p, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		msg := ""
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.Name == fixtures.WorkloadContainer && cs.State.Terminated != nil {
+				msg = cs.State.Terminated.Message
+			}
+		}
+		g.Expect(msg).NotTo(gomega.BeEmpty(), "worker %s has not terminated with a message", pod)
+		g.Expect(json.Unmarshal([]byte(lastLine(msg)), &sum)).To(gomega.Succeed(), "termination message: %s", msg)
+	})
+	return sum
+}
+
+// expectWorkersDevices reads each worker's devices from the path's authority: each holds exactly its
+// devices, no device is held by two workers, and the workers are placed as asked.
+func expectWorkersDevices(ctx context.Context, env *testenv.Env, path gpu.Path, workers map[int]*corev1.Pod, devices int, placement fixtures.Placement) {
+	ginkgo.GinkgoHelper()
+	holder := map[string]string{}
+	nodes := map[string]bool{}
+	var lines []string
+	for _, i := range sortedIndexes(workers) {
+		p := workers[i]
+		nodes[p.Spec.NodeName] = true
+		given, err := path.Given(ctx, givenInput(env, p, nil))
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading worker %d's devices from %s", i, path.Authority())
+		gomega.Expect(given.Node).To(gomega.Equal(p.Spec.NodeName), "worker %d's devices are on %s, not on its node %s", i, given.Node, p.Spec.NodeName)
+		if !given.CountOnly {
+			gomega.Expect(given.Devices).To(gomega.HaveLen(devices), "worker %d (%s) holds %s, asked for %d", i, p.Name, gpu.FormatDevices(given.Devices), devices)
+			for _, d := range given.Devices {
+				key := p.Spec.NodeName + "/" + d
+				gomega.Expect(holder).NotTo(gomega.HaveKey(key), "device %s on %s is held by worker %d and by %s", d, p.Spec.NodeName, i, holder[key])
+				holder[key] = fmt.Sprintf("worker %d (%s)", i, p.Name)
+			}
+		}
+		lines = append(lines, fmt.Sprintf("worker %d: %s on %s with %s", i, p.Name, p.Spec.NodeName, gpu.FormatDevices(given.Devices)))
+	}
+	ginkgo.AddReportEntry("workers", strings.Join(lines, "; "))
+	switch placement {
+	case fixtures.OneNode:
+		gomega.Expect(nodes).To(gomega.HaveLen(1), "the gang asked for one node and runs on %d: %s", len(nodes), strings.Join(lines, "; "))
+	case fixtures.AcrossNodes:
+		gomega.Expect(nodes).To(gomega.HaveLen(len(workers)), "the gang asked for a node per worker and runs on %d nodes: %s", len(nodes), strings.Join(lines, "; "))
+	}
+}
+
+func sortedIndexes(m map[int]*corev1.Pod) []int {
+	out := make([]int, 0, len(m))
+	for i := range m {
+		out = append(out, i)
+	}
+	sort.Ints(out)
+	return out
+}
+
+// expectGangComplete waits for the gang to complete and checks every worker's last summary: all steps
+// done, every worker with the state of an uninterrupted run of the whole gang (each step's checksum
+// needs every worker, so a worker that ran alone could not have it).
+func expectGangComplete(ctx context.Context, env *testenv.Env, g gangRun, steps int) map[int]gangSummary {
+	ginkgo.GinkgoHelper()
+	pods.ExpectJobComplete(ctx, env, g.job)
+	workers, err := gangWorkers(ctx, env, g.job)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	want := gang.Digest(g.workID, g.builder.Workers(), steps)
+	out := map[int]gangSummary{}
+	for i := range g.builder.Workers() {
+		p, ok := workers[i]
+		gomega.Expect(ok).To(gomega.BeTrue(), "worker %d has no pod after the gang completed", i)
+		sum := workerSummary(ctx, env, g.job.Namespace, p.Name)
+		gomega.Expect(sum.Status).To(gomega.Equal("completed"), "worker %d (%s): %+v", i, p.Name, sum)
+		gomega.Expect(sum.CompletedSteps).To(gomega.Equal(steps), "worker %d's steps", i)
+		gomega.Expect(sum.StateDigest).To(gomega.Equal(want), "worker %d ends with another state than an uninterrupted run of the whole gang", i)
+		out[i] = sum
+	}
+	return out
+}
+
+func gangFits(ctx context.Context, s *Spec[GangInput], placement fixtures.Placement, nodes []string) {
+	env, path := s.Env, s.Path
+	const workers, devices = 2, 1
+	g := submitGang(ctx, s, gangShape{name: "gang", workers: workers, devices: devices, placement: placement, nodes: nodes, steps: gangSteps})
+	submitted := time.Now()
+	queues.ExpectAdmitted(ctx, env, g.job, path.QuotaResource(), workers*devices)
+	wl := expectOneWorkload(ctx, env, g.job, workers)
+	ginkgo.AddReportEntry("admission", fmt.Sprintf("one Workload %s for %d workers, %s=%d charged at once", wl.Name, workers, path.QuotaResource(), workers*devices))
+	started, skew := expectGangStarted(ctx, env, g.job, workers)
+	ginkgo.AddReportEntry("gang start skew", skew.Round(10*time.Millisecond).String())
+	ginkgo.AddReportEntry("created → whole gang running", since(submitted))
+	expectWorkersDevices(ctx, env, path, started, devices, placement)
+	expectGangComplete(ctx, env, g, gangSteps)
+	ginkgo.AddReportEntry("created → gang complete", since(submitted))
+}
+
+// gangDoesNotFit submits a gang one worker larger than the free devices allow, each worker asking for
+// the largest node's devices, with quota for all of it: the scheduler can place some workers and not
+// the rest. Kueue's waitForPodsReady must evict it whole (and requeue it); where it is off, a gang that
+// stays partly running for the observation window is a failure.
+func gangDoesNotFit(ctx context.Context, s *Spec[GangInput], nodes []string) {
+	env, ns, path := s.Env, s.NS, s.Path
+	capacity := path.Capacity()
+	perWorker, total := int64(0), int64(0)
+	for _, n := range nodes {
+		perWorker = max(perWorker, capacity[n])
+		total += capacity[n]
+	}
+	workers := int(total/perWorker) + 1
+	ginkgo.AddReportEntry("shape", fmt.Sprintf("%d workers × %d devices = %d, over the %d devices of %d nodes; quota for all of it", workers, perWorker, int64(workers)*perWorker, total, len(nodes)))
+	g := submitGang(ctx, s, gangShape{name: "toobig", workers: workers, devices: int(perWorker), nodes: nodes, steps: gangSteps})
+	queues.ExpectAdmitted(ctx, env, g.job, path.QuotaResource(), workers*int(perWorker))
+	admittedAt := time.Now()
+	expectOneWorkload(ctx, env, g.job, workers)
+
+	window := gangObserve
+	if pr := s.In.PodsReady; pr != nil {
+		window = pr.Timeout + 30*time.Second
+		ginkgo.AddReportEntry("Kueue waitForPodsReady", pr.String())
+	} else {
+		ginkgo.AddReportEntry("Kueue waitForPodsReady", s.In.PodsReadyWhy+fmt.Sprintf("; the gang is watched for %s", gangObserve))
+	}
+	var partial string
+	var evicted *metav1.Condition
+	deadline := time.Now().Add(window)
+	for time.Now().Before(deadline) {
+		wl, err := queues.WorkloadFor(ctx, env, g.job)
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
+			evicted = c
+			break
+		}
+		workersNow, err := gangWorkers(ctx, env, g.job)
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		if p := partialPlacement(workersNow, workers); p != "" {
+			partial = p
+		}
+		select {
+		case <-ctx.Done():
+			ginkgo.Fail("interrupted")
+		case <-time.After(env.Timeouts.Poll):
+		}
+	}
+	if partial != "" {
+		ginkgo.AddReportEntry("partly placed (while waiting)", partial)
+	}
+	if evicted == nil {
+		if partial == "" {
+			ginkgo.AddReportEntry("observed", fmt.Sprintf("for %s no worker ran while another waited", window))
+			return
+		}
+		why := "Kueue waitForPodsReady " + s.In.PodsReadyWhy
+		if s.In.PodsReady != nil {
+			why = fmt.Sprintf("Kueue's waitForPodsReady (timeout %s) did not evict it", s.In.PodsReady.Timeout)
+		}
+		ginkgo.Fail(fmt.Sprintf("gang %s/%s started partly and stayed so for %s: %s; %s: nothing withdraws a gang that only partly fits, whose running workers hold devices they cannot use",
+			ns, g.job.Name, window.Round(time.Second), partial, why))
+	}
+	ginkgo.AddReportEntry("admitted → evicted whole", fmt.Sprintf("%s (%s: %s)", evicted.LastTransitionTime.Sub(admittedAt).Round(100*time.Millisecond), evicted.Reason, evicted.Message))
+	gomega.Expect(evicted.Reason).To(gomega.Equal(kueue.WorkloadEvictedByPodsReadyTimeout), "the gang was evicted, but for %s: %s", evicted.Reason, evicted.Message)
+	// Evicted, the Job is suspended and its pods go: it holds no device while it waits again.
+	env.Wait.For(ctx, fmt.Sprintf("every worker of the evicted gang %s/%s to be gone", ns, g.job.Name), wait.Target{Kind: "Job", Namespace: ns, Name: g.job.Name}, env.Timeouts.Release, func(gg gomega.Gomega) {
+		left, err := gangWorkers(ctx, env, g.job)
+		gg.Expect(err).NotTo(gomega.HaveOccurred())
+		gg.Expect(left).To(gomega.BeEmpty(), "workers of the evicted gang still exist: %s", describeWorkers(left))
+	})
+	ginkgo.AddReportEntry("admitted → no worker left", since(admittedAt))
+	env.Wait.For(ctx, fmt.Sprintf("Kueue to requeue the evicted gang %s/%s", ns, g.job.Name), wait.Target{Kind: "Job", Namespace: ns, Name: g.job.Name}, env.Timeouts.Admission+s.In.PodsReady.BackoffBase, func(gg gomega.Gomega) {
+		wl, err := queues.WorkloadFor(ctx, env, g.job)
+		gg.Expect(err).NotTo(gomega.HaveOccurred())
+		c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadRequeued)
+		gg.Expect(c).NotTo(gomega.BeNil(), "Workload %s has no %s condition", wl.Name, kueue.WorkloadRequeued)
+		gg.Expect(c.Status).To(gomega.Equal(metav1.ConditionTrue), "Workload %s: %s=%s %s: %s", wl.Name, c.Type, c.Status, c.Reason, c.Message)
+		ginkgo.AddReportEntry("requeued", fmt.Sprintf("%s=%s (%s); requeue count %d", c.Type, c.Status, c.Reason, requeueCount(wl)))
+	})
+}
+
+func requeueCount(wl *kueue.Workload) int32 {
+	if wl.Status.RequeueState == nil || wl.Status.RequeueState.Count == nil {
+		return 0
+	}
+	return *wl.Status.RequeueState.Count
+}
+
+// partialPlacement describes a gang some of whose workers run while others wait ("" when none runs or
+// all do).
+func partialPlacement(workers map[int]*corev1.Pod, want int) string {
+	var running, waiting []string
+	for i := range want {
+		p, ok := workers[i]
+		switch {
+		case !ok:
+			waiting = append(waiting, fmt.Sprintf("worker %d (no pod)", i))
+		case p.Spec.NodeName != "" && (p.Status.Phase == corev1.PodRunning || !workerStart(p).IsZero()):
+			running = append(running, fmt.Sprintf("worker %d on %s", i, p.Spec.NodeName))
+		default:
+			waiting = append(waiting, fmt.Sprintf("worker %d (%s)", i, waitingWhy(p)))
+		}
+	}
+	if len(running) == 0 || len(waiting) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s run; %s wait", strings.Join(running, ", "), strings.Join(waiting, ", "))
+}
+
+// waitingWhy is the scheduler's word on a pod that waits: its PodScheduled condition.
+func waitingWhy(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status != corev1.ConditionTrue {
+			return fmt.Sprintf("%s: %s", c.Reason, c.Message)
+		}
+	}
+	return "phase " + string(p.Status.Phase)
+}
+
+func describeWorkers(m map[int]*corev1.Pod) string {
+	var out []string
+	for _, i := range sortedIndexes(m) {
+		out = append(out, fmt.Sprintf("worker %d %s (%s on %q)", i, m[i].Name, m[i].Status.Phase, m[i].Spec.NodeName))
+	}
+	return strings.Join(out, ", ")
+}
+
+// gangShortOfQuota submits a 2-worker gang to a ClusterQueue with quota for one worker: Kueue must keep
+// the Job suspended, with no pod, and say the quota is short.
+func gangShortOfQuota(ctx context.Context, s *Spec[GangInput], nodes []string) {
+	env, ns, path := s.Env, s.NS, s.Path
+	const workers = 2
+	g := submitGang(ctx, s, gangShape{name: "noquota", workers: workers, devices: 1, nodes: nodes, steps: gangSteps, quota: workers - 1})
+	var msg string
+	env.Wait.For(ctx, fmt.Sprintf("Kueue to refuse gang %s/%s its quota", ns, g.job.Name), wait.Target{Kind: "Job", Namespace: ns, Name: g.job.Name}, env.Timeouts.Admission, func(gg gomega.Gomega) {
+		wl, err := queues.WorkloadFor(ctx, env, g.job)
+		gg.Expect(err).NotTo(gomega.HaveOccurred())
+		gg.Expect(wl).NotTo(gomega.BeNil(), "no Workload yet")
+		gg.Expect(meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadQuotaReserved)).To(gomega.BeFalse(),
+			"Kueue reserved quota for %d workers in a ClusterQueue with quota for %d", workers, workers-1)
+		c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadQuotaReserved)
+		gg.Expect(c).NotTo(gomega.BeNil(), "Workload %s has no %s condition yet", wl.Name, kueue.WorkloadQuotaReserved)
+		gg.Expect(c.Message).To(gomega.ContainSubstring("insufficient quota for "+string(path.QuotaResource())), "Workload %s: %s", wl.Name, c.Message)
+		msg = c.Message
+	})
+	ginkgo.AddReportEntry("Kueue", msg)
+	job, err := env.Clients.Kube.BatchV1().Jobs(ns).Get(ctx, g.job.Name, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	gomega.Expect(job.Spec.Suspend).To(gomega.HaveValue(gomega.BeTrue()), "the Job of a gang short of quota is not suspended")
+	left, err := gangWorkers(ctx, env, g.job)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	gomega.Expect(left).To(gomega.BeEmpty(), "a gang short of quota has pods: %s", describeWorkers(left))
+}
+
+// gangFailedWorker runs a 2-worker gang across nodes with checkpoints on storage both see, fails worker
+// 1's device, and checks the survivor stops (it cannot step alone), the whole gang restarts, resumes from
+// its last common checkpoint on healthy devices and completes with the state of an uninterrupted run.
+func gangFailedWorker(ctx context.Context, s *Spec[GangInput], devices faults.DeviceProvider, nodes []string) {
+	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
+	const workers = 2
+	g := submitGang(ctx, s, gangShape{name: "gang", workers: workers, devices: 1, placement: fixtures.AcrossNodes, nodes: nodes,
+		steps: gangFailSteps, storage: s.In.Checkpoints, evictAfter: s.In.EvictAfter})
+	queues.ExpectAdmitted(ctx, env, g.job, path.QuotaResource(), workers)
+	started, skew := expectGangStarted(ctx, env, g.job, workers)
+	ginkgo.AddReportEntry("gang start skew", skew.Round(10*time.Millisecond).String())
+	common := gangFailSteps
+	for _, i := range sortedIndexes(started) {
+		common = min(common, expectCheckpoint(ctx, env, ns, started[i].Name, 2*gangEvery))
+	}
+	victimPod := started[1]
+	node := victimPod.Spec.NodeName
+	capacity := path.Capacity()[node]
+	given, err := path.Given(ctx, givenInput(env, victimPod, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading worker 1's device from %s", path.Authority())
+	if given.CountOnly {
+		ginkgo.Skip("not exercised: worker 1's device identity cannot be read (" + given.Note + ")")
+	}
+	victim := victimDevice(path, node, given)
+
+	ginkgo.By(fmt.Sprintf("reporting %s, used by worker 1 (%s), unhealthy through %s", victim, victimPod.Name, devices.Name()))
+	faultAt := time.Now()
+	env.Note(timeline.WorkerName(g.job.Name, "1"), timeline.Fault, "Device/"+victim.ID, "unhealthy through "+devices.Name())
+	withdrawn, _ := withdrawnWith(ctx, env, path, node, victim.ID)
+	undo, err := inj.MarkDeviceUnhealthy(ctx, devices, victim)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	unhealthy := testenv.DeferUndo(undo)
+	expectLiveCapacity(ctx, env, path, node, capacity-withdrawn, victim.ID+" withdrawn", env.Timeouts.Release)
+	if !devices.Evicts() {
+		// As in the failure scenario: nothing evicts a pod whose device-plugin device turns unhealthy; the
+		// application fails (a real GPU error kills its CUDA context), which deleting it stands in for.
+		ginkgo.By(fmt.Sprintf("%s does not evict: failing worker 1 (%s) as the application would (deleting it)", devices.Name(), victimPod.Name))
+		gomega.Expect(env.Clients.Kube.CoreV1().Pods(ns).Delete(ctx, victimPod.Name, metav1.DeleteOptions{})).To(gomega.Succeed())
+	}
+
+	survivor := started[0]
+	ginkgo.By(fmt.Sprintf("waiting for the survivor, worker 0 (%s), to stop: it must not step alone", survivor.Name))
+	sum := workerSummary(ctx, env, ns, survivor.Name)
+	ginkgo.AddReportEntry("fault → survivor stopped", since(faultAt))
+	gomega.Expect(sum.Status).To(gomega.Equal("peer_lost"), "the survivor ended %q at step %d instead of stopping when its peer was lost", sum.Status, sum.CompletedSteps)
+	lastStep := sum.CompletedSteps
+	ginkgo.AddReportEntry("survivor", fmt.Sprintf("stopped at step %d (peer lost), newest common checkpoint seen before the fault: step %d", lastStep, common))
+
+	restarted, restartSkew := expectGangStarted(ctx, env, g.job, workers, victimPod.Name, survivor.Name)
+	ginkgo.AddReportEntry("fault → whole gang running again", since(faultAt))
+	ginkgo.AddReportEntry("restarted gang start skew", restartSkew.Round(10*time.Millisecond).String())
+	rg, err := path.Given(ctx, givenInput(env, restarted[1], nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the restarted worker 1's device from %s", path.Authority())
+	gomega.Expect(rg.Devices).NotTo(gomega.ContainElement(victim.ID), "the restarted worker 1 (%s) was given the unhealthy device %s", restarted[1].Name, victim.ID)
+	ginkgo.AddReportEntry("restarted workers", describeWorkers(restarted))
+	ginkgo.AddReportEntry("restart mechanism", restartMechanism(ctx, env, g.job))
+
+	sums := expectGangComplete(ctx, env, g, gangFailSteps)
+	ginkgo.AddReportEntry("fault → gang complete", since(faultAt))
+	for i, sm := range sums {
+		gomega.Expect(sm.Resumed).To(gomega.BeTrue(), "worker %d started over from step 0 although the gang's checkpoints were on shared storage: %+v", i, sm)
+		gomega.Expect(sm.ResumedFrom).To(gomega.Equal(sums[0].ResumedFrom), "workers resumed from different steps: worker %d from %d, worker 0 from %d", i, sm.ResumedFrom, sums[0].ResumedFrom)
+	}
+	from := sums[0].ResumedFrom
+	gomega.Expect(from).To(gomega.BeNumerically(">=", common), "the gang resumed from step %d, older than the common checkpoint at step %d seen before the fault", from, common)
+	lost := lastStep - from
+	ginkgo.AddReportEntry("steps lost", fmt.Sprintf("%d: the gang reached step %d, resumed from its common checkpoint at step %d (checkpoint every %d)", lost, lastStep, from, gangEvery))
+	gomega.Expect(lost).To(gomega.BeNumerically("<=", gangEvery), "more than one checkpoint interval lost: the gang reached step %d and resumed from step %d", lastStep, from)
+
+	gomega.Expect(unhealthy.Now(ctx)).To(gomega.Succeed())
+	expectLiveCapacity(ctx, env, path, node, capacity, victim.ID+" back", env.Timeouts.Release)
+}
+
+// restartMechanism says what brought the gang back: Kueue's requeue (the Workload was evicted) or the Job
+// controller replacing each failed worker (backoffLimit) while Kueue kept it admitted.
+func restartMechanism(ctx context.Context, env *testenv.Env, job *batchv1.Job) string {
+	ginkgo.GinkgoHelper()
+	wl, err := queues.WorkloadFor(ctx, env, job)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadRequeued); c != nil && requeueCount(wl) > 0 {
+		return fmt.Sprintf("Kueue evicted and requeued the Workload (%s: %s)", c.Reason, c.Message)
+	}
+	j, err := env.Clients.Kube.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	return fmt.Sprintf("the Job controller replaced every worker that stopped (%d failed pods within backoffLimit %d); Kueue kept the Workload admitted", j.Status.Failed, ptrOr(j.Spec.BackoffLimit))
+}
+
+func ptrOr(p *int32) int32 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
