@@ -21,6 +21,10 @@ import (
 // a checkpoint it would misread.
 const checkpointVersion = 1
 
+// CheckpointVersion is the State.Version this binary writes and resumes; a caller that builds a
+// State itself (the gang workload) must set it.
+const CheckpointVersion = checkpointVersion
+
 // DefaultKeep is how many checkpoints survive pruning: the newest plus two to fall back to if the
 // newest turns out to be damaged.
 const DefaultKeep = 3
