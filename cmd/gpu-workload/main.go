@@ -3,11 +3,14 @@
 //
 //	gpu-workload probe [--expect N] [--expect-ids id1,id2] [--hold D]
 //	gpu-workload train --steps S --step-duration D --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
+//	gpu-workload gang --workers W [--rank R] [--coordinator HOST] [--port P] --steps S --step-duration D
+//	                  --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
 //	gpu-workload podresources [--socket PATH] [--namespace NS] [--pod NAME] [--timeout D]
 //
 // Every subcommand prints JSON lines on stdout. Exit codes: 0 success, 1 failed check or runtime error,
-// 2 usage error, 143 (128+SIGTERM) train interrupted by SIGTERM after it saved its final checkpoint: an
-// interrupted attempt is not a completed one, so a Job counts it as a failed pod and replaces it.
+// 2 usage error, 143 (128+SIGTERM) train or gang interrupted by SIGTERM after it saved its final
+// checkpoint: an interrupted attempt is not a completed one, so a Job counts it as a failed pod and
+// replaces it. A gang worker that lost a peer exits 1.
 package main
 
 import (
@@ -24,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"gpuconform.io/gpuconform/internal/workload/gang"
 	"gpuconform.io/gpuconform/internal/workload/hostproc"
 	"gpuconform.io/gpuconform/internal/workload/podresources"
 	"gpuconform.io/gpuconform/internal/workload/probe"
@@ -44,6 +48,8 @@ const usage = `usage: gpu-workload <command> [flags]
 commands:
   probe         report the devices this container sees; fail if they differ from --expect/--expect-ids
   train         restartable training loop that checkpoints and resumes (preemption scenarios)
+  gang          train's multi-worker version: the pods of an Indexed Job step in lock step and stop
+                together when one is lost (gang scheduling scenarios)
   podresources  ask the kubelet which devices it allocated to pods
   host-signal   freeze (SIGSTOP, then SIGCONT) or signal a host process by name (needs hostPID; the
                 kubelet-stop fault provider)
@@ -71,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runProbe(ctx, args[1:], stdout, stderr)
 	case "train":
 		return runTrain(ctx, args[1:], stdout, stderr)
+	case "gang":
+		return runGang(ctx, args[1:], stdout, stderr)
 	case "podresources":
 		return runPodResources(ctx, args[1:], stdout, stderr)
 	case "host-signal":
@@ -207,6 +215,60 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if sum.Status == train.StatusInterrupted {
 		return exitInterrupted
+	}
+	return exitOK
+}
+
+func runGang(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("gang", "--workers W [--rank R] [--coordinator HOST] [--port P] --steps S --step-duration D --checkpoint-dir DIR --checkpoint-every K [--work-id ID]", stderr)
+	cfg := gang.Config{TerminationLogPath: termlog.DefaultPath, Warnings: stderr}
+	fs.IntVar(&cfg.Workers, "workers", 0, "world size: how many workers make up the gang (required, >= 1)")
+	var rank optionalInt
+	fs.Var(&rank, "rank", "this worker's rank in [0, workers) (default $"+gang.RankEnv+", which an Indexed Job sets)")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "", "host name of rank 0, e.g. job-0.job (<job>-<index>.<headless service>); required when --workers > 1")
+	fs.IntVar(&cfg.Port, "port", gang.DefaultPort, "TCP port rank 0 listens on (all interfaces) and every rank dials")
+	fs.IntVar(&cfg.Steps, "steps", 0, "total steps of the work (required, > 0)")
+	fs.DurationVar(&cfg.StepDuration, "step-duration", 0, "simulated work per step, e.g. 500ms (>= 0)")
+	fs.StringVar(&cfg.CheckpointDir, "checkpoint-dir", "", "directory for checkpoints, one rank-<R> directory per rank; must survive the pod (required)")
+	fs.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "checkpoint every K steps (required, > 0)")
+	fs.StringVar(&cfg.WorkID, "work-id", train.DefaultWorkID, "identity of the work; checkpoints of another work are never resumed, workers of another work never admitted")
+	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", gang.DefaultRendezvousTimeout, "how long to wait for all workers to join (> 0)")
+	fs.DurationVar(&cfg.PeerTimeout, "peer-timeout", gang.DefaultPeerTimeout, "how long a step may wait for the other workers' contributions before the coordinator declares a peer lost and stops the gang; a worker that hears nothing gives up 10% (at least 1s) later (> 0)")
+	if code, done := parseFlags(fs, args, stderr); done {
+		return code
+	}
+	switch {
+	case rank.value != nil:
+		cfg.Rank = *rank.value
+	case os.Getenv(gang.RankEnv) != "":
+		n, err := strconv.Atoi(os.Getenv(gang.RankEnv))
+		if err != nil {
+			return usageError(fs, stderr, fmt.Sprintf("$%s is not an integer: %q", gang.RankEnv, os.Getenv(gang.RankEnv)))
+		}
+		cfg.Rank = n
+	default:
+		return usageError(fs, stderr, "--rank is required when $"+gang.RankEnv+" is not set")
+	}
+	if cfg.RendezvousTimeout <= 0 || cfg.PeerTimeout <= 0 {
+		return usageError(fs, stderr, fmt.Sprintf("--rendezvous-timeout and --peer-timeout must be > 0, got %s and %s", cfg.RendezvousTimeout, cfg.PeerTimeout))
+	}
+	if cfg.Port == 0 {
+		return usageError(fs, stderr, "--port must be in [1, 65535], got 0")
+	}
+	if err := cfg.Validate(); err != nil {
+		return usageError(fs, stderr, err.Error())
+	}
+	sum, err := gang.Run(ctx, cfg, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpu-workload gang: %v\n", err)
+		return exitFail
+	}
+	switch sum.Status {
+	case gang.StatusInterrupted:
+		return exitInterrupted
+	case gang.StatusPeerLost:
+		fmt.Fprintf(stderr, "gpu-workload gang: rank %d stopped after step %d: %s\n", sum.Rank, sum.CompletedSteps, sum.Reason)
+		return exitFail
 	}
 	return exitOK
 }

@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuconform.io/gpuconform/internal/workload/gang"
 	"gpuconform.io/gpuconform/internal/workload/train"
 )
 
@@ -53,6 +56,88 @@ func TestTrainValidationMessageNamesTheFlag(t *testing.T) {
 	run(t.Context(), []string{"train", "--steps", "3", "--checkpoint-every", "1"}, &bytes.Buffer{}, &stderr)
 	if !strings.Contains(stderr.String(), "--checkpoint-dir is required") {
 		t.Errorf("stderr = %q", stderr.String())
+	}
+}
+
+func TestGangUsageErrorsExitTwo(t *testing.T) {
+	t.Setenv(gang.RankEnv, "") // an Indexed Job running these tests must not lend its index
+	base := []string{"gang", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1"}
+	cases := map[string]struct {
+		args []string
+		env  string
+		want string
+	}{
+		"no workers":            {[]string{"--rank", "0"}, "", "--workers must be >= 1"},
+		"no rank, no index":     {[]string{"--workers", "1"}, "", "--rank is required when $JOB_COMPLETION_INDEX is not set"},
+		"bad index":             {[]string{"--workers", "1"}, "one", "$JOB_COMPLETION_INDEX is not an integer"},
+		"rank out of range":     {[]string{"--workers", "2", "--rank", "2", "--coordinator", "j-0.j"}, "", "--rank must be in [0, 2)"},
+		"index out of range":    {[]string{"--workers", "2", "--coordinator", "j-0.j"}, "5", "--rank must be in [0, 2), got 5"},
+		"no coordinator":        {[]string{"--workers", "2", "--rank", "1"}, "", "--coordinator is required"},
+		"port zero":             {[]string{"--workers", "1", "--rank", "0", "--port", "0"}, "", "--port must be in [1, 65535]"},
+		"zero peer timeout":     {[]string{"--workers", "1", "--rank", "0", "--peer-timeout", "0s"}, "", "--peer-timeout must be > 0"},
+		"zero rendezvous":       {[]string{"--workers", "1", "--rank", "0", "--rendezvous-timeout", "0s"}, "", "--rendezvous-timeout and --peer-timeout must be > 0"},
+		"negative step":         {[]string{"--workers", "1", "--rank", "0", "--step-duration", "-1s"}, "", "--step-duration must be >= 0"},
+		"non-integer rank flag": {[]string{"--workers", "1", "--rank", "x"}, "", "not an integer"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(gang.RankEnv, tc.env)
+			var stdout, stderr bytes.Buffer
+			if code := run(t.Context(), append(slices.Clone(base), tc.args...), &stdout, &stderr); code != exitUsage {
+				t.Errorf("exit %d, want %d; stderr: %s", code, exitUsage, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.want) || !strings.Contains(stderr.String(), "usage: gpu-workload gang") {
+				t.Errorf("stderr = %q, want %q and the usage", stderr.String(), tc.want)
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("usage errors must not print on stdout, got %q", stdout.String())
+			}
+		})
+	}
+}
+
+func TestGangOfOneTakesItsRankFromTheIndex(t *testing.T) {
+	t.Setenv(gang.RankEnv, "0")
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"gang", "--workers", "1", "--steps", "4", "--checkpoint-dir", dir, "--checkpoint-every", "2", "--work-id", "g"}, &stdout, &stderr)
+	if code != exitOK {
+		t.Fatalf("exit %d; stderr: %s", code, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	var done map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &done); err != nil {
+		t.Fatal(err)
+	}
+	if done["event"] != "done" || done["rank"] != float64(0) || done["state_digest"] != gang.Digest("g", 1, 4) {
+		t.Errorf("last event = %v", done)
+	}
+	if _, err := os.Stat(filepath.Join(gang.RankDir(dir, 0), train.FileName(4))); err != nil {
+		t.Errorf("no final checkpoint: %v", err)
+	}
+}
+
+func TestGangRejectedWorkerExitsOne(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // a coordinator that turns everyone away
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = bufio.NewReader(c).ReadString('\n')
+		_, _ = c.Write([]byte(`{"type":"reject","rank":0,"reason":"duplicate rank 1"}` + "\n"))
+	}()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"gang", "--workers", "2", "--rank", "1", "--coordinator", "127.0.0.1", "--port", port,
+		"--steps", "4", "--checkpoint-dir", t.TempDir(), "--checkpoint-every", "2", "--rendezvous-timeout", "10s"}, &stdout, &stderr)
+	if code != exitFail || !strings.Contains(stderr.String(), "rejected by the coordinator: duplicate rank 1") {
+		t.Errorf("exit %d, stderr %q; want 1 and the reason", code, stderr.String())
 	}
 }
 
@@ -244,5 +329,88 @@ func TestBinaryTrainSIGTERMThenResume(t *testing.T) {
 	}
 	if done["event"] != "done" || done["steps"] != float64(total) || done["steps_run_this_attempt"] != float64(3) {
 		t.Errorf("done = %v, want steps %d with 3 run this attempt", done, total)
+	}
+}
+
+// freePort returns a TCP port that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+}
+
+func TestBinaryGangStopsWhenAWorkerIsKilledThenResumes(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	port := freePort(t)
+	gangCmd := func(rank int, steps string, stepDuration string) *exec.Cmd {
+		cmd := exec.Command(bin, "gang", "--workers", "3", "--coordinator", "127.0.0.1", "--port", port,
+			"--steps", steps, "--step-duration", stepDuration, "--checkpoint-dir", dir, "--checkpoint-every", "5",
+			"--work-id", "g", "--rendezvous-timeout", "30s", "--peer-timeout", "60s")
+		cmd.Env = hermeticEnv(gang.RankEnv + "=" + strconv.Itoa(rank))
+		return cmd
+	}
+
+	// Attempt 1: the gang runs until rank 2 is killed without warning.
+	cmds := make([]*exec.Cmd, 3)
+	lines := make([]<-chan string, 3)
+	for r := range cmds {
+		cmds[r] = gangCmd(r, "100000", "20ms")
+		lines[r] = lineReader(t, cmds[r])
+		if err := cmds[r].Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmds[r].Process.Kill() })
+	}
+	waitEvent(t, lines[2], 60*time.Second, func(ev map[string]any) bool {
+		return ev["event"] == "checkpoint" && ev["step"].(float64) >= 5
+	})
+	killed := time.Now()
+	if err := cmds[2].Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for range lines[2] {
+	}
+	_ = cmds[2].Wait()
+	for r := range 2 {
+		lost := waitEvent(t, lines[r], 30*time.Second, func(ev map[string]any) bool { return ev["event"] == "peer_lost" })
+		for range lines[r] {
+		}
+		err := cmds[r].Wait()
+		if exitErr, ok := errors.AsType[*exec.ExitError](err); !ok || exitErr.ExitCode() != exitFail {
+			t.Errorf("rank %d exited with %v after losing rank 2, want exit status 1", r, err)
+		}
+		if !strings.Contains(lost["reason"].(string), "rank 2") {
+			t.Errorf("rank %d peer_lost = %v, want rank 2 named", r, lost)
+		}
+	}
+	// The peer timeout is a minute; the coordinator must have ended the gang long before.
+	if took := time.Since(killed); took > 20*time.Second {
+		t.Errorf("the survivors took %s to stop", took)
+	}
+
+	// Attempt 2 resumes the whole gang and ends with the digest of an uninterrupted run.
+	const total = 40
+	results := make([][]byte, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Go(func() { results[r], errs[r] = gangCmd(r, strconv.Itoa(total), "0s").Output() })
+	}
+	wg.Wait()
+	for r := range 3 {
+		if errs[r] != nil {
+			t.Fatalf("rank %d of the resumed gang: %v\n%s", r, errs[r], results[r])
+		}
+		evLines := strings.Split(strings.TrimSpace(string(results[r])), "\n")
+		var done map[string]any
+		_ = json.Unmarshal([]byte(evLines[len(evLines)-1]), &done)
+		if done["event"] != "done" || done["state_digest"] != gang.Digest("g", 3, total) || done["attempt"] != float64(2) || done["resumed_from"].(float64) < 5 {
+			t.Errorf("rank %d done = %v, want attempt 2 resumed from >= 5 with the uninterrupted digest", r, done)
+		}
 	}
 }

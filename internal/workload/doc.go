@@ -3,6 +3,9 @@
 //
 //   - probe: reports the devices a container can see and checks them against what was requested.
 //   - train: a restartable, checkpointing loop for preemption and recovery scenarios.
+//   - gang: train for the W workers of an Indexed Job, which rendezvous over TCP, resume from the
+//     newest checkpoint every one of them holds, step in lock step and stop together (peer_lost)
+//     when one is lost.
 //   - podresources: asks the kubelet which devices it allocated to pods.
 //   - termlog: writes a Kubernetes termination message without ever exceeding its size limit.
 //

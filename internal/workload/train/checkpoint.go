@@ -21,6 +21,10 @@ import (
 // a checkpoint it would misread.
 const checkpointVersion = 1
 
+// CheckpointVersion is the State.Version this binary writes and resumes; a caller that builds a
+// State itself (the gang workload) must set it.
+const CheckpointVersion = checkpointVersion
+
 // DefaultKeep is how many checkpoints survive pruning: the newest plus two to fall back to if the
 // newest turns out to be damaged.
 const DefaultKeep = 3
@@ -287,4 +291,60 @@ func (s *Store) removeStaleTemps() {
 			_ = os.Remove(m)
 		}
 	}
+}
+
+// Checkpoints returns every checkpoint of workID that passes the checks Load makes, newest first.
+// It treats the files Load would not trust the same way: damaged ones are moved aside, another
+// work's are left alone, and each is reported in skipped. A gang worker uses it to tell its peers
+// which steps it could resume from.
+func (s *Store) Checkpoints(workID string) (states []State, skipped []Skipped, err error) {
+	s.removeStaleTemps()
+	found, err := s.list()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, c := range found {
+		st, reason, corrupt := readCheckpoint(c, workID)
+		if reason == "" {
+			states = append(states, *st)
+			continue
+		}
+		skipped = append(skipped, Skipped{File: c.path, Reason: reason})
+		if corrupt {
+			_ = os.Rename(c.path, c.path+quarantineSuffix)
+		}
+	}
+	return states, skipped, nil
+}
+
+// LoadStep returns the checkpoint of workID for exactly step, and its path. Unlike Load it does not
+// fall back to an older checkpoint: a missing or untrustworthy file is an error.
+func (s *Store) LoadStep(workID string, step int) (*State, string, error) {
+	path := filepath.Join(s.Dir, FileName(step))
+	st, reason, _ := readCheckpoint(checkpointEntry{step: step, path: path}, workID)
+	if reason != "" {
+		return nil, path, fmt.Errorf("checkpoint for step %d: %s", step, reason)
+	}
+	return st, path, nil
+}
+
+// RemoveAfter deletes the finished checkpoints newer than step and returns their paths. A gang that
+// resumes from an older common step uses it: the newer files describe a future the gang abandoned,
+// and left in place they would crowd the step every worker shares out of the Keep newest.
+func (s *Store) RemoveAfter(step int) ([]string, error) {
+	found, err := s.list()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	for _, c := range found {
+		if c.step <= step {
+			continue
+		}
+		if err := os.Remove(c.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("removing checkpoint: %w", err)
+		}
+		removed = append(removed, c.path)
+	}
+	return removed, nil
 }

@@ -514,3 +514,59 @@ func TestSleepCtxReturnsOnCancel(t *testing.T) {
 		t.Errorf("zero sleep = %v", err)
 	}
 }
+
+func TestCheckpointsListsEveryValidOneNewestFirst(t *testing.T) {
+	dir := t.TempDir()
+	s := &Store{Dir: dir}
+	saveSteps(t, s, "w1", 5, 10, 15)
+	bad := damage(t, dir, 10, func(b []byte) []byte { return b[:len(b)/2] })
+	states, skipped, err := s.Checkpoints("w1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var steps []int
+	for _, st := range states {
+		steps = append(steps, st.Step)
+	}
+	if !reflect.DeepEqual(steps, []int{15, 5}) {
+		t.Errorf("steps = %v, want [15 5]", steps)
+	}
+	if len(skipped) != 1 || skipped[0].File != bad {
+		t.Errorf("skipped = %+v, want %s", skipped, bad)
+	}
+	if _, err := os.Stat(bad + quarantineSuffix); err != nil {
+		t.Errorf("damaged checkpoint not moved aside: %v", err)
+	}
+	if states, _, err := (&Store{Dir: filepath.Join(dir, "missing")}).Checkpoints("w1"); err != nil || len(states) != 0 {
+		t.Errorf("Checkpoints of a missing dir = %v, %v; want none", states, err)
+	}
+}
+
+func TestLoadStepLoadsExactlyThatStep(t *testing.T) {
+	dir := t.TempDir()
+	s := &Store{Dir: dir}
+	saveSteps(t, s, "w1", 5, 10)
+	st, path, err := s.LoadStep("w1", 5)
+	if err != nil || st.Step != 5 || filepath.Base(path) != FileName(5) {
+		t.Fatalf("LoadStep(5) = %+v, %s, %v", st, path, err)
+	}
+	if _, _, err := s.LoadStep("w1", 7); err == nil {
+		t.Error("LoadStep of a missing step succeeded")
+	}
+	if _, _, err := s.LoadStep("other", 10); err == nil || !strings.Contains(err.Error(), "belongs to work") {
+		t.Errorf("LoadStep of another work = %v", err)
+	}
+}
+
+func TestRemoveAfter(t *testing.T) {
+	dir := t.TempDir()
+	s := &Store{Dir: dir}
+	saveSteps(t, s, "w1", 5, 10, 15)
+	removed, err := s.RemoveAfter(5)
+	if err != nil || len(removed) != 2 {
+		t.Fatalf("RemoveAfter(5) = %v, %v; want two files", removed, err)
+	}
+	if got, want := checkpointFiles(t, dir), []string{FileName(5)}; !reflect.DeepEqual(got, want) {
+		t.Errorf("checkpoints = %v, want %v", got, want)
+	}
+}
