@@ -3,7 +3,9 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -492,6 +494,16 @@ patches:
   target:
     kind: Deployment
     name: kueue-controller-manager
+# Kueue reads its Configuration once, at start, and the ConfigMap keeps its name: the configuration's
+# digest on the pod template rolls the Deployment when a revived cluster gets a changed configuration.
+- patch: |-
+    apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: kueue-controller-manager, namespace: kueue-system}
+    spec:
+      template:
+        metadata:
+          annotations: {gpuconform.io/kueue-config: "` + kueueConfigDigestPlaceholder + `"}
 configMapGenerator:
 # the same merge Kueue's own e2e overlays (test/e2e/config/*) use.
 - name: kueue-manager-config
@@ -501,6 +513,15 @@ configMapGenerator:
   - controller_manager_config.yaml
 `
 
+// kueueConfigDigestPlaceholder stands in the overlay for kueueConfig's digest.
+const kueueConfigDigestPlaceholder = "KUEUE_CONFIG_DIGEST"
+
+// renderedKueueOverlay is the overlay with the configuration's digest filled in.
+func renderedKueueOverlay() string {
+	sum := sha256.Sum256([]byte(kueueConfig))
+	return strings.Replace(kueueOverlay, kueueConfigDigestPlaceholder, hex.EncodeToString(sum[:8]), 1)
+}
+
 // renderKueue renders Kueue's manifests from its module with the overlay, cached by content.
 func (c *Cluster) renderKueue(ctx context.Context) ([]byte, error) {
 	modDir := filepath.Join(c.opts.RepoRoot, compKueue.Module)
@@ -508,7 +529,7 @@ func (c *Cluster) renderKueue(ctx context.Context) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := NewKey("kueue-manifests").Value("overlay", kueueOverlay).Value("config", kueueConfig).Value("exclude", SystemNamespace)
+	k := NewKey("kueue-manifests").Value("overlay", renderedKueueOverlay()).Value("config", kueueConfig).Value("exclude", SystemNamespace)
 	if err := k.Dir("config", filepath.Join(src, "config"), nil); err != nil {
 		return nil, err
 	}
@@ -523,7 +544,7 @@ func (c *Cluster) renderKueue(ctx context.Context) ([]byte, error) {
 		}
 		_ = c.run(ctx, "chmod kueue config", "chmod", "-R", "u+w", work)
 		ov := filepath.Join(work, "config", "gpuconform")
-		if err := writeFile(filepath.Join(ov, "kustomization.yaml"), []byte(kueueOverlay), 0o644); err != nil {
+		if err := writeFile(filepath.Join(ov, "kustomization.yaml"), []byte(renderedKueueOverlay()), 0o644); err != nil {
 			return err
 		}
 		if err := writeFile(filepath.Join(ov, "controller_manager_config.yaml"), []byte(kueueConfig), 0o644); err != nil {
