@@ -31,6 +31,13 @@ func Decide(s *Snapshot) (res *Result, err error) {
 	v := &verdict{s: &snap}
 	v.ref(t.Kind, t.Namespace, t.Name)
 	// Every return below ends here: a verdict carried as an error becomes the Result.
+	// A gang's verdict also names each worker: which run, which wait and where (deferred first, so it
+	// runs last, on the Result the verdict below becomes).
+	defer func() {
+		if f, ferr := snap.frame(); ferr == nil && err == nil {
+			res = withWorkers(res, f.job, f.pods)
+		}
+	}()
 	defer func() { res, err = v.result(res, err) }()
 
 	f, err := snap.frame()

@@ -333,6 +333,9 @@ type Result struct {
 	Terminal bool `json:"terminal,omitempty"`
 	// TerminalWhy says why the diagnosis is terminal.
 	TerminalWhy string `json:"terminalWhy,omitempty"`
+	// Workers are a gang's workers (an Indexed Job of several pods), each with where it is; the verdict
+	// above is the worker that waits longest's.
+	Workers []Worker `json:"workers,omitempty"`
 }
 
 // terminal marks the result terminal and says why; it returns the result for chaining.
@@ -367,6 +370,12 @@ func (r *Result) String() string {
 			refs[i] = o.String()
 		}
 		fmt.Fprintf(&b, "  Read:    %s\n", strings.Join(refs, ", "))
+	}
+	if len(r.Workers) > 0 {
+		b.WriteString("  Workers:\n")
+		for _, w := range r.Workers {
+			fmt.Fprintf(&b, "    - %s\n", w)
+		}
 	}
 	if r.Terminal {
 		fmt.Fprintf(&b, "  Final:   %s\n", r.TerminalWhy)
