@@ -104,6 +104,9 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(capacity(`after it came back`) + `|a one-device pod to run on \S+ on the \S+ path after the node came back`)},
 		{Fault: fakeplugin.FaultDriverMismatch, Focus: "driver and CUDA versions the node advertises", Catcher: "driver and CUDA versions the node advertises",
 			Because: because(`advertises driver \S+ \([^)]*\) but nvidia-smi in pod \S+ prints \S+`)},
+		// A cluster fault (cmd/gpuconform-dev/selfcheck_kueue.go): Kueue restarted without waitForPodsReady.
+		{Fault: fakeplugin.FaultKueueNoPodsReady, Focus: "never keeps part of a gang running", Catcher: "never keeps part of a gang running",
+			Because: because(`gang \S+ started partly and stayed so for \S+: worker \d+ on \S+.* run; .*wait; Kueue waitForPodsReady off`)},
 		// The sharing modes' faults, each in the mode it breaks (scenarios/sharing*.go; the replica limit is
 		// framework/gpu CheckExclusive's, from the labels' replicas).
 		{Fault: fakeplugin.FaultExtraReplica, Sharing: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2},
@@ -233,6 +236,21 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, bin shipped
 		}
 		return nil
 	}
+	if row.Fault.Cluster() {
+		undo, err := applyClusterFault(ctx, kube, row.Fault)
+		if err != nil {
+			res.Note = "switching the fault on: " + err.Error()
+			return res
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			defer cancel()
+			if err := undo(cctx); err != nil {
+				fmt.Fprintf(stderr, "selfcheck: switching %s off: %v\n", row.Fault, err)
+			}
+		}()
+		return runSelfcheckSpecs(ctx, bin, kubeconfig, dir, res, stderr)
+	}
 	on := string(row.Fault)
 	start := time.Now()
 	if err := set(&on); err != nil {
@@ -263,6 +281,12 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, bin shipped
 	case <-ctx.Done():
 	case <-time.After(statusSettle):
 	}
+	return runSelfcheckSpecs(ctx, bin, kubeconfig, dir, res, stderr)
+}
+
+// runSelfcheckSpecs runs the row's specs with its fault on, and judges the run.
+func runSelfcheckSpecs(ctx context.Context, bin shipped, kubeconfig, dir string, res selfcheckResult, stderr io.Writer) selfcheckResult {
+	row := res.Row
 	_ = os.RemoveAll(dir)
 	_ = os.MkdirAll(filepath.Dir(dir), 0o755)
 	log := io.Discard

@@ -56,6 +56,8 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"Node gpuconform-worker:\n  Ready=True (KubeletReady)\n",
 		fakeplugin.FaultDriverMismatch: "node gpuconform-worker advertises driver 550.54.15 (node labels nvidia.com/cuda.driver-version.full, nvidia.com/cuda.runtime-version.full) but nvidia-smi in pod driver-0 prints 551.54.15\n" +
 			"Expected\n    <string>: 551.54.15\nto equal\n    <string>: 550.54.15",
+		fakeplugin.FaultKueueNoPodsReady: "gang gpuconform-gang-x/toobig started partly and stayed so for 1m0s: worker 0 on gpuconform-worker2, worker 1 on gpuconform-worker run; worker 2 (Unschedulable: 0/4 nodes are available: 2 Insufficient nvidia.com/gpu) wait; " +
+			"Kueue waitForPodsReady off: Kueue's Configuration has no waitForPodsReady: nothing withdraws a gang that only partly fits, whose running workers hold devices they cannot use",
 		fakeplugin.FaultExtraReplica:           "GPU GPU-0c2f is held by 3 pods (ts-0, ts-4, ts-8) on gpuconform-worker, which the node's labels share 2 ways (time-slicing, 2 replicas): a device was handed out more often than it has replicas",
 		fakeplugin.FaultMPSNoLimits:            "pod mps-0 on an MPS node lacks its MPS limits: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (want 50); CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (want 0=40779M)",
 		fakeplugin.FaultMIGWithParent:          "GPU GPU-9d3a is held whole by pod mig-0-2 while pod mig-1-0 holds its MIG device MIG-4e1c-aa (3g.40gb), both running on gpuconform-worker: a MIG device's parent was handed out with it (1 MIG device(s) of it held in all)",

@@ -84,7 +84,15 @@ const (
 	// holds. Plays a DRA driver that reports the wrong framebuffer size. Caught by the DRA capacity check:
 	// the published capacity must not exceed the memory the GPU shows in the container.
 	FaultDRACapacityOverstated Fault = "dra-capacity-overstated"
+	// FaultKueueNoPodsReady runs the local Kueue without waitForPodsReady: nothing then withdraws a gang
+	// that only partly fits, whose running workers hold devices they cannot use. Not the agent's: `make
+	// selfcheck` applies it to Kueue's Configuration (the agent ignores it). Caught by the gang scenario's
+	// partial-start check.
+	FaultKueueNoPodsReady Fault = "kueue-no-pods-ready"
 )
+
+// Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
+func (f Fault) Cluster() bool { return f == FaultKueueNoPodsReady }
 
 // FaultsAnnotation is the node annotation that switches faults on at run time on that node only: a
 // comma-separated list of Fault names. Removing it switches them off again (faults given with --fault
@@ -95,7 +103,7 @@ const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
 func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot, FaultDriverMismatch,
-		FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters, FaultDRACapacityOverstated}
+		FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters, FaultDRACapacityOverstated, FaultKueueNoPodsReady}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that
