@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -99,6 +100,8 @@ type KueueRecord struct {
 	// WaitForPodsReady is Kueue's all-or-nothing setting for gangs as read from its Configuration:
 	// "timeout 45s, …", or "off: …" / "unknown: …" with why.
 	WaitForPodsReady string `json:"waitForPodsReady,omitempty"`
+	// TAS is its topology-aware scheduling: the Topologies and their levels, or why there are none.
+	TAS string `json:"tas,omitempty"`
 }
 
 // PathRecord is one exercised allocation path.
@@ -139,7 +142,7 @@ func NewRecord(runID, contextName, server string, caps cluster.Capabilities, pat
 	r := Record{
 		RunID: runID, GeneratedAt: time.Now().UTC(), Context: contextName, Server: server,
 		KubernetesVersion: caps.ServerVersion,
-		Kueue:             KueueRecord{Present: caps.Kueue.Present, Version: caps.Kueue.Version, WaitForPodsReady: podsReadyWords(caps.Kueue)},
+		Kueue:             KueueRecord{Present: caps.Kueue.Present, Version: caps.Kueue.Version, WaitForPodsReady: podsReadyWords(caps.Kueue), TAS: tasWords(caps.Kueue)},
 		Sharing:           caps.Sharing,
 		SharingModes:      caps.SharingModes,
 		Notes:             caps.Notes,
@@ -207,4 +210,19 @@ func podsReadyWords(k cluster.KueueInfo) string {
 		return k.PodsReady.String()
 	}
 	return k.PodsReadyWhy
+}
+
+// tasWords is the record's line for Kueue's topology-aware scheduling ("" without Kueue).
+func tasWords(k cluster.KueueInfo) string {
+	if !k.Present {
+		return ""
+	}
+	if len(k.Topologies) == 0 {
+		return k.TopologiesWhy
+	}
+	var out []string
+	for _, t := range k.Topologies {
+		out = append(out, "Topology "+t.Name+": "+strings.Join(t.Levels, " > "))
+	}
+	return strings.Join(out, "; ")
 }

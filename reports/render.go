@@ -80,6 +80,9 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	if rec.Kueue.WaitForPodsReady != "" {
 		row("Kueue waitForPodsReady", rec.Kueue.WaitForPodsReady)
 	}
+	if rec.Kueue.TAS != "" {
+		row("Kueue topology-aware scheduling", rec.Kueue.TAS)
+	}
 	for _, p := range rec.Paths {
 		desc := p.Description
 		if p.DriverVersion != "" {

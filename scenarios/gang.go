@@ -42,6 +42,9 @@ type GangInput struct {
 	// PodsReady is Kueue's waitForPodsReady (nil: off or unknown, PodsReadyWhy says which).
 	PodsReady    *cluster.PodsReady
 	PodsReadyWhy string
+	// Topologies are Kueue's Topologies (TAS); TopologiesWhy says why there are none.
+	Topologies    []cluster.Topology
+	TopologiesWhy string
 	// Faults, Disruptive, Checkpoints: the failed-worker spec's needs, as the failure scenario's.
 	Faults         *faults.Injector
 	Disruptive     bool
@@ -58,6 +61,7 @@ var Gang = Define(Scenario{Name: gangName, Title: "a multi-worker GPU job is adm
 	func(r *suite.Run) GangInput {
 		return GangInput{Base: baseOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(),
 			PodsReady: r.Caps.Kueue.PodsReady, PodsReadyWhy: r.Caps.Kueue.PodsReadyWhy,
+			Topologies: r.Caps.Kueue.Topologies, TopologiesWhy: r.Caps.Kueue.TopologiesWhy,
 			Faults: r.Faults(), Disruptive: r.Config.Disruptive, Checkpoints: r.Checkpoints, CheckpointsWhy: r.CheckpointsWhy,
 			EvictAfter: r.Config.Faults.EvictionToleration.Duration}
 	},
@@ -116,6 +120,14 @@ func GangSpec(input func() GangInput) {
 			} else {
 				ginkgo.It("admits a 2-worker gang as one Workload and starts each worker on a node of its own, where they step together and complete", func(ctx context.Context) {
 					gangFits(ctx, s, fixtures.AcrossNodes, across)
+				})
+			}
+			switch tas, why := reg.hostTopology(regPath); {
+			case why != "":
+				reg.notExercised(pathName+": gang placed by Kueue's topology-aware scheduling", why)
+			default:
+				ginkgo.It("places a 2-worker gang within one node through Kueue's topology-aware scheduling (required topology kubernetes.io/hostname)", func(ctx context.Context) {
+					gangTAS(ctx, s, tas)
 				})
 			}
 			if reg.ExistingLocalQueue != "" {
@@ -645,4 +657,71 @@ func ptrOr(p *int32) int32 {
 		return 0
 	}
 	return *p
+}
+
+// tasDevices is what each worker of the TAS gang asks for: two workers of two devices fill a 4-GPU node.
+const tasDevices = 2
+
+// hostTopology picks the Kueue Topology with a hostname level for the TAS spec on path, or says why the
+// spec is not exercised.
+func (b GangInput) hostTopology(path gpu.Path) (cluster.Topology, string) {
+	switch {
+	case b.ExistingLocalQueue != "":
+		return cluster.Topology{}, "queues.mode=existing: a topology-aware flavor is the ClusterQueue's, which the suite does not own"
+	case path.ClaimBased():
+		// Kueue's TAS sizes each domain from the nodes' allocatable (pkg/cache/scheduler/tas_flavor_snapshot.go in
+		// Kueue 0.17): DRA devices are not in it, so a TAS flavor has no capacity for a DRA gang.
+		return cluster.Topology{}, "Kueue's topology-aware scheduling counts node allocatable, where DRA devices are not (Kueue 0.17)"
+	case len(b.Topologies) == 0:
+		return cluster.Topology{}, b.TopologiesWhy
+	case len(b.eligible(path, 2*tasDevices)) == 0:
+		return cluster.Topology{}, fmt.Sprintf("no node in the GPU pool has %d devices on this path", 2*tasDevices)
+	}
+	for _, t := range b.Topologies {
+		if t.HasLevel(corev1.LabelHostname) {
+			return t, ""
+		}
+	}
+	return cluster.Topology{}, "no Kueue Topology has a " + corev1.LabelHostname + " level"
+}
+
+// gangTAS submits a 2-worker gang through a topology-aware flavor over the Topology, requiring one
+// hostname domain: Kueue must assign it one node (its Workload's topology assignment), and both workers
+// must run there.
+func gangTAS(ctx context.Context, s *Spec[GangInput], tas cluster.Topology) {
+	env, ns, path := s.Env, s.NS, s.Path
+	const workers = 2
+	nodes := s.In.eligible(path, workers*tasDevices)
+	lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Name: "tas", Quota: queues.QuotaFor(path.QuotaResource(), workers*tasDevices),
+		Topology: tas.Name, TopologyNodeLabels: map[string]string{corev1.LabelOSStable: "linux"}})
+	w := env.Factory.GangJob("tas", ns, workers).RequiredTopology(corev1.LabelHostname)
+	w.Path(path).Devices(tasDevices).Queue(lq).OnNodes(nodes...).BackoffLimit(2 * workers)
+	workID := ns + "-tas"
+	w.ScratchDir("checkpoints", trainDir)
+	w.Args(w.GangArgs("--steps", strconv.Itoa(gangSteps), "--step-duration", gangStepTime.String(), "--checkpoint-every", strconv.Itoa(gangEvery),
+		"--checkpoint-dir", trainDir+"/"+workID, "--work-id", workID, "--peer-timeout", gangPeerTimeout.String())...)
+	obj := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	ginkgo.By(fmt.Sprintf("submitting gang tas: %s, required topology %s of Topology %s (%s)", w, corev1.LabelHostname, tas.Name, strings.Join(tas.Levels, " > ")))
+	g := gangRun{job: env.Create(ctx, obj).(*batchv1.Job), builder: w, workID: workID, lq: lq}
+	submitted := time.Now()
+	wl := queues.ExpectAdmitted(ctx, env, g.job, path.QuotaResource(), workers*tasDevices)
+	var assigned []string
+	if wl.Status.Admission != nil {
+		for _, psa := range wl.Status.Admission.PodSetAssignments {
+			if ta := psa.TopologyAssignment; ta != nil {
+				raw, _ := json.Marshal(ta)
+				assigned = append(assigned, string(raw))
+			}
+		}
+	}
+	gomega.Expect(assigned).NotTo(gomega.BeEmpty(), "Kueue admitted Workload %s through topology-aware flavor of Topology %s without a topology assignment: TAS did not place it", wl.Name, tas.Name)
+	ginkgo.AddReportEntry("Kueue's topology assignment", strings.Join(assigned, "; "))
+	started, skew := expectGangStarted(ctx, env, g.job, workers)
+	ginkgo.AddReportEntry("gang start skew", skew.Round(10*time.Millisecond).String())
+	ginkgo.AddReportEntry("created → whole gang running", since(submitted))
+	expectWorkersDevices(ctx, env, path, started, tasDevices, fixtures.OneNode)
+	expectGangComplete(ctx, env, g, gangSteps)
 }

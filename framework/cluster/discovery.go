@@ -51,6 +51,9 @@ type Snapshot struct {
 	// KueueConfig is the Configuration document Kueue's controller runs with; KueueConfigUnread says why
 	// it could not be read ("" when it was).
 	KueueConfig, KueueConfigUnread string
+	// KueueTopologies are Kueue's Topologies (TAS); KueueTopologiesUnread says why they could not be read.
+	KueueTopologies       []Topology
+	KueueTopologiesUnread string
 	// NodePods are, per node whose pods were listed (nodes that publish node-local ResourceSlices, at most
 	// maxPluginNodes), the pods there that mount a hostPath: where a DRA driver's kubelet plugin is looked
 	// for. NodePodsUnread says why they could not be listed ("" when they were).
@@ -95,6 +98,9 @@ func Collect(ctx context.Context, kube kubernetes.Interface, kueueNamespace stri
 				s.KueueResources = append(s.KueueResources, r.Name)
 			}
 		}
+	}
+	if slices.Contains(s.KueueResources, "topologies") {
+		s.KueueTopologies, s.KueueTopologiesUnread = readTopologies(ctx, kube)
 	}
 	if len(s.KueueResources) > 0 {
 		d, err := kube.AppsV1().Deployments(kueueNamespace).Get(ctx, kueueManagerName, metav1.GetOptions{})
@@ -184,6 +190,10 @@ type KueueInfo struct {
 	// ("off in Kueue's Configuration", or why the Configuration could not be read).
 	PodsReady    *PodsReady
 	PodsReadyWhy string
+	// Topologies are its Topologies for topology-aware scheduling (none: TAS is not configured);
+	// TopologiesWhy says why there are none or they are unknown.
+	Topologies    []Topology
+	TopologiesWhy string
 	// Reason says why Kueue is considered absent.
 	Reason string
 }
@@ -568,7 +578,15 @@ func discoverKueue(s Snapshot) KueueInfo {
 	if len(missing) > 0 {
 		return KueueInfo{Reason: fmt.Sprintf("Kueue API kueue.x-k8s.io/v1beta2 lacks %s", strings.Join(missing, ", "))}
 	}
-	info := KueueInfo{Present: true, Version: unknownVersion}
+	info := KueueInfo{Present: true, Version: unknownVersion, Topologies: s.KueueTopologies}
+	switch {
+	case !slices.Contains(s.KueueResources, "topologies"):
+		info.TopologiesWhy = "Kueue serves no Topology API (topology-aware scheduling is off or older than this Kueue)"
+	case s.KueueTopologiesUnread != "":
+		info.TopologiesWhy = "unknown: Kueue's Topologies could not be listed (" + s.KueueTopologiesUnread + ")"
+	case len(s.KueueTopologies) == 0:
+		info.TopologiesWhy = "no Kueue Topology is defined: topology-aware scheduling is not configured"
+	}
 	switch {
 	case s.KueueDeployment == nil:
 		info.PodsReadyWhy = "unknown: Kueue's Deployment could not be read"

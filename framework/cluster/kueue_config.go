@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	kueueconfig "sigs.k8s.io/kueue/apis/config/v1beta2"
+	kueuev1beta2 "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	"sigs.k8s.io/yaml"
 )
 
@@ -88,4 +91,35 @@ func parsePodsReady(doc string) (*PodsReady, error) {
 		p.BackoffBase = time.Duration(*rs.BackoffBaseSeconds) * time.Second
 	}
 	return p, nil
+}
+
+// Topology is a Kueue Topology (topology-aware scheduling): its levels, outermost first (node labels such
+// as a block, a rack, kubernetes.io/hostname).
+type Topology struct {
+	Name   string   `json:"name"`
+	Levels []string `json:"levels"`
+}
+
+// HasLevel reports whether the topology has a level of the node label.
+func (t Topology) HasLevel(label string) bool { return slices.Contains(t.Levels, label) }
+
+// readTopologies lists Kueue's Topologies, or says why they could not be read.
+func readTopologies(ctx context.Context, kube kubernetes.Interface) ([]Topology, string) {
+	raw, err := kube.Discovery().RESTClient().Get().AbsPath("/apis/" + KueueGroupVersion + "/topologies").DoRaw(ctx)
+	if err != nil {
+		return nil, err.Error()
+	}
+	var list kueuev1beta2.TopologyList
+	if err := json.Unmarshal(raw, &list); err != nil {
+		return nil, err.Error()
+	}
+	out := make([]Topology, 0, len(list.Items))
+	for _, t := range list.Items {
+		tp := Topology{Name: t.Name}
+		for _, l := range t.Spec.Levels {
+			tp.Levels = append(tp.Levels, l.NodeLabel)
+		}
+		out = append(out, tp)
+	}
+	return out, ""
 }

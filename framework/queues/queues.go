@@ -38,6 +38,10 @@ type SetupInput struct {
 	Cohort string
 	// Flavor is an existing ResourceFlavor to use (queues of one cohort borrow per flavor); default: a new one.
 	Flavor string
+	// Topology makes the new flavor topology-aware over this Kueue Topology, on the nodes with
+	// TopologyNodeLabels (a TAS flavor needs at least one).
+	Topology           string
+	TopologyNodeLabels map[string]string
 }
 
 // Setup returns the LocalQueue to submit to: the existing one, or a new ResourceFlavor, ClusterQueue and
@@ -55,7 +59,11 @@ func Setup(ctx context.Context, env *testenv.Env, in SetupInput) string {
 	}
 	flavor := in.Flavor
 	if flavor == "" {
-		flavor = env.Create(ctx, f.ResourceFlavor(name, in.Namespace).Obj()).GetName()
+		rf := f.ResourceFlavor(name, in.Namespace)
+		if in.Topology != "" {
+			rf.Topology(in.Topology).NodeLabels(in.TopologyNodeLabels)
+		}
+		flavor = env.Create(ctx, rf.Obj()).GetName()
 	}
 	cqw := f.ClusterQueue(name, in.Namespace).Flavor(flavor, in.Quota)
 	if in.WithinClusterQueue != "" || in.ReclaimWithinCohort != "" {

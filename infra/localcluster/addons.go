@@ -640,7 +640,7 @@ spec:
 	defer os.Remove(f.Name())
 	_, _ = f.WriteString(probe)
 	f.Close()
-	return poll(ctx, 180*time.Second, func() (bool, string) {
+	if err := poll(ctx, 180*time.Second, func() (bool, string) {
 		out, err := c.kubectlOut(ctx, "create", "--dry-run=server", "-o", "jsonpath={.spec.suspend}", "-f", f.Name())
 		if err != nil {
 			return false, "Kueue's webhook does not answer yet: " + err.Error()
@@ -650,5 +650,44 @@ spec:
 			return false, "a queued Job was not suspended by Kueue's webhook (spec.suspend=" + out + ")"
 		}
 		return true, ""
-	})
+	}); err != nil {
+		return err
+	}
+	return c.installTopology(ctx)
+}
+
+// RackLabel is the local cluster's fake rack: a GPU node's pool (gpu, canary) stands for the rack it is in,
+// so Kueue's topology has a level above the hostname as a training cluster's has (block, rack, host).
+const RackLabel = "gpuconform.io/rack"
+
+// TopologyName is the Kueue Topology of the local cluster: rack, then hostname.
+const TopologyName = "gpuconform-local"
+
+// installTopology labels every pool node with its rack and creates the Kueue Topology over rack and
+// hostname, so topology-aware scheduling (TAS, on by default since Kueue 0.14) can be exercised: a
+// ResourceFlavor that names it places a gang within one domain.
+func (c *Cluster) installTopology(ctx context.Context) error {
+	out, err := c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o", `jsonpath={range .items[*]}{.metadata.name}={.metadata.labels.gpuconform\.io/pool}{"\n"}{end}`)
+	if err != nil {
+		return err
+	}
+	for line := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
+		node, pool, ok := strings.Cut(line, "=")
+		if !ok || node == "" {
+			continue
+		}
+		if err := c.kubectl(ctx, "label rack", "label", "node", node, "--overwrite", RackLabel+"=rack-"+pool); err != nil {
+			return err
+		}
+	}
+	topology := `apiVersion: kueue.x-k8s.io/v1beta2
+kind: Topology
+metadata:
+  name: ` + TopologyName + `
+spec:
+  levels:
+  - nodeLabel: ` + RackLabel + `
+  - nodeLabel: kubernetes.io/hostname
+`
+	return c.applyManifest(ctx, "kueue topology", []byte(topology))
 }
