@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -264,10 +263,11 @@ func workerStart(p *corev1.Pod) time.Time {
 	return time.Time{}
 }
 
-// expectGangStarted waits until every worker of the gang (none of skip) has started, and returns them
+// expectGangStarted waits until every worker of the gang (one per completion, none of skip) has started, and returns them
 // by index with the start skew (last worker's start − first's).
-func expectGangStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job, workers int, skip ...string) (map[int]*corev1.Pod, time.Duration) {
+func expectGangStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job, skip ...string) (map[int]*corev1.Pod, time.Duration) {
 	ginkgo.GinkgoHelper()
+	workers := int(ptrOr(job.Spec.Completions))
 	var got map[int]*corev1.Pod
 	env.Wait.ForProgress(ctx, fmt.Sprintf("all %d workers of gang %s/%s to start", workers, job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
 		env.Timeouts.PodStart, func(g gomega.Gomega) {
@@ -362,7 +362,7 @@ func sortedIndexes(m map[int]*corev1.Pod) []int {
 	for i := range m {
 		out = append(out, i)
 	}
-	sort.Ints(out)
+	slices.Sort(out)
 	return out
 }
 
@@ -396,7 +396,7 @@ func gangFits(ctx context.Context, s *Spec[GangInput], placement fixtures.Placem
 	queues.ExpectAdmitted(ctx, env, g.job, path.QuotaResource(), workers*devices)
 	wl := expectOneWorkload(ctx, env, g.job, workers)
 	ginkgo.AddReportEntry("admission", fmt.Sprintf("one Workload %s for %d workers, %s=%d charged at once", wl.Name, workers, path.QuotaResource(), workers*devices))
-	started, skew := expectGangStarted(ctx, env, g.job, workers)
+	started, skew := expectGangStarted(ctx, env, g.job)
 	ginkgo.AddReportEntry("gang start skew", skew.Round(10*time.Millisecond).String())
 	ginkgo.AddReportEntry("created → whole gang running", since(submitted))
 	expectWorkersDevices(ctx, env, path, started, devices, placement)
@@ -570,7 +570,7 @@ func gangFailedWorker(ctx context.Context, s *Spec[GangInput], devices faults.De
 	g := submitGang(ctx, s, gangShape{name: "gang", workers: workers, devices: 1, placement: fixtures.AcrossNodes, nodes: nodes,
 		steps: gangFailSteps, storage: s.In.Checkpoints, evictAfter: s.In.EvictAfter})
 	queues.ExpectAdmitted(ctx, env, g.job, path.QuotaResource(), workers)
-	started, skew := expectGangStarted(ctx, env, g.job, workers)
+	started, skew := expectGangStarted(ctx, env, g.job)
 	ginkgo.AddReportEntry("gang start skew", skew.Round(10*time.Millisecond).String())
 	common := gangFailSteps
 	for _, i := range sortedIndexes(started) {
@@ -609,7 +609,7 @@ func gangFailedWorker(ctx context.Context, s *Spec[GangInput], devices faults.De
 	lastStep := sum.CompletedSteps
 	ginkgo.AddReportEntry("survivor", fmt.Sprintf("stopped at step %d (peer lost), newest common checkpoint seen before the fault: step %d", lastStep, common))
 
-	restarted, restartSkew := expectGangStarted(ctx, env, g.job, workers, victimPod.Name, survivor.Name)
+	restarted, restartSkew := expectGangStarted(ctx, env, g.job, victimPod.Name, survivor.Name)
 	ginkgo.AddReportEntry("fault → whole gang running again", since(faultAt))
 	ginkgo.AddReportEntry("restarted gang start skew", restartSkew.Round(10*time.Millisecond).String())
 	rg, err := path.Given(ctx, givenInput(env, restarted[1], nil))
@@ -719,7 +719,7 @@ func gangTAS(ctx context.Context, s *Spec[GangInput], tas cluster.Topology) {
 	}
 	gomega.Expect(assigned).NotTo(gomega.BeEmpty(), "Kueue admitted Workload %s through topology-aware flavor of Topology %s without a topology assignment: TAS did not place it", wl.Name, tas.Name)
 	ginkgo.AddReportEntry("Kueue's topology assignment", strings.Join(assigned, "; "))
-	started, skew := expectGangStarted(ctx, env, g.job, workers)
+	started, skew := expectGangStarted(ctx, env, g.job)
 	ginkgo.AddReportEntry("gang start skew", skew.Round(10*time.Millisecond).String())
 	ginkgo.AddReportEntry("created → whole gang running", since(submitted))
 	expectWorkersDevices(ctx, env, path, started, tasDevices, fixtures.OneNode)

@@ -32,8 +32,7 @@ const (
 
 // applyClusterFault applies a fault that is the cluster's, not the agent's, and returns its undo.
 func applyClusterFault(ctx context.Context, kube kubernetes.Interface, f fakeplugin.Fault) (func(context.Context) error, error) {
-	switch f {
-	case fakeplugin.FaultKueueNoPodsReady:
+	if f == fakeplugin.FaultKueueNoPodsReady {
 		return withoutConfigKey(ctx, kube, "waitForPodsReady")
 	}
 	return nil, fmt.Errorf("fault %s is not a cluster fault", f)
@@ -52,7 +51,7 @@ func withoutConfigKey(ctx context.Context, kube kubernetes.Interface, key string
 		return nil, fmt.Errorf("parsing Kueue's Configuration: %w", err)
 	}
 	if _, ok := doc[key]; !ok {
-		return nil, fmt.Errorf("Kueue's Configuration has no %s to remove", key)
+		return nil, fmt.Errorf("the local Kueue's Configuration has no %s to remove", key)
 	}
 	delete(doc, key)
 	after, err := yaml.Marshal(doc)
@@ -87,7 +86,7 @@ func restartKueueWith(ctx context.Context, kube kubernetes.Interface, config str
 		d, err := kube.AppsV1().Deployments(kueueNamespace).Get(ctx, kueueDeployment, metav1.GetOptions{})
 		if err != nil {
 			last = err.Error()
-			return false, nil
+			return false, nil //nolint:nilerr // a failed read is retried until the deadline; last says why
 		}
 		want := ptr.Deref(d.Spec.Replicas, 1)
 		st := d.Status
@@ -102,14 +101,18 @@ func restartKueueWith(ctx context.Context, kube kubernetes.Interface, config str
 				Containers: []corev1.Container{{Name: "c", Image: "gpuconform.local/gpu-workload:dev"}}}}},
 		}
 		got, err := kube.BatchV1().Jobs("default").Create(ctx, job, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		if err != nil || !ptr.Deref(got.Spec.Suspend, false) {
-			last = fmt.Sprintf("Kueue's webhook does not suspend a queued Job yet (%v)", err)
-			return false, nil
+		switch {
+		case err != nil:
+			last = "Kueue's webhook does not answer yet: " + err.Error()
+		case !ptr.Deref(got.Spec.Suspend, false):
+			last = "Kueue's webhook does not suspend a queued Job yet"
+		default:
+			return true, nil
 		}
-		return true, nil
+		return false, nil
 	})
 	if err != nil {
-		return fmt.Errorf("Kueue did not come back with its new Configuration: %s", last)
+		return fmt.Errorf("the local Kueue did not come back with its new Configuration: %s", last)
 	}
 	return nil
 }
