@@ -29,8 +29,8 @@ func TestRequiredLabelsFollowWhatTheRunOffers(t *testing.T) {
 		want  []string
 	}{
 		{"no Kueue, not disruptive", suite.Facts{}, []string{"allocation", "shortage"}},
-		{"Kueue without queues to preempt in", suite.Facts{Kueue: true}, []string{"allocation", "shortage"}},
-		{"Kueue with own queues", suite.Facts{Kueue: true, PriorityQueues: true}, []string{"allocation", "preemption", "shortage"}},
+		{"Kueue without queues to preempt in", suite.Facts{Kueue: true}, []string{"allocation", "gang", "shortage"}},
+		{"Kueue with own queues", suite.Facts{Kueue: true, PriorityQueues: true}, []string{"allocation", "gang", "preemption", "shortage"}},
 		{"disruptive without a canary pool", suite.Facts{Disruptive: true}, []string{"allocation", "failure", "shortage"}},
 		// A fault provider and storage decide single specs: their absence leaves the run INCOMPLETE, it
 		// does not exempt it.
