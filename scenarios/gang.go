@@ -69,8 +69,11 @@ var Gang = Define(Scenario{Name: gangName, Title: "a multi-worker GPU job is adm
 // The gang's training: lock-step steps (a step completes only when every worker contributed), a
 // checkpoint every gangEvery steps. A worker that hears nothing from its peers for gangPeerTimeout stops.
 const (
-	gangSteps       = 20
-	gangFailSteps   = 40
+	gangSteps = 20
+	// gangFailSteps outlasts the fault's own latency: a device plugin's health report reaches the node's
+	// allocatable with the kubelet's next status update (10 s), and a gang that finished before its worker
+	// failed proves nothing.
+	gangFailSteps   = 100
 	gangEvery       = 5
 	gangStepTime    = 500 * time.Millisecond
 	gangPeerTimeout = 20 * time.Second
@@ -602,6 +605,9 @@ func gangFailedWorker(ctx context.Context, s *Spec[GangInput], devices faults.De
 	}
 
 	survivor := started[0]
+	if sp, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, survivor.Name, metav1.GetOptions{}); err == nil && sp.Status.Phase == corev1.PodSucceeded {
+		ginkgo.Fail(fmt.Sprintf("the gang finished its %d steps before worker 1's device failed (%s after the fault): the spec proves nothing; lengthen the gang", gangFailSteps, since(faultAt)))
+	}
 	ginkgo.By(fmt.Sprintf("waiting for the survivor, worker 0 (%s), to stop: it must not step alone", survivor.Name))
 	sum := workerSummary(ctx, env, ns, survivor.Name)
 	ginkgo.AddReportEntry("fault → survivor stopped", since(faultAt))
