@@ -1,7 +1,6 @@
 package gang
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -46,22 +45,4 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return l.w.Write(p)
-}
-
-// sleepCtx waits d or until ctx ends, whichever is first; a done ctx wins even when d is zero.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -327,7 +327,7 @@ func (c *Config) defaults() {
 		c.Keep = DefaultKeep
 	}
 	if c.sleep == nil {
-		c.sleep = sleepCtx
+		c.sleep = train.Sleep
 	}
 	if c.now == nil {
 		c.now = time.Now

@@ -116,7 +116,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		cfg.WorkID = DefaultWorkID
 	}
 	if cfg.sleep == nil {
-		cfg.sleep = sleepCtx
+		cfg.sleep = Sleep
 	}
 	if cfg.now == nil {
 		cfg.now = time.Now
@@ -233,9 +233,9 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 	return sum, nil
 }
 
-// sleepCtx waits d or until ctx ends, whichever is first. A done ctx wins even when d is zero, so a
-// loop with no simulated work still stops on SIGTERM.
-func sleepCtx(ctx context.Context, d time.Duration) error {
+// Sleep waits d or until ctx ends, whichever is first: a step of simulated work, here and in the gang. A
+// done ctx wins even when d is zero, so a loop with no simulated work still stops on SIGTERM.
+func Sleep(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

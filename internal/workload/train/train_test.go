@@ -500,17 +500,17 @@ func TestValidate(t *testing.T) {
 func TestSleepCtxReturnsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
-	go func() { errc <- sleepCtx(ctx, time.Hour) }()
+	go func() { errc <- Sleep(ctx, time.Hour) }()
 	cancel()
 	select {
 	case err := <-errc:
 		if !errors.Is(err, context.Canceled) {
-			t.Errorf("sleepCtx = %v, want context.Canceled", err)
+			t.Errorf("Sleep = %v, want context.Canceled", err)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("sleepCtx ignored cancellation")
+		t.Fatal("Sleep ignored cancellation")
 	}
-	if err := sleepCtx(t.Context(), 0); err != nil {
+	if err := Sleep(t.Context(), 0); err != nil {
 		t.Errorf("zero sleep = %v", err)
 	}
 }
