@@ -296,23 +296,10 @@ func expectGangStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job, 
 	return got, last.Sub(first)
 }
 
-// gangSummary is what a gang worker writes as its termination message (gpu-workload gang).
-type gangSummary struct {
-	Status             string `json:"status"`
-	Rank               int    `json:"rank"`
-	Workers            int    `json:"workers"`
-	CompletedSteps     int    `json:"completed_steps"`
-	ResumedFrom        int    `json:"resumed_from"`
-	Resumed            bool   `json:"resumed"`
-	Attempt            int    `json:"attempt"`
-	LastCheckpointStep int    `json:"last_checkpoint_step"`
-	StateDigest        string `json:"state_digest"`
-}
-
 // workerSummary reads a terminated worker's summary.
-func workerSummary(ctx context.Context, env *testenv.Env, ns, pod string) gangSummary {
+func workerSummary(ctx context.Context, env *testenv.Env, ns, pod string) gang.Summary {
 	ginkgo.GinkgoHelper()
-	var sum gangSummary
+	var sum gang.Summary
 	env.Wait.For(ctx, fmt.Sprintf("the gang summary of worker pod %s/%s", ns, pod), wait.Target{Kind: "Pod", Namespace: ns, Name: pod}, env.Timeouts.JobRun, func(g gomega.Gomega) {
 		p, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -372,18 +359,18 @@ func sortedIndexes(m map[int]*corev1.Pod) []int {
 // expectGangComplete waits for the gang to complete and checks every worker's last summary: all steps
 // done, every worker with the state of an uninterrupted run of the whole gang (each step's checksum
 // needs every worker, so a worker that ran alone could not have it).
-func expectGangComplete(ctx context.Context, env *testenv.Env, g gangRun, steps int) map[int]gangSummary {
+func expectGangComplete(ctx context.Context, env *testenv.Env, g gangRun, steps int) map[int]gang.Summary {
 	ginkgo.GinkgoHelper()
 	pods.ExpectJobComplete(ctx, env, g.job)
 	workers, err := gangWorkers(ctx, env, g.job)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	want := gang.Digest(g.workID, g.builder.Workers(), steps)
-	out := map[int]gangSummary{}
+	out := map[int]gang.Summary{}
 	for i := range g.builder.Workers() {
 		p, ok := workers[i]
 		gomega.Expect(ok).To(gomega.BeTrue(), "worker %d has no pod after the gang completed", i)
 		sum := workerSummary(ctx, env, g.job.Namespace, p.Name)
-		gomega.Expect(sum.Status).To(gomega.Equal("completed"), "worker %d (%s): %+v", i, p.Name, sum)
+		gomega.Expect(sum.Status).To(gomega.Equal(gang.StatusCompleted), "worker %d (%s): %+v", i, p.Name, sum)
 		gomega.Expect(sum.CompletedSteps).To(gomega.Equal(steps), "worker %d's steps", i)
 		gomega.Expect(sum.StateDigest).To(gomega.Equal(want), "worker %d ends with another state than an uninterrupted run of the whole gang", i)
 		out[i] = sum
@@ -613,7 +600,7 @@ func gangFailedWorker(ctx context.Context, s *Spec[GangInput], devices faults.De
 	ginkgo.By(fmt.Sprintf("waiting for the survivor, worker 0 (%s), to stop: it must not step alone", survivor.Name))
 	sum := workerSummary(ctx, env, ns, survivor.Name)
 	ginkgo.AddReportEntry("fault → survivor stopped", since(faultAt))
-	gomega.Expect(sum.Status).To(gomega.Equal("peer_lost"), "the survivor ended %q at step %d instead of stopping when its peer was lost", sum.Status, sum.CompletedSteps)
+	gomega.Expect(sum.Status).To(gomega.Equal(gang.StatusPeerLost), "the survivor ended %q at step %d instead of stopping when its peer was lost", sum.Status, sum.CompletedSteps)
 	lastStep := sum.CompletedSteps
 	ginkgo.AddReportEntry("survivor", fmt.Sprintf("stopped at step %d (peer lost), newest common checkpoint seen before the fault: step %d", lastStep, common))
 

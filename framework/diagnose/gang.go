@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
@@ -103,7 +104,7 @@ func workerOf(i int, p *corev1.Pod) Worker {
 		w.State = WorkerDone
 		return w
 	case corev1.PodFailed:
-		w.State, w.Layer, w.Why = WorkerFailed, LayerApplication, cmpOr(containerError(p), p.Status.Reason)
+		w.State, w.Layer, w.Why = WorkerFailed, LayerApplication, cmp.Or(containerError(p), p.Status.Reason)
 		return w
 	}
 	if p.Spec.NodeName == "" {
@@ -131,13 +132,6 @@ func workerOf(i int, p *corev1.Pod) Worker {
 	}
 	w.State = WorkerRunning
 	return w
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // gangSummary is the diagnosis's first line for a gang: how many of its workers run and how many wait,
