@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
@@ -43,7 +44,12 @@ const allocationName = "allocation"
 // Allocation is the allocation scenario: the right devices on the right node, exclusively (AllocationSpec,
 // IsolationSpec), and a spec that fails for each path found present but not working (BrokenPathSpec).
 var Allocation = Define(Scenario{Name: allocationName, Title: "a workload gets exactly the devices it asked for, and only it sees them",
-	Required: true, Uses: suite.Needs{Kueue: true}},
+	Required: true, Uses: suite.Needs{Kueue: true},
+	Proves: []conformance.Proof{{Requirement: conformance.SecureAcceleratorAccess,
+		How: "a running pod sees exactly the devices the kubelet (device plugin) or its ResourceClaim (DRA) allocated to it, compared by identity; " +
+			"every device of a full node goes to exactly one pod and one more pod waits; a pod that asks for no device, a GPU pod's second container, " +
+			"its init container and a pod beside it see none of its devices. Absence is asserted on the device nodes (/dev/nvidiaN), " +
+			"nvidia-smi's list and the runtime's environment together, never inferred from a missing tool"}}},
 	func(r *suite.Run) AllocationInput {
 		return AllocationInput{Base: baseOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(), Broken: r.Caps.Broken}
 	},
@@ -83,12 +89,12 @@ func AllocationSpec(input func() AllocationInput) {
 				}
 
 				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it, and frees them when the pod is deleted", plural(n), regPath.Authority()),
-					func(ctx context.Context) {
+					proves(allocationName, conformance.SecureAcceleratorAccess), func(ctx context.Context) {
 						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, nodes)
 					})
 			}
 
-			ginkgo.It("shows no device to a pod that asks for none", func(ctx context.Context) {
+			ginkgo.It("shows no device to a pod that asks for none", proves(allocationName, conformance.SecureAcceleratorAccess), func(ctx context.Context) {
 				pod := s.Env.Factory.GPUPod("no-gpu", s.NS).Args(fixtures.ProbeArgs(0)...).OnNodes(s.In.eligible(s.Path, 1)...).Obj()
 				s.Env.Create(ctx, pod)
 				report := pods.ExpectProbeReport(ctx, s.Env, s.NS, pod.Name)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
@@ -37,7 +38,11 @@ const driverName = "driver"
 // Driver is the driver/runtime agreement scenario (DriverSpec). Not required by default: a cluster whose
 // nodes advertise no versions cannot be checked, which is not a reason to hold a signoff back; a
 // disagreement found is NO-GO like any failed spec.
-var Driver = Define(Scenario{Name: driverName, Title: "the driver and CUDA versions a node advertises are the ones a pod there gets"},
+var Driver = Define(Scenario{Name: driverName, Title: "the driver and CUDA versions a node advertises are the ones a pod there gets",
+	Proves: []conformance.Proof{{Requirement: conformance.DriverRuntimeManagement,
+		How: "on every GPU node of the pool a pod holding one device runs nvidia-smi, and the driver and CUDA versions it prints must equal " +
+			"what the node advertises on that path: GPU feature discovery's labels for the device plugin, the ResourceSlice attributes " +
+			"driverVersion and cudaDriverVersion for DRA; a mismatch names both values"}}},
 	func(r *suite.Run) DriverInput {
 		return DriverInput{Base: baseOf(r), VersionLabel: r.Upgrade.VersionLabel}
 	},
@@ -58,7 +63,7 @@ func DriverSpec(input func() DriverInput) {
 			continue
 		}
 		describePath(input, regPath, "GPU driver and runtime versions", "driver", []any{labels.Of(labels.Scenario(driverName))}, func(s *Spec[DriverInput]) {
-			ginkgo.It("shows a pod on each GPU node the driver and CUDA versions the node advertises on this path", func(ctx context.Context) {
+			ginkgo.It("shows a pod on each GPU node the driver and CUDA versions the node advertises on this path", proves(driverName, conformance.DriverRuntimeManagement), func(ctx context.Context) {
 				driverAgreement(ctx, s, nodes)
 			})
 		})

@@ -20,6 +20,7 @@ import (
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/checkpoints"
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
@@ -56,7 +57,11 @@ const gangName = "gang"
 
 // Gang is the multi-worker job scenario (GangSpec).
 var Gang = Define(Scenario{Name: gangName, Title: "a multi-worker GPU job is admitted and started whole, holds nothing while it cannot be, and comes back whole from its checkpoint when a worker fails",
-	Required: true, Measured: true, Needs: suite.Needs{Kueue: true}, Uses: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true}},
+	Required: true, Measured: true, Needs: suite.Needs{Kueue: true}, Uses: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true},
+	Proves: []conformance.Proof{{Requirement: conformance.GangScheduling,
+		How: "Kueue admits a multi-worker Indexed Job as one Workload charged for every worker at once and starts all workers, which rendezvous " +
+			"and step together; a gang larger than the free devices never keeps part of it running (Kueue's waitForPodsReady evicts and " +
+			"requeues it whole), and a gang short of quota stays suspended with no pod"}}},
 	func(r *suite.Run) GangInput {
 		return GangInput{Base: baseOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(),
 			PodsReady: r.Caps.Kueue.PodsReady, PodsReadyWhy: r.Caps.Kueue.PodsReadyWhy,
@@ -113,14 +118,14 @@ func GangSpec(input func() GangInput) {
 			if len(one) == 0 {
 				reg.notExercised(pathName+": gang on one node", "no node in the GPU pool has 2 devices on this path")
 			} else {
-				ginkgo.It("admits a 2-worker gang as one Workload and starts both workers on one node, where they step together and complete", func(ctx context.Context) {
+				ginkgo.It("admits a 2-worker gang as one Workload and starts both workers on one node, where they step together and complete", proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangFits(ctx, s, fixtures.OneNode, one)
 				})
 			}
 			if len(across) < 2 {
 				reg.notExercised(pathName+": gang across nodes", "the GPU pool has one node with a device on this path")
 			} else {
-				ginkgo.It("admits a 2-worker gang as one Workload and starts each worker on a node of its own, where they step together and complete", func(ctx context.Context) {
+				ginkgo.It("admits a 2-worker gang as one Workload and starts each worker on a node of its own, where they step together and complete", proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangFits(ctx, s, fixtures.AcrossNodes, across)
 				})
 			}
@@ -135,10 +140,10 @@ func GangSpec(input func() GangInput) {
 			if reg.ExistingLocalQueue != "" {
 				reg.notExercised(pathName+": gang that does not fit, gang short of quota", "queues.mode=existing: they need a ClusterQueue of their own, sized to the gang")
 			} else {
-				ginkgo.It("never keeps part of a gang running while the rest waits for devices: a gang larger than the free devices is evicted and requeued whole", func(ctx context.Context) {
+				ginkgo.It("never keeps part of a gang running while the rest waits for devices: a gang larger than the free devices is evicted and requeued whole", proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangDoesNotFit(ctx, s, across)
 				})
-				ginkgo.It("keeps a gang short of quota suspended with no pod", func(ctx context.Context) {
+				ginkgo.It("keeps a gang short of quota suspended with no pod", proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangShortOfQuota(ctx, s, across)
 				})
 			}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
@@ -37,11 +38,12 @@ func IsolationSpec(input func() AllocationInput) {
 		describePath(input, regPath, "GPU exclusivity and isolation", "isol", []any{labels.Of(labels.Scenario(allocationName))}, func(s *Spec[AllocationInput]) {
 			// Serial: it needs every device of one node, which another spec's pods would hold.
 			ginkgo.It("gives each device of a full node to exactly one of the pods running side by side, all of them, and makes one more pod wait for a device",
+				proves(allocationName, conformance.SecureAcceleratorAccess),
 				ginkgo.Serial, func(ctx context.Context) {
 					fillNode(ctx, s.Env, s.Path, s.NS, nodes)
 				})
 
-			ginkgo.It("shows a GPU pod's second container, its init container and a pod beside it none of its devices", func(ctx context.Context) {
+			ginkgo.It("shows a GPU pod's second container, its init container and a pod beside it none of its devices", proves(allocationName, conformance.SecureAcceleratorAccess), func(ctx context.Context) {
 				isolation(ctx, s.Env, s.Path, s.NS, nodes[0])
 			})
 		})

@@ -1,7 +1,13 @@
 package scenarios
 
 import (
+	"fmt"
+	"slices"
 	"sync"
+
+	"github.com/onsi/ginkgo/v2"
+
+	"gpuconform.io/gpuconform/framework/conformance"
 
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/suite"
@@ -35,9 +41,36 @@ type Scenario struct {
 	Needs, Uses suite.Needs
 	// Measured: the signoff lists the steps its passed specs measured (times to recover, steps lost).
 	Measured bool
+	// Proves are the AI Conformance requirements some of its specs prove; those specs carry the
+	// requirement's label (proves), which --profile ai-conformance selects.
+	Proves []conformance.Proof
 
 	label    string
 	register func(*suite.Run)
+}
+
+// declaredProofs are the requirements each scenario declared, by name: what proves checks a spec's
+// label against (a map, not the Registry, which the spec functions cannot refer to at initialisation).
+var declaredProofs = map[string][]conformance.ID{}
+
+// proves is the label of a spec of scenario that proves requirement id; a requirement the scenario does
+// not declare in Proves panics, so the evidence never cites a spec its scenario does not stand behind.
+func proves(scenario string, id conformance.ID) ginkgo.Labels {
+	if !slices.Contains(declaredProofs[scenario], id) {
+		panic(fmt.Sprintf("scenarios: a spec of %s claims %s, which the scenario does not declare in Proves", scenario, id))
+	}
+	return labels.Of(labels.Requirement(id))
+}
+
+// Proofs are every scenario's declared proofs with the scenario's name, in registry order.
+func Proofs() []conformance.Claim {
+	var out []conformance.Claim
+	for _, s := range Registry {
+		for _, p := range s.Proves {
+			out = append(out, conformance.Claim{Proof: p, Scenario: s.Name})
+		}
+	}
+	return out
 }
 
 // Label is the scenario's Ginkgo label.
@@ -51,6 +84,10 @@ func (s *Scenario) Register(r *suite.Run) { s.register(r) }
 // the run's, live when the specs run).
 func Define[I scenarioInput](s Scenario, input func(*suite.Run) I, spec func(func() I)) *Scenario {
 	s.label = labels.DeclareScenario(s.Name)
+	for _, p := range s.Proves {
+		labels.Requirement(p.Requirement) // an unknown requirement panics here, at start
+		declaredProofs[s.Name] = append(declaredProofs[s.Name], p.Requirement)
+	}
 	s.register = func(r *suite.Run) {
 		spec(sync.OnceValue(func() I { return input(r) }))
 	}

@@ -15,6 +15,7 @@ import (
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
@@ -37,7 +38,11 @@ const sharingName = "sharing"
 // Sharing is the shared-and-partitioned-GPU scenario (SharingSpec). It is not required: a cluster of whole
 // exclusive GPUs has nothing to share, and the allocation scenario already holds it to one device per pod.
 var Sharing = Define(Scenario{Name: sharingName,
-	Title: "a shared or partitioned GPU keeps what its mode promises, and only that (not required: a cluster of whole exclusive GPUs has nothing to share)"},
+	Title: "a shared or partitioned GPU keeps what its mode promises, and only that (not required: a cluster of whole exclusive GPUs has nothing to share)",
+	Proves: []conformance.Proof{{Requirement: conformance.GPUSharing,
+		How: "in each sharing mode discovery finds on a node (time-slicing, MPS, MIG, DRA partitions or shared capacity), a full node's pods " +
+			"each get one replica, MIG device or partition, every one mapped to its physical GPU, no GPU has more holders than its mode allows, " +
+			"and one more pod waits"}}},
 	func(r *suite.Run) SharingInput {
 		return SharingInput{Base: baseOf(r), Modes: r.Caps.SharingModes, Noisy: r.Config.NoisyNeighbour}
 	},
@@ -71,12 +76,12 @@ func SharingSpec(input func() SharingInput) {
 				case cluster.ModeTimeSlicing, cluster.ModeMPS:
 					// Serial: it fills every free replica of the node.
 					ginkgo.It(fmt.Sprintf("maps every %s replica of a full node to one physical GPU, gives no GPU more holders than its replicas, names the pods that share each GPU, and makes one more pod wait", m.Mode),
-						ginkgo.Serial, func(ctx context.Context) {
+						ginkgo.Serial, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
 							sharedNodeFilled(ctx, s, m)
 						})
 				case cluster.ModeMIGSingle, cluster.ModeMIGMixed:
 					ginkgo.It(fmt.Sprintf("gives each pod of a full %s node one distinct MIG device of its resource's profile, never beside its whole parent GPU, and makes one more pod wait", m.Mode),
-						ginkgo.Serial, func(ctx context.Context) {
+						ginkgo.Serial, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
 							migNodeFilled(ctx, s, m)
 						})
 				case cluster.ModePartitionable:

@@ -16,6 +16,7 @@ import (
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/pods"
@@ -41,7 +42,7 @@ func registerCapacitySpecs(reg SharingInput, s *Spec[SharingInput], m cluster.No
 		reg.notExercised("dra: capacity sharing on "+m.Node, "discovery calls the node dra-shared but names no device that allows multiple allocations ("+strings.Join(m.Evidence, ", ")+")")
 		return
 	}
-	ginkgo.It(capacitySpecText, ginkgo.Serial, func(ctx context.Context) {
+	ginkgo.It(capacitySpecText, proves(sharingName, conformance.GPUSharing), ginkgo.Serial, func(ctx context.Context) {
 		fillSharedGPU(ctx, s, m)
 	})
 }

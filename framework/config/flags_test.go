@@ -61,7 +61,7 @@ func TestSignoffFlags(t *testing.T) {
 	if len(cfg.Signoff.Require) != 2 || cfg.Signoff.Require[1] != "scenario:preemption" || !cfg.Signoff.AllowIncomplete || cfg.Signoff.Baseline != "/tmp/last/gpuconform-record.json" {
 		t.Errorf("signoff = %+v", cfg.Signoff)
 	}
-	if _, err := Parse([]string{"--require=dra"}); err == nil || !strings.Contains(err.Error(), "want path:NAME or scenario:NAME") {
+	if _, err := Parse([]string{"--require=dra"}); err == nil || !strings.Contains(err.Error(), "want path:NAME, scenario:NAME or conformance:REQUIREMENT") {
 		t.Errorf("--require=dra: err = %v", err)
 	}
 }

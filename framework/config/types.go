@@ -5,8 +5,11 @@ package config
 
 import (
 	"cmp"
+	"fmt"
+	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -114,6 +117,71 @@ type Config struct {
 	// memory-heavy and a compute-heavy neighbour on one shared GPU. Without an image the measurement is not
 	// exercised: the project's probe only lists devices, and on fake GPUs there is nothing to measure.
 	NoisyNeighbour NoisyNeighbourConfig `json:"noisyNeighbour,omitempty"`
+	// Profile is what the run is for: "signoff" (default: every scenario) or "ai-conformance" /
+	// "ai-conformance-1.NN" (only the specs that prove a Kubernetes AI Conformance requirement of that
+	// checklist version, the latest without one, with an evidence page per requirement and the checklist
+	// filled in).
+	Profile string `json:"profile,omitempty"`
+	// AcceleratorMetrics is where the accelerator metrics scenario reads per-device metrics: "auto"
+	// (default: a Service labelled as NVIDIA's DCGM exporter), "none", "service:NAMESPACE/NAME[:PORT]" (a
+	// DCGM exporter Service, scraped per node through the API server's pod proxy) or "prometheus:URL" (a
+	// Prometheus that scrapes the exporter, queried over HTTP from where the suite runs).
+	AcceleratorMetrics string `json:"acceleratorMetrics,omitempty"`
+}
+
+// MetricsEndpoint is a parsed AcceleratorMetrics value.
+type MetricsEndpoint struct {
+	// Kind is MetricsAuto, MetricsNone, MetricsService or MetricsPrometheus.
+	Kind string
+	// Namespace, Name and Port name the exporter Service (Port 0: the Service's port named "metrics", or
+	// its only port).
+	Namespace, Name string
+	Port            int
+	// URL is the Prometheus base URL.
+	URL string
+}
+
+// The kinds of accelerator metrics endpoint.
+const (
+	MetricsAuto       = "auto"
+	MetricsNone       = "none"
+	MetricsService    = "service"
+	MetricsPrometheus = "prometheus"
+)
+
+// ParseMetricsEndpoint parses an AcceleratorMetrics value ("" is auto).
+func ParseMetricsEndpoint(v string) (MetricsEndpoint, error) {
+	switch v {
+	case "", MetricsAuto:
+		return MetricsEndpoint{Kind: MetricsAuto}, nil
+	case MetricsNone:
+		return MetricsEndpoint{Kind: MetricsNone}, nil
+	}
+	kind, rest, _ := strings.Cut(v, ":")
+	switch kind {
+	case MetricsService:
+		ref, port, hasPort := strings.Cut(rest, ":")
+		ns, name, ok := strings.Cut(ref, "/")
+		if !ok || !isDNSLabel(ns) || !isDNSLabel(name) {
+			return MetricsEndpoint{}, fmt.Errorf("%q: want service:NAMESPACE/NAME[:PORT], e.g. service:gpu-operator/nvidia-dcgm-exporter:9400", v)
+		}
+		e := MetricsEndpoint{Kind: MetricsService, Namespace: ns, Name: name}
+		if hasPort {
+			n, err := strconv.Atoi(port)
+			if err != nil || n <= 0 || n > 65535 {
+				return MetricsEndpoint{}, fmt.Errorf("%q: port %q is not a port number", v, port)
+			}
+			e.Port = n
+		}
+		return e, nil
+	case MetricsPrometheus:
+		u, err := url.Parse(rest)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return MetricsEndpoint{}, fmt.Errorf("%q: want prometheus:URL with an http(s) URL, e.g. prometheus:http://prometheus.monitoring:9090", v)
+		}
+		return MetricsEndpoint{Kind: MetricsPrometheus, URL: strings.TrimSuffix(rest, "/")}, nil
+	}
+	return MetricsEndpoint{}, fmt.Errorf("%q: want auto, none, service:NAMESPACE/NAME[:PORT] or prometheus:URL", v)
 }
 
 // NoisyNeighbourRoleEnv is the environment variable that tells the noisy-neighbour workload its role: the

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/timeouts"
 )
 
@@ -169,7 +170,17 @@ func rules() []rule {
 			}},
 		{"signoff-require", func(c Config) bool { return len(badRequires(c)) == 0 },
 			func(c Config) string {
-				return fmt.Sprintf("signoff.require (--require) %q: want path:NAME or scenario:NAME", badRequires(c))
+				return fmt.Sprintf("signoff.require (--require) %q: want path:NAME, scenario:NAME or conformance:REQUIREMENT", badRequires(c))
+			}},
+		{"profile", func(c Config) bool { _, _, err := conformance.ParseProfile(c.Profile); return err == nil },
+			func(c Config) string {
+				_, _, err := conformance.ParseProfile(c.Profile)
+				return "profile (--profile): " + err.Error()
+			}},
+		{"accelerator-metrics", func(c Config) bool { _, err := ParseMetricsEndpoint(c.AcceleratorMetrics); return err == nil },
+			func(c Config) string {
+				_, err := ParseMetricsEndpoint(c.AcceleratorMetrics)
+				return "acceleratorMetrics (--accelerator-metrics): " + err.Error()
 			}},
 		{"artifacts-dir", func(c Config) bool { return c.ArtifactsDir != "" },
 			func(Config) string {
@@ -316,7 +327,7 @@ func badRequires(c Config) []string {
 	var bad []string
 	for _, r := range c.Signoff.Require {
 		kind, name, ok := strings.Cut(r, ":")
-		if !ok || name == "" || (kind != "path" && kind != "scenario") {
+		if !ok || name == "" || (kind != "path" && kind != "scenario" && kind != "conformance") {
 			bad = append(bad, r)
 		}
 	}

@@ -115,8 +115,13 @@ func TestRules(t *testing.T) {
 		"timeout-profile":     {func(c *Config) { c.TimeoutProfile = "fast" }, func(c *Config) { c.TimeoutProfile = "local" }},
 		"run-timeout":         {func(c *Config) { c.RunTimeout.Duration = -time.Minute }, func(c *Config) { c.RunTimeout.Duration = 2 * time.Hour }},
 		"signoff-require": {func(c *Config) { c.Signoff.Require = []string{"path:dra", "dra"} },
-			func(c *Config) { c.Signoff.Require = []string{"path:dra", "scenario:preemption"} }},
+			func(c *Config) {
+				c.Signoff.Require = []string{"path:dra", "scenario:preemption", "conformance:gang_scheduling"}
+			}},
 		"artifacts-dir": {func(c *Config) { c.ArtifactsDir = "" }, func(c *Config) { c.ArtifactsDir = "/tmp/artifacts" }},
+		"profile":       {func(c *Config) { c.Profile = "ai-conformance-1.20" }, func(c *Config) { c.Profile = "ai-conformance-1.36" }},
+		"accelerator-metrics": {func(c *Config) { c.AcceleratorMetrics = "service:gpu-operator" },
+			func(c *Config) { c.AcceleratorMetrics = "service:gpu-operator/nvidia-dcgm-exporter:9400" }},
 		"namespace-not-disruptive": {func(c *Config) { c.Namespace, c.Disruptive = "team-a", true },
 			func(c *Config) { c.Disruptive = true }},
 		"faults.nodeProvider":      {func(c *Config) { c.Faults.NodeProvider = "ssh" }, func(c *Config) { c.Faults.NodeProvider = FaultProviderKubeletStop }},

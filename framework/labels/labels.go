@@ -12,6 +12,8 @@ import (
 	"sync"
 
 	"github.com/onsi/ginkgo/v2"
+
+	"gpuconform.io/gpuconform/framework/conformance"
 )
 
 // The fixed part of the set. Each constant is the exact string `--label-filter` matches.
@@ -34,7 +36,20 @@ const (
 
 	// ScenarioPrefix starts every scenario's label: "scenario:" + the scenario's name.
 	ScenarioPrefix = "scenario:"
+
+	// RequirementPrefix starts the label of a spec that proves an AI Conformance requirement:
+	// "conformance:" + the requirement's ID (framework/conformance).
+	RequirementPrefix = "conformance:"
 )
+
+// Requirement is the label of the specs that prove requirement id; an ID no known checklist has panics.
+func Requirement(id conformance.ID) string {
+	l := RequirementPrefix + string(id)
+	if err := Validate(l); err != nil {
+		panic(err)
+	}
+	return l
+}
 
 // scenarios holds the scenario labels declared so far. Scenarios declare themselves while packages
 // initialise (like flags), before any spec tree is built; the lock keeps a concurrent reader safe.
@@ -69,6 +84,9 @@ func known(l string) bool {
 	case Disruptive, Serial, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
 		return true
 	}
+	if id, ok := strings.CutPrefix(l, RequirementPrefix); ok {
+		return conformance.Known(conformance.ID(id))
+	}
 	scenarios.RLock()
 	defer scenarios.RUnlock()
 	name, ok := strings.CutPrefix(l, ScenarioPrefix)
@@ -79,6 +97,14 @@ func known(l string) bool {
 func Known() []string {
 	scenarios.RLock()
 	out := []string{Disruptive, Serial, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
+	for _, v := range conformance.Versions() {
+		c, _ := conformance.For(v)
+		for _, r := range c.Requirements {
+			if l := RequirementPrefix + string(r.ID); !slices.Contains(out, l) {
+				out = append(out, l)
+			}
+		}
+	}
 	for n := range maps.Keys(scenarios.names) {
 		out = append(out, ScenarioPrefix+n)
 	}
