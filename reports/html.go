@@ -48,6 +48,9 @@ type specRow struct {
 // Upgrades are the upgrade rehearsals' verdicts.
 func (p pageData) Upgrades() []string { return UpgradeVerdicts(p.Suites) }
 
+// Evidence is the run's AI Conformance evidence (the "Conformance evidence" section).
+func (p pageData) Evidence() Evidence { return ConformanceEvidence(p.Suites, p.Rec) }
+
 func (p pageData) Specs() []specRow {
 	var out []specRow
 	for _, s := range p.Suites {
@@ -327,7 +330,7 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 {{if $.V.Baseline}}<ul>{{range $.V.Baseline}}<li>{{.}}</li>{{end}}</ul>{{else}}<p>Everything that passed in the baseline passes now.</p>{{end}}{{end}}
 
 <h2>Compatibility record</h2>
-<table><tr><th>Kubernetes</th><td>{{.Rec.KubernetesVersion}}</td></tr><tr><th>Kueue</th><td>{{.Kueue}}</td></tr>{{with .Rec.Kueue.WaitForPodsReady}}<tr><th>Kueue waitForPodsReady</th><td>{{.}}</td></tr>{{end}}{{with .Rec.Kueue.TAS}}<tr><th>Kueue topology-aware scheduling</th><td>{{.}}</td></tr>{{end}}
+<table><tr><th>Kubernetes</th><td>{{.Rec.KubernetesVersion}}</td></tr><tr><th>Kueue</th><td>{{.Kueue}}</td></tr>{{with .Rec.Kueue.WaitForPodsReady}}<tr><th>Kueue waitForPodsReady</th><td>{{.}}</td></tr>{{end}}{{with .Rec.Kueue.TAS}}<tr><th>Kueue topology-aware scheduling</th><td>{{.}}</td></tr>{{end}}{{with .Rec.AcceleratorMetrics}}<tr><th>Accelerator metrics</th><td>{{.}}</td></tr>{{end}}
 {{range .Rec.Paths}}<tr><th>Path {{.Name}}</th><td>{{.Description}}{{if .DriverVersion}}, driver {{.DriverVersion}}{{end}}</td></tr>{{end}}
 <tr><th>Sharing</th><td>{{.Sharing}}</td></tr></table>
 {{if .Rec.Nodes}}<table><tr><th>Node</th><th>Accelerator</th><th>Driver</th><th>OS</th><th>Kernel</th><th>Runtime</th><th>Kubelet</th><th>Devices (plugin/DRA)</th></tr>
@@ -345,6 +348,11 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 {{range .}}<h3>{{.Spec}}</h3>{{.SVG}}
 <table><tr><th>Workload</th><th>Admission wait</th><th>Pending</th><th>Start</th><th>Useful work</th><th>Idle reservation</th><th>Evictions</th><th>Recovery</th></tr>
 {{range .Workloads}}<tr><td>{{.Name}}</td><td>{{.Derived.AdmissionWait}}</td><td>{{.Derived.Pending}}</td><td>{{.Derived.Start}}</td><td>{{.Derived.UsefulWork}}</td><td>{{.Derived.IdleReservation}}</td><td>{{.Derived.Evictions}}</td><td>{{.Derived.Recovery}}</td></tr>{{end}}</table>{{end}}{{end}}
+
+{{with .Evidence}}{{if .HasClaims}}<h2>Conformance evidence</h2>
+<p class="muted">Kubernetes AI Conformance checklist v{{.Version}}: one page per requirement and the filled checklist in <a href="evidence/README.md">evidence/</a>. A requirement is proven only by passed specs that carry its label.</p>
+<table><tr><th>Requirement</th><th>Level</th><th>Result</th><th>Checklist status</th><th>Notes</th></tr>
+{{range .Requirements}}<tr class="req-{{.Result}}"><td><a href="evidence/{{.Page}}">{{.ID}}</a></td><td>{{.Level}}</td><td>{{.Result}}</td><td>{{with .Status}}{{.}}{{else}}left to the participant{{end}}</td><td>{{.Notes}}</td></tr>{{end}}</table>{{end}}{{end}}
 
 {{with .Failures}}<h2>Failures and their diagnosis</h2>
 {{range .}}<h3>{{.Text}}</h3><p class="muted">{{.Location}}</p><pre>{{.Failure}}</pre>{{if .Entries}}<ul>{{range .Entries}}<li>{{.}}</li>{{end}}</ul>{{end}}{{end}}{{end}}

@@ -32,6 +32,7 @@ func RemoveRunArtifacts(dir string) {
 		_ = os.Remove(filepath.Join(dir, f))
 	}
 	_ = os.RemoveAll(filepath.Join(dir, "specs"))
+	_ = os.RemoveAll(filepath.Join(dir, EvidenceDir))
 }
 
 // Record is the compatibility record of one run.
@@ -56,7 +57,10 @@ type Record struct {
 	// FeatureGates are the GPU-relevant gates of the API server and of one GPU node's kubelet, read from
 	// their kubernetes_feature_enabled metric (cluster.ReadFeatureGates); empty when unreadable (Notes say why).
 	FeatureGates []cluster.FeatureGate `json:"featureGates"`
-	NotExercised []NotExercised        `json:"notExercised"`
+	// AcceleratorMetrics is where per-device metrics were read (a DCGM exporter Service or a Prometheus),
+	// or "none: why".
+	AcceleratorMetrics string         `json:"acceleratorMetrics,omitempty"`
+	NotExercised       []NotExercised `json:"notExercised"`
 	// LeakAudit is the end-of-run audit; nil when it did not run.
 	LeakAudit *audit.Result `json:"leakAudit,omitempty"`
 	Notes     []string      `json:"notes,omitempty"`

@@ -83,6 +83,9 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	if rec.Kueue.TAS != "" {
 		row("Kueue topology-aware scheduling", rec.Kueue.TAS)
 	}
+	if rec.AcceleratorMetrics != "" {
+		row("Accelerator metrics", rec.AcceleratorMetrics)
+	}
 	for _, p := range rec.Paths {
 		desc := p.Description
 		if p.DriverVersion != "" {
@@ -130,6 +133,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 
 	renderTimings(&b, rec.Timelines)
 	renderSteps(&b, suites, rec.Signoff.Measured)
+	renderEvidence(&b, ConformanceEvidence(suites, rec))
 
 	b.WriteString("\n## Not exercised\n\n")
 	if len(rec.NotExercised) == 0 {
@@ -421,4 +425,17 @@ func SpecLine(sp types.SpecReport) string {
 		line += ": " + firstLine(sp.Failure.Message)
 	}
 	return line
+}
+
+// renderEvidence is the signoff's "Conformance evidence" section: the requirement table of the run's
+// checklist version, pointing at the evidence directory.
+func renderEvidence(b *strings.Builder, ev Evidence) {
+	if !ev.HasClaims() {
+		return
+	}
+	fmt.Fprintf(b, "\n## Conformance evidence\n\nKubernetes AI Conformance checklist v%s: one page per requirement and the filled checklist in `%s/`.\n\n", ev.Version, EvidenceDir)
+	b.WriteString("| Requirement | Level | Result | Checklist status | Notes |\n|---|---|---|---|---|\n")
+	for _, r := range ev.Requirements {
+		fmt.Fprintf(b, "| [%s](%s/%s) | %s | %s | %s | %s |\n", r.ID, EvidenceDir, r.Page, r.Level, r.Result, cell(cmp.Or(r.Status, "left to the participant")), cell(r.Notes))
+	}
 }

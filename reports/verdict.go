@@ -9,6 +9,8 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/conformance"
+	"gpuconform.io/gpuconform/framework/labels"
 )
 
 // Outcome is the signoff answer.
@@ -43,6 +45,20 @@ type Signoff struct {
 	Measured []string `json:"measured,omitempty"`
 	// Baseline is the condensed record of an earlier run to compare with; nil when none was given.
 	Baseline *Baseline `json:"baseline,omitempty"`
+	// Profile is the run's profile ("signoff", "ai-conformance-1.37", …); ProfileFilter is the label
+	// filter the profile itself set, which does not make the run a filtered one (a user's filter on top
+	// does).
+	Profile       string `json:"profile,omitempty"`
+	ProfileFilter string `json:"profileFilter,omitempty"`
+	// Conformance are the requirements the scenarios claim to prove and the checklist version the
+	// evidence is written for.
+	Conformance ConformanceClaims `json:"conformance"`
+}
+
+// ConformanceClaims are the registry's AI Conformance claims and the checklist version of the run.
+type ConformanceClaims struct {
+	Version string              `json:"version"`
+	Claims  []conformance.Claim `json:"claims,omitempty"`
 }
 
 // Baseline is what a later run is compared with: the paths an earlier run exercised, its spec results and
@@ -230,7 +246,7 @@ func Decide(suites []types.Report, rec Record) Verdict {
 		if !s.SuiteSucceeded {
 			v.NoGo = append(v.NoGo, fmt.Sprintf("suite %q did not succeed", s.SuiteDescription))
 		}
-		if f := filterOf(s.SuiteConfig); f != "" {
+		if f := userFilterOf(s.SuiteConfig, rec.Signoff); f != "" {
 			v.Incomplete = append(v.Incomplete, "filtered run ("+f+"): the signoff covers only the selected specs")
 		}
 		for _, sp := range s.SpecReports {
@@ -323,6 +339,15 @@ func Decide(suites []types.Report, rec Record) Verdict {
 	return v
 }
 
+// userFilterOf describes the filters a user put on the run: the profile's own label filter is the profile's
+// definition, not a filter of it.
+func userFilterOf(c types.SuiteConfig, s Signoff) string {
+	if s.ProfileFilter != "" && c.LabelFilter == s.ProfileFilter {
+		c.LabelFilter = ""
+	}
+	return filterOf(c)
+}
+
 // filterOf describes the spec filters of a Ginkgo run, "" when every spec was selected.
 func filterOf(c types.SuiteConfig) string {
 	var parts []string
@@ -344,8 +369,15 @@ func filterOf(c types.SuiteConfig) string {
 	return strings.Join(parts, ", ")
 }
 
-// whyNotExercised finds the record's reason for a label that was not exercised, if it has one.
+// whyNotExercised finds the record's reason for a label that was not exercised, if it has one; for a
+// requirement's label, its scenarios' reasons.
 func whyNotExercised(rec Record, label string) string {
+	if id, ok := strings.CutPrefix(label, labels.RequirementPrefix); ok {
+		if why := requirementNotExercised(rec, conformance.ID(id)); len(why) > 0 {
+			return "; " + strings.Join(why, "; ")
+		}
+		return ""
+	}
 	_, name, _ := strings.Cut(label, ":")
 	for _, n := range rec.NotExercised {
 		if n.What == name {

@@ -21,7 +21,11 @@ func WriteSignoff(dir string, suites []types.Report, rec Record) error {
 	rec.Timelines = tls
 	errMD := os.WriteFile(filepath.Join(dir, "signoff.md"), []byte(RenderMarkdown(suites, rec)), 0o644)
 	errHTML := os.WriteFile(filepath.Join(dir, HTMLFile), []byte(RenderHTML(suites, rec)), 0o644)
-	return errors.Join(errRecord, errTimelines, errMD, errHTML)
+	var errEvidence error
+	if ev := ConformanceEvidence(suites, rec); ev.HasClaims() {
+		errEvidence = WriteEvidence(dir, ev, rec)
+	}
+	return errors.Join(errRecord, errTimelines, errMD, errHTML, errEvidence)
 }
 
 // WriteSetupFailure writes the record and signoff of a run that could not reach its specs because of

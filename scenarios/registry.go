@@ -3,6 +3,7 @@ package scenarios
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/onsi/ginkgo/v2"
@@ -24,6 +25,7 @@ var Registry = []*Scenario{
 	Driver,
 	Sharing,
 	Gang,
+	Metrics,
 }
 
 // Scenario is a scenario's declaration: what the suite, the labels, the verdict policy, the report and
@@ -123,4 +125,33 @@ func MeasuredLabels() []string {
 		}
 	}
 	return out
+}
+
+// ProfileFilter is the label filter of the AI Conformance profile of a checklist version: the specs
+// proving any requirement of that checklist that a scenario claims.
+func ProfileFilter(version string) string {
+	list, _ := conformance.For(version)
+	var ls []string
+	for _, c := range Proofs() {
+		if _, ok := list.Find(c.Requirement); ok {
+			ls = append(ls, labels.Requirement(c.Requirement))
+		}
+	}
+	slices.Sort(ls)
+	return strings.Join(slices.Compact(ls), " || ")
+}
+
+// ConformanceRequiredLabels are the labels a conformance profile run requires a passed spec of: every
+// MUST requirement of the checklist that a scenario claims, whatever the cluster offers (a requirement
+// gpuconform cannot show on this cluster is unproven, so the run is INCOMPLETE and says why).
+func ConformanceRequiredLabels(version string) []string {
+	list, _ := conformance.For(version)
+	var out []string
+	for _, c := range Proofs() {
+		if r, ok := list.Find(c.Requirement); ok && r.Level == conformance.Must {
+			out = append(out, labels.Requirement(c.Requirement))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

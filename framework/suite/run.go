@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/accelmetrics"
 	"gpuconform.io/gpuconform/framework/checkpoints"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
@@ -57,6 +58,10 @@ type Run struct {
 	Notes        []string
 	// Upgrade is what an upgrade rehearsal would use.
 	Upgrade Upgrade
+	// Metrics is the accelerator metrics endpoint (a DCGM exporter, or a Prometheus); MetricsWhy says why
+	// there is none.
+	Metrics    accelmetrics.Endpoint
+	MetricsWhy string
 	// Env is the specs' environment; RunID names the run on every object and artifact.
 	Env   *testenv.Env
 	RunID string
@@ -98,6 +103,7 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 	gates, notes := cluster.ReadFeatureGates(ctx, r.Clients.Kube, r.Caps.GateNode)
 	r.FeatureGates, r.Notes = gates, append(r.Notes, notes...)
 	r.Upgrade = r.planUpgrade(ctx)
+	r.Metrics, r.MetricsWhy = accelmetrics.Discover(ctx, r.Clients.Kube, cfg.AcceleratorMetrics)
 	r.faults = sync.OnceValue(r.newInjector)
 	r.Env = r.newEnv()
 	if err := r.teamPreflight(ctx); err != nil {

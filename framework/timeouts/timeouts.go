@@ -51,6 +51,10 @@ type Timeouts struct {
 	Release time.Duration
 	// HelperPod waits for a short helper pod (the podresources reader) to run to completion on a node.
 	HelperPod time.Duration
+	// Metrics waits for a device a pod holds to appear on the accelerator metrics endpoint, attributed to
+	// the pod: the DCGM exporter collects every 30 s by default and maps devices to pods at collection, and
+	// a Prometheus in between adds its scrape interval (30–60 s); the local fake answers at each scrape.
+	Metrics time.Duration
 	// Rejection waits for the API server to answer a create that must be rejected.
 	Rejection time.Duration
 	// Cleanup bounds deleting one spec's objects, namespace included: pods terminate with their grace
@@ -76,6 +80,7 @@ func Local() Timeouts {
 		JobRun:      90 * time.Second,
 		Release:     60 * time.Second,
 		HelperPod:   60 * time.Second,
+		Metrics:     30 * time.Second,
 		Rejection:   15 * time.Second,
 		Cleanup:     2 * time.Minute,
 		NodeLost:    3 * time.Minute,
@@ -96,6 +101,7 @@ func Real() Timeouts {
 		JobRun:      5 * time.Minute,
 		Release:     3 * time.Minute,
 		HelperPod:   5 * time.Minute,
+		Metrics:     3 * time.Minute,
 		Rejection:   30 * time.Second,
 		Cleanup:     10 * time.Minute,
 		NodeLost:    10 * time.Minute,

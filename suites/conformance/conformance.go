@@ -23,6 +23,7 @@ import (
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/reports"
@@ -79,7 +80,19 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 	if err == nil {
 		facts = r.Facts()
 	}
-	if len(signoff.Require) == 0 {
+	conf, version, _ := conformance.ParseProfile(cfg.Profile) // validated with the flags
+	signoff.Profile = cmp.Or(cfg.Profile, conformance.ProfileSignoff)
+	signoff.Conformance = reports.ConformanceClaims{Version: version, Claims: scenarios.Proofs()}
+	switch {
+	case conf:
+		// The profile runs only the specs that prove a requirement of its checklist, and requires each MUST
+		// one a scenario claims: one it cannot show (no Kueue, no metrics exporter) leaves the run INCOMPLETE.
+		signoff.ProfileFilter = scenarios.ProfileFilter(version)
+		suiteCfg.LabelFilter = combineFilters(suiteCfg.LabelFilter, signoff.ProfileFilter)
+		if len(signoff.Require) == 0 {
+			signoff.Require = scenarios.ConformanceRequiredLabels(version)
+		}
+	case len(signoff.Require) == 0:
 		signoff.Require = scenarios.RequiredLabels(facts)
 	}
 	if err != nil {
@@ -188,10 +201,22 @@ func newRecord(r *suite.Run, signoff reports.Signoff) reports.Record {
 	if r.Config.Disruptive {
 		rec.Parameters.Faults = r.DescribeFaults()
 	}
+	rec.AcceleratorMetrics = r.Metrics.String()
+	if !r.Metrics.Present() {
+		rec.AcceleratorMetrics = "none: " + r.MetricsWhy
+	}
 	for _, s := range r.Skipped() {
 		rec.AddNotExercised(s.What, s.Why)
 	}
 	return rec
+}
+
+// combineFilters narrows a user's label filter to the profile's: both must match.
+func combineFilters(user, profile string) string {
+	if user == "" {
+		return profile
+	}
+	return "(" + user + ") && (" + profile + ")"
 }
 
 // flagGiven reports whether the named flag was set on the command line.

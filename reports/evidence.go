@@ -1,0 +1,334 @@
+package reports
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/onsi/ginkgo/v2/types"
+	"go.yaml.in/yaml/v3"
+
+	"gpuconform.io/gpuconform/framework/artifacts"
+	"gpuconform.io/gpuconform/framework/conformance"
+	"gpuconform.io/gpuconform/framework/labels"
+)
+
+// EvidenceDir is where a run's AI Conformance evidence goes, beside the signoff: one page per
+// requirement, an index, and the checklist filled in.
+const EvidenceDir = "evidence"
+
+// The checklist's status values (the program's own words), and "" where the participant decides.
+const (
+	StatusImplemented        = "Implemented"
+	StatusNotImplemented     = "Not Implemented"
+	StatusPartlyImplemented  = "Partially Implemented"
+	statusLeftToParticipant  = ""
+	evidenceResultProven     = "proven"
+	evidenceResultFailed     = "failed"
+	evidenceResultPartly     = "partly failed"
+	evidenceResultNotRun     = "not exercised"
+	evidenceResultOutOfScope = "out of scope"
+)
+
+// EvidenceSpec is one spec that bears on a requirement, as run.
+type EvidenceSpec struct {
+	Text   string
+	Path   string
+	Result string
+	// Entries are the spec's report entries (what it saw: devices, versions, workers, samples).
+	Entries [][2]string
+	// Failure is the failure message of a failed spec, with where it failed.
+	Failure string
+	// Artifacts is the spec's artifacts directory, relative to the run's.
+	Artifacts string
+}
+
+// RequirementEvidence is one requirement of the checklist with what this run showed of it.
+type RequirementEvidence struct {
+	conformance.Requirement
+	// Result is proven, failed, partly failed, not exercised or out of scope.
+	Result string
+	// Status is the checklist status it earns ("" where the participant must decide).
+	Status string
+	// How are the claims of the scenarios that prove it: what their specs check.
+	How   []conformance.Claim
+	Specs []EvidenceSpec
+	Notes string
+	// Page is the requirement's evidence page, relative to the evidence directory.
+	Page string
+}
+
+// Evidence is the AI Conformance evidence of one run.
+type Evidence struct {
+	Version      string
+	Profile      string
+	Requirements []RequirementEvidence
+}
+
+// HasClaims reports whether the run's record carries any requirement claim (an older record does not).
+func (e Evidence) HasClaims() bool {
+	return slices.ContainsFunc(e.Requirements, func(r RequirementEvidence) bool { return len(r.How) > 0 })
+}
+
+// ConformanceEvidence sorts a run's specs under the requirements of its checklist version. A requirement
+// is proven only by passed specs that carry its label; one no scenario claims is out of scope, never
+// passed; one whose specs did not run says why.
+func ConformanceEvidence(suites []types.Report, rec Record) Evidence {
+	version := cmp.Or(rec.Signoff.Conformance.Version, conformance.Latest)
+	list, err := conformance.For(version)
+	if err != nil {
+		list, _ = conformance.For(conformance.Latest)
+	}
+	ev := Evidence{Version: list.Version, Profile: rec.Signoff.Profile}
+	for _, req := range list.Requirements {
+		r := RequirementEvidence{Requirement: req, Page: string(req.ID) + ".md"}
+		for _, c := range rec.Signoff.Conformance.Claims {
+			if c.Requirement == req.ID {
+				r.How = append(r.How, c)
+			}
+		}
+		r.Specs = specsWithLabel(suites, labels.RequirementPrefix+string(req.ID))
+		r.Result, r.Status, r.Notes = judgeRequirement(rec, r)
+		ev.Requirements = append(ev.Requirements, r)
+	}
+	return ev
+}
+
+// judgeRequirement is a requirement's result, checklist status and notes.
+func judgeRequirement(rec Record, r RequirementEvidence) (result, status, notes string) {
+	var passed, failed []string
+	for _, sp := range r.Specs {
+		switch sp.Result {
+		case ResultPassed:
+			passed = append(passed, sp.Path)
+		case ResultFailed:
+			failed = append(failed, sp.Path)
+		}
+	}
+	switch {
+	case len(r.How) == 0 && r.OutOfScope != "":
+		return evidenceResultOutOfScope, statusLeftToParticipant, "not exercised by gpuconform: " + r.OutOfScope
+	case len(r.How) == 0:
+		return evidenceResultOutOfScope, statusLeftToParticipant, "no gpuconform scenario claims this requirement"
+	case len(failed) > 0 && len(passed) > 0:
+		return evidenceResultPartly, StatusPartlyImplemented, fmt.Sprintf("gpuconform: %d spec(s) passed (%s), %d failed (%s); see the evidence page",
+			len(passed), pathList(passed), len(failed), pathList(failed))
+	case len(failed) > 0:
+		return evidenceResultFailed, StatusNotImplemented, fmt.Sprintf("gpuconform: %d spec(s) failed (%s); see the evidence page", len(failed), pathList(failed))
+	case len(passed) > 0:
+		return evidenceResultProven, StatusImplemented, fmt.Sprintf("gpuconform: %d spec(s) passed (%s); %s", len(passed), pathList(passed), r.How[0].How)
+	}
+	why := requirementNotExercised(rec, r.ID)
+	if len(why) == 0 {
+		why = []string{"no spec that proves it ran in this run (filtered out, or its scenario was not registered)"}
+	}
+	return evidenceResultNotRun, statusLeftToParticipant, "not exercised in this gpuconform run: " + strings.Join(why, "; ")
+}
+
+// requirementNotExercised are the record's reasons why the scenarios claiming id did not run their
+// proving specs: what discovery left out for each (its not-exercised entries that name the scenario).
+func requirementNotExercised(rec Record, id conformance.ID) []string {
+	var out []string
+	for _, c := range rec.Signoff.Conformance.Claims {
+		if c.Requirement != id {
+			continue
+		}
+		for _, n := range rec.NotExercised {
+			if strings.Contains(n.What, c.Scenario) {
+				out = append(out, n.What+": "+n.Why)
+			}
+		}
+	}
+	return slices.Compact(out)
+}
+
+// pathList names the distinct paths of a list of specs' paths.
+func pathList(paths []string) string {
+	p := slices.Clone(paths)
+	slices.Sort(p)
+	return strings.Join(slices.Compact(p), ", ")
+}
+
+// specsWithLabel are the leaf specs carrying label that ran or were meant to (filtered ones left out).
+func specsWithLabel(suites []types.Report, label string) []EvidenceSpec {
+	var out []EvidenceSpec
+	for _, s := range suites {
+		for _, sp := range s.SpecReports {
+			res := SpecResult(sp)
+			if res == "" || res == ResultFiltered || !slices.Contains(sp.Labels(), label) {
+				continue
+			}
+			e := EvidenceSpec{Text: sp.FullText(), Result: res, Path: specPath(sp)}
+			for _, entry := range sp.ReportEntries {
+				if entry.Name == APIRequestsEntry || entry.Name == "timeline" {
+					continue
+				}
+				e.Entries = append(e.Entries, [2]string{entry.Name, entry.StringRepresentation()})
+			}
+			if sp.State.Is(types.SpecStateFailureStates) {
+				e.Failure = fmt.Sprintf("%s (%s)", sp.Failure.Message, sp.Failure.Location)
+			}
+			e.Artifacts = filepath.ToSlash(filepath.Join("..", artifacts.SpecDir("", sp.FullText())))
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// specPath is the allocation path a spec ran on, from its path label ("" when it has none).
+func specPath(sp types.SpecReport) string {
+	for _, l := range sp.Labels() {
+		if p, ok := strings.CutPrefix(l, "path:"); ok {
+			return p
+		}
+	}
+	return "any"
+}
+
+// WriteEvidence writes the run's evidence directory: README.md (the requirement table), one page per
+// requirement, and the checklist of the version filled in (AIConformance-<version>.yaml).
+func WriteEvidence(dir string, ev Evidence, rec Record) error {
+	out := filepath.Join(dir, EvidenceDir)
+	if err := os.RemoveAll(out); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	errs := []error{os.WriteFile(filepath.Join(out, "README.md"), []byte(evidenceIndex(ev, rec)), 0o644)}
+	for _, r := range ev.Requirements {
+		errs = append(errs, os.WriteFile(filepath.Join(out, r.Page), []byte(evidencePage(r, ev, rec)), 0o644))
+	}
+	checklist, err := ChecklistYAML(ev, rec)
+	errs = append(errs, err, os.WriteFile(filepath.Join(out, ChecklistFile(ev.Version)), checklist, 0o644))
+	return errors.Join(errs...)
+}
+
+// ChecklistFile is the filled checklist's file name, the program's own (docs/AIConformance-1.NN.yaml).
+func ChecklistFile(version string) string { return "AIConformance-" + version + ".yaml" }
+
+// evidenceIndex is the evidence directory's README: one row per requirement.
+func evidenceIndex(ev Evidence, rec Record) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Kubernetes AI Conformance evidence (checklist v%s)\n\n", ev.Version)
+	fmt.Fprintf(&b, "gpuconform run `%s` against `%s` (Kubernetes %s), profile %s. The filled checklist is [%s](%s).\n\n",
+		rec.RunID, rec.Context, rec.KubernetesVersion, cmp.Or(ev.Profile, conformance.ProfileSignoff), ChecklistFile(ev.Version), ChecklistFile(ev.Version))
+	b.WriteString("| Requirement | Level | Result | Checklist status | Specs |\n| --- | --- | --- | --- | --- |\n")
+	for _, r := range ev.Requirements {
+		fmt.Fprintf(&b, "| [%s](%s) | %s | %s | %s | %d |\n", r.ID, r.Page, r.Level, r.Result, cmp.Or(r.Status, "(left to the participant)"), len(r.Specs))
+	}
+	b.WriteString("\nA requirement is proven only by passed specs that carry its label (`conformance:<id>`); one that no scenario of gpuconform claims is out of scope and left to the participant, never marked passed.\n")
+	return b.String()
+}
+
+// evidencePage is one requirement's page: what it asks, how gpuconform checks it, and every spec's
+// outcome with what it saw.
+func evidencePage(r RequirementEvidence, ev Evidence, rec Record) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# %s (%s, %s)\n\n", r.ID, r.Level, r.Section)
+	fmt.Fprintf(&b, "Checklist v%s. What it asks, in short: %s.\n\n", ev.Version, r.Summary)
+	fmt.Fprintf(&b, "**Result: %s.** Checklist status: %s.\n\n%s\n\n", r.Result, cmp.Or(r.Status, "left to the participant"), r.Notes)
+	if len(r.How) > 0 {
+		b.WriteString("## How gpuconform checks it\n\n")
+		for _, c := range r.How {
+			fmt.Fprintf(&b, "- scenario `%s`: %s.\n", c.Scenario, c.How)
+		}
+		b.WriteString("\n")
+	}
+	if len(r.Specs) > 0 {
+		fmt.Fprintf(&b, "## Specs (run `%s`, context `%s`)\n\n", rec.RunID, rec.Context)
+		for _, sp := range r.Specs {
+			fmt.Fprintf(&b, "### %s: %s\n\n", sp.Result, sp.Text)
+			fmt.Fprintf(&b, "- path: %s\n- artifacts: [%s](%s)\n", sp.Path, sp.Artifacts, sp.Artifacts)
+			for _, e := range sp.Entries {
+				fmt.Fprintf(&b, "- %s: %s\n", e[0], oneLine(e[1]))
+			}
+			if sp.Failure != "" {
+				fmt.Fprintf(&b, "\n```\n%s\n```\n", sp.Failure)
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// oneLine keeps a report entry on its list item.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// checklist mirrors the program's checklist file (cncf/k8s-ai-conformance docs/AIConformance-1.NN.yaml):
+// metadata for the participant to fill, and per section the requirements with status, evidence, notes.
+type checklist struct {
+	Metadata checklistMeta `yaml:"metadata"`
+	Spec     checklistSpec `yaml:"spec"`
+}
+
+type checklistMeta struct {
+	KubernetesVersion string `yaml:"kubernetesVersion"`
+	PlatformName      string `yaml:"platformName"`
+	PlatformVersion   string `yaml:"platformVersion"`
+	VendorName        string `yaml:"vendorName"`
+	WebsiteURL        string `yaml:"websiteUrl"`
+	RepoURL           string `yaml:"repoUrl"`
+	DocumentationURL  string `yaml:"documentationUrl"`
+	ProductLogoURL    string `yaml:"productLogoUrl"`
+	Description       string `yaml:"description"`
+	ContactEmail      string `yaml:"contactEmailAddress"`
+}
+
+type checklistSpec struct {
+	Accelerators            []checklistItem `yaml:"accelerators"`
+	Networking              []checklistItem `yaml:"networking"`
+	SchedulingOrchestration []checklistItem `yaml:"schedulingOrchestration"`
+	Observability           []checklistItem `yaml:"observability"`
+	Security                []checklistItem `yaml:"security"`
+	Operator                []checklistItem `yaml:"operator"`
+}
+
+type checklistItem struct {
+	ID          string   `yaml:"id"`
+	Description string   `yaml:"description"`
+	Level       string   `yaml:"level"`
+	Status      string   `yaml:"status"`
+	Evidence    []string `yaml:"evidence"`
+	Notes       string   `yaml:"notes"`
+}
+
+// ChecklistYAML fills the checklist: status and evidence links for what gpuconform proved or saw fail,
+// notes for everything (what is out of scope, what did not run and why). The metadata stays for the
+// participant, but for the description, which names the run.
+func ChecklistYAML(ev Evidence, rec Record) ([]byte, error) {
+	c := checklist{Metadata: checklistMeta{
+		KubernetesVersion: "v" + ev.Version, PlatformName: "[Platform Name]", PlatformVersion: "[Platform Version]", VendorName: "[Vendor Name]",
+		WebsiteURL: "[Website URL]", RepoURL: "[Repository URL]", DocumentationURL: "[Documentation URL]", ProductLogoURL: "[Documentation URL]",
+		Description:  fmt.Sprintf("gpuconform run %s against %s (Kubernetes %s)", rec.RunID, rec.Context, rec.KubernetesVersion),
+		ContactEmail: "[Contact Email Address]",
+	}}
+	sections := map[string]*[]checklistItem{
+		"accelerators": &c.Spec.Accelerators, "networking": &c.Spec.Networking, "schedulingOrchestration": &c.Spec.SchedulingOrchestration,
+		"observability": &c.Spec.Observability, "security": &c.Spec.Security, "operator": &c.Spec.Operator,
+	}
+	for _, r := range ev.Requirements {
+		item := checklistItem{ID: string(r.ID), Description: r.Summary + " (summary; the checklist's own text is authoritative)", Level: string(r.Level),
+			Status: r.Status, Evidence: []string{}, Notes: r.Notes}
+		if len(r.Specs) > 0 {
+			item.Evidence = append(item.Evidence, "file://"+EvidenceDir+"/"+r.Page, "file://junit.gpuconform.xml", "file://gpuconform-report.json")
+		}
+		if s, ok := sections[r.Section]; ok {
+			*s = append(*s, item)
+		}
+	}
+	var buf bytes.Buffer
+	buf.WriteString("# Kubernetes AI Conformance checklist v" + ev.Version + ", filled in by gpuconform from run " + rec.RunID + ".\n")
+	buf.WriteString("# Status is set only where a gpuconform spec proved the requirement or saw it fail; the rest is left to the participant.\n")
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), enc.Close()
+}
