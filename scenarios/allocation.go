@@ -1,9 +1,11 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
@@ -100,6 +102,7 @@ func AllocationSpec(input func() AllocationInput) {
 				report := pods.ExpectProbeReport(ctx, s.Env, s.NS, pod.Name)
 				gomega.Expect(report.Devices).To(gomega.BeEmpty(),
 					"a pod that asked for no GPU saw %s on node %s (%s)", gpu.FormatDevices(report.Devices), report.Node, report.Message)
+				evidenceSeen("a pod that asked for no device", report)
 			})
 
 			if dp, ok := regPath.(*gpu.DevicePlugin); ok {
@@ -189,7 +192,9 @@ func runningPodSeesGivenDevices(ctx context.Context, env *testenv.Env, path gpu.
 		gomega.Expect(report.Devices).To(gomega.HaveLen(given.Count), "container saw %s but %s", gpu.FormatDevices(report.Devices), given.Note)
 	} else {
 		expectSameDevices(report, given)
+		ginkgo.AddReportEntry("evidence: allocated by "+path.Authority(), strings.Join(given.Allocated(), " "))
 	}
+	evidenceSeen(fmt.Sprintf("a pod that asked for %s", plural(n)), report)
 	if dra, ok := path.(*gpu.DRA); ok {
 		gomega.Expect(dra.CheckFromNodeSlices(ctx, env.Clients.Kube, given)).To(gomega.Succeed())
 		for _, c := range given.Claims {
@@ -280,4 +285,29 @@ func BrokenPathSpec(broken map[string]string) {
 			})
 		})
 	}
+}
+
+// evidenceSeen records, for the conformance evidence, what a container saw and from which sources: the
+// device nodes, nvidia-smi's list and the runtime's environment, so "no device" reads as the absence of
+// each, never as a tool that was missing.
+func evidenceSeen(what string, r gpu.ProbeReport) {
+	smi := strings.Join(r.Sources.NvidiaSMI, " ")
+	switch {
+	case r.Sources.NvidiaSMIError != "":
+		smi = "failed: " + r.Sources.NvidiaSMIError
+	case r.Sources.NvidiaSMI == nil:
+		smi = "not in the container"
+	case smi == "":
+		smi = "lists none"
+	}
+	ginkgo.AddReportEntry("evidence: "+what, fmt.Sprintf("pod %s on %s sees %s; device nodes %s; nvidia-smi %s; NVIDIA_VISIBLE_DEVICES %s",
+		cmp.Or(r.Pod, "?"), cmp.Or(r.Node, "?"), gpu.FormatDevices(r.Devices), listOrNone(r.Sources.DevFiles), smi, listOrNone(r.Sources.NvidiaVisibleDevices)))
+}
+
+// listOrNone is a list for the evidence, "none" when empty.
+func listOrNone(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return "[" + strings.Join(l, " ") + "]"
 }

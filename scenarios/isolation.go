@@ -102,7 +102,7 @@ func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, c
 		}
 		union = append(union, cmp.Or(strings.Join(h.Allocated, " "), report.Devices[0]))
 	}
-	ginkgo.AddReportEntry("devices of "+node+" ("+sharing.String()+")", strings.Join(union, " "))
+	ginkgo.AddReportEntry("evidence: devices of "+node+" ("+sharing.String()+"), one pod each", strings.Join(union, " "))
 
 	ginkgo.By("asking for one more device on the full node")
 	want := expectation{stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientDevice,
@@ -169,5 +169,6 @@ func isolation(ctx context.Context, env *testenv.Env, path gpu.Path, ns, node st
 		r := pods.ExpectContainerProbeReport(ctx, env, ns, c.pod, c.container)
 		gomega.Expect(r.Devices).To(gomega.BeEmpty(), "%s sees %s (device nodes %v, nvidia-smi %v)", c.what, gpu.FormatDevices(r.Devices), r.Sources.DevFiles, r.Sources.NvidiaSMI)
 		gomega.Expect(r.Sources.DevFiles).To(gomega.BeEmpty(), "%s has GPU device nodes", c.what)
+		evidenceSeen(c.what, r)
 	}
 }

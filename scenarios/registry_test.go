@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/suite"
 )
@@ -62,4 +63,25 @@ func TestUsesAndMeasured(t *testing.T) {
 	if slices.Contains(m, Allocation.Label()) {
 		t.Errorf("MeasuredLabels() = %v lists allocation, which measures no steps", m)
 	}
+}
+
+func TestConformanceProfileSelectsTheClaimedRequirements(t *testing.T) {
+	if got, want := ProfileFilter("1.37"), "conformance:accelerator_metrics || conformance:driver_runtime_management || conformance:gang_scheduling || conformance:gpu_sharing || conformance:secure_accelerator_access"; got != want {
+		t.Errorf("ProfileFilter(1.37) = %q, want %q", got, want)
+	}
+	// Only the MUST ones are required; the SHOULD ones are reported in the checklist.
+	if got, want := ConformanceRequiredLabels("1.36"), []string{"conformance:accelerator_metrics", "conformance:gang_scheduling", "conformance:secure_accelerator_access"}; !slices.Equal(got, want) {
+		t.Errorf("ConformanceRequiredLabels = %q, want %q", got, want)
+	}
+	for _, c := range Proofs() {
+		if c.How == "" || c.Scenario == "" {
+			t.Errorf("claim %+v says not how or by whom", c)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a spec claimed a requirement its scenario does not declare, and nothing stopped it")
+		}
+	}()
+	proves(shortageName, conformance.GangScheduling)
 }
