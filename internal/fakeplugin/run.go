@@ -25,9 +25,13 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 	p.clearReady()
 	defer p.clearReady()
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait() // runs after cancel: background loops are gone before Run returns
+	// Cancel first, then wait: the background loops end with ctx and are gone before Run returns, also when
+	// Run returns early with an error while they run.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	if client == nil {
 		p.log.Warn("no Kubernetes client: node health annotation and labels are disabled")
 	} else {
