@@ -21,6 +21,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
+	"gpuconform.io/gpuconform/internal/workload/podresources"
 )
 
 // UnhealthyDevicesAnnotation is the node annotation that marks devices unhealthy at run time: a
@@ -110,6 +111,13 @@ type Config struct {
 	// (`fake-device-plugin --check-ready FILE`) reads it, so a plugin pod is Ready only when it serves.
 	ReadyFile string
 
+	// MetricsAddress is where the agent serves its DCGM-exporter-compatible metrics (metrics.go) on
+	// MetricsPath, a TCP listen address such as ":9400" (dcgm-exporter's port). Empty turns the endpoint off.
+	MetricsAddress string
+	// PodResourcesSocket is the kubelet's PodResources API socket, asked at each scrape which containers hold
+	// which GPUs (the metrics' pod, namespace and container labels). Empty serves the metrics without them.
+	PodResourcesSocket string
+
 	// Logger receives every registration, health change and allocation; nil means slog.Default().
 	Logger *slog.Logger
 }
@@ -140,6 +148,8 @@ func DefaultConfig() Config {
 		SocketPollInterval:     time.Second,
 		RegisterInitialBackoff: 500 * time.Millisecond,
 		RegisterMaxBackoff:     10 * time.Second,
+		MetricsAddress:         DefaultMetricsAddress,
+		PodResourcesSocket:     podresources.DefaultSocket,
 	}
 }
 

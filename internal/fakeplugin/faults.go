@@ -61,6 +61,17 @@ const (
 	// inventory changes, so containers created while the fault is on see it. Caught by comparing the version
 	// a GPU pod's nvidia-smi prints with what its node advertises.
 	FaultDriverMismatch Fault = "driver-mismatch"
+	// FaultMetricsMissingDevice makes the agent's DCGM-exporter-compatible metrics endpoint (metrics.go) leave
+	// out every sample of the first GPU, by index, that a pod holds, while the GPU stays advertised, allocated
+	// and visible in its container. Plays an exporter that lost a device (a DCGM host engine that dropped a
+	// GPU from its watch group). Nothing is left out while no pod holds a GPU. Caught by looking up a running
+	// GPU pod's GPU in its node's exporter.
+	FaultMetricsMissingDevice Fault = "metrics-missing-device"
+	// FaultMetricsWrongPod makes the metrics endpoint attribute each held GPU to another pod than the one the
+	// kubelet says holds it: the holder's name with MetricsWrongPodSuffix appended (namespace and container
+	// stay). Plays a broken pod mapper in the exporter. Caught by comparing the pod label of a running GPU
+	// pod's GPU with the pod.
+	FaultMetricsWrongPod Fault = "metrics-wrong-pod"
 	// FaultExtraReplica (time-slicing, mps) advertises one replica more per GPU than the node's labels
 	// (nvidia.com/gpu.replicas) say: N+1 IDs per GPU, the last one "<uuid>::<N>". Plays a plugin whose
 	// sharing config and GFD disagree. Caught by the sharing checks: a GPU hands out more than its replica
@@ -103,7 +114,7 @@ const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
 func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot, FaultDriverMismatch,
-		FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters, FaultDRACapacityOverstated, FaultKueueNoPodsReady}
+		FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters, FaultDRACapacityOverstated, FaultKueueNoPodsReady}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that

@@ -52,6 +52,10 @@ func testConfig(t *testing.T, dir, node string) Config {
 	cfg.RegisterInitialBackoff = 10 * time.Millisecond
 	cfg.RegisterMaxBackoff = 50 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	// Run serves the metrics on a free loopback port (not dcgm-exporter's, which tests must not hold), and
+	// scrapes ask no kubelet unless a test sets a socket.
+	cfg.MetricsAddress = "127.0.0.1:0"
+	cfg.PodResourcesSocket = ""
 	return cfg
 }
 

@@ -16,6 +16,8 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
+
+	"gpuconform.io/gpuconform/internal/workload/podresources"
 )
 
 // manifestPath is the DaemonSet template the local cluster code renders; the test lives here because
@@ -80,6 +82,8 @@ func renderManifest(t *testing.T, v manifestValues) []*unstructured.Unstructured
 			typed = &rbacv1.ClusterRoleBinding{}
 		case "DaemonSet":
 			typed = &appsv1.DaemonSet{}
+		case "Service":
+			typed = &corev1.Service{}
 		case "DeviceClass":
 			typed = &resourcev1.DeviceClass{}
 		default:
@@ -119,6 +123,22 @@ func daemonSet(t *testing.T, objs []*unstructured.Unstructured) *appsv1.DaemonSe
 	return nil
 }
 
+func service(t *testing.T, objs []*unstructured.Unstructured) *corev1.Service {
+	t.Helper()
+	for _, u := range objs {
+		if u.GetKind() == "Service" {
+			svc := &corev1.Service{}
+			b, _ := yaml.Marshal(u.Object)
+			if err := yaml.UnmarshalStrict(b, svc); err != nil {
+				t.Fatal(err)
+			}
+			return svc
+		}
+	}
+	t.Fatal("no Service in manifest")
+	return nil
+}
+
 func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	v := manifestValues{Image: "gpuconform/fake-device-plugin:dev", Devices: 8, ResourceName: "nvidia.com/gpu",
 		Replicas: 2, DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v2", DRADevices: 4, DriverName: "gpu.nvidia.com"}
@@ -128,7 +148,7 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	for _, u := range objs {
 		kinds = append(kinds, u.GetKind())
 	}
-	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "DeviceClass"} {
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "DaemonSet", "Service", "DeviceClass"} {
 		if !slices.Contains(kinds, k) {
 			t.Errorf("manifest lacks a %s (has %v)", k, kinds)
 		}
@@ -148,7 +168,8 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	wantArgs := []string{"--devices=8", "--resource-name=nvidia.com/gpu", "--replicas=2",
 		"--driver-version=550.54.15", "--version=v2", "--ready-file=/run/fake-device-plugin/serving",
 		"--dra-devices=4", "--dra-driver-name=gpu.nvidia.com", "--state-dir=/run/gpuconform-fake-gpu", "--cdi-dir=/var/run/cdi",
-		"--nvidia-smi=/opt/gpuconform/nvidia-smi"}
+		"--nvidia-smi=/opt/gpuconform/nvidia-smi", "--metrics-address=" + DefaultMetricsAddress,
+		"--pod-resources-socket=" + podresources.DefaultSocket}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args = %v, want %v (no --fault when Fault is empty)", c.Args, wantArgs)
 	}
@@ -181,6 +202,36 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	}
 	if sc := c.SecurityContext; sc == nil || sc.Privileged == nil || !*sc.Privileged {
 		t.Errorf("the agent makes device nodes and must run privileged: %+v", c.SecurityContext)
+	}
+
+	// The metrics: the agent's port named metrics, the kubelet's PodResources directory at the path the flag
+	// names, and the Service through which the suite finds each node's exporter.
+	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9400 }) {
+		t.Errorf("the agent has no container port 9400 named metrics: %+v", c.Ports)
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == filepath.Dir(podresources.DefaultSocket) }) {
+		t.Errorf("no volume mounted at the PodResources socket's directory: %+v", c.VolumeMounts)
+	}
+	svc := service(t, objs)
+	if svc.Namespace != "gpuconform-system" || svc.Name != "fake-dcgm-exporter" {
+		t.Errorf("Service is %s/%s, want gpuconform-system/fake-dcgm-exporter", svc.Namespace, svc.Name)
+	}
+	if svc.Labels["app.kubernetes.io/name"] != "dcgm-exporter" || svc.Labels["app.kubernetes.io/part-of"] != "gpuconform" {
+		t.Errorf("Service labels %v, want name dcgm-exporter and part-of gpuconform", svc.Labels)
+	}
+	if svc.Spec.Selector["app.kubernetes.io/name"] != "fake-device-plugin" {
+		t.Errorf("Service selector %v, want app.kubernetes.io/name=fake-device-plugin", svc.Spec.Selector)
+	}
+	for k, v := range svc.Spec.Selector {
+		if ds.Spec.Template.Labels[k] != v {
+			t.Errorf("Service selector %s=%s does not match the agent pods' labels %v", k, v, ds.Spec.Template.Labels)
+		}
+	}
+	if !svc.Spec.PublishNotReadyAddresses {
+		t.Errorf("Service must publish not-ready agents: their readiness follows the kubelet, not the metrics")
+	}
+	if len(svc.Spec.Ports) != 1 || svc.Spec.Ports[0].Name != "metrics" || svc.Spec.Ports[0].Port != 9400 || svc.Spec.Ports[0].TargetPort.String() != "metrics" {
+		t.Errorf("Service ports %+v, want metrics 9400 → the agent's metrics port", svc.Spec.Ports)
 	}
 
 	// The MIG modes pass --sharing and add the class of partitions, which must decode strictly too.

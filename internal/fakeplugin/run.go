@@ -3,6 +3,7 @@ package fakeplugin
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,9 +26,13 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 	p.clearReady()
 	defer p.clearReady()
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	var wg sync.WaitGroup
-	defer wg.Wait() // runs after cancel: background loops are gone before Run returns
+	// Cancel first, then wait: the background loops end with ctx and are gone before Run returns, also when
+	// Run returns early with an error while they run.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	if client == nil {
 		p.log.Warn("no Kubernetes client: node health annotation and labels are disabled")
 	} else {
@@ -62,6 +67,20 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 		return nil
 	}
 	p.markRan()
+	if p.cfg.MetricsAddress != "" {
+		// The exporter reports the driver's GPUs, so it starts with the driver; a port it cannot have ends the
+		// agent, so the pod restarts instead of serving without the metrics the suite reads.
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", p.cfg.MetricsAddress)
+		if err != nil {
+			return fmt.Errorf("metrics endpoint: %w", err)
+		}
+		wg.Go(func() {
+			if err := p.ServeMetrics(ctx, l); err != nil {
+				p.log.Error("metrics endpoint failed; stopping the agent", "err", err)
+				cancel()
+			}
+		})
+	}
 	if client != nil && p.cfg.DRADevices > 0 {
 		// The DRA half ends only with ctx; an error starting it ends the agent, so the pod restarts.
 		draErr := make(chan error, 1)
