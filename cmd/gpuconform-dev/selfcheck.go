@@ -104,6 +104,11 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(capacity(`after it came back`) + `|a one-device pod to run on \S+ on the \S+ path after the node came back`)},
 		{Fault: fakeplugin.FaultDriverMismatch, Focus: "driver and CUDA versions the node advertises", Catcher: "driver and CUDA versions the node advertises",
 			Because: because(`advertises driver \S+ \([^)]*\) but nvidia-smi in pod \S+ prints \S+`)},
+		// The fake agent's DCGM-exporter stand-in (internal/fakeplugin/metrics.go) and the metrics scenario.
+		{Fault: fakeplugin.FaultMetricsMissingDevice, Focus: "exposes utilisation and memory metrics", Catcher: "exposes utilisation and memory metrics",
+			Because: because(`device GPU-\S+ held by pod \S+ on \S+ has no DCGM_FI_DEV_GPU_UTIL and no DCGM_FI_DEV_FB_USED sample on the exporter`)},
+		{Fault: fakeplugin.FaultMetricsWrongPod, Focus: "exposes utilisation and memory metrics", Catcher: "exposes utilisation and memory metrics",
+			Because: because(`device GPU-\S+ held by pod (\S+) is attributed to \S+-misattributed on the exporter, not to its holder`)},
 		// A cluster fault (cmd/gpuconform-dev/selfcheck_kueue.go): Kueue restarted without waitForPodsReady.
 		{Fault: fakeplugin.FaultKueueNoPodsReady, Focus: "never keeps part of a gang running", Catcher: "never keeps part of a gang running",
 			Because: because(`gang \S+ started partly and stayed so for \S+: worker \d+ on \S+.* run; .*wait; Kueue waitForPodsReady off`)},

@@ -56,6 +56,10 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"Node gpuconform-worker:\n  Ready=True (KubeletReady)\n",
 		fakeplugin.FaultDriverMismatch: "node gpuconform-worker advertises driver 550.54.15 (node labels nvidia.com/cuda.driver-version.full, nvidia.com/cuda.runtime-version.full) but nvidia-smi in pod driver-0 prints 551.54.15\n" +
 			"Expected\n    <string>: 551.54.15\nto equal\n    <string>: 550.54.15",
+		fakeplugin.FaultMetricsMissingDevice: "Timed out after 30.001s.\ntimed out after 30s waiting for the devices of pod metrics-x/metrics-2 on the accelerator metrics endpoint\n" +
+			"device GPU-0c2f held by pod metrics-x/metrics-2 on gpuconform-worker has no DCGM_FI_DEV_GPU_UTIL and no DCGM_FI_DEV_FB_USED sample on the exporter (devices it lists: GPU-6b1e, GPU-9d3a)",
+		fakeplugin.FaultMetricsWrongPod: "Timed out after 30.001s.\ntimed out after 30s waiting for the devices of pod metrics-x/metrics-2 on the accelerator metrics endpoint\n" +
+			"device GPU-0c2f held by pod metrics-x/metrics-2 is attributed to metrics-x/metrics-2-misattributed on the exporter, not to its holder",
 		fakeplugin.FaultKueueNoPodsReady: "gang gpuconform-gang-x/toobig started partly and stayed so for 1m0s: worker 0 on gpuconform-worker2, worker 1 on gpuconform-worker run; worker 2 (Unschedulable: 0/4 nodes are available: 2 Insufficient nvidia.com/gpu) wait; " +
 			"Kueue waitForPodsReady off: Kueue's Configuration has no waitForPodsReady: nothing withdraws a gang that only partly fits, whose running workers hold devices they cannot use",
 		fakeplugin.FaultExtraReplica:           "GPU GPU-0c2f is held by 3 pods (ts-0, ts-4, ts-8) on gpuconform-worker, which the node's labels share 2 ways (time-slicing, 2 replicas): a device was handed out more often than it has replicas",
