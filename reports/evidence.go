@@ -121,7 +121,7 @@ func judgeRequirement(rec Record, r RequirementEvidence) (result, status, notes 
 	case len(failed) > 0:
 		return evidenceResultFailed, StatusNotImplemented, fmt.Sprintf("gpuconform: %d spec(s) failed (%s); see the evidence page", len(failed), pathList(failed))
 	case len(passed) > 0:
-		return evidenceResultProven, StatusImplemented, fmt.Sprintf("gpuconform: %d spec(s) passed (%s); %s", len(passed), pathList(passed), r.How[0].How)
+		return evidenceResultProven, StatusImplemented, fmt.Sprintf("gpuconform: %d spec(s) passed (%s); see the evidence page for what each saw", len(passed), pathList(passed))
 	}
 	why := requirementNotExercised(rec, r.ID)
 	if len(why) == 0 {
@@ -246,6 +246,10 @@ func evidencePage(r RequirementEvidence, ev Evidence, rec Record) string {
 			fmt.Fprintf(&b, "### %s: %s\n\n", sp.Result, sp.Text)
 			fmt.Fprintf(&b, "- path: %s\n- artifacts: [%s](%s)\n", sp.Path, sp.Artifacts, sp.Artifacts)
 			for _, e := range sp.Entries {
+				if strings.Contains(strings.TrimSpace(e[1]), "\n") {
+					fmt.Fprintf(&b, "- %s:\n\n  ```\n  %s\n  ```\n", e[0], strings.ReplaceAll(strings.TrimSpace(e[1]), "\n", "\n  "))
+					continue
+				}
 				fmt.Fprintf(&b, "- %s: %s\n", e[0], oneLine(e[1]))
 			}
 			if sp.Failure != "" {

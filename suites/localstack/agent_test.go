@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"gpuconform.io/gpuconform/framework/accelmetrics"
+	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
@@ -429,6 +431,38 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		labelNow, attrsNow := advertised()
 		Expect(labelNow).To(Equal(label), "driver-mismatch must leave the node's label alone")
 		Expect(attrsNow).To(ConsistOf(attrs), "driver-mismatch must leave the slice's driverVersion alone")
+	})
+
+	// heldGPUOnMetrics runs a pod holding one device-plugin GPU on node and returns a check of the fake
+	// exporter's samples for it, after the exporter attributes it correctly without a fault.
+	heldGPUOnMetrics := func(ctx context.Context) (string, func() error) {
+		exporter := accelmetrics.Endpoint{Kind: config.MetricsService, Namespace: localcluster.SystemNamespace, Name: "fake-dcgm-exporter"}
+		pod := podSpec(ns, node, 1)
+		withDPGPUs(&pod.Spec.Containers[0])
+		pod, r := runProbes(ctx, pod)
+		holder := accelmetrics.Holder{Namespace: ns, Pod: pod.Name, Node: node, Devices: r["c0"].Devices}
+		check := func() error {
+			scrape, err := accelmetrics.Read(ctx, cs, exporter, node)
+			if err != nil {
+				return err
+			}
+			_, err = accelmetrics.Check(scrape.Samples, holder)
+			return err
+		}
+		Eventually(check).WithTimeout(time.Minute).WithPolling(time.Second).Should(Succeed(), "without a fault the exporter must attribute %v to %s", holder.Devices, pod.Name)
+		return pod.Name, check
+	}
+
+	It("metrics-missing-device: the exporter drops the GPU a pod holds", func(ctx SpecContext) {
+		_, check := heldGPUOnMetrics(ctx)
+		withFault(ctx, node, fakeplugin.FaultMetricsMissingDevice)
+		Expect(check()).To(MatchError(ContainSubstring("has no DCGM_FI_DEV_GPU_UTIL and no DCGM_FI_DEV_FB_USED sample")))
+	})
+
+	It("metrics-wrong-pod: the exporter attributes the GPU a pod holds to another pod", func(ctx SpecContext) {
+		name, check := heldGPUOnMetrics(ctx)
+		withFault(ctx, node, fakeplugin.FaultMetricsWrongPod)
+		Expect(check()).To(MatchError(ContainSubstring("is attributed to " + ns + "/" + name + fakeplugin.MetricsWrongPodSuffix)))
 	})
 
 	It("no-reregister: after a kubelet restart the device plugin stays away and the node's GPUs disappear", func(ctx SpecContext) {
