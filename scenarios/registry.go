@@ -9,7 +9,6 @@ import (
 	"github.com/onsi/ginkgo/v2"
 
 	"gpuconform.io/gpuconform/framework/conformance"
-
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/suite"
 )

@@ -1,7 +1,6 @@
 package accelmetrics
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -50,7 +49,7 @@ func TestCheckFindsTheHeldDeviceAttributedToItsPod(t *testing.T) {
 
 func TestCheckFailsAMissingDevice(t *testing.T) {
 	var kept []string
-	for _, l := range strings.Split(exposition, "\n") {
+	for l := range strings.SplitSeq(exposition, "\n") {
 		if !strings.Contains(l, "GPU-a") {
 			kept = append(kept, l)
 		}
@@ -98,7 +97,7 @@ func TestCheckWithoutAttributionChecksPresenceOnly(t *testing.T) {
 }
 
 func TestDiscover(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	kube := fake.NewClientset()
 	if e, why := Discover(ctx, kube, "auto"); e.Present() || !strings.Contains(why, "no Service is labelled app.kubernetes.io/name=dcgm-exporter or app=nvidia-dcgm-exporter") {
 		t.Errorf("empty cluster: %+v, %q", e, why)
@@ -125,7 +124,7 @@ func TestReadServiceWithoutAnExporterOnTheNodeIsTerminal(t *testing.T) {
 		Endpoints: []discoveryv1.Endpoint{{NodeName: ptr.To("n2"), TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "dcgm-abc"}},
 			{NodeName: ptr.To("n3"), TargetRef: &corev1.ObjectReference{Kind: "Pod", Name: "dcgm-def"}}},
 	})
-	_, err := Read(context.Background(), kube, Endpoint{Kind: config.MetricsService, Namespace: "gpu-operator", Name: "dcgm"}, "n1")
+	_, err := Read(t.Context(), kube, Endpoint{Kind: config.MetricsService, Namespace: "gpu-operator", Name: "dcgm"}, "n1")
 	if !errors.Is(err, ErrTerminal) || !strings.Contains(err.Error(), "no pod of Service gpu-operator/dcgm runs on node n1 (its endpoints are on: n2, n3)") {
 		t.Errorf("err = %v", err)
 	}
@@ -142,7 +141,7 @@ func TestReadPrometheus(t *testing.T) {
 			`{"metric":{"__name__":"DCGM_FI_DEV_FB_USED","UUID":"GPU-a","Hostname":"n1","pod":"train","namespace":"team"},"value":[1700000000,"30000"]}]}}`))
 	}))
 	defer srv.Close()
-	s, err := Read(context.Background(), nil, Endpoint{Kind: config.MetricsPrometheus, URL: srv.URL}, "n1")
+	s, err := Read(t.Context(), nil, Endpoint{Kind: config.MetricsPrometheus, URL: srv.URL}, "n1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func readService(ctx context.Context, kube kubernetes.Interface, e Endpoint, nod
 	}
 	samples, err := ParseText(string(raw))
 	if err != nil {
-		return Scrape{From: from}, fmt.Errorf("%w: %s does not serve the Prometheus text format: %v", ErrTerminal, from, err)
+		return Scrape{From: from}, fmt.Errorf("%w: %s does not serve the Prometheus text format: %w", ErrTerminal, from, err)
 	}
 	return Scrape{Samples: samples, From: from}, nil
 }
@@ -104,7 +104,7 @@ func metricsPort(ports []discoveryv1.EndpointPort) int32 {
 // terminalIfDenied marks an authorisation failure terminal, with what to grant.
 func terminalIfDenied(err error) error {
 	if apierrors.IsForbidden(err) || apierrors.IsUnauthorized(err) {
-		return fmt.Errorf("%w: %v (grant get on pods/proxy and list on endpointslices in the exporter's namespace: fixtures/rbac)", ErrTerminal, err)
+		return fmt.Errorf("%w: %w (grant get on pods/proxy and list on endpointslices in the exporter's namespace: fixtures/rbac)", ErrTerminal, err)
 	}
 	return err
 }
@@ -113,7 +113,7 @@ func terminalIfDenied(err error) error {
 func readPrometheus(ctx context.Context, e Endpoint, node string) (Scrape, error) {
 	client, err := promapi.NewClient(promapi.Config{Address: e.URL})
 	if err != nil {
-		return Scrape{}, fmt.Errorf("%w: Prometheus client for %s: %v", ErrTerminal, e.URL, err)
+		return Scrape{}, fmt.Errorf("%w: Prometheus client for %s: %w", ErrTerminal, e.URL, err)
 	}
 	query := fmt.Sprintf(`{__name__=~"%s|%s|%s", %s=%q}`, GPUUtil, EngineActive, FBUsed, LabelHost, node)
 	from := fmt.Sprintf("Prometheus %s, query %s", e.URL, query)
@@ -147,4 +147,3 @@ func fromVector(vec model.Vector) []Sample {
 	slices.SortFunc(out, func(a, b Sample) int { return strings.Compare(a.String(), b.String()) })
 	return out
 }
-

@@ -145,10 +145,10 @@ const (
 // latest for a bare "ai-conformance"); "" and "signoff" are the default signoff profile. Anything else is
 // an error that names the profiles.
 func ParseProfile(profile string) (conformance bool, version string, err error) {
-	switch {
-	case profile == "" || profile == ProfileSignoff:
+	switch profile {
+	case "", ProfileSignoff:
 		return false, Latest, nil
-	case profile == ProfileAIConformance:
+	case ProfileAIConformance:
 		return true, Latest, nil
 	}
 	if v, ok := strings.CutPrefix(profile, ProfileAIConformance+"-"); ok {
