@@ -63,6 +63,12 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "gpuconform report: %v\n", err)
 		return 1
 	}
+	if ev := reports.ConformanceEvidence(suites, rec); ev.HasClaims() {
+		if err := reports.WriteEvidence(dir, ev, rec); err != nil {
+			fmt.Fprintf(stderr, "gpuconform report: writing the conformance evidence: %v\n", err)
+			return 1
+		}
+	}
 	fmt.Fprint(stdout, md)
 	// One closing line in the form CI runners recognise.
 	passed, failed, skipped := reports.Count(suites)

@@ -11,12 +11,15 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/reports"
 )
 
 func writeRun(t *testing.T, dir, recordRun, reportRun string, state types.SpecState) {
 	t.Helper()
 	rec := reports.Record{RunID: recordRun, LeakAudit: &audit.Result{RunID: recordRun}}
+	rec.Signoff.Conformance = reports.ConformanceClaims{Version: "1.37", Claims: []conformance.Claim{
+		{Proof: conformance.Proof{Requirement: conformance.SecureAcceleratorAccess, How: "exact devices"}, Scenario: "allocation"}}}
 	if _, err := rec.Write(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +27,7 @@ func writeRun(t *testing.T, dir, recordRun, reportRun string, state types.SpecSt
 		{LeafNodeType: types.NodeTypeSynchronizedBeforeSuite, State: types.SpecStatePassed,
 			ReportEntries: types.ReportEntries{{Name: reports.RunIDEntry, Value: types.WrapEntryValue(reportRun)}}},
 		{LeafNodeType: types.NodeTypeIt, LeafNodeText: "admits a Job", State: state,
-			ContainerHierarchyLabels: [][]string{{"scenario:allocation", "scenario:shortage"}}},
+			ContainerHierarchyLabels: [][]string{{"scenario:allocation", "scenario:shortage"}}, LeafNodeLabels: []string{"conformance:secure_accelerator_access"}},
 	}}
 	raw, _ := json.Marshal([]types.Report{suite})
 	if err := os.WriteFile(filepath.Join(dir, "gpuconform-report.json"), raw, 0o644); err != nil {
@@ -42,6 +45,11 @@ func TestReportExitCodeIsTheVerdicts(t *testing.T) {
 	writeRun(t, dir, "run-1", "run-1", types.SpecStateFailed)
 	if code := reportCommand(t.Context(), []string{dir}, &out, &errb); code != reports.ExitNoGo {
 		t.Errorf("failed run: exit %d", code)
+	}
+	// The evidence follows the report rendered again: the failed spec now says Not Implemented.
+	raw, err := os.ReadFile(filepath.Join(dir, reports.EvidenceDir, reports.ChecklistFile("1.37")))
+	if err != nil || !strings.Contains(string(raw), "status: Not Implemented") {
+		t.Errorf("checklist after the failed run (%v):\n%s", err, raw)
 	}
 }
 
