@@ -62,8 +62,8 @@ const (
 	// a GPU pod's nvidia-smi prints with what its node advertises.
 	FaultDriverMismatch Fault = "driver-mismatch"
 	// FaultMetricsMissingDevice makes the agent's DCGM-exporter-compatible metrics endpoint (metrics.go) leave
-	// out every sample of the first GPU, by index, that a pod holds, while the GPU stays advertised, allocated
-	// and visible in its container. Plays an exporter that lost a device (a DCGM host engine that dropped a
+	// out every sample of each holding pod's first GPU (by index), while the GPU stays advertised, allocated
+	// and visible in its container; every pod that holds GPUs misses one, whoever else holds others. Plays an exporter that lost a device (a DCGM host engine that dropped a
 	// GPU from its watch group). Nothing is left out while no pod holds a GPU. Caught by looking up a running
 	// GPU pod's GPU in its node's exporter.
 	FaultMetricsMissingDevice Fault = "metrics-missing-device"

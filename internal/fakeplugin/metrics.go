@@ -142,13 +142,13 @@ func (c *gpuCollector) Collect(ch chan<- prometheus.Metric) {
 	p.mu.Lock()
 	missing, wrongPod := p.faults[FaultMetricsMissingDevice], p.faults[FaultMetricsWrongPod]
 	p.mu.Unlock()
-	omit := -1
-	if missing && len(held) > 0 {
-		omit = slices.Min(slices.Collect(maps.Keys(held)))
+	var omit []int
+	if missing {
+		omit = firstOfEachPod(held)
 	}
 	c.noteFaults(omit, wrongPod && len(held) > 0)
 	for _, g := range inv.GPUs {
-		if g.Minor == omit {
+		if slices.Contains(omit, g.Minor) {
 			continue
 		}
 		// The fake's inventory gives every GPU a PCI bus ID, so pci_bus_id is always there.
@@ -207,10 +207,10 @@ func (c *gpuCollector) noteAttribution(socket string, err error) {
 
 // noteFaults logs what the metrics faults do to the scrapes when that changes, so a fault shows in the log
 // without a line per scrape.
-func (c *gpuCollector) noteFaults(omitted int, misattributed bool) {
+func (c *gpuCollector) noteFaults(omitted []int, misattributed bool) {
 	var what []string
-	if omitted >= 0 {
-		what = append(what, fmt.Sprintf("%s: every sample of GPU %d left out", FaultMetricsMissingDevice, omitted))
+	if len(omitted) > 0 {
+		what = append(what, fmt.Sprintf("%s: every sample of GPU(s) %v left out", FaultMetricsMissingDevice, omitted))
 	}
 	if misattributed {
 		what = append(what, fmt.Sprintf("%s: held GPUs attributed to their pods' names with %q appended", FaultMetricsWrongPod, MetricsWrongPodSuffix))
@@ -222,6 +222,21 @@ func (c *gpuCollector) noteFaults(omitted int, misattributed bool) {
 		c.p.log.Warn("FAULT INJECTION: the metrics endpoint misreports", "what", note)
 	}
 	c.faultNote = note
+}
+
+// firstOfEachPod are, for each pod holding GPUs, the lowest-indexed of them, sorted: what
+// FaultMetricsMissingDevice leaves out, so every holder misses one of its GPUs whoever else holds others.
+func firstOfEachPod(held map[int][]holder) []int {
+	first := map[string]int{}
+	for _, i := range slices.Sorted(maps.Keys(held)) {
+		for _, h := range held[i] {
+			if _, seen := first[h.namespace+"/"+h.pod]; !seen {
+				first[h.namespace+"/"+h.pod] = i
+			}
+		}
+	}
+	out := slices.Sorted(maps.Values(first))
+	return slices.Compact(out)
 }
 
 // heldGPUs maps the kubelet's record of allocations onto the node's GPUs: per physical index, the containers

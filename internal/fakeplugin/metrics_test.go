@@ -331,7 +331,7 @@ func TestMetricsAttributeDRAGPUsToTheirPods(t *testing.T) {
 	})
 }
 
-// metrics-missing-device leaves out every sample of the lowest-indexed held GPU, and only those; switched
+// metrics-missing-device leaves out every sample of each holding pod's lowest-indexed GPU, and only those; switched
 // off at run time, the GPU is back. With no GPU held there is nothing to leave out.
 func TestMetricsMissingDeviceFault(t *testing.T) {
 	cfg, socket := metricsConfig(t, 2, 2)
@@ -347,25 +347,27 @@ func TestMetricsMissingDeviceFault(t *testing.T) {
 		}
 	}
 
-	kubelet.set(dpPod("team-a", "train", "worker", "nvidia.com/gpu", u[1]), draPod("team-b", "dra", cfg.DRADriverName, "node-a", DRADeviceName(3)))
+	// Pod team-a/train holds GPUs 0 and 1, pod team-b/dra holds GPU 3: each loses its first, 0 and 3; GPU 1
+	// stays with its holder and the free GPU 2 stays.
+	kubelet.set(dpPod("team-a", "train", "worker", "nvidia.com/gpu", u[1], u[0]), draPod("team-b", "dra", cfg.DRADriverName, "node-a", DRADeviceName(3)))
 	fams := scrape(t, h)
 	for _, g := range gpuGauges() {
 		ss := samplesOf(t, fams, g.name)
 		for i := range 4 {
 			n := len(ofGPU(ss, i))
-			if i == 1 && n != 0 {
-				t.Errorf("%s still has %d samples of GPU 1, the first held GPU", g.name, n)
+			if (i == 0 || i == 3) && n != 0 {
+				t.Errorf("%s still has %d samples of GPU %d, its holder's first", g.name, n, i)
 			}
-			if i != 1 && n != 1 {
-				t.Errorf("%s has %d samples of GPU %d, want 1: only the first held GPU goes missing", g.name, n, i)
+			if (i == 1 || i == 2) && n != 1 {
+				t.Errorf("%s has %d samples of GPU %d, want 1: only each holder's first GPU goes missing", g.name, n, i)
 			}
 		}
-		if slices.ContainsFunc(ss, func(s sample) bool { return s.labels[MetricLabelUUID] == u[1] }) {
-			t.Errorf("%s still names GPU 1's UUID", g.name)
+		if slices.ContainsFunc(ss, func(s sample) bool { return s.labels[MetricLabelUUID] == u[0] }) {
+			t.Errorf("%s still names GPU 0's UUID", g.name)
 		}
 	}
-	if got := holdersOf(t, fams, 3); !slices.Equal(got, []string{"team-b/dra/main"}) {
-		t.Errorf("the other held GPU must keep its holder, got %q", got)
+	if got := holdersOf(t, fams, 1); !slices.Equal(got, []string{"team-a/train/worker"}) {
+		t.Errorf("the holder's other GPU must keep its holder, got %q", got)
 	}
 
 	p.SetFaultsFromAnnotation("")
