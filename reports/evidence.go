@@ -163,7 +163,7 @@ func specsWithLabel(suites []types.Report, label string) []EvidenceSpec {
 			if res == "" || res == ResultFiltered || !slices.Contains(sp.Labels(), label) {
 				continue
 			}
-			e := EvidenceSpec{Text: sp.FullText(), Result: res, Path: specPath(sp)}
+			e := EvidenceSpec{Text: sp.FullText(), Result: res, Path: pathOf(sp)}
 			for _, entry := range sp.ReportEntries {
 				if entry.Name == APIRequestsEntry || entry.Name == "timeline" {
 					continue
@@ -178,16 +178,6 @@ func specsWithLabel(suites []types.Report, label string) []EvidenceSpec {
 		}
 	}
 	return out
-}
-
-// specPath is the allocation path a spec ran on, from its path label ("" when it has none).
-func specPath(sp types.SpecReport) string {
-	for _, l := range sp.Labels() {
-		if p, ok := strings.CutPrefix(l, "path:"); ok {
-			return p
-		}
-	}
-	return "any"
 }
 
 // WriteEvidence writes the run's evidence directory: README.md (the requirement table), one page per
