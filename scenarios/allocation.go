@@ -301,7 +301,7 @@ func evidenceSeen(what string, r gpu.ProbeReport) {
 		smi = "lists none"
 	}
 	ginkgo.AddReportEntry("evidence: "+what, fmt.Sprintf("pod %s on %s sees %s; device nodes %s; nvidia-smi %s; NVIDIA_VISIBLE_DEVICES %s",
-		cmp.Or(r.Pod, "?"), cmp.Or(r.Node, "?"), gpu.FormatDevices(r.Devices), listOrNone(r.Sources.DevFiles), smi, listOrNone(r.Sources.NvidiaVisibleDevices)))
+		cmp.Or(r.Pod, "?"), cmp.Or(r.Node, "?"), listOrNone(r.Devices), listOrNone(r.Sources.DevFiles), smi, listOrNone(r.Sources.NvidiaVisibleDevices)))
 }
 
 // listOrNone is a list for the evidence, "none" when empty.
