@@ -27,6 +27,7 @@ import (
 	"syscall"
 	"time"
 
+	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/workload/gang"
 	"gpuconform.io/gpuconform/internal/workload/hostproc"
 	"gpuconform.io/gpuconform/internal/workload/podresources"
@@ -208,6 +209,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := cfg.Validate(); err != nil {
 		return usageError(fs, stderr, err.Error())
 	}
+	cfg.StepDuration = slowedDown(cfg.StepDuration, os.Getenv(fakegpu.EnvSlowdown), stderr)
 	sum, err := train.Run(ctx, cfg, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpu-workload train: %v\n", err)
@@ -339,4 +341,20 @@ func runHostSignal(ctx context.Context, args []string, stdout, stderr io.Writer)
 	default:
 		return usageError(fs, stderr, "give exactly one of --stop-for and --signal")
 	}
+}
+
+// slowedDown stretches a step's simulated GPU work by the fake GPUs' slowdown factor (fakegpu.EnvSlowdown,
+// set by the fake driver's slow-gpu fault): the work runs on a slower GPU, so it takes longer. A value
+// that is not a factor above 1 changes nothing and is reported.
+func slowedDown(step time.Duration, factor string, stderr io.Writer) time.Duration {
+	if factor == "" {
+		return step
+	}
+	f, err := strconv.ParseFloat(factor, 64)
+	if err != nil || f <= 1 {
+		fmt.Fprintf(stderr, "gpu-workload: ignoring %s=%q (not a slowdown factor above 1)\n", fakegpu.EnvSlowdown, factor)
+		return step
+	}
+	fmt.Fprintf(stderr, "gpu-workload: the GPU is %gx slower (%s): each step takes %s\n", f, fakegpu.EnvSlowdown, time.Duration(float64(step)*f))
+	return time.Duration(float64(step) * f)
 }

@@ -24,6 +24,7 @@ import (
 
 	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/upgrade"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
@@ -46,6 +47,10 @@ type selfcheckRow struct {
 	// RestartAgents restarts the fake GPU agents after the row: a fault that leaves an agent out of
 	// service (no-reregister) is not undone by switching it off.
 	RestartAgents bool
+	// Upgrade carries the fault on a driver version instead of the node annotation: the row runs the upgrade
+	// rehearsal to the local stack's target with "-<fault>" appended (fakeplugin.VersionFaults), so that only
+	// the upgraded canary pool has it and the known-good pool is the reference it is measured against.
+	Upgrade bool
 	// Sharing is the sharing mode the fake GPUs must be in for the fault to mean anything (a MIG fault
 	// on whole GPUs changes nothing); the zero value is the cluster's exclusive default. The table keeps
 	// rows of one mode together so that the cluster switches modes as few times as it can.
@@ -109,6 +114,10 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`device GPU-\S+ held by pod \S+ on \S+ has no DCGM_FI_DEV_GPU_UTIL and no DCGM_FI_DEV_FB_USED sample on the exporter`)},
 		{Fault: fakeplugin.FaultMetricsWrongPod, Focus: "exposes utilisation and memory metrics", Catcher: "exposes utilisation and memory metrics",
 			Because: because(`device GPU-\S+ held by pod (\S+) is attributed to \S+-misattributed on the exporter, not to its holder`)},
+		// A driver version that leaves the GPUs slow, rehearsed on the canary pool (the only pool it reaches):
+		// the representative load's rate there against the known-good pool's.
+		{Fault: fakeplugin.FaultSlowGPU, Upgrade: true, Focus: "upgrades the canary pool", Catcher: "upgrades the canary pool",
+			Because: because(`representative load: the upgraded canary \S+ progresses at 0\.\d+ of the known-good pool's rate`)},
 		// A cluster fault (cmd/gpuconform-dev/selfcheck_kueue.go): Kueue restarted without waitForPodsReady.
 		{Fault: fakeplugin.FaultKueueNoPodsReady, Focus: "never keeps part of a gang running", Catcher: "never keeps part of a gang running",
 			Because: because(`gang \S+ started partly and stayed so for \S+: worker \d+ on \S+.* run; .*wait; Kueue waitForPodsReady off`)},
@@ -241,6 +250,15 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, bin shipped
 		}
 		return nil
 	}
+	if row.Upgrade {
+		target, err := (&upgrade.Local{Kube: kube, Namespace: localcluster.SystemNamespace}).LocalTarget(ctx)
+		if err != nil || target == "" {
+			res.Note = fmt.Sprintf("the local fake stack declares no upgrade target (%v)", err)
+			return res
+		}
+		// The rehearsal rolls the canary back itself, also when it fails.
+		return runSelfcheckSpecs(ctx, bin, kubeconfig, dir, res, stderr, "--upgrade-to="+target+"-"+string(row.Fault))
+	}
 	if row.Fault.Cluster() {
 		undo, err := applyClusterFault(ctx, kube, row.Fault)
 		if err != nil {
@@ -290,7 +308,7 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, bin shipped
 }
 
 // runSelfcheckSpecs runs the row's specs with its fault on, and judges the run.
-func runSelfcheckSpecs(ctx context.Context, bin shipped, kubeconfig, dir string, res selfcheckResult, stderr io.Writer) selfcheckResult {
+func runSelfcheckSpecs(ctx context.Context, bin shipped, kubeconfig, dir string, res selfcheckResult, stderr io.Writer, extra ...string) selfcheckResult {
 	row := res.Row
 	_ = os.RemoveAll(dir)
 	_ = os.MkdirAll(filepath.Dir(dir), 0o755)
@@ -299,8 +317,8 @@ func runSelfcheckSpecs(ctx context.Context, bin shipped, kubeconfig, dir string,
 		defer f.Close()
 		log = f
 	}
-	runErr := bin.run(ctx, log, "--timeout=30m", "--kubeconfig="+kubeconfig, "--artifacts="+dir, "--disruptive",
-		"--ginkgo.no-color", "--ginkgo.focus="+regexp.QuoteMeta(row.Focus))
+	runErr := bin.run(ctx, log, append([]string{"--timeout=30m", "--kubeconfig=" + kubeconfig, "--artifacts=" + dir, "--disruptive",
+		"--ginkgo.no-color", "--ginkgo.focus=" + regexp.QuoteMeta(row.Focus)}, extra...)...)
 	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
 	if err != nil {
 		res.Note = fmt.Sprintf("no report from the run (%v; run error %v; log %s.log)", err, runErr, dir)

@@ -66,7 +66,9 @@ func sampleFailures() map[fakeplugin.Fault]string {
 		fakeplugin.FaultMPSNoLimits:            "pod mps-0 on an MPS node lacks its MPS limits: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (want 50); CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (want 0=40779M)",
 		fakeplugin.FaultMIGWithParent:          "GPU GPU-9d3a is held whole by pod mig-0-2 while pod mig-1-0 holds its MIG device MIG-4e1c-aa (3g.40gb), both running on gpuconform-worker: a MIG device's parent was handed out with it (1 MIG device(s) of it held in all)",
 		fakeplugin.FaultDRAPartitionNoCounters: "Told to stop trying after 3.001s.\nGPU GPU-7a1b and its partition gpuconform-worker-gpu.nvidia.com-1/gpu-4-mig-1g10gb-0 were handed out together",
-		fakeplugin.FaultDRACapacityOverstated:  "device gpu-4 (GPU GPU-7a1b) on gpuconform-worker publishes memory capacity 163118Mi (163118 MiB), but the GPU shows 81559 MiB of memory in pod cap-0: the driver overstates the capacity, so claims share more memory than the GPU has",
+		fakeplugin.FaultSlowGPU: "representative load: the upgraded canary gpuconform-worker3 progresses at 0.25 of the known-good pool's rate (2.47 against 9.83 steps/s; minimum ratio 0.80)\n" +
+			"Expected\n    <bool>: false\nto be true",
+		fakeplugin.FaultDRACapacityOverstated: "device gpu-4 (GPU GPU-7a1b) on gpuconform-worker publishes memory capacity 163118Mi (163118 MiB), but the GPU shows 81559 MiB of memory in pod cap-0: the driver overstates the capacity, so claims share more memory than the GPU has",
 	}
 }
 

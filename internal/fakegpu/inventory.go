@@ -73,6 +73,10 @@ const (
 	ContainerInventoryFile = "/run/nvidia-fake/inventory.json"
 	// EnvInventory overrides ContainerInventoryFile for the fake nvidia-smi (tests).
 	EnvInventory = "GPUCONFORM_FAKE_GPU_INVENTORY"
+	// EnvSlowdown is the fake GPUs' speed as a container sees it: a factor N > 1 means each unit of GPU work
+	// takes N times as long (the suite's training workload stretches its steps by it). The fake driver sets
+	// it only under its slow-gpu fault; a real GPU's speed is what it is.
+	EnvSlowdown = "GPUCONFORM_FAKE_GPU_SLOWDOWN"
 )
 
 // Allocation paths a GPU of the inventory is served on. A GPU is served by exactly one of them: the

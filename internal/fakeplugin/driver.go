@@ -203,6 +203,10 @@ func (p *Plugin) CDISpec() cdispec.Spec {
 		spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts, &cdispec.Mount{
 			HostPath: filepath.Join(p.cfg.StateDir, "bin", "nvidia-smi"), ContainerPath: fakegpu.ContainerNvidiaSMI, Options: []string{"ro", "nosuid", "nodev", "bind"}})
 	}
+	if p.hasFault(FaultSlowGPU) {
+		// Written when the driver is installed, at the agent's start: a driver version that carries the fault.
+		spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, fakegpu.EnvSlowdown+"="+strconv.Itoa(SlowGPUFactor))
+	}
 	for i := range p.table.uuids {
 		spec.Devices = append(spec.Devices, cdispec.Device{
 			Name:           strconv.Itoa(i),

@@ -100,7 +100,29 @@ const (
 	// selfcheck` applies it to Kueue's Configuration (the agent ignores it). Caught by the gang scenario's
 	// partial-start check.
 	FaultKueueNoPodsReady Fault = "kueue-no-pods-ready"
+	// FaultSlowGPU makes every GPU of the node SlowGPUFactor times slower: the driver's CDI edits give each
+	// container that gets a device EnvSlowdown, and the suite's workload stretches its work by it. Plays a
+	// driver that leaves the GPUs at low clocks or in a low power mode. Device counts, identities and
+	// isolation are all right. Caught by the upgrade rehearsal's representative load: its progress rate on
+	// the upgraded canary against the same load on the known-good pool.
+	FaultSlowGPU Fault = "slow-gpu"
 )
+
+// SlowGPUFactor is how much slower FaultSlowGPU makes the GPUs.
+const SlowGPUFactor = 4
+
+// VersionFaults are the faults a fake driver version carries: a version ending in "-<fault>"
+// ("560.35.03-wrong-ids") is a driver with that defect, which the agent running it injects on its node. An
+// upgrade rehearsal to such a version is a broken upgrade whose defect the rehearsal must catch.
+func VersionFaults(version string) []Fault {
+	var out []Fault
+	for _, f := range AllFaults() {
+		if !f.Cluster() && strings.HasSuffix(version, "-"+string(f)) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
 
 // Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
 func (f Fault) Cluster() bool { return f == FaultKueueNoPodsReady }
@@ -114,7 +136,7 @@ const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
 func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot, FaultDriverMismatch,
-		FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters, FaultDRACapacityOverstated, FaultKueueNoPodsReady}
+		FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters, FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that

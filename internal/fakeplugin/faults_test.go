@@ -415,3 +415,17 @@ func TestDriverMismatchChangesOnlyWhatNvidiaSMIPrints(t *testing.T) {
 		t.Errorf("inventory with --fault=driver-mismatch says %s, want %s", got, mismatched)
 	}
 }
+
+func TestVersionFaults(t *testing.T) {
+	for v, want := range map[string][]Fault{
+		"560.35.03":                     nil,
+		"560.35.03-wrong-ids":           {FaultWrongIDs},
+		"560.35.03-slow-gpu":            {FaultSlowGPU},
+		"560.35.03-broken":              nil, // the plugin does not come up at all (BrokenVersionSuffix)
+		"560.35.03-kueue-no-pods-ready": nil, // a cluster fault is not the driver's
+	} {
+		if got := VersionFaults(v); !slices.Equal(got, want) {
+			t.Errorf("VersionFaults(%q) = %v, want %v", v, got, want)
+		}
+	}
+}

@@ -38,6 +38,10 @@ type Plugin struct {
 	unhealthy map[int]bool // physical indexes reported Unhealthy
 	// versionOverride is the node's DriverVersionAnnotation as last seen.
 	versionOverride string
+	// versionFaults are the faults of the driver version this agent runs (VersionFaults); faultsValue is the
+	// node's FaultsAnnotation as last applied.
+	versionFaults []Fault
+	faultsValue   string
 	faults          faultSet      // in force now: configured plus the node annotation's
 	changed         chan struct{} // closed (and replaced) on every health or fault change, waking ListAndWatch streams and the slice publisher
 	lastGiven       []int         // physical indexes of the latest Allocate or Prepare (the double-allocate fault hands them out again)
@@ -158,15 +162,26 @@ func (p *Plugin) SetFaultsFromAnnotation(value string) {
 		}
 		extra = append(extra, fs...)
 	}
-	set := newFaultSet(p.cfg.Faults, extra)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.faultsValue = value
+	set := newFaultSet(p.cfg.Faults, extra, p.versionFaults)
 	if maps.Equal(set, p.faults) {
 		return
 	}
 	p.log.Warn(LogFaultsChanged, "faults", JoinFaults(set.list()), "was", JoinFaults(p.faults.list()))
 	p.faults = set
 	p.notifyLocked()
+}
+
+// setVersionFaults puts the faults of the driver version the agent runs in force, beside the configured and
+// the annotated ones.
+func (p *Plugin) setVersionFaults(fs []Fault) {
+	p.mu.Lock()
+	p.versionFaults = fs
+	value := p.faultsValue
+	p.mu.Unlock()
+	p.SetFaultsFromAnnotation(value)
 }
 
 // SetUnhealthyFromAnnotation applies the value of UnhealthyDevicesAnnotation ("" = all healthy). Open

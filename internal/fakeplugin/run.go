@@ -50,6 +50,10 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 			p.log.Info("driver version of this node", "version", v, "configured", p.cfg.DriverVersion, "annotation", DriverVersionAnnotation)
 			p.cfg.DriverVersion = v
 		}
+		if fs := VersionFaults(p.cfg.DriverVersion); len(fs) > 0 {
+			p.log.Warn("FAULT INJECTION: this driver version carries faults", "version", p.cfg.DriverVersion, "faults", JoinFaults(fs))
+			p.setVersionFaults(fs)
+		}
 		wg.Go(func() { p.SyncLabels(ctx, client) })
 	}
 	if strings.HasSuffix(p.cfg.DriverVersion, BrokenVersionSuffix) {

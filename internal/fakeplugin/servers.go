@@ -237,11 +237,15 @@ func (s *resourceServer) allocateMIG(ids []string) (*pluginapi.ContainerAllocate
 
 // env is the environment every allocation sets: the visible devices, the resource and the node.
 func (s *resourceServer) env(visible []string) map[string]string {
-	return map[string]string{
+	env := map[string]string{
 		EnvVisibleDevices: strings.Join(visible, ","),
 		EnvResource:       s.res.name,
 		EnvNode:           s.p.cfg.NodeName,
 	}
+	if s.p.hasFault(FaultSlowGPU) {
+		env[fakegpu.EnvSlowdown] = strconv.Itoa(SlowGPUFactor)
+	}
+	return env
 }
 
 // addMPSEnv sets the MPS variables for a container given gpus GPUs (see EnvMPSPipeDirectory): each
