@@ -48,6 +48,9 @@ type specRow struct {
 // Upgrades are the upgrade rehearsals' verdicts.
 func (p pageData) Upgrades() []string { return UpgradeVerdicts(p.Suites) }
 
+// Rehearsals are the upgrade rehearsals with their application check, load and serving reserve.
+func (p pageData) Rehearsals() []Rehearsal { return UpgradeRehearsals(p.Suites) }
+
 // Evidence is the run's AI Conformance evidence (the "Conformance evidence" section).
 func (p pageData) Evidence() Evidence { return ConformanceEvidence(p.Suites, p.Rec) }
 
@@ -326,6 +329,9 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 {{if or .V.NoGo .V.Incomplete}}<ul>{{range .V.NoGo}}<li>{{.}}</li>{{end}}{{range .V.Incomplete}}<li>incomplete: {{.}}{{if $.Rec.Signoff.AllowIncomplete}} (allowed by the signoff policy){{end}}</li>{{end}}</ul>{{end}}
 {{if .Rec.Signoff.Require}}<p>Required: {{join .Rec.Signoff.Require ", "}}, and every discovered allocation path.</p>{{end}}
 {{range .Upgrades}}<p><strong>{{.}}</strong></p>{{end}}
+{{range .Rehearsals}}<h2>Upgrade rehearsal</h2><p>{{.Verdict}}</p>
+{{if .Checks}}<table><tr><th>Application check on the upgraded canary</th><th>Path</th><th>Node</th><th>Result</th></tr>{{range .Checks}}<tr><td>{{.Check}}</td><td>{{.Path}}</td><td>{{.Node}}</td><td>{{.Result}}</td></tr>{{end}}</table>{{end}}
+<ul>{{with .Load}}<li>Representative load: {{.}}</li>{{end}}{{with .Reserve}}<li>Serving reserve through the drain: {{.}}</li>{{end}}{{with .Diff}}<li>Record diff (canary before/after): {{.}}</li>{{end}}</ul>{{end}}
 {{with .Rec.Signoff.Baseline}}<h2>Compared with baseline run <code>{{.RunID}}</code></h2><p class="muted">{{.Source}}</p>
 {{if $.V.Baseline}}<ul>{{range $.V.Baseline}}<li>{{.}}</li>{{end}}</ul>{{else}}<p>Everything that passed in the baseline passes now.</p>{{end}}{{end}}
 

@@ -69,6 +69,7 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	for _, u := range UpgradeVerdicts(suites) {
 		fmt.Fprintf(&b, "**%s**\n\n", u)
 	}
+	renderRehearsals(&b, suites)
 	b.WriteString("## Compatibility record\n\n| | |\n|---|---|\n")
 	row := func(k, v string) { fmt.Fprintf(&b, "| %s | %s |\n", k, cell(v)) }
 	row("Kubernetes", rec.KubernetesVersion)
@@ -415,6 +416,63 @@ func UpgradeVerdicts(suites []types.Report) []string {
 		}
 	}
 	return out
+}
+
+// Rehearsal is what the signoff shows of one upgrade rehearsal: its verdict, the application check on the
+// upgraded canary, the representative load, the serving reserve through the drain and the record diff.
+type Rehearsal struct {
+	Verdict             string
+	Checks              []upgrade.AppCheck
+	Load, Reserve, Diff string
+}
+
+// UpgradeRehearsals lists the run's upgrade rehearsals from their report entries.
+func UpgradeRehearsals(suites []types.Report) []Rehearsal {
+	var out []Rehearsal
+	for _, r := range suites {
+		for _, sp := range r.SpecReports {
+			var h Rehearsal
+			for _, e := range sp.ReportEntries {
+				v := strings.Trim(e.StringRepresentation(), `"`)
+				switch e.Name {
+				case upgrade.VerdictEntry:
+					h.Verdict = v
+				case upgrade.AppCheckEntry:
+					h.Checks = upgrade.ParseAppChecks(e.StringRepresentation())
+				case upgrade.LoadEntry:
+					h.Load = v
+				case upgrade.ReserveEntry:
+					h.Reserve = v
+				case "record diff":
+					h.Diff = v
+				}
+			}
+			if h.Verdict != "" {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// renderRehearsals is the signoff's "Upgrade rehearsal" section.
+func renderRehearsals(b *strings.Builder, suites []types.Report) {
+	for _, h := range UpgradeRehearsals(suites) {
+		fmt.Fprintf(b, "## Upgrade rehearsal\n\n%s\n\n", h.Verdict)
+		if len(h.Checks) > 0 {
+			b.WriteString("| Application check on the upgraded canary | Path | Node | Result |\n|---|---|---|---|\n")
+			for _, c := range h.Checks {
+				fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cell(c.Check), cell(c.Path), cell(c.Node), cell(c.Result))
+			}
+			b.WriteString("\n")
+		}
+		for _, kv := range [][2]string{{"Representative load", h.Load}, {"Serving reserve through the drain", h.Reserve}, {"Record diff (canary before/after)", h.Diff}} {
+			if kv[1] != "" {
+				fmt.Fprintf(b, "- %s: %s\n", kv[0], kv[1])
+			}
+		}
+		b.WriteString("\n")
+	}
 }
 
 // SpecLine is a finished spec's progress line: "[gpuconform] PASSED (1m6s) <full text>", with the

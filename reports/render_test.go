@@ -10,6 +10,7 @@ import (
 
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/upgrade"
 )
 
 func spec(text, path string, state types.SpecState, msg string) types.SpecReport {
@@ -128,5 +129,31 @@ func TestRenderRunParameters(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("signoff lacks %q", want)
 		}
+	}
+}
+
+func TestRenderUpgradeRehearsal(t *testing.T) {
+	up := spec("upgrades the canary pool", "device-plugin", types.SpecStateFailed, "container saw [GPU-1] but the kubelet allocated [GPU-0]")
+	entry := func(name, v string) types.ReportEntry { return types.ReportEntry{Name: name, Value: types.WrapEntryValue(v)} }
+	up.ReportEntries = types.ReportEntries{
+		entry(upgrade.AppCheckEntry, upgrade.FormatAppChecks([]upgrade.AppCheck{{Check: "devices back", Path: "device-plugin", Node: "w3", Result: upgrade.AppCheckPassed},
+			{Check: "device identity", Path: "device-plugin", Node: "w3", Result: upgrade.AppCheckFailed}})),
+		entry(upgrade.ReserveEntry, "Deployment ns/serving (2 replicas): fewest available 1"),
+		entry("record diff", "w3: driver 550.54.15 → 560.35.03-wrong-ids"),
+		entry(upgrade.VerdictEntry, `upgrade from 550.54.15 to 560.35.03-wrong-ids on pool w3: NO-GO (failed: application check "device identity" on the device-plugin path (w3))`),
+	}
+	suite := types.Report{SuiteDescription: "GPU", SpecReports: []types.SpecReport{up}}
+	rec := record()
+	md := RenderMarkdown([]types.Report{suite}, rec)
+	for _, want := range []string{"## Upgrade rehearsal", `NO-GO (failed: application check "device identity"`,
+		"| device identity | device-plugin | w3 | FAILED |", "| devices back | device-plugin | w3 | passed |",
+		"- Serving reserve through the drain: Deployment ns/serving", "- Record diff (canary before/after): w3: driver 550.54.15 → 560.35.03-wrong-ids"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("signoff lacks %q:\n%s", want, md)
+		}
+	}
+	html := RenderHTML([]types.Report{suite}, rec)
+	if !strings.Contains(html, "<td>device identity</td><td>device-plugin</td><td>w3</td><td>FAILED</td>") {
+		t.Errorf("the HTML signoff lacks the application check table")
 	}
 }

@@ -53,6 +53,9 @@ type Signoff struct {
 	// Conformance are the requirements the scenarios claim to prove and the checklist version the
 	// evidence is written for.
 	Conformance ConformanceClaims `json:"conformance"`
+	// PreUpgrade is the label of the upgrade rehearsal when the run is a pre-upgrade signoff ("": it is
+	// not): without a passed spec carrying it the run is INCOMPLETE, whatever else passed.
+	PreUpgrade string `json:"preUpgrade,omitempty"`
 }
 
 // ConformanceClaims are the registry's AI Conformance claims and the checklist version of the run.
@@ -297,6 +300,10 @@ func Decide(suites []types.Report, rec Record) Verdict {
 		}
 	}
 
+	if l := rec.Signoff.PreUpgrade; l != "" && !passedLabels[l] && rec.SetupFailure == "" {
+		v.Incomplete = append(v.Incomplete, "pre-upgrade signoff without an upgrade rehearsal that passed: "+rehearsalMissing(rec))
+	}
+
 	if b := rec.Signoff.Baseline; b != nil {
 		now := map[string]bool{}
 		for _, p := range rec.Paths {
@@ -403,4 +410,19 @@ func ReportRunID(suites []types.Report) string {
 		}
 	}
 	return ""
+}
+
+// rehearsalMissing says why a pre-upgrade signoff has no passed rehearsal: what the run recorded about
+// the upgrade rehearsal not being registered, else that it did not run.
+func rehearsalMissing(rec Record) string {
+	var why []string
+	for _, n := range rec.NotExercised {
+		if strings.Contains(n.What, "upgrade rehearsal") {
+			why = append(why, n.Why)
+		}
+	}
+	if len(why) == 0 {
+		return "the rehearsal did not run (filtered out, or it failed)"
+	}
+	return strings.Join(why, "; ")
 }

@@ -144,3 +144,20 @@ func TestVerdictRendersOutcome(t *testing.T) {
 		}
 	}
 }
+
+func TestVerdictPreUpgradeWithoutRehearsalIsIncomplete(t *testing.T) {
+	s, rec := passing()
+	rec.Signoff.PreUpgrade = "scenario:upgrade"
+	rec.NotExercised = []NotExercised{{What: "driver-upgrade rehearsal on the canary pool", Why: "it cordons, drains and upgrades the canary pool; run with --disruptive to include it"}}
+	expectOutcome(t, s, rec, OutcomeIncomplete, "pre-upgrade signoff without an upgrade rehearsal that passed: it cordons, drains and upgrades the canary pool; run with --disruptive")
+
+	// With a passed rehearsal the same run is GO.
+	up := spec("upgrades the canary pool", "device-plugin", types.SpecStatePassed, "")
+	up.ContainerHierarchyLabels = [][]string{{"scenario:upgrade"}}
+	s[0].SpecReports = append(s[0].SpecReports, up)
+	expectOutcome(t, s, rec, OutcomeGo, "")
+
+	// Not a pre-upgrade signoff: the missing rehearsal is not required.
+	s, rec = passing()
+	expectOutcome(t, s, rec, OutcomeGo, "")
+}

@@ -97,6 +97,21 @@ func flagTable() []flagDef {
 		{name: "checkpoint-host-path", usage: "directory every GPU node mounts from shared storage, for checkpoints that outlive a node", apply: func(c *Config, v string) error { c.Checkpoints.HostPath = v; return nil }},
 		{name: "upgrade-to", usage: "driver version the upgrade rehearsal moves the canary pool to (local cluster default 560.35.03)", apply: func(c *Config, v string) error { c.Upgrade.To = v; return nil }},
 		{name: "upgrade-command", usage: "upgrade script, called as SCRIPT upgrade|rollback VERSION NODE...", apply: func(c *Config, v string) error { c.Upgrade.Command = v; return nil }},
+		{name: "keep-upgraded", usage: "leave the canary pool on the new driver when the upgrade rehearsal passes (default: roll it back)", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.Upgrade.KeepUpgraded = b })},
+		{name: "upgrade-load-image", usage: "image of the rehearsal's representative load, compared on the upgraded canary and the known-good pool (default: the workload image's training loop); it prints JSON lines with a numeric \"step\"", apply: func(c *Config, v string) error { c.Upgrade.Load.Image = v; return nil }},
+		{name: "upgrade-load-command", usage: "command of the representative load, split on spaces (default: the image's entrypoint; the training loop for the workload image)", apply: func(c *Config, v string) error { c.Upgrade.Load.Command = strings.Fields(v); return nil }},
+		{name: "upgrade-load-duration", usage: "how long the representative load runs on each pool (default 30s local, 2m real)", apply: durationSetter(func(c *Config, d time.Duration) { c.Upgrade.Load.Duration.Duration = d })},
+		{name: "upgrade-load-min-ratio", usage: "lowest canary/known-good progress-rate ratio of the representative load that passes (default 0.8)", apply: func(c *Config, v string) error {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				return fmt.Errorf("not a number: %q", v)
+			}
+			c.Upgrade.Load.MinRatio = f
+			return nil
+		}},
+		{name: "upgrade-serving-replicas", usage: "replicas (one device each) of the serving Deployment the drain of the canary pool must keep serving (default 2; 0: none)", apply: intPtrSetter(func(c *Config, n *int) { c.Upgrade.Serving.Replicas = n })},
+		{name: "upgrade-serving-min-available", usage: "minAvailable of the serving Deployment's PodDisruptionBudget (default replicas-1)", apply: intPtrSetter(func(c *Config, n *int) { c.Upgrade.Serving.MinAvailable = n })},
+		{name: "pre-upgrade", usage: "this run is a pre-upgrade signoff: without a passed upgrade rehearsal (--disruptive, a canary pool, a provider) it is INCOMPLETE", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.Signoff.PreUpgrade = b })},
 		{name: "driver-version-label", usage: "node label reporting the driver version (default nvidia.com/cuda.driver-version.full)", apply: func(c *Config, v string) error { c.Upgrade.VersionLabel = v; return nil }},
 		{name: "low-priority-class", usage: "existing WorkloadPriorityClass of the preemptible training job (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.LowPriorityClass = v; return nil }},
 		{name: "high-priority-class", usage: "existing WorkloadPriorityClass of the urgent job that preempts it (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.HighPriorityClass = v; return nil }},
@@ -130,6 +145,17 @@ func boolSetter(set func(*Config, bool)) func(*Config, string) error {
 }
 
 // durationSetter parses a duration flag's value for set.
+func intPtrSetter(set func(*Config, *int)) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("not an integer: %q", v)
+		}
+		set(c, &n)
+		return nil
+	}
+}
+
 func durationSetter(set func(*Config, time.Duration)) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)

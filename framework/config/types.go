@@ -241,7 +241,53 @@ type UpgradeConfig struct {
 	// VersionLabel is the node label that reports the driver version (default NVIDIA GFD's
 	// nvidia.com/cuda.driver-version.full).
 	VersionLabel string `json:"versionLabel,omitempty"`
+	// KeepUpgraded leaves the canary pool on the new version when the rehearsal passes (default: it is rolled
+	// back; a failed rehearsal is always rolled back).
+	KeepUpgraded bool `json:"keepUpgraded,omitempty"`
+	// Load is the representative load run on the upgraded canary and on the known-good pool side by side.
+	Load UpgradeLoadConfig `json:"load,omitzero"`
+	// Serving is the serving reserve the drain of the canary pool must keep.
+	Serving ServingReserveConfig `json:"serving,omitzero"`
 }
+
+// UpgradeLoadConfig is the rehearsal's representative load. Its progress is the largest "step" of the JSON
+// lines it prints on stdout (the suite's training workload prints one per checkpoint); its rate on the
+// upgraded canary is compared with the same load's on the known-good pool.
+type UpgradeLoadConfig struct {
+	// Image and Command: the load (default: the workload image's training loop).
+	Image   string   `json:"image,omitempty"`
+	Command []string `json:"command,omitempty"`
+	// Duration is how long each copy runs (default 30s on the local cluster, 2m on a real one).
+	Duration metav1.Duration `json:"duration,omitzero"`
+	// MinRatio is the lowest canary/known-good progress-rate ratio that passes (default 0.8).
+	MinRatio float64 `json:"minRatio,omitempty"`
+}
+
+// ServingReserveConfig is the serving Deployment the rehearsal starts on the canary pool before the drain,
+// with a PodDisruptionBudget: the drain must keep MinAvailable replicas serving throughout.
+type ServingReserveConfig struct {
+	// Replicas of the serving Deployment, one device each (nil: 2; 0: no serving reserve).
+	Replicas *int `json:"replicas,omitempty"`
+	// MinAvailable is the PodDisruptionBudget's minAvailable (nil: Replicas-1).
+	MinAvailable *int `json:"minAvailable,omitempty"`
+}
+
+// ServingReplicas is the serving reserve's replicas and minimum, defaults applied.
+func (u UpgradeConfig) ServingReplicas() (replicas, minAvailable int) {
+	replicas = 2
+	if u.Serving.Replicas != nil {
+		replicas = *u.Serving.Replicas
+	}
+	minAvailable = max(replicas-1, 0)
+	if u.Serving.MinAvailable != nil {
+		minAvailable = *u.Serving.MinAvailable
+	}
+	return replicas, minAvailable
+}
+
+// DefaultLoadMinRatio is UpgradeLoadConfig.MinRatio's default: a canary that progresses at less than 80%
+// of the known-good pool's rate under the same load is a regression.
+const DefaultLoadMinRatio = 0.8
 
 // PreemptionConfig names existing WorkloadPriorityClasses for the preemption scenario.
 type PreemptionConfig struct {
@@ -307,6 +353,9 @@ type SignoffConfig struct {
 	// Baseline is the compatibility record (gpuconform-record.json) of an earlier run: what passed there and
 	// fails or is missing now is NO-GO.
 	Baseline string `json:"baseline,omitempty"`
+	// PreUpgrade declares the run a pre-upgrade signoff: without an upgrade rehearsal that passed (it needs
+	// --disruptive, a canary pool and an upgrade provider) it is INCOMPLETE, whatever else passed.
+	PreUpgrade bool `json:"preUpgrade,omitempty"`
 }
 
 // DevicePluginConfig configures the device-plugin path.

@@ -244,6 +244,28 @@ func rules() []rule {
 			func(Config) string {
 				return "keepResources and cleanupLeftovers are both set: this run would keep what the next one must delete; pick one"
 			}},
+		{"keep-upgraded-needs-disruptive", func(c Config) bool { return !c.Upgrade.KeepUpgraded || c.Disruptive },
+			func(Config) string {
+				return "upgrade.keepUpgraded without disruptive: only the disruptive upgrade rehearsal upgrades anything; add --disruptive or drop --keep-upgraded"
+			}},
+		{"upgrade-load-min-ratio", func(c Config) bool { return c.Upgrade.Load.MinRatio >= 0 && c.Upgrade.Load.MinRatio <= 1 },
+			func(c Config) string {
+				return fmt.Sprintf("upgrade.load.minRatio %g: give a ratio between 0 and 1, e.g. 0.8 (--upgrade-load-min-ratio)", c.Upgrade.Load.MinRatio)
+			}},
+		{"upgrade-load-duration", func(c Config) bool {
+			return c.Upgrade.Load.Duration.Duration == 0 || c.Upgrade.Load.Duration.Duration >= 10*time.Second
+		},
+			func(c Config) string {
+				return fmt.Sprintf("upgrade.load.duration %s: too short to measure a progress rate; give 10s or more (--upgrade-load-duration)", c.Upgrade.Load.Duration.Duration)
+			}},
+		{"upgrade-serving", func(c Config) bool {
+			r, m := c.Upgrade.ServingReplicas()
+			return r >= 0 && m >= 0 && m <= r
+		},
+			func(c Config) string {
+				r, m := c.Upgrade.ServingReplicas()
+				return fmt.Sprintf("upgrade.serving: replicas %d, minAvailable %d: give 0 or more replicas and a minAvailable between 0 and the replicas (--upgrade-serving-replicas, --upgrade-serving-min-available)", r, m)
+			}},
 		{"upgrade-command-executable", func(c Config) bool { return c.Upgrade.Command == "" || isExecutable(c.Upgrade.Command) },
 			func(c Config) string {
 				return fmt.Sprintf("upgrade.command %q: not an executable file (or a name on PATH); give the script's path", c.Upgrade.Command)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"k8s.io/utils/ptr"
 )
 
 func TestValidationErrorsAreSpecific(t *testing.T) {
@@ -67,6 +69,12 @@ func TestRules(t *testing.T) {
 	cases := map[string]struct{ fail, pass edit }{
 		"namespace":       {func(c *Config) { c.Namespace = "Team_A" }, func(c *Config) { c.Namespace = "team-a" }},
 		"helperNamespace": {func(c *Config) { c.HelperNamespace = "gpu helpers" }, func(c *Config) { c.HelperNamespace = "gpu-helpers" }},
+		"keep-upgraded-needs-disruptive": {func(c *Config) { c.Upgrade.KeepUpgraded = true },
+			func(c *Config) { c.Upgrade.KeepUpgraded, c.Disruptive = true, true }},
+		"upgrade-load-min-ratio": {func(c *Config) { c.Upgrade.Load.MinRatio = 80 }, func(c *Config) { c.Upgrade.Load.MinRatio = 0.8 }},
+		"upgrade-load-duration":  {func(c *Config) { c.Upgrade.Load.Duration.Duration = time.Second }, func(c *Config) { c.Upgrade.Load.Duration.Duration = time.Minute }},
+		"upgrade-serving": {func(c *Config) { c.Upgrade.Serving.Replicas, c.Upgrade.Serving.MinAvailable = ptr.To(1), ptr.To(2) },
+			func(c *Config) { c.Upgrade.Serving.Replicas, c.Upgrade.Serving.MinAvailable = ptr.To(2), ptr.To(2) }},
 		"namespace-prefix": {func(c *Config) { c.NamespacePrefix = strings.Repeat("a", 41) },
 			func(c *Config) { c.NamespacePrefix = strings.Repeat("a", 40) }},
 		"dedication-taints": {func(c *Config) { c.DedicationTaints = []string{"nvidia.com/gpu=present:NoSchedule"} },

@@ -95,6 +95,9 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 	case len(signoff.Require) == 0:
 		signoff.Require = scenarios.RequiredLabels(facts)
 	}
+	if cfg.Signoff.PreUpgrade {
+		signoff.PreUpgrade = scenarios.Upgrade.Label()
+	}
 	if err != nil {
 		if suiteCfg.ParallelProcess <= 1 { // the first process writes the run's record
 			_ = reports.WriteSetupFailure(cfg.ArtifactsDir, reports.Record{RunID: r.RunID, Context: r.ContextName(), Server: r.Server(), Signoff: signoff}, err)
