@@ -65,13 +65,18 @@ cluster-down: build ## delete the local cluster (caches stay)
 cluster-logs: build ## collect the local cluster's logs into $(ARTIFACTS)/cluster-logs
 	$(GPUCONFORM) cluster logs $(ARTIFACTS)/cluster-logs
 
+# The upgrade rehearsal of make e2e and make bench goes through the command provider and the shipped script
+# for the local cluster (fixtures/upgrade/local-fake.sh), so the script contract is exercised on every run;
+# its kubectl is the one the cluster build made (_output/bin). UPGRADE_ARGS= uses the built-in provider.
+UPGRADE_ARGS ?= --upgrade-command=$(CURDIR)/fixtures/upgrade/local-fake.sh
+
 e2e: cluster ## run the suites against the local cluster and write the signoff report into $(ARTIFACTS)
 	@mkdir -p $(ARTIFACTS)
 	$(GO) test -count=1 -timeout $(E2E_TIMEOUT) ./suites/localstack/ -args --kubeconfig=$(KUBECONFIG_LOCAL) \
 		--ginkgo.no-color --ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
 	@echo "▶ conformance suite (gpuconform run, disruptive specs included; the last run took $$(cat $(ARTIFACTS)/.conformance-wall 2>/dev/null || echo '?')); one line per finished spec, the whole log in $(ARTIFACTS)/conformance.log"
-	@start=$$(date +%s); $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --timeout=$(E2E_TIMEOUT) \
-		--ginkgo.fail-on-empty $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
+	@start=$$(date +%s); PATH="$(CURDIR)/_output/bin:$$PATH" $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --timeout=$(E2E_TIMEOUT) \
+		--ginkgo.fail-on-empty $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
 	tail -n +1 -F --pid=$$pid $(ARTIFACTS)/conformance.log 2>/dev/null | grep --line-buffered -oE '\[gpuconform\] .*|^not exercised.*'; \
 	wait $$pid; rc=$$?; echo "$$(( $$(date +%s) - start ))s" > $(ARTIFACTS)/.conformance-wall; \
 	$(GPUCONFORM) bench $(ARTIFACTS) | tail -n +3 || true; \
@@ -92,8 +97,8 @@ incluster: images cluster ## run the allocation specs as a Job on the local clus
 
 bench: cluster ## run the conformance suite (disruptive specs included) and print its own cost: wall vs inherent waits, API requests (kept in $(ARTIFACTS)/bench)
 	@mkdir -p $(ARTIFACTS)/bench
-	$(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/bench --disruptive --timeout=$(E2E_TIMEOUT) \
-		$(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
+	PATH="$(CURDIR)/_output/bin:$$PATH" $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/bench --disruptive --timeout=$(E2E_TIMEOUT) \
+		$(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
 	$(GPUCONFORM) bench $(ARTIFACTS)/bench
 
 scale: ## preflight, discovery and diagnose against a simulated 5,000-node GPU cluster (a throwaway API server built here)

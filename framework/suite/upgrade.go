@@ -23,28 +23,30 @@ type Upgrade struct {
 // local fake stack declares it can be upgraded to.
 func (r *Run) planUpgrade(ctx context.Context) Upgrade {
 	u := Upgrade{To: r.Config.Upgrade.To, VersionLabel: cmp.Or(r.Config.Upgrade.VersionLabel, upgrade.DriverVersionLabel)}
-	if r.Config.Upgrade.Command != "" {
-		u.Provider = &upgrade.Command{Path: r.Config.Upgrade.Command, RunID: r.RunID}
-		return u
-	}
 	var lbls []map[string]string
 	for _, n := range r.Nodes {
 		if slices.Contains(r.Caps.Pools.Canary.Nodes, n.Name) {
 			lbls = append(lbls, n.Labels)
 		}
 	}
-	if !upgrade.LocalServes(lbls) {
-		u.Why = "no upgrade provider for this cluster: give --upgrade-command SCRIPT (called as SCRIPT upgrade|rollback VERSION NODE...)"
-		return u
-	}
 	local := &upgrade.Local{Kube: r.Clients.Kube, Namespace: upgrade.LocalNamespace}
-	u.Provider = local
-	if u.To == "" {
+	localServes := upgrade.LocalServes(lbls)
+	if u.To == "" && localServes {
+		// The local fake stack declares its target, whichever provider applies it (the built-in one, or
+		// the shipped script through the command provider).
 		to, err := local.LocalTarget(ctx)
 		if err != nil {
 			r.Notes = append(r.Notes, fmt.Sprintf("the local fake stack's upgrade target could not be read: %v", err))
 		}
 		u.To = to
+	}
+	switch {
+	case r.Config.Upgrade.Command != "":
+		u.Provider = &upgrade.Command{Path: r.Config.Upgrade.Command, RunID: r.RunID}
+	case localServes:
+		u.Provider = local
+	default:
+		u.Why = "no upgrade provider for this cluster: give --upgrade-command SCRIPT (called as SCRIPT upgrade|rollback VERSION NODE...)"
 	}
 	return u
 }
