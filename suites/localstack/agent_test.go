@@ -433,6 +433,20 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		Expect(attrsNow).To(ConsistOf(attrs), "driver-mismatch must leave the slice's driverVersion alone")
 	})
 
+	It("missing-nvidia-smi: GPU containers of both paths get their device nodes and no nvidia-smi", func(ctx SpecContext) {
+		start := time.Now()
+		withFault(ctx, node, fakeplugin.FaultMissingNvidiaSMI)
+		waitAgentLogged(ctx, node, start, fakeplugin.LogCDISpecWritten, "nvidia_smi=false")
+		pod := podSpec(ns, node, 2)
+		withDPGPUs(&pod.Spec.Containers[0])
+		withDRAGPUs(ctx, pod, 1, 1)
+		_, r := runProbes(ctx, pod)
+		for _, c := range []string{"c0", "c1"} {
+			Expect(r[c].Sources.DevFiles).To(HaveLen(1), "container %s under missing-nvidia-smi must keep its GPU's device node", c)
+			Expect(r[c].Sources.NvidiaSMI).To(BeNil(), "container %s under missing-nvidia-smi must have no nvidia-smi on PATH (nvidia_smi_error %q)", c, r[c].Sources.NvidiaSMIError)
+		}
+	})
+
 	// heldGPUOnMetrics runs a pod holding one device-plugin GPU on node and returns a check of the fake
 	// exporter's samples for it, after the exporter attributes it correctly without a fault.
 	heldGPUOnMetrics := func(ctx context.Context) (string, func() error) {
