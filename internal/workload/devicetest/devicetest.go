@@ -202,8 +202,8 @@ const pathUnset = "PATH unset, so the runtime's default"
 
 // pathOf is the PATH the environment gives, as "PATH=…", for a message.
 func pathOf(env []string) string {
-	for i := len(env) - 1; i >= 0; i-- {
-		if v, ok := strings.CutPrefix(env[i], "PATH="); ok {
+	for _, kv := range slices.Backward(env) {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
 			return "PATH=" + v
 		}
 	}
