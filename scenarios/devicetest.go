@@ -117,17 +117,18 @@ func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string,
 		if logErr == nil {
 			ended = "its log ends:\n    " + strings.Join(tail, "\n    ")
 		}
-		ginkgo.Fail(fmt.Sprintf("the device test in pod %s/%s on %s failed (image %s, %s; exit %d, %s); %s",
-			ns, pod.Name, rec.Node, image, describeCommand(command), rec.ExitCode, terminationReason(pod), ended))
+		ginkgo.Fail(fmt.Sprintf("the device test in pod %s/%s on %s failed (image %s, %s; %s); %s",
+			ns, pod.Name, rec.Node, image, describeCommand(command), howItEnded(pod), ended))
 	}
 	gomega.Expect(logErr).NotTo(gomega.HaveOccurred(), "the device test passed, but its log is part of the record")
 	return rec
 }
 
-// terminationReason is the kubelet's reason for the workload container's end ("Error", "OOMKilled").
-func terminationReason(pod *corev1.Pod) string {
-	if t := pods.Terminated(pod, fixtures.WorkloadContainer); t != nil && t.Reason != "" {
-		return "reason " + t.Reason
+// howItEnded says how the workload container of a finished pod ended: its exit code and the kubelet's
+// reason ("Error", "OOMKilled"), or, when it never ran (the kubelet refused the pod), the pod's reason.
+func howItEnded(pod *corev1.Pod) string {
+	if t := pods.Terminated(pod, fixtures.WorkloadContainer); t != nil {
+		return fmt.Sprintf("exit %d, reason %s", t.ExitCode, t.Reason)
 	}
-	return "phase " + string(pod.Status.Phase)
+	return fmt.Sprintf("the container never ran: pod %s, reason %s: %s", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
 }
