@@ -63,7 +63,8 @@ var Allocation = Define(Scenario{Name: allocationName, Title: "a workload gets e
 
 // AllocationSpec registers the allocation scenario: per path and device count, a Job submitted through
 // a LocalQueue is admitted, placed on a node with the devices, sees exactly the devices it was given,
-// and completes; a running pod sees exactly what the path's authority allocated; negative checks.
+// and completes; a running pod sees exactly what the path's authority allocated; the vendor's device test
+// passes in a pod given one device; negative checks.
 func AllocationSpec(input func() AllocationInput) {
 	reg := input()
 	counts := reg.DeviceCounts
@@ -94,6 +95,14 @@ func AllocationSpec(input func() AllocationInput) {
 					proves(allocationName, conformance.SecureAcceleratorAccess), func(ctx context.Context) {
 						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, nodes)
 					})
+			}
+
+			if nodes := reg.eligible(regPath, 1); len(nodes) == 0 {
+				reg.notExercised(pathName+": the vendor's device test", "no node in the GPU pool has a device on this path")
+			} else {
+				ginkgo.It("runs the vendor's device test in a pod with one device", func(ctx context.Context) {
+					deviceTest(ctx, s.Env, s.Path, s.NS, nodes, s.In.DeviceTest)
+				})
 			}
 
 			ginkgo.It("shows no device to a pod that asks for none", proves(allocationName, conformance.SecureAcceleratorAccess), func(ctx context.Context) {

@@ -26,14 +26,18 @@ type Base struct {
 	// QueueGaps are the paths whose Kueue resource the team's ClusterQueue does not cover
 	// (team-namespace mode), with why (recorded as not exercised): they submit nothing through Kueue.
 	QueueGaps map[string]string
+	// DeviceTest is the vendor's device test (config deviceTest): the allocation scenario runs it on each
+	// path, and the upgrade rehearsal on the canary pool, so every input carries it.
+	DeviceTest DeviceTestSpec
 }
 
 func (b Base) base() Base { return b }
 
-// baseOf is the Base of every scenario's input: the run's environment (live when specs run), paths, pool
-// and not-exercised record.
+// baseOf is the Base of every scenario's input: the run's environment (live when specs run), paths, pool,
+// not-exercised record and device test.
 func baseOf(r *suite.Run) Base {
-	return Base{Env: r.Env, Paths: r.Paths, GPUPool: r.Caps.Pools.GPU.Nodes, NotExercised: r.NotExercised, QueueGaps: r.QueueGaps()}
+	return Base{Env: r.Env, Paths: r.Paths, GPUPool: r.Caps.Pools.GPU.Nodes, NotExercised: r.NotExercised, QueueGaps: r.QueueGaps(),
+		DeviceTest: deviceTestOf(r.Config.DeviceTest)}
 }
 
 // queued reports whether specs on the path named path submit through Kueue: kueue (the scenario's

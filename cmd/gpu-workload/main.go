@@ -6,6 +6,7 @@
 //	gpu-workload gang --workers W [--rank R] [--coordinator HOST] [--port P] --steps S --step-duration D
 //	                  --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
 //	gpu-workload podresources [--socket PATH] [--namespace NS] [--pod NAME] [--timeout D]
+//	gpu-workload device-test [--nvidia-smi-timeout D]
 //
 // Every subcommand prints JSON lines on stdout. Exit codes: 0 success, 1 failed check or runtime error,
 // 2 usage error, 143 (128+SIGTERM) train or gang interrupted by SIGTERM after it saved its final
@@ -28,6 +29,7 @@ import (
 	"time"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
+	"gpuconform.io/gpuconform/internal/workload/devicetest"
 	"gpuconform.io/gpuconform/internal/workload/gang"
 	"gpuconform.io/gpuconform/internal/workload/hostproc"
 	"gpuconform.io/gpuconform/internal/workload/podresources"
@@ -52,6 +54,9 @@ commands:
   gang          train's multi-worker version: the pods of an Indexed Job step in lock step and stop
                 together when one is lost (gang scheduling scenarios)
   podresources  ask the kubelet which devices it allocated to pods
+  device-test   the local stand-in for the GPU vendor's device test (CUDA vectorAdd): fail unless this
+                container has a GPU device node, /dev/nvidiactl and an nvidia-smi that lists as many
+                GPUs; print "Test PASSED" last when it passes
   host-signal   freeze (SIGSTOP, then SIGCONT) or signal a host process by name (needs hostPID; the
                 kubelet-stop fault provider)
 
@@ -84,6 +89,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runPodResources(ctx, args[1:], stdout, stderr)
 	case "host-signal":
 		return runHostSignal(ctx, args[1:], stdout, stderr)
+	case "device-test":
+		return runDeviceTest(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -304,6 +311,29 @@ func runPodResources(ctx context.Context, args []string, stdout, stderr io.Write
 	}
 	fmt.Fprintf(stdout, "%s\n", line)
 	return code
+}
+
+// runDeviceTest runs the device test in this container: its JSON line on stdout, "Test PASSED" after it
+// on a pass, exit 1 with what is missing on stderr too otherwise.
+func runDeviceTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("device-test", "[--nvidia-smi-timeout D]", stderr)
+	timeout := fs.Duration("nvidia-smi-timeout", 15*time.Second, "bound on each nvidia-smi call (a wedged driver can hang it)")
+	if code, done := parseFlags(fs, args, stderr); done {
+		return code
+	}
+	if *timeout <= 0 {
+		return usageError(fs, stderr, fmt.Sprintf("--nvidia-smi-timeout must be > 0, got %s", *timeout))
+	}
+	r, err := devicetest.Run(ctx, devicetest.Options{NvidiaSMITimeout: *timeout}, stdout)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpu-workload device-test: %v\n", err)
+		return exitFail
+	}
+	if !r.OK {
+		fmt.Fprintf(stderr, "gpu-workload device-test: %s\n", r.Message)
+		return exitFail
+	}
+	return exitOK
 }
 
 // runHostSignal freezes a host process for a while (--stop-for) or sends it one signal (--signal).

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuconform.io/gpuconform/internal/workload/devicetest"
 	"gpuconform.io/gpuconform/internal/workload/gang"
 	"gpuconform.io/gpuconform/internal/workload/train"
 )
@@ -34,6 +35,8 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		"train zero interval":   {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "0"},
 		"train negative sleep":  {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1", "--step-duration", "-1s"},
 		"podresources bad flag": {"podresources", "--sock", "x"},
+		"device-test argument":  {"device-test", "vectorAdd"},
+		"device-test timeout":   {"device-test", "--nvidia-smi-timeout", "0s"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -48,6 +51,25 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 				t.Errorf("usage errors must not print on stdout, got %q", stdout.String())
 			}
 		})
+	}
+}
+
+// The device test's verdict is its exit code, its JSON line and, on a pass only, "Test PASSED" last; a
+// failure says on stderr what is missing. Whatever this machine has (a GPU or none), the three agree.
+func TestDeviceTestExitCodeAgreesWithItsReport(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"device-test"}, &stdout, &stderr)
+	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	var r devicetest.Report
+	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
+		t.Fatalf("first line is not the report: %q: %v", lines[0], err)
+	}
+	passed := lines[len(lines)-1] == devicetest.Passed
+	switch {
+	case code == exitOK && r.OK && passed:
+	case code == exitFail && !r.OK && !passed && len(lines) == 1 && strings.Contains(stderr.String(), r.Message):
+	default:
+		t.Errorf("exit %d, report ok=%v, last line %q, stderr %q", code, r.OK, lines[len(lines)-1], stderr.String())
 	}
 }
 

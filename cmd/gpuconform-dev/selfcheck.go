@@ -109,6 +109,10 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(capacity(`after it came back`) + `|a one-device pod to run on \S+ on the \S+ path after the node came back`)},
 		{Fault: fakeplugin.FaultDriverMismatch, Focus: "driver and CUDA versions the node advertises", Catcher: "driver and CUDA versions the node advertises",
 			Because: because(`advertises driver \S+ \([^)]*\) but nvidia-smi in pod \S+ prints \S+`)},
+		// The vendor's device test (scenarios/devicetest.go) quotes the test's last log lines, where the
+		// stand-in (internal/workload/devicetest) names what the container lacks.
+		{Fault: fakeplugin.FaultMissingNvidiaSMI, Focus: "runs the vendor's device test", Catcher: "runs the vendor's device test",
+			Because: because(`the device test in pod \S+ on \S+ failed`, `nvidia-smi is not on PATH`)},
 		// The fake agent's DCGM-exporter stand-in (internal/fakeplugin/metrics.go) and the metrics scenario.
 		{Fault: fakeplugin.FaultMetricsMissingDevice, Focus: "exposes utilisation and memory metrics", Catcher: "exposes utilisation and memory metrics",
 			Because: because(`device GPU-\S+ held by pod \S+ on \S+ has no DCGM_FI_DEV_GPU_UTIL and no DCGM_FI_DEV_FB_USED sample on the exporter`)},

@@ -56,6 +56,7 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"Node gpuconform-worker:\n  Ready=True (KubeletReady)\n",
 		fakeplugin.FaultDriverMismatch: "node gpuconform-worker advertises driver 550.54.15 (node labels nvidia.com/cuda.driver-version.full, nvidia.com/cuda.runtime-version.full) but nvidia-smi in pod driver-0 prints 551.54.15\n" +
 			"Expected\n    <string>: 551.54.15\nto equal\n    <string>: 550.54.15",
+		fakeplugin.FaultMissingNvidiaSMI: deviceTestFailure(`"missing":["nvidia-smi is not on PATH (PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin): the driver's user-space tools were not injected into the container"]`),
 		fakeplugin.FaultMetricsMissingDevice: "Timed out after 30.001s.\ntimed out after 30s waiting for the devices of pod metrics-x/metrics-2 on the accelerator metrics endpoint\n" +
 			"device GPU-0c2f held by pod metrics-x/metrics-2 on gpuconform-worker has no DCGM_FI_DEV_GPU_UTIL and no DCGM_FI_DEV_FB_USED sample on the exporter (devices it lists: GPU-6b1e, GPU-9d3a)",
 		fakeplugin.FaultMetricsWrongPod: "Timed out after 30.001s.\ntimed out after 30s waiting for the devices of pod metrics-x/metrics-2 on the accelerator metrics endpoint\n" +
@@ -72,7 +73,27 @@ func sampleFailures() map[fakeplugin.Fault]string {
 	}
 }
 
-// Each row's Because matches what its catching check says, and none matches what a check says when it
+// deviceTestFailure is the device test spec's failure when the stand-in's report lists missing.
+func deviceTestFailure(missing string) string {
+	return "the device test in pod alloc-x/device-test-k2x9q on gpuconform-worker failed (image gpuconform.local/gpu-workload:dev, command /usr/local/bin/gpu-workload device-test; exit 1, reason Error); its log ends:\n" +
+		`    {"node":"gpuconform-worker","pod":"device-test-k2x9q","ok":false,"device_nodes":["/dev/nvidia0"],"nvidiactl":true,"nvidia_smi":null,` + missing + `,"message":"…"}` + "\n" +
+		"    gpu-workload device-test: …"
+}
+
+// The device test failing for another layer than nvidia-smi is not missing-nvidia-smi caught.
+func TestSelfcheckMissingNvidiaSMIIsTheToolOnly(t *testing.T) {
+	for _, r := range selfcheckTable() {
+		if r.Fault != fakeplugin.FaultMissingNvidiaSMI {
+			continue
+		}
+		other := deviceTestFailure(`"missing":["no /dev/nvidiactl in the container: the driver's control device was not injected, so no CUDA program can reach the driver"]`)
+		if said, ok := matchAll(r.Because, other); ok {
+			t.Errorf("Because matches a device test that failed for its control device (%q)", said)
+		}
+	}
+}
+
+// Each row's Because matches what its catching check says// Each row's Because matches what its catching check says, and none matches what a check says when it
 // fails for something other than a fault of the GPU stack (here: an image the node cannot pull).
 func TestSelfcheckBecauseMatchesTheChecksMessages(t *testing.T) {
 	unrelated := "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod alloc-x/held-1 to run\n\nDiagnosis of Pod alloc-x/held-1:\n" +

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"flag"
 	"path/filepath"
 	"strings"
@@ -175,5 +176,44 @@ func TestNoisyNeighbourFlags(t *testing.T) {
 	cfg, err = Parse([]string{"--config", writeFile(t, "noisyNeighbour:\n  image: example.com/bench:1\n  command: [/bench, --label, a b]\n")})
 	if err != nil || len(cfg.NoisyNeighbour.Command) != 3 || cfg.NoisyNeighbour.Command[2] != "a b" {
 		t.Errorf("noisyNeighbour from the file: %v %+v", err, cfg.NoisyNeighbour)
+	}
+}
+
+// The device test is an image and a command split on white space, from flags or the file; a command
+// alone, or the workload image with its bare entrypoint, is a usage error before anything connects.
+func TestDeviceTestFlags(t *testing.T) {
+	const vectorAdd = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0"
+	cfg, err := Parse(nil)
+	if err != nil || cfg.DeviceTest.Image != "" || cfg.DeviceTest.Command != nil {
+		t.Errorf("default: %v, deviceTest %+v; want none (the workload image's own test)", err, cfg.DeviceTest)
+	}
+	cfg, err = Parse([]string{"--device-test-image", vectorAdd})
+	if err != nil || cfg.DeviceTest.Image != vectorAdd || cfg.DeviceTest.Command != nil {
+		t.Errorf("image alone (its entrypoint): %v, deviceTest %+v", err, cfg.DeviceTest)
+	}
+	cfg, err = Parse([]string{"--device-test-image", vectorAdd, "--device-test-command", " /cuda-samples/vectorAdd\t--quiet  x"})
+	if err != nil || strings.Join(cfg.DeviceTest.Command, "|") != "/cuda-samples/vectorAdd|--quiet|x" {
+		t.Errorf("image and command: %v, deviceTest %+v", err, cfg.DeviceTest)
+	}
+	cfg, err = Parse([]string{"--config", writeFile(t, "deviceTest:\n  image: "+vectorAdd+"\n  command: [/bin/sh, -c, ./vectorAdd && echo done]\n")})
+	if err != nil || len(cfg.DeviceTest.Command) != 3 || cfg.DeviceTest.Command[2] != "./vectorAdd && echo done" {
+		t.Errorf("deviceTest from the file: %v %+v", err, cfg.DeviceTest)
+	}
+	cfg, err = Parse([]string{"--config", writeFile(t, "deviceTest:\n  image: "+vectorAdd+"\n"), "--device-test-image", "example.com/other:1"})
+	if err != nil || cfg.DeviceTest.Image != "example.com/other:1" {
+		t.Errorf("the flag over the file: %v %+v", err, cfg.DeviceTest)
+	}
+	for args, want := range map[string]string{
+		"--device-test-command /cuda-samples/vectorAdd":                                     "without deviceTest.image",
+		"--image example.com/gpu-workload:1 --device-test-image example.com/gpu-workload:1": "is the workload image with no command",
+	} {
+		_, err := Parse(strings.Fields(args))
+		var ue *UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a usage error saying %q", args, err, want)
+		}
+	}
+	if _, err := Parse([]string{"--image", "example.com/gpu-workload:1", "--device-test-image", "example.com/gpu-workload:1", "--device-test-command", "/usr/local/bin/gpu-workload device-test"}); err != nil {
+		t.Errorf("the workload image with a command of its own: %v", err)
 	}
 }

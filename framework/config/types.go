@@ -117,6 +117,10 @@ type Config struct {
 	// memory-heavy and a compute-heavy neighbour on one shared GPU. Without an image the measurement is not
 	// exercised: the project's probe only lists devices, and on fake GPUs there is nothing to measure.
 	NoisyNeighbour NoisyNeighbourConfig `json:"noisyNeighbour,omitempty"`
+	// DeviceTest is the GPU vendor's own small device test that the allocation scenario runs in a pod given
+	// one device on each path (NVIDIA's CUDA vectorAdd sample on a real cluster). Empty: the workload image's
+	// stand-in, `gpu-workload device-test`.
+	DeviceTest DeviceTestConfig `json:"deviceTest,omitempty"`
 	// Profile is what the run is for: "signoff" (default: every scenario) or "ai-conformance" /
 	// "ai-conformance-1.NN" (only the specs that prove a Kubernetes AI Conformance requirement of that
 	// checklist version, the latest without one, with an evidence page per requirement and the checklist
@@ -205,6 +209,17 @@ type NoisyNeighbourConfig struct {
 	// Image is a workload image that drives the device (CUDA); empty: not measured.
 	Image string `json:"image,omitempty"`
 	// Command is the container's command; empty runs the image's entrypoint.
+	Command []string `json:"command,omitempty"`
+}
+
+// DeviceTestConfig names the vendor's device test: an image that exits 0 when a CUDA program runs on the
+// GPU it is given (the sample's own "Test PASSED" is printed, not read), and non-zero otherwise.
+type DeviceTestConfig struct {
+	// Image is the test's image, e.g. nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0; empty: the
+	// workload image running `gpu-workload device-test`.
+	Image string `json:"image,omitempty"`
+	// Command is the container's command (the flag splits it on white space); empty runs the image's
+	// entrypoint. Only with Image: the workload image has one command of its own.
 	Command []string `json:"command,omitempty"`
 }
 

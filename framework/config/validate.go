@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
@@ -150,6 +151,25 @@ func rules() []rule {
 			func(c Config) string {
 				return fmt.Sprintf("noisyNeighbour.command %q without noisyNeighbour.image: the command would run in the project's workload image, which cannot load a GPU; name the image that drives the device (--noisy-neighbour-image)",
 					strings.Join(c.NoisyNeighbour.Command, " "))
+			}},
+		{"device-test-command-needs-image", func(c Config) bool { return len(c.DeviceTest.Command) == 0 || c.DeviceTest.Image != "" },
+			func(c Config) string {
+				return fmt.Sprintf("deviceTest.command %q without deviceTest.image: the default device test is the workload image's own gpu-workload device-test; name the vendor's image (--device-test-image), or the workload image itself to run another command in it",
+					strings.Join(c.DeviceTest.Command, " "))
+			}},
+		{"device-test-workload-image-needs-command", func(c Config) bool {
+			return c.DeviceTest.Image == "" || c.DeviceTest.Image != c.Image || len(c.DeviceTest.Command) > 0
+		}, func(c Config) string {
+			return fmt.Sprintf("deviceTest.image %q is the workload image with no command: its entrypoint, gpu-workload, needs a subcommand; drop deviceTest.image for the default (gpu-workload device-test) or give deviceTest.command (--device-test-command)",
+				c.DeviceTest.Image)
+		}},
+		{"device-test-image", func(c Config) bool { return !strings.ContainsFunc(c.DeviceTest.Image, unicode.IsSpace) },
+			func(c Config) string {
+				return fmt.Sprintf("deviceTest.image %q (--device-test-image): an image reference has no white space; give the command with --device-test-command", c.DeviceTest.Image)
+			}},
+		{"device-test-command-arguments", func(c Config) bool { return !slices.Contains(c.DeviceTest.Command, "") },
+			func(c Config) string {
+				return fmt.Sprintf("deviceTest.command %q: an empty argument; drop it from the list", c.DeviceTest.Command)
 			}},
 		{"dra-kueue-resource", func(c Config) bool { return c.DRA.KueueResourceName != "" },
 			func(Config) string {

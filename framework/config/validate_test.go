@@ -116,6 +116,24 @@ func TestRules(t *testing.T) {
 				existingQueue(c)
 				c.Preemption = PreemptionConfig{LowPriorityClass: "low", HighPriorityClass: "high"}
 			}},
+		"device-test-command-needs-image": {func(c *Config) { c.DeviceTest.Command = []string{"/cuda-samples/vectorAdd"} },
+			func(c *Config) {
+				c.DeviceTest = DeviceTestConfig{Image: "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0", Command: []string{"/cuda-samples/vectorAdd"}}
+			}},
+		"device-test-workload-image-needs-command": {func(c *Config) { c.DeviceTest.Image = c.Image },
+			func(c *Config) {
+				c.DeviceTest = DeviceTestConfig{Image: c.Image, Command: []string{"/usr/local/bin/gpu-workload", "device-test", "--nvidia-smi-timeout", "1m"}}
+			}},
+		"device-test-image": {func(c *Config) {
+			c.DeviceTest.Image = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0 ./vectorAdd"
+		},
+			func(c *Config) { c.DeviceTest.Image = "nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0" }},
+		"device-test-command-arguments": {func(c *Config) {
+			c.DeviceTest = DeviceTestConfig{Image: "example.com/cuda-test:1", Command: []string{"/run-test", ""}}
+		},
+			func(c *Config) {
+				c.DeviceTest = DeviceTestConfig{Image: "example.com/cuda-test:1", Command: []string{"/run-test", "--verbose"}}
+			}},
 		"dra-kueue-resource":  {func(c *Config) { c.DRA.KueueResourceName = "" }, func(c *Config) { c.DRA.KueueResourceName = "nvidia.com/gpu" }},
 		"image":               {func(c *Config) { c.Image = "" }, func(c *Config) { c.Image = "registry.example/gpu-workload:1" }},
 		"podResources.cpu":    {func(c *Config) { c.PodResources.CPU = "lots" }, func(c *Config) { c.PodResources.CPU = "250m" }},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
@@ -57,6 +58,59 @@ func ExpectPodRunning(ctx context.Context, env *testenv.Env, ns, name string) *c
 		g.Expect(pod.Status.Phase).To(gomega.Equal(corev1.PodRunning), "pod phase")
 	})
 	return pod
+}
+
+// ExpectPodFinished waits until the pod (restart policy Never) has started on a node, within PodStart, and
+// then until it has succeeded or failed, within JobRun, and returns it fresh. Either outcome ends the wait at
+// once: the caller judges it (a failed pod is the answer, not a reason to wait on).
+func ExpectPodFinished(ctx context.Context, env *testenv.Env, ns, name string) *corev1.Pod {
+	ginkgo.GinkgoHelper()
+	var pod *corev1.Pod
+	get := func(g gomega.Gomega) {
+		var err error
+		pod, err = env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(pod.Spec.NodeName).NotTo(gomega.BeEmpty(), "pod is not scheduled")
+	}
+	target := wait.Target{Kind: "Pod", Namespace: ns, Name: name}
+	env.Wait.ForProgress(ctx, fmt.Sprintf("pod %s/%s to start", ns, name), target, env.Timeouts.PodStart, func(g gomega.Gomega) {
+		get(g)
+		g.Expect(pod.Status.Phase).To(gomega.BeElementOf(corev1.PodRunning, corev1.PodSucceeded, corev1.PodFailed), "pod phase")
+	})
+	env.Wait.ForProgress(ctx, fmt.Sprintf("pod %s/%s to finish", ns, name), target, env.Timeouts.JobRun, func(g gomega.Gomega) {
+		get(g)
+		g.Expect(pod.Status.Phase).To(gomega.BeElementOf(corev1.PodSucceeded, corev1.PodFailed), "pod phase")
+	})
+	return pod
+}
+
+// LogTail is the last n non-empty lines of a container's log (all of them when it has fewer).
+func LogTail(ctx context.Context, env *testenv.Env, ns, name, container string, n int) ([]string, error) {
+	raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reading the log of container %s of pod %s/%s: %w", container, ns, name, err)
+	}
+	var lines []string
+	for l := range strings.SplitSeq(string(raw), "\n") {
+		if l = strings.TrimRight(l, "\r"); strings.TrimSpace(l) != "" {
+			lines = append(lines, l)
+		}
+	}
+	return lines[max(0, len(lines)-n):], nil
+}
+
+// Terminated is how a container of the pod last ended; nil when it has not.
+func Terminated(pod *corev1.Pod, container string) *corev1.ContainerStateTerminated {
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.Name != container {
+			continue
+		}
+		if cs.State.Terminated != nil {
+			return cs.State.Terminated
+		}
+		return cs.LastTerminationState.Terminated
+	}
+	return nil
 }
 
 // ExpectJobComplete waits for the Job's Complete condition.

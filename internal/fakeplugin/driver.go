@@ -1,6 +1,7 @@
 package fakeplugin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -176,7 +177,8 @@ func (p *Plugin) KeepInventory(ctx context.Context) {
 // CDISpec is the agent's CDI spec: one device per GPU (its device node) and one per MIG device (its GPU's
 // device node and its cap device, as NVIDIA's generated specs give a MIG device), and the edits every GPU
 // container gets once it has any of them (control devices, nvidia-smi, the inventory), the way NVIDIA's
-// generated specs put the driver's shared files in the spec-wide edits. Like a whole GPU's, a MIG
+// generated specs put the driver's shared files in the spec-wide edits. Under FaultMissingNvidiaSMI the
+// edits leave nvidia-smi out. Like a whole GPU's, a MIG
 // device's CDI device sets no environment: NVIDIA_VISIBLE_DEVICES comes from the allocation (Allocate's
 // envs), and a variable in each device would be overwritten by the next device of the same container.
 func (p *Plugin) CDISpec() cdispec.Spec {
@@ -199,7 +201,7 @@ func (p *Plugin) CDISpec() cdispec.Spec {
 			},
 		},
 	}
-	if p.cfg.NvidiaSMI != "" {
+	if p.injectsNvidiaSMI() {
 		spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts, &cdispec.Mount{
 			HostPath: filepath.Join(p.cfg.StateDir, "bin", "nvidia-smi"), ContainerPath: fakegpu.ContainerNvidiaSMI, Options: []string{"ro", "nosuid", "nodev", "bind"}})
 	}
@@ -226,6 +228,58 @@ func (p *Plugin) CDISpec() cdispec.Spec {
 		}
 	}
 	return spec
+}
+
+// injectsNvidiaSMI reports whether GPU containers get the fake nvidia-smi: it is installed, and
+// FaultMissingNvidiaSMI is not in force.
+func (p *Plugin) injectsNvidiaSMI() bool {
+	return p.cfg.NvidiaSMI != "" && !p.hasFault(FaultMissingNvidiaSMI)
+}
+
+// LogCDISpecWritten is logged (with nvidia_smi=<whether the spec injects it>) each time KeepCDISpec
+// rewrites the CDI spec; tests that switch FaultMissingNvidiaSMI wait for it before they create pods.
+const LogCDISpecWritten = "fake driver CDI spec written"
+
+// KeepCDISpec rewrites the CDI spec file whenever what it should say changes (FaultMissingNvidiaSMI
+// switched on or off), until ctx ends; InstallDriver must have run. The runtime reads the CDI directory
+// again before it injects devices, so a container created afterwards gets the new edits; one already
+// running keeps what it got. Both allocation paths name the spec's devices, so both follow.
+func (p *Plugin) KeepCDISpec(ctx context.Context) {
+	if !p.cdiEnabled() {
+		return
+	}
+	file := filepath.Join(p.cfg.CDIDir, CDISpecFile)
+	for {
+		p.mu.Lock()
+		changed := p.changed // taken before the spec is built, so no change goes unseen
+		p.mu.Unlock()
+		spec := p.CDISpec()
+		want, err := json.MarshalIndent(spec, "", "  ")
+		if err != nil {
+			p.log.Error("cannot encode the fake driver's CDI spec", "err", err)
+			return
+		}
+		if have, err := os.ReadFile(file); err != nil || !bytes.Equal(have, want) {
+			if err := writeAtomic(file, want, 0o644); err != nil {
+				p.log.Error("cannot write the fake driver's CDI spec; retrying", "err", err)
+				if !sleep(ctx, time.Second) {
+					return
+				}
+				continue
+			}
+			smi := p.injectsNvidiaSMI()
+			level := slog.LevelInfo
+			if !smi && p.cfg.NvidiaSMI != "" {
+				level = slog.LevelWarn // FAULT INJECTION: GPU containers no longer get nvidia-smi
+			}
+			p.log.Log(ctx, level, LogCDISpecWritten, "nvidia_smi", smi, "file", file)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+	}
 }
 
 // addDevices puts the GPUs with physical indexes handed into a container's AllocateResponse, the way the

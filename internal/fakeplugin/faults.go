@@ -61,6 +61,14 @@ const (
 	// inventory changes, so containers created while the fault is on see it. Caught by comparing the version
 	// a GPU pod's nvidia-smi prints with what its node advertises.
 	FaultDriverMismatch Fault = "driver-mismatch"
+	// FaultMissingNvidiaSMI stops the fake driver from injecting its nvidia-smi into GPU containers: the CDI
+	// spec (both paths use it), the device-specs allocations and the leak-all injection leave the tool out,
+	// while the device nodes, /dev/nvidiactl and the inventory stay. Plays a driver whose user-space part is
+	// missing from the container toolkit's mounts (a CDI spec generated before the user-space libraries were
+	// installed, or with the wrong driver root): the GPU is there, and nothing in the container can use it.
+	// Containers created while the fault is on lack the tool. Caught by the vendor's device test, which
+	// needs nvidia-smi on PATH.
+	FaultMissingNvidiaSMI Fault = "missing-nvidia-smi"
 	// FaultMetricsMissingDevice makes the agent's DCGM-exporter-compatible metrics endpoint (metrics.go) leave
 	// out every sample of each holding pod's first GPU (by index), while the GPU stays advertised, allocated
 	// and visible in its container; every pod that holds GPUs misses one, whoever else holds others. Plays an exporter that lost a device (a DCGM host engine that dropped a
@@ -136,7 +144,8 @@ const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
 func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot, FaultDriverMismatch,
-		FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters, FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU}
+		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
+		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that

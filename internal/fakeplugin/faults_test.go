@@ -2,6 +2,7 @@ package fakeplugin
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/fakegpu/smi"
@@ -413,6 +415,73 @@ func TestDriverMismatchChangesOnlyWhatNvidiaSMIPrints(t *testing.T) {
 	cfg.Faults = []Fault{FaultDriverMismatch}
 	if got := mustNew(t, cfg).Inventory().DriverVersion; got != mismatched {
 		t.Errorf("inventory with --fault=driver-mismatch says %s, want %s", got, mismatched)
+	}
+}
+
+// The missing-nvidia-smi fault leaves the tool out of every way the fake driver reaches a container (the CDI
+// spec file both paths name, the device-specs allocation, the leak-all injection), at run time through the
+// node annotation, and keeps the device nodes and the inventory; switched off, the tool is back.
+func TestMissingNvidiaSMILeavesOnlyTheToolOut(t *testing.T) {
+	cfg := cdiConfig(t, 2)
+	cfg.DeviceListStrategy = StrategyDeviceSpecs
+	cfg.NvidiaSMI = "/bin/true"
+	p, c := servePlugin(t, cfg)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.KeepCDISpec(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	specMounts := func() []string {
+		raw, err := os.ReadFile(filepath.Join(cfg.CDIDir, CDISpecFile))
+		if err != nil {
+			return nil
+		}
+		var spec cdispec.Spec
+		if json.Unmarshal(raw, &spec) != nil {
+			return nil
+		}
+		var out []string
+		for _, m := range spec.ContainerEdits.Mounts {
+			out = append(out, m.ContainerPath)
+		}
+		return out
+	}
+	allocated := func() (mounts, devices []string) {
+		r := allocateResp(t, c, p.DeviceIDs()[0])
+		for _, m := range r.Mounts {
+			mounts = append(mounts, m.ContainerPath)
+		}
+		for _, d := range r.Devices {
+			devices = append(devices, d.ContainerPath)
+		}
+		return mounts, devices
+	}
+	leaked := func() []string {
+		var out []string
+		for _, m := range p.leakAdjustment().GetMounts() {
+			out = append(out, m.Destination)
+		}
+		return out
+	}
+	hasTool := func(mounts []string) bool { return slices.Contains(mounts, fakegpu.ContainerNvidiaSMI) }
+
+	eventually(t, "the CDI spec mounts nvidia-smi", func() bool { return hasTool(specMounts()) })
+	p.SetFaultsFromAnnotation(string(FaultMissingNvidiaSMI))
+	eventually(t, "the CDI spec leaves nvidia-smi out", func() bool { m := specMounts(); return m != nil && !hasTool(m) })
+	if m := specMounts(); !slices.Contains(m, fakegpu.ContainerInventoryFile) {
+		t.Errorf("under missing-nvidia-smi the CDI spec mounts %v; the inventory must stay", m)
+	}
+	mounts, devices := allocated()
+	if hasTool(mounts) || !slices.Contains(mounts, fakegpu.ContainerInventoryFile) || !slices.Equal(devices, []string{"/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools", "/dev/nvidia0"}) {
+		t.Errorf("under missing-nvidia-smi an allocation mounts %v with devices %v; want the inventory and every device node, no nvidia-smi", mounts, devices)
+	}
+	if hasTool(leaked()) {
+		t.Errorf("under missing-nvidia-smi the leak-all injection still mounts nvidia-smi: %v", leaked())
+	}
+	p.SetFaultsFromAnnotation("")
+	eventually(t, "the CDI spec mounts nvidia-smi again", func() bool { return hasTool(specMounts()) })
+	if mounts, _ := allocated(); !hasTool(mounts) {
+		t.Errorf("with the fault off an allocation mounts %v, want nvidia-smi too", mounts)
 	}
 }
 

@@ -61,7 +61,7 @@ func (p *Plugin) leakAdjustment() *api.ContainerAdjustment {
 	}
 	ro := []string{"bind", "ro", "nosuid", "nodev"}
 	adj.AddMount(&api.Mount{Source: filepath.Join(p.cfg.StateDir, "inventory.json"), Destination: fakegpu.ContainerInventoryFile, Type: "bind", Options: ro})
-	if p.cfg.NvidiaSMI != "" {
+	if p.injectsNvidiaSMI() {
 		adj.AddMount(&api.Mount{Source: filepath.Join(p.cfg.StateDir, "bin", "nvidia-smi"), Destination: fakegpu.ContainerNvidiaSMI, Type: "bind", Options: ro})
 	}
 	adj.AddEnv(EnvVisibleDevices, "all")

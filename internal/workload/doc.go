@@ -7,6 +7,9 @@
 //     newest checkpoint every one of them holds, step in lock step and stop together (peer_lost)
 //     when one is lost.
 //   - podresources: asks the kubelet which devices it allocated to pods.
+//   - devicetest: the local stand-in for a GPU vendor's device test (CUDA vectorAdd): a GPU device node,
+//     the driver's control device and an nvidia-smi that lists as many GPUs, or a failure naming what is
+//     missing.
 //   - termlog: writes a Kubernetes termination message without ever exceeding its size limit.
 //
 // Every subcommand reports machine-readable JSON lines on stdout, because the suite reads them back

@@ -115,15 +115,15 @@ func withDPGPUs(c *corev1.Container) {
 	c.Resources.Limits = corev1.ResourceList{resourceName: resource.MustParse("1")}
 }
 
-// withDRAGPUs makes pod claim n GPUs of the agent's DRA half through a new template, for container c only.
-func withDRAGPUs(ctx context.Context, pod *corev1.Pod, c int, n int) {
+// withDRAGPU makes pod claim one GPU of the agent's DRA half through a template, for container c only.
+func withDRAGPU(ctx context.Context, pod *corev1.Pod, c int) {
 	GinkgoHelper()
-	name := fmt.Sprintf("gpus-%d", n)
+	const name = "gpus-1"
 	tmpl := &resourcev1.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pod.Namespace},
 		Spec: resourcev1.ResourceClaimTemplateSpec{Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{
 			Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
-				DeviceClassName: localcluster.DRADriverName, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: int64(n)}}}}}},
+				DeviceClassName: localcluster.DRADriverName, AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1}}}}}},
 	}
 	if _, err := cs.ResourceV1().ResourceClaimTemplates(pod.Namespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
 		_, err := cs.ResourceV1().ResourceClaimTemplates(pod.Namespace).Create(ctx, tmpl, metav1.CreateOptions{})
@@ -264,7 +264,7 @@ var _ = Describe("The fake GPU agent", func() {
 		ns := testNamespace(ctx)
 		node := poolNodes(ctx)[0].Name
 		pod := podSpec(ns, node, 2)
-		withDRAGPUs(ctx, pod, 0, 1)
+		withDRAGPU(ctx, pod, 0)
 		pod, r := runProbes(ctx, pod)
 		devs := claimDevices(ctx, pod)
 		Expect(devs).To(HaveLen(1))
@@ -311,7 +311,7 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 	It("wrong-ids: a DRA container sees another GPU than its claim's", func(ctx SpecContext) {
 		withFault(ctx, node, fakeplugin.FaultWrongIDs)
 		pod := podSpec(ns, node, 1)
-		withDRAGPUs(ctx, pod, 0, 1)
+		withDRAGPU(ctx, pod, 0)
 		pod, r := runProbes(ctx, pod)
 		devs := claimDevices(ctx, pod)
 		var m int
@@ -362,7 +362,7 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 	It("dra-prepare-fail: a DRA pod never starts and the kubelet reports the failed prepare", func(ctx SpecContext) {
 		withFault(ctx, node, fakeplugin.FaultDRAPrepareFail)
 		pod := podSpec(ns, node, 1)
-		withDRAGPUs(ctx, pod, 0, 1)
+		withDRAGPU(ctx, pod, 0)
 		pod = createPod(ctx, pod)
 		Eventually(func(g Gomega) {
 			evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name})
@@ -431,6 +431,20 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		labelNow, attrsNow := advertised()
 		Expect(labelNow).To(Equal(label), "driver-mismatch must leave the node's label alone")
 		Expect(attrsNow).To(ConsistOf(attrs), "driver-mismatch must leave the slice's driverVersion alone")
+	})
+
+	It("missing-nvidia-smi: GPU containers of both paths get their device nodes and no nvidia-smi", func(ctx SpecContext) {
+		start := time.Now()
+		withFault(ctx, node, fakeplugin.FaultMissingNvidiaSMI)
+		waitAgentLogged(ctx, node, start, fakeplugin.LogCDISpecWritten, "nvidia_smi=false")
+		pod := podSpec(ns, node, 2)
+		withDPGPUs(&pod.Spec.Containers[0])
+		withDRAGPU(ctx, pod, 1)
+		_, r := runProbes(ctx, pod)
+		for _, c := range []string{"c0", "c1"} {
+			Expect(r[c].Sources.DevFiles).To(HaveLen(1), "container %s under missing-nvidia-smi must keep its GPU's device node", c)
+			Expect(r[c].Sources.NvidiaSMI).To(BeNil(), "container %s under missing-nvidia-smi must have no nvidia-smi on PATH (nvidia_smi_error %q)", c, r[c].Sources.NvidiaSMIError)
+		}
 	})
 
 	// heldGPUOnMetrics runs a pod holding one device-plugin GPU on node and returns a check of the fake

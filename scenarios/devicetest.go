@@ -1,0 +1,134 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/testenv"
+)
+
+// DeviceTestSpec is the GPU vendor's device test as the specs run it: an image and its command. The zero
+// value is the suite's own stand-in, the workload image running `gpu-workload device-test`; an Image with
+// no Command runs the image's entrypoint (NVIDIA's CUDA vectorAdd sample runs its test so).
+type DeviceTestSpec struct {
+	// Image is the test's image; empty: the workload image (the factory's).
+	Image string
+	// Command replaces the image's entrypoint; only with Image.
+	Command []string
+}
+
+// deviceTestOf is the device test the configuration names (config.Validate has refused a Command without
+// an Image).
+func deviceTestOf(c config.DeviceTestConfig) DeviceTestSpec {
+	return DeviceTestSpec{Image: c.Image, Command: slices.Clone(c.Command)}
+}
+
+// resolve is what the pod runs: the image, and the command (nil: the image's entrypoint).
+func (dt DeviceTestSpec) resolve(f fixtures.Factory) (image string, command []string) {
+	if dt.Image == "" {
+		return f.Image, []string{fixtures.WorkloadBinary, "device-test"}
+	}
+	return dt.Image, slices.Clone(dt.Command)
+}
+
+// DeviceTestEntry is the report entry through which a spec records one run of the device test (its value
+// a DeviceTestRecord), passed or failed.
+const DeviceTestEntry = "device test"
+
+// DeviceTestRecord is the value of a DeviceTestEntry.
+type DeviceTestRecord struct {
+	Image string `json:"image"`
+	// Command is the container's command; empty: the image's entrypoint.
+	Command []string `json:"command"`
+	Path    string   `json:"path"`
+	Pod     string   `json:"pod"`
+	Node    string   `json:"node"`
+	// Passed is the verdict: the container exited 0.
+	Passed bool `json:"passed"`
+	// ExitCode is the container's exit status.
+	ExitCode int32 `json:"exit_code"`
+	// LastLine is the last non-empty line of the container's log ("Test PASSED" for NVIDIA's sample and the
+	// suite's stand-in when they pass).
+	LastLine string `json:"last_line"`
+}
+
+// String is what the report shows: `image nvcr.io/…:vectoradd-cuda12.5.0 (its entrypoint) on w1, dra path:
+// passed, exit 0, "Test PASSED"`.
+func (r DeviceTestRecord) String() string {
+	verdict := "failed"
+	if r.Passed {
+		verdict = "passed"
+	}
+	return fmt.Sprintf("image %s (%s) on %s, %s path: %s, exit %d, %q", r.Image, describeCommand(r.Command), r.Node, r.Path, verdict, r.ExitCode, r.LastLine)
+}
+
+func describeCommand(cmd []string) string {
+	if len(cmd) == 0 {
+		return "its entrypoint"
+	}
+	return "command " + strings.Join(cmd, " ")
+}
+
+// deviceTestLogLines is how many of a failed test's last log lines its failure quotes.
+const deviceTestLogLines = 12
+
+// deviceTest runs the device test dt in a pod given one device on path in namespace ns, pinned to nodes
+// (nil: anywhere the path can place it), waits until it ends and records a DeviceTestEntry. A test that
+// exits non-zero fails the spec at once with its last log lines; a pod that never starts fails it with the
+// wait's diagnosis. The upgrade rehearsal runs it on the canary pool too.
+func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, nodes []string, dt DeviceTestSpec) DeviceTestRecord {
+	ginkgo.GinkgoHelper()
+	image, command := dt.resolve(env.Factory)
+	ginkgo.By(fmt.Sprintf("running the device test, image %s (%s), in a pod with one device on the %s path", image, describeCommand(command), path.Name()))
+	w := env.Factory.GPUPod("device-test-"+rand.String(5), ns).Path(path).Devices(1).Image(image).Command(command...).OnNodes(nodes...)
+	podObj := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	env.Create(ctx, podObj)
+
+	pod := pods.ExpectPodFinished(ctx, env, ns, podObj.Name)
+	rec := DeviceTestRecord{Image: image, Command: command, Path: path.Name(), Pod: pod.Name, Node: pod.Spec.NodeName, Passed: pod.Status.Phase == corev1.PodSucceeded}
+	if t := pods.Terminated(pod, fixtures.WorkloadContainer); t != nil {
+		rec.ExitCode = t.ExitCode
+	}
+	tail, logErr := pods.LogTail(ctx, env, ns, pod.Name, fixtures.WorkloadContainer, deviceTestLogLines)
+	if len(tail) > 0 {
+		rec.LastLine = tail[len(tail)-1]
+	}
+	ginkgo.AddReportEntry(DeviceTestEntry, rec)
+
+	if len(nodes) > 0 {
+		gomega.Expect(nodes).To(gomega.ContainElement(rec.Node), "the device test pod %s ran on %s, outside the nodes it was pinned to", pod.Name, rec.Node)
+	}
+	if !rec.Passed {
+		ended := "its log could not be read: " + fmt.Sprint(logErr)
+		if logErr == nil {
+			ended = "its log ends:\n    " + strings.Join(tail, "\n    ")
+		}
+		ginkgo.Fail(fmt.Sprintf("the device test in pod %s/%s on %s failed (image %s, %s; %s); %s",
+			ns, pod.Name, rec.Node, image, describeCommand(command), howItEnded(pod), ended))
+	}
+	gomega.Expect(logErr).NotTo(gomega.HaveOccurred(), "the device test passed, but its log is part of the record")
+	return rec
+}
+
+// howItEnded says how the workload container of a finished pod ended: its exit code and the kubelet's
+// reason ("Error", "OOMKilled"), or, when it never ran (the kubelet refused the pod), the pod's reason.
+func howItEnded(pod *corev1.Pod) string {
+	if t := pods.Terminated(pod, fixtures.WorkloadContainer); t != nil {
+		return fmt.Sprintf("exit %d, reason %s", t.ExitCode, t.Reason)
+	}
+	return fmt.Sprintf("the container never ran: pod %s, reason %s: %s", pod.Status.Phase, pod.Status.Reason, pod.Status.Message)
+}
