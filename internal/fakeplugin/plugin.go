@@ -42,11 +42,11 @@ type Plugin struct {
 	// node's FaultsAnnotation as last applied.
 	versionFaults []Fault
 	faultsValue   string
-	faults          faultSet      // in force now: configured plus the node annotation's
-	changed         chan struct{} // closed (and replaced) on every health or fault change, waking ListAndWatch streams and the slice publisher
-	lastGiven       []int         // physical indexes of the latest Allocate or Prepare (the double-allocate fault hands them out again)
-	lastGivenMIG    []migDevice   // MIG devices of the latest MIG allocation (the same, for MIG resources)
-	draReady        bool          // the DRA half is registered with the kubelet (or turned off)
+	faults        faultSet      // in force now: configured plus the node annotation's
+	changed       chan struct{} // closed (and replaced) on every health or fault change, waking ListAndWatch streams and the slice publisher
+	lastGiven     []int         // physical indexes of the latest Allocate or Prepare (the double-allocate fault hands them out again)
+	lastGivenMIG  []migDevice   // MIG devices of the latest MIG allocation (the same, for MIG resources)
+	draReady      bool          // the DRA half is registered with the kubelet (or turned off)
 
 	streams   int            // open ListAndWatch streams, of every resource
 	streamsOf map[string]int // open ListAndWatch streams per resource; ReadyFile exists while each resource has one

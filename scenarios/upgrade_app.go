@@ -1,0 +1,177 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/upgrade"
+	"gpuconform.io/gpuconform/framework/wait"
+)
+
+// rehearsalLog is what the rehearsal has done so far: the step in force, which a NO-GO verdict names, and
+// the rows of the application check it ran on the upgraded canary pool.
+type rehearsalLog struct {
+	step   string
+	checks []upgrade.AppCheck
+}
+
+// at starts a step of the rehearsal.
+func (l *rehearsalLog) at(step string) {
+	l.step = step
+	ginkgo.By(step)
+}
+
+// check runs one application check on the upgraded canary and records its row. The row reads FAILED
+// until body returns: a failed expectation leaves body early, and the verdict names the row.
+func (l *rehearsalLog) check(name, path, node string, body func()) {
+	l.checks = append(l.checks, upgrade.AppCheck{Check: name, Path: path, Node: node, Result: upgrade.AppCheckFailed})
+	i := len(l.checks) - 1
+	prev := l.step
+	l.at(fmt.Sprintf("application check %q on the %s path on the upgraded canary (%s)", name, path, node))
+	body()
+	l.checks[i].Result = upgrade.AppCheckPassed
+	l.step = prev
+}
+
+// notApplicable records a check the canary pool does not offer the shape for, and why.
+func (l *rehearsalLog) notApplicable(name, path, why string) {
+	l.checks = append(l.checks, upgrade.AppCheck{Check: name, Path: path, Result: upgrade.AppCheckNotApplicable + ": " + why})
+}
+
+// failedCheck is the first application check that failed, "" when none did.
+func (l *rehearsalLog) failedCheck() string {
+	for _, c := range l.checks {
+		if c.Result == upgrade.AppCheckFailed {
+			return fmt.Sprintf("application check %q on the %s path (%s)", c.Check, c.Path, c.Node)
+		}
+	}
+	return ""
+}
+
+// canaryApplicationCheck runs, on the upgraded canary pool, the same checks the suite runs on the GPU
+// pool: per path, a first pod once the new plugin serves, the device identity of a running pod against
+// the kubelet or the claim, exclusivity on a filled node, isolation of the containers without devices,
+// the vendor's device test, a multi-worker job where the pool can hold one, and the sharing checks where
+// the pool shares GPUs; then a checkpointing job must resume. Each check runs in its own namespace, whose
+// pods are gone before the next check starts, so that each finds the canary's devices free.
+func canaryApplicationCheck(ctx context.Context, in UpgradeInput, log *rehearsalLog, resumePath gpu.Path) {
+	env := in.Env
+	for _, p := range in.Paths {
+		name := p.Name()
+		node := firstWith(p, in.Canary)
+		if node == "" {
+			log.notApplicable("every check", name, "no canary node offers a device on this path")
+			continue
+		}
+		run := func(check string, body func(ns string)) {
+			log.check(check, name, node, func() {
+				ns := env.NewNamespace(ctx, "upgrade-check").Name
+				body(ns)
+				deleteAllPods(ctx, env, ns)
+			})
+		}
+		// The kubelet keeps advertising a restarted plugin's devices for a while; a pod admitted before the
+		// new plugin registered is rejected, recorded and retried (runOnceDevicesBack).
+		run("devices back", func(ns string) {
+			held := runOnceDevicesBack(ctx, env, p, ns, node, "canary-"+name, "after the upgrade to "+in.To)
+			ginkgo.AddReportEntry("canary allocation ("+name+")", fmt.Sprintf("%s on %s got a device", held, node))
+		})
+		run("device identity", func(ns string) { runningPodSeesGivenDevices(ctx, env, p, ns, 1, in.Canary) })
+		run("exclusivity (a filled node)", func(ns string) { fillNode(ctx, env, p, ns, in.Canary) })
+		run("isolation", func(ns string) { isolation(ctx, env, p, ns, node) })
+		run("vendor device test", func(ns string) { deviceTest(ctx, env, p, ns, in.Canary, in.DeviceTest) })
+		switch placement, why := canaryGangPlacement(in, p); {
+		case why != "":
+			log.notApplicable("multi-worker job", name, why)
+		default:
+			run("multi-worker job ("+string(placement)+")", func(ns string) {
+				s := &Spec[GangInput]{In: GangInput{Base: in.Base, KueuePresent: in.KueuePresent, ExistingLocalQueue: in.ExistingLocalQueue}, Env: env, Path: p, NS: ns}
+				gangFits(ctx, s, placement, in.Canary)
+			})
+		}
+		modes, exclusive := sharingModesOn(in.SharingModes, name, in.Canary)
+		if len(modes) == 0 {
+			why := "the canary pool shares no GPU on this path"
+			if len(exclusive) > 0 {
+				why += " (" + strings.Join(exclusive, "; ") + ")"
+			}
+			log.notApplicable("sharing", name, why)
+		}
+		for _, m := range modes {
+			run("sharing ("+m.Mode+")", func(ns string) {
+				s := &Spec[SharingInput]{In: SharingInput{Base: in.Base, Modes: in.SharingModes}, Env: env, Path: p, NS: ns}
+				canarySharing(ctx, s, m)
+			})
+		}
+	}
+	log.check("training resume", resumePath.Name(), strings.Join(in.Canary, ","), func() {
+		ns := env.NewNamespace(ctx, "upgrade-train").Name
+		canaryResume(ctx, in, ns, resumePath, in.Canary)
+		deleteAllPods(ctx, env, ns)
+	})
+	ginkgo.AddReportEntry(upgrade.AppCheckEntry, upgrade.FormatAppChecks(log.checks))
+}
+
+// canarySharing runs the sharing scenario's check of mode m on the canary node that has it.
+func canarySharing(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSharingMode) {
+	switch m.Mode {
+	case cluster.ModeTimeSlicing, cluster.ModeMPS:
+		sharedNodeFilled(ctx, s, m)
+	case cluster.ModeMIGSingle, cluster.ModeMIGMixed:
+		migNodeFilled(ctx, s, m)
+	case cluster.ModePartitionable:
+		fillParentWithPartitions(ctx, s, m)
+	case cluster.ModeConsumable:
+		fillSharedGPU(ctx, s, m)
+	default:
+		ginkgo.Fail(fmt.Sprintf("no sharing check for mode %q", m.Mode))
+	}
+}
+
+// canaryGangPlacement is where a two-worker job goes on the canary pool: across two nodes where the pool
+// has two with a device, else both on one node with two; "" and why when the pool cannot hold one or the
+// path does not queue through Kueue.
+func canaryGangPlacement(in UpgradeInput, p gpu.Path) (fixtures.Placement, string) {
+	if !in.queued(in.KueuePresent, p.Name()) {
+		return "", "the path does not submit through Kueue here (no usable Kueue or its queue does not cover " + string(p.QuotaResource()) + ")"
+	}
+	with, most := 0, int64(0)
+	for _, n := range in.Canary {
+		if c := p.Capacity()[n]; c > 0 {
+			with++
+			most = max(most, c)
+		}
+	}
+	switch {
+	case with >= 2:
+		return fixtures.AcrossNodes, ""
+	case most >= 2:
+		return fixtures.OneNode, ""
+	}
+	return "", fmt.Sprintf("the canary pool has one node with %d device(s) on this path: a two-worker job does not fit", most)
+}
+
+// deleteAllPods deletes every pod of the namespace and waits until they are gone, so the devices they
+// held are free for the next check.
+func deleteAllPods(ctx context.Context, env *testenv.Env, ns string) {
+	ginkgo.GinkgoHelper()
+	gomega.Expect(env.Clients.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})).To(gomega.Succeed())
+	env.Wait.For(ctx, "the pods of namespace "+ns+" to be gone", wait.Target{}, env.Timeouts.Release, func(g gomega.Gomega) {
+		list, err := env.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		names := make([]string, 0, len(list.Items))
+		for _, p := range list.Items {
+			names = append(names, p.Name)
+		}
+		g.Expect(names).To(gomega.BeEmpty(), "pods still there")
+	})
+}

@@ -1,0 +1,349 @@
+package scenarios
+
+import (
+	"bufio"
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/suite"
+	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/framework/timeouts"
+	"gpuconform.io/gpuconform/framework/upgrade"
+	"gpuconform.io/gpuconform/framework/wait"
+)
+
+// UpgradeLoad is the rehearsal's representative load (config.UpgradeLoadConfig, defaults applied).
+type UpgradeLoad struct {
+	// Image and Command: the load; an empty Image is the workload image's training loop.
+	Image    string
+	Command  []string
+	Duration time.Duration
+	MinRatio float64
+}
+
+// The default load: the training loop with a short step, a progress line every loadEvery steps.
+const (
+	loadStepTime = 100 * time.Millisecond
+	loadEvery    = 5
+	loadSteps    = 1_000_000
+)
+
+// builtin reports whether the load is the workload image's own training loop.
+func (l UpgradeLoad) builtin() bool { return l.Image == "" && len(l.Command) == 0 }
+
+func (l UpgradeLoad) describe() string {
+	if l.builtin() {
+		return fmt.Sprintf("the training loop (%s steps)", loadStepTime)
+	}
+	return strings.TrimSpace(cmp.Or(l.Image, "the workload image") + " " + strings.Join(l.Command, " "))
+}
+
+// loadOf is the run's representative load: the configured one, defaults applied (2 minutes on a real
+// cluster, 30 seconds on the local one; a minimum ratio of config.DefaultLoadMinRatio).
+func loadOf(r *suite.Run) UpgradeLoad {
+	c := r.Config.Upgrade.Load
+	d := c.Duration.Duration
+	if d == 0 {
+		d = 2 * time.Minute
+		if r.Config.TimeoutProfile == timeouts.ProfileLocal {
+			d = 30 * time.Second
+		}
+	}
+	return UpgradeLoad{Image: c.Image, Command: c.Command, Duration: d, MinRatio: cmp.Or(c.MinRatio, config.DefaultLoadMinRatio)}
+}
+
+// representativeLoad runs the same load on the upgraded canary and on a known-good node at the same time,
+// measures each one's progress over the same window (after both reported a first step, so start-up does
+// not count), and requires the canary to keep MinRatio of the known-good rate.
+func representativeLoad(ctx context.Context, in UpgradeInput, path gpu.Path) upgrade.Load {
+	ginkgo.GinkgoHelper()
+	env := in.Env
+	ns := env.NewNamespace(ctx, "upgrade-load").Name
+	canaryNode := firstWith(path, in.Canary)
+	goodNode, free, held := freestNode(ctx, env, path, in.KnownGood)
+	gomega.Expect(free).To(gomega.BeNumerically(">", 0),
+		"no known-good node has a free device on the %s path for the load's reference copy (%s)", path.Name(), held)
+	res := upgrade.Load{Workload: in.Load.describe(), CanaryNode: canaryNode, KnownGoodNode: goodNode, MinRatio: in.Load.MinRatio}
+	start := func(name, node string) *corev1.Pod {
+		w := env.Factory.GPUJob(name, ns).Path(path).Devices(1).OnNodes(node).BackoffLimit(0)
+		if in.Load.builtin() {
+			dir := trainDir + "/" + name
+			w.ScratchDir("checkpoints", trainDir).Args("train", "--steps", strconv.Itoa(loadSteps), "--step-duration", loadStepTime.String(),
+				"--checkpoint-every", strconv.Itoa(loadEvery), "--checkpoint-dir", dir, "--work-id", ns+"-"+name)
+		} else {
+			if in.Load.Image != "" {
+				w.Image(in.Load.Image)
+			}
+			if len(in.Load.Command) > 0 {
+				w.Command(in.Load.Command...)
+			}
+		}
+		for _, pre := range w.Prerequisites() {
+			env.Create(ctx, pre)
+		}
+		return pods.ExpectJobPodStarted(ctx, env, env.Create(ctx, w.Obj()).(*batchv1.Job))
+	}
+	ginkgo.By(fmt.Sprintf("running %s on the upgraded canary %s and on the known-good %s side by side", res.Workload, canaryNode, goodNode))
+	canary, good := start("load-canary", canaryNode), start("load-known-good", goodNode)
+	for _, p := range []*corev1.Pod{canary, good} {
+		env.Wait.For(ctx, fmt.Sprintf("the load %s on %s to report a first step", p.Name, p.Spec.NodeName), wait.Target{Kind: "Pod", Namespace: ns, Name: p.Name}, env.Timeouts.JobRun,
+			func(g gomega.Gomega) {
+				n, err := loadProgress(ctx, env, ns, p.Name)
+				g.Expect(err).NotTo(gomega.HaveOccurred())
+				g.Expect(n).To(gomega.BeNumerically(">", 0), "no JSON line with a numeric \"step\" on its stdout yet")
+			})
+	}
+	read := func(p *corev1.Pod) (int64, time.Time) {
+		n, err := loadProgress(ctx, env, ns, p.Name)
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		return n, time.Now()
+	}
+	c1, tc1 := read(canary)
+	g1, tg1 := read(good)
+	select {
+	case <-ctx.Done():
+		ginkgo.Fail("the run ended while the representative load ran")
+	case <-time.After(in.Load.Duration):
+	}
+	c2, tc2 := read(canary)
+	g2, tg2 := read(good)
+	for _, p := range []*corev1.Pod{canary, good} {
+		now, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		gomega.Expect(now.Status.Phase).To(gomega.Equal(corev1.PodRunning),
+			"the load %s on %s stopped during the measurement: %s", p.Name, p.Spec.NodeName, terminationOf(now))
+	}
+	res.CanarySteps, res.KnownGoodSteps, res.Window = c2-c1, g2-g1, tc2.Sub(tc1)
+	res.CanaryRate = float64(c2-c1) / tc2.Sub(tc1).Seconds()
+	res.GoodRate = float64(g2-g1) / tg2.Sub(tg1).Seconds()
+	ginkgo.AddReportEntry(upgrade.LoadEntry, res.String())
+	gomega.Expect(res.GoodRate).To(gomega.BeNumerically(">", 0), "the load made no progress on the known-good %s in %s: it cannot be compared", goodNode, in.Load.Duration)
+	gomega.Expect(res.Passed()).To(gomega.BeTrue(), "representative load: the upgraded canary %s progresses at %.2f of the known-good pool's rate (%.2f against %.2f steps/s; minimum ratio %.2f)",
+		canaryNode, res.Ratio(), res.CanaryRate, res.GoodRate, res.MinRatio)
+	deleteAllJobs(ctx, env, ns)
+	return res
+}
+
+// loadProgress is the largest "step" of the JSON lines the pod printed so far.
+func loadProgress(ctx context.Context, env *testenv.Env, ns, pod string) (int64, error) {
+	raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: fixtures.WorkloadContainer}).DoRaw(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading the log of %s/%s: %w", ns, pod, err)
+	}
+	return maxStep(string(raw)), nil
+}
+
+// maxStep is the largest numeric "step" field of the JSON-object lines of log (0 when none has one).
+func maxStep(log string) int64 {
+	var most int64
+	sc := bufio.NewScanner(strings.NewReader(log))
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var ev struct {
+			Step *float64 `json:"step"`
+		}
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Step != nil {
+			most = max(most, int64(*ev.Step))
+		}
+	}
+	return most
+}
+
+func terminationOf(p *corev1.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		if t := cs.State.Terminated; t != nil {
+			return fmt.Sprintf("container %s exited %d (%s) %s", cs.Name, t.ExitCode, t.Reason, strings.TrimSpace(t.Message))
+		}
+	}
+	return "phase " + string(p.Status.Phase)
+}
+
+// deleteAllJobs deletes the namespace's Jobs with their pods and waits until the pods are gone.
+func deleteAllJobs(ctx context.Context, env *testenv.Env, ns string) {
+	ginkgo.GinkgoHelper()
+	gomega.Expect(env.Clients.Kube.BatchV1().Jobs(ns).DeleteCollection(ctx, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}, metav1.ListOptions{})).To(gomega.Succeed())
+	deleteAllPods(ctx, env, ns)
+}
+
+// servingLabel selects the serving reserve's pods.
+const servingLabel = "gpuconform.io/serving"
+
+// servingReserve is the serving Deployment the rehearsal keeps through the drain, and its watch.
+type servingReserve struct {
+	mu     sync.Mutex
+	res    upgrade.Reserve
+	start  time.Time
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startServingReserve starts a Deployment of replicas one-device pods that prefers the canary pool (and may
+// run on the known-good one) with a PodDisruptionBudget of minAvailable, waits until every replica serves,
+// and watches its available replicas until stop. nil when replicas is 0.
+func startServingReserve(ctx context.Context, in UpgradeInput, ns string, path gpu.Path, replicas, minAvailable int) *servingReserve {
+	ginkgo.GinkgoHelper()
+	if replicas == 0 {
+		return nil
+	}
+	env := in.Env
+	w := env.Factory.GPUPod("serving", ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).RestartAlways()
+	pod := w.Obj()
+	for _, pre := range w.Prerequisites() {
+		env.Create(ctx, pre)
+	}
+	sel := map[string]string{servingLabel: pod.Name}
+	tmplLabels := map[string]string{servingLabel: pod.Name}
+	for k, v := range pod.Labels {
+		tmplLabels[k] = v
+	}
+	spec := pod.Spec
+	spec.Affinity = servingAffinity(in.Canary, in.KnownGood)
+	dep := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns, Labels: pod.Labels, Annotations: pod.Annotations},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(replicas)), Selector: &metav1.LabelSelector{MatchLabels: sel},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: tmplLabels, Annotations: pod.Annotations}, Spec: spec}},
+	}
+	pdb := &policyv1.PodDisruptionBudget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns, Labels: pod.Labels},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: ptr.To(intstr.FromInt32(int32(minAvailable))), Selector: &metav1.LabelSelector{MatchLabels: sel}},
+	}
+	ginkgo.By(fmt.Sprintf("starting the serving reserve: Deployment %s/%s, %d one-device replicas preferring the canary pool, PodDisruptionBudget minAvailable %d", ns, dep.Name, replicas, minAvailable))
+	env.Create(ctx, dep)
+	env.Create(ctx, pdb)
+	env.Wait.For(ctx, fmt.Sprintf("the %d replicas of Deployment %s/%s to be available", replicas, ns, dep.Name), wait.Target{}, env.Timeouts.PodStart, func(g gomega.Gomega) {
+		d, err := env.Clients.Kube.AppsV1().Deployments(ns).Get(ctx, dep.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(d.Status.AvailableReplicas).To(gomega.BeEquivalentTo(replicas))
+		p, err := env.Clients.Kube.PolicyV1().PodDisruptionBudgets(ns).Get(ctx, pdb.Name, metav1.GetOptions{})
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(p.Status.ObservedGeneration).To(gomega.Equal(p.Generation), "the disruption controller has not observed the budget yet")
+		g.Expect(p.Status.ExpectedPods).To(gomega.BeEquivalentTo(replicas))
+	})
+	list, err := env.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: servingLabel + "=" + pod.Name})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	r := &servingReserve{res: upgrade.Reserve{Deployment: ns + "/" + dep.Name, Budget: ns + "/" + pdb.Name, Replicas: int32(replicas), MinAvailable: int32(minAvailable)},
+		start: time.Now(), done: make(chan struct{})}
+	for _, p := range list.Items {
+		for _, n := range in.Canary {
+			if p.Spec.NodeName == n {
+				r.res.OnCanary = append(r.res.OnCanary, p.Name+"@"+n)
+			}
+		}
+	}
+	r.sample(int32(replicas))
+	wctx, cancel := context.WithCancel(ctx)
+	r.cancel = cancel
+	go r.watch(wctx, env, ns, dep.Name)
+	return r
+}
+
+// servingAffinity keeps the serving pods on the GPU pools and prefers the canary pool, so they start
+// there and the drain moves them.
+func servingAffinity(canary, good []string) *corev1.Affinity {
+	term := func(n string) corev1.NodeSelectorTerm {
+		return corev1.NodeSelectorTerm{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{n}}}}
+	}
+	var required []corev1.NodeSelectorTerm
+	var preferred []corev1.PreferredSchedulingTerm
+	for _, n := range canary {
+		required = append(required, term(n))
+		preferred = append(preferred, corev1.PreferredSchedulingTerm{Weight: 100, Preference: term(n)})
+	}
+	for _, n := range good {
+		required = append(required, term(n))
+	}
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+		RequiredDuringSchedulingIgnoredDuringExecution:  &corev1.NodeSelector{NodeSelectorTerms: required},
+		PreferredDuringSchedulingIgnoredDuringExecution: preferred,
+	}}
+}
+
+func (r *servingReserve) sample(available int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if n := len(r.res.Samples); n > 0 && r.res.Samples[n-1].Available == available {
+		return
+	}
+	r.res.Samples = append(r.res.Samples, upgrade.Sample{At: time.Since(r.start), Available: available})
+}
+
+// watch records the Deployment's available replicas at every change until ctx ends; a watch the server
+// closes is opened again.
+func (r *servingReserve) watch(ctx context.Context, env *testenv.Env, ns, name string) {
+	defer ginkgo.GinkgoRecover()
+	defer close(r.done)
+	for ctx.Err() == nil {
+		w, err := env.Clients.Kube.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		if err != nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		for ev := range w.ResultChan() {
+			if d, ok := ev.Object.(*appsv1.Deployment); ok {
+				r.sample(d.Status.AvailableReplicas)
+			}
+		}
+		w.Stop()
+	}
+}
+
+// refused adds an eviction the budget refused and the time the drain waited for the pod.
+func (r *servingReserve) refused(waited time.Duration, refusals int) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.res.Refused += refusals
+	r.res.Waited += waited
+}
+
+// stop ends the watch, reports the reserve and fails when it ever went below the budget's minimum.
+func (r *servingReserve) stop() upgrade.Reserve {
+	ginkgo.GinkgoHelper()
+	r.cancel()
+	<-r.done
+	r.mu.Lock()
+	res := r.res
+	r.mu.Unlock()
+	ginkgo.AddReportEntry(upgrade.ReserveEntry, res.String())
+	if len(res.OnCanary) == 0 {
+		ginkgo.AddReportEntry("not exercised: serving reserve during the drain",
+			fmt.Sprintf("the scheduler placed no replica of %s on the canary pool, so the drain moved none", res.Deployment))
+	}
+	if s, breached := res.Breach(); breached {
+		ginkgo.Fail(fmt.Sprintf("serving reserve: Deployment %s had %d available replica(s) %s into the rehearsal, below its PodDisruptionBudget's minimum %d",
+			res.Deployment, s.Available, s.At.Round(100*time.Millisecond), res.MinAvailable))
+	}
+	return res
+}
