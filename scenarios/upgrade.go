@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -17,9 +18,11 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"gpuconform.io/gpuconform/framework/checkpoints"
+	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
@@ -45,6 +48,17 @@ type UpgradeInput struct {
 	To, VersionLabel string
 	// Checkpoints is storage for the short resume job on the canary pool (none: a restart is checked).
 	Checkpoints checkpoints.Storage
+	// KueuePresent and ExistingLocalQueue: the multi-worker job of the application check queues through Kueue.
+	KueuePresent       bool
+	ExistingLocalQueue string
+	// SharingModes are the nodes' sharing modes (the application check runs the canary's).
+	SharingModes []cluster.NodeSharingMode
+	// Load is the representative load compared on the canary and the known-good pool.
+	Load UpgradeLoad
+	// ServingReplicas and ServingMin size the serving reserve kept through the drain (0 replicas: none).
+	ServingReplicas, ServingMin int
+	// KeepUpgraded leaves a canary that passed on the new version.
+	KeepUpgraded bool
 }
 
 const upgradeName = "upgrade"
@@ -54,8 +68,11 @@ var Upgrade = Define(Scenario{Name: upgradeName, Title: "an upgrade rehearsed on
 	Required: true, Measured: true, Needs: suite.Needs{Disruptive: true, CanaryPool: true}},
 	func(r *suite.Run) UpgradeInput {
 		u := r.Upgrade
+		replicas, minAvailable := r.Config.Upgrade.ServingReplicas()
 		return UpgradeInput{Base: baseOf(r), Disruptive: r.Config.Disruptive, Canary: r.Caps.Pools.Canary.Nodes, KnownGood: r.KnownGood(),
-			Upgrader: u.Provider, UpgraderWhy: u.Why, To: u.To, VersionLabel: u.VersionLabel, Checkpoints: r.Checkpoints}
+			Upgrader: u.Provider, UpgraderWhy: u.Why, To: u.To, VersionLabel: u.VersionLabel, Checkpoints: r.Checkpoints,
+			KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(), SharingModes: r.Caps.SharingModes,
+			Load: loadOf(r), ServingReplicas: replicas, ServingMin: minAvailable, KeepUpgraded: r.Config.Upgrade.KeepUpgraded}
 	},
 	UpgradeSpec)
 
@@ -162,11 +179,15 @@ func cordon(ctx context.Context, env *testenv.Env, runID string, nodes []string,
 }
 
 // drainGPUWork evicts every pod on nodes that uses GPUs (not DaemonSet pods) through the Eviction API,
-// which honours PodDisruptionBudgets (a refusal is retried until the wait ends), and waits until they are
-// gone.
-func drainGPUWork(ctx context.Context, env *testenv.Env, in UpgradeInput, nodes []string) []string {
+// which honours PodDisruptionBudgets, and waits until they are gone. An eviction a budget refuses is
+// retried, and the time the drain waited for it goes to the serving reserve's record; a budget that can
+// never allow one (it wants every pod it selects healthy) ends the drain at once, diagnosed: the suite does
+// not force a drain past a budget.
+func drainGPUWork(ctx context.Context, env *testenv.Env, in UpgradeInput, nodes []string, reserve *servingReserve) []string {
 	ginkgo.GinkgoHelper()
 	var evicted []string
+	refusedSince := map[string]time.Time{}
+	refusals := map[string]int{}
 	gpuPod := func(p corev1.Pod) bool {
 		if c := metav1.GetControllerOf(&p); c != nil && c.Kind == "DaemonSet" {
 			return false
@@ -187,6 +208,7 @@ func drainGPUWork(ctx context.Context, env *testenv.Env, in UpgradeInput, nodes 
 	}
 	env.Wait.For(ctx, fmt.Sprintf("the GPU workloads of %v to be drained", nodes), wait.Target{}, env.Timeouts.Cleanup, func(g gomega.Gomega) {
 		left := 0
+		var blocked []string
 		for _, n := range nodes {
 			list, err := env.Clients.Kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + n})
 			g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -198,16 +220,56 @@ func drainGPUWork(ctx context.Context, env *testenv.Env, in UpgradeInput, nodes 
 				if p.DeletionTimestamp != nil {
 					continue
 				}
+				key := p.Namespace + "/" + p.Name
 				err := env.Clients.Kube.CoreV1().Pods(p.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace}})
-				if err == nil && !slices.Contains(evicted, p.Namespace+"/"+p.Name) {
-					evicted = append(evicted, p.Namespace+"/"+p.Name)
+				switch {
+				case err == nil:
+					if !slices.Contains(evicted, key) {
+						evicted = append(evicted, key)
+					}
+					if t, ok := refusedSince[key]; ok {
+						reserve.refused(time.Since(t), refusals[key])
+						delete(refusedSince, key)
+					}
+				case apierrors.IsTooManyRequests(err):
+					if _, ok := refusedSince[key]; !ok {
+						refusedSince[key] = time.Now()
+					}
+					refusals[key]++
+					if why := budgetNeverAllows(ctx, env, &p); why != "" {
+						gomega.StopTrying(fmt.Sprintf("draining %v: the eviction of %s is refused and %s: the drain cannot go on without breaking that budget, and the suite does not force it",
+							nodes, key, why)).Now()
+					}
+					blocked = append(blocked, fmt.Sprintf("%s (%v)", key, err))
+				default:
+					g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "evicting %s: %v", key, err)
 				}
-				g.Expect(err == nil || apierrors.IsNotFound(err) || apierrors.IsTooManyRequests(err)).To(gomega.BeTrue(), "evicting %s/%s: %v", p.Namespace, p.Name, err)
 			}
 		}
-		g.Expect(left).To(gomega.BeZero(), "%d GPU pod(s) still on %v", left, nodes)
+		g.Expect(left).To(gomega.BeZero(), "%d GPU pod(s) still on %v; evictions refused by a PodDisruptionBudget: %s", left, nodes, listOrNone(blocked))
 	})
 	return evicted
+}
+
+// budgetNeverAllows names the PodDisruptionBudget of pod that can never allow an eviction, "" when none
+// of its budgets is such: one that wants at least as many healthy pods as it selects (minAvailable equal
+// to the replicas, or maxUnavailable 0).
+func budgetNeverAllows(ctx context.Context, env *testenv.Env, pod *corev1.Pod) string {
+	list, err := env.Clients.Kube.PolicyV1().PodDisruptionBudgets(pod.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, b := range list.Items {
+		sel, err := metav1.LabelSelectorAsSelector(b.Spec.Selector)
+		if err != nil || sel.Empty() || !sel.Matches(k8slabels.Set(pod.Labels)) {
+			continue
+		}
+		st := b.Status
+		if st.ObservedGeneration == b.Generation && st.DisruptionsAllowed == 0 && st.ExpectedPods > 0 && st.DesiredHealthy >= st.ExpectedPods {
+			return fmt.Sprintf("PodDisruptionBudget %s/%s wants %d healthy of the %d pods it selects, so it never allows an eviction", b.Namespace, b.Name, st.DesiredHealthy, st.ExpectedPods)
+		}
+	}
+	return ""
 }
 
 // expectUpgraded waits until every node reports version in the label and offers the devices it did before.
@@ -229,20 +291,25 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	env := in.Env
 	canary, good := in.Canary, in.KnownGood
 	pool := strings.Join(canary, ",")
+	log := &rehearsalLog{}
 	before := snapshot(ctx, env, in, append(slices.Clone(canary), good...))
 	from := before[canary[0]].Version
 	verdict := fmt.Sprintf("upgrade from %s to %s on pool %s", from, in.To, pool)
+	kept := false
 	ginkgo.DeferCleanup(func() {
-		if ginkgo.CurrentSpecReport().Failed() {
-			ginkgo.AddReportEntry(upgrade.VerdictEntry, verdict+": NO-GO")
-		} else {
+		switch {
+		case ginkgo.CurrentSpecReport().Failed():
+			ginkgo.AddReportEntry(upgrade.VerdictEntry, verdict+": NO-GO (failed: "+cmp.Or(log.failedCheck(), log.step)+")")
+		case kept:
+			ginkgo.AddReportEntry(upgrade.VerdictEntry, verdict+": GO (the canary pool stays on "+in.To+", --keep-upgraded)")
+		default:
 			ginkgo.AddReportEntry(upgrade.VerdictEntry, verdict+": GO")
 		}
 	})
 	ginkgo.AddReportEntry("record before", describeStates(before))
 	goodStack := stackPods(ctx, env, good)
 
-	ginkgo.By("starting a sentinel GPU pod on the known-good pool")
+	log.at("starting a sentinel GPU pod on the known-good pool")
 	sentinelPath := in.Paths[0]
 	sentinelNode := firstWith(sentinelPath, good)
 	gomega.Expect(sentinelNode).NotTo(gomega.BeEmpty(), "no known-good node has a device on the %s path", sentinelPath.Name())
@@ -250,23 +317,32 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	sp, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, sentinel.name, metav1.GetOptions{})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 
-	ginkgo.By(fmt.Sprintf("a GPU workload on the canary pool, to be drained (%s)", canary[0]))
+	log.at(fmt.Sprintf("a GPU workload and the serving reserve on the canary pool, to be drained (%s)", canary[0]))
 	startHeldPod(ctx, env, sentinelPath, ns, "canary-load", firstWith(sentinelPath, canary))
+	reserve := startServingReserve(ctx, in, ns, sentinelPath, in.ServingReplicas, in.ServingMin)
 
-	ginkgo.By(fmt.Sprintf("cordoning and draining the canary pool %s", pool))
+	log.at(fmt.Sprintf("cordoning and draining the canary pool %s", pool))
 	cordonAt := time.Now()
 	cordon(ctx, env, env.Factory.RunID, canary, true)
 	cordoned := testenv.DeferUndo(func(ctx context.Context) error {
 		cordon(ctx, env, env.Factory.RunID, canary, false)
 		return nil
 	})
-	evicted := drainGPUWork(ctx, env, in, canary)
+	evicted := drainGPUWork(ctx, env, in, canary, reserve)
 	ginkgo.AddReportEntry("cordon → drained", fmt.Sprintf("%s (evicted %s)", since(cordonAt), strings.Join(evicted, ", ")))
 
-	ginkgo.By(fmt.Sprintf("upgrading the canary pool to %s through %s", in.To, in.Upgrader.Name()))
+	log.at(fmt.Sprintf("upgrading the canary pool to %s through %s", in.To, in.Upgrader.Name()))
 	appliedAt := time.Now()
 	for _, n := range canary {
 		gomega.Expect(faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, true)).To(gomega.Succeed())
+	}
+	unmark := func(ctx context.Context) error {
+		for _, n := range canary {
+			if err := faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, false); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	// Leave the cluster as it was found, also after a broken upgrade.
 	upgraded := testenv.DeferUndo(func(ctx context.Context) error {
@@ -274,12 +350,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 			return err
 		}
 		expectUpgraded(ctx, env, in, canary, from, before, "after the rollback")
-		for _, n := range canary {
-			if err := faults.Mark(ctx, env.Clients.Kube, n, env.Factory.RunID, "upgraded-from="+from, false); err != nil {
-				return err
-			}
-		}
-		return nil
+		return unmark(ctx)
 	})
 	gomega.Expect(in.Upgrader.Apply(ctx, canary, in.To)).To(gomega.Succeed())
 	expectUpgraded(ctx, env, in, canary, in.To, before, "after the upgrade to "+in.To)
@@ -292,22 +363,16 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 
 	gomega.Expect(cordoned.Now(ctx)).To(gomega.Succeed())
 	ginkgo.AddReportEntry("cordon → canary back in service", since(cordonAt))
-
-	ginkgo.By("running GPU pods on the upgraded canary pool, on every path")
-	for _, p := range in.Paths {
-		node := firstWith(p, canary)
-		if node == "" {
-			continue
-		}
-		// The kubelet keeps advertising a restarted plugin's devices for a while; a pod admitted before the
-		// new plugin registered is rejected, recorded and retried (runOnceDevicesBack).
-		held := runOnceDevicesBack(ctx, env, p, ns, node, "canary-"+p.Name(), "after the upgrade to "+in.To)
-		ginkgo.AddReportEntry("canary allocation ("+p.Name()+")", fmt.Sprintf("%s on %s got a device", held, node))
-		deletePodAndWait(ctx, env, ns, held)
+	if reserve != nil {
+		log.at("checking the serving reserve kept through the drain")
+		reserve.stop()
 	}
-	canaryResume(ctx, in, ns, sentinelPath, canary)
 
-	ginkgo.By("comparing the known-good pool with before")
+	canaryApplicationCheck(ctx, in, log, sentinelPath)
+	log.at("representative load on the upgraded canary against the known-good pool")
+	representativeLoad(ctx, in, sentinelPath)
+
+	log.at("comparing the known-good pool with before")
 	after := snapshot(ctx, env, in, append(slices.Clone(canary), good...))
 	ginkgo.AddReportEntry("record after", describeStates(after))
 	for _, n := range good {
@@ -332,7 +397,15 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 			"the sentinel saw %s at start; %s now says %s", gpu.FormatDevices(sentinel.report.Devices), given.Source, gpu.FormatDevices(given.Devices))
 	}
 
-	ginkgo.By("rolling the canary pool back to " + from)
+	if in.KeepUpgraded {
+		log.at("keeping the canary pool on " + in.To + " (--keep-upgraded)")
+		gomega.Expect(unmark(ctx)).To(gomega.Succeed())
+		upgraded.Done()
+		kept = true
+		ginkgo.AddReportEntry("kept upgraded", fmt.Sprintf("the canary pool %s stays on driver %s (--keep-upgraded); its rollback to %s is the provider's, %s", pool, in.To, from, in.Upgrader.Name()))
+		return
+	}
+	log.at("rolling the canary pool back to " + from)
 	rbAt := time.Now()
 	gomega.Expect(upgraded.Now(ctx)).To(gomega.Succeed())
 	ginkgo.AddReportEntry("rollback → devices advertised", since(rbAt))

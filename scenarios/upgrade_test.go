@@ -1,6 +1,13 @@
 package scenarios
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/upgrade"
+)
 
 func TestSemverOfDriverVersions(t *testing.T) {
 	for in, want := range map[string]string{"550.54.15": "550.54.15", "560.35.03": "560.35.3", "560.35": "560.35.0", "560.35.03-broken": "", "1.2.3.4": ""} {
@@ -18,5 +25,70 @@ func TestDiffStatesNamesWhatChanged(t *testing.T) {
 	}
 	if got := diffStates(before, before); got != "no change" {
 		t.Errorf("diff of equal records = %q", got)
+	}
+}
+
+func TestMaxStepReadsTheLargestStepOfJSONLines(t *testing.T) {
+	log := `{"event":"start","steps":1000000}
+not json {"step": 99}
+{"event":"checkpoint","step":5}
+{"event":"checkpoint","step":40,"file":"/x"}
+{"event":"checkpoint","step":35}
+{"step":"seven"}
+`
+	if got := maxStep(log); got != 40 {
+		t.Errorf("maxStep = %d, want 40", got)
+	}
+	if got := maxStep("no progress at all\n"); got != 0 {
+		t.Errorf("maxStep of a log without steps = %d, want 0", got)
+	}
+}
+
+func TestRehearsalLogNamesTheCheckThatFailed(t *testing.T) {
+	l := &rehearsalLog{}
+	l.step = "draining"
+	l.checks = []upgrade.AppCheck{{Check: "devices back", Path: "dra", Node: "w3", Result: upgrade.AppCheckPassed},
+		{Check: "device identity", Path: "dra", Node: "w3", Result: upgrade.AppCheckFailed}}
+	if got := l.failedCheck(); got != `application check "device identity" on the dra path (w3)` {
+		t.Errorf("failedCheck = %q", got)
+	}
+	l.checks[1].Result = upgrade.AppCheckPassed
+	if got := l.failedCheck(); got != "" {
+		t.Errorf("failedCheck with every check passed = %q", got)
+	}
+}
+
+func TestServingAffinityKeepsThePoolsAndPrefersTheCanary(t *testing.T) {
+	a := servingAffinity([]string{"w3"}, []string{"w1", "w2"})
+	req := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(req) != 3 {
+		t.Fatalf("required terms %v, want one per node of both pools", req)
+	}
+	pref := a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution
+	if len(pref) != 1 || pref[0].Preference.MatchFields[0].Values[0] != "w3" || pref[0].Weight != 100 {
+		t.Errorf("preferred terms %v, want the canary node alone", pref)
+	}
+}
+
+func TestCanaryGangPlacement(t *testing.T) {
+	dp := &gpu.DevicePlugin{Resource: "nvidia.com/gpu"}
+	in := UpgradeInput{Canary: []string{"w3"}, KueuePresent: true}
+	dp.Allocatable = map[string]int64{"w3": 4}
+	in.Paths = []gpu.Path{dp}
+	if p, why := canaryGangPlacement(in, dp); p != fixtures.OneNode || why != "" {
+		t.Errorf("one node with 4 devices: %q %q, want both workers on it", p, why)
+	}
+	dp.Allocatable = map[string]int64{"w3": 1}
+	if _, why := canaryGangPlacement(in, dp); !strings.Contains(why, "does not fit") {
+		t.Errorf("one node with 1 device: why %q", why)
+	}
+	in.Canary = []string{"w3", "w4"}
+	dp.Allocatable = map[string]int64{"w3": 1, "w4": 1}
+	if p, _ := canaryGangPlacement(in, dp); p != fixtures.AcrossNodes {
+		t.Errorf("two nodes: %q, want across nodes", p)
+	}
+	in.KueuePresent = false
+	if _, why := canaryGangPlacement(in, dp); !strings.Contains(why, "Kueue") {
+		t.Errorf("without Kueue: why %q", why)
 	}
 }

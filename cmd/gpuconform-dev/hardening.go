@@ -116,6 +116,26 @@ func hardeningTable() []hardeningRow {
 				none := func(context.Context) error { return nil } // the rehearsal rolls back itself
 				return []string{"--disruptive", "--upgrade-to=560.35.03-broken", "--ginkgo.label-filter=scenario:upgrade"}, "", none, nil
 			}},
+		// An upgrade whose driver hands containers other GPUs than it allocates: every count check on the
+		// canary passes (a pod gets one device), the application check's identity comparison must not.
+		{Name: "broken-upgrade-wrong-device", Want: "NO-GO", Failures: []string{"container saw", "allocated"}, Signoff: []string{`NO-GO (failed: application check "device identity"`},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				none := func(context.Context) error { return nil } // the rehearsal rolls back itself
+				return []string{"--disruptive", "--upgrade-to=560.35.03-wrong-ids", "--ginkgo.label-filter=scenario:upgrade"}, "", none, nil
+			}},
+		// A serving reserve whose PodDisruptionBudget wants every replica: the drain must stop at once,
+		// diagnosed, instead of forcing the eviction or waiting out its timeout.
+		{Name: "upgrade-pdb-unsatisfiable", Want: "NO-GO", Failures: []string{"never allows an eviction", "does not force it"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				none := func(context.Context) error { return nil }
+				return []string{"--disruptive", "--upgrade-serving-replicas=2", "--upgrade-serving-min-available=2", "--ginkgo.label-filter=scenario:upgrade"}, "", none, nil
+			}},
+		// A pre-upgrade signoff without --disruptive has no rehearsal: INCOMPLETE, saying why.
+		{Name: "pre-upgrade-without-rehearsal", Want: "INCOMPLETE", Signoff: []string{"pre-upgrade signoff without an upgrade rehearsal that passed: it cordons, drains and upgrades the canary pool; run with --disruptive"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				none := func(context.Context) error { return nil }
+				return []string{"--pre-upgrade", "--ginkgo.label-filter=scenario:metrics"}, "", none, nil
+			}},
 		// The DRA path broken in the two ways that are settled: discovery finds a DeviceClass that selects
 		// none of the published GPUs (a selector on a productName never published) and registers a failing
 		// spec at once; an agent that publishes its GPUs without registering its kubelet plugin gets its
