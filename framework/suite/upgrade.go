@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	"gpuconform.io/gpuconform/framework/upgrade"
@@ -18,13 +19,24 @@ type Upgrade struct {
 	VersionLabel string
 }
 
+// UpgradeCommandLog is the file in the artifacts directory that holds every call of the upgrade script
+// with its output.
+const UpgradeCommandLog = "upgrade-command.log"
+
 // planUpgrade decides the rehearsal's provider and target: the user's command, else the local cluster's
 // provider where every canary node runs its fake agent; the target is --upgrade-to, else the version the
 // local fake stack declares it can be upgraded to.
 func (r *Run) planUpgrade(ctx context.Context) Upgrade {
 	u := Upgrade{To: r.Config.Upgrade.To, VersionLabel: cmp.Or(r.Config.Upgrade.VersionLabel, upgrade.DriverVersionLabel)}
 	if r.Config.Upgrade.Command != "" {
-		u.Provider = &upgrade.Command{Path: r.Config.Upgrade.Command, RunID: r.RunID}
+		// The script talks to the cluster the suite talks to (same kubeconfig and context), and its whole
+		// output lands next to the reports.
+		u.Provider = &upgrade.Command{
+			Path: r.Config.Upgrade.Command, RunID: r.RunID,
+			Kubeconfig: r.Config.Kubeconfig, KubeContext: r.Config.Context,
+			LogPath: filepath.Join(r.Config.ArtifactsDir, UpgradeCommandLog),
+			Kube:    r.Clients.Kube, VersionLabel: u.VersionLabel,
+		}
 		return u
 	}
 	var lbls []map[string]string
