@@ -96,7 +96,7 @@ func flagTable() []flagDef {
 		{name: "checkpoint-storage-class", usage: "StorageClass of ReadWriteMany volumes for checkpoints that outlive a node", apply: func(c *Config, v string) error { c.Checkpoints.StorageClass = v; return nil }},
 		{name: "checkpoint-host-path", usage: "directory every GPU node mounts from shared storage, for checkpoints that outlive a node", apply: func(c *Config, v string) error { c.Checkpoints.HostPath = v; return nil }},
 		{name: "upgrade-to", usage: "driver version the upgrade rehearsal moves the canary pool to (local cluster default 560.35.03)", apply: func(c *Config, v string) error { c.Upgrade.To = v; return nil }},
-		{name: "upgrade-command", usage: "upgrade script, called as SCRIPT upgrade|rollback VERSION NODE...", apply: func(c *Config, v string) error { c.Upgrade.Command = v; return nil }},
+		{name: "upgrade-command", usage: "upgrade script, called as SCRIPT upgrade|rollback VERSION NODE... (examples: fixtures/upgrade)", apply: func(c *Config, v string) error { c.Upgrade.Command = v; return nil }},
 		{name: "driver-version-label", usage: "node label reporting the driver version (default nvidia.com/cuda.driver-version.full)", apply: func(c *Config, v string) error { c.Upgrade.VersionLabel = v; return nil }},
 		{name: "low-priority-class", usage: "existing WorkloadPriorityClass of the preemptible training job (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.LowPriorityClass = v; return nil }},
 		{name: "high-priority-class", usage: "existing WorkloadPriorityClass of the urgent job that preempts it (with --local-queue)", apply: func(c *Config, v string) error { c.Preemption.HighPriorityClass = v; return nil }},
