@@ -149,7 +149,7 @@ func (c *Command) run(ctx context.Context, action, version, from string, nodes [
 	// The script's kubectl and helm children go with it: kill the whole process group, and stop waiting
 	// for output a straggler still holds open.
 	killGroup(cmd)
-	cmd.WaitDelay = 5 * time.Second
+	cmd.WaitDelay = 2 * time.Second
 
 	start := time.Now()
 	err := cmd.Run()
@@ -176,8 +176,11 @@ func (c *Command) run(ctx context.Context, action, version, from string, nodes [
 		default:
 			runErr = fmt.Errorf("exit %d after %s", code, took)
 		}
+	case errors.Is(err, exec.ErrWaitDelay):
+		// The script exited 0 and left a process behind that still holds its output: the change was issued.
+		status = fmt.Sprintf("exit 0, %s; a process it left running still held its output", took)
 	case err != nil:
-		status = "not started"
+		status = "not run"
 		runErr = err
 	default:
 		status = fmt.Sprintf("exit 0, %s", took)
@@ -206,7 +209,7 @@ func (c *Command) run(ctx context.Context, action, version, from string, nodes [
 	return fmt.Errorf("%s: %w%s", call[2:], runErr, more)
 }
 
-// tail returns the last n non-empty-trailing lines of s.
+// tail returns the last n lines of s without its trailing newlines, saying how many lines came before.
 func tail(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) == 1 && lines[0] == "" {
