@@ -60,7 +60,7 @@ func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 	case "up":
 		err = c.Up(ctx)
 		if err == nil {
-			fmt.Fprintf(stderr, "kubeconfig: %s\n", c.Kubeconfig())
+			fmt.Fprintf(stderr, "kubeconfig: %s\nkubectl: %s\n", c.Kubeconfig(), c.Kubectl())
 		}
 	case "down":
 		err = c.Down(ctx)

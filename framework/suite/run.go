@@ -26,6 +26,7 @@ import (
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/timeouts"
+	"gpuconform.io/gpuconform/framework/upgrade"
 	fwwait "gpuconform.io/gpuconform/framework/wait"
 )
 
@@ -153,6 +154,10 @@ func (r *Run) newEnv() *testenv.Env {
 func (r *Run) Start(runID string) {
 	r.RunID = runID
 	r.Env.Factory.RunID = runID
+	// The upgrade script was planned with this process's own ID: it must label with the run's.
+	if c, ok := r.Upgrade.Provider.(*upgrade.Command); ok {
+		c.RunID = runID
+	}
 }
 
 // ExistingLocalQueue is the user's LocalQueue when the suite submits to one, else "" (own queues).

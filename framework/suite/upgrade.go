@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	"gpuconform.io/gpuconform/framework/upgrade"
@@ -17,6 +18,10 @@ type Upgrade struct {
 	To           string
 	VersionLabel string
 }
+
+// UpgradeCommandLog is the file in the artifacts directory that holds every call of the upgrade script
+// with its output.
+const UpgradeCommandLog = "upgrade-command.log"
 
 // planUpgrade decides the rehearsal's provider and target: the user's command, else the local cluster's
 // provider where every canary node runs its fake agent; the target is --upgrade-to, else the version the
@@ -42,7 +47,14 @@ func (r *Run) planUpgrade(ctx context.Context) Upgrade {
 	}
 	switch {
 	case r.Config.Upgrade.Command != "":
-		u.Provider = &upgrade.Command{Path: r.Config.Upgrade.Command, RunID: r.RunID}
+		// The script talks to the cluster the suite talks to (same kubeconfig and context), and its whole
+		// output lands next to the reports.
+		u.Provider = &upgrade.Command{
+			Path: r.Config.Upgrade.Command, RunID: r.RunID,
+			Kubeconfig: r.Config.Kubeconfig, KubeContext: r.Config.Context,
+			LogPath: filepath.Join(r.Config.ArtifactsDir, UpgradeCommandLog),
+			Kube:    r.Clients.Kube, VersionLabel: u.VersionLabel,
+		}
 	case localServes:
 		u.Provider = local
 	default:

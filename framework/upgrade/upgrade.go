@@ -7,21 +7,17 @@
 //     restarts their agents only, as a GPU operator's per-pool driver (an NVIDIADriver with a node
 //     selector) rolls a new driver onto one pool. The node labels and the DRA driverVersion attribute follow.
 //   - command (any cluster): the user's script, `SCRIPT upgrade|rollback VERSION NODE...` (a Helm upgrade,
-//     an NVIDIADriver for that node selector, an image change); the readiness criterion is the suite's:
-//     every node reports VERSION in the driver-version label and advertises its devices again.
+//     an NVIDIADriver for that node selector, an image change), run with the suite's kubeconfig, bounded
+//     by a timeout and logged (Command; examples in fixtures/upgrade); the readiness criterion is the
+//     suite's: every node reports VERSION in the driver-version label and advertises its devices again.
 //
 // Every upgraded node is recorded (faults.Mark, "upgraded-from=<version>") so an interrupted rehearsal is
 // found by the next run's leftover check.
 package upgrade
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"os"
-	"os/exec"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -130,36 +126,4 @@ func LocalServes(labels []map[string]string) bool {
 		}
 	}
 	return true
-}
-
-// Command is the provider that runs the user's script: `SCRIPT upgrade|rollback VERSION NODE...`, with
-// GPUCONFORM_RUN_ID in the environment; exit 0 when the change was issued.
-type Command struct {
-	Path  string
-	RunID string
-}
-
-// Name implements Provider.
-func (c *Command) Name() string { return "command (" + c.Path + ")" }
-
-// Apply implements Provider.
-func (c *Command) Apply(ctx context.Context, nodes []string, target string) error {
-	return c.run(ctx, "upgrade", target, nodes)
-}
-
-// Rollback implements Provider.
-func (c *Command) Rollback(ctx context.Context, nodes []string, from string) error {
-	return c.run(ctx, "rollback", from, nodes)
-}
-
-func (c *Command) run(ctx context.Context, action, version string, nodes []string) error {
-	args := append([]string{action, version}, nodes...)
-	cmd := exec.CommandContext(ctx, c.Path, args...)
-	cmd.Env = append(os.Environ(), "GPUCONFORM_RUN_ID="+c.RunID)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%s %s: %w: %s", c.Path, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
-	}
-	return nil
 }

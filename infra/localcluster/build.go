@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -213,6 +214,64 @@ func (c *Cluster) buildRuntimeWrapper(ctx context.Context) (string, error) {
 // binary returns the path of a built binary, failing loudly when a step was skipped.
 func (c *Cluster) binary(comp, name string) string {
 	return filepath.Join(c.built[comp], name)
+}
+
+// Kubectl is where Up places the cluster's own kubectl build, next to the kubeconfig's directory: scripts
+// (fixtures/upgrade/local-fake.sh) and people reach the cluster with it on a machine without kubectl.
+func (c *Cluster) Kubectl() string { return filepath.Join(c.opts.OutputDir, "bin", "kubectl") }
+
+// installKubectl places the kubectl of the kubernetes build at Kubectl(), only when it changed.
+func (c *Cluster) installKubectl() error {
+	changed, err := installFile(c.binary("kubernetes", "kubectl"), c.Kubectl())
+	if err != nil {
+		return fmt.Errorf("place kubectl at %s: %w", c.Kubectl(), err)
+	}
+	if changed {
+		c.logf("  kubectl: %s", c.Kubectl())
+	}
+	return nil
+}
+
+// installFile makes dst a copy of the executable src and reports whether it had to: a hard link where src
+// and dst share a file system (the cache entry is immutable), else a copy; nothing when dst already has
+// src's bytes. dst is replaced by a rename, so a kubectl running from it is not disturbed.
+func installFile(src, dst string) (bool, error) {
+	srcInfo, err := os.Stat(src)
+	if err != nil {
+		return false, err
+	}
+	if dstInfo, err := os.Stat(dst); err == nil && (os.SameFile(srcInfo, dstInfo) || sameContent(src, dst, srcInfo, dstInfo)) {
+		return false, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return false, err
+	}
+	tmp := dst + ".new"
+	_ = os.Remove(tmp)
+	if err := os.Link(src, tmp); err != nil {
+		if err := copyFile(src, tmp, 0o755); err != nil {
+			_ = os.Remove(tmp)
+			return false, err
+		}
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		_ = os.Remove(tmp)
+		return false, err
+	}
+	return true, nil
+}
+
+// sameContent reports whether two files of these infos hold the same bytes.
+func sameContent(a, b string, aInfo, bInfo os.FileInfo) bool {
+	if aInfo.Size() != bInfo.Size() {
+		return false
+	}
+	aBytes, err := os.ReadFile(a)
+	if err != nil {
+		return false
+	}
+	bBytes, err := os.ReadFile(b)
+	return err == nil && bytes.Equal(aBytes, bBytes)
 }
 
 // exists reports whether path exists.

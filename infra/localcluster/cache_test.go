@@ -114,3 +114,49 @@ func TestFindRepoRootFromRelativeSubdir(t *testing.T) {
 		t.Error("a directory outside any checkout was accepted")
 	}
 }
+
+// kubectl is placed once per change of the build: a link or a copy of the cache entry, replaced when the
+// build changes, left alone when it has not.
+func TestInstallFileOnlyWhenChanged(t *testing.T) {
+	cache, out := t.TempDir(), filepath.Join(t.TempDir(), "bin")
+	src, dst := filepath.Join(cache, "kubectl"), filepath.Join(out, "kubectl")
+	if err := os.WriteFile(src, []byte("kubectl v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		changed, err := installFile(src, dst)
+		if err != nil || changed != want {
+			t.Fatalf("install %d: changed %v, %v; want %v", i+1, changed, err, want)
+		}
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "kubectl v1" {
+		t.Errorf("placed %q", b)
+	}
+	if info, err := os.Stat(dst); err != nil || info.Mode().Perm()&0o100 == 0 {
+		t.Errorf("placed kubectl not executable: %v %v", info, err)
+	}
+
+	// A new build is a new cache entry; a copy with the same bytes counts as placed.
+	src2 := filepath.Join(cache, "kubectl-2")
+	if err := os.WriteFile(src2, []byte("kubectl v2"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := installFile(src2, dst); err != nil || !changed {
+		t.Fatalf("new build: changed %v, %v", changed, err)
+	}
+	if b, _ := os.ReadFile(dst); string(b) != "kubectl v2" {
+		t.Errorf("after the new build: %q", b)
+	}
+	if err := os.Remove(dst); err != nil {
+		t.Fatal(err)
+	}
+	if err := copyFile(src2, dst, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := installFile(src2, dst); err != nil || changed {
+		t.Errorf("same bytes: changed %v, %v", changed, err)
+	}
+	if _, err := os.Stat(dst + ".new"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("left a temporary file: %v", err)
+	}
+}

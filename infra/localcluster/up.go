@@ -21,8 +21,12 @@ func (c *Cluster) Up(ctx context.Context) error {
 		return err
 	}
 	c.logf("host quirks: %s", c.quirks)
-	// The host-side kubectl is needed whatever state the cluster is in.
+	// The host-side kubectl is needed whatever state the cluster is in; it is placed next to the kubeconfig
+	// for scripts and people on a machine without one.
 	if _, err := c.buildGoStep(ctx, compKubernetes); err != nil {
+		return err
+	}
+	if err := c.installKubectl(); err != nil {
 		return err
 	}
 	exists, err := c.clusterExists()
@@ -83,7 +87,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := c.step("kueue", "install Kueue and wait for its webhooks to answer", func() error { return c.installKueue(ctx) }); err != nil {
 		return err
 	}
-	c.logf("cluster %s ready in %s; kubeconfig: %s", c.opts.Name, time.Since(start).Round(time.Second), c.Kubeconfig())
+	c.logf("cluster %s ready in %s; kubeconfig: %s; kubectl: %s", c.opts.Name, time.Since(start).Round(time.Second), c.Kubeconfig(), c.Kubectl())
 	return nil
 }
 
