@@ -134,7 +134,9 @@ func TestRenderRunParameters(t *testing.T) {
 
 func TestRenderUpgradeRehearsal(t *testing.T) {
 	up := spec("upgrades the canary pool", "device-plugin", types.SpecStateFailed, "container saw [GPU-1] but the kubelet allocated [GPU-0]")
-	entry := func(name, v string) types.ReportEntry { return types.ReportEntry{Name: name, Value: types.WrapEntryValue(v)} }
+	entry := func(name, v string) types.ReportEntry {
+		return types.ReportEntry{Name: name, Value: types.WrapEntryValue(v)}
+	}
 	up.ReportEntries = types.ReportEntries{
 		entry(upgrade.AppCheckEntry, upgrade.FormatAppChecks([]upgrade.AppCheck{{Check: "devices back", Path: "device-plugin", Node: "w3", Result: upgrade.AppCheckPassed},
 			{Check: "device identity", Path: "device-plugin", Node: "w3", Result: upgrade.AppCheckFailed}})),

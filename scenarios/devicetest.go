@@ -87,7 +87,7 @@ const deviceTestLogLines = 12
 // (nil: anywhere the path can place it), waits until it ends and records a DeviceTestEntry. A test that
 // exits non-zero fails the spec at once with its last log lines; a pod that never starts fails it with the
 // wait's diagnosis. The upgrade rehearsal runs it on the canary pool too.
-func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, nodes []string, dt DeviceTestSpec) DeviceTestRecord {
+func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, nodes []string, dt DeviceTestSpec) {
 	ginkgo.GinkgoHelper()
 	image, command := dt.resolve(env.Factory)
 	ginkgo.By(fmt.Sprintf("running the device test, image %s (%s), in a pod with one device on the %s path", image, describeCommand(command), path.Name()))
@@ -121,7 +121,6 @@ func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string,
 			ns, pod.Name, rec.Node, image, describeCommand(command), howItEnded(pod), ended))
 	}
 	gomega.Expect(logErr).NotTo(gomega.HaveOccurred(), "the device test passed, but its log is part of the record")
-	return rec
 }
 
 // howItEnded says how the workload container of a finished pod ended: its exit code and the kubelet's

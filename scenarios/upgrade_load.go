@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -218,9 +219,7 @@ func startServingReserve(ctx context.Context, in UpgradeInput, ns string, path g
 	}
 	sel := map[string]string{servingLabel: pod.Name}
 	tmplLabels := map[string]string{servingLabel: pod.Name}
-	for k, v := range pod.Labels {
-		tmplLabels[k] = v
-	}
+	maps.Copy(tmplLabels, pod.Labels)
 	spec := pod.Spec
 	spec.Affinity = servingAffinity(in.Canary, in.KnownGood)
 	dep := &appsv1.Deployment{
