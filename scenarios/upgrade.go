@@ -297,6 +297,9 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	verdict := fmt.Sprintf("upgrade from %s to %s on pool %s", from, in.To, pool)
 	kept := false
 	ginkgo.DeferCleanup(func() {
+		if len(log.checks) > 0 {
+			ginkgo.AddReportEntry(upgrade.AppCheckEntry, upgrade.FormatAppChecks(log.checks))
+		}
 		switch {
 		case ginkgo.CurrentSpecReport().Failed():
 			ginkgo.AddReportEntry(upgrade.VerdictEntry, verdict+": NO-GO (failed: "+cmp.Or(log.failedCheck(), log.step)+")")

@@ -58,7 +58,7 @@ func (l *rehearsalLog) failedCheck() string {
 }
 
 // canaryApplicationCheck runs, on the upgraded canary pool, the same checks the suite runs on the GPU
-// pool: per path, a first pod once the new plugin serves, the device identity of a running pod against
+// pool (the rehearsal reports log's rows, also when a check failed): per path, a first pod once the new plugin serves, the device identity of a running pod against
 // the kubelet or the claim, exclusivity on a filled node, isolation of the containers without devices,
 // the vendor's device test, a multi-worker job where the pool can hold one, and the sharing checks where
 // the pool shares GPUs; then a checkpointing job must resume. Each check runs in its own namespace, whose
@@ -118,7 +118,6 @@ func canaryApplicationCheck(ctx context.Context, in UpgradeInput, log *rehearsal
 		canaryResume(ctx, in, ns, resumePath, in.Canary)
 		deleteAllPods(ctx, env, ns)
 	})
-	ginkgo.AddReportEntry(upgrade.AppCheckEntry, upgrade.FormatAppChecks(log.checks))
 }
 
 // canarySharing runs the sharing scenario's check of mode m on the canary node that has it.
