@@ -415,9 +415,10 @@ func poll(ctx context.Context, timeout time.Duration, check func() (bool, string
 // integration the suites use, DRA support so ClusterQueues can put quotas on DRA devices, and
 // waitForPodsReady as a training cluster enables it for gangs: a Workload whose pods are not all ready
 // within the timeout (a gang that only partly fits) is evicted and requeued, so it never holds devices
-// half-started. The timings shorten only local waits (Kueue's defaults: 5m, and a 60s requeue base): the
-// recovery timeout stays above the failure scenario's node loss (NotReady, then the taint's eviction), so
-// that a replacement a node failure needs is not also a Kueue requeue. The gang scenario reads them back
+// half-started. The timings shorten only local waits (Kueue's defaults: 5m, and a 60s requeue base; 30s
+// is still several times the slowest pod start measured here, images being preloaded): the recovery
+// timeout stays above the failure scenario's node loss (NotReady, then the taint's eviction), so that a
+// replacement a node failure needs is not also a Kueue requeue. The gang scenario reads them back
 // from this ConfigMap (framework/cluster discoverKueue) and the record lists them.
 const kueueConfig = `apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
@@ -445,7 +446,7 @@ integrations:
   frameworks:
   - batch/job
 waitForPodsReady:
-  timeout: 45s
+  timeout: 30s
   recoveryTimeout: 3m
   blockAdmission: false
   requeuingStrategy:

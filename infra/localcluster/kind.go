@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,17 +14,39 @@ import (
 	"sigs.k8s.io/kind/pkg/cmd"
 )
 
+// The local cluster's node-lifecycle timings: a lost node is NotReady after about 20 s instead of the
+// default 50 s (kube-controller-manager --node-monitor-grace-period; kubelet nodeStatusUpdateFrequency 10 s,
+// nodeLeaseDurationSeconds 40 s, leases renewed at a quarter of it). Four missed reports fit in the grace
+// period, as with the defaults.
+const (
+	LocalNodeMonitorGracePeriod    = "20s"
+	LocalNodeStatusUpdateFrequency = "4s"
+	LocalNodeLeaseDurationSeconds  = 20
+)
+
 // KindConfig renders the kind cluster configuration: one control plane (more would need kind's envoy
 // load-balancer image, which cannot be pulled), a GPU pool and a canary pool labelled for the suites, and
 // the kubelet settings this host needs.
 func KindConfig(opts Options, q HostQuirks) string {
 	var b strings.Builder
 	b.WriteString("kind: Cluster\napiVersion: kind.x-k8s.io/v1alpha4\n")
+	// The kubelets report status and renew their leases more often than by default, so that a node lost
+	// (the failure scenario stops one) is NotReady within the controller-manager's shorter grace period
+	// below: local waits only, a real cluster keeps its own (the record lists the grace period it runs with).
+	// kubeadm uploads the init node's KubeletConfiguration to the kubelet-config ConfigMap workers join with.
+	fmt.Fprintf(&b, "kubeadmConfigPatches:\n- |\n  kind: KubeletConfiguration\n  nodeStatusUpdateFrequency: %s\n  nodeLeaseDurationSeconds: %d\n",
+		LocalNodeStatusUpdateFrequency, LocalNodeLeaseDurationSeconds)
 	if q.CgroupV1 {
-		// Kubelets >= 1.35 refuse cgroup v1 unless told otherwise (a config-file setting, no flag). kubeadm
-		// uploads the init node's KubeletConfiguration to the kubelet-config ConfigMap that workers join with.
-		b.WriteString("kubeadmConfigPatches:\n- |\n  kind: KubeletConfiguration\n  failCgroupV1: false\n")
+		// Kubelets >= 1.35 refuse cgroup v1 unless told otherwise (a config-file setting, no flag).
+		b.WriteString("  failCgroupV1: false\n")
 	}
+	// kind's ClusterConfiguration lists the controller-manager's flags (kubeadm v1beta4): a merge patch would
+	// replace the list, a JSON patch appends to it.
+	// A user-supplied node image older than 1.36 gets v1beta3, whose flags are a map; kind applies only the
+	// patch whose version matches.
+	fmt.Fprintf(&b, "kubeadmConfigPatchesJSON6902:\n- group: kubeadm.k8s.io\n  version: v1beta4\n  kind: ClusterConfiguration\n  patch: |\n    - op: add\n      path: /controllerManager/extraArgs/-\n      value: {name: node-monitor-grace-period, value: %[1]s}\n"+
+		"- group: kubeadm.k8s.io\n  version: v1beta3\n  kind: ClusterConfiguration\n  patch: |\n    - op: add\n      path: /controllerManager/extraArgs/node-monitor-grace-period\n      value: %[1]s\n",
+		LocalNodeMonitorGracePeriod)
 	if q.MissingCapSysResource && opts.NodeImage != "" {
 		// The project's node image has this in its containerd config already; a user-supplied one needs the
 		// patch (it costs a containerd restart per node at create time).
@@ -71,13 +94,75 @@ func (c *Cluster) createCluster(nodeImage string) error {
 	if err := os.WriteFile(c.logFile("kind-config.yaml"), []byte(cfg), 0o644); err != nil {
 		return err
 	}
-	return c.provider().Create(c.opts.Name,
+	if err := c.provider().Create(c.opts.Name,
 		cluster.CreateWithRawConfig([]byte(cfg)),
 		cluster.CreateWithNodeImage(nodeImage),
 		cluster.CreateWithKubeconfigPath(c.Kubeconfig()),
 		cluster.CreateWithDisplayUsage(false),
 		cluster.CreateWithDisplaySalutation(false),
-	)
+	); err != nil {
+		return err
+	}
+	cp, err := c.controlPlane()
+	if err != nil {
+		return err
+	}
+	return cp.Command("sh", "-c", "cat > "+kindConfigMarker).SetStdin(strings.NewReader(cfg)).Run()
+}
+
+// kindConfigMarker is where the control-plane container keeps the kind configuration its cluster was
+// created with: kind cannot change a node's kubelet or controller-manager settings, pools or mounts after
+// creation, so a cluster made with another configuration is recreated, not revived.
+const kindConfigMarker = "/kind/gpuconform-kind-config.yaml"
+
+// controlPlane returns the cluster's control-plane node container.
+func (c *Cluster) controlPlane() (nodes.Node, error) {
+	ns, err := c.nodes()
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range ns {
+		if role, _ := n.Role(); role == "control-plane" {
+			return n, nil
+		}
+	}
+	return nil, fmt.Errorf("cluster %s has no control-plane node container", c.opts.Name)
+}
+
+// configDrift says why the running cluster was not created with the configuration wanted now, or ""
+// when it was. The control-plane container must be running.
+func (c *Cluster) configDrift() string {
+	cp, err := c.controlPlane()
+	if err != nil {
+		return err.Error()
+	}
+	var had bytes.Buffer
+	if err := cp.Command("cat", kindConfigMarker).SetStdout(&had).Run(); err != nil {
+		return "it has no record of the kind configuration it was created with (" + kindConfigMarker + "; a cluster from before the record existed)"
+	}
+	return configDiff(had.String(), KindConfig(c.opts, c.quirks))
+}
+
+// configDiff names the first line where the configuration a cluster was created with differs from the one
+// wanted now, or "" when they are the same.
+func configDiff(had, want string) string {
+	if had == want {
+		return ""
+	}
+	h, w := strings.Split(had, "\n"), strings.Split(want, "\n")
+	for i := range max(len(h), len(w)) {
+		var hl, wl string
+		if i < len(h) {
+			hl = h[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if hl != wl {
+			return fmt.Sprintf("it was created with another kind configuration (line %d: %q, wanted %q)", i+1, strings.TrimSpace(hl), strings.TrimSpace(wl))
+		}
+	}
+	return "it was created with another kind configuration"
 }
 
 // nodes lists the cluster's node containers.

@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -27,6 +28,38 @@ func TestKindConfigPoolsAndQuirks(t *testing.T) {
 	}
 	if len(cfg.KubeadmConfigPatches) != 1 || !strings.Contains(cfg.KubeadmConfigPatches[0], "failCgroupV1: false") {
 		t.Errorf("cgroup v1 patch missing: %v", cfg.KubeadmConfigPatches)
+	}
+	var kubelet struct {
+		Kind                      string `json:"kind"`
+		NodeStatusUpdateFrequency string `json:"nodeStatusUpdateFrequency"`
+		NodeLeaseDurationSeconds  int    `json:"nodeLeaseDurationSeconds"`
+		FailCgroupV1              *bool  `json:"failCgroupV1"`
+	}
+	if err := yaml.UnmarshalStrict([]byte(cfg.KubeadmConfigPatches[0]), &kubelet); err != nil {
+		t.Fatalf("kubelet patch: %v\n%s", err, cfg.KubeadmConfigPatches[0])
+	}
+	if kubelet.Kind != "KubeletConfiguration" || kubelet.NodeStatusUpdateFrequency != "4s" || kubelet.NodeLeaseDurationSeconds != 20 || kubelet.FailCgroupV1 == nil || *kubelet.FailCgroupV1 {
+		t.Errorf("kubelet patch = %+v", kubelet)
+	}
+	// The controller-manager's grace period, for both kubeadm config versions kind may generate.
+	if len(cfg.KubeadmConfigPatchesJSON6902) != 2 {
+		t.Fatalf("JSON patches = %+v", cfg.KubeadmConfigPatchesJSON6902)
+	}
+	for _, p := range cfg.KubeadmConfigPatchesJSON6902 {
+		var ops []struct {
+			Op, Path string
+			Value    any
+		}
+		if err := yaml.UnmarshalStrict([]byte(p.Patch), &ops); err != nil || len(ops) != 1 || p.Kind != "ClusterConfiguration" || p.Group != "kubeadm.k8s.io" {
+			t.Fatalf("patch %+v: %v", p, err)
+		}
+		want := map[string]any{
+			"v1beta4": map[string]any{"name": "node-monitor-grace-period", "value": "20s"},
+			"v1beta3": "20s",
+		}[p.Version]
+		if ops[0].Op != "add" || !strings.HasPrefix(ops[0].Path, "/controllerManager/extraArgs/") || fmt.Sprint(ops[0].Value) != fmt.Sprint(want) {
+			t.Errorf("%s patch = %+v, want the value %v", p.Version, ops[0], want)
+		}
 	}
 	if strings.Contains(raw, "restrict_oom_score_adj") {
 		t.Error("containerd patch added although the built node image carries it")
@@ -90,5 +123,20 @@ func TestKindConfigSharedMount(t *testing.T) {
 	}
 	if strings.Contains(KindConfig(Options{GPUWorkers: 1}, HostQuirks{}), "extraMounts") {
 		t.Error("a mount without a shared directory configured")
+	}
+}
+
+func TestConfigDiffNamesTheFirstChangedLine(t *testing.T) {
+	old := KindConfig(Options{GPUWorkers: 2, CanaryWorkers: 1}, HostQuirks{})
+	if why := configDiff(old, old); why != "" {
+		t.Errorf("same configuration reported as different: %s", why)
+	}
+	grown := KindConfig(Options{GPUWorkers: 3, CanaryWorkers: 1}, HostQuirks{})
+	why := configDiff(old, grown)
+	if !strings.Contains(why, "another kind configuration") || !strings.Contains(why, `"gpuconform.io/pool: canary", wanted "gpuconform.io/pool: gpu"`) {
+		t.Errorf("diff = %q", why)
+	}
+	if why := configDiff("kind: Cluster\n", old); !strings.Contains(why, "line 2") {
+		t.Errorf("diff of a truncated configuration = %q", why)
 	}
 }

@@ -205,6 +205,9 @@ func (c *Cluster) revive(ctx context.Context) (bool, string) {
 			return false, err.Error()
 		}
 	}
+	if why := c.configDrift(); why != "" {
+		return false, why
+	}
 	if !exists(c.Kubeconfig()) {
 		if err := c.exportKubeconfig(); err != nil {
 			return false, err.Error()
