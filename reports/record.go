@@ -59,8 +59,11 @@ type Record struct {
 	FeatureGates []cluster.FeatureGate `json:"featureGates"`
 	// AcceleratorMetrics is where per-device metrics were read (a DCGM exporter Service or a Prometheus),
 	// or "none: why".
-	AcceleratorMetrics string         `json:"acceleratorMetrics,omitempty"`
-	NotExercised       []NotExercised `json:"notExercised"`
+	AcceleratorMetrics string `json:"acceleratorMetrics,omitempty"`
+	// NodeMonitorGracePeriod is how long the control plane waits before it calls a silent node NotReady
+	// (every node-failure timing starts with it), or "not visible: why".
+	NodeMonitorGracePeriod string         `json:"nodeMonitorGracePeriod,omitempty"`
+	NotExercised           []NotExercised `json:"notExercised"`
 	// LeakAudit is the end-of-run audit; nil when it did not run.
 	LeakAudit *audit.Result `json:"leakAudit,omitempty"`
 	Notes     []string      `json:"notes,omitempty"`

@@ -87,6 +87,9 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	if rec.AcceleratorMetrics != "" {
 		row("Accelerator metrics", rec.AcceleratorMetrics)
 	}
+	if rec.NodeMonitorGracePeriod != "" {
+		row("Node monitor grace period", rec.NodeMonitorGracePeriod)
+	}
 	for _, p := range rec.Paths {
 		desc := p.Description
 		if p.DriverVersion != "" {

@@ -35,8 +35,9 @@ func TestGoVerdict(t *testing.T) {
 	}}
 	rec := record()
 	rec.LeakAudit = &audit.Result{RunID: "run-1"}
+	rec.NodeMonitorGracePeriod = "20s (kube-controller-manager --node-monitor-grace-period, pod kcm)"
 	md := RenderMarkdown([]types.Report{suite}, rec)
-	for _, want := range []string{"**GO**", "| Kubernetes | v1.37.2 |", "| Kueue | v0.17.0 |", "| device-plugin | GPU allocation on the device-plugin path admits a Job asking for 1 device | passed |",
+	for _, want := range []string{"**GO**", "| Kubernetes | v1.37.2 |", "| Node monitor grace period | 20s (kube-controller-manager --node-monitor-grace-period, pod kcm) |", "| Kueue | v0.17.0 |", "| device-plugin | GPU allocation on the device-plugin path admits a Job asking for 1 device | passed |",
 		"**dra**: no ResourceSlice publishes devices", "Nothing labelled by this run is left", "| w1 | Fake-GPU | 550.1 |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)

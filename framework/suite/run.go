@@ -56,7 +56,10 @@ type Run struct {
 	// for the record, after discovery's (Caps.Notes): the gates that could not be read, what the
 	// stack-ready wait waited for (RecordNotes joins the two).
 	FeatureGates []cluster.FeatureGate
-	Notes        []string
+	// NodeMonitorGracePeriod is how long the control plane waits before it calls a silent node NotReady
+	// (cluster.ReadNodeMonitorGracePeriod), for the record.
+	NodeMonitorGracePeriod string
+	Notes                  []string
 	// Upgrade is what an upgrade rehearsal would use.
 	Upgrade Upgrade
 	// Metrics is the accelerator metrics endpoint (a DCGM exporter, or a Prometheus); MetricsWhy says why
@@ -103,6 +106,7 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 	}
 	gates, notes := cluster.ReadFeatureGates(ctx, r.Clients.Kube, r.Caps.GateNode)
 	r.FeatureGates, r.Notes = gates, append(r.Notes, notes...)
+	r.NodeMonitorGracePeriod = cluster.ReadNodeMonitorGracePeriod(ctx, r.Clients.Kube)
 	r.Upgrade = r.planUpgrade(ctx)
 	r.Metrics, r.MetricsWhy = accelmetrics.Discover(ctx, r.Clients.Kube, cfg.AcceleratorMetrics)
 	r.faults = sync.OnceValue(r.newInjector)

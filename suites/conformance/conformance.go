@@ -204,6 +204,7 @@ func newRecord(r *suite.Run, signoff reports.Signoff) reports.Record {
 	if r.Config.Disruptive {
 		rec.Parameters.Faults = r.DescribeFaults()
 	}
+	rec.NodeMonitorGracePeriod = r.NodeMonitorGracePeriod
 	rec.AcceleratorMetrics = r.Metrics.String()
 	if !r.Metrics.Present() {
 		rec.AcceleratorMetrics = "none: " + r.MetricsWhy
