@@ -29,19 +29,21 @@ func ReadNodeMonitorGracePeriod(ctx context.Context, kube kubernetes.Interface) 
 
 // nodeMonitorGracePeriod reads the grace period from the controller-manager pods' command lines.
 func nodeMonitorGracePeriod(pods []corev1.Pod) string {
-	for _, p := range pods {
-		for _, c := range p.Spec.Containers {
-			args := append(append([]string{}, c.Command...), c.Args...)
-			for i, a := range args {
-				if v, ok := strings.CutPrefix(a, gracePeriodFlag+"="); ok {
-					return fmt.Sprintf("%s (kube-controller-manager %s, pod %s)", v, gracePeriodFlag, p.Name)
-				}
-				if a == gracePeriodFlag && i+1 < len(args) {
-					return fmt.Sprintf("%s (kube-controller-manager %s, pod %s)", args[i+1], gracePeriodFlag, p.Name)
-				}
+	if len(pods) == 0 {
+		return "not visible: no kube-controller-manager pod in kube-system (a managed control plane keeps its own)"
+	}
+	// Every control-plane node runs the same manifest; the first one speaks for them.
+	p := pods[0]
+	for _, c := range p.Spec.Containers {
+		args := append(append([]string{}, c.Command...), c.Args...)
+		for i, a := range args {
+			if v, ok := strings.CutPrefix(a, gracePeriodFlag+"="); ok {
+				return fmt.Sprintf("%s (kube-controller-manager %s, pod %s)", v, gracePeriodFlag, p.Name)
+			}
+			if a == gracePeriodFlag && i+1 < len(args) {
+				return fmt.Sprintf("%s (kube-controller-manager %s, pod %s)", args[i+1], gracePeriodFlag, p.Name)
 			}
 		}
-		return fmt.Sprintf("the default, 50s since Kubernetes 1.32 (kube-controller-manager pod %s sets no %s)", p.Name, gracePeriodFlag)
 	}
-	return "not visible: no kube-controller-manager pod in kube-system (a managed control plane keeps its own)"
+	return fmt.Sprintf("the default, 50s since Kubernetes 1.32 (kube-controller-manager pod %s sets no %s)", p.Name, gracePeriodFlag)
 }
