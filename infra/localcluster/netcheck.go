@@ -14,8 +14,35 @@ const netCheckLabel = "gpuconform.io/netcheck"
 
 // checkNetwork proves pod networking and DNS across nodes: a server pod on one GPU worker behind a Service,
 // and a client pod on another worker that fetches from it by Service name and reaches the API server as
-// kubernetes.default. The namespace is removed afterwards.
+// kubernetes.default. Its objects are removed afterwards. It is not repeated while the node containers
+// have not restarted and the cluster's network and DNS workloads (kindnet, kube-proxy, CoreDNS) are as
+// the last check left them: their pods would be the same ones.
 func (c *Cluster) checkNetwork(ctx context.Context) error {
+	network := func() string {
+		objects := c.objectsFingerprint(ctx, "", "-n", "kube-system", "daemonsets,deployments")
+		if objects == "" {
+			return ""
+		}
+		var started []string
+		for node, at := range c.nodeStartTimes(ctx) {
+			started = append(started, node+"="+at.Format(time.RFC3339Nano))
+		}
+		return fingerprint(objects, strings.Join(started, "\n"))
+	}
+	if c.unchanged("network", network()) {
+		c.logf("  node containers not restarted, kindnet, kube-proxy and CoreDNS unchanged since the last check passed: not repeated")
+		return nil
+	}
+	c.forget("network")
+	if err := c.crossNodeCheck(ctx); err != nil {
+		return err
+	}
+	c.remember("network", network())
+	return nil
+}
+
+// crossNodeCheck runs the server and client pods of checkNetwork.
+func (c *Cluster) crossNodeCheck(ctx context.Context) error {
 	out, err := c.kubectlOut(ctx, "get", "nodes", "-l", PoolLabel, "-o", "jsonpath={.items[*].metadata.name}")
 	if err != nil {
 		return err
