@@ -18,6 +18,7 @@ import (
 	"text/template"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
 	"sigs.k8s.io/kind/pkg/cluster/nodeutils"
@@ -146,14 +147,19 @@ func (c *Cluster) loadTools(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Every node at once: on a running cluster this step is only the nodes' answers that they have it.
+	g, gctx := errgroup.WithContext(ctx)
 	for _, n := range ns {
-		have, _ := output(ctx, "docker", "exec", n.String(), "ctr", "-n", "k8s.io", "images", "ls", "-q", "name=="+ref)
-		if strings.TrimSpace(have) == ref {
-			continue
-		}
-		if err := c.loadImage(ctx, n, ImageWorkload, ref); err != nil {
-			return "", err
-		}
+		g.Go(func() error {
+			have, _ := output(gctx, "docker", "exec", n.String(), "ctr", "-n", "k8s.io", "images", "ls", "-q", "name=="+ref)
+			if strings.TrimSpace(have) == ref {
+				return nil
+			}
+			return c.loadImage(gctx, n, ImageWorkload, ref)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return "", err
 	}
 	return ref, nil
 }
