@@ -16,14 +16,26 @@ BUILD_DEV = $(GO) build -o $(GPUCONFORM_DEV) ./cmd/gpuconform-dev
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 
-.PHONY: help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean
+.PHONY: FORCE help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-build: ## build the gpuconform CLI into _output/bin (static: it is also the runner image's binary)
+build: $(GPUCONFORM) ## build the gpuconform CLI into _output/bin (static: it is also the runner image's binary)
+
+# The CLI's inputs: every file and directory of the module's packages (sources, what they embed; a directory's
+# time changes when a file is removed), go.mod, go.sum and the version it is stamped with. make skips
+# `go build` when the binary is newer than all of them: go's own up-to-date check hashes every package, seconds
+# on 2 cores, most of a no-op `make cluster`.
+GO_INPUTS := $(shell find cmd fixtures framework infra internal reports scenarios suites -not -path 'infra/modules/*' \( -type f -o -type d \) 2>/dev/null) go.mod go.sum
+$(GPUCONFORM): $(GO_INPUTS) _output/bin/.ldflags
 	@mkdir -p _output/bin
 	$(GO) build -ldflags "$(LDFLAGS_VERSION)" -o $(GPUCONFORM) ./cmd/gpuconform
+
+_output/bin/.ldflags: FORCE
+	@mkdir -p _output/bin; [ "$$(cat $@ 2>/dev/null)" = '$(LDFLAGS_VERSION)' ] || echo '$(LDFLAGS_VERSION)' > $@
+
+FORCE:
 
 # The images' tag and the binaries' version: the checkout's description.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
