@@ -207,7 +207,8 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 	stack := func() string {
 		return c.objectsFingerprint(ctx, applied, "-n", SystemNamespace, "daemonsets,deviceclasses")
 	}
-	if c.unchanged("gpu-stack", stack()) {
+	fresh := c.unchanged("gpu-stack", stack())
+	if fresh {
 		c.logf("  DaemonSets and DeviceClasses unchanged since the last bring-up: not re-applied")
 	} else {
 		c.forget("gpu-stack")
@@ -218,7 +219,9 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 	if err := c.waitGPUStack(ctx, s, podsPerNode, podNames); err != nil {
 		return err
 	}
-	c.remember("gpu-stack", stack())
+	if !fresh {
+		c.remember("gpu-stack", stack())
+	}
 	return nil
 }
 
@@ -709,7 +712,9 @@ spec:
 			return err
 		}
 	}
-	c.remember("kueue", kueue())
+	if !fresh {
+		c.remember("kueue", kueue())
+	}
 	return nil
 }
 

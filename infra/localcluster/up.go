@@ -33,8 +33,13 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	revived := false
 	if exists {
+		began := time.Now()
 		healthy, why := c.revive(ctx)
+		if revived = healthy; healthy {
+			c.logf("cluster %s found: every node Ready (%s)", c.opts.Name, time.Since(began).Round(100*time.Millisecond))
+		}
 		if !healthy {
 			c.logf("cluster %s exists but is not healthy (%s): recreating it", c.opts.Name, why)
 			if err := c.Down(ctx); err != nil {
@@ -64,8 +69,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 			}
 		}
 	}
-	if err := c.step("nodes Ready", "wait for every node to report Ready", func() error { return c.waitNodesReady(ctx, 300*time.Second) }); err != nil {
-		return err
+	// A revived cluster's nodes were found Ready (with heartbeats newer than their containers' start) by revive.
+	if !revived {
+		if err := c.step("nodes Ready", "wait for every node to report Ready", func() error { return c.waitNodesReady(ctx, 300*time.Second) }); err != nil {
+			return err
+		}
 	}
 	if err := c.step("shared checkpoint directory", "annotate the workers with the shared directory's mount", func() error { return c.annotateSharedDir(ctx) }); err != nil {
 		return err
@@ -187,13 +195,13 @@ func (c *Cluster) revive(ctx context.Context) (bool, string) {
 		return false, err.Error()
 	}
 	var stopped []string
-	for _, n := range ns {
-		state, err := output(ctx, "docker", "inspect", "-f", "{{.State.Running}}", n.String())
-		if err != nil {
-			return false, err.Error()
-		}
-		if state != "true" {
-			stopped = append(stopped, n.String())
+	states, err := output(ctx, "docker", append([]string{"inspect", "-f", "{{.Name}}={{.State.Running}}"}, nodeNames(ns)...)...)
+	if err != nil {
+		return false, err.Error()
+	}
+	for line := range strings.FieldsSeq(states) {
+		if name, running, _ := strings.Cut(strings.TrimPrefix(line, "/"), "="); running != "true" {
+			stopped = append(stopped, name)
 		}
 	}
 	if why := c.missingSharedMount(ctx, ns); why != "" {
@@ -261,15 +269,30 @@ func (c *Cluster) waitNodesReady(ctx context.Context, timeout time.Duration) err
 // the API still shows what the nodes' kubelets wrote before: statuses older than this are stale.
 func (c *Cluster) nodeStartTimes(ctx context.Context) map[string]time.Time {
 	started := map[string]time.Time{}
-	if ns, err := c.nodes(); err == nil {
-		for _, n := range ns {
-			out, err := output(ctx, "docker", "inspect", "-f", "{{.State.StartedAt}}", n.String())
-			if t, perr := time.Parse(time.RFC3339Nano, out); err == nil && perr == nil {
-				started[n.String()] = t
-			}
+	ns, err := c.nodes()
+	if err != nil || len(ns) == 0 {
+		return started
+	}
+	out, err := output(ctx, "docker", append([]string{"inspect", "-f", "{{.Name}}={{.State.StartedAt}}"}, nodeNames(ns)...)...)
+	if err != nil {
+		return started
+	}
+	for line := range strings.FieldsSeq(out) {
+		name, at, _ := strings.Cut(strings.TrimPrefix(line, "/"), "=")
+		if t, err := time.Parse(time.RFC3339Nano, at); err == nil {
+			started[name] = t
 		}
 	}
 	return started
+}
+
+// nodeNames are the node containers' names.
+func nodeNames(ns []nodes.Node) []string {
+	names := make([]string, len(ns))
+	for i, n := range ns {
+		names[i] = n.String()
+	}
+	return names
 }
 
 // prepareSharedDir creates the host directory every worker mounts, writable by the workloads' non-root
