@@ -49,6 +49,14 @@ func (r BenchRow) Rate() float64 {
 	return float64(r.Requests) / r.Wall.Seconds()
 }
 
+// PerSpec is requests per spec (0 when the row has no spec).
+func (r BenchRow) PerSpec() float64 {
+	if r.Specs == 0 {
+		return 0
+	}
+	return float64(r.Requests) / float64(r.Specs)
+}
+
 // Bench is the suite's cost, per scenario and in total.
 type Bench struct {
 	Rows []BenchRow
@@ -154,14 +162,14 @@ func inherent(t timeline.Timeline) time.Duration {
 // RenderBench renders the cost table; the goals are printed beside the figures, never asserted.
 func RenderBench(b Bench) string {
 	var s strings.Builder
-	s.WriteString("| Scenario | Specs (with timeline) | Wall | Inherent waits | Wall / inherent (goal ≤ 1.3) | API requests | Requests/s (goal ≤ 1) |\n|---|---|---|---|---|---|---|\n")
+	s.WriteString("| Scenario | Specs (with timeline) | Wall | Inherent waits | Wall / inherent (goal ≤ 1.3) | API requests | Requests/spec | Requests/s (goal ≤ 1) |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range b.Rows {
 		ratio := "—"
 		if r.Ratio() > 0 {
 			ratio = fmt.Sprintf("%.2f", r.Ratio())
 		}
-		fmt.Fprintf(&s, "| %s | %d (%d) | %s | %s | %s | %d | %.2f |\n", r.Scenario, r.Specs, r.WithTimeline,
-			r.Wall.Round(time.Second), r.Inherent.Round(time.Second), ratio, r.Requests, r.Rate())
+		fmt.Fprintf(&s, "| %s | %d (%d) | %s | %s | %s | %d | %.1f | %.2f |\n", r.Scenario, r.Specs, r.WithTimeline,
+			r.Wall.Round(time.Second), r.Inherent.Round(time.Second), ratio, r.Requests, r.PerSpec(), r.Rate())
 	}
 	rate := 0.0
 	if b.SuiteWall > 0 {

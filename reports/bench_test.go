@@ -41,8 +41,11 @@ func TestBenchFromARun(t *testing.T) {
 	if r.Ratio() != 1.2 {
 		t.Errorf("ratio = %v, want 12 s / 10 s", r.Ratio())
 	}
+	if r.PerSpec() != 20 {
+		t.Errorf("requests per spec = %v, want 40 / 2", r.PerSpec())
+	}
 	md := RenderBench(bench)
-	for _, want := range []string{"| allocation | 2 (1) | 16s | 10s | 1.20 | 40 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)"} {
+	for _, want := range []string{"| allocation | 2 (1) | 16s | 10s | 1.20 | 40 | 20.0 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("bench lacks %q:\n%s", want, md)
 		}
