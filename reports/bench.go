@@ -68,9 +68,9 @@ type Bench struct {
 // ComputeBench measures a run from its artifacts: specs' run times and request entries from the Ginkgo
 // report, inherent waits from the timelines, totals from the record.
 func ComputeBench(suites []types.Report, rec Record) Bench {
-	lifetimes := map[string]time.Duration{}
+	lives := map[string][]span{}
 	for _, t := range rec.Timelines {
-		lifetimes[t.Spec] = inherent(t)
+		lives[t.Spec] = lifetimes(t)
 	}
 	rows := map[string]*BenchRow{}
 	var b Bench
@@ -93,7 +93,7 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 			}
 			r.Specs++
 			r.Wall += sp.RunTime
-			if life, ok := lifetimes[sp.FullText()]; ok && life > 0 {
+			if life := inherent(lives[sp.FullText()]); life > 0 {
 				r.WithTimeline++
 				r.Inherent += life
 				r.TimelineWall += sp.RunTime
@@ -117,10 +117,12 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 	return b
 }
 
-// inherent is the union of the spec's workloads' lifetimes: from each workload's first event to its
-// last, overlapping stretches counted once.
-func inherent(t timeline.Timeline) time.Duration {
-	type span struct{ from, to time.Time }
+// span is a stretch of time.
+type span struct{ from, to time.Time }
+
+// lifetimes are the spec's workloads' lifetimes, each from the workload's first event to its last,
+// merged into their union: sorted, disjoint spans, overlapping stretches counted once.
+func lifetimes(t timeline.Timeline) []span {
 	var spans []span
 	for _, w := range t.Workloads {
 		if len(w.Events) == 0 {
@@ -138,23 +140,25 @@ func inherent(t timeline.Timeline) time.Duration {
 		spans = append(spans, span{from, to})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
-	var total time.Duration
-	var cur span
-	for i, s := range spans {
-		switch {
-		case i == 0:
-			cur = s
-		case !s.from.After(cur.to):
-			if s.to.After(cur.to) {
-				cur.to = s.to
+	var union []span
+	for _, s := range spans {
+		if n := len(union); n > 0 && !s.from.After(union[n-1].to) {
+			if s.to.After(union[n-1].to) {
+				union[n-1].to = s.to
 			}
-		default:
-			total += cur.to.Sub(cur.from)
-			cur = s
+			continue
 		}
+		union = append(union, s)
 	}
-	if len(spans) > 0 {
-		total += cur.to.Sub(cur.from)
+	return union
+}
+
+// inherent is the time the disjoint spans cover: for a spec's lifetimes, the union of its workloads'
+// lifetimes.
+func inherent(spans []span) time.Duration {
+	var total time.Duration
+	for _, s := range spans {
+		total += s.to.Sub(s.from)
 	}
 	return total
 }
