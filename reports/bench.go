@@ -61,14 +61,20 @@ func (r BenchRow) PerSpec() float64 {
 // JustBeforeEach, AfterEach, DeferCleanup, ReportAfterEach and the like.
 const SetupAndCleanup = "setup and cleanup (BeforeEach, DeferCleanup…)"
 
+// BeforeFirstBy names the pseudo-step from an It node's start to its first By: the whole It node when
+// it has none.
+const BeforeFirstBy = "the It before its first By"
+
 // SlowestSteps is how many steps Bench ranks.
 const SlowestSteps = 10
 
-// BenchStep is one step of a spec: a By inside its It node, or the SetupAndCleanup pseudo-step.
+// BenchStep is one step of a spec: a By inside its It node, or the BeforeFirstBy or SetupAndCleanup
+// pseudo-step.
 type BenchStep struct {
 	Scenario, Path, Spec, Step string
 	// Wall is the step's duration: from its By to the It node's next By or, for the last, to the It
-	// node's end; for SetupAndCleanup, the summed durations of the spec's other nodes.
+	// node's end; for BeforeFirstBy, from the It node's start to its first By; for SetupAndCleanup, the
+	// summed durations of the spec's other nodes.
 	Wall time.Duration
 	// NonInherent is Wall less its overlap with the union of the spec's workloads' lifetimes: the time
 	// the step spent on the suite's own work rather than waiting on the cluster.
@@ -144,12 +150,13 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 }
 
 // specSteps are the spec's steps, each measured against lives, the union of its workloads' lifetimes:
-// every By recorded while its It node ran, lasting to the It node's next By or, for the last, to the It
-// node's end (when the report lacks that end, to the next node's start or the spec's end); and, when it
-// has any, one SetupAndCleanup step summing its other nodes, each from its end event's Duration.
+// the BeforeFirstBy step when it lasts at all; every By recorded while its It node ran, lasting to the It
+// node's next By or, for the last, to the It node's end (when the report lacks that end, to the next
+// node's start or the spec's end); and, when it has any, one SetupAndCleanup step summing its other
+// nodes, each from its end event's Duration.
 func specSteps(sp types.SpecReport, scenario string, lives []span) []BenchStep {
 	var bys []types.SpecEvent
-	var itEnd time.Time
+	var itStart, itEnd time.Time
 	inIt := false
 	setup := BenchStep{Scenario: scenario, Path: pathOf(sp), Spec: sp.LeafNodeText, Step: SetupAndCleanup}
 	nodes := 0
@@ -160,7 +167,9 @@ func specSteps(sp types.SpecReport, scenario string, lives []span) []BenchStep {
 			if inIt && itEnd.IsZero() {
 				itEnd = at // the It node's end is missing: it ended no later than this node began
 			}
-			inIt = e.NodeType == types.NodeTypeIt
+			if inIt = e.NodeType == types.NodeTypeIt; inIt {
+				itStart = at
+			}
 		case types.SpecEventNodeEnd:
 			if e.NodeType == types.NodeTypeIt {
 				inIt, itEnd = false, at
@@ -178,6 +187,9 @@ func specSteps(sp types.SpecReport, scenario string, lives []span) []BenchStep {
 	if itEnd.IsZero() {
 		itEnd = sp.EndTime
 	}
+	if !itStart.IsZero() {
+		bys = slices.Insert(bys, 0, types.SpecEvent{Message: BeforeFirstBy, TimelineLocation: types.TimelineLocation{Time: itStart}})
+	}
 	var steps []BenchStep
 	for i, by := range bys {
 		from, to := by.TimelineLocation.Time, itEnd
@@ -188,6 +200,9 @@ func specSteps(sp types.SpecReport, scenario string, lives []span) []BenchStep {
 			to = from
 		}
 		wall := to.Sub(from)
+		if wall == 0 && by.SpecEventType != types.SpecEventByStart {
+			continue // the It's first By came as it started
+		}
 		steps = append(steps, BenchStep{Scenario: scenario, Path: setup.Path, Spec: sp.LeafNodeText, Step: by.Message,
 			Wall: wall, NonInherent: wall - overlap(lives, from, to)})
 	}

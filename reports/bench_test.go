@@ -136,7 +136,8 @@ func TestBenchSlowestSteps(t *testing.T) {
 	}
 
 	// The steps the ranking leaves out are measured too: the It's last By lasts to the It node's end,
-	// not to the By in the DeferCleanup; the BeforeEach and DeferCleanup Bys are no steps of their own.
+	// not to the By in the DeferCleanup; the BeforeEach and DeferCleanup Bys are no steps of their own,
+	// and the It's first By came as it started, so there is no BeforeFirstBy step.
 	steps := specSteps(a, "allocation", lifetimes(rec.Timelines[0]))
 	var names []string
 	for _, st := range steps {
@@ -168,22 +169,50 @@ func TestBenchSlowestSteps(t *testing.T) {
 	}
 }
 
-func TestStepEndsWithoutTheItNodesEnd(t *testing.T) {
+func TestStepsBeforeTheFirstByAndWithoutTheItsEnd(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	ev := func(typ types.SpecEventType, node types.NodeType, s int, msg string) types.SpecEvent {
 		return types.SpecEvent{SpecEventType: typ, NodeType: node, Message: msg, TimelineLocation: types.TimelineLocation{Time: t0.Add(time.Duration(s) * time.Second)}}
 	}
+	type step struct {
+		name              string
+		wall, nonInherent time.Duration
+	}
+	stepsOf := func(sp types.SpecReport, lives []span) []step {
+		var out []step
+		for _, st := range specSteps(sp, "allocation", lives) {
+			out = append(out, step{st.Step, st.Wall, st.NonInherent})
+		}
+		return out
+	}
+	s := time.Second
+	lives := []span{{t0.Add(s), t0.Add(3 * s)}}
+
+	// The It's first By comes 4 s after it started, 2 s of them a workload's; the last By lasts to the
+	// It's end.
+	sp := spec("reads the driver version", "dra", types.SpecStatePassed, "")
+	sp.SpecEvents = []types.SpecEvent{ev(types.SpecEventNodeStart, types.NodeTypeIt, 0, ""), ev(types.SpecEventByStart, 0, 4, "reading"),
+		ev(types.SpecEventNodeEnd, types.NodeTypeIt, 10, "")}
+	if got, want := stepsOf(sp, lives), []step{{BeforeFirstBy, 4 * s, 2 * s}, {"reading", 6 * s, 6 * s}}; !slices.Equal(got, want) {
+		t.Errorf("steps = %v, want %v", got, want)
+	}
+	// Without a By, the whole It is one step.
+	sp.SpecEvents = slices.Delete(sp.SpecEvents, 1, 2)
+	if got, want := stepsOf(sp, lives), []step{{BeforeFirstBy, 10 * s, 8 * s}}; !slices.Equal(got, want) {
+		t.Errorf("steps = %v, want %v", got, want)
+	}
+
 	// An interrupted It has no end event: its last step lasts to the next node's start or, with none, to
-	// the spec's end.
-	sp := spec("is interrupted", "dra", types.SpecStateInterrupted, "")
+	// the spec's end; a By in that next node is none of the It's steps.
+	sp = spec("is interrupted", "dra", types.SpecStateInterrupted, "")
 	sp.EndTime = t0.Add(20 * time.Second)
 	sp.SpecEvents = []types.SpecEvent{ev(types.SpecEventNodeStart, types.NodeTypeIt, 0, ""), ev(types.SpecEventByStart, 0, 2, "waiting"),
 		ev(types.SpecEventNodeStart, types.NodeTypeCleanupAfterEach, 7, ""), ev(types.SpecEventByStart, 0, 8, "cleaning up")}
-	if steps := specSteps(sp, "allocation", nil); len(steps) != 1 || steps[0].Step != "waiting" || steps[0].Wall != 5*time.Second {
-		t.Errorf("steps = %+v, want 2–7 s waiting", steps)
+	if got, want := stepsOf(sp, nil), []step{{BeforeFirstBy, 2 * s, 2 * s}, {"waiting", 5 * s, 5 * s}}; !slices.Equal(got, want) {
+		t.Errorf("steps = %v, want %v", got, want)
 	}
 	sp.SpecEvents = sp.SpecEvents[:2]
-	if steps := specSteps(sp, "allocation", nil); len(steps) != 1 || steps[0].Wall != 18*time.Second || steps[0].NonInherent != 18*time.Second {
-		t.Errorf("steps = %+v, want 2–20 s waiting", steps)
+	if got, want := stepsOf(sp, nil), []step{{BeforeFirstBy, 2 * s, 2 * s}, {"waiting", 18 * s, 18 * s}}; !slices.Equal(got, want) {
+		t.Errorf("steps = %v, want %v", got, want)
 	}
 }
