@@ -49,23 +49,58 @@ func (r BenchRow) Rate() float64 {
 	return float64(r.Requests) / r.Wall.Seconds()
 }
 
+// PerSpec is requests per spec (0 when the row has no spec).
+func (r BenchRow) PerSpec() float64 {
+	if r.Specs == 0 {
+		return 0
+	}
+	return float64(r.Requests) / float64(r.Specs)
+}
+
+// SetupAndCleanup names the pseudo-step that sums a spec's nodes other than its It: BeforeEach,
+// JustBeforeEach, AfterEach, DeferCleanup, ReportAfterEach and the like.
+const SetupAndCleanup = "setup and cleanup (BeforeEach, DeferCleanup…)"
+
+// BeforeFirstBy names the pseudo-step from an It node's start to its first By: the whole It node when
+// it has none.
+const BeforeFirstBy = "the It before its first By"
+
+// SlowestSteps is how many steps Bench ranks.
+const SlowestSteps = 10
+
+// BenchStep is one step of a spec: a By inside its It node, or the BeforeFirstBy or SetupAndCleanup
+// pseudo-step.
+type BenchStep struct {
+	Scenario, Path, Spec, Step string
+	// Wall is the step's duration: from its By to the It node's next By or, for the last, to the It
+	// node's end; for BeforeFirstBy, from the It node's start to its first By; for SetupAndCleanup, the
+	// summed durations of the spec's other nodes.
+	Wall time.Duration
+	// NonInherent is Wall less its overlap with the union of the spec's workloads' lifetimes: the time
+	// the step spent on the suite's own work rather than waiting on the cluster.
+	NonInherent time.Duration
+}
+
 // Bench is the suite's cost, per scenario and in total.
 type Bench struct {
 	Rows []BenchRow
+	// Slowest are the SlowestSteps steps of all specs with the most non-inherent time, the most first.
+	Slowest []BenchStep
 	// Suite is the whole run: wall time of the suite and every request, discovery and audits included.
 	SuiteWall     time.Duration
 	SuiteRequests int64
 }
 
-// ComputeBench measures a run from its artifacts: specs' run times and request entries from the Ginkgo
-// report, inherent waits from the timelines, totals from the record.
+// ComputeBench measures a run from its artifacts: specs' run times, steps and request entries from the
+// Ginkgo report, inherent waits from the timelines, totals from the record.
 func ComputeBench(suites []types.Report, rec Record) Bench {
-	lifetimes := map[string]time.Duration{}
+	lives := map[string][]span{}
 	for _, t := range rec.Timelines {
-		lifetimes[t.Spec] = inherent(t)
+		lives[t.Spec] = lifetimes(t)
 	}
 	rows := map[string]*BenchRow{}
 	var b Bench
+	var steps []BenchStep
 	for _, s := range suites {
 		b.SuiteWall += s.RunTime
 		for _, sp := range s.SpecReports {
@@ -78,6 +113,7 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 					scenario = name
 				}
 			}
+			steps = append(steps, specSteps(sp, scenario, lives[sp.FullText()])...)
 			r := rows[scenario]
 			if r == nil {
 				r = &BenchRow{Scenario: scenario}
@@ -85,7 +121,7 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 			}
 			r.Specs++
 			r.Wall += sp.RunTime
-			if life, ok := lifetimes[sp.FullText()]; ok && life > 0 {
+			if life := inherent(lives[sp.FullText()]); life > 0 {
 				r.WithTimeline++
 				r.Inherent += life
 				r.TimelineWall += sp.RunTime
@@ -105,14 +141,101 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 		b.Rows = append(b.Rows, *r)
 	}
 	slices.SortFunc(b.Rows, func(x, y BenchRow) int { return cmp.Compare(x.Scenario, y.Scenario) })
+	slices.SortStableFunc(steps, func(x, y BenchStep) int {
+		return cmp.Or(cmp.Compare(y.NonInherent, x.NonInherent), cmp.Compare(y.Wall, x.Wall))
+	})
+	b.Slowest = steps[:min(len(steps), SlowestSteps)]
 	b.SuiteRequests = rec.APIRequests.Total()
 	return b
 }
 
-// inherent is the union of the spec's workloads' lifetimes: from each workload's first event to its
-// last, overlapping stretches counted once.
-func inherent(t timeline.Timeline) time.Duration {
-	type span struct{ from, to time.Time }
+// specSteps are the spec's steps, each measured against lives, the union of its workloads' lifetimes:
+// the BeforeFirstBy step when it lasts at all; every By recorded while its It node ran, lasting to the It
+// node's next By or, for the last, to the It node's end (when the report lacks that end, to the next
+// node's start or the spec's end); and, when it has any, one SetupAndCleanup step summing its other
+// nodes, each from its end event's Duration.
+func specSteps(sp types.SpecReport, scenario string, lives []span) []BenchStep {
+	var bys []types.SpecEvent
+	var itStart, itEnd time.Time
+	inIt := false
+	setup := BenchStep{Scenario: scenario, Path: pathOf(sp), Spec: sp.LeafNodeText, Step: SetupAndCleanup}
+	nodes := 0
+	for _, e := range sp.SpecEvents {
+		at := e.TimelineLocation.Time
+		switch e.SpecEventType {
+		case types.SpecEventNodeStart:
+			if inIt && itEnd.IsZero() {
+				itEnd = at // the It node's end is missing: it ended no later than this node began
+			}
+			if inIt = e.NodeType == types.NodeTypeIt; inIt {
+				itStart = at
+			}
+		case types.SpecEventNodeEnd:
+			if e.NodeType == types.NodeTypeIt {
+				inIt, itEnd = false, at
+				continue
+			}
+			setup.Wall += e.Duration
+			setup.NonInherent += e.Duration - overlap(lives, at.Add(-e.Duration), at)
+			nodes++
+		case types.SpecEventByStart:
+			if inIt {
+				bys = append(bys, e)
+			}
+		}
+	}
+	if itEnd.IsZero() {
+		itEnd = sp.EndTime
+	}
+	if !itStart.IsZero() {
+		bys = slices.Insert(bys, 0, types.SpecEvent{Message: BeforeFirstBy, TimelineLocation: types.TimelineLocation{Time: itStart}})
+	}
+	var steps []BenchStep
+	for i, by := range bys {
+		from, to := by.TimelineLocation.Time, itEnd
+		if i+1 < len(bys) {
+			to = bys[i+1].TimelineLocation.Time
+		}
+		if to.Before(from) {
+			to = from
+		}
+		wall := to.Sub(from)
+		if wall == 0 && by.SpecEventType != types.SpecEventByStart {
+			continue // the It's first By came as it started
+		}
+		steps = append(steps, BenchStep{Scenario: scenario, Path: setup.Path, Spec: sp.LeafNodeText, Step: by.Message,
+			Wall: wall, NonInherent: wall - overlap(lives, from, to)})
+	}
+	if nodes > 0 {
+		steps = append(steps, setup)
+	}
+	return steps
+}
+
+// overlap is how much of the stretch from–to the disjoint spans cover.
+func overlap(spans []span, from, to time.Time) time.Duration {
+	var total time.Duration
+	for _, s := range spans {
+		lo, hi := s.from, s.to
+		if from.After(lo) {
+			lo = from
+		}
+		if to.Before(hi) {
+			hi = to
+		}
+		if hi.After(lo) {
+			total += hi.Sub(lo)
+		}
+	}
+	return total
+}
+
+// span is a stretch of time.
+type span struct{ from, to time.Time }
+
+// lifetimes are the spec's workloads' lifetimes, each from the workload's first event to its last,
+// merged into their union: sorted, disjoint spans, overlapping stretches counted once.
+func lifetimes(t timeline.Timeline) []span {
 	var spans []span
 	for _, w := range t.Workloads {
 		if len(w.Events) == 0 {
@@ -130,23 +253,25 @@ func inherent(t timeline.Timeline) time.Duration {
 		spans = append(spans, span{from, to})
 	}
 	slices.SortFunc(spans, func(a, b span) int { return a.from.Compare(b.from) })
-	var total time.Duration
-	var cur span
-	for i, s := range spans {
-		switch {
-		case i == 0:
-			cur = s
-		case !s.from.After(cur.to):
-			if s.to.After(cur.to) {
-				cur.to = s.to
+	var union []span
+	for _, s := range spans {
+		if n := len(union); n > 0 && !s.from.After(union[n-1].to) {
+			if s.to.After(union[n-1].to) {
+				union[n-1].to = s.to
 			}
-		default:
-			total += cur.to.Sub(cur.from)
-			cur = s
+			continue
 		}
+		union = append(union, s)
 	}
-	if len(spans) > 0 {
-		total += cur.to.Sub(cur.from)
+	return union
+}
+
+// inherent is the time the disjoint spans cover: for a spec's lifetimes, the union of its workloads'
+// lifetimes.
+func inherent(spans []span) time.Duration {
+	var total time.Duration
+	for _, s := range spans {
+		total += s.to.Sub(s.from)
 	}
 	return total
 }
@@ -154,19 +279,38 @@ func inherent(t timeline.Timeline) time.Duration {
 // RenderBench renders the cost table; the goals are printed beside the figures, never asserted.
 func RenderBench(b Bench) string {
 	var s strings.Builder
-	s.WriteString("| Scenario | Specs (with timeline) | Wall | Inherent waits | Wall / inherent (goal ≤ 1.3) | API requests | Requests/s (goal ≤ 1) |\n|---|---|---|---|---|---|---|\n")
+	s.WriteString("| Scenario | Specs (with timeline) | Wall | Inherent waits | Wall / inherent (goal ≤ 1.3) | API requests | Requests/spec | Requests/s (goal ≤ 1) |\n|---|---|---|---|---|---|---|---|\n")
 	for _, r := range b.Rows {
 		ratio := "—"
 		if r.Ratio() > 0 {
 			ratio = fmt.Sprintf("%.2f", r.Ratio())
 		}
-		fmt.Fprintf(&s, "| %s | %d (%d) | %s | %s | %s | %d | %.2f |\n", r.Scenario, r.Specs, r.WithTimeline,
-			r.Wall.Round(time.Second), r.Inherent.Round(time.Second), ratio, r.Requests, r.Rate())
+		fmt.Fprintf(&s, "| %s | %d (%d) | %s | %s | %s | %d | %.1f | %.2f |\n", r.Scenario, r.Specs, r.WithTimeline,
+			r.Wall.Round(time.Second), r.Inherent.Round(time.Second), ratio, r.Requests, r.PerSpec(), r.Rate())
 	}
 	rate := 0.0
 	if b.SuiteWall > 0 {
 		rate = float64(b.SuiteRequests) / b.SuiteWall.Seconds()
 	}
 	fmt.Fprintf(&s, "\nWhole suite: %s wall (goal ≤ 10 min on the local cluster), %d API requests (%.2f/s).\n", b.SuiteWall.Round(time.Second), b.SuiteRequests, rate)
+	if len(b.Slowest) == 0 {
+		return s.String()
+	}
+	s.WriteString("\nSlowest ten steps by time not spent waiting on the cluster (step wall minus the overlap with its workloads' lifetimes):\n\n")
+	s.WriteString("| # | Scenario | Path | Spec | Step | Step wall | Non-inherent |\n|---|---|---|---|---|---|---|\n")
+	for i, st := range b.Slowest {
+		fmt.Fprintf(&s, "| %d | %s | %s | %s | %s | %s | %s |\n", i+1, cell(st.Scenario), cell(st.Path),
+			cell(clip(oneLine(st.Spec), 70)), cell(clip(oneLine(st.Step), 90)),
+			st.Wall.Round(100*time.Millisecond), st.NonInherent.Round(100*time.Millisecond))
+	}
 	return s.String()
+}
+
+// clip shortens s to at most n runes, the last an ellipsis when it had more.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return strings.TrimRight(string(r[:n-1]), " ") + "…"
 }

@@ -1,6 +1,8 @@
 package reports
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -41,10 +43,176 @@ func TestBenchFromARun(t *testing.T) {
 	if r.Ratio() != 1.2 {
 		t.Errorf("ratio = %v, want 12 s / 10 s", r.Ratio())
 	}
+	if r.PerSpec() != 20 {
+		t.Errorf("requests per spec = %v, want 40 / 2", r.PerSpec())
+	}
 	md := RenderBench(bench)
-	for _, want := range []string{"| allocation | 2 (1) | 16s | 10s | 1.20 | 40 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)"} {
+	for _, want := range []string{"| allocation | 2 (1) | 16s | 10s | 1.20 | 40 | 20.0 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("bench lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+func TestBenchSlowestSteps(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	node := func(typ types.NodeType, from, to int) []types.SpecEvent {
+		return []types.SpecEvent{
+			{SpecEventType: types.SpecEventNodeStart, NodeType: typ, TimelineLocation: types.TimelineLocation{Time: at(from)}},
+			{SpecEventType: types.SpecEventNodeEnd, NodeType: typ, TimelineLocation: types.TimelineLocation{Time: at(to)}, Duration: at(to).Sub(at(from))},
+		}
+	}
+	by := func(ms int, msg string) types.SpecEvent {
+		return types.SpecEvent{SpecEventType: types.SpecEventByStart, Message: msg, TimelineLocation: types.TimelineLocation{Time: at(ms)}}
+	}
+	// events lays the It node's events around its By events, in the order Ginkgo records them.
+	events := func(before, it, after []types.SpecEvent, bys ...types.SpecEvent) []types.SpecEvent {
+		return slices.Concat(before, it[:1], bys, it[1:], after)
+	}
+
+	const submit = "submitting a Job asking for 1 device | then 2 devices\nthrough LocalQueue gpu-queue, and waiting for its pods to be scheduled onto a node"
+	// a: a BeforeEach (0–1 s, with a By of its own), the It (1–21 s) with three steps, a DeferCleanup
+	// (21–24 s, with a By) and an AfterEach (24–24.5 s). Its workloads live 5–11 s and 14–22 s.
+	a := spec("admits a Job asking for 1 device through a LocalQueue — places it on a node with the devices, and completes it", "dra", types.SpecStatePassed, "")
+	a.SpecEvents = events(
+		slices.Insert(node(types.NodeTypeBeforeEach, 0, 1000), 1, by(500, "labelling the namespace")),
+		node(types.NodeTypeIt, 1000, 21000),
+		slices.Concat(slices.Insert(node(types.NodeTypeCleanupAfterEach, 21000, 24000), 1, by(22000, "deleting the queue")), node(types.NodeTypeAfterEach, 24000, 24500)),
+		by(1000, "creating a LocalQueue"),            // 1–3 s, no workload: 2 s of its own
+		by(3000, submit),                             // 3–13 s, 6 s of it the first workload's: 4 s
+		by(13000, "waiting for the Job to complete"), // 13–21 s, 7 s of it the second's: 1 s
+	)
+	// Setup and cleanup: 1 + 3 + 0.5 s, of which the DeferCleanup's first second is the second workload's.
+
+	// b: in another scenario, no timeline, twelve steps of 0.3, 0.6 … 3.6 s, and a BeforeEach of 0.2 s.
+	b := spec("shows no device", "device-plugin", types.SpecStatePassed, "")
+	b.ContainerHierarchyLabels = [][]string{{"scenario:shortage", "path:device-plugin"}}
+	var bys []types.SpecEvent
+	ms := 30200
+	for i := 1; i <= 12; i++ {
+		bys = append(bys, by(ms, fmt.Sprintf("step %d", i)))
+		ms += 300 * i
+	}
+	b.SpecEvents = events(node(types.NodeTypeBeforeEach, 30000, 30200), node(types.NodeTypeIt, 30200, ms), nil, bys...)
+
+	// A skipped spec's steps are not counted.
+	skipped := spec("is skipped", "dra", types.SpecStateSkipped, "")
+	skipped.SpecEvents = events(nil, node(types.NodeTypeIt, 0, 60000), nil, by(0, "never measured"))
+
+	rec := record()
+	rec.Timelines = []timeline.Timeline{{Spec: a.FullText(), Workloads: []timeline.Workload{
+		{Name: "w1", Events: []timeline.Event{{At: at(5000), Kind: timeline.Created}, {At: at(11000), Kind: timeline.Finished}}},
+		{Name: "w2", Events: []timeline.Event{{At: at(14000), Kind: timeline.Created}, {At: at(22000), Kind: timeline.Finished}}},
+	}}}
+	bench := ComputeBench([]types.Report{{SpecReports: []types.SpecReport{a, skipped, b}}}, rec)
+
+	type want struct {
+		scenario, step    string
+		wall, nonInherent time.Duration
+	}
+	s := time.Second
+	wants := []want{
+		{"allocation", submit, 10 * s, 4 * s},
+		{"shortage", "step 12", 3600 * time.Millisecond, 3600 * time.Millisecond},
+		{"allocation", SetupAndCleanup, 4500 * time.Millisecond, 3500 * time.Millisecond},
+		{"shortage", "step 11", 3300 * time.Millisecond, 3300 * time.Millisecond},
+		{"shortage", "step 10", 3 * s, 3 * s},
+		{"shortage", "step 9", 2700 * time.Millisecond, 2700 * time.Millisecond},
+		{"shortage", "step 8", 2400 * time.Millisecond, 2400 * time.Millisecond},
+		{"shortage", "step 7", 2100 * time.Millisecond, 2100 * time.Millisecond},
+		{"allocation", "creating a LocalQueue", 2 * s, 2 * s},
+		{"shortage", "step 6", 1800 * time.Millisecond, 1800 * time.Millisecond},
+	}
+	var got []want
+	for _, st := range bench.Slowest {
+		got = append(got, want{st.Scenario, st.Step, st.Wall, st.NonInherent})
+	}
+	if !slices.Equal(got, wants) {
+		t.Errorf("slowest steps:\n got %v\nwant %v", got, wants)
+	}
+	if st := bench.Slowest[0]; st.Spec != a.LeafNodeText || st.Path != "dra" {
+		t.Errorf("first step's spec = %q on %q", st.Spec, st.Path)
+	}
+
+	// The steps the ranking leaves out are measured too: the It's last By lasts to the It node's end,
+	// not to the By in the DeferCleanup; the BeforeEach and DeferCleanup Bys are no steps of their own,
+	// and the It's first By came as it started, so there is no BeforeFirstBy step.
+	steps := specSteps(a, "allocation", lifetimes(rec.Timelines[0]))
+	var names []string
+	for _, st := range steps {
+		names = append(names, st.Step)
+	}
+	if !slices.Equal(names, []string{"creating a LocalQueue", submit, "waiting for the Job to complete", SetupAndCleanup}) {
+		t.Errorf("a's steps = %q", names)
+	}
+	if last := steps[2]; last.Wall != 8*s || last.NonInherent != s {
+		t.Errorf("last step = %v wall, %v non-inherent; want 13–21 s less the second workload's 14–21 s", last.Wall, last.NonInherent)
+	}
+
+	md := RenderBench(bench)
+	for _, want := range []string{
+		"Slowest ten steps by time not spent waiting on the cluster (step wall minus the overlap with its workloads' lifetimes):",
+		"| # | Scenario | Path | Spec | Step | Step wall | Non-inherent |",
+		"| 1 | allocation | dra | admits a Job asking for 1 device through a LocalQueue — places it on… | " +
+			`submitting a Job asking for 1 device \| then 2 devices through LocalQueue gpu-queue, and w… | 10s | 4s |`,
+		"| 2 | shortage | device-plugin | shows no device | step 12 | 3.6s | 3.6s |",
+		"| 3 | allocation | dra | admits a Job asking for 1 device through a LocalQueue — places it on… | setup and cleanup (BeforeEach, DeferCleanup…) | 4.5s | 3.5s |",
+		"| 10 | shortage | device-plugin | shows no device | step 6 | 1.8s | 1.8s |",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("bench lacks %q:\n%s", want, md)
+		}
+	}
+	if strings.Contains(md, "| 11 |") || strings.Contains(md, "never measured") {
+		t.Errorf("bench ranks more than ten steps, or a skipped spec's:\n%s", md)
+	}
+}
+
+func TestStepsBeforeTheFirstByAndWithoutTheItsEnd(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ev := func(typ types.SpecEventType, node types.NodeType, s int, msg string) types.SpecEvent {
+		return types.SpecEvent{SpecEventType: typ, NodeType: node, Message: msg, TimelineLocation: types.TimelineLocation{Time: t0.Add(time.Duration(s) * time.Second)}}
+	}
+	type step struct {
+		name              string
+		wall, nonInherent time.Duration
+	}
+	stepsOf := func(sp types.SpecReport, lives []span) []step {
+		var out []step
+		for _, st := range specSteps(sp, "allocation", lives) {
+			out = append(out, step{st.Step, st.Wall, st.NonInherent})
+		}
+		return out
+	}
+	s := time.Second
+	lives := []span{{t0.Add(s), t0.Add(3 * s)}}
+
+	// The It's first By comes 4 s after it started, 2 s of them a workload's; the last By lasts to the
+	// It's end.
+	sp := spec("reads the driver version", "dra", types.SpecStatePassed, "")
+	sp.SpecEvents = []types.SpecEvent{ev(types.SpecEventNodeStart, types.NodeTypeIt, 0, ""), ev(types.SpecEventByStart, 0, 4, "reading"),
+		ev(types.SpecEventNodeEnd, types.NodeTypeIt, 10, "")}
+	if got, want := stepsOf(sp, lives), []step{{BeforeFirstBy, 4 * s, 2 * s}, {"reading", 6 * s, 6 * s}}; !slices.Equal(got, want) {
+		t.Errorf("steps = %v, want %v", got, want)
+	}
+	// Without a By, the whole It is one step.
+	sp.SpecEvents = slices.Delete(sp.SpecEvents, 1, 2)
+	if got, want := stepsOf(sp, lives), []step{{BeforeFirstBy, 10 * s, 8 * s}}; !slices.Equal(got, want) {
+		t.Errorf("steps = %v, want %v", got, want)
+	}
+
+	// An interrupted It has no end event: its last step lasts to the next node's start or, with none, to
+	// the spec's end; a By in that next node is none of the It's steps.
+	sp = spec("is interrupted", "dra", types.SpecStateInterrupted, "")
+	sp.EndTime = t0.Add(20 * time.Second)
+	sp.SpecEvents = []types.SpecEvent{ev(types.SpecEventNodeStart, types.NodeTypeIt, 0, ""), ev(types.SpecEventByStart, 0, 2, "waiting"),
+		ev(types.SpecEventNodeStart, types.NodeTypeCleanupAfterEach, 7, ""), ev(types.SpecEventByStart, 0, 8, "cleaning up")}
+	if got, want := stepsOf(sp, nil), []step{{BeforeFirstBy, 2 * s, 2 * s}, {"waiting", 5 * s, 5 * s}}; !slices.Equal(got, want) {
+		t.Errorf("steps = %v, want %v", got, want)
+	}
+	sp.SpecEvents = sp.SpecEvents[:2]
+	if got, want := stepsOf(sp, nil), []step{{BeforeFirstBy, 2 * s, 2 * s}, {"waiting", 18 * s, 18 * s}}; !slices.Equal(got, want) {
+		t.Errorf("steps = %v, want %v", got, want)
 	}
 }

@@ -14,8 +14,9 @@ import (
 const BenchFile = "bench.md"
 
 // benchCommand measures the suite's own cost from a run's artifacts: per scenario, wall time against the
-// inherent waits of its workloads (from the timelines) and the API requests it sent; the whole suite's
-// wall time and request rate. It prints the table and keeps it as bench.md; the goals are printed, never
+// inherent waits of its workloads (from the timelines) and the API requests it sent, per second and per
+// spec; the whole suite's wall time and request rate; and the ten steps that spent the most time not
+// waiting on the cluster. It prints the tables and keeps them as bench.md; the goals are printed, never
 // asserted.
 func benchCommand(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	dir := "_artifacts"

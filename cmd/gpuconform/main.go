@@ -30,7 +30,8 @@ Usage:
   gpuconform report [ARTIFACTS_DIR]    render the signoff report (signoff.md, signoff.html) from a run's artifacts
   gpuconform report --history DIR…     verdict and key timings of several runs, and what changed between them
   gpuconform bench [ARTIFACTS_DIR]     the suite's own cost per scenario: wall time against inherent
-                                       waits, API requests and their rate (bench.md)
+                                       waits, API requests, their rate and per spec; the ten steps that
+                                       spent the most time not waiting on the cluster (bench.md)
   gpuconform diagnose KIND/NAME -n NS  where is this workload waiting, and why (read-only)
 
 The maintainers' harnesses are in the source tree: make selfcheck, make hardening, make scale (cmd/gpuconform-dev).
