@@ -58,8 +58,12 @@ type Env struct {
 	// HelperNamespace is where node-level helper pods (the podresources reader) run; empty: the spec's.
 	HelperNamespace string
 
-	// recorder is the current spec's timeline recorder (specs of one process run one at a time).
+	// recorder is the current spec's timeline recorder (specs of one process run one at a time): that of
+	// its newest namespace.
 	recorder *timeline.Recorder
+	// written is what the current spec's recorders have written so far: a spec with several namespaces
+	// (the upgrade rehearsal's checks) has one timeline of all their workloads.
+	written timeline.Timeline
 }
 
 // Changed returns a channel closed at the next change of the current spec's Jobs, Pods or Workloads (nil,
@@ -105,9 +109,15 @@ func (e *Env) recordTimeline(ctx context.Context, ns, selector string) {
 		if len(t.Workloads) == 0 {
 			return
 		}
-		if path, err := t.Write(artifacts.SpecDir(e.ArtifactsDir, spec)); err != nil {
-			ginkgo.GinkgoWriter.Printf("writing the timeline: %v\n", err)
+		first := e.written.Spec != spec
+		if first {
+			e.written = t
 		} else {
+			e.written = timeline.Merge(e.written, t)
+		}
+		if path, err := e.written.Write(artifacts.SpecDir(e.ArtifactsDir, spec)); err != nil {
+			ginkgo.GinkgoWriter.Printf("writing the timeline: %v\n", err)
+		} else if first {
 			ginkgo.AddReportEntry(timeline.ReportEntry, path)
 		}
 	})

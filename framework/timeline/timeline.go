@@ -134,6 +134,28 @@ type Timeline struct {
 	Workloads []Workload `json:"workloads"`
 }
 
+// Merge is one timeline of a spec's workloads recorded in two namespaces (or two selectors of one): from
+// the earlier start to the later end, every workload of both; a name b shares with a is given b's namespace
+// ("<namespace>/<name>") so that two workloads never become one. The namespace is a's.
+func Merge(a, b Timeline) Timeline {
+	out := a
+	out.Workloads = slices.Clone(a.Workloads)
+	if !b.Start.IsZero() && (out.Start.IsZero() || b.Start.Before(out.Start)) {
+		out.Start = b.Start
+	}
+	if b.End.After(out.End) {
+		out.End = b.End
+	}
+	for _, w := range b.Workloads {
+		if out.Workload(w.Name) != nil {
+			w.Name = b.Namespace + "/" + w.Name
+		}
+		out.Workloads = append(out.Workloads, w)
+	}
+	sortWorkloads(out.Workloads)
+	return out
+}
+
 // Workload returns the named workload, or nil.
 func (t Timeline) Workload(name string) *Workload {
 	for i := range t.Workloads {

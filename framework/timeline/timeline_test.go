@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -167,5 +168,30 @@ func TestWorkerOfGangHasItsOwnBar(t *testing.T) {
 	single := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-xyz", OwnerReferences: owner}}
 	if got := workloadOf(single); got != "gang" {
 		t.Fatalf("a one-pod Job's pod belongs to %q, want its Job", got)
+	}
+}
+
+func TestMergeKeepsEveryWorkloadOfBothNamespaces(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	wl := func(name string, from, to int) Workload {
+		return Workload{Name: name, Events: []Event{{At: at(from), Kind: Created}, {At: at(to), Kind: Finished}}}
+	}
+	check := Timeline{Spec: "s", Namespace: "check", Start: at(10), End: at(40), Workloads: []Workload{wl("gang", 12, 30), wl("fill-0", 31, 38)}}
+	main := Timeline{Spec: "s", Namespace: "upgrade", Start: at(0), End: at(60), Workloads: []Workload{wl("sentinel", 1, 55), wl("gang", 41, 50)}}
+	m := Merge(check, main)
+	if !m.Start.Equal(at(0)) || !m.End.Equal(at(60)) || m.Namespace != "check" {
+		t.Errorf("span %s–%s in %s, want the union of both", m.Start, m.End, m.Namespace)
+	}
+	var names []string
+	for _, w := range m.Workloads {
+		names = append(names, w.Name)
+	}
+	// Sorted by first event; the second "gang" keeps its own namespace in its name.
+	if want := []string{"sentinel", "gang", "fill-0", "upgrade/gang"}; !slices.Equal(names, want) {
+		t.Errorf("workloads %v, want %v", names, want)
+	}
+	if len(check.Workloads) != 2 {
+		t.Errorf("Merge changed its first argument: %v", check.Workloads)
 	}
 }
