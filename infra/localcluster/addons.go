@@ -207,22 +207,9 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 	stack := func() string {
 		return c.objectsFingerprint(ctx, applied, "-n", SystemNamespace, "daemonsets,deviceclasses")
 	}
-	fresh := c.unchanged("gpu-stack", stack())
-	if fresh {
-		c.logf("  DaemonSets and DeviceClasses unchanged since the last bring-up: not re-applied")
-	} else {
-		c.forget("gpu-stack")
-		if err := c.applyGPUStack(ctx, s, dp, dra, daemonSets); err != nil {
-			return err
-		}
-	}
-	if err := c.waitGPUStack(ctx, s, podsPerNode, podNames); err != nil {
-		return err
-	}
-	if !fresh {
-		c.remember("gpu-stack", stack())
-	}
-	return nil
+	return c.unlessUnchanged("gpu-stack", "DaemonSets and DeviceClasses", stack,
+		func() error { return c.applyGPUStack(ctx, s, dp, dra, daemonSets) },
+		func(bool) error { return c.waitGPUStack(ctx, s, podsPerNode, podNames) })
 }
 
 // applyGPUStack applies the agent's and the DRA driver's manifests, removes what the mode does not use,
@@ -654,23 +641,33 @@ func (c *Cluster) installKueue(ctx context.Context) error {
 		return err
 	}
 	// Kueue's workloads, configuration, webhooks and the local Topology as the last bring-up left them,
-	// from the same manifests: nothing to re-apply. The webhook probe below runs either way.
+	// from the same manifests: nothing to re-apply. The webhook probe runs either way.
 	kueue := func() string {
 		return c.objectsFingerprint(ctx, string(doc), "-n", "kueue-system",
 			"deployments,configmaps,services,mutatingwebhookconfigurations,validatingwebhookconfigurations,topologies.kueue.x-k8s.io")
 	}
-	fresh := c.unchanged("kueue", kueue())
-	if fresh {
-		c.logf("  Kueue's Deployment, configuration, webhooks and Topology unchanged since the last bring-up: not re-applied")
-	} else {
-		c.forget("kueue")
-		if err := c.applyManifest(ctx, "kueue", doc); err != nil {
-			return err
-		}
-		if err := c.kubectl(ctx, "rollout kueue", "-n", "kueue-system", "rollout", "status", "deploy/kueue-controller-manager", "--timeout=300s"); err != nil {
-			return err
-		}
-	}
+	return c.unlessUnchanged("kueue", "Kueue's Deployment, configuration, webhooks and Topology", kueue,
+		func() error {
+			if err := c.applyManifest(ctx, "kueue", doc); err != nil {
+				return err
+			}
+			return c.kubectl(ctx, "rollout kueue", "-n", "kueue-system", "rollout", "status", "deploy/kueue-controller-manager", "--timeout=300s")
+		},
+		func(fresh bool) error {
+			if err := c.probeKueueWebhook(ctx); err != nil {
+				return err
+			}
+			if fresh {
+				return nil
+			}
+			// After the webhook answers: it validates the Topology.
+			return c.installTopology(ctx)
+		})
+}
+
+// probeKueueWebhook returns once a server-side dry run of a queued Job comes back suspended: Kueue's
+// mutating webhook really ran.
+func (c *Cluster) probeKueueWebhook(ctx context.Context) error {
 	probe := `apiVersion: batch/v1
 kind: Job
 metadata:
@@ -694,7 +691,7 @@ spec:
 	defer os.Remove(f.Name())
 	_, _ = f.WriteString(probe)
 	f.Close()
-	if err := poll(ctx, 180*time.Second, func() (bool, string) {
+	return poll(ctx, 180*time.Second, func() (bool, string) {
 		out, err := c.kubectlOut(ctx, "create", "--dry-run=server", "-o", "jsonpath={.spec.suspend}", "-f", f.Name())
 		if err != nil {
 			return false, "Kueue's webhook does not answer yet: " + err.Error()
@@ -704,18 +701,7 @@ spec:
 			return false, "a queued Job was not suspended by Kueue's webhook (spec.suspend=" + out + ")"
 		}
 		return true, ""
-	}); err != nil {
-		return err
-	}
-	if !fresh {
-		if err := c.installTopology(ctx); err != nil {
-			return err
-		}
-	}
-	if !fresh {
-		c.remember("kueue", kueue())
-	}
-	return nil
+	})
 }
 
 // RackLabel is the local cluster's fake rack: a GPU node's pool (gpu, canary) stands for the rack it is in,

@@ -20,25 +20,18 @@ const netCheckLabel = "gpuconform.io/netcheck"
 func (c *Cluster) checkNetwork(ctx context.Context) error {
 	network := func() string {
 		objects := c.objectsFingerprint(ctx, "", "-n", "kube-system", "daemonsets,deployments")
-		if objects == "" {
+		started := c.nodeStartTimes(ctx)
+		if objects == "" || len(started) == 0 {
 			return ""
 		}
-		var started []string
-		for node, at := range c.nodeStartTimes(ctx) {
-			started = append(started, node+"="+at.Format(time.RFC3339Nano))
+		var starts []string
+		for node, at := range started {
+			starts = append(starts, node+"="+at.Format(time.RFC3339Nano))
 		}
-		return fingerprint(objects, strings.Join(started, "\n"))
+		return fingerprint(objects, strings.Join(starts, "\n"))
 	}
-	if c.unchanged("network", network()) {
-		c.logf("  node containers not restarted, kindnet, kube-proxy and CoreDNS unchanged since the last check passed: not repeated")
-		return nil
-	}
-	c.forget("network")
-	if err := c.crossNodeCheck(ctx); err != nil {
-		return err
-	}
-	c.remember("network", network())
-	return nil
+	return c.unlessUnchanged("network", "node containers (not restarted), kindnet, kube-proxy and CoreDNS", network,
+		func() error { return c.crossNodeCheck(ctx) }, nil)
 }
 
 // crossNodeCheck runs the server and client pods of checkNetwork.

@@ -18,6 +18,31 @@ import (
 // A fingerprint that cannot be taken matches nothing: the part is redone. What proves the part works now
 // (the devices advertised, Kueue's webhook answering) still runs on every bring-up.
 
+// unlessUnchanged brings one part up: apply (re-applying, re-checking) unless its fingerprint is the one
+// kept after it last came up, then prove (what shows the part works now, every time; fresh says whether
+// apply was skipped), and keeps the fingerprint only after both succeeded. what names the part's objects
+// in the log line of a skip.
+func (c *Cluster) unlessUnchanged(part, what string, fp func() string, apply func() error, prove func(fresh bool) error) error {
+	fresh := c.unchanged(part, fp())
+	if fresh {
+		c.logf("  %s unchanged since the last bring-up: not redone", what)
+	} else {
+		c.forget(part)
+		if err := apply(); err != nil {
+			return err
+		}
+	}
+	if prove != nil {
+		if err := prove(fresh); err != nil {
+			return err
+		}
+	}
+	if !fresh {
+		c.remember(part, fp())
+	}
+	return nil
+}
+
 // stampFile is where the fingerprint of a part of the cluster, taken after it last came up, is kept.
 func (c *Cluster) stampFile(part string) string {
 	return filepath.Join(c.opts.CacheDir, "stamps", c.opts.Name, part)

@@ -1,6 +1,10 @@
 package localcluster
 
-import "testing"
+import (
+	"errors"
+	"io"
+	"testing"
+)
 
 func TestUnchangedMatchesOnlyTheFingerprintKeptAfterSuccess(t *testing.T) {
 	c := &Cluster{opts: Options{Name: "t", CacheDir: t.TempDir()}}
@@ -36,5 +40,34 @@ func TestUnchangedMatchesOnlyTheFingerprintKeptAfterSuccess(t *testing.T) {
 	c.remember("kueue", "")
 	if c.unchanged("kueue", "") {
 		t.Error("an empty fingerprint was kept")
+	}
+}
+
+func TestUnlessUnchangedAppliesOnceProvesEveryTime(t *testing.T) {
+	c := &Cluster{opts: Options{Name: "t", CacheDir: t.TempDir(), Log: io.Discard}}
+	fp := "state-1"
+	var applied, proved int
+	var proveErr error
+	var lastFresh bool
+	up := func() error {
+		return c.unlessUnchanged("part", "the part", func() string { return fp },
+			func() error { applied++; return nil },
+			func(fresh bool) error { proved++; lastFresh = fresh; return proveErr })
+	}
+	// A failed proof keeps no fingerprint: the next bring-up applies again.
+	proveErr = errors.New("devices not advertised")
+	if err := up(); err == nil || applied != 1 || proved != 1 || lastFresh {
+		t.Fatalf("first: err %v, applied %d, proved %d, fresh %v", err, applied, proved, lastFresh)
+	}
+	proveErr = nil
+	if err := up(); err != nil || applied != 2 || proved != 2 || lastFresh {
+		t.Fatalf("after a failed proof: err %v, applied %d, proved %d, fresh %v", err, applied, proved, lastFresh)
+	}
+	if err := up(); err != nil || applied != 2 || proved != 3 || !lastFresh {
+		t.Fatalf("unchanged: err %v, applied %d, proved %d, fresh %v", err, applied, proved, lastFresh)
+	}
+	fp = "state-2"
+	if err := up(); err != nil || applied != 3 || proved != 4 || lastFresh {
+		t.Fatalf("changed: err %v, applied %d, proved %d, fresh %v", err, applied, proved, lastFresh)
 	}
 }
