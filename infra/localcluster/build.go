@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -100,9 +101,60 @@ func (c *Cluster) componentKey(ctx context.Context, comp goComponent) (string, e
 	return k.Sum(), nil
 }
 
+// listMainDeps lists the directories of the main module's packages that pkgs import (themselves included).
+// `go list` costs over a second here on every bring-up, and its answer changes only with the module's Go
+// files, go.mod or the build environment: it is remembered under their stat fingerprint (mainModuleStat)
+// and asked again when that differs.
 func (c *Cluster) listMainDeps(ctx context.Context, pkgs []string) (string, error) {
+	memo := filepath.Join(c.opts.CacheDir, "golist", NewKey("go list -deps").Value("packages", strings.Join(pkgs, " ")).Sum())
+	fp, fpErr := mainModuleStat(c.opts.RepoRoot)
+	if fpErr == nil {
+		if b, err := os.ReadFile(memo); err == nil {
+			if got, dirs, ok := strings.Cut(string(b), "\n"); ok && got == fp {
+				return dirs, nil
+			}
+		}
+	}
 	args := append([]string{"-C", c.opts.RepoRoot, "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}"}, pkgs...)
-	return output(ctx, "go", args...)
+	dirs, err := output(ctx, "go", args...)
+	if err == nil && fpErr == nil && os.MkdirAll(filepath.Dir(memo), 0o755) == nil {
+		_ = writeFileAtomic(memo, []byte(fp+"\n"+dirs), 0o644)
+	}
+	return dirs, err
+}
+
+// mainModuleStat fingerprints what `go list -deps` reads of the main module: the name, size and
+// modification time of every Go file in its package directories (nested modules, _output, testdata and
+// hidden directories are not part of it), go.mod, go.sum, and the Go version and build environment.
+// Stat, not content: it is taken on every bring-up, and an edit changes the modification time.
+func mainModuleStat(root string) (string, error) {
+	k := NewKey("main module stat").Value("go", runtime.Version()).Value("arch", runtime.GOARCH)
+	for _, v := range []string{"GOOS", "GOARCH", "GOFLAGS", "CGO_ENABLED", "GOEXPERIMENT"} {
+		k.Value("env "+v, os.Getenv(v))
+	}
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, p)
+		name := d.Name()
+		if d.IsDir() {
+			if p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor" || exists(filepath.Join(p, "go.mod"))) {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(name, ".go") && rel != "go.mod" && rel != "go.sum" {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		k.Value(filepath.ToSlash(rel), fmt.Sprintf("%d %d", info.Size(), info.ModTime().UnixNano()))
+		return nil
+	})
+	return k.Sum(), err
 }
 
 // buildGo builds a component into the cache (or finds it there) and returns the directory of its binaries.

@@ -1,9 +1,11 @@
 package localcluster
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -158,5 +160,64 @@ func TestInstallFileOnlyWhenChanged(t *testing.T) {
 	}
 	if _, err := os.Stat(dst + ".new"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("left a temporary file: %v", err)
+	}
+}
+
+// The main module's dependency list is remembered under a stat fingerprint: asked of `go list` once,
+// answered from the memo while no Go file of the module changes, asked again after an edit. Files go list
+// does not read (outside the module's packages, nested modules, _output) leave the memo in force.
+func TestListMainDepsIsRememberedUntilAGoFileChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	root := t.TempDir()
+	write := func(rel, body string) {
+		t.Helper()
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.test/m\n\ngo 1.24\n")
+	write("cmd/a/main.go", "package main\n\nimport _ \"example.test/m/lib\"\n\nfunc main() {}\n")
+	write("lib/lib.go", "package lib\n")
+	write("other/other.go", "package other\n")
+	c := &Cluster{opts: Options{RepoRoot: root, CacheDir: t.TempDir()}}
+	ctx := context.Background()
+	first, err := c.listMainDeps(ctx, []string{"./cmd/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(first, filepath.Join(root, "lib")) || strings.Contains(first, "other") {
+		t.Fatalf("go list -deps answered %q", first)
+	}
+	// Plant a sentinel in the memo: while the module is unchanged, the memo (not go list) answers.
+	memos, _ := filepath.Glob(filepath.Join(c.opts.CacheDir, "golist", "*"))
+	if len(memos) != 1 {
+		t.Fatalf("memo files: %v", memos)
+	}
+	b, _ := os.ReadFile(memos[0])
+	fp, _, _ := strings.Cut(string(b), "\n")
+	if err := os.WriteFile(memos[0], []byte(fp+"\nsentinel"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write("_output/x.go", "package x\n")
+	write("nested/go.mod", "module example.test/nested\n")
+	write("nested/n.go", "package n\n")
+	write("README.md", "words\n")
+	if got, _ := c.listMainDeps(ctx, []string{"./cmd/a"}); got != "sentinel" {
+		t.Fatalf("unchanged module: go list was asked again (%q)", got)
+	}
+	// An edit that adds an import: go list is asked again and sees it.
+	write("cmd/a/main.go", "package main\n\nimport (\n\t_ \"example.test/m/lib\"\n\t_ \"example.test/m/other\"\n)\n\nfunc main() {}\n")
+	got, err := c.listMainDeps(ctx, []string{"./cmd/a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(got, filepath.Join(root, "other")) {
+		t.Fatalf("after an edit the memo answered %q", got)
 	}
 }
