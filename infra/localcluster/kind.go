@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/kind/pkg/cluster"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
@@ -136,11 +137,42 @@ func (c *Cluster) configDrift() string {
 	if err != nil {
 		return err.Error()
 	}
-	var had bytes.Buffer
-	if err := cp.Command("cat", kindConfigMarker).SetStdout(&had).Run(); err != nil {
+	had, missing, err := readMarker(func() (string, string, error) {
+		var out, errOut bytes.Buffer
+		err := cp.Command("cat", kindConfigMarker).SetStdout(&out).SetStderr(&errOut).Run()
+		return out.String(), errOut.String(), err
+	}, 3, time.Second)
+	switch {
+	case missing:
 		return "it has no record of the kind configuration it was created with (" + kindConfigMarker + "; a cluster from before the record existed)"
+	case err != nil:
+		return "its record of the kind configuration it was created with (" + kindConfigMarker + ") could not be read: " + err.Error()
 	}
-	return configDiff(had.String(), KindConfig(c.opts, c.quirks))
+	return configDiff(had, KindConfig(c.opts, c.quirks))
+}
+
+// readMarker reads the configuration marker with cat (run returns its stdout, stderr and error). Only cat's
+// own "No such file" means the cluster has no record (missing); any other failure (an exec into a
+// container that has just started, say) is tried again, up to tries times, pause apart, because the
+// caller recreates the cluster on anything but a readable record.
+func readMarker(run func() (stdout, stderr string, err error), tries int, pause time.Duration) (string, bool, error) {
+	var err error
+	for i := range tries {
+		if i > 0 {
+			time.Sleep(pause)
+		}
+		var out, errOut string
+		if out, errOut, err = run(); err == nil {
+			return out, false, nil
+		}
+		if strings.Contains(errOut, "No such file or directory") {
+			return "", true, nil
+		}
+		if s := strings.TrimSpace(errOut); s != "" {
+			err = fmt.Errorf("%w: %s", err, s)
+		}
+	}
+	return "", false, fmt.Errorf("after %d tries: %w", tries, err)
 }
 
 // configDiff names the first line where the configuration a cluster was created with differs from the one

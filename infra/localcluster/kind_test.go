@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -138,5 +139,35 @@ func TestConfigDiffNamesTheFirstChangedLine(t *testing.T) {
 	}
 	if why := configDiff("kind: Cluster\n", old); !strings.Contains(why, "line 2") {
 		t.Errorf("diff of a truncated configuration = %q", why)
+	}
+}
+
+// A marker that cat reports missing is "no record" at once; a failing exec is tried again and, when it
+// keeps failing, is an error that says so, never "no record" (which would recreate a healthy cluster).
+func TestReadMarkerRetriesAFailedExecAndTrustsOnlyCatsNoSuchFile(t *testing.T) {
+	script := func(results ...[3]string) (func() (string, string, error), *int) {
+		calls := 0
+		return func() (string, string, error) {
+			r := results[min(calls, len(results)-1)]
+			calls++
+			if r[2] != "" {
+				return r[0], r[1], errors.New(r[2])
+			}
+			return r[0], r[1], nil
+		}, &calls
+	}
+	run, calls := script([3]string{"", "Error response from daemon: container is restarting", "exit status 1"}, [3]string{"kind: Cluster\n", "", ""})
+	got, missing, err := readMarker(run, 3, 0)
+	if err != nil || missing || got != "kind: Cluster\n" || *calls != 2 {
+		t.Fatalf("transient failure: got %q missing=%v err=%v after %d calls", got, missing, err, *calls)
+	}
+	run, calls = script([3]string{"", "cat: /kind/gpuconform-kind-config.yaml: No such file or directory", "exit status 1"})
+	if _, missing, err := readMarker(run, 3, 0); !missing || err != nil || *calls != 1 {
+		t.Fatalf("missing marker: missing=%v err=%v after %d calls", missing, err, *calls)
+	}
+	run, calls = script([3]string{"", "Error response from daemon: no such container", "exit status 1"})
+	_, missing, err = readMarker(run, 3, 0)
+	if missing || err == nil || *calls != 3 || !strings.Contains(err.Error(), "no such container") {
+		t.Fatalf("persistent failure: missing=%v err=%v after %d calls", missing, err, *calls)
 	}
 }
