@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -59,20 +61,39 @@ type Env struct {
 	HelperNamespace string
 
 	// recorder is the current spec's timeline recorder (specs of one process run one at a time): that of
-	// its newest namespace.
-	recorder *timeline.Recorder
+	// its newest namespace. recorders are all its live recorders, one per namespace, which Changed follows.
+	recorder  *timeline.Recorder
+	recorders []*timeline.Recorder
 	// written is what the current spec's recorders have written so far: a spec with several namespaces
 	// (the upgrade rehearsal's checks) has one timeline of all their workloads.
 	written timeline.Timeline
 }
 
-// Changed returns a channel closed at the next change of the current spec's Jobs, Pods or Workloads (nil,
-// which never fires, between specs). The run's Waiter wakes on it.
+// Changed returns a channel closed at the next change of the current spec's Jobs, Pods or Workloads, in
+// any of its namespaces (nil, which never fires, between specs). The run's Waiter wakes on it.
 func (e *Env) Changed() <-chan struct{} {
-	if r := e.recorder; r != nil {
-		return r.Changed()
+	switch len(e.recorders) {
+	case 0:
+		return nil
+	case 1:
+		return e.recorders[0].Changed()
 	}
-	return nil
+	return anyClosed(e.recorders)
+}
+
+// anyClosed returns a channel closed when any recorder's Changed channel is; a recorder that stops closes
+// its channel too, so the goroutine that watches them always ends.
+func anyClosed(rs []*timeline.Recorder) <-chan struct{} {
+	cases := make([]reflect.SelectCase, len(rs))
+	for i, r := range rs {
+		cases[i] = reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(r.Changed())}
+	}
+	out := make(chan struct{})
+	go func() {
+		reflect.Select(cases)
+		close(out)
+	}()
+	return out
 }
 
 // Note records an event the spec observed (a fault, a node state) in the timeline of workload (a Job
@@ -98,10 +119,12 @@ func (e *Env) Timeline() timeline.Timeline {
 func (e *Env) recordTimeline(ctx context.Context, ns, selector string) {
 	r := timeline.Start(context.WithoutCancel(ctx), e.Clients.Kube, e.kueueOrNil(), ns, selector)
 	e.recorder = r
+	e.recorders = append(e.recorders, r)
 	ginkgo.DeferCleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		spec := ginkgo.CurrentSpecReport().FullText()
+		e.recorders = slices.DeleteFunc(e.recorders, func(x *timeline.Recorder) bool { return x == r })
 		t := r.Stop(ctx, spec)
 		if e.recorder == r {
 			e.recorder = nil

@@ -347,6 +347,7 @@ func (r *Recorder) Stop(ctx context.Context, spec string) Timeline {
 	}
 	r.wg.Wait()
 	close(r.stop)
+	r.signal() // whoever waits on Changed wakes (and finds the recorder gone)
 	return r.Snapshot(spec)
 }
 
