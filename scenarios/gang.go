@@ -327,11 +327,16 @@ func expectWorkersDevices(ctx context.Context, env *testenv.Env, path gpu.Path, 
 	holder := map[string]string{}
 	nodes := map[string]bool{}
 	var lines []string
-	for _, i := range sortedIndexes(workers) {
-		p := workers[i]
+	order := sortedIndexes(workers)
+	ins := make([]gpu.GivenInput, len(order))
+	for k, i := range order {
+		ins[k] = givenInput(env, workers[i], nil)
+	}
+	all, err := gpu.GivenAll(ctx, path, ins)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the workers' devices from %s", path.Authority())
+	for k, i := range order {
+		p, given := workers[i], all[k]
 		nodes[p.Spec.NodeName] = true
-		given, err := path.Given(ctx, givenInput(env, p, nil))
-		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading worker %d's devices from %s", i, path.Authority())
 		gomega.Expect(given.Node).To(gomega.Equal(p.Spec.NodeName), "worker %d's devices are on %s, not on its node %s", i, given.Node, p.Spec.NodeName)
 		if !given.CountOnly {
 			gomega.Expect(given.Devices).To(gomega.HaveLen(devices), "worker %d (%s) holds %s, asked for %d", i, p.Name, gpu.FormatDevices(given.Devices), devices)

@@ -80,8 +80,12 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, d
 
 	ginkgo.By(fmt.Sprintf("filling the %d healthy devices of %s: none of the pods may see %s", healthy, node, victim))
 	seen := map[string][]string{}
-	for i := range int(healthy) {
-		p := startHeldPod(ctx, env, path, ns, fmt.Sprintf("healthy-%d", i), node)
+	names := make([]string, healthy)
+	for i := range names {
+		names[i] = createHeldPod(ctx, env, path, ns, fmt.Sprintf("healthy-%d", i), node)
+	}
+	for _, name := range names {
+		p := awaitHeldPod(ctx, env, ns, name)
 		d := p.report.Devices[0]
 		gomega.Expect(d).NotTo(gomega.Equal(victim), "pod %s was given %s, which is reported unhealthy", p.name, victim)
 		seen[d] = append(seen[d], p.name)
@@ -176,16 +180,29 @@ type heldPod struct {
 // startHeldPod runs a pod asking for one device on node, holding it, and returns what it sees.
 func startHeldPod(ctx context.Context, env *testenv.Env, path gpu.Path, ns, name, node string) heldPod {
 	ginkgo.GinkgoHelper()
+	return awaitHeldPod(ctx, env, ns, createHeldPod(ctx, env, path, ns, name, node))
+}
+
+// createHeldPod creates a one-device probe pod that holds its device on node, and returns its name; pods
+// created together start together (awaitHeldPod waits for each).
+func createHeldPod(ctx context.Context, env *testenv.Env, path gpu.Path, ns, name, node string) string {
+	ginkgo.GinkgoHelper()
 	w := env.Factory.GPUPod(name, ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
 	pod := w.Obj()
 	for _, pre := range w.Prerequisites() {
 		env.Create(ctx, pre)
 	}
 	env.Create(ctx, pod)
-	pods.ExpectPodRunning(ctx, env, ns, pod.Name)
-	report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
-	gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s asked for 1 device and sees %s (%s)", pod.Name, gpu.FormatDevices(report.Devices), report.Message)
-	return heldPod{name: pod.Name, report: report}
+	return pod.Name
+}
+
+// awaitHeldPod waits for a held probe pod to run and report the one device it sees.
+func awaitHeldPod(ctx context.Context, env *testenv.Env, ns, name string) heldPod {
+	ginkgo.GinkgoHelper()
+	pods.ExpectPodRunning(ctx, env, ns, name)
+	report := pods.ExpectProbeReport(ctx, env, ns, name)
+	gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s asked for 1 device and sees %s (%s)", name, gpu.FormatDevices(report.Devices), report.Message)
+	return heldPod{name: name, report: report}
 }
 
 // deletePodAndWait deletes a pod and waits until it is gone (its devices are free again).

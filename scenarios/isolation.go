@@ -83,11 +83,9 @@ func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, c
 	sharing := gpu.SharingFor(path, nodeObj.Labels)
 	var holdings []gpu.Holding
 	var union []string
-	for _, name := range names {
-		pod := pods.ExpectPodRunning(ctx, env, ns, name)
-		report := pods.ExpectProbeReport(ctx, env, ns, name)
-		given, err := path.Given(ctx, givenInput(env, pod, nil))
-		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocation of pod %s from %s", name, path.Authority())
+	reports, allocations := runningProbes(ctx, env, path, ns, names)
+	for i, name := range names {
+		report, given := reports[i], allocations[i]
 		h := gpu.Holding{Pod: name, Seen: report.Devices}
 		if given.CountOnly {
 			ginkgo.AddReportEntry("not exercised: device identity check", given.Note)
@@ -112,6 +110,22 @@ func fillNode(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, c
 			messages: []string{"cannot allocate all claims"}}
 	}
 	pendingPodDiagnosed(ctx, env, env.Factory.GPUPod("one-more", ns).Path(path).Devices(1).Args(fixtures.ProbeArgs(1)...).OnNodes(node), want)
+}
+
+// runningProbes waits for each probe pod to run and report, then reads what each was given from the path's
+// authority, all at once (gpu.GivenAll: one kubelet reader per node on the device-plugin path).
+func runningProbes(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, names []string) ([]gpu.ProbeReport, []gpu.Allocation) {
+	ginkgo.GinkgoHelper()
+	reports := make([]gpu.ProbeReport, len(names))
+	ins := make([]gpu.GivenInput, len(names))
+	for i, name := range names {
+		pod := pods.ExpectPodRunning(ctx, env, ns, name)
+		reports[i] = pods.ExpectProbeReport(ctx, env, ns, name)
+		ins[i] = givenInput(env, pod, nil)
+	}
+	given, err := gpu.GivenAll(ctx, path, ins)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocations of pods %v from %s", names, path.Authority())
+	return reports, given
 }
 
 // freestNode returns the candidate with the most free devices on path now (advertised minus held by

@@ -160,12 +160,10 @@ func sharedNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.Node
 	}
 	var holdings []gpu.Holding
 	var shares []sharedHolding
-	for _, name := range names {
-		pod := pods.ExpectPodRunning(ctx, env, ns, name)
-		report := pods.ExpectProbeReport(ctx, env, ns, name)
+	reports, allocations := runningProbes(ctx, env, path, ns, names)
+	for i, name := range names {
+		report, given := reports[i], allocations[i]
 		gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s asked for 1 replica and sees %s (%s)", name, gpu.FormatDevices(report.Devices), report.Message)
-		given, err := path.Given(ctx, givenInput(env, pod, nil))
-		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocation of pod %s from %s", name, path.Authority())
 		h := gpu.Holding{Pod: name, Seen: report.Devices}
 		share := sharedHolding{Pod: name, GPU: report.Devices[0]}
 		if given.CountOnly {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/internal/workload/podresources"
 )
 
 // PodResourcesSocketDir is the kubelet's pod-resources directory the helper pod mounts.
@@ -83,29 +85,73 @@ func (p *DevicePlugin) RequestDevices(_ fixtures.Factory, spec *corev1.PodSpec, 
 // pod-resources API. When the cluster forbids hostPath pods (PodSecurity, policy engines), the
 // allocation falls back to the count in the pod spec and says so.
 func (p *DevicePlugin) Given(ctx context.Context, in GivenInput) (Allocation, error) {
-	pod := in.Pod
-	a := KubeletAllocation(pod.Spec.NodeName, nil)
-	if a.Node == "" {
-		return a, fmt.Errorf("pod %s/%s is not scheduled; no node to ask", pod.Namespace, pod.Name)
+	out, err := p.GivenAll(ctx, []GivenInput{in})
+	return out[0], err
+}
+
+// GivenAll implements AllGiver: one helper pod per node (the nodes' at once) reads the kubelet's view of
+// every pod asked about there, instead of one helper per pod. A spec that fills a node with N pods pays
+// one helper's start instead of N. The first error is returned with the allocations read so far.
+func (p *DevicePlugin) GivenAll(ctx context.Context, ins []GivenInput) ([]Allocation, error) {
+	out := make([]Allocation, len(ins))
+	byNode := map[string][]int{}
+	var nodes []string
+	for i, in := range ins {
+		out[i] = KubeletAllocation(in.Pod.Spec.NodeName, nil)
+		if out[i].Node == "" {
+			return out, fmt.Errorf("pod %s/%s is not scheduled; no node to ask", in.Pod.Namespace, in.Pod.Name)
+		}
+		if _, seen := byNode[out[i].Node]; !seen {
+			nodes = append(nodes, out[i].Node)
+		}
+		byNode[out[i].Node] = append(byNode[out[i].Node], i)
 	}
-	want := requestedCount(pod, in.Container, p.Resource)
-	out, err := runPodResourcesHelper(ctx, in, p.Resource)
-	if errors.Is(err, errHelperForbidden) {
-		return Allocation{Node: a.Node, CountOnly: true, Count: want, Source: "pod spec (count only)",
-			Note: fmt.Sprintf("kubelet view unavailable: %v; compared the device count only", err)}, nil
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for n, node := range nodes {
+		wg.Go(func() {
+			idx := byNode[node]
+			first := ins[idx[0]]
+			filter := podresources.Filter{Namespace: first.Pod.Namespace}
+			for _, i := range idx {
+				if ins[i].Pod.Namespace != filter.Namespace {
+					filter.Namespace = ""
+				}
+			}
+			if len(idx) == 1 {
+				filter.Pod = first.Pod.Name
+			}
+			text, err := runPodResourcesHelper(ctx, first, node, filter)
+			if errors.Is(err, errHelperForbidden) {
+				for _, i := range idx {
+					want := requestedCount(ins[i].Pod, ins[i].Container, p.Resource)
+					out[i] = Allocation{Node: node, CountOnly: true, Count: want, Source: "pod spec (count only)",
+						Note: fmt.Sprintf("kubelet view unavailable: %v; compared the device count only", err)}
+				}
+				return
+			}
+			if err != nil {
+				errs[n] = err
+				return
+			}
+			report, err := ParsePodResources(text)
+			if err != nil {
+				errs[n] = err
+				return
+			}
+			for _, i := range idx {
+				pod := ins[i].Pod
+				devices, found := report.DevicesOf(pod.Namespace, pod.Name, ins[i].Container, string(p.Resource))
+				if !found {
+					errs[n] = cmp.Or(errs[n], fmt.Errorf("the kubelet on %s does not list pod %s/%s (it reports only active pods; did the pod finish?)", node, pod.Namespace, pod.Name))
+					continue
+				}
+				out[i] = KubeletAllocation(node, devices)
+			}
+		})
 	}
-	if err != nil {
-		return a, err
-	}
-	report, err := ParsePodResources(out)
-	if err != nil {
-		return a, err
-	}
-	devices, found := report.DevicesOf(pod.Namespace, pod.Name, in.Container, string(p.Resource))
-	if !found {
-		return a, fmt.Errorf("the kubelet on %s does not list pod %s/%s (it reports only active pods; did the pod finish?)", a.Node, pod.Namespace, pod.Name)
-	}
-	return KubeletAllocation(a.Node, devices), nil
+	wg.Wait()
+	return out, errors.Join(errs...)
 }
 
 // KubeletAllocation is the allocation the kubelet on node reports for a container's device IDs. Time-slicing
@@ -119,17 +165,26 @@ func KubeletAllocation(node string, ids []string) Allocation {
 
 var errHelperForbidden = errors.New("helper pod forbidden")
 
-// runPodResourcesHelper runs `gpu-workload podresources` on the pod's node and returns its logs.
-func runPodResourcesHelper(ctx context.Context, in GivenInput, _ corev1.ResourceName) (string, error) {
-	pod := in.Pod
-	name := "podresources-" + strings.TrimSuffix(pod.Name[:min(40, len(pod.Name))], "-")
-	ns := cmp.Or(in.HelperNamespace, pod.Namespace)
+// runPodResourcesHelper runs `gpu-workload podresources` on node, for the pods that filter selects, and
+// returns its logs. in gives the clients, the helper's factory and namespace, and a pod whose namespace is
+// the helper's when no helper namespace is set.
+func runPodResourcesHelper(ctx context.Context, in GivenInput, node string, filter podresources.Filter) (string, error) {
+	base := cmp.Or(filter.Pod, node)
+	name := "podresources-" + strings.TrimSuffix(base[:min(40, len(base))], "-")
+	ns := cmp.Or(in.HelperNamespace, in.Pod.Namespace)
+	args := []string{fixtures.WorkloadBinary, "podresources"}
+	if filter.Namespace != "" {
+		args = append(args, "--namespace", filter.Namespace)
+	}
+	if filter.Pod != "" {
+		args = append(args, "--pod", filter.Pod)
+	}
 	helper := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-", Namespace: ns, Labels: map[string]string{
 			fixtures.RunLabel: in.Factory.RunID, fixtures.ManagedByLabel: fixtures.ManagedByValue,
 		}},
 		Spec: corev1.PodSpec{
-			NodeName:                      pod.Spec.NodeName, // bypass the scheduler: it must run exactly there
+			NodeName:                      node, // bypass the scheduler: it must run exactly there
 			RestartPolicy:                 corev1.RestartPolicyNever,
 			TerminationGracePeriodSeconds: ptr.To[int64](1),
 			Tolerations:                   append([]corev1.Toleration{{Operator: corev1.TolerationOpExists}}, in.Factory.Tolerations...),
@@ -137,7 +192,7 @@ func runPodResourcesHelper(ctx context.Context, in GivenInput, _ corev1.Resource
 				Name:            "podresources",
 				Image:           in.Factory.Image,
 				ImagePullPolicy: in.Factory.PullPolicy,
-				Command:         []string{fixtures.WorkloadBinary, "podresources", "--namespace", pod.Namespace, "--pod", pod.Name},
+				Command:         args,
 				Resources:       in.Factory.Resources(),
 				VolumeMounts:    []corev1.VolumeMount{{Name: "pod-resources", MountPath: PodResourcesSocketDir, ReadOnly: true}},
 			}},
@@ -179,11 +234,11 @@ func runPodResourcesHelper(ctx context.Context, in GivenInput, _ corev1.Resource
 		return got.Status.Phase == corev1.PodSucceeded || got.Status.Phase == corev1.PodFailed, nil
 	})
 	if err != nil {
-		return "", fmt.Errorf("podresources helper %s/%s on %s did not finish within %s (last phase %s)", created.Namespace, created.Name, pod.Spec.NodeName, timeout, phase(last))
+		return "", fmt.Errorf("podresources helper %s/%s on %s did not finish within %s (last phase %s)", created.Namespace, created.Name, node, timeout, phase(last))
 	}
 	logs, lerr := in.Kube.CoreV1().Pods(created.Namespace).GetLogs(created.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if last.Status.Phase == corev1.PodFailed {
-		return "", fmt.Errorf("podresources helper on %s failed: %s", pod.Spec.NodeName, truncate(string(logs), 600))
+		return "", fmt.Errorf("podresources helper on %s failed: %s", node, truncate(string(logs), 600))
 	}
 	if lerr != nil {
 		return "", fmt.Errorf("reading podresources helper logs: %w", lerr)

@@ -2,15 +2,21 @@ package gpu
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
 
 	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/internal/workload/podresources"
 )
 
 // The podresources helper declares the run's CPU and memory, requests equal to limits, so a namespace
@@ -25,7 +31,7 @@ func TestPodResourcesHelperDeclaresCPUAndMemory(t *testing.T) {
 	f := fixtures.NewFactory("r1")
 	f.CPU, f.Memory = resource.MustParse("200m"), resource.MustParse("96Mi")
 	pod := gpuPod("ns", "held-1", "w1", "1", corev1.PodRunning)
-	if _, err := runPodResourcesHelper(t.Context(), GivenInput{Kube: kube, Pod: pod, Container: "c", Factory: f}, "nvidia.com/gpu"); err == nil || helper == nil {
+	if _, err := runPodResourcesHelper(t.Context(), GivenInput{Kube: kube, Pod: pod, Container: "c", Factory: f}, "w1", podresources.Filter{Namespace: "ns", Pod: "held-1"}); err == nil || helper == nil {
 		t.Fatalf("the helper was not created: %v", err)
 	}
 	r := helper.Spec.Containers[0].Resources
@@ -34,5 +40,50 @@ func TestPodResourcesHelperDeclaresCPUAndMemory(t *testing.T) {
 		if req.Cmp(resource.MustParse(want)) != 0 || lim.Cmp(req) != 0 {
 			t.Errorf("helper %s: request %s, limit %s; want both %s", name, req.String(), lim.String(), want)
 		}
+	}
+}
+
+// Reading several pods' devices starts one kubelet reader per node, not one per pod: the node with four
+// pods gets one reader for the namespace, the node with one a reader for that pod. A cluster that refuses
+// the reader leaves each pod's count from its spec, marked count-only.
+func TestGivenAllReadsEachNodeOnce(t *testing.T) {
+	kube := fake.NewClientset()
+	var mu sync.Mutex
+	commands := map[string][]string{}
+	kube.PrependReactor("create", "pods", func(a clienttesting.Action) (bool, runtime.Object, error) {
+		helper := a.(clienttesting.CreateAction).GetObject().(*corev1.Pod)
+		mu.Lock()
+		defer mu.Unlock()
+		commands[helper.Spec.NodeName] = helper.Spec.Containers[0].Command
+		return true, nil, apierrors.NewForbidden(corev1.Resource("pods"), helper.Name, errors.New("hostPath volumes are not allowed"))
+	})
+	f := fixtures.NewFactory("r1")
+	var ins []GivenInput
+	for i, node := range []string{"w1", "w1", "w2", "w1", "w1"} {
+		ins = append(ins, GivenInput{Kube: kube, Pod: gpuPod("ns", fmt.Sprintf("fill-%d", i), node, strconv.Itoa(i%2+1), corev1.PodRunning), Container: "c", Factory: f})
+	}
+	p := &DevicePlugin{Resource: "nvidia.com/gpu"}
+	got, err := GivenAll(t.Context(), p, ins)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(commands) != 2 {
+		t.Fatalf("readers started: %v; want one on w1 and one on w2", commands)
+	}
+	if c := strings.Join(commands["w1"], " "); !strings.HasSuffix(c, "podresources --namespace ns") {
+		t.Errorf("w1's reader: %q; want every pod of the namespace", c)
+	}
+	if c := strings.Join(commands["w2"], " "); !strings.HasSuffix(c, "podresources --namespace ns --pod fill-2") {
+		t.Errorf("w2's reader: %q; want the one pod", c)
+	}
+	for i, a := range got {
+		if !a.CountOnly || a.Count != i%2+1 || a.Node != ins[i].Pod.Spec.NodeName {
+			t.Errorf("pod %d: %+v", i, a)
+		}
+	}
+
+	ins[3].Pod.Spec.NodeName = ""
+	if _, err := GivenAll(t.Context(), p, ins); err == nil || !strings.Contains(err.Error(), "fill-3 is not scheduled") {
+		t.Errorf("an unscheduled pod: %v", err)
 	}
 }
