@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -16,7 +15,7 @@ import (
 // only in the newest; and the channel that watches several recorders is closed when one of them stops, so
 // its goroutine never outlives the spec.
 func TestChangedFollowsEveryNamespaceOfTheSpec(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	kube := fake.NewClientset()
 	first := timeline.Start(ctx, kube, nil, "first", "")
 	newest := timeline.Start(ctx, kube, nil, "newest", "")

@@ -1,7 +1,6 @@
 package localcluster
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -186,7 +185,7 @@ func TestListMainDepsIsRememberedUntilAGoFileChanges(t *testing.T) {
 	write("lib/lib.go", "package lib\n")
 	write("other/other.go", "package other\n")
 	c := &Cluster{opts: Options{RepoRoot: root, CacheDir: t.TempDir()}}
-	ctx := context.Background()
+	ctx := t.Context()
 	first, err := c.listMainDeps(ctx, []string{"./cmd/a"})
 	if err != nil {
 		t.Fatal(err)

@@ -141,7 +141,7 @@ func (c *Cluster) configDrift() string {
 		var out, errOut bytes.Buffer
 		err := cp.Command("cat", kindConfigMarker).SetStdout(&out).SetStderr(&errOut).Run()
 		return out.String(), errOut.String(), err
-	}, 3, time.Second)
+	}, time.Second)
 	switch {
 	case missing:
 		return "it has no record of the kind configuration it was created with (" + kindConfigMarker + "; a cluster from before the record existed)"
@@ -151,13 +151,16 @@ func (c *Cluster) configDrift() string {
 	return configDiff(had, KindConfig(c.opts, c.quirks))
 }
 
+// markerReadTries is how often readMarker runs cat before it reports a failure.
+const markerReadTries = 3
+
 // readMarker reads the configuration marker with cat (run returns its stdout, stderr and error). Only cat's
 // own "No such file" means the cluster has no record (missing); any other failure (an exec into a
-// container that has just started, say) is tried again, up to tries times, pause apart, because the
-// caller recreates the cluster on anything but a readable record.
-func readMarker(run func() (stdout, stderr string, err error), tries int, pause time.Duration) (string, bool, error) {
+// container that has just started, say) is tried again, up to markerReadTries times, pause apart, because
+// the caller recreates the cluster on anything but a readable record.
+func readMarker(run func() (stdout, stderr string, err error), pause time.Duration) (string, bool, error) {
 	var err error
-	for i := range tries {
+	for i := range markerReadTries {
 		if i > 0 {
 			time.Sleep(pause)
 		}
@@ -172,7 +175,7 @@ func readMarker(run func() (stdout, stderr string, err error), tries int, pause 
 			err = fmt.Errorf("%w: %s", err, s)
 		}
 	}
-	return "", false, fmt.Errorf("after %d tries: %w", tries, err)
+	return "", false, fmt.Errorf("after %d tries: %w", markerReadTries, err)
 }
 
 // configDiff names the first line where the configuration a cluster was created with differs from the one

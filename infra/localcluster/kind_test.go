@@ -157,17 +157,17 @@ func TestReadMarkerRetriesAFailedExecAndTrustsOnlyCatsNoSuchFile(t *testing.T) {
 		}, &calls
 	}
 	run, calls := script([3]string{"", "Error response from daemon: container is restarting", "exit status 1"}, [3]string{"kind: Cluster\n", "", ""})
-	got, missing, err := readMarker(run, 3, 0)
+	got, missing, err := readMarker(run, 0)
 	if err != nil || missing || got != "kind: Cluster\n" || *calls != 2 {
 		t.Fatalf("transient failure: got %q missing=%v err=%v after %d calls", got, missing, err, *calls)
 	}
 	run, calls = script([3]string{"", "cat: /kind/gpuconform-kind-config.yaml: No such file or directory", "exit status 1"})
-	if _, missing, err := readMarker(run, 3, 0); !missing || err != nil || *calls != 1 {
+	if _, missing, err := readMarker(run, 0); !missing || err != nil || *calls != 1 {
 		t.Fatalf("missing marker: missing=%v err=%v after %d calls", missing, err, *calls)
 	}
 	run, calls = script([3]string{"", "Error response from daemon: no such container", "exit status 1"})
-	_, missing, err = readMarker(run, 3, 0)
-	if missing || err == nil || *calls != 3 || !strings.Contains(err.Error(), "no such container") {
+	_, missing, err = readMarker(run, 0)
+	if missing || err == nil || *calls != markerReadTries || !strings.Contains(err.Error(), "no such container") {
 		t.Fatalf("persistent failure: missing=%v err=%v after %d calls", missing, err, *calls)
 	}
 }
