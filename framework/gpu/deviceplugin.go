@@ -91,7 +91,8 @@ func (p *DevicePlugin) Given(ctx context.Context, in GivenInput) (Allocation, er
 
 // GivenAll implements AllGiver: one helper pod per node (the nodes' at once) reads the kubelet's view of
 // every pod asked about there, instead of one helper per pod. A spec that fills a node with N pods pays
-// one helper's start instead of N. The first error is returned with the allocations read so far.
+// one helper's start instead of N. Every node's error is returned (joined), with the allocations read
+// from the other nodes.
 func (p *DevicePlugin) GivenAll(ctx context.Context, ins []GivenInput) ([]Allocation, error) {
 	out := make([]Allocation, len(ins))
 	byNode := map[string][]int{}

@@ -56,7 +56,8 @@ type AllGiver interface {
 }
 
 // GivenAll returns what each pod was given, in the order of ins: through the path's GivenAll when it has
-// one, else one Given after the other. The first error stops it.
+// one (which reads every node and joins their errors), else one Given after the other, where the first
+// error stops it.
 func GivenAll(ctx context.Context, p Path, ins []GivenInput) ([]Allocation, error) {
 	if g, ok := p.(AllGiver); ok {
 		return g.GivenAll(ctx, ins)
