@@ -15,6 +15,9 @@ BUILD_DEV = $(GO) build -o $(GPUCONFORM_DEV) ./cmd/gpuconform-dev
 # Extra arguments for the suite, e.g. E2E_ARGS='--ginkgo.label-filter=path:dra'.
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
+# Ginkgo processes for the suite (gpuconform run --procs): specs that do not hold nodes run side by side;
+# Serial ones still run one at a time, after them. 1 runs in one process.
+E2E_PROCS ?= 2
 
 .PHONY: FORCE help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean
 
@@ -88,7 +91,7 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 		--ginkgo.no-color --ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
 	@echo "▶ conformance suite (gpuconform run, disruptive specs included; the last run took $$(cat $(ARTIFACTS)/.conformance-wall 2>/dev/null || echo '?')); one line per finished spec, the whole log in $(ARTIFACTS)/conformance.log"
 	@start=$$(date +%s); PATH="$(CURDIR)/_output/bin:$$PATH" $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --timeout=$(E2E_TIMEOUT) \
-		--ginkgo.fail-on-empty $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
+		--procs=$(E2E_PROCS) --ginkgo.fail-on-empty $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
 	tail -n +1 -F --pid=$$pid $(ARTIFACTS)/conformance.log 2>/dev/null | grep --line-buffered -oE '\[gpuconform\] .*|^not exercised.*'; \
 	wait $$pid; rc=$$?; echo "$$(( $$(date +%s) - start ))s" > $(ARTIFACTS)/.conformance-wall; \
 	$(GPUCONFORM) bench $(ARTIFACTS) | tail -n +3 || true; \

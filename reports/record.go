@@ -33,6 +33,7 @@ func RemoveRunArtifacts(dir string) {
 	}
 	_ = os.RemoveAll(filepath.Join(dir, "specs"))
 	_ = os.RemoveAll(filepath.Join(dir, EvidenceDir))
+	_ = os.RemoveAll(filepath.Join(dir, ProcessRequestsDir))
 }
 
 // Record is the compatibility record of one run.

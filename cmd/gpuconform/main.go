@@ -40,6 +40,9 @@ The maintainers' harnesses are in the source tree: make selfcheck, make hardenin
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if isWorker(os.Args[0]) { // one of the processes of `gpuconform run --procs=N` (parallel.go)
+		os.Exit(workerMain(os.Args[1:], os.Stderr))
+	}
 	os.Exit(dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 

@@ -42,6 +42,15 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return ok
 	})
+	args, procs, parallel, err := procsFlag(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform run: %v\n", err)
+		return 2
+	}
+	if why := parallelUsageError(args); parallel && procs > 1 && why != "" {
+		fmt.Fprintf(stderr, "gpuconform run: %s\n", why)
+		return 2
+	}
 	fs := flag.CommandLine
 	fs.Init("gpuconform run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -51,7 +60,8 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "gpuconform run --help lists the suite's flags")
 			return
 		}
-		fmt.Fprintln(stderr, "usage: gpuconform run [--kubeconfig F] [--context C] [--config F] [--disruptive] [--in-cluster --image IMG] [--ginkgo.* flags] …")
+		fmt.Fprintln(stderr, "usage: gpuconform run [--kubeconfig F] [--context C] [--config F] [--disruptive] [--procs N] [--in-cluster --image IMG] [--ginkgo.* flags] …")
+		fmt.Fprintln(stderr, "  --procs N\n\trun the specs in N Ginkgo processes (Serial specs still one at a time, on the first); default 1")
 		fmt.Fprintln(stderr, "the suite's flags:")
 		fs.VisitAll(func(f *flag.Flag) {
 			if !strings.HasPrefix(f.Name, "ginkgo.") {
@@ -70,9 +80,18 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "gpuconform run: unexpected argument %q: the suite takes only flags\n", fs.Arg(0))
 		return 2
 	}
+	var arts string
 	t := &suiteT{}
-	gomega.RegisterFailHandler(ginkgo.Fail)
-	arts, err := conformance.Run(t, conformance.Options{Stdout: stdout, IsTerminal: cli.IsTerminal(stdout)})
+	if procs > 1 {
+		// The processes parse the flags again; this process only needs where their artifacts go.
+		arts, err = conformance.PrepareParallel()
+		if err == nil {
+			t.failed, err = runParallel(ctx, procs, args, stdout, stderr, cli.IsTerminal(stdout))
+		}
+	} else {
+		gomega.RegisterFailHandler(ginkgo.Fail)
+		arts, err = conformance.Run(t, conformance.Options{Stdout: stdout, IsTerminal: cli.IsTerminal(stdout)})
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform run: %v\n", err)
 		if usage := new(config.UsageError); errors.As(err, &usage) || arts == "" {

@@ -54,14 +54,10 @@ const DefaultRunTimeout = 90 * time.Minute
 // cannot reach its specs, after writing a record that says why; spec failures are reported to t, as
 // Ginkgo does. The caller has made ginkgo.Fail Gomega's fail handler.
 func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
-	wd, _ := os.Getwd()
-	bases := append([]string{wd}, opts.MoreBaseDirs...)
-	flags.Resolve = func(p string) string { return config.Resolve(p, bases) }
-	cfg, err := flags.Config()
+	cfg, err := configFromFlags(opts.MoreBaseDirs)
 	if err != nil {
 		return "", err
 	}
-	cfg = cfg.ResolvePaths(bases)
 	suiteCfg, reporterCfg := ginkgo.GinkgoConfiguration()
 	if suiteCfg.ParallelProcess <= 1 {
 		// A stale report must never be rendered as this run's; only the first process clears it.
@@ -119,6 +115,32 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 	return cfg.ArtifactsDir, nil
 }
 
+// configFromFlags is the run's configuration from the flags already parsed into flag.CommandLine, its
+// relative paths resolved against the working directory and then moreBases; an error is a usage error.
+func configFromFlags(moreBases []string) (config.Config, error) {
+	wd, _ := os.Getwd()
+	bases := append([]string{wd}, moreBases...)
+	flags.Resolve = func(p string) string { return config.Resolve(p, bases) }
+	cfg, err := flags.Config()
+	if err != nil {
+		return config.Config{}, err
+	}
+	return cfg.ResolvePaths(bases), nil
+}
+
+// PrepareParallel is what the parent of a parallel run (gpuconform run --procs) does before it starts the
+// processes, which parse the same flags again: it checks that they make a configuration (a usage error
+// otherwise, before anything is created), clears the artifacts a previous run left, and returns where this
+// run's go.
+func PrepareParallel() (string, error) {
+	cfg, err := configFromFlags(nil)
+	if err != nil {
+		return "", err
+	}
+	reports.RemoveRunArtifacts(cfg.ArtifactsDir)
+	return cfg.ArtifactsDir, nil
+}
+
 // shared is what the first parallel process hands to every process: the run's ID, discovery and, in
 // team-namespace mode, what the namespace's quota and queue left of the paths (suite.Run.TeamDecision).
 type shared struct {
@@ -165,7 +187,15 @@ func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer) {
 		}
 	})
 
-	ginkgo.SynchronizedAfterSuite(func() {}, func(ctx context.Context) {
+	ginkgo.SynchronizedAfterSuite(func() {
+		// The record counts the whole run's API requests: every process but the first, which writes the
+		// record, leaves its count where the first reads it.
+		if p := ginkgo.GinkgoParallelProcess(); p > 1 {
+			if err := reports.WriteProcessRequests(r.Config.ArtifactsDir, p, r.Clients.Requests.Snapshot()); err != nil {
+				ginkgo.GinkgoWriter.Printf("process %d could not hand its API request count to the first: %v\n", p, err)
+			}
+		}
+	}, func(ctx context.Context) {
 		res, err := r.LeakAudit(ctx)
 		leaks = &res
 		if r.Config.KeepResources {
@@ -176,7 +206,13 @@ func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer) {
 
 	ginkgo.ReportAfterSuite("gpuconform record and signoff report", func(rep types.Report) {
 		rec := newRecord(r, signoff)
-		rec.LeakAudit, rec.Results, rec.APIRequests = leaks, reports.Results([]types.Report{rep}), r.Clients.Requests.Snapshot()
+		rec.LeakAudit, rec.Results = leaks, reports.Results([]types.Report{rep})
+		rec.APIRequests = r.Clients.Requests.Snapshot()
+		if rep.SuiteConfig.ParallelTotal > 1 {
+			if err := reports.AddProcessRequests(r.Config.ArtifactsDir, rec.APIRequests); err != nil {
+				rec.Notes = append(rec.Notes, "the API request total counts only some processes: "+err.Error())
+			}
+		}
 		if err := reports.WriteSignoff(r.Config.ArtifactsDir, []types.Report{rep}, rec); err != nil {
 			ginkgo.GinkgoWriter.Printf("writing the record and signoff: %v\n", err)
 		}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gpuconform.io/gpuconform/reports"
+)
+
+// TestMain lets this test binary be the processes of a parallel run, as the shipped binary is: Ginkgo's
+// CLI starts it through a link named gpuconform.test, the test binary's own name.
+func TestMain(m *testing.M) {
+	if isWorker(os.Args[0]) {
+		os.Exit(workerMain(os.Args[1:], os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func TestProcsFlagTakesEveryFormAndRefusesNonsense(t *testing.T) {
+	for _, args := range [][]string{{"--procs=3", "--disruptive"}, {"-procs=3", "--disruptive"}, {"--procs", "3", "--disruptive"}, {"--disruptive", "-procs", "3"}} {
+		rest, n, given, err := procsFlag(args)
+		if err != nil || n != 3 || !given || !slices.Equal(rest, []string{"--disruptive"}) {
+			t.Errorf("procsFlag(%q) = %q, %d, %v, %v; want [--disruptive], 3, true, nil", args, rest, n, given, err)
+		}
+	}
+	if rest, n, given, err := procsFlag([]string{"--kubeconfig=k"}); err != nil || n != 1 || given || !slices.Equal(rest, []string{"--kubeconfig=k"}) {
+		t.Errorf("without --procs: %q, %d, %v, %v; want the arguments, 1, false, nil", rest, n, given, err)
+	}
+	for _, bad := range [][]string{{"--procs=0"}, {"--procs=-2"}, {"--procs=two"}, {"--procs"}} {
+		if _, _, _, err := procsFlag(bad); err == nil {
+			t.Errorf("procsFlag(%q) took it", bad)
+		}
+	}
+}
+
+func TestGoTestFlagsAreDroppedForTheProcesses(t *testing.T) {
+	got := withoutGoTestFlags([]string{"--test.timeout=0", "-test.v", "--ginkgo.parallel.process=2", "--kubeconfig=k"})
+	if want := []string{"--ginkgo.parallel.process=2", "--kubeconfig=k"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestCLIArgsCarryTheCountAndTheReportersSettingsThenTheLink(t *testing.T) {
+	got := cliArgs(2, "/tmp/x/gpuconform.test", []string{"--disruptive"}, false)
+	if got[0] != "--procs=2" || got[len(got)-1] != "/tmp/x/gpuconform.test" {
+		t.Errorf("got %q: the count first, the link last", got)
+	}
+	for _, want := range []string{"--no-color", "--silence-skips"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("got %q: %s missing (output to a pipe; skips silent unless asked, as in a serial run)", got, want)
+		}
+	}
+	if got := cliArgs(2, "l", []string{"--ginkgo.silence-skips=false"}, true); slices.Contains(got, "--silence-skips") || slices.Contains(got, "--no-color") {
+		t.Errorf("got %q: a terminal gets colour, and skips shown when the user asked", got)
+	}
+}
+
+func TestFollowCopiesLinesAsTheyAreAppended(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lines")
+	if err := os.WriteFile(path, []byte("[gpuconform] PASSED one\n[gpuconform] PA"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out syncBuffer
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); follow(ctx, path, &out) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(out.String(), "one\n") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // more than one poll: the half-written line must still wait
+	if got := out.String(); got != "[gpuconform] PASSED one\n" {
+		t.Fatalf("followed %q before the second line was finished; want only the first line", got)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.WriteString("SSED two\n")
+	_ = f.Close()
+	for !strings.Contains(out.String(), "two\n") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	<-done
+	if got, want := out.String(), "[gpuconform] PASSED one\n[gpuconform] PASSED two\n"; got != want {
+		t.Errorf("followed %q, want %q", got, want)
+	}
+}
+
+// TestParallelRunStartsItsProcessesThroughGinkgosCLI runs `gpuconform run --procs=2` for real against a
+// kubeconfig that does not exist: Ginkgo's CLI starts two processes of this binary, each stops at the
+// kubeconfig, the first records why, and the verdict is decided from that record as in a serial run.
+func TestParallelRunStartsItsProcessesThroughGinkgosCLI(t *testing.T) {
+	arts := t.TempDir()
+	if err := os.WriteFile(filepath.Join(arts, "signoff.md"), []byte("a previous run's"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := runCommand(t.Context(), []string{"--procs=2", "--kubeconfig=" + filepath.Join(arts, "missing"), "--artifacts=" + arts}, &out, &errb)
+	if code != reports.ExitNoGo {
+		t.Fatalf("exit %d, want %d (NO-GO); stdout %s stderr %s", code, reports.ExitNoGo, out.String(), errb.String())
+	}
+	rec, err := reports.ReadRecord(filepath.Join(arts, reports.RecordFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(rec.SetupFailure, "cannot load kubeconfig") {
+		t.Errorf("the record's setup failure is %q; want the first process's reason (the kubeconfig)", rec.SetupFailure)
+	}
+	if b, _ := os.ReadFile(filepath.Join(arts, "signoff.md")); strings.Contains(string(b), "a previous run's") {
+		t.Error("the previous run's signoff was left as this run's")
+	}
+	for _, k := range []string{envSpecLines, envWorkDir} {
+		if v, ok := os.LookupEnv(k); ok {
+			t.Errorf("%s=%q was left in the parent's environment", k, v)
+		}
+	}
+}
+
+func TestParallelUsageErrorsComeBeforeAnythingStarts(t *testing.T) {
+	arts := filepath.Join(t.TempDir(), "arts")
+	for _, args := range [][]string{{"--procs=0"}, {"--procs=2", "--ginkgo.parallel.process=1"}, {"--procs=2", "--no-such-flag"}} {
+		var out, errb bytes.Buffer
+		if code := runCommand(t.Context(), append(args, "--artifacts="+arts), &out, &errb); code != 2 {
+			t.Errorf("%q: exit %d, want 2 (usage); stderr %s", args, code, errb.String())
+		}
+		if _, err := os.Stat(arts); err == nil {
+			t.Errorf("%q: the artifacts directory was created", args)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
