@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"gpuconform.io/gpuconform/internal/syncbuf"
 	"gpuconform.io/gpuconform/reports"
 )
 
@@ -67,7 +67,7 @@ func TestFollowCopiesLinesAsTheyAreAppended(t *testing.T) {
 	if err := os.WriteFile(path, []byte("[gpuconform] PASSED one\n[gpuconform] PA"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	var out syncBuffer
+	var out syncbuf.Buffer
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { defer close(done); follow(ctx, path, &out) }()
@@ -136,21 +136,4 @@ func TestParallelUsageErrorsComeBeforeAnythingStarts(t *testing.T) {
 			t.Errorf("%q: the artifacts directory was created", args)
 		}
 	}
-}
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -1,7 +1,6 @@
 package fakeplugin
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -25,6 +24,7 @@ import (
 	podresourcesv1 "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
+	"gpuconform.io/gpuconform/internal/syncbuf"
 )
 
 // fakePodResources is the kubelet's PodResources List endpoint, answering with the pods a test sets.
@@ -420,22 +420,9 @@ func TestMetricsWrongPodFault(t *testing.T) {
 }
 
 // lockedBuffer collects log output written from the scrapes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+type lockedBuffer struct{ syncbuf.Buffer }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) count(s string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Count(l.b.String(), s)
-}
+func (l *lockedBuffer) count(s string) int { return strings.Count(l.String(), s) }
 
 // Without a kubelet to ask, scrapes still serve every GPU, without holders, and say so once, not at every
 // scrape; once the kubelet answers, the holders are back and that is logged too.

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"gpuconform.io/gpuconform/internal/syncbuf"
 	"gpuconform.io/gpuconform/internal/workload/train"
 )
 
@@ -431,22 +432,7 @@ func joinFakeAsync(t *testing.T, ln net.Listener, log *watch, hello message) err
 }
 
 // watch collects what a worker logs, so a test can wait for a line instead of sleeping.
-type watch struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (w *watch) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *watch) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
+type watch struct{ syncbuf.Buffer }
 
 func (w *watch) waitFor(s string) error {
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
