@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // Action is one thing a provider is asked to do; the names are the command provider's first argument.
@@ -218,24 +219,35 @@ func providerKey(name string) string {
 // Mark adds (on) or removes one fault in the node's FaultsAnnotation, with the run in
 // FaultRunAnnotation; both annotations go when the last fault is removed.
 func Mark(ctx context.Context, kube kubernetes.Interface, node, runID, fault string, on bool) error {
-	n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
+	return updateNodeAnnotations(ctx, kube, node, func(ann map[string]string) map[string]any {
+		list := ParseMarks(ann[FaultsAnnotation])
+		list = slices.DeleteFunc(list, func(s string) bool { return s == fault })
+		if on {
+			list = append(list, fault)
+		}
+		slices.Sort(list)
+		out := map[string]any{FaultsAnnotation: nil, FaultRunAnnotation: nil}
+		if len(list) > 0 {
+			out[FaultsAnnotation] = strings.Join(list, ",")
+			out[FaultRunAnnotation] = runID
+		}
+		return out
+	})
+}
+
+// updateNodeAnnotations sets the annotations change computes from the node's current ones (nil removes
+// one). The patch carries the resourceVersion it was computed from, and a conflict computes it again: two
+// specs marking faults on one node at once (specs of two paths, --procs) must not drop each other's mark.
+func updateNodeAnnotations(ctx context.Context, kube kubernetes.Interface, node string, change func(map[string]string) map[string]any) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"resourceVersion": n.ResourceVersion, "annotations": change(n.Annotations)}})
+		_, err = kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
-	}
-	list := ParseMarks(n.Annotations[FaultsAnnotation])
-	list = slices.DeleteFunc(list, func(s string) bool { return s == fault })
-	if on {
-		list = append(list, fault)
-	}
-	slices.Sort(list)
-	ann := map[string]any{FaultsAnnotation: nil, FaultRunAnnotation: nil}
-	if len(list) > 0 {
-		ann[FaultsAnnotation] = strings.Join(list, ",")
-		ann[FaultRunAnnotation] = runID
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
-	_, err = kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
+	})
 }
 
 // ParseMarks splits a FaultsAnnotation value.

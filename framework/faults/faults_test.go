@@ -268,3 +268,56 @@ func TestKubeletStopStartWaitsForTheHelper(t *testing.T) {
 		}
 	}
 }
+
+// Two specs may mark one node at once (specs of two paths under --procs). A mark computed from a stale
+// read is refused by its resourceVersion and computed again, so neither mark is lost.
+func TestNodeMarksSurviveAConcurrentWriter(t *testing.T) {
+	for name, write := range map[string]func(context.Context, *fake.Clientset) error{
+		"fault mark": func(ctx context.Context, kube *fake.Clientset) error {
+			return Mark(ctx, kube, "n", "run-1", "kubelet-stop", true)
+		},
+		"device health": func(ctx context.Context, kube *fake.Clientset) error {
+			return (&Local{Kube: kube}).SetHealth(ctx, Device{Node: "n", ID: "GPU-b"}, false)
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ResourceVersion: "1"}})
+			gvr := corev1.SchemeGroupVersion.WithResource("nodes")
+			patches := 0
+			kube.PrependReactor("patch", "nodes", func(a clienttesting.Action) (bool, runtime.Object, error) {
+				patches++
+				if patches > 1 {
+					return false, nil, nil
+				}
+				if p := string(a.(clienttesting.PatchAction).GetPatch()); !strings.Contains(p, `"resourceVersion":"1"`) {
+					t.Errorf("the patch %s does not say which version it was computed from", p)
+				}
+				// Another writer's marks land between this read and this patch.
+				obj, _ := kube.Tracker().Get(gvr, "", "n")
+				other := obj.(*corev1.Node).DeepCopy()
+				other.Annotations = map[string]string{FaultsAnnotation: "stop-node", FaultRunAnnotation: "run-1", localUnhealthyDevices: "GPU-a"}
+				other.ResourceVersion = "2"
+				if err := kube.Tracker().Update(gvr, other, ""); err != nil {
+					t.Fatal(err)
+				}
+				return true, nil, apierrors.NewConflict(gvr.GroupResource(), "n", errors.New("the object has been modified"))
+			})
+			if err := write(t.Context(), kube); err != nil {
+				t.Fatal(err)
+			}
+			n, err := kube.CoreV1().Nodes().Get(t.Context(), "n", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if name == "fault mark" && n.Annotations[FaultsAnnotation] != "kubelet-stop,stop-node" {
+				t.Errorf("faults %q, want both writers' marks", n.Annotations[FaultsAnnotation])
+			}
+			if name == "device health" && n.Annotations[localUnhealthyDevices] != "GPU-a,GPU-b" {
+				t.Errorf("unhealthy devices %q, want both writers' devices", n.Annotations[localUnhealthyDevices])
+			}
+			if patches != 2 {
+				t.Errorf("%d patches, want the refused one and one computed again", patches)
+			}
+		})
+	}
+}

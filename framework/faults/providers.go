@@ -3,15 +3,12 @@ package faults
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -66,22 +63,18 @@ func (l *Local) RestartKubelet(ctx context.Context, node string) error {
 // SetHealth implements DeviceProvider through the fake GPU agent's health annotation, the source the
 // agent reports on both allocation paths (device plugin: ListAndWatch health; DRA: the slice).
 func (l *Local) SetHealth(ctx context.Context, dev Device, healthy bool) error {
-	n, err := l.Kube.CoreV1().Nodes().Get(ctx, dev.Node, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	list := slices.DeleteFunc(ParseMarks(n.Annotations[localUnhealthyDevices]), func(s string) bool { return s == dev.ID })
-	if !healthy {
-		list = append(list, dev.ID)
-	}
-	var v any
-	if len(list) > 0 {
-		slices.Sort(list)
-		v = strings.Join(list, ",")
-	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{localUnhealthyDevices: v}}})
-	_, err = l.Kube.CoreV1().Nodes().Patch(ctx, dev.Node, types.MergePatchType, patch, metav1.PatchOptions{})
-	return err
+	return updateNodeAnnotations(ctx, l.Kube, dev.Node, func(ann map[string]string) map[string]any {
+		list := slices.DeleteFunc(ParseMarks(ann[localUnhealthyDevices]), func(s string) bool { return s == dev.ID })
+		if !healthy {
+			list = append(list, dev.ID)
+		}
+		var v any
+		if len(list) > 0 {
+			slices.Sort(list)
+			v = strings.Join(list, ",")
+		}
+		return map[string]any{localUnhealthyDevices: v}
+	})
 }
 
 // Evicts implements DeviceProvider: the fake agent withholds an unhealthy device, like NVIDIA's device
