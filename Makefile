@@ -15,8 +15,9 @@ BUILD_DEV = $(GO) build -o $(GPUCONFORM_DEV) ./cmd/gpuconform-dev
 # Extra arguments for the suite, e.g. E2E_ARGS='--ginkgo.label-filter=path:dra'.
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
-# Ginkgo processes for the suite (gpuconform run --procs): specs that do not hold nodes run side by side;
-# Serial ones still run one at a time, after them. 1 runs in one process.
+# Ginkgo processes for the suite (gpuconform run --procs): specs run side by side except where a spec holds
+# its path (holds:path, beside the other path's specs) or the nodes (holds:nodes, alone); the upgrade
+# rehearsal (Serial) runs alone at the end. 1 runs in one process.
 E2E_PROCS ?= 2
 
 .PHONY: FORCE help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean

@@ -16,7 +16,9 @@
 //     <Name>Spec)`. Needs says what must be there for the scenario to be required and run; Uses what
 //     some specs use where the run offers it (the preflight asks for both).
 //  2. <Name>Spec(input func() <Name>Input): for each path in input().Paths, describePath(...) with
-//     labels.Of(labels.Scenario(<name>Name), …) and ginkgo.Serial where it holds or changes nodes; each
+//     labels.Of(labels.Scenario(<name>Name), …), plus labels.HoldsPath where it needs every device of its
+//     path on a node or labels.HoldsNodes where it stops nodes or kubelets (framework/poollock; ginkgo.Serial
+//     only for a spec of no path, such as the upgrade rehearsal); each
 //     It reads the live state from the *Spec it is handed. Call NotExercised with the reason for
 //     every check it does not register.
 //  3. One line in Registry (registry.go).

@@ -102,7 +102,7 @@ func FailureSpec(input func() FailureInput) {
 		if reg.Checkpoints.None() {
 			reg.notExercised(pathName+": resume from a checkpoint after a failure", reg.CheckpointsWhy+"; the reschedule half of the checks still runs")
 		}
-		describePath(input, regPath, "GPU failure and recovery", "fail", []any{labels.Of(labels.Scenario(failureName), labels.Disruptive), ginkgo.Serial}, func(s *Spec[FailureInput]) {
+		describePath(input, regPath, "GPU failure and recovery", "fail", []any{labels.Of(labels.Scenario(failureName), labels.Disruptive, labels.HoldsNodes)}, func(s *Spec[FailureInput]) {
 			if devices == nil {
 				reg.notExercised(pathName+": device health", devicesWhy)
 			} else {

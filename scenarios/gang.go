@@ -114,7 +114,7 @@ func GangSpec(input func() GangInput) {
 		if regPath.ClaimBased() && reg.Faults.DRAEvict != nil {
 			devices, devicesWhy = reg.Faults.DRAEvict, ""
 		}
-		describePath(input, regPath, "Multi-worker GPU jobs", "gang", []any{labels.Of(labels.Scenario(gangName), labels.NeedsKueue), ginkgo.Serial}, func(s *Spec[GangInput]) {
+		describePath(input, regPath, "Multi-worker GPU jobs", "gang", []any{labels.Of(labels.Scenario(gangName), labels.NeedsKueue, labels.HoldsPath)}, func(s *Spec[GangInput]) {
 			if len(one) == 0 {
 				reg.notExercised(pathName+": gang on one node", "no node in the GPU pool has 2 devices on this path")
 			} else {

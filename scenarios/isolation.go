@@ -36,10 +36,10 @@ func IsolationSpec(input func() AllocationInput) {
 			continue
 		}
 		describePath(input, regPath, "GPU exclusivity and isolation", "isol", []any{labels.Of(labels.Scenario(allocationName))}, func(s *Spec[AllocationInput]) {
-			// Serial: it needs every device of one node, which another spec's pods would hold.
+			// holds:path: it needs every device of the path on one node, which another spec's pods would hold.
 			ginkgo.It("gives each device of a full node to exactly one of the pods running side by side, all of them, and makes one more pod wait for a device",
 				proves(allocationName, conformance.SecureAcceleratorAccess),
-				ginkgo.Serial, func(ctx context.Context) {
+				labels.Of(labels.HoldsPath), func(ctx context.Context) {
 					fillNode(ctx, s.Env, s.Path, s.NS, nodes)
 				})
 

@@ -96,9 +96,9 @@ func PreemptionSpec(input func() PreemptionInput) {
 			continue
 		}
 		first := i == 0
-		// Serial: its timings (time to preempt, to resume) must not include a scheduling wait for devices a
-		// parallel spec's pods hold, and its preemptor must find the devices its victim frees.
-		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.Scenario(preemptionName), labels.NeedsKueue), ginkgo.Serial}, func(s *Spec[PreemptionInput]) {
+		// holds:path: its timings (time to preempt, to resume) must not include a scheduling wait for devices
+		// another spec's pods hold on the path, and its preemptor must find the devices its victim frees.
+		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.Scenario(preemptionName), labels.NeedsKueue, labels.HoldsPath)}, func(s *Spec[PreemptionInput]) {
 			ginkgo.It("evicts a low-priority training Job for a high-priority one, which runs on the freed quota; the low one checkpoints on SIGTERM, is re-admitted and resumes where it stopped", func(ctx context.Context) {
 				priorityPreemption(ctx, s)
 			})

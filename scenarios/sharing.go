@@ -74,14 +74,14 @@ func SharingSpec(input func() SharingInput) {
 			for _, m := range chosen {
 				switch m.Mode {
 				case cluster.ModeTimeSlicing, cluster.ModeMPS:
-					// Serial: it fills every free replica of the node.
+					// holds:path: it fills every free replica of the node.
 					ginkgo.It(fmt.Sprintf("maps every %s replica of a full node to one physical GPU, gives no GPU more holders than its replicas, names the pods that share each GPU, and makes one more pod wait", m.Mode),
-						ginkgo.Serial, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
+						labels.Of(labels.HoldsPath), proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
 							sharedNodeFilled(ctx, s, m)
 						})
 				case cluster.ModeMIGSingle, cluster.ModeMIGMixed:
 					ginkgo.It(fmt.Sprintf("gives each pod of a full %s node one distinct MIG device of its resource's profile, never beside its whole parent GPU, and makes one more pod wait", m.Mode),
-						ginkgo.Serial, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
+						labels.Of(labels.HoldsPath), proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
 							migNodeFilled(ctx, s, m)
 						})
 				case cluster.ModePartitionable:
@@ -92,8 +92,9 @@ func SharingSpec(input func() SharingInput) {
 			}
 			if noisyNode != nil {
 				m := *noisyNode
+				// holds:nodes: a timing measured while another spec loads the node would measure that spec.
 				ginkgo.It(fmt.Sprintf("measures the latency of a probe alone and beside a memory-heavy and a compute-heavy neighbour on one %s GPU", m.Mode),
-					ginkgo.Serial, func(ctx context.Context) {
+					labels.Of(labels.HoldsNodes), func(ctx context.Context) {
 						noisyNeighbours(ctx, s, m)
 					})
 			}

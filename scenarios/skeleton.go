@@ -3,12 +3,15 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/poollock"
 	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/testenv"
 )
@@ -67,9 +70,10 @@ type Spec[I scenarioInput] struct {
 }
 
 // describePath registers the container "<title> on the <path> path" for one discovered path, labelled
-// with the path's label and decorators (scenario label, Serial, …). Its BeforeEach reads the input
-// again, resolves the live path registered under the same name and creates the spec's namespace
-// (nsPrefix); body registers the container's specs, reading the live state from s inside them.
+// with the path's label and decorators (scenario label, holds:path, …). Its BeforeEach reads the input
+// again, resolves the live path registered under the same name, takes the spec's pool locks (holdPool)
+// and creates the spec's namespace (nsPrefix); body registers the container's specs, reading the live
+// state from s inside them.
 func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPrefix string, decorators []any, body func(s *Spec[I])) {
 	pathName := regPath.Name()
 	args := append([]any{ginkgo.Label(labels.ForPath(pathName))}, decorators...)
@@ -80,6 +84,7 @@ func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPr
 			s.Env = s.In.base().Env
 			s.Path = pathByName(s.In.base().Paths, pathName)
 			gomega.Expect(s.Path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
+			holdPool(ctx, s.Env, pathName, s.In.base().Paths)
 			s.NS = s.Env.NewNamespace(ctx, nsPrefix).Name
 		})
 		body(s)
@@ -94,4 +99,36 @@ func pathByName(paths []gpu.Path, name string) gpu.Path {
 		}
 	}
 	return nil
+}
+
+// holdPool takes the spec's pool locks (framework/poollock) before the spec creates anything, and
+// releases them after its cleanup (registered first, the release runs last, once the spec's pods and
+// claims are gone): its path's shared; its path's exclusive when the spec is labelled holds:path (it needs
+// every device of the path on a node); every path's exclusive when it is labelled holds:nodes (it stops
+// nodes or kubelets, or measures a node). In one process nothing ever waits; with several (--procs), a
+// spec that holds one path runs beside the other path's specs instead of alone, as Serial would.
+func holdPool(ctx context.Context, env *testenv.Env, path string, paths []gpu.Path) {
+	ginkgo.GinkgoHelper()
+	mode, names := poolHold(ginkgo.CurrentSpecReport().Labels(), path, paths)
+	release, waited, err := poollock.Hold(ctx, poollock.Dir(env.Factory.RunID), names, mode)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the %s pool lock on %v", mode, names)
+	ginkgo.DeferCleanup(release)
+	if waited >= time.Second {
+		ginkgo.GinkgoWriter.Printf("waited %s for the %s pool lock on %v (another process's spec held it)\n", waited.Round(time.Second), mode, names)
+	}
+}
+
+// poolHold is how a spec with specLabels on path holds the pool locks, and which.
+func poolHold(specLabels []string, path string, paths []gpu.Path) (poollock.Mode, []string) {
+	switch {
+	case slices.Contains(specLabels, labels.HoldsNodes):
+		names := make([]string, 0, len(paths))
+		for _, p := range paths {
+			names = append(names, "path-"+p.Name())
+		}
+		return poollock.Exclusive, names
+	case slices.Contains(specLabels, labels.HoldsPath):
+		return poollock.Exclusive, []string{"path-" + path}
+	}
+	return poollock.Shared, []string{"path-" + path}
 }

@@ -1,6 +1,13 @@
 package scenarios
 
-import "testing"
+import (
+	"slices"
+	"testing"
+
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/poollock"
+)
 
 // A path the team's ClusterQueue does not cover submits nothing through Kueue; the others do when Kueue
 // is usable at all.
@@ -21,5 +28,25 @@ func TestQueued(t *testing.T) {
 	}
 	if !(Base{}).queued(true, "dra") {
 		t.Error("without gaps (own queues) every path is queued")
+	}
+}
+
+// A spec shares its path's lock; holds:path takes it alone; holds:nodes takes every path's alone (stopping a
+// kubelet takes the other path's devices on the node too).
+func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
+	paths := []gpu.Path{&gpu.DRA{}, &gpu.DevicePlugin{}}
+	for _, c := range []struct {
+		labels []string
+		mode   poollock.Mode
+		names  []string
+	}{
+		{[]string{"scenario:allocation", labels.PathDRA}, poollock.Shared, []string{"path-dra"}},
+		{[]string{"scenario:gang", labels.HoldsPath}, poollock.Exclusive, []string{"path-dra"}},
+		{[]string{"scenario:failure", labels.HoldsNodes, labels.Disruptive}, poollock.Exclusive, []string{"path-dra", "path-device-plugin"}},
+	} {
+		mode, names := poolHold(c.labels, "dra", paths)
+		if mode != c.mode || !slices.Equal(names, c.names) {
+			t.Errorf("%v: %s %v, want %s %v", c.labels, mode, names, c.mode, c.names)
+		}
 	}
 }

@@ -61,7 +61,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return
 		}
 		fmt.Fprintln(stderr, "usage: gpuconform run [--kubeconfig F] [--context C] [--config F] [--disruptive] [--procs N] [--in-cluster --image IMG] [--ginkgo.* flags] …")
-		fmt.Fprintln(stderr, "  --procs N\n\trun the specs in N Ginkgo processes (Serial specs still one at a time, on the first); default 1")
+		fmt.Fprintln(stderr, "  --procs N\n\trun the specs in N Ginkgo processes (a spec that holds its path or the nodes waits for the specs it would disturb; Serial ones run alone at the end); default 1")
 		fmt.Fprintln(stderr, "the suite's flags:")
 		fs.VisitAll(func(f *flag.Flag) {
 			if !strings.HasPrefix(f.Name, "ginkgo.") {

@@ -21,8 +21,15 @@ const (
 	// Disruptive marks specs that change nodes (cordon, stop, device failure, plugin roll); they run only
 	// with the `disruptive` opt-in and only inside the configured pool.
 	Disruptive = "Disruptive"
-	// Serial marks specs that must not run alongside others (they consume a whole pool's devices).
+	// Serial is Ginkgo's label of its Serial decorator (a spec that runs alone, after the others: the upgrade
+	// rehearsal); specs that hold one path's devices use HoldsPath instead.
 	Serial = "Serial"
+	// HoldsPath marks specs that need every device of their path on a node (fill a node, gangs, preemption):
+	// no other spec on the path runs beside them; the other path's specs do (framework/poollock).
+	HoldsPath = "holds:path"
+	// HoldsNodes marks specs that stop nodes or kubelets, or measure a node's timings: no spec on any path
+	// runs beside them.
+	HoldsNodes = "holds:nodes"
 	// Slow marks specs expected to take longer than five minutes on a real cluster.
 	Slow = "Slow"
 
@@ -81,7 +88,7 @@ func Scenario(name string) string {
 
 func known(l string) bool {
 	switch l {
-	case Disruptive, Serial, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
+	case Disruptive, Serial, HoldsPath, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
 		return true
 	}
 	if id, ok := strings.CutPrefix(l, RequirementPrefix); ok {
@@ -96,7 +103,7 @@ func known(l string) bool {
 // Known returns the label set, sorted, for documentation and `--help` output.
 func Known() []string {
 	scenarios.RLock()
-	out := []string{Disruptive, Serial, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
+	out := []string{Disruptive, Serial, HoldsPath, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
 	for _, v := range conformance.Versions() {
 		c, _ := conformance.For(v)
 		for _, r := range c.Requirements {

@@ -24,6 +24,7 @@ import (
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/conformance"
+	"gpuconform.io/gpuconform/framework/poollock"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/reports"
@@ -196,6 +197,7 @@ func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer) {
 			}
 		}
 	}, func(ctx context.Context) {
+		_ = os.RemoveAll(poollock.Dir(r.RunID)) // every process is done with the pool locks
 		res, err := r.LeakAudit(ctx)
 		leaks = &res
 		if r.Config.KeepResources {

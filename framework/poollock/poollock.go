@@ -1,0 +1,95 @@
+// Package poollock keeps a spec that holds a path's devices, or its nodes, from running beside the specs
+// that use them when Ginkgo runs specs in several processes (gpuconform run --procs, ginkgo run -p).
+//
+// Ginkgo's own Serial runs a spec alone, after every other spec. That is what a spec that changes nodes
+// needs, but too much for one that fills a node's devices on one path: the local cluster, like a real
+// node with a device plugin and a DRA driver side by side, gives each path devices of its own, so the
+// other path's specs can run beside it. A spec takes its path's lock shared, a spec that holds the path
+// takes it exclusive, and a spec that stops nodes or kubelets takes every path's exclusive.
+//
+// The locks are flock(2) on one file per name in a directory of the run's own (Dir): every process of a
+// run is on one machine (Ginkgo starts them as local children), and a process that dies loses its locks.
+package poollock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+)
+
+// Mode is how a spec holds a lock.
+type Mode int
+
+const (
+	// Shared: specs that use a path's devices beside each other.
+	Shared Mode = iota
+	// Exclusive: a spec that needs the path's devices (or nodes) to itself.
+	Exclusive
+)
+
+func (m Mode) String() string {
+	if m == Exclusive {
+		return "exclusive"
+	}
+	return "shared"
+}
+
+// Dir is the run's lock directory: one per run ID, so two runs on one machine never wait on each other.
+func Dir(runID string) string { return filepath.Join(os.TempDir(), "gpuconform-locks-"+runID) }
+
+// Poll is how often a waiting holder tries again (flock has no timeout; the wait must end with ctx).
+var Poll = 100 * time.Millisecond
+
+// Hold takes the named locks in dir, in sorted order so that two holders never wait on each other, and
+// returns their release and how long it waited. It waits until they are free or ctx ends.
+func Hold(ctx context.Context, dir string, names []string, mode Mode) (release func(), waited time.Duration, err error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, 0, fmt.Errorf("lock directory: %w", err)
+	}
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	var held []*os.File
+	release = func() {
+		for _, f := range slices.Backward(held) {
+			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+			_ = f.Close()
+		}
+		held = nil
+	}
+	how := syscall.LOCK_SH
+	if mode == Exclusive {
+		how = syscall.LOCK_EX
+	}
+	start := time.Now()
+	for _, name := range names {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			release()
+			return nil, 0, err
+		}
+		for {
+			err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+				_ = f.Close()
+				release()
+				return nil, 0, fmt.Errorf("lock %s: %w", name, err)
+			}
+			select {
+			case <-ctx.Done():
+				_ = f.Close()
+				release()
+				return nil, 0, fmt.Errorf("waiting for the %s lock on %s: %w", mode, name, context.Cause(ctx))
+			case <-time.After(Poll):
+			}
+		}
+		held = append(held, f)
+	}
+	return release, time.Since(start), nil
+}

@@ -1,0 +1,117 @@
+package poollock
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// The locks must hold between processes, as Ginkgo's are: the holder here is a child process (this
+// test binary again) that takes a lock and keeps it until its stdin closes.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("POOLLOCK_HOLDER_DIR"); dir != "" {
+		mode := Shared
+		if os.Getenv("POOLLOCK_HOLDER_MODE") == "exclusive" {
+			mode = Exclusive
+		}
+		release, _, err := Hold(context.Background(), dir, []string{os.Getenv("POOLLOCK_HOLDER_NAME")}, mode)
+		if err != nil {
+			os.Exit(3)
+		}
+		os.Stdout.WriteString("held\n")
+		_, _ = os.Stdin.Read(make([]byte, 1)) // until the test closes it
+		release()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// holder starts a child process that holds name in mode; stop releases it.
+func holder(t *testing.T, dir, name string, mode Mode) (stop func()) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "POOLLOCK_HOLDER_DIR="+dir, "POOLLOCK_HOLDER_NAME="+name, "POOLLOCK_HOLDER_MODE="+mode.String())
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := out.Read(buf); err != nil || string(buf) != "held\n" {
+		t.Fatalf("the holder did not take its lock: %q %v", buf, err)
+	}
+	return func() { _ = in.Close(); _ = cmd.Wait() }
+}
+
+func tryHold(t *testing.T, dir string, names []string, mode Mode, within time.Duration) (func(), error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	defer cancel()
+	release, _, err := Hold(ctx, dir, names, mode)
+	return release, err
+}
+
+func TestAnExclusiveHolderKeepsEveryoneElseOffItsPathOnly(t *testing.T) {
+	dir := t.TempDir()
+	stop := holder(t, dir, "path-device-plugin", Exclusive)
+	if _, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, 300*time.Millisecond); err == nil {
+		t.Fatal("a shared holder got the path another process holds exclusive")
+	}
+	if _, err := tryHold(t, dir, []string{"path-device-plugin", "path-dra"}, Exclusive, 300*time.Millisecond); err == nil {
+		t.Fatal("a holder of every path got them while one was held")
+	}
+	release, err := tryHold(t, dir, []string{"path-dra"}, Exclusive, time.Second)
+	if err != nil {
+		t.Fatalf("the other path was not free: %v", err)
+	}
+	release()
+	stop()
+	release, err = tryHold(t, dir, []string{"path-device-plugin"}, Exclusive, 2*time.Second)
+	if err != nil {
+		t.Fatalf("the path was not free after its holder let go: %v", err)
+	}
+	release()
+}
+
+func TestSharedHoldersRunTogetherAndAnExclusiveOneWaitsForThem(t *testing.T) {
+	dir := t.TempDir()
+	stop := holder(t, dir, "path-dra", Shared)
+	release, err := tryHold(t, dir, []string{"path-dra"}, Shared, time.Second)
+	if err != nil {
+		t.Fatalf("two shared holders could not hold together: %v", err)
+	}
+	release()
+	if _, err := tryHold(t, dir, []string{"path-dra"}, Exclusive, 300*time.Millisecond); err == nil {
+		t.Fatal("an exclusive holder got the path while another process held it shared")
+	}
+	done := make(chan time.Duration)
+	go func() {
+		release, waited, err := Hold(t.Context(), dir, []string{"path-dra"}, Exclusive)
+		if err == nil {
+			release()
+		}
+		done <- waited
+	}()
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	select {
+	case waited := <-done:
+		if waited < 250*time.Millisecond {
+			t.Errorf("waited %s, want at least the 300ms the shared holder kept it", waited)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the exclusive holder did not get the lock after the shared one let go")
+	}
+}
