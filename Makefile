@@ -17,8 +17,11 @@ E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 # Ginkgo processes for the suite (gpuconform run --procs): specs run side by side except where a spec holds
 # its path (holds:path, beside the other path's specs) or the nodes (holds:nodes, alone); the upgrade
-# rehearsal (Serial) runs alone at the end. 1 runs in one process.
+# rehearsal (Serial) runs alone at the end. 1 runs in one process. Several processes take the specs in
+# Ginkgo's order, which registers each path's container whole; randomizing every spec's order mixes the
+# paths, so a process that holds one path finds the other path's specs to run beside it.
 E2E_PROCS ?= 2
+E2E_ORDER = $(if $(filter-out 1,$(E2E_PROCS)),--ginkgo.randomize-all)
 
 .PHONY: FORCE help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean
 
@@ -92,7 +95,7 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 		--ginkgo.no-color --ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
 	@echo "▶ conformance suite (gpuconform run, disruptive specs included; the last run took $$(cat $(ARTIFACTS)/.conformance-wall 2>/dev/null || echo '?')); one line per finished spec, the whole log in $(ARTIFACTS)/conformance.log"
 	@start=$$(date +%s); PATH="$(CURDIR)/_output/bin:$$PATH" $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --timeout=$(E2E_TIMEOUT) \
-		--procs=$(E2E_PROCS) --ginkgo.fail-on-empty $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
+		--procs=$(E2E_PROCS) $(E2E_ORDER) --ginkgo.fail-on-empty $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
 	tail -n +1 -F --pid=$$pid $(ARTIFACTS)/conformance.log 2>/dev/null | grep --line-buffered -oE '\[gpuconform\] .*|^not exercised.*'; \
 	wait $$pid; rc=$$?; echo "$$(( $$(date +%s) - start ))s" > $(ARTIFACTS)/.conformance-wall; \
 	$(GPUCONFORM) bench $(ARTIFACTS) | tail -n +3 || true; \
