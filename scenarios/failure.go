@@ -102,24 +102,27 @@ func FailureSpec(input func() FailureInput) {
 		if reg.Checkpoints.None() {
 			reg.notExercised(pathName+": resume from a checkpoint after a failure", reg.CheckpointsWhy+"; the reschedule half of the checks still runs")
 		}
-		describePath(input, regPath, "GPU failure and recovery", "fail", []any{labels.Of(labels.Scenario(failureName), labels.Disruptive, labels.HoldsNodes)}, func(s *Spec[FailureInput]) {
+		describePath(input, regPath, "GPU failure and recovery", "fail", []any{labels.Of(labels.Scenario(failureName), labels.Disruptive)}, func(s *Spec[FailureInput]) {
 			if devices == nil {
 				reg.notExercised(pathName+": device health", devicesWhy)
 			} else {
-				ginkgo.It("withdraws exactly the device reported unhealthy, never hands it out while unhealthy, and hands it out again after it recovers", func(ctx context.Context) {
+				// holds:path: a device fault is the device's (the provider's contract), and the spec fills the
+				// path's healthy devices of the node; the other path's specs go on beside it.
+				ginkgo.It("withdraws exactly the device reported unhealthy, never hands it out while unhealthy, and hands it out again after it recovers", labels.Of(labels.HoldsPath), func(ctx context.Context) {
 					deviceHealth(ctx, s.Env, s.In.Faults, devices, s.Path, s.NS, nodes[0])
 				})
 			}
 			if nodeFaults == nil {
 				reg.notExercised(pathName+": kubelet restart and failed worker", nodeWhy)
 			} else {
-				ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", func(ctx context.Context) {
+				// holds:nodes: a kubelet restart, or a node that fails, takes every path's devices there.
+				ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", labels.Of(labels.HoldsNodes), func(ctx context.Context) {
 					kubeletRestart(ctx, s.Env, s.In.Faults, s.Path, s.NS, restartNode)
 				})
 				if len(nodes) < 2 {
 					reg.notExercised(pathName+": failed worker", "the GPU pool has one node with a device on this path; the replacement needs another")
 				} else {
-					ginkgo.It("reschedules a training job whose GPU node fails onto another GPU node, where it resumes from its last checkpoint and completes; the node comes back with its devices", func(ctx context.Context) {
+					ginkgo.It("reschedules a training job whose GPU node fails onto another GPU node, where it resumes from its last checkpoint and completes; the node comes back with its devices", labels.Of(labels.HoldsNodes), func(ctx context.Context) {
 						failedWorker(ctx, s, nodes)
 					})
 				}
@@ -127,7 +130,7 @@ func FailureSpec(input func() FailureInput) {
 			if evictor == nil {
 				reg.notExercised(pathName+": failed device under a running job", evictorWhy)
 			} else {
-				ginkgo.It("keeps a device that fails under a training job from its replacement, which resumes from the last checkpoint on a healthy device", func(ctx context.Context) {
+				ginkgo.It("keeps a device that fails under a training job from its replacement, which resumes from the last checkpoint on a healthy device", labels.Of(labels.HoldsPath), func(ctx context.Context) {
 					failedDevice(ctx, s, evictor, nodes)
 				})
 			}
