@@ -26,9 +26,9 @@ import (
 type Mode int
 
 const (
-	// Shared: specs that use a path's devices beside each other.
+	// Shared is how specs that use a path's devices beside each other hold it.
 	Shared Mode = iota
-	// Exclusive: a spec that needs the path's devices (or nodes) to itself.
+	// Exclusive is how a spec that needs the path's devices (or nodes) to itself holds it.
 	Exclusive
 )
 
