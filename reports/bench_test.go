@@ -21,7 +21,9 @@ func TestBenchFromARun(t *testing.T) {
 		return sp
 	}
 	a := withRequests(spec("admits a Job", "dra", types.SpecStatePassed, ""), 30)
-	a.RunTime = 12 * time.Second
+	// It waited 2 s for its pool lock (another process's spec held the path): wall, not the ratio's.
+	a.ReportEntries = append(a.ReportEntries, types.ReportEntry{Name: LockWaitEntry, Value: types.WrapEntryValue(2.0)})
+	a.RunTime = 14 * time.Second
 	b := withRequests(spec("shows no device", "dra", types.SpecStatePassed, ""), 10)
 	b.RunTime = 4 * time.Second // no timeline: counted in wall, not in the ratio
 	suites := []types.Report{{RunTime: 20 * time.Second, SpecReports: []types.SpecReport{a, b}}}
@@ -37,17 +39,17 @@ func TestBenchFromARun(t *testing.T) {
 		t.Fatalf("rows = %+v", bench.Rows)
 	}
 	r := bench.Rows[0]
-	if r.Scenario != "allocation" || r.Specs != 2 || r.WithTimeline != 1 || r.Inherent != 10*time.Second || r.Wall != 16*time.Second || r.Requests != 40 {
+	if r.Scenario != "allocation" || r.Specs != 2 || r.WithTimeline != 1 || r.Inherent != 10*time.Second || r.Wall != 18*time.Second || r.LockWait != 2*time.Second || r.Requests != 40 {
 		t.Errorf("row = %+v", r)
 	}
 	if r.Ratio() != 1.2 {
-		t.Errorf("ratio = %v, want 12 s / 10 s", r.Ratio())
+		t.Errorf("ratio = %v, want (14 s - 2 s of lock wait) / 10 s", r.Ratio())
 	}
 	if r.PerSpec() != 20 {
 		t.Errorf("requests per spec = %v, want 40 / 2", r.PerSpec())
 	}
 	md := RenderBench(bench)
-	for _, want := range []string{"| allocation | 2 (1) | 16s | 10s | 1.20 | 40 | 20.0 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)"} {
+	for _, want := range []string{"| allocation | 2 (1) | 18s | 2s | 10s | 1.20 | 40 | 20.0 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("bench lacks %q:\n%s", want, md)
 		}
@@ -138,7 +140,7 @@ func TestBenchSlowestSteps(t *testing.T) {
 	// The steps the ranking leaves out are measured too: the It's last By lasts to the It node's end,
 	// not to the By in the DeferCleanup; the BeforeEach and DeferCleanup Bys are no steps of their own,
 	// and the It's first By came as it started, so there is no BeforeFirstBy step.
-	steps := specSteps(a, "allocation", lifetimes(rec.Timelines[0]))
+	steps := specSteps(a, "allocation", lifetimes(rec.Timelines[0]), 0)
 	var names []string
 	for _, st := range steps {
 		names = append(names, st.Step)
@@ -149,10 +151,14 @@ func TestBenchSlowestSteps(t *testing.T) {
 	if last := steps[2]; last.Wall != 8*s || last.NonInherent != s {
 		t.Errorf("last step = %v wall, %v non-inherent; want 13–21 s less the second workload's 14–21 s", last.Wall, last.NonInherent)
 	}
+	// A spec that waited for its pool lock spent that wait in its BeforeEach: not the suite's own work.
+	if setup := specSteps(a, "allocation", lifetimes(rec.Timelines[0]), time.Second)[3]; setup.Wall != steps[3].Wall || setup.NonInherent != steps[3].NonInherent-time.Second {
+		t.Errorf("setup with 1 s of lock wait = %v wall, %v non-inherent; want %v and %v", setup.Wall, setup.NonInherent, steps[3].Wall, steps[3].NonInherent-time.Second)
+	}
 
 	md := RenderBench(bench)
 	for _, want := range []string{
-		"Slowest ten steps by time not spent waiting on the cluster (step wall minus the overlap with its workloads' lifetimes):",
+		"Slowest ten steps by time not spent waiting on the cluster (step wall minus the overlap with its workloads' lifetimes, and minus the spec's pool lock wait for its setup):",
 		"| # | Scenario | Path | Spec | Step | Step wall | Non-inherent |",
 		"| 1 | allocation | dra | admits a Job asking for 1 device through a LocalQueue — places it on… | " +
 			`submitting a Job asking for 1 device \| then 2 devices through LocalQueue gpu-queue, and w… | 10s | 4s |`,
@@ -180,7 +186,7 @@ func TestStepsBeforeTheFirstByAndWithoutTheItsEnd(t *testing.T) {
 	}
 	stepsOf := func(sp types.SpecReport, lives []span) []step {
 		var out []step
-		for _, st := range specSteps(sp, "allocation", lives) {
+		for _, st := range specSteps(sp, "allocation", lives, 0) {
 			out = append(out, step{st.Step, st.Wall, st.NonInherent})
 		}
 		return out

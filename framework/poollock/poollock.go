@@ -22,6 +22,11 @@ import (
 	"time"
 )
 
+// WaitEntry names the Ginkgo report entry in which a spec records, in seconds, how long it waited for its
+// locks while another process's spec held them: time neither the cluster's nor the spec's own (the bench
+// keeps it apart).
+const WaitEntry = "pool lock wait seconds"
+
 // Mode is how a spec holds a lock.
 type Mode int
 
