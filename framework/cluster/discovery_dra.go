@@ -126,8 +126,14 @@ func servesPlugin(p corev1.Pod, driver string) bool {
 	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podReady(p) {
 		return false
 	}
+	return mountsPlugin(p.Spec, driver)
+}
+
+// mountsPlugin reports a pod spec (a running pod's, or a DaemonSet's template) that mounts a kubelet
+// plugin's directories for driver, as servesPlugin says.
+func mountsPlugin(spec corev1.PodSpec, driver string) bool {
 	own, covers, other := false, false, false
-	for _, v := range p.Spec.Volumes {
+	for _, v := range spec.Volumes {
 		if v.HostPath == nil {
 			continue
 		}

@@ -101,8 +101,9 @@ func (e *StackNotReady) Error() string {
 func (e *StackNotReady) Unwrap() []error { return e.Problems }
 
 // CheckStackReady returns nil when every path the configuration demands is discovered with devices
-// (or, for "auto", when at least one path is), no device plugin is settling (settle, when not nil: the
-// run's Settle, so that a plugin that is re-registering is waited for instead of judged broken), and
+// (or, for "auto", when at least one path is), no device plugin or DRA driver's kubelet plugin is settling
+// (settle, when not nil: the run's Settle, so that a plugin that is re-registering or publishing its
+// slices again is waited for instead of judged broken or left out), and
 // Kueue's webhook is ready when Kueue is installed; otherwise a *StackNotReady. A path found broken and
 // settled (Capabilities.Settled) counts as an answer: waiting will not mend it, and the run reports it as
 // a failing spec.
@@ -115,6 +116,11 @@ func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.
 	var problems []error
 	if settle != nil && cfg.WantsPath(config.PathDevicePlugin) {
 		if err := settle.Check(ctx, kube, snap.Nodes, cfg.DevicePlugin.ResourceName, time.Now()); err != nil {
+			problems = append(problems, err)
+		}
+	}
+	if settle != nil && caps.DRA != nil {
+		if err := settle.CheckDRA(ctx, kube, snap, strings.Split(caps.DRA.Driver, ","), time.Now()); err != nil {
 			problems = append(problems, err)
 		}
 	}

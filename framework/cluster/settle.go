@@ -51,6 +51,8 @@ type Settle struct {
 	order  []string
 	notes  []string
 	noted  map[string]bool
+	// published remembers the driver/node pairs (draKey) seen publishing devices during the run.
+	published map[string]bool
 }
 
 // settleWait is what the run waited for on one node.
@@ -62,11 +64,13 @@ type settleWait struct {
 	after time.Duration
 	// last is the last check's time from the run's start.
 	last time.Duration
+	// driver and node are set for a DRA driver's plugin (CheckDRA); a device plugin's wait has neither.
+	driver, node string
 }
 
 // NewSettle starts one run's settling; the window counts from start.
 func NewSettle(start time.Time) *Settle {
-	return &Settle{start: start, window: SettleWindow, waits: map[string]*settleWait{}, noted: map[string]bool{}}
+	return &Settle{start: start, window: SettleWindow, waits: map[string]*settleWait{}, noted: map[string]bool{}, published: map[string]bool{}}
 }
 
 // Check is one poll of the stack-ready wait: nil when no node's device plugin is settling (the path is
@@ -98,6 +102,10 @@ func (s *Settle) Notes() []string {
 	out := slices.Clone(s.notes)
 	for _, n := range s.order {
 		w := s.waits[n]
+		if w.driver != "" {
+			out = append(out, w.draNote())
+			continue
+		}
 		if w.done {
 			out = append(out, fmt.Sprintf("device plugin on %s re-registered %s after the run started (when first seen, %s); discovery waited for it instead of judging the device-plugin path broken",
 				n, w.after.Round(time.Second), w.first))
@@ -178,6 +186,9 @@ func (s *Settle) record(short, settling map[string]string, elapsed time.Duration
 	}
 	for _, n := range s.order {
 		w := s.waits[n]
+		if w.driver != "" {
+			continue
+		}
 		w.last = elapsed
 		if w.done {
 			continue

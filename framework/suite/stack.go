@@ -38,8 +38,9 @@ type stackWait struct {
 	budget time.Duration
 }
 
-// waitForStack polls discovery until the requested paths have devices, no device plugin is settling
-// (cluster.Settle: re-registering plugins are waited for, within cluster.SettleWindow, not judged broken)
+// waitForStack polls discovery until the requested paths have devices, no device plugin or DRA kubelet
+// plugin is settling (cluster.Settle: re-registering plugins, and DRA plugins publishing a GPU node's
+// slices again, are waited for within cluster.SettleWindow, not judged broken or left out)
 // and Kueue's webhook answers, and returns the last discovery with its error when they do not within the
 // StackReady budget, or at once when Kueue's controller is down for good (after componentGrace when it is
 // not coming up either). What settling waited for, or could not read, goes into the run's notes.

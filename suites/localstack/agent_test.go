@@ -480,6 +480,10 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 	})
 
 	It("no-reregister: after a kubelet restart the device plugin stays away and the node's GPUs disappear", func(ctx SpecContext) {
+		// The agent publishes the node's DRA devices too; the node is whole again only when both paths are
+		// back, or a run started right after this suite (make e2e) finds the DRA path on one node fewer.
+		draDevices := sliceDeviceNames(ctx, Default, node)
+		Expect(draDevices).NotTo(BeEmpty(), "node %s publishes no %s devices before the fault", node, localcluster.DRADriverName)
 		DeferCleanup(func(ctx SpecContext) {
 			// The plugin process sits the fault out; restarting its pod (as an operator would) brings it back.
 			start := time.Now()
@@ -489,6 +493,9 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 			}).WithTimeout(time.Minute).Should(Succeed())
 			waitPluginServing(ctx, node, start)
 			Eventually(func() int64 { return allocatable(ctx, node) }).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(BeEquivalentTo(*devices))
+			Eventually(func(g Gomega) {
+				g.Expect(sliceDeviceNames(ctx, g, node)).To(ConsistOf(draDevices))
+			}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "the DRA devices of %s must be published again", node)
 		})
 		withFault(ctx, node, fakeplugin.FaultNoReregister)
 		start := time.Now()
