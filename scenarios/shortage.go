@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/diagnose"
@@ -89,7 +90,7 @@ func ShortageSpec(input func() ShortageInput) {
 			case len(eligibleNodes(regPath, 1, reg.GPUPool)) == 0:
 				reg.notExercised(pathName+": Kueue quota shortage", "no node in the GPU pool has a device on this path")
 			default:
-				ginkgo.It("holds a Job beyond the ClusterQueue's device quota unadmitted and without a pod, diagnosed as QueueQuotaExhausted, and admits and completes it once the first Job finishes",
+				ginkgo.It("holds a Job beyond the ClusterQueue's device quota unadmitted and without a pod, diagnosed as QueueQuotaExhausted, and admits and completes it once the first Job is deleted",
 					labels.Of(labels.NeedsKueue), func(ctx context.Context) {
 						quotaShortage(ctx, s.Env, s.Path, s.NS, eligibleNodes(s.Path, 1, s.In.GPUPool))
 					})
@@ -226,10 +227,12 @@ func quotaShortage(ctx context.Context, env *testenv.Env, path gpu.Path, ns stri
 	ginkgo.By(fmt.Sprintf("creating a LocalQueue with quota for 1 %s", res))
 	lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Quota: queues.QuotaFor(res, 1)})
 
-	// The first Job must still hold its quota while the second is diagnosed; it trains for about the
-	// admission budget, which is far longer than Kueue takes to refuse the second.
+	// The first Job must still hold its quota while the second is diagnosed and watched: it trains for
+	// about the admission budget, far longer than Kueue takes to refuse the second, and is then deleted
+	// rather than waited out (a user cancelling it; Kueue releases a deleted Workload's quota as it does a
+	// finished one's).
 	steps := max(int(env.Timeouts.Admission/time.Second), 10)
-	ginkgo.By(fmt.Sprintf("submitting a first Job that uses the whole quota for about %ds", steps))
+	ginkgo.By(fmt.Sprintf("submitting a first Job that uses the whole quota for up to %ds", steps))
 	first := createJob(ctx, env, env.Factory.GPUJob("holder", ns).Path(path).Devices(1).Queue(lq).OnNodes(nodes...).
 		ScratchDir("scratch", "/scratch").
 		Args("train", "--steps", strconv.Itoa(steps), "--step-duration", "1s", "--checkpoint-dir", "/scratch/ckpt", "--checkpoint-every", strconv.Itoa(steps)))
@@ -254,8 +257,9 @@ func quotaShortage(ctx context.Context, env *testenv.Env, path gpu.Path, ns stri
 		g.Expect(*got.Spec.Suspend).To(gomega.BeTrue(), "the unadmitted Job is not suspended")
 	})
 
-	ginkgo.By("waiting for the first Job to finish and free the quota")
-	pods.ExpectJobComplete(ctx, env, first)
+	ginkgo.By("deleting the first Job, whose Workload's quota Kueue must then release")
+	gomega.Expect(env.Clients.Kube.BatchV1().Jobs(ns).Delete(ctx, first.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})).
+		To(gomega.Succeed(), "deleting Job %s/%s", ns, first.Name)
 
 	ginkgo.By("waiting for Kueue to admit the second Job and for it to complete")
 	queues.ExpectAdmitted(ctx, env, extra, res, 1)
