@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -97,6 +98,56 @@ type Bench struct {
 	// Suite is the whole run: wall time of the suite and every request, discovery and audits included.
 	SuiteWall     time.Duration
 	SuiteRequests int64
+	// Floor is what the pool locks let no run go below, however many processes it has.
+	Floor LockFloor
+}
+
+// LockFloor splits the specs' work (run time less pool lock waits) by what their locks let run beside
+// them (framework/poollock, scenarios' holds:* labels). Serial specs and specs that hold every path run
+// alone; the specs that hold one path run one at a time on that path, beside the other path's; the rest
+// share their path with anything but a holder. So no run, with any number of processes, finishes in less
+// than Serial + Nodes + the busiest path's Path: that is where the suite's time goes once processes are
+// plentiful, and what finer locks or shorter holders would cut.
+type LockFloor struct {
+	Serial, Nodes time.Duration
+	// Path is the work of the holds:path specs per path; Shared the work of every other spec.
+	Path   map[string]time.Duration
+	Shared time.Duration
+}
+
+// Busiest is the path whose holders work longest, with that work ("" and 0 when no spec holds a path).
+func (f LockFloor) Busiest() (string, time.Duration) {
+	name, most := "", time.Duration(0)
+	for _, p := range slices.Sorted(maps.Keys(f.Path)) {
+		if f.Path[p] > most {
+			name, most = p, f.Path[p]
+		}
+	}
+	return name, most
+}
+
+// Total is the floor: Serial + Nodes + the busiest path's holders.
+func (f LockFloor) Total() time.Duration {
+	_, busiest := f.Busiest()
+	return f.Serial + f.Nodes + busiest
+}
+
+// add counts one spec's work by its locks.
+func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
+	specLabels := sp.Labels()
+	switch {
+	case sp.IsSerial:
+		f.Serial += work
+	case slices.Contains(specLabels, labels.HoldsNodes):
+		f.Nodes += work
+	case slices.Contains(specLabels, labels.HoldsPath):
+		if f.Path == nil {
+			f.Path = map[string]time.Duration{}
+		}
+		f.Path[pathOf(sp)] += work
+	default:
+		f.Shared += work
+	}
 }
 
 // ComputeBench measures a run from its artifacts: specs' run times, steps and request entries from the
@@ -122,6 +173,7 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 				}
 			}
 			wait := lockWait(sp)
+			b.Floor.add(sp, sp.RunTime-wait)
 			steps = append(steps, specSteps(sp, scenario, lives[sp.FullText()], wait)...)
 			r := rows[scenario]
 			if r == nil {
@@ -319,6 +371,11 @@ func RenderBench(b Bench) string {
 		rate = float64(b.SuiteRequests) / b.SuiteWall.Seconds()
 	}
 	fmt.Fprintf(&s, "\nWhole suite: %s wall (goal ≤ 10 min on the local cluster), %d API requests (%.2f/s).\n", b.SuiteWall.Round(time.Second), b.SuiteRequests, rate)
+	if f := b.Floor; f.Total() > 0 || f.Shared > 0 {
+		path, held := f.Busiest()
+		fmt.Fprintf(&s, "\nLock floor: %s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs %s, specs holding every path %s, and the specs holding the busiest path (%s) %s, one after another; the other specs' %s of work runs beside them.\n",
+			f.Total().Round(time.Second), f.Serial.Round(time.Second), f.Nodes.Round(time.Second), cmp.Or(path, "none"), held.Round(time.Second), f.Shared.Round(time.Second))
+	}
 	if len(b.Slowest) == 0 {
 		return s.String()
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/timeline"
 )
 
@@ -220,5 +221,44 @@ func TestStepsBeforeTheFirstByAndWithoutTheItsEnd(t *testing.T) {
 	sp.SpecEvents = sp.SpecEvents[:2]
 	if got, want := stepsOf(sp, nil), []step{{BeforeFirstBy, 2 * s, 2 * s}, {"waiting", 18 * s, 18 * s}}; !slices.Equal(got, want) {
 		t.Errorf("steps = %v, want %v", got, want)
+	}
+}
+
+// The lock floor adds the specs that run alone (Serial, holds:nodes) to the busiest path's holders, each
+// less its lock wait; the other specs' work is reported beside it, not in it.
+func TestBenchLockFloor(t *testing.T) {
+	withLabels := func(sp types.SpecReport, run, wait time.Duration, lbls ...string) types.SpecReport {
+		sp.LeafNodeLabels = lbls
+		sp.RunTime = run
+		if wait > 0 {
+			sp.ReportEntries = types.ReportEntries{{Name: LockWaitEntry, Value: types.WrapEntryValue(wait.Seconds())}}
+		}
+		return sp
+	}
+	upgrade := withLabels(spec("upgrades the canary", "dra", types.SpecStatePassed, ""), 10*time.Second, 0)
+	upgrade.IsSerial = true
+	specs := []types.SpecReport{
+		upgrade,
+		withLabels(spec("restarts a kubelet", "dra", types.SpecStatePassed, ""), 20*time.Second, 5*time.Second, labels.HoldsNodes),
+		withLabels(spec("fills a node", "dra", types.SpecStatePassed, ""), 18*time.Second, 0, labels.HoldsPath),
+		withLabels(spec("runs a gang", "dra", types.SpecStatePassed, ""), 14*time.Second, 2*time.Second, labels.HoldsPath),
+		withLabels(spec("fills a node", "device-plugin", types.SpecStatePassed, ""), 12*time.Second, 0, labels.HoldsPath),
+		withLabels(spec("shows no device", "device-plugin", types.SpecStatePassed, ""), 9*time.Second, 2*time.Second),
+	}
+	bench := ComputeBench([]types.Report{{RunTime: time.Minute, SpecReports: specs}}, record())
+	f := bench.Floor
+	if f.Serial != 10*time.Second || f.Nodes != 15*time.Second || f.Shared != 7*time.Second ||
+		f.Path["dra"] != 30*time.Second || f.Path["device-plugin"] != 12*time.Second {
+		t.Errorf("floor = %+v", f)
+	}
+	if path, held := f.Busiest(); path != "dra" || held != 30*time.Second || f.Total() != 55*time.Second {
+		t.Errorf("busiest %s %s, total %s; want dra 30s, 55s", path, held, f.Total())
+	}
+	md := RenderBench(bench)
+	if want := "Lock floor: 55s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs 10s, specs holding every path 15s, and the specs holding the busiest path (dra) 30s, one after another; the other specs' 7s of work runs beside them."; !strings.Contains(md, want) {
+		t.Errorf("bench lacks %q:\n%s", want, md)
+	}
+	if md := RenderBench(Bench{}); strings.Contains(md, "Lock floor") {
+		t.Errorf("a bench without specs has no floor:\n%s", md)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"gpuconform.io/gpuconform/reports"
 )
@@ -19,14 +21,9 @@ const BenchFile = "bench.md"
 // waiting on the cluster. It prints the tables and keeps them as bench.md; the goals are printed, never
 // asserted.
 func benchCommand(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	dir := "_artifacts"
-	switch len(args) {
-	case 0:
-	case 1:
-		dir = args[0]
-	default:
-		fmt.Fprintln(stderr, "usage: gpuconform bench [ARTIFACTS_DIR]")
-		return 2
+	dir, code, done := artifactsDirArg("bench", args, stdout, stderr)
+	if done {
+		return code
 	}
 	suites, rec, err := reports.ReadRun(dir)
 	if err != nil {
@@ -40,4 +37,25 @@ func benchCommand(_ context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	fmt.Fprint(stdout, table)
 	return 0
+}
+
+// artifactsDirArg reads the one optional argument of a command that reads a run's artifacts (bench,
+// report): the directory, "_artifacts" without one. --help prints the usage (done, 0); a flag it does not
+// know, or more than one argument, is a usage error (done, 2), rather than a directory named like a flag.
+func artifactsDirArg(name string, args []string, stdout, stderr io.Writer) (dir string, code int, done bool) {
+	usage := "usage: gpuconform " + name + " [ARTIFACTS_DIR]   (default _artifacts)"
+	switch {
+	case len(args) == 0:
+		return "_artifacts", 0, false
+	case slices.Contains([]string{"-h", "-help", "--help"}, args[0]):
+		fmt.Fprintln(stdout, usage)
+		return "", 0, true
+	case strings.HasPrefix(args[0], "-"):
+		fmt.Fprintf(stderr, "gpuconform %s: unknown flag %s\n%s\n", name, args[0], usage)
+		return "", 2, true
+	case len(args) > 1:
+		fmt.Fprintln(stderr, usage)
+		return "", 2, true
+	}
+	return args[0], 0, false
 }

@@ -26,13 +26,9 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprint(stdout, reports.RenderHistory(runs))
 		return 0
 	}
-	dir := "_artifacts"
-	if len(args) > 1 {
-		fmt.Fprintln(stderr, "usage: gpuconform report [ARTIFACTS_DIR]")
-		return 2
-	}
-	if len(args) == 1 {
-		dir = args[0]
+	dir, code, done := artifactsDirArg("report", args, stdout, stderr)
+	if done {
+		return code
 	}
 	rec, err := reports.ReadRecord(filepath.Join(dir, reports.RecordFile))
 	if err != nil {

@@ -76,3 +76,26 @@ func TestReportOfARunThatStoppedBeforeItsSpecs(t *testing.T) {
 		t.Errorf("signoff:\n%s", out.String())
 	}
 }
+
+// bench and report take one directory: --help is their usage, any other flag a usage error, and neither
+// is read as a directory named like a flag.
+func TestArtifactsCommandsArguments(t *testing.T) {
+	for name, cmd := range map[string]func(args []string, stdout, stderr *strings.Builder) int{
+		"bench":  func(a []string, o, e *strings.Builder) int { return benchCommand(t.Context(), a, o, e) },
+		"report": func(a []string, o, e *strings.Builder) int { return reportCommand(t.Context(), a, o, e) },
+	} {
+		var out, errb strings.Builder
+		if code := cmd([]string{"--help"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "usage: gpuconform "+name+" [ARTIFACTS_DIR]") {
+			t.Errorf("%s --help: exit %d, stdout %q, stderr %q", name, code, out.String(), errb.String())
+		}
+		out.Reset()
+		errb.Reset()
+		if code := cmd([]string{"--artifacts=x"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "unknown flag --artifacts=x") {
+			t.Errorf("%s --artifacts=x: exit %d, stderr %q", name, code, errb.String())
+		}
+		errb.Reset()
+		if code := cmd([]string{"a", "b"}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "usage:") {
+			t.Errorf("%s a b: exit %d, stderr %q", name, code, errb.String())
+		}
+	}
+}
