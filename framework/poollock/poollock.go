@@ -6,6 +6,7 @@
 // node with a device plugin and a DRA driver side by side, gives each path devices of its own, so the
 // other path's specs can run beside it. A spec takes its path's lock shared, a spec that holds the path
 // takes it exclusive, and a spec that stops nodes or kubelets takes every path's exclusive.
+// A queued exclusive holder goes before shared holders that come after it (Hold).
 //
 // The locks are flock(2) on one file per name in a directory of the run's own (Dir): every process of a
 // run is on one machine (Ginkgo starts them as local children), and a process that dies loses its locks.
@@ -52,6 +53,12 @@ var Poll = 100 * time.Millisecond
 
 // Hold takes the named locks in dir, in sorted order so that two holders never wait on each other, and
 // returns their release and how long it waited. It waits until they are free or ctx ends.
+//
+// An exclusive holder goes first: it queues at the lock's turnstile (a second file, name+".turnstile")
+// and keeps it until it has the lock, and a shared holder must pass the turnstile before it takes the
+// lock. Without it, flock lets shared holders that overlap one another keep the lock for as long as
+// they keep coming, and the exclusive holders, which are the suite's longest chain (bench: the lock
+// floor), wait behind specs that could have run later.
 func Hold(ctx context.Context, dir string, names []string, mode Mode) (release func(), waited time.Duration, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("lock directory: %w", err)
@@ -60,8 +67,7 @@ func Hold(ctx context.Context, dir string, names []string, mode Mode) (release f
 	var held []*os.File
 	release = func() {
 		for _, f := range slices.Backward(held) {
-			_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-			_ = f.Close()
+			unlock(f)
 		}
 		held = nil
 	}
@@ -71,30 +77,53 @@ func Hold(ctx context.Context, dir string, names []string, mode Mode) (release f
 	}
 	start := time.Now()
 	for _, name := range names {
-		f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o644)
+		turnstile, err := take(ctx, dir, name+".turnstile", syscall.LOCK_EX, mode)
 		if err != nil {
 			release()
 			return nil, 0, err
 		}
-		for {
-			err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-			if err == nil {
-				break
-			}
-			if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-				_ = f.Close()
-				release()
-				return nil, 0, fmt.Errorf("lock %s: %w", name, err)
-			}
-			select {
-			case <-ctx.Done():
-				_ = f.Close()
-				release()
-				return nil, 0, fmt.Errorf("waiting for the %s lock on %s: %w", mode, name, context.Cause(ctx))
-			case <-time.After(Poll):
-			}
+		if mode == Shared {
+			unlock(turnstile) // passed: no exclusive holder is queued
+		}
+		f, err := take(ctx, dir, name, how, mode)
+		if mode == Exclusive {
+			unlock(turnstile)
+		}
+		if err != nil {
+			release()
+			return nil, 0, err
 		}
 		held = append(held, f)
 	}
 	return release, time.Since(start), nil
+}
+
+// take opens dir/name and flocks it how, trying every Poll until it may or ctx ends.
+func take(ctx context.Context, dir, name string, how int, mode Mode) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
+			_ = f.Close()
+			return nil, fmt.Errorf("lock %s: %w", name, err)
+		}
+		select {
+		case <-ctx.Done():
+			_ = f.Close()
+			return nil, fmt.Errorf("waiting for the %s lock on %s: %w", mode, name, context.Cause(ctx))
+		case <-time.After(Poll):
+		}
+	}
+}
+
+// unlock releases f's lock and closes it.
+func unlock(f *os.File) {
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	_ = f.Close()
 }

@@ -115,3 +115,45 @@ func TestSharedHoldersRunTogetherAndAnExclusiveOneWaitsForThem(t *testing.T) {
 		t.Fatal("the exclusive holder did not get the lock after the shared one let go")
 	}
 }
+
+// A queued exclusive holder goes before shared holders that come after it, although the path is only
+// held shared: otherwise overlapping shared holders could keep it from the path for as long as they come.
+func TestAnExclusiveHolderGoesBeforeLaterSharedOnes(t *testing.T) {
+	dir := t.TempDir()
+	stop := holder(t, dir, "path-dra", Shared)
+	got := make(chan func())
+	go func() {
+		release, _, err := Hold(t.Context(), dir, []string{"path-dra"}, Exclusive)
+		if err != nil {
+			t.Error(err)
+			close(got)
+			return
+		}
+		got <- release
+	}()
+	time.Sleep(300 * time.Millisecond) // the exclusive holder is queued at the turnstile
+	if _, err := tryHold(t, dir, []string{"path-dra"}, Shared, 300*time.Millisecond); err == nil {
+		t.Fatal("a shared holder overtook the exclusive one queued before it")
+	}
+	if release, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, time.Second); err != nil {
+		t.Fatalf("the queue on one path held up the other: %v", err)
+	} else {
+		release()
+	}
+	stop()
+	var release func()
+	select {
+	case release = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the exclusive holder did not get the lock after the shared one let go")
+	}
+	if _, err := tryHold(t, dir, []string{"path-dra"}, Shared, 300*time.Millisecond); err == nil {
+		t.Fatal("a shared holder got the path while the exclusive one held it")
+	}
+	release()
+	if release, err := tryHold(t, dir, []string{"path-dra"}, Shared, 2*time.Second); err != nil {
+		t.Fatalf("the path was not free after the exclusive holder let go: %v", err)
+	} else {
+		release()
+	}
+}
