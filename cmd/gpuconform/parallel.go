@@ -29,6 +29,7 @@ import (
 	ginkgorun "github.com/onsi/ginkgo/v2/ginkgo/run"
 	"github.com/onsi/gomega"
 
+	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/suites/conformance"
 )
@@ -142,9 +143,10 @@ func parallelUsageError(suiteArgs []string) string {
 }
 
 // cliArgs are the flags for Ginkgo's `run` command: the process count, and how its reporter (the one that
-// prints the specs of every process) shows them, from the --ginkgo.* flags already parsed. Everything else
-// goes to the processes unchanged, after the link.
-func cliArgs(procs int, link string, suiteArgs []string, terminal bool) []string {
+// prints the specs of every process) shows them, from the --ginkgo.* flags already parsed into parsed
+// (flag.CommandLine, which Ginkgo's configuration is read from too). Everything else goes to the
+// processes unchanged, after the link.
+func cliArgs(procs int, link string, parsed *flag.FlagSet, terminal bool) []string {
 	_, rep := ginkgo.GinkgoConfiguration()
 	out := []string{"--procs=" + strconv.Itoa(procs)}
 	if rep.NoColor || !terminal {
@@ -159,30 +161,17 @@ func cliArgs(procs int, link string, suiteArgs []string, terminal bool) []string
 		out = append(out, "--succinct")
 	}
 	// As in a serial run (conformance.Run): the per-spec lines say what ran, so skips are silent unless asked.
-	if rep.SilenceSkips || !givenIn(suiteArgs, "ginkgo.silence-skips") {
+	if rep.SilenceSkips || !cli.Given(parsed, "ginkgo.silence-skips") {
 		out = append(out, "--silence-skips")
 	}
 	if rep.ShowNodeEvents {
 		out = append(out, "--show-node-events")
 	}
-	if givenIn(suiteArgs, "ginkgo.seed") {
+	if cli.Given(parsed, "ginkgo.seed") {
 		suite, _ := ginkgo.GinkgoConfiguration()
 		out = append(out, "--seed="+strconv.FormatInt(suite.RandomSeed, 10))
 	}
 	return append(out, link)
-}
-
-func givenIn(args []string, name string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		n, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		if n == name {
-			return true
-		}
-	}
-	return false
 }
 
 // runParallel runs the suite in procs processes through Ginkgo's CLI and copies their per-spec lines to
@@ -225,7 +214,8 @@ func runParallel(ctx context.Context, procs int, suiteArgs []string, stdout, std
 		defer close(followed)
 		follow(followCtx, lines, stdout)
 	}()
-	code := runGinkgoCLI(cliArgs(procs, link, suiteArgs, terminal), suiteArgs, stderr)
+	// runCommand parsed suiteArgs into flag.CommandLine; the processes parse them again.
+	code := runGinkgoCLI(cliArgs(procs, link, flag.CommandLine, terminal), suiteArgs, stderr)
 	stopFollowing()
 	<-followed
 	return code != 0, nil

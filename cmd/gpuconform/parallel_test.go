@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"slices"
@@ -47,8 +48,23 @@ func TestGoTestFlagsAreDroppedForTheProcesses(t *testing.T) {
 	}
 }
 
+// parsedSuiteFlags is a flag set with the flags cliArgs asks about, args parsed into it as runCommand
+// parses them into flag.CommandLine (which a test should not parse: what it sets stays set).
+func parsedSuiteFlags(t *testing.T, args ...string) *flag.FlagSet {
+	t.Helper()
+	fs := flag.NewFlagSet("gpuconform run", flag.ContinueOnError)
+	fs.Bool("disruptive", false, "")
+	fs.Bool("ginkgo.silence-skips", false, "")
+	fs.Int64("ginkgo.seed", 0, "")
+	fs.String("ginkgo.focus", "", "")
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return fs
+}
+
 func TestCLIArgsCarryTheCountAndTheReportersSettingsThenTheLink(t *testing.T) {
-	got := cliArgs(2, "/tmp/x/gpuconform.test", []string{"--disruptive"}, false)
+	got := cliArgs(2, "/tmp/x/gpuconform.test", parsedSuiteFlags(t, "--disruptive"), false)
 	if got[0] != "--procs=2" || got[len(got)-1] != "/tmp/x/gpuconform.test" {
 		t.Errorf("got %q: the count first, the link last", got)
 	}
@@ -57,8 +73,21 @@ func TestCLIArgsCarryTheCountAndTheReportersSettingsThenTheLink(t *testing.T) {
 			t.Errorf("got %q: %s missing (output to a pipe; skips silent unless asked, as in a serial run)", got, want)
 		}
 	}
-	if got := cliArgs(2, "l", []string{"--ginkgo.silence-skips=false"}, true); slices.Contains(got, "--silence-skips") || slices.Contains(got, "--no-color") {
+	if got := cliArgs(2, "l", parsedSuiteFlags(t, "--ginkgo.silence-skips=false"), true); slices.Contains(got, "--silence-skips") || slices.Contains(got, "--no-color") {
 		t.Errorf("got %q: a terminal gets colour, and skips shown when the user asked", got)
+	}
+}
+
+func TestCLIArgsPassTheSeedOnlyWhenItWasGiven(t *testing.T) {
+	hasSeed := func(args []string) bool {
+		return slices.ContainsFunc(args, func(a string) bool { return strings.HasPrefix(a, "--seed=") })
+	}
+	if got := cliArgs(2, "l", parsedSuiteFlags(t, "-ginkgo.seed", "7"), false); !hasSeed(got) {
+		t.Errorf("got %q: --ginkgo.seed was given, so the CLI must use that seed rather than its own", got)
+	}
+	// A value that reads like the flag's name is not the flag.
+	if got := cliArgs(2, "l", parsedSuiteFlags(t, "--ginkgo.focus", "ginkgo.seed"), false); hasSeed(got) {
+		t.Errorf("got %q: no --ginkgo.seed was given, so the CLI picks the seed", got)
 	}
 }
 

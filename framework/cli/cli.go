@@ -22,6 +22,15 @@ func FlagSet(name string, output io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// Given reports whether the flag name was set when fs was parsed, even to its default: a --ginkgo.* flag
+// given false overrides a default this program would otherwise choose. Only flags count, not a value that
+// happens to look like one (--ginkgo.focus ginkgo.seed).
+func Given(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
+}
+
 // ParseInterspersed parses args on fs and returns the positional arguments. Go's flag package stops at
 // the first of them; kubectl users put flags after the target, so parsing resumes after each one.
 func ParseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {

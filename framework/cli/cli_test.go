@@ -22,6 +22,21 @@ func TestParseInterspersed(t *testing.T) {
 	}
 }
 
+func TestGivenCountsOnlyTheFlagsSetWhenParsed(t *testing.T) {
+	fs := FlagSet("t", io.Discard)
+	fs.Bool("silence-skips", false, "")
+	fs.String("focus", "", "")
+	fs.Int64("seed", 0, "")
+	if err := fs.Parse([]string{"--silence-skips=false", "-focus", "seed"}); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]bool{"silence-skips": true, "focus": true, "seed": false, "missing": false} {
+		if got := Given(fs, name); got != want {
+			t.Errorf("Given(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
 func TestParseTarget(t *testing.T) {
 	got, err := ParseTarget([]string{"jobs/train"}, "ml")
 	if err != nil || got != (diagnose.Target{Kind: "Job", Namespace: "ml", Name: "train"}) {

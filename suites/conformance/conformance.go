@@ -21,6 +21,7 @@ import (
 	"github.com/onsi/gomega"
 
 	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/conformance"
@@ -109,8 +110,8 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 	suiteCfg.Timeout = cmp.Or(cfg.RunTimeout.Duration, max(suiteCfg.Timeout, DefaultRunTimeout))
 	// Output to a file or a pipe (make e2e, CI, the in-cluster runner) carries no colour codes, and the
 	// per-spec lines say what ran, so a row of S for the filtered-out specs would only break them up.
-	reporterCfg.NoColor = reporterCfg.NoColor || (!opts.IsTerminal && !flagGiven("ginkgo.no-color"))
-	reporterCfg.SilenceSkips = reporterCfg.SilenceSkips || !flagGiven("ginkgo.silence-skips")
+	reporterCfg.NoColor = reporterCfg.NoColor || (!opts.IsTerminal && !cli.Given(flag.CommandLine, "ginkgo.no-color"))
+	reporterCfg.SilenceSkips = reporterCfg.SilenceSkips || !cli.Given(flag.CommandLine, "ginkgo.silence-skips")
 	_ = os.MkdirAll(cfg.ArtifactsDir, 0o755)
 	ginkgo.RunSpecs(t, "GPU scheduling conformance", suiteCfg, reporterCfg)
 	return cfg.ArtifactsDir, nil
@@ -259,11 +260,4 @@ func combineFilters(user, profile string) string {
 		return profile
 	}
 	return "(" + user + ") && (" + profile + ")"
-}
-
-// flagGiven reports whether the named flag was set on the command line.
-func flagGiven(name string) bool {
-	given := false
-	flag.CommandLine.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-	return given
 }
