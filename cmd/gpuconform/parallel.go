@@ -105,8 +105,8 @@ func withoutGoTestFlags(args []string) []string {
 }
 
 // procsFlag takes --procs out of the arguments (every form the flag package accepts: -procs=N,
-// --procs=N, -procs N, --procs N). given is false when it is absent, which means 1.
-func procsFlag(args []string) (rest []string, procs int, given bool, err error) {
+// --procs=N, -procs N, --procs N). procs is 1 when it is absent: a serial run, as --procs=1 is.
+func procsFlag(args []string) (rest []string, procs int, err error) {
 	procs = 1
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -117,18 +117,17 @@ func procsFlag(args []string) (rest []string, procs int, given bool, err error) 
 		}
 		if !hasValue {
 			if i+1 >= len(args) {
-				return nil, 0, false, errors.New("--procs needs a value: the number of Ginkgo processes, e.g. --procs=2")
+				return nil, 0, errors.New("--procs needs a value: the number of Ginkgo processes, e.g. --procs=2")
 			}
 			i++
 			value = args[i]
 		}
 		procs, err = strconv.Atoi(value)
 		if err != nil || procs < 1 {
-			return nil, 0, false, fmt.Errorf("--procs=%s: the number of Ginkgo processes must be a whole number ≥ 1", value)
+			return nil, 0, fmt.Errorf("--procs=%s: the number of Ginkgo processes must be a whole number ≥ 1", value)
 		}
-		given = true
 	}
-	return rest, procs, given, nil
+	return rest, procs, nil
 }
 
 // parallelUsageError says why the flags cannot make a parallel run (before anything is created), or "".

@@ -26,16 +26,16 @@ func TestMain(m *testing.M) {
 
 func TestProcsFlagTakesEveryFormAndRefusesNonsense(t *testing.T) {
 	for _, args := range [][]string{{"--procs=3", "--disruptive"}, {"-procs=3", "--disruptive"}, {"--procs", "3", "--disruptive"}, {"--disruptive", "-procs", "3"}} {
-		rest, n, given, err := procsFlag(args)
-		if err != nil || n != 3 || !given || !slices.Equal(rest, []string{"--disruptive"}) {
-			t.Errorf("procsFlag(%q) = %q, %d, %v, %v; want [--disruptive], 3, true, nil", args, rest, n, given, err)
+		rest, n, err := procsFlag(args)
+		if err != nil || n != 3 || !slices.Equal(rest, []string{"--disruptive"}) {
+			t.Errorf("procsFlag(%q) = %q, %d, %v; want [--disruptive], 3, nil", args, rest, n, err)
 		}
 	}
-	if rest, n, given, err := procsFlag([]string{"--kubeconfig=k"}); err != nil || n != 1 || given || !slices.Equal(rest, []string{"--kubeconfig=k"}) {
-		t.Errorf("without --procs: %q, %d, %v, %v; want the arguments, 1, false, nil", rest, n, given, err)
+	if rest, n, err := procsFlag([]string{"--kubeconfig=k"}); err != nil || n != 1 || !slices.Equal(rest, []string{"--kubeconfig=k"}) {
+		t.Errorf("without --procs: %q, %d, %v; want the arguments, 1, nil", rest, n, err)
 	}
 	for _, bad := range [][]string{{"--procs=0"}, {"--procs=-2"}, {"--procs=two"}, {"--procs"}} {
-		if _, _, _, err := procsFlag(bad); err == nil {
+		if _, _, err := procsFlag(bad); err == nil {
 			t.Errorf("procsFlag(%q) took it", bad)
 		}
 	}

@@ -42,12 +42,12 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return ok
 	})
-	args, procs, parallel, err := procsFlag(args)
+	args, procs, err := procsFlag(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform run: %v\n", err)
 		return 2
 	}
-	if why := parallelUsageError(args); parallel && procs > 1 && why != "" {
+	if why := parallelUsageError(args); procs > 1 && why != "" {
 		fmt.Fprintf(stderr, "gpuconform run: %s\n", why)
 		return 2
 	}
