@@ -30,6 +30,7 @@ import (
 	"github.com/onsi/gomega"
 
 	"gpuconform.io/gpuconform/framework/cli"
+	"gpuconform.io/gpuconform/framework/poollock"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/suites/conformance"
 )
@@ -180,6 +181,9 @@ func runParallel(ctx context.Context, procs int, suiteArgs []string, stdout, std
 	if err != nil {
 		return false, fmt.Errorf("--procs: cannot find this executable to start the processes: %w", err)
 	}
+	// dir holds the link, the spec-line file and the run's pool locks, and goes when the run ends. SIGINT
+	// and SIGTERM do not end this process first: main and the CLI's interrupt handler both catch them, and
+	// the CLI returns once its processes have ended (a terminal's Ctrl-C reaches them too).
 	dir, err := os.MkdirTemp("", "gpuconform-procs-")
 	if err != nil {
 		return false, fmt.Errorf("--procs: the processes need a writable temporary directory ($TMPDIR): %w", err)
@@ -194,7 +198,12 @@ func runParallel(ctx context.Context, procs int, suiteArgs []string, stdout, std
 		return false, fmt.Errorf("--procs: %w", err)
 	}
 	wd, _ := os.Getwd()
-	env := map[string]string{envWorkDir: wd, envSpecLines: lines, envRunID: cmp.Or(os.Getenv(envRunID), run.NewID(time.Now()))}
+	env := map[string]string{
+		envWorkDir: wd, envSpecLines: lines, envRunID: cmp.Or(os.Getenv(envRunID), run.NewID(time.Now())),
+		// The locks here, not under the run ID in $TMPDIR: a process killed before the suite's end would
+		// leave those behind.
+		poollock.EnvDir: filepath.Join(dir, "locks"),
+	}
 	for k, v := range env {
 		prev, had := os.LookupEnv(k)
 		_ = os.Setenv(k, v)

@@ -4,24 +4,51 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"gpuconform.io/gpuconform/framework/poollock"
 	"gpuconform.io/gpuconform/internal/syncbuf"
 	"gpuconform.io/gpuconform/reports"
 )
+
+// envKilledHolder asks each process of a test's parallel run to take a pool lock as a spec does, write
+// the lock directory to the file it names, and die of SIGKILL holding it: nothing of the suite's removes
+// the locks of a process that dies so.
+const envKilledHolder = "GPUCONFORM_TEST_KILLED_HOLDER"
 
 // TestMain lets this test binary be the processes of a parallel run, as the shipped binary is: Ginkgo's
 // CLI starts it through a link named gpuconform.test, the test binary's own name.
 func TestMain(m *testing.M) {
 	if isWorker(os.Args[0]) {
+		if note := os.Getenv(envKilledHolder); note != "" {
+			holdAPoolLockAndDie(note)
+		}
 		os.Exit(workerMain(os.Args[1:], os.Stderr))
 	}
 	os.Exit(m.Run())
+}
+
+func holdAPoolLockAndDie(note string) {
+	dir := poollock.Dir(os.Getenv(envRunID))
+	if _, _, err := poollock.Hold(context.Background(), dir, []string{"path-dra"}, poollock.Shared); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	f, err := os.OpenFile(note, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	_, _ = fmt.Fprintln(f, dir)
+	_ = f.Close()
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 }
 
 func TestProcsFlagTakesEveryFormAndRefusesNonsense(t *testing.T) {
@@ -151,6 +178,37 @@ func TestParallelRunStartsItsProcessesThroughGinkgosCLI(t *testing.T) {
 		if v, ok := os.LookupEnv(k); ok {
 			t.Errorf("%s=%q was left in the parent's environment", k, v)
 		}
+	}
+}
+
+// TestParallelRunsPoolLocksGoWithItsTempDir runs `gpuconform run --procs=2` whose processes each take a
+// pool lock and are killed holding it: the locks were in the parent's temporary directory, and nothing is
+// left in $TMPDIR after the run.
+func TestParallelRunsPoolLocksGoWithItsTempDir(t *testing.T) {
+	arts, tmp := t.TempDir(), t.TempDir()
+	note := filepath.Join(arts, "lock-dirs")
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv(envKilledHolder, note)
+	var out, errb bytes.Buffer
+	_ = runCommand(t.Context(), []string{"--procs=2", "--kubeconfig=" + filepath.Join(arts, "missing"), "--artifacts=" + arts}, &out, &errb)
+	b, err := os.ReadFile(note)
+	if err != nil {
+		t.Fatalf("no process took a lock: %v; stderr %s", err, errb.String())
+	}
+	dirs := strings.Fields(string(b))
+	if len(dirs) != 2 {
+		t.Errorf("lock directories %q; want one from each of the 2 processes", dirs)
+	}
+	for _, d := range dirs {
+		if rel, err := filepath.Rel(tmp, d); err != nil || !strings.HasPrefix(rel, "gpuconform-procs-") || filepath.Dir(filepath.Dir(rel)) != "." {
+			t.Errorf("a process's lock directory is %s; want one inside the parent's %s/gpuconform-procs-*", d, tmp)
+		}
+	}
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("the run left %v in $TMPDIR", left)
+	}
+	if v, ok := os.LookupEnv(poollock.EnvDir); ok {
+		t.Errorf("%s=%q was left in the parent's environment", poollock.EnvDir, v)
 	}
 }
 

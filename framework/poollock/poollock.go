@@ -45,8 +45,21 @@ func (m Mode) String() string {
 	return "shared"
 }
 
-// Dir is the run's lock directory: one per run ID, so two runs on one machine never wait on each other.
-func Dir(runID string) string { return filepath.Join(os.TempDir(), "gpuconform-locks-"+runID) }
+// EnvDir names the lock directory the parent of a parallel run (gpuconform run --procs) gives its
+// processes: one inside its own temporary directory, so that the parent removing that directory removes
+// the locks too, even when a process was killed before the run's end could remove them.
+const EnvDir = "GPUCONFORM_LOCK_DIR"
+
+// Dir is the run's lock directory: the parent's ($GPUCONFORM_LOCK_DIR) when a parent set it, else one per
+// run ID under $TMPDIR, so two runs on one machine never wait on each other. The run's first process
+// removes it at the end of the suite; without a parent (go test, ginkgo run -p) nothing removes the
+// directory of a run stopped before then.
+func Dir(runID string) string {
+	if dir := os.Getenv(EnvDir); dir != "" {
+		return dir
+	}
+	return filepath.Join(os.TempDir(), "gpuconform-locks-"+runID)
+}
 
 // Poll is how often a waiting holder tries again (flock has no timeout; the wait must end with ctx).
 var Poll = 100 * time.Millisecond

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -155,5 +156,19 @@ func TestAnExclusiveHolderGoesBeforeLaterSharedOnes(t *testing.T) {
 		t.Fatalf("the path was not free after the exclusive holder let go: %v", err)
 	} else {
 		release()
+	}
+}
+
+func TestDirIsTheParentsWhenItGaveOneElseTheRunIDs(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	t.Setenv(EnvDir, "")
+	if got, want := Dir("r1"), filepath.Join(tmp, "gpuconform-locks-r1"); got != want {
+		t.Errorf("without a parent's directory: Dir = %q, want %q", got, want)
+	}
+	parents := filepath.Join(tmp, "gpuconform-procs-1", "locks")
+	t.Setenv(EnvDir, parents)
+	if got := Dir("r1"); got != parents {
+		t.Errorf("with %s=%q: Dir = %q, want the parent's", EnvDir, parents, got)
 	}
 }
