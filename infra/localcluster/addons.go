@@ -665,6 +665,51 @@ func (c *Cluster) installKueue(ctx context.Context) error {
 		})
 }
 
+// kueueManagerSelector selects the pods of Kueue's controller manager (its Deployment's selector).
+const kueueManagerSelector = "control-plane=controller-manager"
+
+// restartKueueStartedBlind deletes the pods of Kueue's manager that started before the pod network
+// answered (networkAt) and are not Ready. On a revive every container starts again at once, and Kueue's
+// start-up reaches the API server through its Service IP before kube-proxy has programmed it: it waits out
+// a 30 s dial timeout, stops serving, and the kubelet restarts it only once its liveness probe has failed,
+// about a minute after the node came back (the kueue step took 1m2s of a 2m13s revive). A new pod starts
+// on the network that now works, and the webhook probe below waits for it. Nothing is deleted when the
+// manager is Ready, or when its pods started after the network answered.
+func (c *Cluster) restartKueueStartedBlind(ctx context.Context, networkAt time.Time) {
+	out, err := c.kubectlOut(ctx, "-n", KueueNamespace, "get", "pods", "-l", kueueManagerSelector, "-o", kueuePodsJSONPath)
+	if err != nil {
+		return // no Kueue yet (a new cluster), or no answer: installKueue says what is wrong
+	}
+	for _, pod := range startedBlind(out, networkAt) {
+		c.logf("  Kueue's manager %s started before the pod network answered and is not Ready: deleting it so that a new pod starts on the working network", pod)
+		if err := c.kubectl(ctx, "restart kueue", "-n", KueueNamespace, "delete", "pod", pod, "--wait=false"); err != nil {
+			c.logf("  could not delete %s (%v): waiting for the kubelet to restart it", pod, err)
+		}
+	}
+}
+
+// kueuePodsJSONPath lists a pod per line: name, Ready status, the start of its running container and the
+// reason its container waits.
+const kueuePodsJSONPath = `jsonpath={range .items[*]}{.metadata.name}{"|"}{.status.conditions[?(@.type=="Ready")].status}{"|"}{.status.containerStatuses[0].state.running.startedAt}{"|"}{.status.containerStatuses[0].state.waiting.reason}{"\n"}{end}`
+
+// startedBlind picks from a kueuePodsJSONPath listing the pods that are not Ready and whose container
+// either runs since before networkAt or waits in CrashLoopBackOff (a start that failed, perhaps for the
+// same reason, whose back-off would hold the next one).
+func startedBlind(listing string, networkAt time.Time) []string {
+	var out []string
+	for line := range strings.SplitSeq(strings.TrimSpace(listing), "\n") {
+		f := strings.Split(line, "|")
+		if len(f) != 4 || f[0] == "" || f[1] == "True" {
+			continue
+		}
+		started, err := time.Parse(time.RFC3339, f[2])
+		if (err == nil && started.Before(networkAt)) || f[3] == "CrashLoopBackOff" {
+			out = append(out, f[0])
+		}
+	}
+	return out
+}
+
 // probeKueueWebhook returns once a server-side dry run of a queued Job comes back suspended: Kueue's
 // mutating webhook really ran.
 func (c *Cluster) probeKueueWebhook(ctx context.Context) error {

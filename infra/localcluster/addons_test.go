@@ -3,6 +3,7 @@ package localcluster
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -47,5 +48,29 @@ func TestPoll(t *testing.T) {
 	cancel()
 	if err := poll(ctx, time.Minute, func() (bool, string) { return false, "never" }); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled: err %v, want context.Canceled", err)
+	}
+}
+
+// A manager that started before the network answered and is not Ready is restarted; a Ready one, one that
+// started after, and one still being created are left alone; one in CrashLoopBackOff is restarted whenever
+// it started.
+func TestStartedBlind(t *testing.T) {
+	networkAt := time.Date(2026, 12, 3, 23, 40, 17, 0, time.UTC)
+	listing := strings.Join([]string{
+		"blind|False|2026-12-03T23:39:37Z|",
+		"ready-before|True|2026-12-03T23:39:37Z|",
+		"after|False|2026-12-03T23:40:30Z|",
+		"creating|False||ContainerCreating",
+		"backoff|False||CrashLoopBackOff",
+		"unknown-ready||2026-12-03T23:39:37Z|",
+		"",
+	}, "\n")
+	got := startedBlind(listing, networkAt)
+	want := []string{"blind", "backoff", "unknown-ready"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("startedBlind = %v, want %v", got, want)
+	}
+	if got := startedBlind("", networkAt); len(got) != 0 {
+		t.Fatalf("startedBlind of no pods = %v, want none", got)
 	}
 }

@@ -92,7 +92,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := c.step("pod network and DNS", "check pod-to-pod traffic and cluster DNS", func() error { return c.checkNetwork(ctx) }); err != nil {
 		return err
 	}
-	if err := c.step("kueue", "install Kueue and wait for its webhooks to answer", func() error { return c.installKueue(ctx) }); err != nil {
+	networkAt := time.Now()
+	if err := c.step("kueue", "install Kueue and wait for its webhooks to answer", func() error {
+		c.restartKueueStartedBlind(ctx, networkAt)
+		return c.installKueue(ctx)
+	}); err != nil {
 		return err
 	}
 	c.logf("cluster %s ready in %s; kubeconfig: %s; kubectl: %s", c.opts.Name, time.Since(start).Round(time.Second), c.Kubeconfig(), c.Kubectl())
