@@ -109,7 +109,7 @@ RUNNER_IMAGE ?= gpuconform.local/gpuconform:$(VERSION)
 incluster: images cluster ## run the allocation specs as a Job on the local cluster (gpuconform run --in-cluster), copy the artifacts back, and require them to pass with nothing left (INCOMPLETE only for the filter)
 	@mkdir -p $(ARTIFACTS)
 	$(GPUCONFORM) cluster load _output/images/gpuconform.oci.tar
-	$(GPUCONFORM) run --in-cluster --image=$(RUNNER_IMAGE) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/incluster \
+	$(GPUCONFORM) run --in-cluster --image=$(RUNNER_IMAGE) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/incluster --procs=$(E2E_PROCS) \
 		--require=scenario:allocation --ginkgo.label-filter=scenario:allocation --ginkgo.fail-on-empty > $(ARTIFACTS)/incluster.log 2>&1; \
 	rc=$$?; grep -oE '^gpuconform-runner.*|\[gpuconform\] .*|^(verdict|signoff).*' $(ARTIFACTS)/incluster.log; \
 	if [ $$rc -eq 3 ] && ! grep '^- incomplete:' $(ARTIFACTS)/incluster/signoff.md | grep -qv 'filtered run'; then \

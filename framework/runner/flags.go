@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +33,9 @@ type Options struct {
 	Hold, Timeout time.Duration
 	// SuiteArgs are the flags passed on to `gpuconform run` in the pod.
 	SuiteArgs []string
+	// Procs is the number of Ginkgo processes the pod runs the suite in (--procs, passed on); it sizes the
+	// pod's memory.
+	Procs int
 }
 
 // Requested reports whether args ask for the in-cluster runner (--in-cluster, or =true).
@@ -74,7 +78,7 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 // parse parses args on the one FlagSet and collects the suite's flags to pass on; it does not check the
 // suite's configuration (ParseArgs does).
 func parse(args []string, output io.Writer) (Options, *config.Flags, error) {
-	o := Options{Artifacts: cmp.Or(os.Getenv("ARTIFACTS"), "_artifacts")}
+	o := Options{Artifacts: cmp.Or(os.Getenv("ARTIFACTS"), "_artifacts"), Procs: 1}
 	fs := flag.NewFlagSet("gpuconform run --in-cluster", flag.ContinueOnError)
 	fs.Bool("in-cluster", true, "run the suite as a Job on the cluster")
 	fs.StringVar(&o.Image, "image", "", "the runner image (make images writes it); the workload image is --workload-image")
@@ -84,6 +88,16 @@ func parse(args []string, output io.Writer) (Options, *config.Flags, error) {
 	fs.StringVar(&o.Artifacts, "artifacts", o.Artifacts, "local directory the artifacts are copied into")
 	fs.Func("config", "refused: the pod cannot read a local file", func(string) error {
 		return errors.New("--config names a local file the pod cannot read: give its settings as flags")
+	})
+	// --procs is `gpuconform run`'s own flag (the suite does not know it): passed on to the pod, which runs
+	// the specs in that many Ginkgo processes.
+	fs.Func("procs", "run the specs in N Ginkgo processes in the pod (gpuconform run --procs); default 1", func(v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("--procs=%s: the number of Ginkgo processes must be a whole number ≥ 1", v)
+		}
+		o.Procs = n
+		return nil
 	})
 	// The runner's flags come first, so the flag table shares them instead of defining its own.
 	suite := config.RegisterFlags(fs)
@@ -96,7 +110,7 @@ func parse(args []string, output io.Writer) (Options, *config.Flags, error) {
 	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(output, "usage: gpuconform run --in-cluster --image IMG [--kubeconfig F] [--context C] [--artifacts DIR] [--hold-artifacts D] [suite flags]")
+			fmt.Fprintln(output, "usage: gpuconform run --in-cluster --image IMG [--kubeconfig F] [--context C] [--artifacts DIR] [--hold-artifacts D] [--procs N] [suite flags]")
 			fmt.Fprintln(output, "every flag but these is the suite's (gpuconform run --help lists them) and is passed on to the pod")
 		}
 		return o, nil, err
@@ -106,6 +120,13 @@ func parse(args []string, output io.Writer) (Options, *config.Flags, error) {
 	}
 	if o.Image == "" {
 		return o, nil, errors.New("--in-cluster needs --image REGISTRY/gpuconform:TAG, the runner image `make images` writes (push it where the cluster pulls from); the workload image is --workload-image")
+	}
+	if o.Procs > 1 {
+		for _, g := range given {
+			if strings.HasPrefix(g.name, "ginkgo.parallel.") {
+				return o, nil, fmt.Errorf("--%s with --procs: the pod's processes are numbered by Ginkgo's CLI; give one or the other", g.name)
+			}
+		}
 	}
 	o.SuiteArgs = forward(given)
 	return o, suite, nil

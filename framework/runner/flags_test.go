@@ -127,3 +127,23 @@ func TestParseArgsChecksTheSuitesConfiguration(t *testing.T) {
 		t.Errorf("--local-queue=team-a/gpus: namespace %q, timeout %s, %v", o.Namespace, o.Timeout, err)
 	}
 }
+
+// --procs goes to the pod as given and sizes it; a count below one, or Ginkgo's own process numbering
+// beside it, is a usage error before anything is created.
+func TestParseArgsProcs(t *testing.T) {
+	o, err := ParseArgs([]string{"--in-cluster", "--image=x", "--procs", "3", "--ginkgo.label-filter=scenario:allocation"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"--procs=3", "--ginkgo.label-filter=scenario:allocation"}; o.Procs != 3 || !slices.Equal(o.SuiteArgs, want) {
+		t.Errorf("procs %d, suite args %q; want 3 and %q", o.Procs, o.SuiteArgs, want)
+	}
+	if o, err := ParseArgs([]string{"--image=x"}, io.Discard); err != nil || o.Procs != 1 {
+		t.Errorf("without --procs: procs %d, err %v; want 1", o.Procs, err)
+	}
+	for _, bad := range [][]string{{"--image=x", "--procs=0"}, {"--image=x", "--procs=two"}, {"--image=x", "--procs=2", "--ginkgo.parallel.process=1"}} {
+		if _, err := ParseArgs(bad, io.Discard); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

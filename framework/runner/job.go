@@ -42,8 +42,7 @@ func (r *Runner) job() *batchv1.Job {
 						Resources: corev1.ResourceRequirements{
 							// Requests equal limits, as every pod of the suite's, so a namespace whose quota
 							// covers limits admits the runner too.
-							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")},
-							Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("1Gi")}},
+							Requests: r.resources(), Limits: r.resources()},
 						VolumeMounts: []corev1.VolumeMount{{Name: "artifacts", MountPath: podArtifacts}, {Name: "tmp", MountPath: "/tmp"}},
 					}},
 					Volumes: []corev1.Volume{{Name: "artifacts", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
@@ -52,6 +51,20 @@ func (r *Runner) job() *batchv1.Job {
 			},
 		},
 	}
+}
+
+// runnerMemory is the runner pod's memory for one suite process, and runnerMemoryPerProc what each further
+// Ginkgo process adds (--procs: the processes each hold their own clients and informers).
+var runnerMemory, runnerMemoryPerProc = resource.MustParse("1Gi"), resource.MustParse("512Mi")
+
+// resources are the runner container's requests, and its limits: 500m of CPU (the suite mostly waits on
+// the cluster) and runnerMemory, plus runnerMemoryPerProc for each process beyond the first.
+func (r *Runner) resources() corev1.ResourceList {
+	mem := runnerMemory.DeepCopy()
+	for range max(r.opts.Procs, 1) - 1 {
+		mem.Add(runnerMemoryPerProc)
+	}
+	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: mem}
 }
 
 // waitPodStarted waits for the Job's pod to run. The suite's own diagnosis of the Job ends the wait as

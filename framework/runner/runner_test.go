@@ -12,6 +12,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
@@ -68,6 +70,20 @@ func TestRunnerJobIsRestricted(t *testing.T) {
 	}
 	if *job.Spec.BackoffLimit != 0 || job.Labels[Label] != "run-1" || job.Spec.Template.Labels[Label] != "run-1" || *job.Spec.ActiveDeadlineSeconds != int64((66*time.Minute).Seconds()) {
 		t.Errorf("job %+v", job)
+	}
+}
+
+// The pod's memory grows with its Ginkgo processes, and requests equal limits whatever their number.
+func TestRunnerJobSizedForProcs(t *testing.T) {
+	for procs, want := range map[int]string{0: "1Gi", 1: "1Gi", 3: "2Gi"} {
+		r, _ := fakeRunner(Options{Image: "x", Procs: procs, SuiteArgs: []string{"--procs=3"}}, "run-1")
+		res := r.job().Spec.Template.Spec.Containers[0].Resources
+		if got := res.Limits.Memory(); got.Cmp(resource.MustParse(want)) != 0 {
+			t.Errorf("procs %d: memory limit %s, want %s", procs, got, want)
+		}
+		if !equality.Semantic.DeepEqual(res.Requests, res.Limits) {
+			t.Errorf("procs %d: requests %v differ from limits %v", procs, res.Requests, res.Limits)
+		}
 	}
 }
 
