@@ -23,6 +23,10 @@ E2E_TIMEOUT ?= 60m
 # paths, so a process that holds one path finds the other path's specs to run beside it.
 E2E_PROCS ?= 3
 E2E_ORDER = $(if $(filter-out 1,$(E2E_PROCS)),--ginkgo.randomize-all)
+# The local cluster is this checkout's own: a run killed before its cleanup (a CI job's time limit, a restarted
+# machine, a second Ctrl-C) left its labelled objects there, and each local run deletes them first instead of
+# refusing to start. Against a cluster of yours the suite refuses unless you pass --cleanup-leftovers yourself.
+LOCAL_RUN_ARGS ?= --cleanup-leftovers
 
 .PHONY: FORCE help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean
 
@@ -96,7 +100,7 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 		--ginkgo.no-color --ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
 	@echo "▶ conformance suite (gpuconform run, disruptive specs included; the last run took $$(cat $(ARTIFACTS)/.conformance-wall 2>/dev/null || echo '?')); one line per finished spec, the whole log in $(ARTIFACTS)/conformance.log"
 	@start=$$(date +%s); PATH="$(CURDIR)/_output/bin:$$PATH" $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --timeout=$(E2E_TIMEOUT) \
-		--procs=$(E2E_PROCS) $(E2E_ORDER) --ginkgo.fail-on-empty $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
+		--procs=$(E2E_PROCS) $(E2E_ORDER) --ginkgo.fail-on-empty $(LOCAL_RUN_ARGS) $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
 	tail -n +1 -F --pid=$$pid $(ARTIFACTS)/conformance.log 2>/dev/null | grep --line-buffered -oE '\[gpuconform\] .*|^not exercised.*'; \
 	wait $$pid; rc=$$?; echo "$$(( $$(date +%s) - start ))s" > $(ARTIFACTS)/.conformance-wall; \
 	$(GPUCONFORM) bench $(ARTIFACTS) | tail -n +3 || true; \
@@ -109,7 +113,7 @@ RUNNER_IMAGE ?= gpuconform.local/gpuconform:$(VERSION)
 incluster: images cluster ## run the allocation specs as a Job on the local cluster (gpuconform run --in-cluster), copy the artifacts back, and require them to pass with nothing left (INCOMPLETE only for the filter)
 	@mkdir -p $(ARTIFACTS)
 	$(GPUCONFORM) cluster load _output/images/gpuconform.oci.tar
-	$(GPUCONFORM) run --in-cluster --image=$(RUNNER_IMAGE) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/incluster --procs=$(E2E_PROCS) \
+	$(GPUCONFORM) run --in-cluster --image=$(RUNNER_IMAGE) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/incluster --procs=$(E2E_PROCS) $(LOCAL_RUN_ARGS) \
 		--require=scenario:allocation --ginkgo.label-filter=scenario:allocation --ginkgo.fail-on-empty > $(ARTIFACTS)/incluster.log 2>&1; \
 	rc=$$?; grep -oE '^gpuconform-runner.*|\[gpuconform\] .*|^(verdict|signoff).*' $(ARTIFACTS)/incluster.log; \
 	if [ $$rc -eq 3 ] && ! grep '^- incomplete:' $(ARTIFACTS)/incluster/signoff.md | grep -qv 'filtered run'; then \
@@ -118,7 +122,7 @@ incluster: images cluster ## run the allocation specs as a Job on the local clus
 bench: cluster ## run the conformance suite (disruptive specs included) and print its own cost: wall vs inherent waits, API requests (kept in $(ARTIFACTS)/bench)
 	@mkdir -p $(ARTIFACTS)/bench
 	PATH="$(CURDIR)/_output/bin:$$PATH" $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/bench --disruptive --timeout=$(E2E_TIMEOUT) \
-		$(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
+		$(LOCAL_RUN_ARGS) $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
 	$(GPUCONFORM) bench $(ARTIFACTS)/bench
 
 scale: ## preflight, discovery and diagnose against a simulated 5,000-node GPU cluster (a throwaway API server built here)

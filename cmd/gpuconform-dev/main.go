@@ -95,9 +95,11 @@ func localCheckout(kubeconfig, artifacts, binary *string, name string) (string, 
 // shipped is the gpuconform binary under test.
 type shipped string
 
-// run runs `gpuconform run ARGS` (Ginkgo runs one suite per process), its output to log.
+// run runs `gpuconform run --cleanup-leftovers ARGS` (Ginkgo runs one suite per process), its output to
+// log. The harnesses drive the fake stack of this checkout's own cluster: what an interrupted harness or
+// run left there is deleted first, not a reason to refuse every run after it.
 func (bin shipped) run(ctx context.Context, log io.Writer, args ...string) error {
-	cmd := exec.CommandContext(ctx, string(bin), append([]string{"run"}, args...)...)
+	cmd := exec.CommandContext(ctx, string(bin), append([]string{"run", "--cleanup-leftovers"}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	return cmd.Run()
 }

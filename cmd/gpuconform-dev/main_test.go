@@ -23,7 +23,8 @@ func fakeBinary(t *testing.T, code int) (shipped, string) {
 	return shipped(bin), args
 }
 
-// The harnesses run the shipped binary, and its report's exit code is the verdict.
+// The harnesses run the shipped binary, clearing earlier runs' leftovers, and its report's exit code is
+// the verdict.
 func TestShippedBinary(t *testing.T) {
 	ctx := t.Context()
 	for code, want := range map[int]string{0: "GO", 1: "NO-GO", 3: "INCOMPLETE", 2: "no report"} {
@@ -35,7 +36,7 @@ func TestShippedBinary(t *testing.T) {
 			t.Errorf("exit %d: run error %v", code, err)
 		}
 		b, _ := os.ReadFile(args)
-		if got := string(b); got != "report /arts\nrun --kubeconfig=k --ginkgo.no-color\n" {
+		if got := string(b); got != "report /arts\nrun --cleanup-leftovers --kubeconfig=k --ginkgo.no-color\n" {
 			t.Errorf("arguments given:\n%s", got)
 		}
 	}

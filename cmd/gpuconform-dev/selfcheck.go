@@ -341,10 +341,14 @@ func runSelfcheckSpecs(ctx context.Context, bin shipped, kubeconfig, dir string,
 // NO-GO and a spec whose text contains Catcher failed with a message that Because matches.
 func judgeSelfcheckRow(res *selfcheckResult, suites []types.Report) {
 	var failed []types.SpecReport
+	setup := "" // a suite node (BeforeSuite, say) that failed: no spec ran, so none could catch the fault
 	for _, s := range suites {
 		for _, sp := range s.SpecReports {
-			if reports.SpecResult(sp) == reports.ResultFailed {
+			switch {
+			case reports.SpecResult(sp) == reports.ResultFailed:
 				failed = append(failed, sp)
+			case sp.LeafNodeType.Is(types.NodeTypesForSuiteLevelNodes) && sp.State.Is(types.SpecStateFailureStates) && setup == "":
+				setup = "the suite's " + sp.LeafNodeType.String() + " failed, so no spec ran: " + firstLine(sp.Failure.Message)
 			}
 		}
 	}
@@ -373,6 +377,9 @@ func judgeSelfcheckRow(res *selfcheckResult, suites []types.Report) {
 	case other != "":
 		res.Reason = other
 		res.Note = "no spec matching " + strconv.Quote(res.Row.Catcher) + " failed for the fault's reason"
+	case setup != "":
+		res.Reason = setup
+		res.Note = "no spec matching " + strconv.Quote(res.Row.Catcher) + " ran"
 	default:
 		res.Note = "no spec matching " + strconv.Quote(res.Row.Catcher) + " failed"
 	}

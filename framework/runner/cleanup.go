@@ -28,12 +28,21 @@ func owner() *audit.Owner {
 	}
 }
 
-// refuseLeftovers stops a run while an earlier runner's objects are still on the cluster.
-func (r *Runner) refuseLeftovers(ctx context.Context) error {
+// clearLeftovers stops a run while an earlier runner's objects are still on the cluster or, with the
+// suite's --cleanup-leftovers (Options.CleanupLeftovers), deletes them first: an in-cluster run that was
+// killed (SIGKILL, a CI job's time limit) never reached its Cleanup.
+func (r *Runner) clearLeftovers(ctx context.Context) error {
 	res := r.audit.RunIn(ctx, r.id, r.opts.Namespace, "")
-	if len(res.Others) > 0 {
-		return fmt.Errorf("an earlier in-cluster run left (label %s):\n%s\ndelete them first (kubectl delete ns,clusterrolebinding,clusterrole,job,sa,role,rolebinding -l %s)",
+	if len(res.Others) == 0 {
+		return nil
+	}
+	if !r.opts.CleanupLeftovers {
+		return fmt.Errorf("an earlier in-cluster run left (label %s):\n%s\ndelete them first (kubectl delete ns,clusterrolebinding,clusterrole,job,sa,role,rolebinding -l %s), or run with --cleanup-leftovers",
 			Label, audit.Summary(res.Others), Label)
+	}
+	fmt.Fprintf(r.out, "gpuconform-runner: --cleanup-leftovers: deleting what earlier in-cluster runs left:\n%s\n", audit.Summary(res.Others))
+	if err := r.audit.Delete(ctx, res.Others); err != nil {
+		return fmt.Errorf("deleting what earlier in-cluster runs left: %w", err)
 	}
 	return nil
 }

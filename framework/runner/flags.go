@@ -29,6 +29,9 @@ type Options struct {
 	Namespace string
 	// Disruptive is the suite's --disruptive, passed on; it adds the disruptive role.
 	Disruptive bool
+	// CleanupLeftovers is the suite's --cleanup-leftovers, passed on: the runner too deletes what earlier
+	// in-cluster runs left instead of refusing to start.
+	CleanupLeftovers bool
 	// Hold is how long the pod waits for its artifacts to be copied; Timeout bounds the suite's run.
 	Hold, Timeout time.Duration
 	// SuiteArgs are the flags passed on to `gpuconform run` in the pod.
@@ -70,7 +73,7 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 	if err != nil {
 		return o, err
 	}
-	o.Namespace, o.Disruptive = cfg.Namespace, cfg.Disruptive
+	o.Namespace, o.Disruptive, o.CleanupLeftovers = cfg.Namespace, cfg.Disruptive, cfg.CleanupLeftovers
 	o.Timeout = cmp.Or(cfg.RunTimeout.Duration, 90*time.Minute)
 	return o, nil
 }

@@ -147,3 +147,16 @@ func TestParseArgsProcs(t *testing.T) {
 		}
 	}
 }
+
+// --cleanup-leftovers reaches the runner from the suite's flags.
+func TestParseArgsCleanupLeftovers(t *testing.T) {
+	for args, want := range map[string]bool{"--image=x": false, "--image=x --cleanup-leftovers": true} {
+		o, err := ParseArgs(strings.Fields(args), io.Discard)
+		if err != nil {
+			t.Fatalf("%s: %v", args, err)
+		}
+		if o.CleanupLeftovers != want {
+			t.Errorf("%s: CleanupLeftovers = %v, want %v", args, o.CleanupLeftovers, want)
+		}
+	}
+}

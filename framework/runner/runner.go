@@ -78,7 +78,7 @@ func (r *Runner) ID() string { return r.id }
 // returns the pod's exit code (the verdict's). An error before the Job exists is a *StartError. Call
 // Cleanup afterwards, whatever Run returned.
 func (r *Runner) Run(ctx context.Context) (int, error) {
-	if err := r.refuseLeftovers(ctx); err != nil {
+	if err := r.clearLeftovers(ctx); err != nil {
 		return 0, &StartError{err}
 	}
 	if err := r.setup(ctx); err != nil {

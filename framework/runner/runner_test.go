@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -158,16 +159,28 @@ func TestRunnerTeamSetupAndCleanup(t *testing.T) {
 	}
 }
 
-// A second runner refuses to start while the first one's objects are there.
+// A second runner refuses to start while the first one's objects are there, unless it was given
+// --cleanup-leftovers: then it deletes them, and only them.
 func TestRunnerRefusesLeftovers(t *testing.T) {
 	left := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "left", Labels: map[string]string{Label: "old"}}}
 	r, _ := fakeRunner(Options{Image: "x"}, "run-2", left)
-	if err := r.refuseLeftovers(t.Context()); err == nil || !strings.Contains(err.Error(), "Namespace left (run old)") {
+	if err := r.clearLeftovers(t.Context()); err == nil || !strings.Contains(err.Error(), "Namespace left (run old)") || !strings.Contains(err.Error(), "--cleanup-leftovers") {
 		t.Errorf("leftover check: %v", err)
 	}
 	clean, _ := fakeRunner(Options{Image: "x"}, "run-2")
-	if err := clean.refuseLeftovers(t.Context()); err != nil {
+	if err := clean.clearLeftovers(t.Context()); err != nil {
 		t.Errorf("clean cluster: %v", err)
+	}
+	user := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "users"}}
+	sweep, kube := fakeRunner(Options{Image: "x", CleanupLeftovers: true}, "run-2", left.DeepCopy(), user)
+	if err := sweep.clearLeftovers(t.Context()); err != nil {
+		t.Fatalf("--cleanup-leftovers: %v", err)
+	}
+	if _, err := kube.CoreV1().Namespaces().Get(t.Context(), "left", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the earlier run's namespace is still there (%v)", err)
+	}
+	if _, err := kube.CoreV1().Namespaces().Get(t.Context(), "users", metav1.GetOptions{}); err != nil {
+		t.Errorf("a namespace of no run went: %v", err)
 	}
 }
 

@@ -42,9 +42,14 @@ func (r *Run) auditor() audit.Auditor { return audit.For(r.Clients, r.Caps.Kueue
 
 // ClearLeftovers refuses a cluster holding earlier runs' objects, or with --cleanup-leftovers deletes
 // them, undoing the faults an interrupted run left (a stopped node, an unhealthy device) with this run's
-// providers first.
+// providers first; the record's notes list what it deleted.
 func (r *Run) ClearLeftovers(ctx context.Context) error {
-	left := r.auditor().RunIn(ctx, r.RunID, r.Config.Namespace, r.Config.HelperNamespace)
+	return r.clearLeftovers(ctx, r.auditor(), func(ctx context.Context, node string) error { return r.Faults().Restore(ctx, node) })
+}
+
+// clearLeftovers is ClearLeftovers through auditor a, undoing a node's fault marks with restore.
+func (r *Run) clearLeftovers(ctx context.Context, a audit.Auditor, restore func(ctx context.Context, node string) error) error {
+	left := a.RunIn(ctx, r.RunID, r.Config.Namespace, r.Config.HelperNamespace)
 	if len(left.Others) == 0 {
 		return nil
 	}
@@ -53,12 +58,16 @@ func (r *Run) ClearLeftovers(ctx context.Context) error {
 	}
 	for _, f := range left.Others {
 		if f.Kind == "NodeFault" {
-			if err := r.Faults().Restore(ctx, f.Name); err != nil {
+			if err := restore(ctx, f.Name); err != nil {
 				return fmt.Errorf("undoing the faults run %s left on node %s: %w", f.Run, f.Name, err)
 			}
 		}
 	}
-	return r.auditor().Delete(ctx, left.Others)
+	if err := a.Delete(ctx, left.Others); err != nil {
+		return err
+	}
+	r.Notes = append(r.Notes, fmt.Sprintf("--cleanup-leftovers: deleted what earlier runs left:\n%s", audit.Summary(left.Others)))
+	return nil
 }
 
 // LeakAudit lists what of this run is still on the cluster, giving cleanup its Cleanup budget to finish
