@@ -1,14 +1,17 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os/exec"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"gpuconform.io/gpuconform/framework/config"
@@ -163,7 +166,7 @@ func (i *Injector) Restore(ctx context.Context, node string) error {
 		case m == string(OutOfService):
 			err = RemoveOutOfService(ctx, i.Kube, node)
 		case strings.HasPrefix(m, "upgraded-from="):
-			err = fmt.Errorf("run %s upgraded the driver of %s from %s and was interrupted: roll the node back with your upgrade provider (e.g. the upgrade command's rollback), then clear the mark with --cleanup-leftovers", run, node, strings.TrimPrefix(m, "upgraded-from="))
+			err = i.restoreUpgrade(ctx, node, run, strings.TrimPrefix(m, "upgraded-from="))
 		case strings.HasPrefix(m, string(DeviceUnhealthy)+"="):
 			err = i.restoreDevice(ctx, node, strings.TrimPrefix(m, string(DeviceUnhealthy)+"="))
 		default:
@@ -178,6 +181,47 @@ func (i *Injector) Restore(ctx context.Context, node string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// restoreUpgrade undoes what an interrupted upgrade rehearsal left on node: nothing is left to do once
+// its driver version reads from again (rolled back by hand, or by the provider); otherwise the run's
+// upgrade provider rolls it back and the version is waited for.
+func (i *Injector) restoreUpgrade(ctx context.Context, node, run, from string) error {
+	version := func(ctx context.Context) (string, error) {
+		n, err := i.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		return n.Labels[i.DriverVersionLabel], nil
+	}
+	if i.DriverVersionLabel != "" {
+		v, err := version(ctx)
+		if err != nil {
+			return err
+		}
+		if v == from {
+			return nil
+		}
+	}
+	if i.UpgradeRollback == nil {
+		return fmt.Errorf("run %s upgraded the driver of %s from %s and was interrupted, and this run has no upgrade provider to roll it back: roll the node back (e.g. the upgrade command's rollback); once its %s reads %s, --cleanup-leftovers clears the mark", run, node, from, cmp.Or(i.DriverVersionLabel, "driver-version label"), from)
+	}
+	if err := i.UpgradeRollback(ctx, node, from); err != nil {
+		return fmt.Errorf("rolling %s back to driver %s (run %s upgraded it and was interrupted): %w", node, from, run, err)
+	}
+	if i.DriverVersionLabel == "" {
+		return nil
+	}
+	last := ""
+	err := wait.PollUntilContextTimeout(ctx, 2*time.Second, cmp.Or(i.RollbackTimeout, 5*time.Minute), true, func(ctx context.Context) (bool, error) {
+		v, err := version(ctx)
+		last = v
+		return err == nil && v == from, nil
+	})
+	if err != nil {
+		return fmt.Errorf("rolled %s back to driver %s, but its %s still reads %q: %w", node, from, i.DriverVersionLabel, last, err)
+	}
+	return nil
 }
 
 func (i *Injector) restoreDevice(ctx context.Context, node, rec string) error {

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -120,6 +121,13 @@ type Injector struct {
 	// DeviceTaintRule), for the running-workload spec; nil where the API does not serve it.
 	DRAEvict    DeviceProvider
 	DRAEvictWhy string
+	// UpgradeRollback moves a node that an interrupted upgrade rehearsal left on the new driver back to
+	// version from (the run's upgrade provider); nil where the run has none. DriverVersionLabel is the node
+	// label the rehearsal reads the driver version from: a node that reads from again is rolled back.
+	UpgradeRollback    func(ctx context.Context, node, from string) error
+	DriverVersionLabel string
+	// RollbackTimeout bounds the wait for a rolled-back node's version (default 5 minutes).
+	RollbackTimeout time.Duration
 }
 
 // DevicesFor returns the device provider of a path (claimBased: DRA), or nil and why there is none.

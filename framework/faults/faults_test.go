@@ -321,3 +321,55 @@ func TestNodeMarksSurviveAConcurrentWriter(t *testing.T) {
 		})
 	}
 }
+
+// An interrupted upgrade rehearsal's mark: cleared at once on a node whose driver version reads the old one
+// again, rolled back through the run's provider where it does not, and refused, saying what to do, with no
+// provider.
+func TestRestoreAnInterruptedUpgrade(t *testing.T) {
+	ctx := t.Context()
+	const label = "nvidia.com/cuda.driver-version.full"
+	upgraded := func(version string) *fake.Clientset {
+		n := node("w1", "", true)
+		n.Labels = map[string]string{label: version}
+		kube := fake.NewClientset(n)
+		if err := Mark(ctx, kube, "w1", "run-1", "upgraded-from=550.1", true); err != nil {
+			t.Fatal(err)
+		}
+		return kube
+	}
+	cleared := func(kube *fake.Clientset) bool {
+		n, _ := kube.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+		return n.Annotations[FaultsAnnotation] == ""
+	}
+
+	kube := upgraded("560.2")
+	err := (&Injector{Kube: kube, DriverVersionLabel: label}).Restore(ctx, "w1")
+	if err == nil || !strings.Contains(err.Error(), "no upgrade provider") || !strings.Contains(err.Error(), label+" reads 550.1") || cleared(kube) {
+		t.Errorf("without a provider: %v (cleared %t)", err, cleared(kube))
+	}
+
+	kube = upgraded("550.1")
+	if err := (&Injector{Kube: kube, DriverVersionLabel: label}).Restore(ctx, "w1"); err != nil || !cleared(kube) {
+		t.Errorf("rolled back by hand: %v (cleared %t)", err, cleared(kube))
+	}
+
+	kube = upgraded("560.2")
+	var calls []string
+	inj := &Injector{Kube: kube, DriverVersionLabel: label, UpgradeRollback: func(ctx context.Context, node, from string) error {
+		calls = append(calls, node+"→"+from)
+		n, _ := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		n.Labels[label] = from
+		_, err := kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}}
+	if err := inj.Restore(ctx, "w1"); err != nil || !cleared(kube) || strings.Join(calls, ",") != "w1→550.1" {
+		t.Errorf("through the provider: %v (cleared %t, calls %q)", err, cleared(kube), calls)
+	}
+
+	kube = upgraded("560.2")
+	stuck := &Injector{Kube: kube, DriverVersionLabel: label, RollbackTimeout: time.Second,
+		UpgradeRollback: func(context.Context, string, string) error { return nil }}
+	if err := stuck.Restore(ctx, "w1"); err == nil || !strings.Contains(err.Error(), `still reads "560.2"`) || cleared(kube) {
+		t.Errorf("a rollback that does not take: %v (cleared %t)", err, cleared(kube))
+	}
+}

@@ -195,8 +195,15 @@ func (r *Run) KnownGood() []string {
 func (r *Run) Faults() *faults.Injector { return r.faults() }
 
 func (r *Run) newInjector() *faults.Injector {
-	return faults.New(faults.Options{Kube: r.Clients.Kube, RunID: r.RunID, Pool: r.PoolNodes(), Config: r.Config.Faults, HelperNamespace: r.Config.HelperNamespace,
+	inj := faults.New(faults.Options{Kube: r.Clients.Kube, RunID: r.RunID, Pool: r.PoolNodes(), Config: r.Config.Faults, HelperNamespace: r.Config.HelperNamespace,
 		Image: r.Config.Image, Resources: r.Env.Factory.Resources(), ServesDeviceTaintRules: faults.ServesDeviceTaintRules(r.Clients.Kube)})
+	// An interrupted upgrade rehearsal is undone (--cleanup-leftovers) with the provider this run's
+	// rehearsal would use, and judged by the label it reads.
+	inj.DriverVersionLabel = r.Upgrade.VersionLabel
+	if p := r.Upgrade.Provider; p != nil {
+		inj.UpgradeRollback = func(ctx context.Context, node, from string) error { return p.Rollback(ctx, []string{node}, from) }
+	}
+	return inj
 }
 
 // DescribeFaults says which provider injects which fault, and why one is missing.
