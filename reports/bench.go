@@ -104,23 +104,35 @@ type Bench struct {
 
 // LockFloor splits the specs' work (run time less pool lock waits) by what their locks let run beside
 // them (framework/poollock, scenarios' holds:* labels). Serial specs and specs that hold every path run
-// alone; the specs that hold one path run one at a time on that path, beside the other path's; the rest
+// alone; the specs that hold one path run one at a time on that path, beside the other path's; the specs
+// that lease one node of a path run one at a time on that node, beside the other nodes' leases; the rest
 // share their path with anything but a holder. So no run, with any number of processes, finishes in less
-// than Serial + Nodes + the busiest path's Path: that is where the suite's time goes once processes are
-// plentiful, and what finer locks or shorter holders would cut.
+// than Serial + Nodes + the busiest path's holders (its holds:path specs, then its busiest node's leases):
+// that is where the suite's time goes once processes are plentiful, and what finer locks or shorter
+// holders would cut.
 type LockFloor struct {
 	Serial, Nodes time.Duration
-	// Path is the work of the holds:path specs per path; Shared the work of every other spec.
+	// Path is the work of the holds:path specs per path; Node the work of the holds:node specs per path and
+	// leased node; Shared the work of every other spec.
 	Path   map[string]time.Duration
+	Node   map[string]map[string]time.Duration
 	Shared time.Duration
 }
 
-// Busiest is the path whose holders work longest, with that work ("" and 0 when no spec holds a path).
+// Busiest is the path whose holders work longest, with that work: its holds:path specs' and its busiest
+// node's holds:node specs' ("" and 0 when no spec holds a path or a node).
 func (f LockFloor) Busiest() (string, time.Duration) {
 	name, most := "", time.Duration(0)
-	for _, p := range slices.Sorted(maps.Keys(f.Path)) {
-		if f.Path[p] > most {
-			name, most = p, f.Path[p]
+	paths := slices.Collect(maps.Keys(f.Path))
+	for p := range f.Node {
+		if !slices.Contains(paths, p) {
+			paths = append(paths, p)
+		}
+	}
+	slices.Sort(paths)
+	for _, p := range paths {
+		if held := f.Path[p] + slices.Max(append(slices.Collect(maps.Values(f.Node[p])), 0)); held > most {
+			name, most = p, held
 		}
 	}
 	return name, most
@@ -145,9 +157,29 @@ func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 			f.Path = map[string]time.Duration{}
 		}
 		f.Path[pathOf(sp)] += work
+	case slices.Contains(specLabels, labels.HoldsNode):
+		if f.Node == nil {
+			f.Node = map[string]map[string]time.Duration{}
+		}
+		p := pathOf(sp)
+		if f.Node[p] == nil {
+			f.Node[p] = map[string]time.Duration{}
+		}
+		f.Node[p][leasedNode(sp)] += work
 	default:
 		f.Shared += work
 	}
+}
+
+// leasedNode is the node a holds:node spec leased, from its report entry ("" when it leased none: the
+// path had no eligible node, and the spec held the path instead).
+func leasedNode(sp types.SpecReport) string {
+	for _, e := range sp.ReportEntries {
+		if e.Name == poollock.LeaseEntry {
+			return e.StringRepresentation()
+		}
+	}
+	return ""
 }
 
 // ComputeBench measures a run from its artifacts: specs' run times, steps and request entries from the
@@ -373,7 +405,7 @@ func RenderBench(b Bench) string {
 	fmt.Fprintf(&s, "\nWhole suite: %s wall (goal ≤ 10 min on the local cluster), %d API requests (%.2f/s).\n", b.SuiteWall.Round(time.Second), b.SuiteRequests, rate)
 	if f := b.Floor; f.Total() > 0 || f.Shared > 0 {
 		path, held := f.Busiest()
-		fmt.Fprintf(&s, "\nLock floor: %s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs %s, specs holding every path %s, and the specs holding the busiest path (%s) %s, one after another; the other specs' %s of work runs beside them.\n",
+		fmt.Fprintf(&s, "\nLock floor: %s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs %s, specs holding every path %s, and the busiest path's holders (%s) %s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' %s of work runs beside them.\n",
 			f.Total().Round(time.Second), f.Serial.Round(time.Second), f.Nodes.Round(time.Second), cmp.Or(path, "none"), held.Round(time.Second), f.Shared.Round(time.Second))
 	}
 	if len(b.Slowest) == 0 {

@@ -11,6 +11,7 @@ import (
 
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/poollock"
 	"gpuconform.io/gpuconform/framework/timeline"
 )
 
@@ -245,17 +246,27 @@ func TestBenchLockFloor(t *testing.T) {
 		withLabels(spec("fills a node", "device-plugin", types.SpecStatePassed, ""), 12*time.Second, 0, labels.HoldsPath),
 		withLabels(spec("shows no device", "device-plugin", types.SpecStatePassed, ""), 9*time.Second, 2*time.Second),
 	}
+	// holds:node specs count per leased node: w1's two one after another, w2's beside them.
+	for _, c := range []struct {
+		what, node string
+		run        time.Duration
+	}{{"preempts", "w1", 10 * time.Second}, {"withdraws a device", "w2", 5 * time.Second}, {"reclaims quota", "w1", 11 * time.Second}} {
+		sp := withLabels(spec(c.what, "device-plugin", types.SpecStatePassed, ""), c.run, 0, labels.HoldsNode)
+		sp.ReportEntries = append(sp.ReportEntries, types.ReportEntry{Name: poollock.LeaseEntry, Value: types.WrapEntryValue(c.node)})
+		specs = append(specs, sp)
+	}
 	bench := ComputeBench([]types.Report{{RunTime: time.Minute, SpecReports: specs}}, record())
 	f := bench.Floor
 	if f.Serial != 10*time.Second || f.Nodes != 15*time.Second || f.Shared != 7*time.Second ||
-		f.Path["dra"] != 30*time.Second || f.Path["device-plugin"] != 12*time.Second {
+		f.Path["dra"] != 30*time.Second || f.Path["device-plugin"] != 12*time.Second ||
+		f.Node["device-plugin"]["w1"] != 21*time.Second || f.Node["device-plugin"]["w2"] != 5*time.Second {
 		t.Errorf("floor = %+v", f)
 	}
-	if path, held := f.Busiest(); path != "dra" || held != 30*time.Second || f.Total() != 55*time.Second {
-		t.Errorf("busiest %s %s, total %s; want dra 30s, 55s", path, held, f.Total())
+	if path, held := f.Busiest(); path != "device-plugin" || held != 33*time.Second || f.Total() != 58*time.Second {
+		t.Errorf("busiest %s %s, total %s; want device-plugin 33s (12s holding the path, 21s leasing w1), 58s", path, held, f.Total())
 	}
 	md := RenderBench(bench)
-	if want := "Lock floor: 55s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs 10s, specs holding every path 15s, and the specs holding the busiest path (dra) 30s, one after another; the other specs' 7s of work runs beside them."; !strings.Contains(md, want) {
+	if want := "Lock floor: 58s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs 10s, specs holding every path 15s, and the busiest path's holders (device-plugin) 33s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' 7s of work runs beside them."; !strings.Contains(md, want) {
 		t.Errorf("bench lacks %q:\n%s", want, md)
 	}
 	if md := RenderBench(Bench{}); strings.Contains(md, "Lock floor") {

@@ -106,10 +106,11 @@ func FailureSpec(input func() FailureInput) {
 			if devices == nil {
 				reg.notExercised(pathName+": device health", devicesWhy)
 			} else {
-				// holds:path: a device fault is the device's (the provider's contract), and the spec fills the
-				// path's healthy devices of the node; the other path's specs go on beside it.
-				ginkgo.It("withdraws exactly the device reported unhealthy, never hands it out while unhealthy, and hands it out again after it recovers", labels.Of(labels.HoldsPath), func(ctx context.Context) {
-					deviceHealth(ctx, s.Env, s.In.Faults, devices, s.Path, s.NS, nodes[0])
+				// holds:node: a device fault is the device's (the provider's contract), and the spec fills the
+				// path's healthy devices of its node; the other path's specs, and holders of other nodes, go on
+				// beside it.
+				ginkgo.It("withdraws exactly the device reported unhealthy, never hands it out while unhealthy, and hands it out again after it recovers", labels.Of(labels.HoldsNode), func(ctx context.Context) {
+					deviceHealth(ctx, s.Env, s.In.Faults, devices, s.Path, s.NS, s.on(nodes)[0])
 				})
 			}
 			if nodeFaults == nil {
@@ -130,8 +131,9 @@ func FailureSpec(input func() FailureInput) {
 			if evictor == nil {
 				reg.notExercised(pathName+": failed device under a running job", evictorWhy)
 			} else {
-				ginkgo.It("keeps a device that fails under a training job from its replacement, which resumes from the last checkpoint on a healthy device", labels.Of(labels.HoldsPath), func(ctx context.Context) {
-					failedDevice(ctx, s, evictor, nodes)
+				// holds:node: the job and its replacement stay on the leased node, whose other devices are healthy.
+				ginkgo.It("keeps a device that fails under a training job from its replacement, which resumes from the last checkpoint on a healthy device", labels.Of(labels.HoldsNode), func(ctx context.Context) {
+					failedDevice(ctx, s, evictor, s.on(nodes))
 				})
 			}
 		})

@@ -36,11 +36,11 @@ func IsolationSpec(input func() AllocationInput) {
 			continue
 		}
 		describePath(input, regPath, "GPU exclusivity and isolation", "isol", []any{labels.Of(labels.Scenario(allocationName))}, func(s *Spec[AllocationInput]) {
-			// holds:path: it needs every device of the path on one node, which another spec's pods would hold.
+			// holds:node: it needs every device of the path on one node, which another spec's pods would hold.
 			ginkgo.It("gives each device of a full node to exactly one of the pods running side by side, all of them, and makes one more pod wait for a device",
 				proves(allocationName, conformance.SecureAcceleratorAccess),
-				labels.Of(labels.HoldsPath), func(ctx context.Context) {
-					fillNode(ctx, s.Env, s.Path, s.NS, nodes)
+				labels.Of(labels.HoldsNode), func(ctx context.Context) {
+					fillNode(ctx, s.Env, s.Path, s.NS, s.on(nodes))
 				})
 
 			ginkgo.It("shows a GPU pod's second container, its init container and a pod beside it none of its devices", proves(allocationName, conformance.SecureAcceleratorAccess), func(ctx context.Context) {

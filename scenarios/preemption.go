@@ -96,9 +96,10 @@ func PreemptionSpec(input func() PreemptionInput) {
 			continue
 		}
 		first := i == 0
-		// holds:path: its timings (time to preempt, to resume) must not include a scheduling wait for devices
-		// another spec's pods hold on the path, and its preemptor must find the devices its victim frees.
-		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.Scenario(preemptionName), labels.NeedsKueue, labels.HoldsPath)}, func(s *Spec[PreemptionInput]) {
+		// holds:node: its timings (time to preempt, to resume) must not include a scheduling wait for devices
+		// another spec's pods hold, and its preemptor must find the devices its victim frees: its jobs stay
+		// on the node it leased, which no other spec on the path uses meanwhile.
+		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.Scenario(preemptionName), labels.NeedsKueue, labels.HoldsNode)}, func(s *Spec[PreemptionInput]) {
 			ginkgo.It("evicts a low-priority training Job for a high-priority one, which runs on the freed quota; the low one checkpoints on SIGTERM, is re-admitted and resumes where it stopped", func(ctx context.Context) {
 				priorityPreemption(ctx, s)
 			})
@@ -293,6 +294,9 @@ func priorityPreemption(ctx context.Context, s *Spec[PreemptionInput]) {
 		if len(s.In.eligible(path, int(quota))) == 0 {
 			ginkgo.Skip(fmt.Sprintf("not exercised: ClusterQueue %s's quota of %d %s is more than any one node of the GPU pool has", cq, quota, path.QuotaResource()))
 		}
+		if len(s.usable(s.In.eligible(path, int(quota)))) == 0 {
+			ginkgo.Skip(fmt.Sprintf("not exercised: ClusterQueue %s's quota of %d %s is more than the node this spec leased (%s) has", cq, quota, path.QuotaResource(), s.Node))
+		}
 		devices, cqPolicy = int(quota), fmt.Sprintf("ClusterQueue %s: %s", cq, policy)
 		ginkgo.AddReportEntry("existing queue", fmt.Sprintf("LocalQueue %s → %s; the low-priority job asks for its whole quota of %d", lq, cqPolicy, quota))
 	} else {
@@ -305,11 +309,11 @@ func priorityPreemption(ctx context.Context, s *Spec[PreemptionInput]) {
 	created := false
 	ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)
 	p := startPreemptible(ctx, env, s, training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Storage: s.In.Checkpoints,
-		Queue: lq, Priority: low, Grace: preemptGrace, Nodes: s.In.eligible(path, devices), Devices: devices})
+		Queue: lq, Priority: low, Grace: preemptGrace, Nodes: s.on(s.In.eligible(path, devices)), Devices: devices})
 	lastSeenAt := time.Now()
 
 	ginkgo.By("submitting a high-priority Job for one device of the same quota")
-	hw := f.GPUJob("high", ns).Path(path).Devices(1).Queue(lq).PriorityClass(high).Args(fixtures.ProbeArgs(1)...).OnNodes(s.In.eligible(path, 1)...)
+	hw := f.GPUJob("high", ns).Path(path).Devices(1).Queue(lq).PriorityClass(high).Args(fixtures.ProbeArgs(1)...).OnNodes(s.on(s.In.eligible(path, 1))...)
 	hobj := hw.Obj()
 	for _, pre := range hw.Prerequisites() {
 		env.Create(ctx, pre)
@@ -374,11 +378,11 @@ func cohortReclaim(ctx context.Context, s *Spec[PreemptionInput]) {
 	created := false
 	ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)
 	p := startPreemptible(ctx, env, s, training{Name: "train", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Storage: s.In.Checkpoints,
-		Queue: trainingLQ, Grace: preemptGrace, Nodes: s.In.eligible(path, 1)})
+		Queue: trainingLQ, Grace: preemptGrace, Nodes: s.on(s.In.eligible(path, 1))})
 	lastSeenAt := time.Now()
 
 	ginkgo.By("a serving burst in the serving ClusterQueue")
-	sw := f.GPUJob("serve", ns).Path(path).Devices(1).Queue(servingLQ).Args(fixtures.ProbeArgs(1)...).OnNodes(s.In.eligible(path, 1)...)
+	sw := f.GPUJob("serve", ns).Path(path).Devices(1).Queue(servingLQ).Args(fixtures.ProbeArgs(1)...).OnNodes(s.on(s.In.eligible(path, 1))...)
 	sobj := sw.Obj()
 	for _, pre := range sw.Prerequisites() {
 		env.Create(ctx, pre)
@@ -408,7 +412,7 @@ const (
 func preemptionNegative(ctx context.Context, s *Spec[PreemptionInput], kind negative) {
 	env, ns, path := s.Env, s.NS, s.Path
 	f := env.Factory
-	t := training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Grace: preemptGrace, Nodes: s.In.eligible(path, 1)}
+	t := training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Grace: preemptGrace, Nodes: s.on(s.In.eligible(path, 1))}
 	switch kind {
 	case negativeNoCheckpoint:
 		t.Storage = checkpoints.Storage{} // the pod's own emptyDir
@@ -427,7 +431,7 @@ func preemptionNegative(ctx context.Context, s *Spec[PreemptionInput], kind nega
 	t.Queue, t.Priority = lq, low
 	p := startPreemptible(ctx, env, s, t)
 	lastSeenAt := time.Now()
-	hw := f.GPUJob("high", ns).Path(path).Devices(1).Queue(lq).PriorityClass(high).Args(fixtures.ProbeArgs(1)...).OnNodes(s.In.eligible(path, 1)...)
+	hw := f.GPUJob("high", ns).Path(path).Devices(1).Queue(lq).PriorityClass(high).Args(fixtures.ProbeArgs(1)...).OnNodes(s.on(s.In.eligible(path, 1))...)
 	hobj := hw.Obj()
 	for _, pre := range hw.Prerequisites() {
 		env.Create(ctx, pre)

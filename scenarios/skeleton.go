@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -67,6 +68,32 @@ type Spec[I scenarioInput] struct {
 	Env  *testenv.Env
 	Path gpu.Path
 	NS   string
+	// Node is the node the spec leased (labelled holds:node): it keeps its pods there. Empty otherwise.
+	Node string
+}
+
+// on narrows candidates to the spec's leased node (holds:node); without a lease it returns them as they
+// are. A leased node that is not among them (it has too few devices for this step) fails the spec:
+// the lease is taken from the nodes with a device on the path, so a step needing more must say so.
+func (s *Spec[I]) on(candidates []string) []string {
+	ginkgo.GinkgoHelper()
+	out := s.usable(candidates)
+	if len(out) == 0 {
+		ginkgo.Fail(fmt.Sprintf("the spec leased %s on the %s path, which is not among the nodes this step can use %v", s.Node, s.Path.Name(), candidates))
+	}
+	return out
+}
+
+// usable is candidates narrowed to the spec's leased node, if it holds one: empty when that node is not
+// among them.
+func (s *Spec[I]) usable(candidates []string) []string {
+	if s.Node == "" {
+		return candidates
+	}
+	if slices.Contains(candidates, s.Node) {
+		return []string{s.Node}
+	}
+	return nil
 }
 
 // describePath registers the container "<title> on the <path> path" for one discovered path, labelled
@@ -84,7 +111,7 @@ func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPr
 			s.Env = s.In.base().Env
 			s.Path = pathByName(s.In.base().Paths, pathName)
 			gomega.Expect(s.Path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
-			holdPool(ctx, s.Env, pathName, s.In.base().Paths)
+			s.Node = holdPool(ctx, s.Env, pathName, s.In.base())
 			s.NS = s.Env.NewNamespace(ctx, nsPrefix).Name
 		})
 		body(s)
@@ -103,35 +130,77 @@ func pathByName(paths []gpu.Path, name string) gpu.Path {
 
 // holdPool takes the spec's pool locks (framework/poollock) before the spec creates anything, and
 // releases them after its cleanup (registered first, the release runs last, once the spec's pods and
-// claims are gone): its path's shared; its path's exclusive when the spec is labelled holds:path (it needs
-// every device of the path on a node); every path's exclusive when it is labelled holds:nodes (it stops
-// nodes or kubelets, or measures a node). In one process nothing ever waits; with several (--procs), a
-// spec that holds one path runs beside the other path's specs instead of alone, as Serial would.
-func holdPool(ctx context.Context, env *testenv.Env, path string, paths []gpu.Path) {
+// claims are gone), as poolHold plans them. It returns the node leased for a spec labelled holds:node
+// ("" for the others). In one process nothing ever waits; with several (--procs), a spec that holds one
+// path, or one node of it, runs beside other specs instead of alone, as Serial would.
+func holdPool(ctx context.Context, env *testenv.Env, path string, b Base) string {
 	ginkgo.GinkgoHelper()
-	mode, names := poolHold(ginkgo.CurrentSpecReport().Labels(), path, paths)
-	release, waited, err := poollock.Hold(ctx, poollock.Dir(env.Factory.RunID), names, mode)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the %s pool lock on %v", mode, names)
+	plan := poolHold(ginkgo.CurrentSpecReport().Labels(), path, b)
+	dir := poollock.Dir(env.Factory.RunID)
+	release, waited, err := poollock.Hold(ctx, dir, plan.names, plan.mode)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the %s pool lock on %v", plan.mode, plan.names)
 	ginkgo.DeferCleanup(release)
+	node := ""
+	if len(plan.lease) > 0 {
+		releaseNode, name, leaseWait, err := poollock.HoldAny(ctx, dir, plan.lease)
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing one node of %v", plan.lease)
+		ginkgo.DeferCleanup(releaseNode) // runs before the path's release
+		waited += leaseWait
+		_, node, _ = strings.Cut(name, nodeLockSep)
+		ginkgo.AddReportEntry(poollock.LeaseEntry, node, ginkgo.ReportEntryVisibilityNever)
+		ginkgo.GinkgoWriter.Printf("leased %s on the %s path\n", node, path)
+	}
 	if waited > 0 { // the bench keeps it out of the spec's own cost
 		ginkgo.AddReportEntry(poollock.WaitEntry, waited.Seconds(), ginkgo.ReportEntryVisibilityNever)
 	}
 	if waited >= time.Second {
-		ginkgo.GinkgoWriter.Printf("waited %s for the %s pool lock on %v (another process's spec held it)\n", waited.Round(time.Second), mode, names)
+		ginkgo.GinkgoWriter.Printf("waited %s for the pool locks %v %v (another process's spec held them)\n", waited.Round(time.Second), plan.names, plan.lease)
 	}
+	return node
 }
 
-// poolHold is how a spec with specLabels on path holds the pool locks, and which.
-func poolHold(specLabels []string, path string, paths []gpu.Path) (poollock.Mode, []string) {
+// nodeLockSep joins a path's lock name and a node's in the node's lock: path-<path>@<node>.
+const nodeLockSep = "@"
+
+// poolPlan is how a spec holds the pool locks: names in mode, then (holds:node) one of lease exclusive.
+type poolPlan struct {
+	mode  poollock.Mode
+	names []string
+	lease []string
+}
+
+// poolHold plans the locks of a spec with specLabels on path. Every path has a lock (path-<path>) and
+// one per node of the GPU pool (path-<path>@<node>):
+//   - a spec takes its path's and every node's of the path shared: its pods may go to any of them;
+//   - holds:node takes its path's shared and leases one node with a device on the path: its pods stay
+//     there, so holders of different nodes run side by side, and no plain spec runs beside either;
+//   - holds:path takes its path's exclusive (it needs more than a node: gangs across nodes);
+//   - holds:nodes takes every path's exclusive (it stops nodes or kubelets, or measures a node).
+func poolHold(specLabels []string, path string, b Base) poolPlan {
+	pathLock := "path-" + path
 	switch {
 	case slices.Contains(specLabels, labels.HoldsNodes):
-		names := make([]string, 0, len(paths))
-		for _, p := range paths {
+		names := make([]string, 0, len(b.Paths))
+		for _, p := range b.Paths {
 			names = append(names, "path-"+p.Name())
 		}
-		return poollock.Exclusive, names
+		return poolPlan{mode: poollock.Exclusive, names: names}
 	case slices.Contains(specLabels, labels.HoldsPath):
-		return poollock.Exclusive, []string{"path-" + path}
+		return poolPlan{mode: poollock.Exclusive, names: []string{pathLock}}
 	}
-	return poollock.Shared, []string{"path-" + path}
+	// The nodes both kinds below name are the same: the GPU pool's with a device on the path, as discovery
+	// saw them (every process of the run discovered the same).
+	var nodeLocks []string
+	if p := pathByName(b.Paths, path); p != nil {
+		for _, n := range b.eligible(p, 1) {
+			nodeLocks = append(nodeLocks, pathLock+nodeLockSep+n)
+		}
+	}
+	if slices.Contains(specLabels, labels.HoldsNode) {
+		if len(nodeLocks) == 0 { // no node has a device on the path (the spec will say so): hold the path
+			return poolPlan{mode: poollock.Exclusive, names: []string{pathLock}}
+		}
+		return poolPlan{mode: poollock.Shared, names: []string{pathLock}, lease: nodeLocks}
+	}
+	return poolPlan{mode: poollock.Shared, names: append([]string{pathLock}, nodeLocks...)}
 }

@@ -31,22 +31,30 @@ func TestQueued(t *testing.T) {
 	}
 }
 
-// A spec shares its path's lock; holds:path takes it alone; holds:nodes takes every path's alone (stopping a
-// kubelet takes the other path's devices on the node too).
+// A spec shares its path's lock and every node's of the path; holds:node shares the path's and leases one
+// node with a device on the path; holds:path takes the path's alone; holds:nodes takes every path's alone
+// (stopping a kubelet takes the other path's devices on the node too).
 func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
-	paths := []gpu.Path{&gpu.DRA{}, &gpu.DevicePlugin{}}
+	// w3 has no device on the path; w4, outside the GPU pool, is not the suite's to use.
+	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"gpu-0", "gpu-1"}, "w2": {"gpu-0"}, "w3": {}, "w4": {"gpu-0"}}}
+	paths := []gpu.Path{dra, &gpu.DevicePlugin{Resource: "nvidia.com/gpu"}}
+	b := Base{Paths: paths, GPUPool: []string{"w1", "w2", "w3"}}
 	for _, c := range []struct {
 		labels []string
-		mode   poollock.Mode
-		names  []string
+		want   poolPlan
 	}{
-		{[]string{"scenario:allocation", labels.PathDRA}, poollock.Shared, []string{"path-dra"}},
-		{[]string{"scenario:gang", labels.HoldsPath}, poollock.Exclusive, []string{"path-dra"}},
-		{[]string{"scenario:failure", labels.HoldsNodes, labels.Disruptive}, poollock.Exclusive, []string{"path-dra", "path-device-plugin"}},
+		{[]string{"scenario:allocation", labels.PathDRA}, poolPlan{poollock.Shared, []string{"path-dra", "path-dra@w1", "path-dra@w2"}, nil}},
+		{[]string{"scenario:failure", labels.HoldsNode}, poolPlan{poollock.Shared, []string{"path-dra"}, []string{"path-dra@w1", "path-dra@w2"}}},
+		{[]string{"scenario:gang", labels.HoldsPath}, poolPlan{poollock.Exclusive, []string{"path-dra"}, nil}},
+		{[]string{"scenario:failure", labels.HoldsNodes, labels.Disruptive}, poolPlan{poollock.Exclusive, []string{"path-dra", "path-device-plugin"}, nil}},
 	} {
-		mode, names := poolHold(c.labels, "dra", paths)
-		if mode != c.mode || !slices.Equal(names, c.names) {
-			t.Errorf("%v: %s %v, want %s %v", c.labels, mode, names, c.mode, c.names)
+		got := poolHold(c.labels, "dra", b)
+		if got.mode != c.want.mode || !slices.Equal(got.names, c.want.names) || !slices.Equal(got.lease, c.want.lease) {
+			t.Errorf("%v: %+v, want %+v", c.labels, got, c.want)
 		}
+	}
+	// No node with a device on the path: nothing to lease, the holder holds the path.
+	if got := poolHold([]string{labels.HoldsNode}, "device-plugin", b); got.mode != poollock.Exclusive || len(got.lease) != 0 {
+		t.Errorf("holds:node without an eligible node: %+v, want the path exclusive", got)
 	}
 }

@@ -24,9 +24,14 @@ const (
 	// Serial is Ginkgo's label of its Serial decorator (a spec that runs alone, after the others: the upgrade
 	// rehearsal); specs that hold one path's devices use HoldsPath instead.
 	Serial = "Serial"
-	// HoldsPath marks specs that need every device of their path on a node (fill a node, gangs, preemption):
-	// no other spec on the path runs beside them; the other path's specs do (framework/poollock).
+	// HoldsPath marks specs that need their path's devices and cannot say on which one node (gangs, which
+	// Kueue or the scheduler places): no other spec on the path runs beside them; the other path's specs
+	// do (framework/poollock).
 	HoldsPath = "holds:path"
+	// HoldsNode marks specs that need every device of their path on one node and no more (fill a node,
+	// preemption, device faults): each leases one node of its path and keeps its pods there, so two of
+	// them run side by side on two nodes; the path's plain specs wait for them (framework/poollock).
+	HoldsNode = "holds:node"
 	// HoldsNodes marks specs that stop nodes or kubelets, or measure a node's timings: no spec on any path
 	// runs beside them.
 	HoldsNodes = "holds:nodes"
@@ -88,7 +93,7 @@ func Scenario(name string) string {
 
 func known(l string) bool {
 	switch l {
-	case Disruptive, Serial, HoldsPath, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
+	case Disruptive, Serial, HoldsPath, HoldsNode, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
 		return true
 	}
 	if id, ok := strings.CutPrefix(l, RequirementPrefix); ok {
@@ -103,7 +108,7 @@ func known(l string) bool {
 // Known returns the label set, sorted, for documentation and `--help` output.
 func Known() []string {
 	scenarios.RLock()
-	out := []string{Disruptive, Serial, HoldsPath, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
+	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
 	for _, v := range conformance.Versions() {
 		c, _ := conformance.For(v)
 		for _, r := range c.Requirements {

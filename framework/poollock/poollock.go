@@ -28,6 +28,10 @@ import (
 // keeps it apart).
 const WaitEntry = "pool lock wait seconds"
 
+// LeaseEntry names the Ginkgo report entry with the node a spec leased (HoldAny; scenarios' holds:node):
+// the bench counts each node's holders apart.
+const LeaseEntry = "pool lease node"
+
 // Mode is how a spec holds a lock.
 type Mode int
 
@@ -109,6 +113,71 @@ func Hold(ctx context.Context, dir string, names []string, mode Mode) (release f
 		held = append(held, f)
 	}
 	return release, time.Since(start), nil
+}
+
+// HoldAny takes one of the named locks exclusive, whichever comes free first, and returns its release, its
+// name and how long it waited. It is the lease of one node of a path (a spec labelled holds:node): specs
+// that each need one node to themselves run side by side on different nodes.
+//
+// It never blocks while it holds anything: every Poll it tries each name's lock without waiting. While
+// it waits it keeps the turnstiles it can get, so shared holders that come after it wait (a queued
+// exclusive holder goes first, as in Hold); another waiter's turnstiles it leaves alone.
+func HoldAny(ctx context.Context, dir string, names []string) (release func(), name string, waited time.Duration, err error) {
+	if len(names) == 0 {
+		return nil, "", 0, errors.New("no lock to choose from")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", 0, fmt.Errorf("lock directory: %w", err)
+	}
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	turnstiles := map[string]*os.File{}
+	defer func() {
+		for _, f := range turnstiles {
+			unlock(f)
+		}
+	}()
+	start := time.Now()
+	for {
+		for _, n := range names {
+			if turnstiles[n] == nil {
+				if f, ok, err := try(dir, n+".turnstile", syscall.LOCK_EX); err != nil {
+					return nil, "", 0, err
+				} else if ok {
+					turnstiles[n] = f
+				}
+			}
+			f, ok, err := try(dir, n, syscall.LOCK_EX)
+			if err != nil {
+				return nil, "", 0, err
+			}
+			if ok {
+				return func() { unlock(f) }, n, time.Since(start), nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, "", 0, fmt.Errorf("waiting for any of the exclusive locks %v: %w", names, context.Cause(ctx))
+		case <-time.After(Poll):
+		}
+	}
+}
+
+// try flocks dir/name how without waiting: the open file and true when it got the lock, false when
+// another holder has it.
+func try(dir, name string, how int) (*os.File, bool, error) {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, false, err
+	}
+	err = syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
+	if err == nil {
+		return f, true, nil
+	}
+	_ = f.Close()
+	if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR) {
+		return nil, false, nil
+	}
+	return nil, false, fmt.Errorf("lock %s: %w", name, err)
 }
 
 // take opens dir/name and flocks it how, trying every Poll until it may or ctx ends.

@@ -172,3 +172,70 @@ func TestDirIsTheParentsWhenItGaveOneElseTheRunIDs(t *testing.T) {
 		t.Errorf("with %s=%q: Dir = %q, want the parent's", EnvDir, parents, got)
 	}
 }
+
+// A node lease takes whichever node is free, waits for the first to come free when none is, and keeps
+// shared holders that come after it from the nodes it waits for.
+func TestHoldAnyLeasesAFreeNodeOrWaitsForTheFirstToComeFree(t *testing.T) {
+	dir := t.TempDir()
+	nodes := []string{"path-dra@n1", "path-dra@n2"}
+	stopN1 := holder(t, dir, nodes[0], Exclusive)
+	release, got, waited, err := HoldAny(t.Context(), dir, nodes)
+	if err != nil || got != nodes[1] {
+		t.Fatalf("with n1 leased: HoldAny = %q, %v; want %s at once", got, err, nodes[1])
+	}
+	if waited > time.Second {
+		t.Errorf("waited %s for a free node", waited)
+	}
+	if _, err := tryHold(t, dir, nodes[1:], Shared, 300*time.Millisecond); err == nil {
+		t.Fatal("a shared holder got the node leased exclusive")
+	}
+	release()
+
+	stopN2 := holder(t, dir, nodes[1], Shared)
+	type lease struct {
+		release func()
+		name    string
+		err     error
+	}
+	done := make(chan lease, 1)
+	go func() {
+		r, n, _, err := HoldAny(t.Context(), dir, nodes)
+		done <- lease{r, n, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // queued at both turnstiles
+	if _, err := tryHold(t, dir, nodes[1:], Shared, 300*time.Millisecond); err == nil {
+		t.Fatal("a later shared holder overtook the queued lease")
+	}
+	select {
+	case l := <-done:
+		t.Fatalf("leased %q (%v) while every node was held", l.name, l.err)
+	default:
+	}
+	stopN2()
+	select {
+	case l := <-done:
+		if l.err != nil || l.name != nodes[1] {
+			t.Fatalf("after n2's holder let go: HoldAny = %q, %v; want %s", l.name, l.err, nodes[1])
+		}
+		l.release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease did not take n2 after its holder let go")
+	}
+	stopN1()
+	if release, err := tryHold(t, dir, nodes, Shared, 2*time.Second); err != nil {
+		t.Fatalf("the turnstiles stayed held after the lease was taken: %v", err)
+	} else {
+		release()
+	}
+
+	stop := holder(t, dir, nodes[0], Exclusive)
+	defer stop()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	if _, _, _, err := HoldAny(ctx, dir, nodes[:1]); err == nil {
+		t.Fatal("HoldAny returned without the lock when its context ended")
+	}
+	if _, _, _, err := HoldAny(t.Context(), dir, nil); err == nil {
+		t.Fatal("HoldAny of no name succeeded")
+	}
+}
