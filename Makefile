@@ -16,8 +16,9 @@ BUILD_DEV = $(GO) build -o $(GPUCONFORM_DEV) ./cmd/gpuconform-dev
 E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 # Ginkgo processes for the suite (gpuconform run --procs; 3 finished the suite about 4 minutes sooner than
-# 2 on this 2-core machine: the processes mostly wait on the cluster): specs run side by side except where a spec holds
-# its path (holds:path, beside the other path's specs) or the nodes (holds:nodes, alone); the upgrade
+# 2 on this 2-core machine: the processes mostly wait on the cluster): specs run side by side except where a spec leases
+# one node of its path (holds:node, beside the other nodes' holders and the other path's specs), holds its
+# path (holds:path, beside the other path's specs) or the nodes (holds:nodes, alone); the upgrade
 # rehearsal (Serial) runs alone at the end. 1 runs in one process. Several processes take the specs in
 # Ginkgo's order, which registers each path's container whole; randomizing every spec's order mixes the
 # paths, so a process that holds one path finds the other path's specs to run beside it.
@@ -122,7 +123,7 @@ incluster: images cluster ## run the allocation specs as a Job on the local clus
 bench: cluster ## run the conformance suite (disruptive specs included) and print its own cost: wall vs inherent waits, API requests (kept in $(ARTIFACTS)/bench)
 	@mkdir -p $(ARTIFACTS)/bench
 	PATH="$(CURDIR)/_output/bin:$$PATH" $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/bench --disruptive --timeout=$(E2E_TIMEOUT) \
-		$(LOCAL_RUN_ARGS) $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
+		--procs=$(E2E_PROCS) $(E2E_ORDER) $(LOCAL_RUN_ARGS) $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/bench/conformance.log 2>&1 || true
 	$(GPUCONFORM) bench $(ARTIFACTS)/bench
 
 scale: ## preflight, discovery and diagnose against a simulated 5,000-node GPU cluster (a throwaway API server built here)
