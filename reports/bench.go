@@ -244,18 +244,20 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 	return b
 }
 
-// lockWait is how long the spec waited for its pool locks (its LockWaitEntry; 0 without one).
+// lockWait is how long the spec waited for its pool locks: the sum of its LockWaitEntry entries (an
+// on:node spec waits for its path in its set-up and for its node lease later; 0 without one).
 func lockWait(sp types.SpecReport) time.Duration {
+	var total time.Duration
 	for _, e := range sp.ReportEntries {
 		if e.Name != LockWaitEntry {
 			continue
 		}
 		var secs float64
 		if data, err := json.Marshal(e.Value.GetRawValue()); err == nil && json.Unmarshal(data, &secs) == nil {
-			return time.Duration(secs * float64(time.Second))
+			total += time.Duration(secs * float64(time.Second))
 		}
 	}
-	return 0
+	return total
 }
 
 // specSteps are the spec's steps, each measured against lives, the union of its workloads' lifetimes:

@@ -86,27 +86,27 @@ func AllocationSpec(input func() AllocationInput) {
 
 				if reg.queued(reg.KueuePresent, pathName) {
 					ginkgo.It(fmt.Sprintf("admits a Job asking for %s through a LocalQueue, places it on a node with the devices, shows it exactly the devices it was given, and completes it", plural(n)),
-						labels.Of(labels.NeedsKueue), func(ctx context.Context) {
-							queuedJobGetsItsDevices(ctx, s.Env, s.In, s.Path, s.NS, n, nodes)
+						labels.Of(labels.NeedsKueue, labels.OnNode), func(ctx context.Context) {
+							queuedJobGetsItsDevices(ctx, s.Env, s.In, s.Path, s.NS, n, s.lease(ctx, nodes))
 						})
 				}
 
 				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it, and frees them when the pod is deleted", plural(n), regPath.Authority()),
-					proves(allocationName, conformance.SecureAcceleratorAccess), func(ctx context.Context) {
-						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, nodes)
+					proves(allocationName, conformance.SecureAcceleratorAccess), labels.Of(labels.OnNode), func(ctx context.Context) {
+						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, s.lease(ctx, nodes))
 					})
 			}
 
 			if nodes := reg.eligible(regPath, 1); len(nodes) == 0 {
 				reg.notExercised(pathName+": the vendor's device test", "no node in the GPU pool has a device on this path")
 			} else {
-				ginkgo.It("runs the vendor's device test in a pod with one device", func(ctx context.Context) {
-					deviceTest(ctx, s.Env, s.Path, s.NS, nodes, s.In.DeviceTest)
+				ginkgo.It("runs the vendor's device test in a pod with one device", labels.Of(labels.OnNode), func(ctx context.Context) {
+					deviceTest(ctx, s.Env, s.Path, s.NS, s.lease(ctx, nodes), s.In.DeviceTest)
 				})
 			}
 
-			ginkgo.It("shows no device to a pod that asks for none", proves(allocationName, conformance.SecureAcceleratorAccess), func(ctx context.Context) {
-				pod := s.Env.Factory.GPUPod("no-gpu", s.NS).Args(fixtures.ProbeArgs(0)...).OnNodes(s.In.eligible(s.Path, 1)...).Obj()
+			ginkgo.It("shows no device to a pod that asks for none", proves(allocationName, conformance.SecureAcceleratorAccess), labels.Of(labels.OnNode), func(ctx context.Context) {
+				pod := s.Env.Factory.GPUPod("no-gpu", s.NS).Args(fixtures.ProbeArgs(0)...).OnNodes(s.lease(ctx, s.In.eligible(s.Path, 1))...).Obj()
 				s.Env.Create(ctx, pod)
 				report := pods.ExpectProbeReport(ctx, s.Env, s.NS, pod.Name)
 				gomega.Expect(report.Devices).To(gomega.BeEmpty(),

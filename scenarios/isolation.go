@@ -43,8 +43,8 @@ func IsolationSpec(input func() AllocationInput) {
 					fillNode(ctx, s.Env, s.Path, s.NS, s.on(nodes))
 				})
 
-			ginkgo.It("shows a GPU pod's second container, its init container and a pod beside it none of its devices", proves(allocationName, conformance.SecureAcceleratorAccess), func(ctx context.Context) {
-				isolation(ctx, s.Env, s.Path, s.NS, nodes[0])
+			ginkgo.It("shows a GPU pod's second container, its init container and a pod beside it none of its devices", proves(allocationName, conformance.SecureAcceleratorAccess), labels.Of(labels.OnNode), func(ctx context.Context) {
+				isolation(ctx, s.Env, s.Path, s.NS, s.lease(ctx, nodes)[0])
 			})
 		})
 	}

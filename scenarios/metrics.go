@@ -64,8 +64,8 @@ func MetricsSpec(input func() MetricsInput) {
 		}
 		describePath(input, regPath, "Accelerator metrics", "metrics", []any{labels.Of(labels.Scenario(metricsName))}, func(s *Spec[MetricsInput]) {
 			ginkgo.It("exposes utilisation and memory metrics for every device a running pod holds, attributed to that pod", proves(metricsName, conformance.AcceleratorMetrics),
-				func(ctx context.Context) {
-					heldDevicesOnMetrics(ctx, s, n, nodes)
+				labels.Of(labels.OnNode), func(ctx context.Context) {
+					heldDevicesOnMetrics(ctx, s, n, s.lease(ctx, nodes))
 				})
 		})
 	}

@@ -68,8 +68,53 @@ type Spec[I scenarioInput] struct {
 	Env  *testenv.Env
 	Path gpu.Path
 	NS   string
-	// Node is the node the spec leased (labelled holds:node): it keeps its pods there. Empty otherwise.
+	// Node is the node the spec leased (labelled holds:node, or on:node once it called lease): it keeps its
+	// pods there. Empty otherwise.
 	Node string
+	// unlease releases an on:node spec's lease (nil until it leased).
+	unlease func()
+}
+
+// lease returns the nodes among candidates the spec may put its pods on, which every spec asks before
+// it creates pods: candidates as they are for a plain spec (it holds each node of its path shared); its
+// leased node for a holds:node spec; and for an on:node spec the node it leases now, shared, among the
+// candidates (the first to come free: one a holds:node spec leases is not), held until its cleanup
+// is done. Its pods then go there beside the other specs', while holders of the path's other nodes run.
+func (s *Spec[I]) lease(ctx context.Context, candidates []string) []string {
+	ginkgo.GinkgoHelper()
+	if s.Node != "" || !slices.Contains(ginkgo.CurrentSpecReport().Labels(), labels.OnNode) {
+		return s.on(candidates)
+	}
+	if len(candidates) == 0 {
+		ginkgo.Fail(fmt.Sprintf("no node of the %s path to lease", s.Path.Name()))
+	}
+	names := make([]string, len(candidates))
+	for i, n := range candidates {
+		names[i] = nodeLock(s.Path.Name(), n)
+	}
+	release, name, waited, err := poollock.HoldAny(ctx, poollock.Dir(s.Env.Factory.RunID), names, poollock.Shared)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing one node of %v", candidates)
+	s.unlease = release
+	_, s.Node, _ = strings.Cut(name, nodeLockSep)
+	leased(s.Node, s.Path.Name(), waited)
+	return []string{s.Node}
+}
+
+// leased records a spec's lease of node on path and its wait for it.
+func leased(node, path string, waited time.Duration) {
+	ginkgo.AddReportEntry(poollock.LeaseEntry, node, ginkgo.ReportEntryVisibilityNever)
+	ginkgo.GinkgoWriter.Printf("leased %s on the %s path\n", node, path)
+	recordWait(waited)
+}
+
+// recordWait records a wait for pool locks: the bench keeps it out of the spec's own cost.
+func recordWait(waited time.Duration) {
+	if waited > 0 {
+		ginkgo.AddReportEntry(poollock.WaitEntry, waited.Seconds(), ginkgo.ReportEntryVisibilityNever)
+	}
+	if waited >= time.Second {
+		ginkgo.GinkgoWriter.Printf("waited %s for pool locks another process's spec held\n", waited.Round(time.Second))
+	}
 }
 
 // on narrows candidates to the spec's leased node (holds:node); without a lease it returns them as they
@@ -111,7 +156,16 @@ func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPr
 			s.Env = s.In.base().Env
 			s.Path = pathByName(s.In.base().Paths, pathName)
 			gomega.Expect(s.Path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
+			s.Node, s.unlease = "", nil
 			s.Node = holdPool(ctx, s.Env, pathName, s.In.base())
+			// An on:node spec's lease (taken later, by lease) is released after the namespace's cleanup,
+			// registered below, so it runs before this.
+			ginkgo.DeferCleanup(func() {
+				if s.unlease != nil {
+					s.unlease()
+					s.unlease = nil
+				}
+			})
 			s.NS = s.Env.NewNamespace(ctx, nsPrefix).Name
 		})
 		body(s)
@@ -140,27 +194,23 @@ func holdPool(ctx context.Context, env *testenv.Env, path string, b Base) string
 	release, waited, err := poollock.Hold(ctx, dir, plan.names, plan.mode)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the %s pool lock on %v", plan.mode, plan.names)
 	ginkgo.DeferCleanup(release)
-	node := ""
-	if len(plan.lease) > 0 {
-		releaseNode, name, leaseWait, err := poollock.HoldAny(ctx, dir, plan.lease)
-		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing one node of %v", plan.lease)
-		ginkgo.DeferCleanup(releaseNode) // runs before the path's release
-		waited += leaseWait
-		_, node, _ = strings.Cut(name, nodeLockSep)
-		ginkgo.AddReportEntry(poollock.LeaseEntry, node, ginkgo.ReportEntryVisibilityNever)
-		ginkgo.GinkgoWriter.Printf("leased %s on the %s path\n", node, path)
+	if len(plan.lease) == 0 {
+		recordWait(waited)
+		return ""
 	}
-	if waited > 0 { // the bench keeps it out of the spec's own cost
-		ginkgo.AddReportEntry(poollock.WaitEntry, waited.Seconds(), ginkgo.ReportEntryVisibilityNever)
-	}
-	if waited >= time.Second {
-		ginkgo.GinkgoWriter.Printf("waited %s for the pool locks %v %v (another process's spec held them)\n", waited.Round(time.Second), plan.names, plan.lease)
-	}
+	releaseNode, name, leaseWait, err := poollock.HoldAny(ctx, dir, plan.lease, poollock.Exclusive)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing one node of %v", plan.lease)
+	ginkgo.DeferCleanup(releaseNode) // runs before the path's release
+	_, node, _ := strings.Cut(name, nodeLockSep)
+	leased(node, path, waited+leaseWait)
 	return node
 }
 
 // nodeLockSep joins a path's lock name and a node's in the node's lock: path-<path>@<node>.
 const nodeLockSep = "@"
+
+// nodeLock names the lock of node on path.
+func nodeLock(path, node string) string { return "path-" + path + nodeLockSep + node }
 
 // poolPlan is how a spec holds the pool locks: names in mode, then (holds:node) one of lease exclusive.
 type poolPlan struct {
@@ -172,8 +222,10 @@ type poolPlan struct {
 // poolHold plans the locks of a spec with specLabels on path. Every path has a lock (path-<path>) and
 // one per node of the GPU pool (path-<path>@<node>):
 //   - a spec takes its path's and every node's of the path shared: its pods may go to any of them;
-//   - holds:node takes its path's shared and leases one node with a device on the path: its pods stay
-//     there, so holders of different nodes run side by side, and no plain spec runs beside either;
+//   - holds:node takes its path's shared and leases one node with a device on the path exclusive: its
+//     pods stay there, so holders of different nodes run side by side, and no plain spec runs beside;
+//   - on:node takes its path's shared, then (Spec.lease) one of the nodes its pods can use shared: it
+//     runs beside plain specs, on:node specs and holders of the path's other nodes;
 //   - holds:path takes its path's exclusive (it needs more than a node: gangs across nodes);
 //   - holds:nodes takes every path's exclusive (it stops nodes or kubelets, or measures a node).
 func poolHold(specLabels []string, path string, b Base) poolPlan {
@@ -193,8 +245,11 @@ func poolHold(specLabels []string, path string, b Base) poolPlan {
 	var nodeLocks []string
 	if p := pathByName(b.Paths, path); p != nil {
 		for _, n := range b.eligible(p, 1) {
-			nodeLocks = append(nodeLocks, pathLock+nodeLockSep+n)
+			nodeLocks = append(nodeLocks, nodeLock(path, n))
 		}
+	}
+	if slices.Contains(specLabels, labels.OnNode) { // it leases one node shared later (Spec.lease)
+		return poolPlan{mode: poollock.Shared, names: []string{pathLock}}
 	}
 	if slices.Contains(specLabels, labels.HoldsNode) {
 		if len(nodeLocks) == 0 { // no node has a device on the path (the spec will say so): hold the path

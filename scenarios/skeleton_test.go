@@ -32,7 +32,7 @@ func TestQueued(t *testing.T) {
 }
 
 // A spec shares its path's lock and every node's of the path; holds:node shares the path's and leases one
-// node with a device on the path; holds:path takes the path's alone; holds:nodes takes every path's alone
+// node with a device on the path; on:node shares the path's only (it leases a node when it knows which fit); holds:path takes the path's alone; holds:nodes takes every path's alone
 // (stopping a kubelet takes the other path's devices on the node too).
 func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 	// w3 has no device on the path; w4, outside the GPU pool, is not the suite's to use.
@@ -45,6 +45,7 @@ func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 	}{
 		{[]string{"scenario:allocation", labels.PathDRA}, poolPlan{poollock.Shared, []string{"path-dra", "path-dra@w1", "path-dra@w2"}, nil}},
 		{[]string{"scenario:failure", labels.HoldsNode}, poolPlan{poollock.Shared, []string{"path-dra"}, []string{"path-dra@w1", "path-dra@w2"}}},
+		{[]string{"scenario:allocation", labels.OnNode}, poolPlan{poollock.Shared, []string{"path-dra"}, nil}}, // it leases later
 		{[]string{"scenario:gang", labels.HoldsPath}, poolPlan{poollock.Exclusive, []string{"path-dra"}, nil}},
 		{[]string{"scenario:failure", labels.HoldsNodes, labels.Disruptive}, poolPlan{poollock.Exclusive, []string{"path-dra", "path-device-plugin"}, nil}},
 	} {

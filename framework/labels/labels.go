@@ -32,6 +32,10 @@ const (
 	// preemption, device faults): each leases one node of its path and keeps its pods there, so two of
 	// them run side by side on two nodes; the path's plain specs wait for them (framework/poollock).
 	HoldsNode = "holds:node"
+	// OnNode marks specs whose pods need a few devices of one node: each leases one node of its path shared
+	// once it knows which nodes fit (scenarios' Spec.lease) and keeps its pods there, so it runs beside
+	// holders of the path's other nodes (framework/poollock).
+	OnNode = "on:node"
 	// HoldsNodes marks specs that stop nodes or kubelets, or measure a node's timings: no spec on any path
 	// runs beside them.
 	HoldsNodes = "holds:nodes"
@@ -93,7 +97,7 @@ func Scenario(name string) string {
 
 func known(l string) bool {
 	switch l {
-	case Disruptive, Serial, HoldsPath, HoldsNode, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
+	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
 		return true
 	}
 	if id, ok := strings.CutPrefix(l, RequirementPrefix); ok {
@@ -108,7 +112,7 @@ func known(l string) bool {
 // Known returns the label set, sorted, for documentation and `--help` output.
 func Known() []string {
 	scenarios.RLock()
-	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
+	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, OnNode, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
 	for _, v := range conformance.Versions() {
 		c, _ := conformance.For(v)
 		for _, r := range c.Requirements {

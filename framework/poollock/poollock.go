@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -115,14 +116,17 @@ func Hold(ctx context.Context, dir string, names []string, mode Mode) (release f
 	return release, time.Since(start), nil
 }
 
-// HoldAny takes one of the named locks exclusive, whichever comes free first, and returns its release, its
-// name and how long it waited. It is the lease of one node of a path (a spec labelled holds:node): specs
-// that each need one node to themselves run side by side on different nodes.
+// HoldAny takes one of the named locks in mode, whichever comes free first, and returns its release, its
+// name and how long it waited. It is the lease of one node of a path: exclusive for a spec that needs the
+// node's devices to itself (scenarios' holds:node), shared for one that needs a few devices of one node
+// (on:node). Specs that lease different nodes run side by side. It starts at a random name, so that
+// leases spread over the nodes instead of queueing for the first.
 //
-// It never blocks while it holds anything: every Poll it tries each name's lock without waiting. While
-// it waits it keeps the turnstiles it can get, so shared holders that come after it wait (a queued
-// exclusive holder goes first, as in Hold); another waiter's turnstiles it leaves alone.
-func HoldAny(ctx context.Context, dir string, names []string) (release func(), name string, waited time.Duration, err error) {
+// It never blocks while it holds anything: every Poll it tries each name's lock without waiting. An
+// exclusive lease, while it waits, keeps the turnstiles it can get, so shared holders that come after it
+// wait (a queued exclusive holder goes first, as in Hold); a shared one passes a name's turnstile only
+// when no exclusive holder is queued there.
+func HoldAny(ctx context.Context, dir string, names []string, mode Mode) (release func(), name string, waited time.Duration, err error) {
 	if len(names) == 0 {
 		return nil, "", 0, errors.New("no lock to choose from")
 	}
@@ -130,6 +134,12 @@ func HoldAny(ctx context.Context, dir string, names []string) (release func(), n
 		return nil, "", 0, fmt.Errorf("lock directory: %w", err)
 	}
 	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	first := rand.IntN(len(names))
+	names = append(names[first:], names[:first]...)
+	how := syscall.LOCK_SH
+	if mode == Exclusive {
+		how = syscall.LOCK_EX
+	}
 	turnstiles := map[string]*os.File{}
 	defer func() {
 		for _, f := range turnstiles {
@@ -140,13 +150,20 @@ func HoldAny(ctx context.Context, dir string, names []string) (release func(), n
 	for {
 		for _, n := range names {
 			if turnstiles[n] == nil {
-				if f, ok, err := try(dir, n+".turnstile", syscall.LOCK_EX); err != nil {
+				f, ok, err := try(dir, n+".turnstile", syscall.LOCK_EX)
+				if err != nil {
 					return nil, "", 0, err
-				} else if ok {
+				}
+				switch {
+				case ok && mode == Shared:
+					unlock(f) // passed: no exclusive holder is queued
+				case ok:
 					turnstiles[n] = f
+				case mode == Shared:
+					continue // an exclusive holder is queued here: it goes first
 				}
 			}
-			f, ok, err := try(dir, n, syscall.LOCK_EX)
+			f, ok, err := try(dir, n, how)
 			if err != nil {
 				return nil, "", 0, err
 			}
@@ -156,7 +173,7 @@ func HoldAny(ctx context.Context, dir string, names []string) (release func(), n
 		}
 		select {
 		case <-ctx.Done():
-			return nil, "", 0, fmt.Errorf("waiting for any of the exclusive locks %v: %w", names, context.Cause(ctx))
+			return nil, "", 0, fmt.Errorf("waiting for any of the %s locks %v: %w", mode, names, context.Cause(ctx))
 		case <-time.After(Poll):
 		}
 	}

@@ -179,7 +179,7 @@ func TestHoldAnyLeasesAFreeNodeOrWaitsForTheFirstToComeFree(t *testing.T) {
 	dir := t.TempDir()
 	nodes := []string{"path-dra@n1", "path-dra@n2"}
 	stopN1 := holder(t, dir, nodes[0], Exclusive)
-	release, got, waited, err := HoldAny(t.Context(), dir, nodes)
+	release, got, waited, err := HoldAny(t.Context(), dir, nodes, Exclusive)
 	if err != nil || got != nodes[1] {
 		t.Fatalf("with n1 leased: HoldAny = %q, %v; want %s at once", got, err, nodes[1])
 	}
@@ -199,7 +199,7 @@ func TestHoldAnyLeasesAFreeNodeOrWaitsForTheFirstToComeFree(t *testing.T) {
 	}
 	done := make(chan lease, 1)
 	go func() {
-		r, n, _, err := HoldAny(t.Context(), dir, nodes)
+		r, n, _, err := HoldAny(t.Context(), dir, nodes, Exclusive)
 		done <- lease{r, n, err}
 	}()
 	time.Sleep(300 * time.Millisecond) // queued at both turnstiles
@@ -232,10 +232,62 @@ func TestHoldAnyLeasesAFreeNodeOrWaitsForTheFirstToComeFree(t *testing.T) {
 	defer stop()
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	if _, _, _, err := HoldAny(ctx, dir, nodes[:1]); err == nil {
+	if _, _, _, err := HoldAny(ctx, dir, nodes[:1], Exclusive); err == nil {
 		t.Fatal("HoldAny returned without the lock when its context ended")
 	}
-	if _, _, _, err := HoldAny(t.Context(), dir, nil); err == nil {
+	if _, _, _, err := HoldAny(t.Context(), dir, nil, Exclusive); err == nil {
 		t.Fatal("HoldAny of no name succeeded")
+	}
+}
+
+// A shared lease takes a node another spec holds shared, never one held exclusive or with an exclusive
+// holder queued at it; and leases start at a random node, so they spread over free nodes.
+func TestHoldAnySharedLeasesANodeBesideSharedHoldersOnly(t *testing.T) {
+	dir := t.TempDir()
+	nodes := []string{"path-dra@n1", "path-dra@n2"}
+	stop1 := holder(t, dir, nodes[0], Exclusive)
+	stop2 := holder(t, dir, nodes[1], Shared)
+	for range 5 {
+		release, got, _, err := HoldAny(t.Context(), dir, nodes, Shared)
+		if err != nil || got != nodes[1] {
+			t.Fatalf("HoldAny shared = %q, %v; want %s, the node held shared", got, err, nodes[1])
+		}
+		release()
+	}
+	// An exclusive lease queues at both turnstiles (n1 is held exclusive, n2 shared): a later shared lease
+	// must not take n2 before it.
+	queued := make(chan func(), 1)
+	go func() {
+		r, _, _, err := HoldAny(t.Context(), dir, nodes, Exclusive)
+		if err == nil {
+			queued <- r
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if release, got, _, err := HoldAny(ctx, dir, nodes, Shared); err == nil {
+		release()
+		t.Fatalf("a shared lease took %s while an exclusive one was queued there", got)
+	}
+	stop2()
+	select {
+	case r := <-queued:
+		r()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the exclusive lease did not take n2 after its shared holder let go")
+	}
+	stop1()
+	seen := map[string]bool{}
+	for range 40 {
+		release, got, _, err := HoldAny(t.Context(), dir, nodes, Shared)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen[got] = true
+		release()
+	}
+	if len(seen) != 2 {
+		t.Errorf("40 leases of two free nodes all took %v: they must spread", seen)
 	}
 }
