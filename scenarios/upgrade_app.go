@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
@@ -58,66 +59,125 @@ func (l *rehearsalLog) failedCheck() string {
 }
 
 // canaryApplicationCheck runs, on the upgraded canary pool, the same checks the suite runs on the GPU
-// pool (the rehearsal reports log's rows, also when a check failed): per path, a first pod once the new plugin serves, the device identity of a running pod against
-// the kubelet or the claim, exclusivity on a filled node, isolation of the containers without devices,
-// the vendor's device test, a multi-worker job where the pool can hold one, and the sharing checks where
-// the pool shares GPUs; then a checkpointing job must resume. Each check runs in its own namespace, whose
-// pods are gone before the next check starts, so that each finds the canary's devices free.
+// pool (the rehearsal reports log's rows, also when a check failed): per path, a first pod once the new
+// plugin serves, the device identity of a running pod against the kubelet or the claim, exclusivity on a
+// filled node, isolation of the containers without devices, the vendor's device test, a multi-worker job
+// where the pool can hold one, and the sharing checks where the pool shares GPUs; then a checkpointing
+// job must resume. Each check runs in its own namespace, whose pods are gone before the next check
+// starts, so that each finds the canary's devices free.
+//
+// The paths' checks run at once, one goroutine each: each path has devices of its own (as the pool locks
+// assume, framework/poollock), and the rehearsal is Serial, so its time is the suite's. A failed check
+// ends the other path's checks too (their context is cancelled) and the rehearsal with them; the rows
+// are the paths' in order, each path's as it ran them.
 func canaryApplicationCheck(ctx context.Context, in UpgradeInput, log *rehearsalLog, resumePath gpu.Path) {
 	env := in.Env
-	for _, p := range in.Paths {
-		name := p.Name()
-		node := firstWith(p, in.Canary)
-		if node == "" {
-			log.notApplicable("every check", name, "no canary node offers a device on this path")
-			continue
-		}
-		run := func(check string, body func(ns string)) {
-			log.check(check, name, node, func() {
-				ns := env.NewNamespace(ctx, "upgrade-check").Name
-				body(ns)
-				deleteAllPods(ctx, env, ns)
-			})
-		}
-		// The kubelet keeps advertising a restarted plugin's devices for a while; a pod admitted before the
-		// new plugin registered is rejected, recorded and retried (runOnceDevicesBack).
-		run("devices back", func(ns string) {
-			held := runOnceDevicesBack(ctx, env, p, ns, node, "canary-"+name, "after the upgrade to "+in.To)
-			ginkgo.AddReportEntry("canary allocation ("+name+")", fmt.Sprintf("%s on %s got a device", held, node))
+	log.at("application checks on the upgraded canary, every path's at once")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	logs := make([]*rehearsalLog, len(in.Paths))
+	var mu sync.Mutex
+	first := -1 // the path whose check failed (or skipped) first; the others' were stopped by it
+	var wg sync.WaitGroup
+	for i, p := range in.Paths {
+		logs[i] = &rehearsalLog{}
+		wg.Go(func() {
+			// Ginkgo's Fail and Skip record the outcome, then panic to leave the check: GinkgoRecover (deferred
+			// first, so it runs last) takes the panic; the function before it notes which path ended first
+			// and stops the other path's checks.
+			defer ginkgo.GinkgoRecover()
+			defer func() {
+				if r := recover(); r != nil {
+					mu.Lock()
+					if first < 0 {
+						first = i
+					}
+					mu.Unlock()
+					cancel()
+					panic(r)
+				}
+			}()
+			canaryPathChecks(ctx, in, logs[i], p)
 		})
-		run("device identity", func(ns string) { runningPodSeesGivenDevices(ctx, env, p, ns, 1, in.Canary) })
-		run("exclusivity (a filled node)", func(ns string) { fillNode(ctx, env, p, ns, in.Canary) })
-		run("isolation", func(ns string) { isolation(ctx, env, p, ns, node) })
-		run("vendor device test", func(ns string) { deviceTest(ctx, env, p, ns, in.Canary, in.DeviceTest) })
-		switch placement, why := canaryGangPlacement(in, p); {
-		case why != "":
-			log.notApplicable("multi-worker job", name, why)
-		default:
-			run("multi-worker job ("+string(placement)+")", func(ns string) {
-				s := &Spec[GangInput]{In: GangInput{Base: in.Base, KueuePresent: in.KueuePresent, ExistingLocalQueue: in.ExistingLocalQueue}, Env: env, Path: p, NS: ns}
-				gangFits(ctx, s, placement, in.Canary)
-			})
-		}
-		modes, exclusive := sharingModesOn(in.SharingModes, name, in.Canary)
-		if len(modes) == 0 {
-			why := "the canary pool shares no GPU on this path"
-			if len(exclusive) > 0 {
-				why += " (" + strings.Join(exclusive, "; ") + ")"
-			}
-			log.notApplicable("sharing", name, why)
-		}
-		for _, m := range modes {
-			run("sharing ("+m.Mode+")", func(ns string) {
-				s := &Spec[SharingInput]{In: SharingInput{Base: in.Base, Modes: in.SharingModes}, Env: env, Path: p, NS: ns}
-				canarySharing(ctx, s, m)
-			})
-		}
+	}
+	wg.Wait()
+	log.checks = append(log.checks, mergePathChecks(logs, first)...)
+	if first >= 0 {
+		// Ginkgo keeps the first outcome (the check's failure or skip); this only ends the rehearsal here.
+		ginkgo.Fail("an application check on the upgraded canary failed: " + log.failedCheck())
 	}
 	log.check("training resume", resumePath.Name(), strings.Join(in.Canary, ","), func() {
 		ns := env.NewNamespace(ctx, "upgrade-train").Name
 		canaryResume(ctx, in, ns, resumePath, in.Canary)
 		deleteAllPods(ctx, env, ns)
 	})
+}
+
+// mergePathChecks lists the paths' rows in the paths' order. When the checks of path first failed (first
+// ≥ 0), another path's row that reads FAILED was stopped by it, and reads interrupted: the verdict must
+// name the check that failed, not one whose context ended.
+func mergePathChecks(logs []*rehearsalLog, first int) []upgrade.AppCheck {
+	var out []upgrade.AppCheck
+	for i, l := range logs {
+		for _, c := range l.checks {
+			if first >= 0 && i != first && c.Result == upgrade.AppCheckFailed {
+				c.Result = upgrade.AppCheckInterrupted
+			}
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// canaryPathChecks runs canaryApplicationCheck's checks of path p, recording them in log.
+func canaryPathChecks(ctx context.Context, in UpgradeInput, log *rehearsalLog, p gpu.Path) {
+	env := in.Env
+	name := p.Name()
+	node := firstWith(p, in.Canary)
+	if node == "" {
+		log.notApplicable("every check", name, "no canary node offers a device on this path")
+		return
+	}
+	run := func(check string, body func(ns string)) {
+		log.check(check, name, node, func() {
+			ns := env.NewNamespace(ctx, "upgrade-check").Name
+			body(ns)
+			deleteAllPods(ctx, env, ns)
+		})
+	}
+	// The kubelet keeps advertising a restarted plugin's devices for a while; a pod admitted before the
+	// new plugin registered is rejected, recorded and retried (runOnceDevicesBack).
+	run("devices back", func(ns string) {
+		held := runOnceDevicesBack(ctx, env, p, ns, node, "canary-"+name, "after the upgrade to "+in.To)
+		ginkgo.AddReportEntry("canary allocation ("+name+")", fmt.Sprintf("%s on %s got a device", held, node))
+	})
+	run("device identity", func(ns string) { runningPodSeesGivenDevices(ctx, env, p, ns, 1, in.Canary) })
+	run("exclusivity (a filled node)", func(ns string) { fillNode(ctx, env, p, ns, in.Canary) })
+	run("isolation", func(ns string) { isolation(ctx, env, p, ns, node) })
+	run("vendor device test", func(ns string) { deviceTest(ctx, env, p, ns, in.Canary, in.DeviceTest) })
+	switch placement, why := canaryGangPlacement(in, p); {
+	case why != "":
+		log.notApplicable("multi-worker job", name, why)
+	default:
+		run("multi-worker job ("+string(placement)+")", func(ns string) {
+			s := &Spec[GangInput]{In: GangInput{Base: in.Base, KueuePresent: in.KueuePresent, ExistingLocalQueue: in.ExistingLocalQueue}, Env: env, Path: p, NS: ns}
+			gangFits(ctx, s, placement, in.Canary)
+		})
+	}
+	modes, exclusive := sharingModesOn(in.SharingModes, name, in.Canary)
+	if len(modes) == 0 {
+		why := "the canary pool shares no GPU on this path"
+		if len(exclusive) > 0 {
+			why += " (" + strings.Join(exclusive, "; ") + ")"
+		}
+		log.notApplicable("sharing", name, why)
+	}
+	for _, m := range modes {
+		run("sharing ("+m.Mode+")", func(ns string) {
+			s := &Spec[SharingInput]{In: SharingInput{Base: in.Base, Modes: in.SharingModes}, Env: env, Path: p, NS: ns}
+			canarySharing(ctx, s, m)
+		})
+	}
 }
 
 // canarySharing runs the sharing scenario's check of mode m on the canary node that has it.

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,6 +56,30 @@ func TestRehearsalLogNamesTheCheckThatFailed(t *testing.T) {
 	l.checks[1].Result = upgrade.AppCheckPassed
 	if got := l.failedCheck(); got != "" {
 		t.Errorf("failedCheck with every check passed = %q", got)
+	}
+}
+
+// The paths' checks run at once: the rows come in the paths' order, and when one path's check failed,
+// the other path's check its failure stopped reads interrupted, so the verdict names the one that failed.
+func TestMergePathChecksNamesTheFirstFailure(t *testing.T) {
+	dp := &rehearsalLog{checks: []upgrade.AppCheck{{Check: "devices back", Path: "device-plugin", Result: upgrade.AppCheckPassed},
+		{Check: "isolation", Path: "device-plugin", Result: upgrade.AppCheckFailed}}}
+	dra := &rehearsalLog{checks: []upgrade.AppCheck{{Check: "devices back", Path: "dra", Result: upgrade.AppCheckPassed},
+		{Check: "device identity", Path: "dra", Result: upgrade.AppCheckFailed}}}
+	l := &rehearsalLog{checks: mergePathChecks([]*rehearsalLog{dp, dra}, 1)}
+	if got := l.failedCheck(); got != `application check "device identity" on the dra path ()` {
+		t.Errorf("failedCheck = %q, want dra's device identity", got)
+	}
+	var results []string
+	for _, c := range l.checks {
+		results = append(results, c.Path+" "+c.Check+": "+c.Result)
+	}
+	want := []string{"device-plugin devices back: passed", "device-plugin isolation: interrupted", "dra devices back: passed", "dra device identity: FAILED"}
+	if !slices.Equal(results, want) {
+		t.Errorf("rows = %q, want %q", results, want)
+	}
+	if got := mergePathChecks([]*rehearsalLog{dp, dra}, -1); got[1].Result != upgrade.AppCheckFailed {
+		t.Errorf("without a first failure the rows stay as they are: %+v", got)
 	}
 }
 

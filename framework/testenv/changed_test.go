@@ -47,3 +47,34 @@ func TestChangedFollowsEveryNamespaceOfTheSpec(t *testing.T) {
 		t.Error("between specs Changed must be nil")
 	}
 }
+
+// The upgrade rehearsal checks each path from a goroutine of its own: Changed, Note and Timeline are
+// called while another goroutine's namespace adds its recorder (go test -race reports any unguarded
+// access).
+func TestRecordersAreSafeAcrossGoroutines(t *testing.T) {
+	ctx := t.Context()
+	kube := fake.NewClientset()
+	e := &Env{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 20 {
+			r := timeline.Start(ctx, kube, nil, "ns", "")
+			e.mu.Lock()
+			e.recorder, e.recorders = r, append(e.recorders, r)
+			e.mu.Unlock()
+			e.Note("train", timeline.Fault, "Device/gpu-0", "")
+			if i%2 == 0 {
+				r.Stop(ctx, "spec")
+			}
+		}
+	}()
+	for range 200 {
+		_ = e.Changed()
+		e.Note("train", timeline.Fault, "Device/gpu-1", "")
+	}
+	<-done
+	if e.current() == nil || len(e.recorders) != 20 {
+		t.Errorf("recorders: current %v, %d of 20", e.current(), len(e.recorders))
+	}
+}

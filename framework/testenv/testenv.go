@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -60,6 +61,9 @@ type Env struct {
 	// HelperNamespace is where node-level helper pods (the podresources reader) run; empty: the spec's.
 	HelperNamespace string
 
+	// mu guards the recorders and written: a spec may create namespaces and wait from several goroutines
+	// (the upgrade rehearsal checks each path's canary devices at once).
+	mu sync.Mutex
 	// recorder is the current spec's timeline recorder (specs of one process run one at a time): that of
 	// its newest namespace. recorders are all its live recorders, one per namespace, which Changed follows.
 	recorder  *timeline.Recorder
@@ -72,13 +76,16 @@ type Env struct {
 // Changed returns a channel closed at the next change of the current spec's Jobs, Pods or Workloads, in
 // any of its namespaces (nil, which never fires, between specs). The run's Waiter wakes on it.
 func (e *Env) Changed() <-chan struct{} {
-	switch len(e.recorders) {
+	e.mu.Lock()
+	rs := slices.Clone(e.recorders)
+	e.mu.Unlock()
+	switch len(rs) {
 	case 0:
 		return nil
 	case 1:
-		return e.recorders[0].Changed()
+		return rs[0].Changed()
 	}
-	return anyClosed(e.recorders)
+	return anyClosed(rs)
 }
 
 // anyClosed returns a channel closed when any recorder's Changed channel is; a recorder that stops closes
@@ -99,18 +106,26 @@ func anyClosed(rs []*timeline.Recorder) <-chan struct{} {
 // Note records an event the spec observed (a fault, a node state) in the timeline of workload (a Job
 // name) of the current spec.
 func (e *Env) Note(workload string, kind timeline.Kind, object, detail string) {
-	if e.recorder != nil {
-		e.recorder.Note(workload, timeline.Event{At: time.Now().UTC(), Kind: kind, Object: object, Detail: detail})
+	if r := e.current(); r != nil {
+		r.Note(workload, timeline.Event{At: time.Now().UTC(), Kind: kind, Object: object, Detail: detail})
 	}
+}
+
+// current is the current spec's newest recorder (nil between specs).
+func (e *Env) current() *timeline.Recorder {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.recorder
 }
 
 // Timeline returns the current spec's timeline as recorded so far (its workloads' events and timings),
 // for a spec that asserts on or reports them. It is written to the spec's artifacts when the spec ends.
 func (e *Env) Timeline() timeline.Timeline {
-	if e.recorder == nil {
+	r := e.current()
+	if r == nil {
 		return timeline.Timeline{}
 	}
-	return e.recorder.Snapshot(ginkgo.CurrentSpecReport().FullText())
+	return r.Snapshot(ginkgo.CurrentSpecReport().FullText())
 }
 
 // recordTimeline starts the spec's timeline recorder on ns (selector: the spec's objects in a shared
@@ -118,14 +133,20 @@ func (e *Env) Timeline() timeline.Timeline {
 // namespace's deletion, it runs before it, while the pods and their logs still exist.
 func (e *Env) recordTimeline(ctx context.Context, ns, selector string) {
 	r := timeline.Start(context.WithoutCancel(ctx), e.Clients.Kube, e.kueueOrNil(), ns, selector)
+	e.mu.Lock()
 	e.recorder = r
 	e.recorders = append(e.recorders, r)
+	e.mu.Unlock()
 	ginkgo.DeferCleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		spec := ginkgo.CurrentSpecReport().FullText()
+		e.mu.Lock()
 		e.recorders = slices.DeleteFunc(e.recorders, func(x *timeline.Recorder) bool { return x == r })
+		e.mu.Unlock()
 		t := r.Stop(ctx, spec)
+		e.mu.Lock()
+		defer e.mu.Unlock()
 		if e.recorder == r {
 			e.recorder = nil
 		}
@@ -156,7 +177,9 @@ func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespac
 	if e.Namespace != "" {
 		return e.useTeamNamespace(purpose)
 	}
-	e.Factory.SpecTag = ""
+	if e.Factory.SpecTag != "" { // never written when goroutines share the Env (not in team-namespace mode)
+		e.Factory.SpecTag = ""
+	}
 	created := e.Factory.Namespace("")
 	// The API server appends the random suffix (the prefix ends in one dash) and picks a free name.
 	created.GenerateName = e.NamespacePrefix + "-" + purpose + "-"

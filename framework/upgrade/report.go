@@ -21,6 +21,8 @@ const (
 	AppCheckPassed        = "passed"
 	AppCheckFailed        = "FAILED"
 	AppCheckNotApplicable = "not applicable"
+	// AppCheckInterrupted is a check another path's failed check stopped (the paths' checks run at once).
+	AppCheckInterrupted = "interrupted"
 )
 
 // AppCheck is one row of the application check on the upgraded canary pool.
