@@ -226,6 +226,8 @@ type poolPlan struct {
 //     pods stay there, so holders of different nodes run side by side, and no plain spec runs beside;
 //   - on:node takes its path's shared, then (Spec.lease) one of the nodes its pods can use shared: it
 //     runs beside plain specs, on:node specs and holders of the path's other nodes;
+//   - devices:none takes its path's shared only: its pods never get a device, so it runs beside every
+//     node's holders (and waits only for specs that change nodes or hold the whole path);
 //   - holds:path takes its path's exclusive (it needs more than a node: gangs across nodes);
 //   - holds:nodes takes every path's exclusive (it stops nodes or kubelets, or measures a node).
 func poolHold(specLabels []string, path string, b Base) poolPlan {
@@ -248,7 +250,8 @@ func poolHold(specLabels []string, path string, b Base) poolPlan {
 			nodeLocks = append(nodeLocks, nodeLock(path, n))
 		}
 	}
-	if slices.Contains(specLabels, labels.OnNode) { // it leases one node shared later (Spec.lease)
+	if slices.Contains(specLabels, labels.OnNode) || slices.Contains(specLabels, labels.NoDevices) {
+		// on:node leases one node shared later (Spec.lease); devices:none takes no device at all.
 		return poolPlan{mode: poollock.Shared, names: []string{pathLock}}
 	}
 	if slices.Contains(specLabels, labels.HoldsNode) {

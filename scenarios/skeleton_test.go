@@ -46,6 +46,7 @@ func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 		{[]string{"scenario:allocation", labels.PathDRA}, poolPlan{poollock.Shared, []string{"path-dra", "path-dra@w1", "path-dra@w2"}, nil}},
 		{[]string{"scenario:failure", labels.HoldsNode}, poolPlan{poollock.Shared, []string{"path-dra"}, []string{"path-dra@w1", "path-dra@w2"}}},
 		{[]string{"scenario:allocation", labels.OnNode}, poolPlan{poollock.Shared, []string{"path-dra"}, nil}}, // it leases later
+		{[]string{"scenario:shortage", labels.NoDevices}, poolPlan{poollock.Shared, []string{"path-dra"}, nil}},
 		{[]string{"scenario:gang", labels.HoldsPath}, poolPlan{poollock.Exclusive, []string{"path-dra"}, nil}},
 		{[]string{"scenario:failure", labels.HoldsNodes, labels.Disruptive}, poolPlan{poollock.Exclusive, []string{"path-dra", "path-device-plugin"}, nil}},
 	} {

@@ -36,6 +36,10 @@ const (
 	// once it knows which nodes fit (scenarios' Spec.lease) and keeps its pods there, so it runs beside
 	// holders of the path's other nodes (framework/poollock).
 	OnNode = "on:node"
+	// NoDevices marks specs whose pods never get a device (they must stay Pending, or the API server refuses
+	// them) and whose outcome does not depend on which devices are free: they hold their path shared only,
+	// beside every node's holders, so that nodes and drivers stay as they are while they run.
+	NoDevices = "devices:none"
 	// HoldsNodes marks specs that stop nodes or kubelets, or measure a node's timings: no spec on any path
 	// runs beside them.
 	HoldsNodes = "holds:nodes"
@@ -97,7 +101,7 @@ func Scenario(name string) string {
 
 func known(l string) bool {
 	switch l {
-	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
+	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
 		return true
 	}
 	if id, ok := strings.CutPrefix(l, RequirementPrefix); ok {
@@ -112,7 +116,7 @@ func known(l string) bool {
 // Known returns the label set, sorted, for documentation and `--help` output.
 func Known() []string {
 	scenarios.RLock()
-	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, OnNode, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
+	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
 	for _, v := range conformance.Versions() {
 		c, _ := conformance.For(v)
 		for _, r := range c.Requirements {
