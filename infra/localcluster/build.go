@@ -47,8 +47,9 @@ var (
 		Tags: "no_btrfs no_devmapper no_zfs", Packages: []string{
 			"github.com/containerd/containerd/v2/cmd/containerd", "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2",
 			"github.com/containerd/containerd/v2/cmd/ctr"}}
-	compEtcd    = goComponent{Name: "etcd", Module: "infra/modules/etcd", LDFlags: "-s -w", Output: "etcd", Packages: []string{"go.etcd.io/etcd/server/v3"}}
-	compCoreDNS = goComponent{Name: "coredns", Module: "infra/modules/coredns", LDFlags: "-s -w", Packages: []string{"github.com/coredns/coredns"}}
+	compEtcd = goComponent{Name: "etcd", Module: "infra/modules/etcd", LDFlags: "-s -w", Output: "etcd", Packages: []string{"go.etcd.io/etcd/server/v3"}}
+	// compCoreDNS is CoreDNS with a cluster DNS's plugins only (infra/modules/coredns/cmd/coredns).
+	compCoreDNS = goComponent{Name: "coredns", Module: "infra/modules/coredns", LDFlags: "-s -w", Packages: []string{"gpuconform.io/infra/coredns/cmd/coredns"}}
 	compCrictl  = goComponent{Name: "crictl", Module: "infra/modules/crictl", LDFlags: "-s -w", Packages: []string{"sigs.k8s.io/cri-tools/cmd/crictl"}}
 	compKueue   = goComponent{Name: "kueue", Module: "infra/modules/kueue", LDFlags: "-s -w", Output: "manager", Packages: []string{"sigs.k8s.io/kueue/cmd/kueue"}}
 	compDRA     = goComponent{Name: "dra-example-driver", Module: "infra/modules/dra-example-driver", LDFlags: "-s -w", Packages: []string{
