@@ -91,8 +91,8 @@ func ShortageSpec(input func() ShortageInput) {
 				reg.notExercised(pathName+": Kueue quota shortage", "no node in the GPU pool has a device on this path")
 			default:
 				ginkgo.It("holds a Job beyond the ClusterQueue's device quota unadmitted and without a pod, diagnosed as QueueQuotaExhausted, and admits and completes it once the first Job is deleted",
-					labels.Of(labels.NeedsKueue), func(ctx context.Context) {
-						quotaShortage(ctx, s.Env, s.Path, s.NS, eligibleNodes(s.Path, 1, s.In.GPUPool))
+					labels.Of(labels.NeedsKueue, labels.OnNode), func(ctx context.Context) {
+						quotaShortage(ctx, s.Env, s.Path, s.NS, s.lease(ctx, eligibleNodes(s.Path, 1, s.In.GPUPool)))
 					})
 			}
 
