@@ -118,7 +118,7 @@ func FailureSpec(input func() FailureInput) {
 			} else {
 				// holds:nodes: a kubelet restart, or a node that fails, takes every path's devices there.
 				ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", labels.Of(labels.HoldsNodes), func(ctx context.Context) {
-					kubeletRestart(ctx, s.Env, s.In.Faults, s.Path, s.NS, restartNode)
+					kubeletRestart(ctx, s.Env, s.In.Faults, s.Path, s.In.Paths, s.NS, restartNode)
 				})
 				if len(nodes) < 2 {
 					reg.notExercised(pathName+": failed worker", "the GPU pool has one node with a device on this path; the replacement needs another")
@@ -405,6 +405,7 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	held := runOnceDevicesBack(ctx, env, path, ns, node, "after-restart", "after the node came back")
 	env.Note(t.job.Name, timeline.Recovered, "Node/"+node, "pod "+held+" got a device")
 	ginkgo.AddReportEntry("node started → device allocated", since(backAt))
+	expectEveryPathBack(ctx, env, s.In.Paths, node, "after it came back", env.Timeouts.NodeReturn)
 }
 
 // expectPodGone waits until the pod is deleted.

@@ -292,6 +292,11 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 	canary, good := in.Canary, in.KnownGood
 	pool := strings.Join(canary, ",")
 	log := &rehearsalLog{}
+	// The baseline is the pools as discovery found them: a path still registering again after an earlier
+	// spec's restart would read as the known-good pool changing, and weaken what the canary must offer back.
+	for _, n := range append(slices.Clone(canary), good...) {
+		expectEveryPathBack(ctx, env, in.Paths, n, "as the run found it, before the rehearsal", env.Timeouts.StackReady)
+	}
 	before := snapshot(ctx, env, in, append(slices.Clone(canary), good...))
 	from := before[canary[0]].Version
 	verdict := fmt.Sprintf("upgrade from %s to %s on pool %s", from, in.To, pool)
