@@ -5,8 +5,10 @@
 // needs, but too much for one that fills a node's devices on one path: the local cluster, like a real
 // node with a device plugin and a DRA driver side by side, gives each path devices of its own, so the
 // other path's specs can run beside it. A spec takes its path's lock shared, a spec that holds the path
-// takes it exclusive, and a spec that stops nodes or kubelets takes every path's exclusive.
-// A queued exclusive holder goes before shared holders that come after it (Hold).
+// takes it exclusive, a spec that needs one node leases that node's lock (HoldAny), and a spec that
+// stops a node takes that node's lock exclusive on every path (HoldLocks: each lock in its own mode).
+// scenarios' poolHold says which spec takes what. A queued exclusive holder goes before shared holders
+// that come after it (HoldLocks).
 //
 // The locks are flock(2) on one file per name in a directory of the run's own (Dir): every process of a
 // run is on one machine (Ginkgo starts them as local children), and a process that dies loses its locks.
@@ -16,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -69,7 +72,28 @@ func Dir(runID string) string {
 // Poll is how often a waiting holder tries again (flock has no timeout; the wait must end with ctx).
 var Poll = 100 * time.Millisecond
 
-// Hold takes the named locks in dir, in sorted order so that two holders never wait on each other, and
+// Lock is one named lock and the mode a holder takes it in.
+type Lock struct {
+	Name string
+	Mode Mode
+}
+
+// Each is names, every one in mode.
+func Each(names []string, mode Mode) []Lock {
+	out := make([]Lock, 0, len(names))
+	for _, n := range names {
+		out = append(out, Lock{Name: n, Mode: mode})
+	}
+	return out
+}
+
+// Hold takes the named locks in dir, all in mode (HoldLocks).
+func Hold(ctx context.Context, dir string, names []string, mode Mode) (release func(), waited time.Duration, err error) {
+	return HoldLocks(ctx, dir, Each(names, mode))
+}
+
+// HoldLocks takes the locks in dir, each in its own mode, in the order of their names so that two
+// holders never wait on each other (a name given twice is taken once, exclusive if either asks so), and
 // returns their release and how long it waited. It waits until they are free or ctx ends.
 //
 // An exclusive holder goes first: it queues at the lock's turnstile (a second file, name+".turnstile")
@@ -77,11 +101,14 @@ var Poll = 100 * time.Millisecond
 // lock. Without it, flock lets shared holders that overlap one another keep the lock for as long as
 // they keep coming, and the exclusive holders, which are the suite's longest chain (bench: the lock
 // floor), wait behind specs that could have run later.
-func Hold(ctx context.Context, dir string, names []string, mode Mode) (release func(), waited time.Duration, err error) {
+func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), waited time.Duration, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("lock directory: %w", err)
 	}
-	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	modes := map[string]Mode{}
+	for _, l := range locks {
+		modes[l.Name] = max(modes[l.Name], l.Mode)
+	}
 	var held []*os.File
 	release = func() {
 		for _, f := range slices.Backward(held) {
@@ -89,12 +116,13 @@ func Hold(ctx context.Context, dir string, names []string, mode Mode) (release f
 		}
 		held = nil
 	}
-	how := syscall.LOCK_SH
-	if mode == Exclusive {
-		how = syscall.LOCK_EX
-	}
 	start := time.Now()
-	for _, name := range names {
+	for _, name := range slices.Sorted(maps.Keys(modes)) {
+		mode := modes[name]
+		how := syscall.LOCK_SH
+		if mode == Exclusive {
+			how = syscall.LOCK_EX
+		}
 		turnstile, err := take(ctx, dir, name+".turnstile", syscall.LOCK_EX, mode)
 		if err != nil {
 			release()
@@ -197,24 +225,15 @@ func try(dir, name string, how int) (*os.File, bool, error) {
 	return nil, false, fmt.Errorf("lock %s: %w", name, err)
 }
 
-// take opens dir/name and flocks it how, trying every Poll until it may or ctx ends.
+// take flocks dir/name how (try), trying every Poll until it may or ctx ends.
 func take(ctx context.Context, dir, name string, how int, mode Mode) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
 	for {
-		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-		if err == nil {
-			return f, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) && !errors.Is(err, syscall.EINTR) {
-			_ = f.Close()
-			return nil, fmt.Errorf("lock %s: %w", name, err)
+		f, ok, err := try(dir, name, how)
+		if err != nil || ok {
+			return f, err
 		}
 		select {
 		case <-ctx.Done():
-			_ = f.Close()
 			return nil, fmt.Errorf("waiting for the %s lock on %s: %w", mode, name, context.Cause(ctx))
 		case <-time.After(Poll):
 		}

@@ -117,6 +117,37 @@ func TestSharedHoldersRunTogetherAndAnExclusiveOneWaitsForThem(t *testing.T) {
 	}
 }
 
+// A stop:node spec holds the faults lock and its node's locks exclusive and the paths shared in one call:
+// each lock is taken in its own mode, so a holder of another node of the path runs beside it, and a
+// holder of the same node, or of the whole path, waits.
+func TestHoldLocksTakesEachLockInItsOwnMode(t *testing.T) {
+	dir := t.TempDir()
+	locks := []Lock{{Name: "path-dra", Mode: Shared}, {Name: "path-dra@worker", Mode: Exclusive}, {Name: "node-stops", Mode: Exclusive}, {Name: "path-dra", Mode: Exclusive}, {Name: "path-device-plugin", Mode: Shared}}
+	release, _, err := HoldLocks(t.Context(), dir, locks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, time.Second); err != nil {
+		t.Errorf("a shared holder of a path held shared waited: %v", err)
+	} else {
+		r()
+	}
+	for _, busy := range []string{"path-dra", "path-dra@worker", "node-stops"} {
+		if _, err := tryHold(t, dir, []string{busy}, Shared, 300*time.Millisecond); err == nil {
+			t.Errorf("%s was taken shared beside a holder that asked for it exclusive (a name given twice is taken in its strongest mode)", busy)
+		}
+	}
+	if _, err := tryHold(t, dir, []string{"path-device-plugin"}, Exclusive, 300*time.Millisecond); err == nil {
+		t.Error("an exclusive holder got a path held shared")
+	}
+	release()
+	if r, err := tryHold(t, dir, []string{"path-dra", "path-dra@worker", "node-stops"}, Exclusive, time.Second); err != nil {
+		t.Errorf("the locks were not free after the release: %v", err)
+	} else {
+		r()
+	}
+}
+
 // A queued exclusive holder goes before shared holders that come after it, although the path is only
 // held shared: otherwise overlapping shared holders could keep it from the path for as long as they come.
 func TestAnExclusiveHolderGoesBeforeLaterSharedOnes(t *testing.T) {
