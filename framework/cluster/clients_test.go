@@ -1,9 +1,11 @@
 package cluster
 
 import (
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -39,7 +41,7 @@ func TestConnectErrors(t *testing.T) {
 	}
 }
 
-func TestRequestCounterCountsByKind(t *testing.T) {
+func TestRequestCounterCountsByVerbAndResource(t *testing.T) {
 	var c RequestCounter
 	rt := c.Wrap(roundTripFunc(func(*http.Request) (*http.Response, error) {
 		return &http.Response{StatusCode: http.StatusOK, Body: http.NoBody}, nil
@@ -48,6 +50,10 @@ func TestRequestCounterCountsByKind(t *testing.T) {
 	for _, r := range []struct{ method, url string }{
 		{"GET", "https://api/api/v1/pods"}, {"GET", "https://api/api/v1/pods?watch=true"}, {"POST", "https://api/api/v1/namespaces"},
 		{"DELETE", "https://api/api/v1/namespaces/x"}, {"GET", "https://api/version"},
+		{"GET", "https://api/api/v1/namespaces/ns/pods/p/log"}, {"GET", "https://api/api/v1/namespaces/ns/pods/q/log?container=c"},
+		{"GET", "https://api/apis/resource.k8s.io/v1/resourceslices?labelSelector=x"},
+		{"PATCH", "https://api/apis/kueue.x-k8s.io/v1beta2/namespaces/ns/workloads/w/status"},
+		{"GET", "https://api/api/v1/namespaces/ns"},
 	} {
 		req, _ := http.NewRequest(r.method, r.url, nil)
 		resp, err := rt.RoundTrip(req)
@@ -57,10 +63,15 @@ func TestRequestCounterCountsByKind(t *testing.T) {
 		resp.Body.Close()
 	}
 	got := c.Since(before)
-	if got["get"] != 2 || got["watch"] != 1 || got["create"] != 1 || got["delete"] != 1 || got.Total() != 5 {
-		t.Errorf("counts = %v", got)
+	want := Counts{"list pods": 1, "watch pods": 1, "create namespaces": 1, "delete namespaces": 1, "get /version": 1,
+		"get pods/log": 2, "list resourceslices": 1, "patch workloads/status": 1, "get namespaces": 1}
+	if !maps.Equal(got, want) {
+		t.Errorf("counts = %v, want %v", got, want)
 	}
-	if s := got.String(); s != "5 (create 1, delete 1, get 2, watch 1)" {
+	if s := got.String(); s != "10 (create 1, delete 1, get 4, list 2, patch 1, watch 1)" {
 		t.Errorf("String() = %q", s)
+	}
+	if top := got.Top(2); !slices.Equal(top, []string{"get pods/log", "create namespaces"}) {
+		t.Errorf("Top(2) = %v, want the most requests first, ties by name", top)
 	}
 }

@@ -62,7 +62,7 @@ func TestResourcesRequestsAreCounted(t *testing.T) {
 	if err := c.ResourcesIn("other").Get(t.Context(), "x", "", &ns); err != nil || ns.Name != "x" {
 		t.Fatalf("get: %v %+v", err, ns)
 	}
-	if got := counter.Snapshot(); got["get"] == 0 {
+	if got := counter.Snapshot(); got.ByVerb()["get"] == 0 {
 		t.Errorf("klient's requests were not counted: %v", got)
 	}
 }
