@@ -31,8 +31,9 @@ type BenchRow struct {
 	// Wall is the specs' summed run time; Inherent the summed time their workloads needed on the
 	// cluster (per spec, the union of its workloads' lifetimes from the timelines).
 	Wall, Inherent time.Duration
-	// Requests are the API requests the specs sent.
+	// Requests are the API requests the specs sent; ByKind the same by verb and resource.
 	Requests int64
+	ByKind   cluster.Counts
 	// WithTimeline counts the specs that recorded a timeline; TimelineWall is their run time, the
 	// numerator of Ratio (specs without workloads have no inherent wait to compare with).
 	WithTimeline int
@@ -100,20 +101,28 @@ type Bench struct {
 	SuiteRequests int64
 	// Floor is what the pool locks let no run go below, however many processes it has.
 	Floor LockFloor
+	// TopRequests are the TopRequests kinds of request the whole run sent most, the most first.
+	TopRequests []RequestSource
 }
 
 // LockFloor splits the specs' work (run time less pool lock waits) by what their locks let run beside
-// them (framework/poollock, scenarios' holds:* labels). Serial specs and specs that hold every path run
-// alone; the specs that hold one path run one at a time on that path, beside the other path's; the specs
-// that lease one node of a path run one at a time on that node, beside the other nodes' leases; the rest
-// share their path with anything but a holder. So no run, with any number of processes, finishes in less
-// than Serial + Nodes + the busiest path's holders (its holds:path specs, then its busiest node's leases):
-// that is where the suite's time goes once processes are plentiful, and what finer locks or shorter
-// holders would cut.
+// them (framework/poollock, scenarios' holds:* and stops:node labels). Serial specs and specs that hold
+// every path run alone; the specs that hold one path run one at a time on that path, beside the other
+// path's; the specs that lease one node of a path run one at a time on that node, beside the other nodes'
+// leases; the specs that stop a node run one at a time, each on its path as a holder of the path (a
+// failed worker) or of the stopped node (a kubelet restart); the rest share their path with anything but
+// a holder. So no run, with any number of processes, finishes in less than Serial + Nodes + the longer of
+// Stops and the busiest path's holders (its holds:path specs, then its busiest node's leases): that is
+// where the suite's time goes once processes are plentiful, and what finer locks or shorter holders would
+// cut. (A stopped node is held on every path; the floor counts it on the spec's own path only, so it
+// stays a bound that no run goes below.)
 type LockFloor struct {
 	Serial, Nodes time.Duration
+	// Stops is the work of the stops:node specs, which stop one node at a time.
+	Stops time.Duration
 	// Path is the work of the holds:path specs per path; Node the work of the holds:node specs per path and
-	// leased node; Shared the work of every other spec.
+	// leased node; Shared the work of every other spec. A stops:node spec's work is in Stops and in Path or
+	// Node as well.
 	Path   map[string]time.Duration
 	Node   map[string]map[string]time.Duration
 	Shared time.Duration
@@ -123,9 +132,9 @@ type LockFloor struct {
 // node's holds:node specs' ("" and 0 when no spec holds a path or a node).
 func (f LockFloor) Busiest() (string, time.Duration) {
 	name, most := "", time.Duration(0)
-	paths := slices.Collect(maps.Keys(f.Path))
+	paths := slices.Sorted(maps.Keys(f.Path))
 	for p := range f.Node {
-		if !slices.Contains(paths, p) {
+		if _, ok := f.Path[p]; !ok {
 			paths = append(paths, p)
 		}
 	}
@@ -138,34 +147,44 @@ func (f LockFloor) Busiest() (string, time.Duration) {
 	return name, most
 }
 
-// Total is the floor: Serial + Nodes + the busiest path's holders.
+// Total is the floor: Serial + Nodes + the longer of Stops and the busiest path's holders.
 func (f LockFloor) Total() time.Duration {
 	_, busiest := f.Busiest()
-	return f.Serial + f.Nodes + busiest
+	return f.Serial + f.Nodes + max(f.Stops, busiest)
 }
 
 // add counts one spec's work by its locks.
 func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 	specLabels := sp.Labels()
+	if f.Path == nil {
+		f.Path = map[string]time.Duration{}
+	}
+	if f.Node == nil {
+		f.Node = map[string]map[string]time.Duration{}
+	}
+	p := pathOf(sp)
+	onNode := func() {
+		if f.Node[p] == nil {
+			f.Node[p] = map[string]time.Duration{}
+		}
+		f.Node[p][leasedNode(sp)] += work
+	}
 	switch {
 	case sp.IsSerial:
 		f.Serial += work
 	case slices.Contains(specLabels, labels.HoldsNodes):
 		f.Nodes += work
+	case slices.Contains(specLabels, labels.StopsNode):
+		f.Stops += work
+		if slices.Contains(specLabels, labels.HoldsPath) {
+			f.Path[p] += work
+		} else {
+			onNode()
+		}
 	case slices.Contains(specLabels, labels.HoldsPath):
-		if f.Path == nil {
-			f.Path = map[string]time.Duration{}
-		}
-		f.Path[pathOf(sp)] += work
+		f.Path[p] += work
 	case slices.Contains(specLabels, labels.HoldsNode):
-		if f.Node == nil {
-			f.Node = map[string]map[string]time.Duration{}
-		}
-		p := pathOf(sp)
-		if f.Node[p] == nil {
-			f.Node[p] = map[string]time.Duration{}
-		}
-		f.Node[p][leasedNode(sp)] += work
+		onNode()
 	default:
 		f.Shared += work
 	}
@@ -228,6 +247,12 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 				var c cluster.Counts
 				if data, err := json.Marshal(e.Value.GetRawValue()); err == nil && json.Unmarshal(data, &c) == nil {
 					r.Requests += c.Total()
+					if r.ByKind == nil {
+						r.ByKind = cluster.Counts{}
+					}
+					for k, n := range c {
+						r.ByKind[k] += n
+					}
 				}
 			}
 		}
@@ -241,7 +266,28 @@ func ComputeBench(suites []types.Report, rec Record) Bench {
 	})
 	b.Slowest = steps[:min(len(steps), SlowestSteps)]
 	b.SuiteRequests = rec.APIRequests.Total()
+	for _, kind := range rec.APIRequests.Top(TopRequests) {
+		src := RequestSource{Kind: kind, Count: rec.APIRequests[kind]}
+		for _, r := range b.Rows {
+			if n := r.ByKind[kind]; n > src.ScenarioCount {
+				src.Scenario, src.ScenarioCount = r.Scenario, n
+			}
+		}
+		b.TopRequests = append(b.TopRequests, src)
+	}
 	return b
+}
+
+// TopRequests is how many kinds of request Bench ranks.
+const TopRequests = 10
+
+// RequestSource is one kind of request ("verb resource", cluster.Counts) the run sent most, and the
+// scenario whose specs sent the most of it.
+type RequestSource struct {
+	Kind          string
+	Count         int64
+	Scenario      string
+	ScenarioCount int64
 }
 
 // lockWait is how long the spec waited for its pool locks: the sum of its LockWaitEntry entries (an
@@ -407,8 +453,19 @@ func RenderBench(b Bench) string {
 	fmt.Fprintf(&s, "\nWhole suite: %s wall (goal ≤ 10 min on the local cluster), %d API requests (%.2f/s).\n", b.SuiteWall.Round(time.Second), b.SuiteRequests, rate)
 	if f := b.Floor; f.Total() > 0 || f.Shared > 0 {
 		path, held := f.Busiest()
-		fmt.Fprintf(&s, "\nLock floor: %s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs %s, specs holding every path %s, and the busiest path's holders (%s) %s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' %s of work runs beside them.\n",
-			f.Total().Round(time.Second), f.Serial.Round(time.Second), f.Nodes.Round(time.Second), cmp.Or(path, "none"), held.Round(time.Second), f.Shared.Round(time.Second))
+		fmt.Fprintf(&s, "\nLock floor: %s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs %s, specs holding every path %s, and the longer of the specs stopping a node, one at a time (%s), and the busiest path's holders (%s) %s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' %s of work runs beside them.\n",
+			f.Total().Round(time.Second), f.Serial.Round(time.Second), f.Nodes.Round(time.Second), f.Stops.Round(time.Second), cmp.Or(path, "none"), held.Round(time.Second), f.Shared.Round(time.Second))
+	}
+	if len(b.TopRequests) > 0 {
+		s.WriteString("\nThe requests the run sent most (verb and resource; the whole run, discovery and audits included), and the scenario whose specs sent the most of each:\n\n")
+		s.WriteString("| Request | Count | Share | Scenario sending most |\n|---|---|---|---|\n")
+		for _, t := range b.TopRequests {
+			top := "—"
+			if t.Scenario != "" {
+				top = fmt.Sprintf("%s (%d)", t.Scenario, t.ScenarioCount)
+			}
+			fmt.Fprintf(&s, "| %s | %d | %.0f%% | %s |\n", cell(t.Kind), t.Count, 100*float64(t.Count)/float64(max(b.SuiteRequests, 1)), top)
+		}
 	}
 	if len(b.Slowest) == 0 {
 		return s.String()

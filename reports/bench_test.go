@@ -19,7 +19,7 @@ func TestBenchFromARun(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	withRequests := func(sp types.SpecReport, n int64) types.SpecReport {
-		sp.ReportEntries = types.ReportEntries{{Name: APIRequestsEntry, Value: types.WrapEntryValue(cluster.Counts{"get": n - 1, "create": 1})}}
+		sp.ReportEntries = types.ReportEntries{{Name: APIRequestsEntry, Value: types.WrapEntryValue(cluster.Counts{"get pods": n - 1, "create jobs": 1})}}
 		return sp
 	}
 	a := withRequests(spec("admits a Job", "dra", types.SpecStatePassed, ""), 30)
@@ -30,7 +30,7 @@ func TestBenchFromARun(t *testing.T) {
 	b.RunTime = 4 * time.Second // no timeline: counted in wall, not in the ratio
 	suites := []types.Report{{RunTime: 20 * time.Second, SpecReports: []types.SpecReport{a, b}}}
 	rec := record()
-	rec.APIRequests = cluster.Counts{"get": 50, "watch": 4}
+	rec.APIRequests = cluster.Counts{"get pods": 40, "list events": 10, "watch pods": 4}
 	// Two overlapping workloads (0–6 s and 4–10 s) are 10 s of inherent waiting.
 	rec.Timelines = []timeline.Timeline{{Spec: a.FullText(), Workloads: []timeline.Workload{
 		{Name: "w1", Events: []timeline.Event{{At: at(0), Kind: timeline.Created}, {At: at(6), Kind: timeline.Finished}}},
@@ -51,7 +51,15 @@ func TestBenchFromARun(t *testing.T) {
 		t.Errorf("requests per spec = %v, want 40 / 2", r.PerSpec())
 	}
 	md := RenderBench(bench)
-	for _, want := range []string{"| allocation | 2 (1) | 18s | 2s | 10s | 1.20 | 40 | 20.0 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)"} {
+	if r.ByKind["get pods"] != 38 || r.ByKind["create jobs"] != 2 {
+		t.Errorf("requests by kind = %v", r.ByKind)
+	}
+	// The run's most sent requests, and the scenario that sent most of each (none for the suite's own).
+	if want := []RequestSource{{"get pods", 40, "allocation", 38}, {"list events", 10, "", 0}, {"watch pods", 4, "", 0}}; !slices.Equal(bench.TopRequests, want) {
+		t.Errorf("top requests = %+v, want %+v", bench.TopRequests, want)
+	}
+	for _, want := range []string{"| allocation | 2 (1) | 18s | 2s | 10s | 1.20 | 40 | 20.0 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)",
+		"| get pods | 40 | 74% | allocation (38) |", "| list events | 10 | 19% | — |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("bench lacks %q:\n%s", want, md)
 		}
@@ -225,8 +233,9 @@ func TestStepsBeforeTheFirstByAndWithoutTheItsEnd(t *testing.T) {
 	}
 }
 
-// The lock floor adds the specs that run alone (Serial, holds:nodes) to the busiest path's holders, each
-// less its lock wait; the other specs' work is reported beside it, not in it.
+// The lock floor adds the specs that run alone (Serial, holds:nodes) to the longer of the node stoppers
+// and the busiest path's holders, each less its lock wait; the other specs' work is reported beside it,
+// not in it.
 func TestBenchLockFloor(t *testing.T) {
 	withLabels := func(sp types.SpecReport, run, wait time.Duration, lbls ...string) types.SpecReport {
 		sp.LeafNodeLabels = lbls
@@ -255,18 +264,26 @@ func TestBenchLockFloor(t *testing.T) {
 		sp.ReportEntries = append(sp.ReportEntries, types.ReportEntry{Name: poollock.LeaseEntry, Value: types.WrapEntryValue(c.node)})
 		specs = append(specs, sp)
 	}
+	// stops:node specs run one at a time, and each counts on its path as a holder of the path (a failed
+	// worker, holds:path too) or of the node it stopped (a kubelet restart).
+	restart := withLabels(spec("restarts a kubelet", "dra", types.SpecStatePassed, ""), 8*time.Second, 0, labels.StopsNode)
+	restart.ReportEntries = append(restart.ReportEntries, types.ReportEntry{Name: poollock.LeaseEntry, Value: types.WrapEntryValue("w1")})
+	specs = append(specs, restart, withLabels(spec("fails a worker", "device-plugin", types.SpecStatePassed, ""), 40*time.Second, 4*time.Second, labels.StopsNode, labels.HoldsPath))
 	bench := ComputeBench([]types.Report{{RunTime: time.Minute, SpecReports: specs}}, record())
 	f := bench.Floor
-	if f.Serial != 10*time.Second || f.Nodes != 15*time.Second || f.Shared != 7*time.Second ||
-		f.Path["dra"] != 30*time.Second || f.Path["device-plugin"] != 12*time.Second ||
+	if f.Serial != 10*time.Second || f.Nodes != 15*time.Second || f.Shared != 7*time.Second || f.Stops != 44*time.Second ||
+		f.Path["dra"] != 30*time.Second || f.Path["device-plugin"] != 48*time.Second || f.Node["dra"]["w1"] != 8*time.Second ||
 		f.Node["device-plugin"]["w1"] != 21*time.Second || f.Node["device-plugin"]["w2"] != 5*time.Second {
 		t.Errorf("floor = %+v", f)
 	}
-	if path, held := f.Busiest(); path != "device-plugin" || held != 33*time.Second || f.Total() != 58*time.Second {
-		t.Errorf("busiest %s %s, total %s; want device-plugin 33s (12s holding the path, 21s leasing w1), 58s", path, held, f.Total())
+	if path, held := f.Busiest(); path != "device-plugin" || held != 69*time.Second || f.Total() != 94*time.Second {
+		t.Errorf("busiest %s %s, total %s; want device-plugin 69s (48s holding the path, 21s leasing w1), 94s", path, held, f.Total())
+	}
+	if got := (LockFloor{Stops: 50 * time.Second, Path: map[string]time.Duration{"dra": 10 * time.Second}}).Total(); got != 50*time.Second {
+		t.Errorf("stops longer than every path's holders: floor %s, want the stops' 50s", got)
 	}
 	md := RenderBench(bench)
-	if want := "Lock floor: 58s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs 10s, specs holding every path 15s, and the busiest path's holders (device-plugin) 33s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' 7s of work runs beside them."; !strings.Contains(md, want) {
+	if want := "Lock floor: 1m34s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs 10s, specs holding every path 15s, and the longer of the specs stopping a node, one at a time (44s), and the busiest path's holders (device-plugin) 1m9s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' 7s of work runs beside them."; !strings.Contains(md, want) {
 		t.Errorf("bench lacks %q:\n%s", want, md)
 	}
 	if md := RenderBench(Bench{}); strings.Contains(md, "Lock floor") {

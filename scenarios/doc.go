@@ -18,8 +18,9 @@
 //  2. <Name>Spec(input func() <Name>Input): for each path in input().Paths, describePath(...) with
 //     labels.Of(labels.Scenario(<name>Name), …), plus labels.HoldsNode where it needs every device of its
 //     path on one node (it then puts its pods on Spec.Node, through Spec.on), labels.HoldsPath where it
-//     needs the path on more than one node, or labels.HoldsNodes where it stops nodes or kubelets (framework/poollock; ginkgo.Serial
-//     only for a spec of no path, such as the upgrade rehearsal); each
+//     needs the path on more than one node, labels.StopsNode where it stops a node or its kubelet (it calls
+//     Spec.stopping with the node before it does), or labels.HoldsNodes where it measures a node
+//     (framework/poollock; ginkgo.Serial only for a spec of no path, such as the upgrade rehearsal); each
 //     It reads the live state from the *Spec it is handed. Call NotExercised with the reason for
 //     every check it does not register.
 //  3. One line in Registry (registry.go).

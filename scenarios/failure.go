@@ -116,14 +116,16 @@ func FailureSpec(input func() FailureInput) {
 			if nodeFaults == nil {
 				reg.notExercised(pathName+": kubelet restart and failed worker", nodeWhy)
 			} else {
-				// holds:nodes: a kubelet restart, or a node that fails, takes every path's devices there.
-				ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", labels.Of(labels.HoldsNodes), func(ctx context.Context) {
-					kubeletRestart(ctx, s.Env, s.In.Faults, s.Path, s.In.Paths, s.NS, restartNode)
+				// stops:node: a kubelet restart, or a node that fails, takes every path's devices there; the
+				// other nodes' specs go on.
+				ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", labels.Of(labels.StopsNode), func(ctx context.Context) {
+					s.stopping(ctx, []string{restartNode}, s.Env.Timeouts.StackReady)
+					kubeletRestart(ctx, s.Env, s.In.Faults, s.Path, s.NS, restartNode)
 				})
 				if len(nodes) < 2 {
 					reg.notExercised(pathName+": failed worker", "the GPU pool has one node with a device on this path; the replacement needs another")
 				} else {
-					ginkgo.It("reschedules a training job whose GPU node fails onto another GPU node, where it resumes from its last checkpoint and completes; the node comes back with its devices", labels.Of(labels.HoldsNodes), func(ctx context.Context) {
+					ginkgo.It("reschedules a training job whose GPU node fails onto another GPU node, where it resumes from its last checkpoint and completes; the node comes back with its devices", labels.Of(labels.StopsNode, labels.HoldsPath), func(ctx context.Context) {
 						failedWorker(ctx, s, nodes)
 					})
 				}
@@ -301,8 +303,11 @@ func since(t time.Time) string { return time.Since(t).Round(100 * time.Milliseco
 
 func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
+	// The training lands on one of nodes, which the spec stops: it holds them all on every path until then.
+	keep := s.stopping(ctx, nodes, env.Timeouts.NodeReturn)
 	t, pod := submitTraining(ctx, s, "train", nodes)
 	node := pod.Spec.NodeName
+	keep(node)
 	capacity := path.Capacity()[node]
 	var oldClaims []gpu.ClaimInfo
 	if path.ClaimBased() {
@@ -405,7 +410,6 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	held := runOnceDevicesBack(ctx, env, path, ns, node, "after-restart", "after the node came back")
 	env.Note(t.job.Name, timeline.Recovered, "Node/"+node, "pod "+held+" got a device")
 	ginkgo.AddReportEntry("node started → device allocated", since(backAt))
-	expectEveryPathBack(ctx, env, s.In.Paths, node, "after it came back", env.Timeouts.NodeReturn)
 }
 
 // expectPodGone waits until the pod is deleted.

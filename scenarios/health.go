@@ -114,7 +114,7 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, d
 	gomega.Expect(report.Devices).To(gomega.Equal([]string{victim}), "the waiting pod should get the recovered device %s; it sees %s (%s)", victim, gpu.FormatDevices(report.Devices), report.Message)
 }
 
-func kubeletRestart(ctx context.Context, env *testenv.Env, inj *faults.Injector, path gpu.Path, every []gpu.Path, ns, node string) {
+func kubeletRestart(ctx context.Context, env *testenv.Env, inj *faults.Injector, path gpu.Path, ns, node string) {
 	n := path.Capacity()[node]
 	before, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
@@ -133,14 +133,12 @@ func kubeletRestart(ctx context.Context, env *testenv.Env, inj *faults.Injector,
 	ginkgo.By("running a one-device pod on " + node)
 	runOnceDevicesBack(ctx, env, path, ns, node, "after-restart", "after its kubelet restarted")
 	ginkgo.AddReportEntry("kubelet restart → device allocated", time.Since(start).Round(100*time.Millisecond).String())
-	expectEveryPathBack(ctx, env, every, node, "after the kubelet restart", env.Timeouts.StackReady)
 }
 
 // expectEveryPathBack waits until node offers, on every path, the devices discovery saw there. A kubelet
-// or node restart takes every path's devices on the node (the spec holds every path: holds:nodes), and
-// the other path's plugin registers again on its own time: the spec ends only once the node is as the run
-// found it, so that the next spec (the upgrade rehearsal's snapshot of the known-good pool, say) does not
-// find a path still coming back.
+// or node restart takes every path's devices on the node, and each path's plugin registers again on its
+// own time: a stops:node spec returns the node only then (Spec.stopping), and the upgrade rehearsal
+// waits for it before its snapshot of the known-good pool.
 func expectEveryPathBack(ctx context.Context, env *testenv.Env, every []gpu.Path, node, why string, timeout time.Duration) {
 	ginkgo.GinkgoHelper()
 	for _, p := range every {

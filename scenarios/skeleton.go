@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -100,6 +101,84 @@ func (s *Spec[I]) lease(ctx context.Context, candidates []string) []string {
 	return []string{s.Node}
 }
 
+// stopping holds each of candidates exclusive on every path before a stops:node spec stops one of them
+// or its kubelet: it waits for the specs on those nodes to end and keeps new ones off them, while the
+// other nodes' specs go on. A spec that cannot name the node before its workload lands (the failed
+// worker stops the node its training runs on) names every node the workload may land on, then calls
+// keep with the one it stops: the others are released at once.
+//
+// The kept node is returned after the spec's cleanup, and only once it offers every path's devices as
+// discovery found them (a restart takes them all, and each path's plugin registers again on its own
+// time): the next spec there, or the upgrade rehearsal's snapshot of the known-good pool, never finds
+// a path still coming back. back bounds that wait.
+//
+// The nodes are taken one at a time, in order, each on every path: the only specs holding locks of more
+// than one path are stops:node specs, one at a time (the stops lock), and every other spec takes a
+// path's locks in the same order, so no two wait on each other.
+func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.Duration) (keep func(node string)) {
+	ginkgo.GinkgoHelper()
+	if !slices.Contains(ginkgo.CurrentSpecReport().Labels(), labels.StopsNode) {
+		ginkgo.Fail(fmt.Sprintf("the spec stops one of %v but is not labelled %s: the specs on the node's other paths would run beside it", candidates, labels.StopsNode))
+	}
+	if len(candidates) == 0 {
+		ginkgo.Fail("no node to stop")
+	}
+	paths := s.In.base().Paths
+	dir := poollock.Dir(s.Env.Factory.RunID)
+	held := map[string]func(){}
+	releaseAll := func() {
+		for n, release := range held {
+			release()
+			delete(held, n)
+		}
+	}
+	var waited time.Duration
+	for _, node := range slices.Compact(slices.Sorted(slices.Values(candidates))) {
+		locks := make([]poollock.Lock, 0, len(paths))
+		for _, p := range paths {
+			locks = append(locks, poollock.Lock{Name: nodeLock(p.Name(), node), Mode: poollock.Exclusive})
+		}
+		release, w, err := poollock.HoldLocks(ctx, dir, locks)
+		if err != nil {
+			releaseAll()
+		}
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "holding %s on every path", node)
+		held[node] = release
+		waited += w
+	}
+	recordWait(waited)
+	prev := s.unlease
+	s.unlease = func() {
+		releaseAll()
+		if prev != nil {
+			prev()
+		}
+	}
+	keep = func(node string) {
+		ginkgo.GinkgoHelper()
+		if held[node] == nil {
+			ginkgo.Fail(fmt.Sprintf("the spec stops %s, which it does not hold (it holds %v)", node, slices.Sorted(maps.Keys(held))))
+		}
+		for n, release := range held {
+			if n != node {
+				release()
+				delete(held, n)
+			}
+		}
+		leased(node, s.Path.Name(), 0)
+	}
+	if len(candidates) == 1 {
+		leased(candidates[0], s.Path.Name(), 0)
+	}
+	env := s.Env
+	ginkgo.DeferCleanup(func(ctx context.Context) {
+		for _, node := range slices.Sorted(maps.Keys(held)) {
+			expectEveryPathBack(ctx, env, paths, node, "before the spec returns it to the other specs", back)
+		}
+	})
+	return keep
+}
+
 // leased records a spec's lease of node on path and its wait for it.
 func leased(node, path string, waited time.Duration) {
 	ginkgo.AddReportEntry(poollock.LeaseEntry, node, ginkgo.ReportEntryVisibilityNever)
@@ -191,8 +270,8 @@ func holdPool(ctx context.Context, env *testenv.Env, path string, b Base) string
 	ginkgo.GinkgoHelper()
 	plan := poolHold(ginkgo.CurrentSpecReport().Labels(), path, b)
 	dir := poollock.Dir(env.Factory.RunID)
-	release, waited, err := poollock.Hold(ctx, dir, plan.names, plan.mode)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the %s pool lock on %v", plan.mode, plan.names)
+	release, waited, err := poollock.HoldLocks(ctx, dir, plan.locks)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the pool locks %v", plan.locks)
 	ginkgo.DeferCleanup(release)
 	if len(plan.lease) == 0 {
 		recordWait(waited)
@@ -212,10 +291,16 @@ const nodeLockSep = "@"
 // nodeLock names the lock of node on path.
 func nodeLock(path, node string) string { return "path-" + path + nodeLockSep + node }
 
-// poolPlan is how a spec holds the pool locks: names in mode, then (holds:node) one of lease exclusive.
+// stopsLock is the lock of the specs that stop a node or its kubelet (stops:node, exclusive) and of
+// those whose outcome reads every node's state without using a device (devices:none, shared): one node
+// stops at a time, and never under a diagnosis of the whole pool. Its name sorts before every path's, so
+// every holder takes it first.
+const stopsLock = "node-stops"
+
+// poolPlan is how a spec holds the pool locks: locks, each in its mode, then (holds:node) one of lease
+// exclusive.
 type poolPlan struct {
-	mode  poollock.Mode
-	names []string
+	locks []poollock.Lock
 	lease []string
 }
 
@@ -226,21 +311,39 @@ type poolPlan struct {
 //     pods stay there, so holders of different nodes run side by side, and no plain spec runs beside;
 //   - on:node takes its path's shared, then (Spec.lease) one of the nodes its pods can use shared: it
 //     runs beside plain specs, on:node specs and holders of the path's other nodes;
-//   - devices:none takes its path's shared only: its pods never get a device, so it runs beside every
-//     node's holders (and waits only for specs that change nodes or hold the whole path);
+//   - devices:none takes its path's shared and the stops lock shared: its pods never get a device, so it
+//     runs beside every node's holders, but not beside a node that stops (its diagnosis reads every node);
 //   - holds:path takes its path's exclusive (it needs more than a node: gangs across nodes);
-//   - holds:nodes takes every path's exclusive (it stops nodes or kubelets, or measures a node).
+//   - stops:node takes the stops lock exclusive and every path's shared (its own exclusive with
+//     holds:path), then, once it knows the node (Spec.stopping), that node's lock on every path
+//     exclusive: the other nodes' specs go on, the specs that need the whole pool wait;
+//   - holds:nodes takes every path's exclusive (it measures a node).
 func poolHold(specLabels []string, path string, b Base) poolPlan {
 	pathLock := "path-" + path
-	switch {
-	case slices.Contains(specLabels, labels.HoldsNodes):
-		names := make([]string, 0, len(b.Paths))
+	has := func(l string) bool { return slices.Contains(specLabels, l) }
+	every := func(mode poollock.Mode) []poollock.Lock {
+		var out []poollock.Lock
 		for _, p := range b.Paths {
-			names = append(names, "path-"+p.Name())
+			out = append(out, poollock.Lock{Name: "path-" + p.Name(), Mode: mode})
 		}
-		return poolPlan{mode: poollock.Exclusive, names: names}
-	case slices.Contains(specLabels, labels.HoldsPath):
-		return poolPlan{mode: poollock.Exclusive, names: []string{pathLock}}
+		return out
+	}
+	switch {
+	case has(labels.HoldsNodes):
+		return poolPlan{locks: every(poollock.Exclusive)}
+	case has(labels.StopsNode):
+		locks := append([]poollock.Lock{{Name: stopsLock, Mode: poollock.Exclusive}}, every(poollock.Shared)...)
+		if has(labels.HoldsPath) {
+			locks = append(locks, poollock.Lock{Name: pathLock, Mode: poollock.Exclusive}) // the stronger mode wins
+		}
+		return poolPlan{locks: locks}
+	case has(labels.HoldsPath):
+		return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Exclusive}}}
+	case has(labels.NoDevices):
+		return poolPlan{locks: []poollock.Lock{{Name: stopsLock, Mode: poollock.Shared}, {Name: pathLock, Mode: poollock.Shared}}}
+	case has(labels.OnNode):
+		// It leases one node shared later (Spec.lease).
+		return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Shared}}}
 	}
 	// The nodes both kinds below name are the same: the GPU pool's with a device on the path, as discovery
 	// saw them (every process of the run discovered the same).
@@ -250,15 +353,11 @@ func poolHold(specLabels []string, path string, b Base) poolPlan {
 			nodeLocks = append(nodeLocks, nodeLock(path, n))
 		}
 	}
-	if slices.Contains(specLabels, labels.OnNode) || slices.Contains(specLabels, labels.NoDevices) {
-		// on:node leases one node shared later (Spec.lease); devices:none takes no device at all.
-		return poolPlan{mode: poollock.Shared, names: []string{pathLock}}
-	}
-	if slices.Contains(specLabels, labels.HoldsNode) {
+	if has(labels.HoldsNode) {
 		if len(nodeLocks) == 0 { // no node has a device on the path (the spec will say so): hold the path
-			return poolPlan{mode: poollock.Exclusive, names: []string{pathLock}}
+			return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Exclusive}}}
 		}
-		return poolPlan{mode: poollock.Shared, names: []string{pathLock}, lease: nodeLocks}
+		return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Shared}}, lease: nodeLocks}
 	}
-	return poolPlan{mode: poollock.Shared, names: append([]string{pathLock}, nodeLocks...)}
+	return poolPlan{locks: poollock.Each(append([]string{pathLock}, nodeLocks...), poollock.Shared)}
 }

@@ -32,31 +32,38 @@ func TestQueued(t *testing.T) {
 }
 
 // A spec shares its path's lock and every node's of the path; holds:node shares the path's and leases one
-// node with a device on the path; on:node shares the path's only (it leases a node when it knows which fit); holds:path takes the path's alone; holds:nodes takes every path's alone
-// (stopping a kubelet takes the other path's devices on the node too).
+// node with a device on the path; on:node shares the path's only (it leases a node when it knows which
+// fit); devices:none shares the path's and the stops lock; holds:path takes the path's alone; stops:node
+// takes the stops lock alone and shares every path (its own alone with holds:path), and holds the node it
+// stops later (Spec.stopping); holds:nodes takes every path's alone.
 func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 	// w3 has no device on the path; w4, outside the GPU pool, is not the suite's to use.
 	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"gpu-0", "gpu-1"}, "w2": {"gpu-0"}, "w3": {}, "w4": {"gpu-0"}}}
 	paths := []gpu.Path{dra, &gpu.DevicePlugin{Resource: "nvidia.com/gpu"}}
 	b := Base{Paths: paths, GPUPool: []string{"w1", "w2", "w3"}}
+	sh, ex := poollock.Shared, poollock.Exclusive
+	lk := func(name string, m poollock.Mode) poollock.Lock { return poollock.Lock{Name: name, Mode: m} }
 	for _, c := range []struct {
 		labels []string
-		want   poolPlan
+		locks  []poollock.Lock
+		lease  []string
 	}{
-		{[]string{"scenario:allocation", labels.PathDRA}, poolPlan{poollock.Shared, []string{"path-dra", "path-dra@w1", "path-dra@w2"}, nil}},
-		{[]string{"scenario:failure", labels.HoldsNode}, poolPlan{poollock.Shared, []string{"path-dra"}, []string{"path-dra@w1", "path-dra@w2"}}},
-		{[]string{"scenario:allocation", labels.OnNode}, poolPlan{poollock.Shared, []string{"path-dra"}, nil}}, // it leases later
-		{[]string{"scenario:shortage", labels.NoDevices}, poolPlan{poollock.Shared, []string{"path-dra"}, nil}},
-		{[]string{"scenario:gang", labels.HoldsPath}, poolPlan{poollock.Exclusive, []string{"path-dra"}, nil}},
-		{[]string{"scenario:failure", labels.HoldsNodes, labels.Disruptive}, poolPlan{poollock.Exclusive, []string{"path-dra", "path-device-plugin"}, nil}},
+		{[]string{"scenario:allocation", labels.PathDRA}, []poollock.Lock{lk("path-dra", sh), lk("path-dra@w1", sh), lk("path-dra@w2", sh)}, nil},
+		{[]string{"scenario:failure", labels.HoldsNode}, []poollock.Lock{lk("path-dra", sh)}, []string{"path-dra@w1", "path-dra@w2"}},
+		{[]string{"scenario:allocation", labels.OnNode}, []poollock.Lock{lk("path-dra", sh)}, nil}, // it leases later
+		{[]string{"scenario:shortage", labels.NoDevices}, []poollock.Lock{lk(stopsLock, sh), lk("path-dra", sh)}, nil},
+		{[]string{"scenario:gang", labels.HoldsPath}, []poollock.Lock{lk("path-dra", ex)}, nil},
+		{[]string{"scenario:failure", labels.StopsNode, labels.Disruptive}, []poollock.Lock{lk(stopsLock, ex), lk("path-dra", sh), lk("path-device-plugin", sh)}, nil},
+		{[]string{"scenario:failure", labels.StopsNode, labels.HoldsPath}, []poollock.Lock{lk(stopsLock, ex), lk("path-dra", sh), lk("path-device-plugin", sh), lk("path-dra", ex)}, nil},
+		{[]string{"scenario:sharing", labels.HoldsNodes}, []poollock.Lock{lk("path-dra", ex), lk("path-device-plugin", ex)}, nil},
 	} {
 		got := poolHold(c.labels, "dra", b)
-		if got.mode != c.want.mode || !slices.Equal(got.names, c.want.names) || !slices.Equal(got.lease, c.want.lease) {
-			t.Errorf("%v: %+v, want %+v", c.labels, got, c.want)
+		if !slices.Equal(got.locks, c.locks) || !slices.Equal(got.lease, c.lease) {
+			t.Errorf("%v: %+v, want locks %v lease %v", c.labels, got, c.locks, c.lease)
 		}
 	}
 	// No node with a device on the path: nothing to lease, the holder holds the path.
-	if got := poolHold([]string{labels.HoldsNode}, "device-plugin", b); got.mode != poollock.Exclusive || len(got.lease) != 0 {
+	if got := poolHold([]string{labels.HoldsNode}, "device-plugin", b); !slices.Equal(got.locks, []poollock.Lock{lk("path-device-plugin", ex)}) || len(got.lease) != 0 {
 		t.Errorf("holds:node without an eligible node: %+v, want the path exclusive", got)
 	}
 }

@@ -40,9 +40,14 @@ const (
 	// them) and whose outcome does not depend on which devices are free: they hold their path shared only,
 	// beside every node's holders, so that nodes and drivers stay as they are while they run.
 	NoDevices = "devices:none"
-	// HoldsNodes marks specs that stop nodes or kubelets, or measure a node's timings: no spec on any path
-	// runs beside them.
+	// HoldsNodes marks specs that measure a node's timings: no spec on any path runs beside them.
 	HoldsNodes = "holds:nodes"
+	// StopsNode marks specs that stop one node or its kubelet (failed worker, kubelet restart): once they
+	// know the node (scenarios' Spec.stopping) they hold it exclusive on every path, and return it only
+	// once it offers every path's devices again; specs on the other nodes run beside them, specs that
+	// read every node's state (devices:none, holds:path, plain) do not. With holds:path as well, the
+	// spec's own path is held whole (its workload moves to another node).
+	StopsNode = "stops:node"
 	// Slow marks specs expected to take longer than five minutes on a real cluster.
 	Slow = "Slow"
 
@@ -101,7 +106,7 @@ func Scenario(name string) string {
 
 func known(l string) bool {
 	switch l {
-	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
+	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, StopsNode, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
 		return true
 	}
 	if id, ok := strings.CutPrefix(l, RequirementPrefix); ok {
@@ -116,7 +121,7 @@ func known(l string) bool {
 // Known returns the label set, sorted, for documentation and `--help` output.
 func Known() []string {
 	scenarios.RLock()
-	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
+	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, StopsNode, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
 	for _, v := range conformance.Versions() {
 		c, _ := conformance.For(v)
 		for _, r := range c.Requirements {
