@@ -21,7 +21,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
 	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
@@ -233,21 +237,69 @@ func (e *Env) useTeamNamespace(purpose string) *corev1.Namespace {
 }
 
 // waitDevicesFree waits until ns holds no pod and no ResourceClaim of the spec (those matching selector;
-// "" for all): their devices are free for the next spec. It polls: the spec's informers are stopped.
+// "" for all): their devices are free for the next spec. The spec's informers are stopped by then, so it
+// lists and watches each kind once (untilNone) instead of polling: the cleanup of every spec runs here.
 func (e *Env) waitDevicesFree(ctx context.Context, ns, selector string) {
 	ginkgo.GinkgoHelper()
-	w := e.Wait
-	w.Wake = nil
-	opts := metav1.ListOptions{LabelSelector: selector}
-	w.For(ctx, fmt.Sprintf("the pods and ResourceClaims of the spec in %s to be gone", ns), wait.Target{}, e.Timeouts.Cleanup, func(g gomega.Gomega) {
-		pods, err := e.Clients.Kube.CoreV1().Pods(ns).List(ctx, opts)
-		g.Expect(err).NotTo(gomega.HaveOccurred())
-		g.Expect(pods.Items).To(gomega.BeEmpty(), "pods of this spec still exist in %s", ns)
-		claims, err := e.Clients.Kube.ResourceV1().ResourceClaims(ns).List(ctx, opts)
-		if err == nil {
-			g.Expect(claims.Items).To(gomega.BeEmpty(), "ResourceClaims of this spec still exist in %s", ns)
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, e.Timeouts.Cleanup)
+	defer cancel()
+	kube := e.Clients.Kube
+	opts := func(o metav1.ListOptions) metav1.ListOptions {
+		o.LabelSelector = selector
+		return o
+	}
+	fail := func(kind string, left []string, err error) {
+		ginkgo.GinkgoHelper()
+		ginkgo.Fail(fmt.Sprintf("timed out after %s waiting for the pods and ResourceClaims of the spec in %s to be gone: %s of this spec still exist in %s: %s (%v)",
+			time.Since(start).Round(time.Second), ns, kind, ns, strings.Join(left, ", "), err))
+	}
+	// Wrapped so that the reflector knows whether the client can stream the list in the watch (WatchList).
+	pods := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) { return kube.CoreV1().Pods(ns).List(ctx, opts(o)) },
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			return kube.CoreV1().Pods(ns).Watch(ctx, opts(o))
+		},
+	}, kube)
+	if left, err := untilNone(ctx, pods, &corev1.Pod{}); err != nil {
+		fail("pods", left, err)
+	}
+	// Claims only where DRA's API is served; the list tells, and is the wait when none is left.
+	claims, err := kube.ResourceV1().ResourceClaims(ns).List(ctx, opts(metav1.ListOptions{}))
+	if err != nil || len(claims.Items) == 0 {
+		return
+	}
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+			return kube.ResourceV1().ResourceClaims(ns).List(ctx, opts(o))
+		},
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			return kube.ResourceV1().ResourceClaims(ns).Watch(ctx, opts(o))
+		},
+	}, kube)
+	if left, err := untilNone(ctx, lw, &resourcev1.ResourceClaim{}); err != nil {
+		fail("ResourceClaims", left, err)
+	}
+}
+
+// untilNone waits until lw lists no object, with one list and one watch, or one watch that streams the
+// list where the client and server can (client-go's UntilWithSync), rather than a list per poll, and returns the names still listed when it gave up.
+func untilNone(ctx context.Context, lw cache.ListerWatcher, obj runtime.Object) (left []string, err error) {
+	var store cache.Store
+	none := func() bool { return len(store.List()) == 0 }
+	_, err = watchtools.UntilWithSync(ctx, lw, obj,
+		func(s cache.Store) (bool, error) { store = s; return none(), nil },
+		func(watch.Event) (bool, error) { return none(), nil })
+	if err == nil || store == nil {
+		return nil, err
+	}
+	for _, o := range store.List() {
+		if m, merr := meta.Accessor(o); merr == nil {
+			left = append(left, m.GetName())
 		}
-	})
+	}
+	slices.Sort(left)
+	return left, err
 }
 
 // dumpOnFailure registers, for a failed spec, a dump of its objects in ns (those matching selector, when
