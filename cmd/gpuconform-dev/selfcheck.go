@@ -37,7 +37,10 @@ import (
 // spec that failed for something else did not catch the fault. A fault with no catching check yet has an
 // empty Focus and says why: it is a failing row, never a silent pass.
 type selfcheckRow struct {
-	Fault   fakeplugin.Fault
+	Fault fakeplugin.Fault
+	// Check names a second row of a fault that another check catches as well (the fault's own row has
+	// none): the row's name is then "<fault>/<check>" (key), in the table and its artifacts directory.
+	Check   string
 	Focus   string
 	Catcher string
 	// Because is the fault's reason in the words of the catching check or of the diagnosis it prints:
@@ -55,6 +58,14 @@ type selfcheckRow struct {
 	// on whole GPUs changes nothing); the zero value is the cluster's exclusive default. The table keeps
 	// rows of one mode together so that the cluster switches modes as few times as it can.
 	Sharing sharingMode
+}
+
+// key names the row: its fault, and its check after a slash for a fault's second row.
+func (r selfcheckRow) key() string {
+	if r.Check == "" {
+		return string(r.Fault)
+	}
+	return string(r.Fault) + "/" + r.Check
 }
 
 // mode is the row's sharing mode, exclusive when it names none.
@@ -105,6 +116,11 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`Reason: +DRAPrepareFailed`, `does not exist on this node`)},
 		{Fault: fakeplugin.FaultNoReregister, Focus: "after its kubelet restarts", Catcher: "device-plugin path advertises a node's devices again after its kubelet restarts", RestartAgents: true,
 			Because: because(capacity(`after the kubelet restart`) + `|a one-device pod to run on \S+ on the \S+ path after its kubelet restarted`)},
+		// The same fault seen from the other path: the DRA path's kubelet restart gets its own devices back,
+		// and must not return the node to the other specs while its device-plugin devices are missing
+		// (scenarios Spec.stopping's every-path wait).
+		{Fault: fakeplugin.FaultNoReregister, Check: "every-path", Focus: "dra path advertises a node's devices again after its kubelet restarts", Catcher: "dra path advertises a node's devices again after its kubelet restarts", RestartAgents: true,
+			Because: because(capacity(`before the spec returns it to the other specs`))},
 		{Fault: fakeplugin.FaultStaleAfterReboot, Focus: "device-plugin path reschedules a training job whose GPU node fails", Catcher: "whose GPU node fails", RestartAgents: true,
 			Because: because(capacity(`after it came back`) + `|a one-device pod to run on \S+ on the \S+ path after the node came back`)},
 		{Fault: fakeplugin.FaultDriverMismatch, Focus: "driver and CUDA versions the node advertises", Catcher: "driver and CUDA versions the node advertises",
@@ -223,8 +239,8 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 			}
 			current = m
 		}
-		fmt.Fprintf(stderr, "selfcheck: %s on, running specs matching %q\n", row.Fault, row.Focus)
-		res = runSelfcheckRow(ctx, clients.Kube, bin, *kubeconfig, filepath.Join(*artifacts, string(row.Fault)), row, stderr)
+		fmt.Fprintf(stderr, "selfcheck: %s on, running specs matching %q\n", row.key(), row.Focus)
+		res = runSelfcheckRow(ctx, clients.Kube, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.key(), "/", "-")), row, stderr)
 		results = append(results, res)
 	}
 	printSelfcheck(stdout, results)
@@ -333,7 +349,7 @@ func runSelfcheckSpecs(ctx context.Context, bin shipped, kubeconfig, dir string,
 		res.Verdict = "NO-GO"
 	}
 	judgeSelfcheckRow(&res, suites)
-	fmt.Fprintf(stderr, "selfcheck: %s → %s (%d failed spec(s); log %s.log)\n", row.Fault, res.Verdict, len(res.Failed), dir)
+	fmt.Fprintf(stderr, "selfcheck: %s → %s (%d failed spec(s); log %s.log)\n", row.key(), res.Verdict, len(res.Failed), dir)
 	return res
 }
 
@@ -497,7 +513,7 @@ func printSelfcheck(w io.Writer, results []selfcheckResult) {
 			mark, why = "yes", strings.Join(r.CaughtBy, " | ")
 			caught++
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Row.Fault, r.Verdict, mark, why, cmp.Or(r.Reason, "-"))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Row.key(), r.Verdict, mark, why, cmp.Or(r.Reason, "-"))
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "selfcheck: %d passed, %d failed\n", caught, len(results)-caught)

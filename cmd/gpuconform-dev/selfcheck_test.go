@@ -14,7 +14,9 @@ import (
 func TestSelfcheckTableCoversEveryFault(t *testing.T) {
 	rows := map[fakeplugin.Fault]int{}
 	for _, r := range selfcheckTable() {
-		rows[r.Fault]++
+		if r.Check == "" { // a fault's own row; a second one, with a Check, proves another check with it
+			rows[r.Fault]++
+		}
 		if (r.Focus == "") == (r.NoCheck == "") {
 			t.Errorf("%s: a row either names the specs that catch it or says why none does", r.Fault)
 		}
@@ -24,7 +26,7 @@ func TestSelfcheckTableCoversEveryFault(t *testing.T) {
 	}
 	for _, f := range fakeplugin.AllFaults() {
 		if rows[f] != 1 {
-			t.Errorf("fault %s has %d rows in the selfcheck table, want 1", f, rows[f])
+			t.Errorf("fault %s has %d rows of its own (no Check) in the selfcheck table, want 1", f, rows[f])
 		}
 	}
 }
@@ -99,10 +101,26 @@ func TestSelfcheckBecauseMatchesTheChecksMessages(t *testing.T) {
 	unrelated := "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod alloc-x/held-1 to run\n\nDiagnosis of Pod alloc-x/held-1:\n" +
 		"  Reason:  ImagePullFailed: The container image cannot be pulled.\n  Evidence:\n    - container workload waiting: ImagePullBackOff: Back-off pulling image \"gpu-workload:dev\"\n"
 	failureOf := sampleFailures()
+	// A fault's second row quotes another check's message.
+	secondRows := map[string]string{
+		"no-reregister/every-path": "Timed out after 180.001s.\ntimed out after 3m0s waiting for gpuconform-worker2 to offer 4 devices on the device-plugin path (before the spec returns it to the other specs)\n\nDiagnosis of Node /gpuconform-worker2:\n" +
+			"Node gpuconform-worker2:\n  nvidia.com/gpu: capacity 0, allocatable 0\n",
+	}
+	keys := map[string]bool{}
 	for _, r := range selfcheckTable() {
+		if keys[r.key()] {
+			t.Errorf("two rows named %s: a fault's second row needs a Check of its own", r.key())
+		}
+		keys[r.key()] = true
 		msg, ok := failureOf[r.Fault]
+		if r.Check != "" {
+			msg, ok = secondRows[r.key()]
+			if said, caught := matchAll(r.Because, failureOf[r.Fault]); caught {
+				t.Errorf("%s: Because matches the fault's own row's message (%q): the row proves nothing the other does not", r.key(), said)
+			}
+		}
 		if !ok {
-			t.Errorf("%s: no sample failure message in this test", r.Fault)
+			t.Errorf("%s: no sample failure message in this test", r.key())
 			continue
 		}
 		if said, ok := matchAll(r.Because, msg); !ok || said == "" {
@@ -115,7 +133,9 @@ func TestSelfcheckBecauseMatchesTheChecksMessages(t *testing.T) {
 	// The two DRA prepare faults share a diagnosis reason; each row must still tell its own cause.
 	rows := map[fakeplugin.Fault]selfcheckRow{}
 	for _, r := range selfcheckTable() {
-		rows[r.Fault] = r
+		if r.Check == "" {
+			rows[r.Fault] = r
+		}
 	}
 	for a, b := range map[fakeplugin.Fault]fakeplugin.Fault{
 		fakeplugin.FaultDRAPrepareFail: fakeplugin.FaultPhantomSliceDevice, fakeplugin.FaultPhantomSliceDevice: fakeplugin.FaultDRAPrepareFail,
