@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
 
 	"gpuconform.io/gpuconform/framework/gpu"
@@ -238,11 +239,17 @@ func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPr
 			s.Node, s.unlease = "", nil
 			s.Node = holdPool(ctx, s.Env, pathName, s.In.base())
 			// An on:node spec's lease (taken later, by lease) is released after the namespace's cleanup,
-			// registered below, so it runs before this.
+			// registered below, so it runs before this. An on:node spec that ran to its end without a
+			// lease put its pods beside node holders: that is the spec's bug, and fails it.
 			ginkgo.DeferCleanup(func() {
 				if s.unlease != nil {
 					s.unlease()
 					s.unlease = nil
+					return
+				}
+				report := ginkgo.CurrentSpecReport()
+				if slices.Contains(report.Labels(), labels.OnNode) && !report.Failed() && report.State != types.SpecStateSkipped {
+					ginkgo.Fail(fmt.Sprintf("the spec is labelled %s but never leased a node (Spec.lease) before it created pods, which then ran beside the holders of the path's nodes", labels.OnNode))
 				}
 			})
 			s.NS = s.Env.NewNamespace(ctx, nsPrefix).Name
