@@ -147,6 +147,8 @@ type Cluster struct {
 	built map[string]string
 	// progress is shared with the heartbeats of the running step (progress.go).
 	progress progressState
+	// rootfs is the node rootfs built beside the Kubernetes build (up.go's beside), for buildAll.
+	rootfs *background
 }
 
 // New prepares a Cluster; it detects the host's quirks but changes nothing.

@@ -234,6 +234,8 @@ func (t *stepTimes) estimate(name, mode string) (time.Duration, bool) {
 // written since) and replaces it atomically; a corrupt file is replaced. Two processes recording at the
 // same instant may lose one entry, never the file.
 func recordStepTime(path, name, mode string, d time.Duration, at time.Time) error {
+	stepTimesMu.Lock() // two steps of one bring-up may end together; processes each write whole files
+	defer stepTimesMu.Unlock()
 	t, _ := loadStepTimes(path)
 	if t.Steps[name] == nil {
 		t.Steps[name] = map[string]stepTime{}
@@ -245,6 +247,9 @@ func recordStepTime(path, name, mode string, d time.Duration, at time.Time) erro
 	}
 	return writeFileAtomic(path, append(b, '\n'), 0o644)
 }
+
+// stepTimesMu keeps the steps of one bring-up that run side by side from losing each other's timing.
+var stepTimesMu sync.Mutex
 
 // writeFileAtomic writes a file through a temporary file in the same directory and a rename, so a reader
 // sees the old content or the new, never a part.
@@ -276,6 +281,9 @@ func writeFileAtomic(path string, b []byte, mode os.FileMode) error {
 type progressState struct {
 	mu        sync.Mutex
 	activeLog string
+	// running counts the steps running now: while two run side by side (up.go's background steps) the
+	// active log could be either's, and heartbeats name none.
+	running int
 }
 
 func (c *Cluster) setActiveLog(path string) {
@@ -287,6 +295,9 @@ func (c *Cluster) setActiveLog(path string) {
 func (c *Cluster) currentLog() string {
 	c.progress.mu.Lock()
 	defer c.progress.mu.Unlock()
+	if c.progress.running > 1 {
+		return ""
+	}
 	return c.progress.activeLog
 }
 
@@ -309,7 +320,15 @@ func (c *Cluster) cachedStep(name, what string, probe func() (string, bool, erro
 }
 
 func (c *Cluster) runStep(s stepSpec) error {
-	c.setActiveLog("")
-	defer c.setActiveLog("")
+	c.progress.mu.Lock()
+	c.progress.running++
+	c.progress.activeLog = ""
+	c.progress.mu.Unlock()
+	defer func() {
+		c.progress.mu.Lock()
+		c.progress.running--
+		c.progress.activeLog = ""
+		c.progress.mu.Unlock()
+	}()
 	return c.runner().run(s)
 }

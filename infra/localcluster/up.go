@@ -2,6 +2,7 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -17,21 +18,31 @@ import (
 // again; a cluster that does not come back healthy is recreated.
 func (c *Cluster) Up(ctx context.Context) error {
 	start := time.Now()
-	if err := c.step("docker engine", "make a Docker engine answer (the running one, or the project's own dockerd)", func() error { return c.ensureDocker(ctx) }); err != nil {
+	// The Kubernetes build is the bring-up's longest step and all compiling; the Docker engine (Debian's
+	// packages) and, for a cluster to create, the node rootfs (debootstrap from Debian's mirror, then a
+	// docker import) are mostly download and disk, and need nothing of it: they run beside it.
+	engine, rootfs := c.beside(ctx)
+	defer rootfs.cancel() // once buildAll took it, or when Up fails before
+	// The host-side kubectl is needed whatever state the cluster is in; it is placed next to the kubeconfig
+	// for scripts and people on a machine without one.
+	_, err := c.buildGoStep(ctx, compKubernetes)
+	if engineErr := engine.wait(); engineErr != nil {
+		return engineErr
+	}
+	if err != nil {
 		return err
 	}
 	c.logf("host quirks: %s", c.quirks)
-	// The host-side kubectl is needed whatever state the cluster is in; it is placed next to the kubeconfig
-	// for scripts and people on a machine without one.
-	if _, err := c.buildGoStep(ctx, compKubernetes); err != nil {
-		return err
-	}
+	c.rootfs = rootfs
 	if err := c.installKubectl(); err != nil {
 		return err
 	}
 	exists, err := c.clusterExists()
 	if err != nil {
 		return err
+	}
+	if exists {
+		c.rootfs.cancel() // a cluster that revives needs no rootfs; one that is recreated builds it below
 	}
 	revived := false
 	if exists {
@@ -117,13 +128,11 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 	if err := c.buildPauseStep(ctx); err != nil {
 		return "", err
 	}
-	var rootfsDir, rootfsImage string
-	rootfsWhat := fmt.Sprintf("debootstrap of Debian %s (minbase and %d packages), imported as an image", DebianSuite, len(rootfsPackages))
-	if err := c.cachedStep("node rootfs (debootstrap)", rootfsWhat, func() (string, bool, error) { return c.rootfsState(ctx) }, func() error {
-		var err error
-		rootfsDir, rootfsImage, err = c.buildRootfs(ctx)
-		return err
-	}); err != nil {
+	rootfsDir, rootfsImage, err := c.rootfs.result()
+	if errors.Is(err, errNotBeside) {
+		rootfsDir, rootfsImage, err = c.rootfsStep(ctx)
+	}
+	if err != nil {
 		return "", err
 	}
 	images := c.systemImages(rootfsImage)
@@ -154,12 +163,89 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 		return plan.key, imageKey(ctx, plan.ref) == plan.key, nil
 	}
 	var ref string
-	err := c.cachedStep("node image", "assemble the kind node image (rootfs, overlay and the preloaded system images)", probe, func() error {
+	err = c.cachedStep("node image", "assemble the kind node image (rootfs, overlay and the preloaded system images)", probe, func() error {
 		var err error
 		ref, err = c.buildNodeImage(ctx, plan)
 		return err
 	})
 	return ref, err
+}
+
+// rootfsStep is the node rootfs's step: debootstrap into the cache, imported as an image.
+func (c *Cluster) rootfsStep(ctx context.Context) (dir, image string, err error) {
+	what := fmt.Sprintf("debootstrap of Debian %s (minbase and %d packages), imported as an image", DebianSuite, len(rootfsPackages))
+	err = c.cachedStep("node rootfs (debootstrap)", what, func() (string, bool, error) { return c.rootfsState(ctx) }, func() error {
+		var err error
+		dir, image, err = c.buildRootfs(ctx)
+		return err
+	})
+	return dir, image, err
+}
+
+// errNotBeside is a background rootfs's result when it did not run: the caller builds the rootfs itself.
+var errNotBeside = errors.New("the node rootfs was not built beside the Kubernetes build")
+
+// background is a step that runs beside the Kubernetes build.
+type background struct {
+	done       chan struct{}
+	stop       context.CancelFunc
+	err        error
+	dir, image string
+}
+
+func (b *background) wait() error {
+	<-b.done
+	return b.err
+}
+
+// result waits for a background rootfs and returns it; errNotBeside when it did not run (a cluster
+// existed, a node image was given, the engine failed) or was cancelled.
+func (b *background) result() (dir, image string, err error) {
+	if b == nil {
+		return "", "", errNotBeside
+	}
+	<-b.done
+	return b.dir, b.image, b.err
+}
+
+// cancel stops a background rootfs that is not needed and waits for it to end.
+func (b *background) cancel() {
+	if b == nil {
+		return
+	}
+	b.stop()
+	<-b.done
+	if b.err != nil && !errors.Is(b.err, errNotBeside) {
+		b.err = errNotBeside
+	}
+}
+
+// beside starts the Docker engine and then, where the cluster must be created from the project's own node
+// image, the node rootfs, in the background; Up waits for the engine after the Kubernetes build and
+// buildAll for the rootfs. A failure of the engine is the engine step's; a rootfs that failed or did not
+// run is built again in line, where its failure is reported.
+func (c *Cluster) beside(ctx context.Context) (engine, rootfs *background) {
+	bctx, stop := context.WithCancel(ctx)
+	engine = &background{done: make(chan struct{}), stop: stop}
+	rootfs = &background{done: make(chan struct{}), stop: stop, err: errNotBeside}
+	go func() {
+		defer close(rootfs.done)
+		engine.err = c.step("docker engine", "make a Docker engine answer (the running one, or the project's own dockerd)", func() error { return c.ensureDocker(bctx) })
+		close(engine.done)
+		if engine.err != nil || c.opts.NodeImage != "" {
+			return
+		}
+		if exists, err := c.clusterExists(); err != nil || exists {
+			return
+		}
+		dir, image, err := c.rootfsStep(bctx)
+		if err != nil {
+			c.logf("  note: the node rootfs built beside the Kubernetes build failed (%v); it is built again after it", err)
+			return
+		}
+		rootfs.dir, rootfs.image, rootfs.err = dir, image, nil
+	}()
+	return engine, rootfs
 }
 
 // loadSystemImages builds the images a user-supplied node image lacks (Kueue and the DRA driver; an upstream
