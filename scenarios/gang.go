@@ -85,6 +85,9 @@ const (
 	// gangObserve is how long a gang that only partly fits is watched where Kueue's waitForPodsReady is
 	// off or unknown: long enough for any admission mechanism to have withdrawn it.
 	gangObserve = 60 * time.Second
+	// gangRecheck bounds the time between two looks at a gang that only partly fits when nothing of the
+	// spec's changed: a Workload's eviction changes it, and what the informers miss waits this long.
+	gangRecheck = 2 * time.Second
 )
 
 // GangSpec registers, per path, the checks of a multi-worker job (an Indexed Job of W workers with N
@@ -434,6 +437,9 @@ func gangDoesNotFit(ctx context.Context, s *Spec[GangInput], nodes []string) {
 	var evicted *metav1.Condition
 	deadline := time.Now().Add(window)
 	for time.Now().Before(deadline) {
+		// Read again at the next change of the spec's Pods, Jobs or Workloads (the spec's informers), or
+		// after gangRecheck: taken before the reads, so a change during them is not missed.
+		next := env.Changed()
 		wl, err := queues.WorkloadFor(ctx, env, g.job)
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
 		if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
@@ -445,11 +451,15 @@ func gangDoesNotFit(ctx context.Context, s *Spec[GangInput], nodes []string) {
 		if p := partialPlacement(workersNow, workers); p != "" {
 			partial = p
 		}
+		recheck := time.NewTimer(min(gangRecheck, time.Until(deadline)))
 		select {
 		case <-ctx.Done():
+			recheck.Stop()
 			ginkgo.Fail("interrupted")
-		case <-time.After(env.Timeouts.Poll):
+		case <-next:
+		case <-recheck.C:
 		}
+		recheck.Stop()
 	}
 	if partial != "" {
 		ginkgo.AddReportEntry("partly placed (while waiting)", partial)
