@@ -256,7 +256,7 @@ func expectSameDevices(report gpu.ProbeReport, given gpu.Allocation) {
 func givenInput(env *testenv.Env, pod *corev1.Pod, rec *gpu.ClaimRecorder) gpu.GivenInput {
 	return gpu.GivenInput{
 		Kube: env.Clients.Kube, Pod: pod, Container: fixtures.WorkloadContainer, Factory: env.Factory, Claims: rec,
-		HelperTimeout: env.Timeouts.HelperPod, Poll: env.Timeouts.Poll, HelperNamespace: env.HelperNamespace,
+		HelperTimeout: env.Timeouts.HelperPod, HelperNamespace: env.HelperNamespace,
 	}
 }
 

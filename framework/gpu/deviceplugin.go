@@ -14,7 +14,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
 	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/fixtures"
@@ -218,22 +223,11 @@ func runPodResourcesHelper(ctx context.Context, in GivenInput, node string, filt
 		defer cancel()
 		_ = in.Kube.CoreV1().Pods(created.Namespace).Delete(dctx, created.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
 	}()
-	timeout, poll := in.HelperTimeout, in.Poll
+	timeout := in.HelperTimeout
 	if timeout == 0 {
 		timeout = time.Minute
 	}
-	if poll == 0 {
-		poll = time.Second
-	}
-	var last *corev1.Pod
-	err = wait.PollUntilContextTimeout(ctx, poll, timeout, true, func(ctx context.Context) (bool, error) {
-		got, err := in.Kube.CoreV1().Pods(created.Namespace).Get(ctx, created.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil //nolint:nilerr // transient; the timeout reports the last state
-		}
-		last = got
-		return got.Status.Phase == corev1.PodSucceeded || got.Status.Phase == corev1.PodFailed, nil
-	})
+	last, err := untilPodDone(ctx, in.Kube, created, timeout)
 	if err != nil {
 		return "", fmt.Errorf("podresources helper %s/%s on %s did not finish within %s (last phase %s)", created.Namespace, created.Name, node, timeout, phase(last))
 	}
@@ -245,6 +239,45 @@ func runPodResourcesHelper(ctx context.Context, in GivenInput, node string, filt
 		return "", fmt.Errorf("reading podresources helper logs: %w", lerr)
 	}
 	return string(logs), nil
+}
+
+// untilPodDone waits until pod has succeeded or failed, from one watch of it (client-go's UntilWithSync)
+// rather than a get per poll, and returns the last state seen.
+func untilPodDone(ctx context.Context, kube kubernetes.Interface, pod *corev1.Pod, timeout time.Duration) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pods := kube.CoreV1().Pods(pod.Namespace)
+	byName := fields.OneTermEqualSelector("metadata.name", pod.Name).String()
+	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = byName
+			return pods.List(ctx, o)
+		},
+		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = byName
+			return pods.Watch(ctx, o)
+		},
+	}, kube)
+	var last *corev1.Pod
+	done := func(obj any) bool {
+		p, ok := obj.(*corev1.Pod)
+		ok = ok && p.Name == pod.Name // the field selector says so already; a fake client ignores it
+		if ok {
+			last = p
+		}
+		return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed)
+	}
+	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{},
+		func(store cache.Store) (bool, error) {
+			for _, obj := range store.List() {
+				if done(obj) {
+					return true, nil
+				}
+			}
+			return false, nil
+		},
+		func(ev watch.Event) (bool, error) { return done(ev.Object), nil })
+	return last, err
 }
 
 func requestedCount(pod *corev1.Pod, container string, res corev1.ResourceName) int {

@@ -1,16 +1,19 @@
 package gpu
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	clienttesting "k8s.io/client-go/testing"
@@ -85,5 +88,45 @@ func TestGivenAllReadsEachNodeOnce(t *testing.T) {
 	ins[3].Pod.Spec.NodeName = ""
 	if _, err := GivenAll(t.Context(), p, ins); err == nil || !strings.Contains(err.Error(), "fill-3 is not scheduled") {
 		t.Errorf("an unscheduled pod: %v", err)
+	}
+}
+
+// The helper is watched to its end: one list and one watch however long it runs, its last state on a
+// timeout.
+func TestUntilPodDoneWatchesTheHelper(t *testing.T) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "helper", Namespace: "ns"}, Status: corev1.PodStatus{Phase: corev1.PodPending}}
+	kube := fake.NewClientset(pod.DeepCopy(), &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "ns"}, Status: corev1.PodStatus{Phase: corev1.PodSucceeded}})
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		p := pod.DeepCopy()
+		p.Status.Phase = corev1.PodRunning
+		_, _ = kube.CoreV1().Pods("ns").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+		time.Sleep(100 * time.Millisecond)
+		p.Status.Phase = corev1.PodSucceeded
+		_, _ = kube.CoreV1().Pods("ns").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+	}()
+	last, err := untilPodDone(t.Context(), kube, pod, 5*time.Second)
+	if err != nil || last == nil || last.Name != "helper" || last.Status.Phase != corev1.PodSucceeded {
+		t.Fatalf("untilPodDone = %v, %v; want the helper Succeeded", last, err)
+	}
+	var lists, watches, gets int
+	for _, a := range kube.Actions() {
+		switch a.GetVerb() {
+		case "list":
+			lists++
+		case "watch":
+			watches++
+		case "get":
+			gets++
+		}
+	}
+	if lists != 1 || watches != 1 || gets != 0 {
+		t.Errorf("%d lists, %d watches, %d gets; want one list and one watch", lists, watches, gets)
+	}
+
+	stuck := fake.NewClientset(pod.DeepCopy())
+	last, err = untilPodDone(t.Context(), stuck, pod, 300*time.Millisecond)
+	if err == nil || last == nil || last.Status.Phase != corev1.PodPending {
+		t.Errorf("a helper that never ends: %v, %v; want an error and its last phase, Pending", last, err)
 	}
 }

@@ -85,8 +85,8 @@ type GivenInput struct {
 	// Claims is a recorder of ResourceClaims seen in the pod's namespace, for pods whose generated
 	// claim was already released; may be nil.
 	Claims *ClaimRecorder
-	// HelperTimeout bounds the podresources helper pod; Poll is its check interval.
-	HelperTimeout, Poll time.Duration
+	// HelperTimeout bounds the podresources helper pod (which is watched, not polled).
+	HelperTimeout time.Duration
 	// HelperNamespace is where the podresources helper runs (it mounts the kubelet's socket through a
 	// hostPath, as root); empty means the pod's own namespace.
 	HelperNamespace string
