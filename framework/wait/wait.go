@@ -91,7 +91,7 @@ func (w Waiter) fallback() time.Duration {
 const finalConfirmations = 2
 
 // ForProgress is For for a wait on forward progress (admitted, scheduled, started, completed): while
-// the check fails it diagnoses the target every JudgeEvery, and when the diagnosis is final twice in a
+// the check fails it diagnoses the target every JudgeEvery (the first time JudgeEvery after it began), and when the diagnosis is final twice in a
 // row the wait ends at once with that diagnosis as its failure instead of running to its timeout. A
 // wait that expects the target to be stuck must use For.
 func (w Waiter) ForProgress(ctx context.Context, what string, target Target, timeout time.Duration, check func(g gomega.Gomega)) {
@@ -109,7 +109,10 @@ func (w Waiter) ForJudged(ctx context.Context, what string, target Target, timeo
 		return
 	}
 	start := time.Now()
-	var lastJudged time.Time
+	// The first diagnosis comes JudgeEvery after the wait began, not at its first failed check: most
+	// progress waits end sooner (a pod just created is not running yet), and a diagnosis reads several
+	// objects.
+	lastJudged := start
 	finals := 0
 	ended := "" // the final diagnosis that ended the wait
 	check = w.gated(ctx, check)

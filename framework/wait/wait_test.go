@@ -79,6 +79,18 @@ func TestForProgressRunsToItsTimeoutWhileNotFinal(t *testing.T) {
 	if len(failures) != 1 || !strings.Contains(failures[0], "timed out after") || strings.Contains(failures[0], "is final") {
 		t.Errorf("failures = %q, want one timeout", failures)
 	}
+	// A check that passes within JudgeEvery is never diagnosed, however often it failed before.
+	n, tries := 0, 0
+	slow := Waiter{Poll: 5 * time.Millisecond, JudgeEvery: time.Hour, Judge: w.Judge, Explain: w.Explain}
+	failures = gomega.InterceptGomegaFailures(func() {
+		slow.ForProgress(t.Context(), "pod ns/p to run", target, time.Minute, func(g gomega.Gomega) {
+			tries++
+			g.Expect(tries).To(gomega.BeNumerically(">", 3), "pod is not running yet")
+		})
+	})
+	if len(failures) != 0 || n != 0 || tries != 4 {
+		t.Errorf("a wait that ends before JudgeEvery: failures %q, judged %d times, %d tries", failures, n, tries)
+	}
 	// A passing check never diagnoses.
 	n = 0
 	failures = gomega.InterceptGomegaFailures(func() {
