@@ -168,7 +168,7 @@ func TestBenchSlowestSteps(t *testing.T) {
 
 	md := RenderBench(bench)
 	for _, want := range []string{
-		"Slowest ten steps by time not spent waiting on the cluster (step wall minus the overlap with its workloads' lifetimes, and minus the spec's pool lock wait for its setup):",
+		"Slowest ten steps by time not spent waiting on the cluster (step wall minus the overlap with its workloads' lifetimes, and minus the pool lock waits in it):",
 		"| # | Scenario | Path | Spec | Step | Step wall | Non-inherent |",
 		"| 1 | allocation | dra | admits a Job asking for 1 device through a LocalQueue — places it on… | " +
 			`submitting a Job asking for 1 device \| then 2 devices through LocalQueue gpu-queue, and w… | 10s | 4s |`,
@@ -211,6 +211,20 @@ func TestStepsBeforeTheFirstByAndWithoutTheItsEnd(t *testing.T) {
 		ev(types.SpecEventNodeEnd, types.NodeTypeIt, 10, "")}
 	if got, want := stepsOf(sp, lives), []step{{BeforeFirstBy, 4 * s, 2 * s}, {"reading", 6 * s, 6 * s}}; !slices.Equal(got, want) {
 		t.Errorf("steps = %v, want %v", got, want)
+	}
+	// A node lease taken in the It (it ended at 3 s, after 1.5 s of waiting) is no work of the step it
+	// ended in; a wait in the BeforeEach (at -1 s) is the setup's, not the It's.
+	leased := sp
+	leased.ReportEntries = types.ReportEntries{
+		{Name: LockWaitEntry, Value: types.WrapEntryValue(1.5), TimelineLocation: types.TimelineLocation{Time: t0.Add(3 * s)}},
+		{Name: LockWaitEntry, Value: types.WrapEntryValue(7.0), TimelineLocation: types.TimelineLocation{Time: t0.Add(-s)}},
+	}
+	var got []step
+	for _, st := range specSteps(leased, "allocation", lives, 8500*time.Millisecond) {
+		got = append(got, step{st.Step, st.Wall, st.NonInherent})
+	}
+	if want := []step{{BeforeFirstBy, 4 * s, 500 * time.Millisecond}, {"reading", 6 * s, 6 * s}}; !slices.Equal(got, want) {
+		t.Errorf("steps with a lease wait in the It = %v, want %v", got, want)
 	}
 	// Without a By, the whole It is one step.
 	sp.SpecEvents = slices.Delete(sp.SpecEvents, 1, 2)
