@@ -86,12 +86,17 @@ func (w Waiter) fallback() time.Duration {
 	return w.Fallback
 }
 
+// judgeBackoff bounds the growth of the time between two diagnoses of one wait, in JudgeEvery: a state
+// that turns final late in a wait is found within judgeBackoff+1 JudgeEvery (10 s at the 2 s default).
+const judgeBackoff = 4
+
 // finalConfirmations is how many consecutive final diagnoses end a wait: one diagnosis can catch a
 // moment (an event from a previous attempt, a node between states); two, JudgeEvery apart, cannot.
 const finalConfirmations = 2
 
 // ForProgress is For for a wait on forward progress (admitted, scheduled, started, completed): while
-// the check fails it diagnoses the target every JudgeEvery (the first time JudgeEvery after it began), and when the diagnosis is final twice in a
+// the check fails it diagnoses the target, the first time JudgeEvery after it began, then less and less
+// often while the diagnosis is not final (up to every judgeBackoff × JudgeEvery), and when the diagnosis is final twice in a
 // row the wait ends at once with that diagnosis as its failure instead of running to its timeout. A
 // wait that expects the target to be stuck must use For.
 func (w Waiter) ForProgress(ctx context.Context, what string, target Target, timeout time.Duration, check func(g gomega.Gomega)) {
@@ -113,6 +118,10 @@ func (w Waiter) ForJudged(ctx context.Context, what string, target Target, timeo
 	// progress waits end sooner (a pod just created is not running yet), and a diagnosis reads several
 	// objects.
 	lastJudged := start
+	// Each diagnosis that is not final doubles the time to the next, up to judgeBackoff × JudgeEvery: a
+	// long wait for progress that is being made (a Job running its steps) is not read over and over. A
+	// final one is confirmed JudgeEvery later.
+	interval := w.judgeEvery()
 	finals := 0
 	ended := "" // the final diagnosis that ended the wait
 	check = w.gated(ctx, check)
@@ -121,15 +130,17 @@ func (w Waiter) ForJudged(ctx context.Context, what string, target Target, timeo
 		if failure == "" {
 			return nil
 		}
-		if time.Since(lastJudged) < w.judgeEvery() {
+		if time.Since(lastJudged) < interval {
 			return errors.New(failure)
 		}
 		lastJudged = time.Now()
 		text, final := judge(ctx, target)
 		if !final {
 			finals = 0
+			interval = min(2*interval, judgeBackoff*w.judgeEvery())
 			return errors.New(failure)
 		}
+		interval = w.judgeEvery()
 		if finals++; finals < finalConfirmations {
 			return errors.New(failure)
 		}

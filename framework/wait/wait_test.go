@@ -79,6 +79,18 @@ func TestForProgressRunsToItsTimeoutWhileNotFinal(t *testing.T) {
 	if len(failures) != 1 || !strings.Contains(failures[0], "timed out after") || strings.Contains(failures[0], "is final") {
 		t.Errorf("failures = %q, want one timeout", failures)
 	}
+	// A wait whose diagnosis is never final is diagnosed less and less often: after JudgeEvery, then twice
+	// as long each time, up to judgeBackoff × JudgeEvery (here 10, 20, 40, 40, … ms over 500 ms: about
+	// 13, against 50 at a fixed JudgeEvery).
+	n = 0
+	backoff := Waiter{Poll: time.Millisecond, JudgeEvery: 10 * time.Millisecond, Explain: w.Explain,
+		Judge: func(context.Context, Target) (string, bool) { n++; return "Running", false }}
+	gomega.InterceptGomegaFailures(func() {
+		backoff.ForProgress(t.Context(), "Job ns/j to complete", target, 500*time.Millisecond, failingCheck)
+	})
+	if n < 5 || n > 20 {
+		t.Errorf("a 500 ms wait with JudgeEvery 10 ms and no final diagnosis was judged %d times, want about 13", n)
+	}
 	// A check that passes within JudgeEvery is never diagnosed, however often it failed before.
 	n, tries := 0, 0
 	slow := Waiter{Poll: 5 * time.Millisecond, JudgeEvery: time.Hour, Judge: w.Judge, Explain: w.Explain}
