@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8slabels "k8s.io/apimachinery/pkg/labels"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"gpuconform.io/gpuconform/fixtures"
@@ -241,6 +242,21 @@ func gangWorkers(ctx context.Context, env *testenv.Env, job *batchv1.Job, skip .
 	if err != nil {
 		return nil, err
 	}
+	return workersOf(list, skip), nil
+}
+
+// waitingGangWorkers is gangWorkers inside a wait: from the spec's informers (testenv.Env.ListPods).
+func waitingGangWorkers(ctx context.Context, env *testenv.Env, job *batchv1.Job, skip ...string) (map[int]*corev1.Pod, error) {
+	list, err := env.ListPods(ctx, job.Namespace, k8slabels.SelectorFromSet(k8slabels.Set{batchv1.JobNameLabel: job.Name}))
+	if err != nil {
+		return nil, err
+	}
+	return workersOf(list, skip), nil
+}
+
+// workersOf are the gang's workers among its Job's pods, by index: the newest pod of each index that is
+// not being deleted, none of skip.
+func workersOf(list []corev1.Pod, skip []string) map[int]*corev1.Pod {
 	out := map[int]*corev1.Pod{}
 	for i := range list {
 		p := &list[i]
@@ -255,7 +271,7 @@ func gangWorkers(ctx context.Context, env *testenv.Env, job *batchv1.Job, skip .
 			out[idx] = p
 		}
 	}
-	return out, nil
+	return out
 }
 
 // workerStart is when the pod's workload container started (zero when it has not).
@@ -283,7 +299,7 @@ func expectGangStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job, 
 	env.Wait.ForProgress(ctx, fmt.Sprintf("all %d workers of gang %s/%s to start", workers, job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
 		env.Timeouts.PodStart, func(g gomega.Gomega) {
 			var err error
-			got, err = gangWorkers(ctx, env, job, skip...)
+			got, err = waitingGangWorkers(ctx, env, job, skip...)
 			g.Expect(err).NotTo(gomega.HaveOccurred())
 			for i := range workers {
 				p, ok := got[i]
@@ -440,13 +456,13 @@ func gangDoesNotFit(ctx context.Context, s *Spec[GangInput], nodes []string) {
 		// Read again at the next change of the spec's Pods, Jobs or Workloads (the spec's informers), or
 		// after gangRecheck: taken before the reads, so a change during them is not missed.
 		next := env.Changed()
-		wl, err := queues.WorkloadFor(ctx, env, g.job)
+		wl, err := queues.WaitingWorkloadFor(ctx, env, g.job)
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
 		if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
 			evicted = c
 			break
 		}
-		workersNow, err := gangWorkers(ctx, env, g.job)
+		workersNow, err := waitingGangWorkers(ctx, env, g.job)
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
 		if p := partialPlacement(workersNow, workers); p != "" {
 			partial = p

@@ -156,7 +156,7 @@ func expectPreempted(ctx context.Context, env *testenv.Env, job, preemptor *batc
 	env.Wait.For(ctx, fmt.Sprintf("Kueue to preempt the Workload of Job %s/%s for Job %s (%s)", job.Namespace, job.Name, preemptor.Name, queueConfig),
 		wait.Target{Kind: "Job", Namespace: preemptor.Namespace, Name: preemptor.Name},
 		env.Timeouts.Admission, func(g gomega.Gomega) {
-			wl, err := queues.WorkloadFor(ctx, env, job)
+			wl, err := queues.WaitingWorkloadFor(ctx, env, job)
 			g.Expect(err).NotTo(gomega.HaveOccurred())
 			g.Expect(wl).NotTo(gomega.BeNil())
 			if meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadFinished) {

@@ -12,6 +12,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/gpu"
@@ -35,7 +36,7 @@ func ExpectJobPodStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job
 	var pod *corev1.Pod
 	env.Wait.ForProgress(ctx, fmt.Sprintf("a pod of Job %s/%s to start", job.Namespace, job.Name),
 		wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name}, env.Timeouts.PodStart, func(g gomega.Gomega) {
-			list, err := OfJob(ctx, env, job)
+			list, err := env.ListPods(ctx, job.Namespace, labels.SelectorFromSet(labels.Set{batchv1.JobNameLabel: job.Name}))
 			g.Expect(err).NotTo(gomega.HaveOccurred())
 			g.Expect(list).NotTo(gomega.BeEmpty(), "Job %s/%s has no pod yet", job.Namespace, job.Name)
 			p := list[0]
@@ -52,7 +53,7 @@ func ExpectPodRunning(ctx context.Context, env *testenv.Env, ns, name string) *c
 	var pod *corev1.Pod
 	env.Wait.ForProgress(ctx, fmt.Sprintf("pod %s/%s to run", ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.PodStart, func(g gomega.Gomega) {
 		var err error
-		pod, err = env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		pod, err = env.GetPod(ctx, ns, name)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(pod.Spec.NodeName).NotTo(gomega.BeEmpty(), "pod is not scheduled")
 		g.Expect(pod.Status.Phase).To(gomega.Equal(corev1.PodRunning), "pod phase")
@@ -68,7 +69,7 @@ func ExpectPodFinished(ctx context.Context, env *testenv.Env, ns, name string) *
 	var pod *corev1.Pod
 	get := func(g gomega.Gomega) {
 		var err error
-		pod, err = env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		pod, err = env.GetPod(ctx, ns, name)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(pod.Spec.NodeName).NotTo(gomega.BeEmpty(), "pod is not scheduled")
 	}
@@ -118,7 +119,7 @@ func ExpectJobComplete(ctx context.Context, env *testenv.Env, job *batchv1.Job) 
 	ginkgo.GinkgoHelper()
 	env.Wait.ForProgress(ctx, fmt.Sprintf("Job %s/%s to complete", job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
 		env.Timeouts.JobRun, func(g gomega.Gomega) {
-			got, err := env.Clients.Kube.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
+			got, err := env.GetJob(ctx, job.Namespace, job.Name)
 			g.Expect(err).NotTo(gomega.HaveOccurred())
 			for _, c := range got.Status.Conditions {
 				g.Expect(c.Type == batchv1.JobFailed && c.Status == corev1.ConditionTrue).To(gomega.BeFalse(), "Job failed: %s: %s", c.Reason, c.Message)
@@ -144,7 +145,7 @@ func ExpectContainerProbeReport(ctx context.Context, env *testenv.Env, ns, name,
 	ginkgo.GinkgoHelper()
 	var report gpu.ProbeReport
 	env.Wait.ForProgress(ctx, fmt.Sprintf("the probe report of container %s of pod %s/%s", container, ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.JobRun, func(g gomega.Gomega) {
-		pod, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		pod, err := env.GetPod(ctx, ns, name)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
 			if cs.Name != container {

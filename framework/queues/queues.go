@@ -107,6 +107,19 @@ func WorkloadFor(ctx context.Context, env *testenv.Env, job *batchv1.Job) (*kueu
 	return &list.Items[0], nil
 }
 
+// WaitingWorkloadFor is WorkloadFor inside a wait: from the spec's informers where they have it
+// (testenv.Env.ListWorkloads), whose changes wake the wait.
+func WaitingWorkloadFor(ctx context.Context, env *testenv.Env, job *batchv1.Job) (*kueue.Workload, error) {
+	if job.UID == "" {
+		return nil, fmt.Errorf("job %s/%s has no UID: pass the Job as created", job.Namespace, job.Name)
+	}
+	list, err := env.ListWorkloads(ctx, job.Namespace, labels.SelectorFromSet(labels.Set{constants.JobUIDLabel: string(job.UID)}))
+	if err != nil || len(list) == 0 {
+		return nil, err
+	}
+	return &list[0], nil
+}
+
 // ExpectAdmitted waits until the Job's Workload is Admitted and returns it. quotaResource and count, when
 // set, are checked against the admission's resource usage, so a path whose devices Kueue does not count
 // (e.g. a missing deviceClassMapping) fails here with the usage it did record.
@@ -116,7 +129,7 @@ func ExpectAdmitted(ctx context.Context, env *testenv.Env, job *batchv1.Job, quo
 	env.Wait.ForProgress(ctx, fmt.Sprintf("Kueue to admit the Workload of Job %s/%s", job.Namespace, job.Name),
 		wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name}, env.Timeouts.Admission, func(g gomega.Gomega) {
 			var err error
-			wl, err = WorkloadFor(ctx, env, job)
+			wl, err = WaitingWorkloadFor(ctx, env, job)
 			g.Expect(err).NotTo(gomega.HaveOccurred())
 			g.Expect(wl).NotTo(gomega.BeNil(), "Kueue has not created a Workload for Job %s/%s (is the Job integration enabled and the queue label set?)", job.Namespace, job.Name)
 			g.Expect(meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)).To(gomega.BeTrue(),

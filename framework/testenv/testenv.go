@@ -21,6 +21,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/watch"
@@ -28,6 +29,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
 	"sigs.k8s.io/e2e-framework/klient/k8s/resources"
+	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueueclient "sigs.k8s.io/kueue/client-go/clientset/versioned"
 
 	"gpuconform.io/gpuconform/fixtures"
@@ -90,6 +92,73 @@ func (e *Env) Changed() <-chan struct{} {
 		return rs[0].Changed()
 	}
 	return anyClosed(rs)
+}
+
+// cacheOf is the current spec's live recorder of ns (its informers), nil when ns is none of its
+// namespaces.
+func (e *Env) cacheOf(ns string) *timeline.Recorder {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, r := range slices.Backward(e.recorders) {
+		if r.Namespace() == ns {
+			return r
+		}
+	}
+	return nil
+}
+
+// The reads below are for waits: they serve the spec's own Jobs, Pods and Workloads from its informers
+// (the timeline recorder's, whose changes wake the waits) and ask the API server only for what the
+// informers do not have (another namespace, an object created a moment ago, informers not synced yet).
+// A read that must see the cluster as it is now, outside a wait, uses the clients.
+
+// GetJob reads Job ns/name for a wait.
+func (e *Env) GetJob(ctx context.Context, ns, name string) (*batchv1.Job, error) {
+	if r := e.cacheOf(ns); r != nil {
+		if j, ok := r.Job(name); ok {
+			return j, nil
+		}
+	}
+	return e.Clients.Kube.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// GetPod reads pod ns/name for a wait.
+func (e *Env) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	if r := e.cacheOf(ns); r != nil {
+		if p, ok := r.Pod(name); ok {
+			return p, nil
+		}
+	}
+	return e.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+}
+
+// ListPods lists ns's pods matching selector for a wait; an empty list from the informers is asked of the
+// API server again (a pod created a moment ago).
+func (e *Env) ListPods(ctx context.Context, ns string, selector labels.Selector) ([]corev1.Pod, error) {
+	if r := e.cacheOf(ns); r != nil {
+		if pods, ok := r.Pods(selector); ok && len(pods) > 0 {
+			return pods, nil
+		}
+	}
+	list, err := e.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
+}
+
+// ListWorkloads lists ns's Kueue Workloads matching selector for a wait, as ListPods.
+func (e *Env) ListWorkloads(ctx context.Context, ns string, selector labels.Selector) ([]kueue.Workload, error) {
+	if r := e.cacheOf(ns); r != nil {
+		if wls, ok := r.Workloads(selector); ok && len(wls) > 0 {
+			return wls, nil
+		}
+	}
+	list, err := e.Clients.Kueue.KueueV1beta2().Workloads(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return nil, err
+	}
+	return list.Items, nil
 }
 
 // anyClosed returns a channel closed when any recorder's Changed channel is; a recorder that stops closes

@@ -14,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -34,6 +35,11 @@ type Recorder struct {
 	ns   string
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	// The informers' stores: waits read the spec's Jobs, Pods and Workloads from them (Job, Pods,
+	// Workloads) instead of the API server. wlStore is nil without Kueue.
+	jobStore, podStore, wlStore cache.Store
+	synced                      []cache.InformerSynced
 
 	mu      sync.Mutex
 	changed chan struct{} // closed at the next change; see Changed
@@ -67,29 +73,107 @@ func Start(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interf
 			},
 		}
 	}
-	_, _ = f.Batch().V1().Jobs().Informer().AddEventHandler(handler(func(obj any) {
+	jobs, pods := f.Batch().V1().Jobs().Informer(), f.Core().V1().Pods().Informer()
+	_, _ = jobs.AddEventHandler(handler(func(obj any) {
 		if j, ok := obj.(*batchv1.Job); ok {
 			r.job(j)
 		}
 	}))
-	_, _ = f.Core().V1().Pods().Informer().AddEventHandler(handler(func(obj any) {
+	_, _ = pods.AddEventHandler(handler(func(obj any) {
 		if p, ok := obj.(*corev1.Pod); ok {
 			r.pod(ctx, p)
 		}
 	}))
+	r.jobStore, r.podStore = jobs.GetStore(), pods.GetStore()
+	r.synced = []cache.InformerSynced{jobs.HasSynced, pods.HasSynced}
 	f.Start(r.stop)
 	if kq != nil {
 		// Kueue's Workloads carry none of the suite's labels: all of the namespace's are watched and
 		// attributed to a workload through their owner Job.
 		kf := kueueinformers.NewSharedInformerFactoryWithOptions(kq, 0, kueueinformers.WithNamespace(ns))
-		_, _ = kf.Kueue().V1beta2().Workloads().Informer().AddEventHandler(handler(func(obj any) {
+		wls := kf.Kueue().V1beta2().Workloads().Informer()
+		_, _ = wls.AddEventHandler(handler(func(obj any) {
 			if w, ok := obj.(*kueue.Workload); ok {
 				r.workload(w)
 			}
 		}))
+		r.wlStore = wls.GetStore()
+		r.synced = append(r.synced, wls.HasSynced)
 		kf.Start(r.stop)
 	}
 	return r
+}
+
+// Namespace is the namespace the recorder watches.
+func (r *Recorder) Namespace() string { return r.ns }
+
+// hasSynced reports whether every informer has listed once: before, a missing object may only be late.
+func (r *Recorder) hasSynced() bool {
+	for _, s := range r.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// Job returns a copy of the spec's Job name as the informer last saw it; false when the informers have not
+// synced or the Job is not (yet) there, where the caller asks the API server.
+func (r *Recorder) Job(name string) (*batchv1.Job, bool) {
+	if r.jobStore == nil || !r.hasSynced() {
+		return nil, false
+	}
+	obj, ok, err := r.jobStore.GetByKey(r.ns + "/" + name)
+	j, isJob := obj.(*batchv1.Job)
+	if err != nil || !ok || !isJob {
+		return nil, false
+	}
+	return j.DeepCopy(), true
+}
+
+// Pod returns a copy of the spec's pod name as the informer last saw it; false as Job.
+func (r *Recorder) Pod(name string) (*corev1.Pod, bool) {
+	if r.podStore == nil || !r.hasSynced() {
+		return nil, false
+	}
+	obj, ok, err := r.podStore.GetByKey(r.ns + "/" + name)
+	p, isPod := obj.(*corev1.Pod)
+	if err != nil || !ok || !isPod {
+		return nil, false
+	}
+	return p.DeepCopy(), true
+}
+
+// Pods returns copies of the spec's pods matching sel as the informer last saw them, sorted by name;
+// false when the informers have not synced.
+func (r *Recorder) Pods(sel labels.Selector) ([]corev1.Pod, bool) {
+	if r.podStore == nil || !r.hasSynced() {
+		return nil, false
+	}
+	var out []corev1.Pod
+	for _, obj := range r.podStore.List() {
+		if p, ok := obj.(*corev1.Pod); ok && sel.Matches(labels.Set(p.Labels)) {
+			out = append(out, *p.DeepCopy())
+		}
+	}
+	slices.SortFunc(out, func(a, b corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
+	return out, true
+}
+
+// Workloads returns copies of the namespace's Kueue Workloads matching sel as the informer last saw them,
+// sorted by name; false without Kueue or before the informers synced.
+func (r *Recorder) Workloads(sel labels.Selector) ([]kueue.Workload, bool) {
+	if r.wlStore == nil || !r.hasSynced() {
+		return nil, false
+	}
+	var out []kueue.Workload
+	for _, obj := range r.wlStore.List() {
+		if w, ok := obj.(*kueue.Workload); ok && sel.Matches(labels.Set(w.Labels)) {
+			out = append(out, *w.DeepCopy())
+		}
+	}
+	slices.SortFunc(out, func(a, b kueue.Workload) int { return cmp.Compare(a.Name, b.Name) })
+	return out, true
 }
 
 // Changed returns a channel that is closed at the next change the recorder sees (any add, update or

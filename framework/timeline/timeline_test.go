@@ -8,6 +8,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueuefake "sigs.k8s.io/kueue/client-go/clientset/versioned/fake"
@@ -193,5 +194,44 @@ func TestMergeKeepsEveryWorkloadOfBothNamespaces(t *testing.T) {
 	}
 	if len(check.Workloads) != 2 {
 		t.Errorf("Merge changed its first argument: %v", check.Workloads)
+	}
+}
+
+// Waits read the spec's Jobs, Pods and Workloads from the recorder's informers: what the informers hold,
+// filtered as asked, and a miss (not there, not synced) the caller asks the API server for.
+func TestRecorderServesItsObjects(t *testing.T) {
+	ctx := t.Context()
+	job := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ns"}}
+	a := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-a", Namespace: "ns", Labels: map[string]string{batchv1.JobNameLabel: "train"}}}
+	b := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "ns", Labels: map[string]string{batchv1.JobNameLabel: "other"}}}
+	wl := &kueue.Workload{ObjectMeta: metav1.ObjectMeta{Name: "job-train-1", Namespace: "ns", Labels: map[string]string{"kueue.x-k8s.io/job-uid": "j"}}}
+	r := Start(ctx, fake.NewClientset(job, a, b), kueuefake.NewSimpleClientset(wl), "ns", "")
+	defer func() { _ = r.Stop(ctx, "s") }()
+	waitFor(t, r.hasSynced)
+	if got, ok := r.Job("train"); !ok || got.Name != "train" {
+		t.Errorf("Job(train) = %v, %v", got, ok)
+	}
+	if _, ok := r.Job("missing"); ok {
+		t.Error("a Job the informer does not hold was served")
+	}
+	if got, ok := r.Pod("other"); !ok || got.Name != "other" {
+		t.Errorf("Pod(other) = %v, %v", got, ok)
+	}
+	pods, ok := r.Pods(labels.SelectorFromSet(labels.Set{batchv1.JobNameLabel: "train"}))
+	if !ok || len(pods) != 1 || pods[0].Name != "train-a" {
+		t.Errorf("Pods(job-name=train) = %v, %v", pods, ok)
+	}
+	pods[0].Labels["changed"] = "by the caller"
+	if again, _ := r.Pod("train-a"); again.Labels["changed"] != "" {
+		t.Error("a caller's change reached the informer's store: the recorder must hand out copies")
+	}
+	if wls, ok := r.Workloads(labels.SelectorFromSet(labels.Set{"kueue.x-k8s.io/job-uid": "j"})); !ok || len(wls) != 1 {
+		t.Errorf("Workloads(job-uid=j) = %v, %v", wls, ok)
+	}
+	if noKueue := Start(ctx, fake.NewClientset(), nil, "ns", ""); noKueue != nil {
+		defer func() { _ = noKueue.Stop(ctx, "s") }()
+		if _, ok := noKueue.Workloads(labels.Everything()); ok {
+			t.Error("a recorder without Kueue served Workloads")
+		}
 	}
 }
