@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -249,11 +250,11 @@ func untilPodDone(ctx context.Context, kube kubernetes.Interface, pod *corev1.Po
 	pods := kube.CoreV1().Pods(pod.Namespace)
 	byName := fields.OneTermEqualSelector("metadata.name", pod.Name).String()
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = byName
 			return pods.List(ctx, o)
 		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = byName
 			return pods.Watch(ctx, o)
 		},
@@ -268,14 +269,7 @@ func untilPodDone(ctx context.Context, kube kubernetes.Interface, pod *corev1.Po
 		return ok && (p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed)
 	}
 	_, err := watchtools.UntilWithSync(ctx, lw, &corev1.Pod{},
-		func(store cache.Store) (bool, error) {
-			for _, obj := range store.List() {
-				if done(obj) {
-					return true, nil
-				}
-			}
-			return false, nil
-		},
+		func(store cache.Store) (bool, error) { return slices.ContainsFunc(store.List(), done), nil },
 		func(ev watch.Event) (bool, error) { return done(ev.Object), nil })
 	return last, err
 }

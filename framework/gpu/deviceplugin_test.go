@@ -1,7 +1,6 @@
 package gpu
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -100,10 +99,10 @@ func TestUntilPodDoneWatchesTheHelper(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 		p := pod.DeepCopy()
 		p.Status.Phase = corev1.PodRunning
-		_, _ = kube.CoreV1().Pods("ns").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+		_, _ = kube.CoreV1().Pods("ns").UpdateStatus(t.Context(), p, metav1.UpdateOptions{})
 		time.Sleep(100 * time.Millisecond)
 		p.Status.Phase = corev1.PodSucceeded
-		_, _ = kube.CoreV1().Pods("ns").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+		_, _ = kube.CoreV1().Pods("ns").UpdateStatus(t.Context(), p, metav1.UpdateOptions{})
 	}()
 	last, err := untilPodDone(t.Context(), kube, pod, 5*time.Second)
 	if err != nil || last == nil || last.Name != "helper" || last.Status.Phase != corev1.PodSucceeded {

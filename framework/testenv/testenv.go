@@ -325,8 +325,10 @@ func (e *Env) waitDevicesFree(ctx context.Context, ns, selector string) {
 	}
 	// Wrapped so that the reflector knows whether the client can stream the list in the watch (WatchList).
 	pods := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) { return kube.CoreV1().Pods(ns).List(ctx, opts(o)) },
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return kube.CoreV1().Pods(ns).List(ctx, opts(o))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return kube.CoreV1().Pods(ns).Watch(ctx, opts(o))
 		},
 	}, kube)
@@ -339,10 +341,10 @@ func (e *Env) waitDevicesFree(ctx context.Context, ns, selector string) {
 		return
 	}
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) {
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return kube.ResourceV1().ResourceClaims(ns).List(ctx, opts(o))
 		},
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return kube.ResourceV1().ResourceClaims(ns).Watch(ctx, opts(o))
 		},
 	}, kube)

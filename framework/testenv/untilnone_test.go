@@ -16,8 +16,10 @@ import (
 
 func podsLW(ctx context.Context, kube *fake.Clientset, ns string) cache.ListerWatcher {
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListFunc: func(o metav1.ListOptions) (runtime.Object, error) { return kube.CoreV1().Pods(ns).List(ctx, o) },
-		WatchFunc: func(o metav1.ListOptions) (watch.Interface, error) {
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return kube.CoreV1().Pods(ns).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			return kube.CoreV1().Pods(ns).Watch(ctx, o)
 		},
 	}, kube)
