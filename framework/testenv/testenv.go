@@ -114,51 +114,57 @@ func (e *Env) cacheOf(ns string) *timeline.Recorder {
 
 // GetJob reads Job ns/name for a wait.
 func (e *Env) GetJob(ctx context.Context, ns, name string) (*batchv1.Job, error) {
-	if r := e.cacheOf(ns); r != nil {
-		if j, ok := r.Job(name); ok {
-			return j, nil
-		}
-	}
-	return e.Clients.Kube.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
+	return cachedOr(e, ns, func(r *timeline.Recorder) (*batchv1.Job, bool) { return r.Job(name) },
+		func() (*batchv1.Job, error) {
+			return e.Clients.Kube.BatchV1().Jobs(ns).Get(ctx, name, metav1.GetOptions{})
+		})
 }
 
 // GetPod reads pod ns/name for a wait.
 func (e *Env) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	return cachedOr(e, ns, func(r *timeline.Recorder) (*corev1.Pod, bool) { return r.Pod(name) },
+		func() (*corev1.Pod, error) {
+			return e.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		})
+}
+
+// cachedOr reads from the spec's informers of ns what they hold, else from the API server.
+func cachedOr[T any](e *Env, ns string, cached func(*timeline.Recorder) (T, bool), api func() (T, error)) (T, error) {
 	if r := e.cacheOf(ns); r != nil {
-		if p, ok := r.Pod(name); ok {
-			return p, nil
+		if v, ok := cached(r); ok {
+			return v, nil
 		}
 	}
-	return e.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	return api()
 }
 
 // ListPods lists ns's pods matching selector for a wait; an empty list from the informers is asked of the
 // API server again (a pod created a moment ago).
 func (e *Env) ListPods(ctx context.Context, ns string, selector labels.Selector) ([]corev1.Pod, error) {
-	if r := e.cacheOf(ns); r != nil {
-		if pods, ok := r.Pods(selector); ok && len(pods) > 0 {
-			return pods, nil
+	return cachedOr(e, ns, func(r *timeline.Recorder) ([]corev1.Pod, bool) {
+		pods, ok := r.Pods(selector)
+		return pods, ok && len(pods) > 0
+	}, func() ([]corev1.Pod, error) {
+		list, err := e.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+		if err != nil {
+			return nil, err
 		}
-	}
-	list, err := e.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
-	if err != nil {
-		return nil, err
-	}
-	return list.Items, nil
+		return list.Items, nil
+	})
 }
 
 // ListWorkloads lists ns's Kueue Workloads matching selector for a wait, as ListPods.
 func (e *Env) ListWorkloads(ctx context.Context, ns string, selector labels.Selector) ([]kueue.Workload, error) {
-	if r := e.cacheOf(ns); r != nil {
-		if wls, ok := r.Workloads(selector); ok && len(wls) > 0 {
-			return wls, nil
+	return cachedOr(e, ns, func(r *timeline.Recorder) ([]kueue.Workload, bool) {
+		wls, ok := r.Workloads(selector)
+		return wls, ok && len(wls) > 0
+	}, func() ([]kueue.Workload, error) {
+		list, err := e.Clients.Kueue.KueueV1beta2().Workloads(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+		if err != nil {
+			return nil, err
 		}
-	}
-	list, err := e.Clients.Kueue.KueueV1beta2().Workloads(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
-	if err != nil {
-		return nil, err
-	}
-	return list.Items, nil
+		return list.Items, nil
+	})
 }
 
 // anyClosed returns a channel closed when any recorder's Changed channel is; a recorder that stops closes

@@ -56,17 +56,12 @@ func TestUntilNoneEndsWhenTheLastObjectGoesAndNamesWhatIsLeft(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the wait did not end when the last pod was deleted")
 	}
-	var lists, watches int
+	verbs := map[string]int{}
 	for _, a := range kube.Actions() {
-		switch a.GetVerb() {
-		case "list":
-			lists++
-		case "watch":
-			watches++
-		}
+		verbs[a.GetVerb()]++
 	}
-	if lists != 1 || watches != 1 {
-		t.Errorf("%d lists and %d watches, want one of each", lists, watches)
+	if verbs["list"] != 1 || verbs["watch"] != 1 {
+		t.Errorf("requests by verb %v, want one list and one watch", verbs)
 	}
 
 	kube = fake.NewClientset(pod("stuck"))

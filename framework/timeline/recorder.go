@@ -120,28 +120,29 @@ func (r *Recorder) hasSynced() bool {
 // Job returns a copy of the spec's Job name as the informer last saw it; false when the informers have not
 // synced or the Job is not (yet) there, where the caller asks the API server.
 func (r *Recorder) Job(name string) (*batchv1.Job, bool) {
-	if r.jobStore == nil || !r.hasSynced() {
-		return nil, false
-	}
-	obj, ok, err := r.jobStore.GetByKey(r.ns + "/" + name)
-	j, isJob := obj.(*batchv1.Job)
-	if err != nil || !ok || !isJob {
-		return nil, false
-	}
-	return j.DeepCopy(), true
+	return fromStore[batchv1.Job](r, r.jobStore, name)
 }
 
 // Pod returns a copy of the spec's pod name as the informer last saw it; false as Job.
 func (r *Recorder) Pod(name string) (*corev1.Pod, bool) {
-	if r.podStore == nil || !r.hasSynced() {
+	return fromStore[corev1.Pod](r, r.podStore, name)
+}
+
+// fromStore returns a copy of object name of the recorder's namespace in store; false when store is nil,
+// the informers have not synced or it does not hold the object.
+func fromStore[T any, P interface {
+	*T
+	DeepCopy() *T
+}](r *Recorder, store cache.Store, name string) (*T, bool) {
+	if store == nil || !r.hasSynced() {
 		return nil, false
 	}
-	obj, ok, err := r.podStore.GetByKey(r.ns + "/" + name)
-	p, isPod := obj.(*corev1.Pod)
-	if err != nil || !ok || !isPod {
+	obj, ok, err := store.GetByKey(r.ns + "/" + name)
+	o, isT := obj.(P)
+	if err != nil || !ok || !isT {
 		return nil, false
 	}
-	return p.DeepCopy(), true
+	return o.DeepCopy(), true
 }
 
 // Pods returns copies of the spec's pods matching sel as the informer last saw them, sorted by name;
