@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-func podsLW(ctx context.Context, kube *fake.Clientset, ns string) cache.ListerWatcher {
+func podsLW(kube *fake.Clientset, ns string) cache.ListerWatcher {
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return kube.CoreV1().Pods(ns).List(ctx, o)
@@ -34,7 +34,7 @@ func TestUntilNoneEndsWhenTheLastObjectGoesAndNamesWhatIsLeft(t *testing.T) {
 	kube := fake.NewClientset(pod("a"), pod("b"))
 	done := make(chan error, 1)
 	go func() {
-		_, err := untilNone(t.Context(), podsLW(t.Context(), kube, "ns"), &corev1.Pod{})
+		_, err := untilNone(t.Context(), podsLW(kube, "ns"), &corev1.Pod{})
 		done <- err
 	}()
 	time.Sleep(200 * time.Millisecond)
@@ -67,11 +67,11 @@ func TestUntilNoneEndsWhenTheLastObjectGoesAndNamesWhatIsLeft(t *testing.T) {
 	kube = fake.NewClientset(pod("stuck"))
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	left, err := untilNone(ctx, podsLW(ctx, kube, "ns"), &corev1.Pod{})
+	left, err := untilNone(ctx, podsLW(kube, "ns"), &corev1.Pod{})
 	if err == nil || !slices.Equal(left, []string{"stuck"}) {
 		t.Errorf("gave up with %v, left %v; want an error naming the pod left", err, left)
 	}
-	if left, err := untilNone(t.Context(), podsLW(t.Context(), fake.NewClientset(), "ns"), &corev1.Pod{}); err != nil || left != nil {
+	if left, err := untilNone(t.Context(), podsLW(fake.NewClientset(), "ns"), &corev1.Pod{}); err != nil || left != nil {
 		t.Errorf("nothing to wait for: %v %v", left, err)
 	}
 }
