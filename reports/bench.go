@@ -110,7 +110,8 @@ type Bench struct {
 // every path run alone; the specs that hold one path run one at a time on that path, beside the other
 // path's; the specs that lease one node of a path run one at a time on that node, beside the other nodes'
 // leases; the specs that stop a node run one at a time, each on its path as a holder of the path (a
-// failed worker) or of the stopped node (a kubelet restart); the rest share their path with anything but
+// failed worker) or of the stopped node (a kubelet restart), and the upgrade rehearsal (holds:canary) with
+// them, on the known-good node it holds; the rest share their path with anything but
 // a holder. So no run, with any number of processes, finishes in less than Serial + Nodes + the longer of
 // Stops and the busiest path's holders (its holds:path specs, then its busiest node's leases): that is
 // where the suite's time goes once processes are plentiful, and what finer locks or shorter holders would
@@ -118,7 +119,8 @@ type Bench struct {
 // stays a bound that no run goes below.)
 type LockFloor struct {
 	Serial, Nodes time.Duration
-	// Stops is the work of the stops:node specs, which stop one node at a time.
+	// Stops is the work of the stops:node specs, which stop one node at a time, and of the upgrade
+	// rehearsal, which keeps every node from stopping.
 	Stops time.Duration
 	// Path is the work of the holds:path specs per path; Node the work of the holds:node specs per path and
 	// leased node; Shared the work of every other spec. A stops:node spec's work is in Stops and in Path or
@@ -163,6 +165,9 @@ func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 		f.Node = map[string]map[string]time.Duration{}
 	}
 	p := pathOf(sp)
+	if lp := leasePath(sp); p == "-" && lp != "" {
+		p = lp // a spec of no path (the upgrade rehearsal) that holds a node of one
+	}
 	onNode := func() {
 		if f.Node[p] == nil {
 			f.Node[p] = map[string]time.Duration{}
@@ -174,6 +179,13 @@ func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 		f.Serial += work
 	case slices.Contains(specLabels, labels.HoldsNodes):
 		f.Nodes += work
+	case slices.Contains(specLabels, labels.HoldsCanary):
+		// It keeps every node from stopping, so it counts with the stoppers, and on the known-good node it
+		// holds (if any is in the GPU pool).
+		f.Stops += work
+		if leasedNode(sp) != "" {
+			onNode()
+		}
 	case slices.Contains(specLabels, labels.StopsNode):
 		f.Stops += work
 		if slices.Contains(specLabels, labels.HoldsPath) {
@@ -195,6 +207,16 @@ func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 func leasedNode(sp types.SpecReport) string {
 	for _, e := range sp.ReportEntries {
 		if e.Name == poollock.LeaseEntry {
+			return e.StringRepresentation()
+		}
+	}
+	return ""
+}
+
+// leasePath is the path of the node lock a spec leased, from its report entry ("" when none).
+func leasePath(sp types.SpecReport) string {
+	for _, e := range sp.ReportEntries {
+		if e.Name == poollock.LeasePathEntry {
 			return e.StringRepresentation()
 		}
 	}
@@ -481,7 +503,7 @@ func RenderBench(b Bench) string {
 	fmt.Fprintf(&s, "\nWhole suite: %s wall (goal ≤ 10 min on the local cluster), %d API requests (%.2f/s).\n", b.SuiteWall.Round(time.Second), b.SuiteRequests, rate)
 	if f := b.Floor; f.Total() > 0 || f.Shared > 0 {
 		path, held := f.Busiest()
-		fmt.Fprintf(&s, "\nLock floor: %s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs %s, specs holding every path %s, and the longer of the specs stopping a node, one at a time (%s), and the busiest path's holders (%s) %s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' %s of work runs beside them.\n",
+		fmt.Fprintf(&s, "\nLock floor: %s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs %s, specs holding every path %s, and the longer of the specs stopping a node and the upgrade rehearsal, one at a time (%s), and the busiest path's holders (%s) %s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' %s of work runs beside them.\n",
 			f.Total().Round(time.Second), f.Serial.Round(time.Second), f.Nodes.Round(time.Second), f.Stops.Round(time.Second), cmp.Or(path, "none"), held.Round(time.Second), f.Shared.Round(time.Second))
 	}
 	if len(b.TopRequests) > 0 {

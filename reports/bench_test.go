@@ -283,11 +283,23 @@ func TestBenchLockFloor(t *testing.T) {
 	restart := withLabels(spec("restarts a kubelet", "dra", types.SpecStatePassed, ""), 8*time.Second, 0, labels.StopsNode)
 	restart.ReportEntries = append(restart.ReportEntries, types.ReportEntry{Name: poollock.LeaseEntry, Value: types.WrapEntryValue("w1")})
 	specs = append(specs, restart, withLabels(spec("fails a worker", "device-plugin", types.SpecStatePassed, ""), 40*time.Second, 4*time.Second, labels.StopsNode, labels.HoldsPath))
+	// The upgrade rehearsal (no path of its own) runs one at a time with the stoppers, and on the
+	// known-good node it holds on the path it names; one holding no node of the GPU pool only with them.
+	rehearsal := func(lease ...string) types.SpecReport {
+		sp := types.SpecReport{ContainerHierarchyLabels: [][]string{{"scenario:upgrade"}}, LeafNodeType: types.NodeTypeIt,
+			LeafNodeText: "upgrades the canary pool", State: types.SpecStatePassed, LeafNodeLabels: []string{labels.HoldsCanary}, RunTime: 6 * time.Second}
+		if len(lease) == 2 {
+			sp.ReportEntries = types.ReportEntries{{Name: poollock.LeaseEntry, Value: types.WrapEntryValue(lease[0])},
+				{Name: poollock.LeasePathEntry, Value: types.WrapEntryValue(lease[1])}}
+		}
+		return sp
+	}
+	specs = append(specs, rehearsal("w2", "device-plugin"), rehearsal())
 	bench := ComputeBench([]types.Report{{RunTime: time.Minute, SpecReports: specs}}, record())
 	f := bench.Floor
-	if f.Serial != 10*time.Second || f.Nodes != 15*time.Second || f.Shared != 7*time.Second || f.Stops != 44*time.Second ||
+	if f.Serial != 10*time.Second || f.Nodes != 15*time.Second || f.Shared != 7*time.Second || f.Stops != 56*time.Second ||
 		f.Path["dra"] != 30*time.Second || f.Path["device-plugin"] != 48*time.Second || f.Node["dra"]["w1"] != 8*time.Second ||
-		f.Node["device-plugin"]["w1"] != 21*time.Second || f.Node["device-plugin"]["w2"] != 5*time.Second {
+		f.Node["device-plugin"]["w1"] != 21*time.Second || f.Node["device-plugin"]["w2"] != 11*time.Second || len(f.Node["-"]) != 0 {
 		t.Errorf("floor = %+v", f)
 	}
 	if path, held := f.Busiest(); path != "device-plugin" || held != 69*time.Second || f.Total() != 94*time.Second {
@@ -297,7 +309,7 @@ func TestBenchLockFloor(t *testing.T) {
 		t.Errorf("stops longer than every path's holders: floor %s, want the stops' 50s", got)
 	}
 	md := RenderBench(bench)
-	if want := "Lock floor: 1m34s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs 10s, specs holding every path 15s, and the longer of the specs stopping a node, one at a time (44s), and the busiest path's holders (device-plugin) 1m9s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' 7s of work runs beside them."; !strings.Contains(md, want) {
+	if want := "Lock floor: 1m34s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs 10s, specs holding every path 15s, and the longer of the specs stopping a node and the upgrade rehearsal, one at a time (56s), and the busiest path's holders (device-plugin) 1m9s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' 7s of work runs beside them."; !strings.Contains(md, want) {
 		t.Errorf("bench lacks %q:\n%s", want, md)
 	}
 	if md := RenderBench(Bench{}); strings.Contains(md, "Lock floor") {

@@ -19,8 +19,9 @@
 //     labels.Of(labels.Scenario(<name>Name), …), plus labels.HoldsNode where it needs every device of its
 //     path on one node (it then puts its pods on Spec.Node, through Spec.on), labels.HoldsPath where it
 //     needs the path on more than one node, labels.StopsNode where it stops a node or its kubelet (it calls
-//     Spec.stopping with the node before it does), or labels.HoldsNodes where it measures a node
-//     (framework/poollock; ginkgo.Serial only for a spec of no path, such as the upgrade rehearsal); each
+//     Spec.stopping with the node before it does), labels.HoldsNodes where it measures a node, and
+//     labels.FaultsDevice beside them where it fails a device (framework/poollock; a spec of no path,
+//     such as the upgrade rehearsal, plans its own locks, as canaryHold does; ginkgo.Serial for none); each
 //     It reads the live state from the *Spec it is handed. Call NotExercised with the reason for
 //     every check it does not register.
 //  3. One line in Registry (registry.go).

@@ -76,7 +76,9 @@ const (
 // rescheduled onto another GPU node, resumes from its last checkpoint and completes with the state of
 // an uninterrupted run, and the node comes back with its devices; a device that fails under a training
 // job is not handed to its replacement, which resumes on a healthy device. All change nodes: they need
-// --disruptive and a fault provider (framework/faults), and run one at a time (Serial).
+// --disruptive and a fault provider (framework/faults). The pool locks say what runs beside them: a node's
+// holders (holds:node), one node stopped at a time (stops:node), never a device fault under the upgrade
+// rehearsal (faults:device).
 func FailureSpec(input func() FailureInput) {
 	reg := input()
 	for i, regPath := range reg.Paths {
@@ -108,8 +110,8 @@ func FailureSpec(input func() FailureInput) {
 			} else {
 				// holds:node: a device fault is the device's (the provider's contract), and the spec fills the
 				// path's healthy devices of its node; the other path's specs, and holders of other nodes, go on
-				// beside it.
-				ginkgo.It("withdraws exactly the device reported unhealthy, never hands it out while unhealthy, and hands it out again after it recovers", labels.Of(labels.HoldsNode), func(ctx context.Context) {
+				// beside it. faults:device: not the upgrade rehearsal, which compares what nodes offer.
+				ginkgo.It("withdraws exactly the device reported unhealthy, never hands it out while unhealthy, and hands it out again after it recovers", labels.Of(labels.HoldsNode, labels.FaultsDevice), func(ctx context.Context) {
 					deviceHealth(ctx, s.Env, s.In.Faults, devices, s.Path, s.NS, s.on(nodes)[0])
 				})
 			}
@@ -134,7 +136,7 @@ func FailureSpec(input func() FailureInput) {
 				reg.notExercised(pathName+": failed device under a running job", evictorWhy)
 			} else {
 				// holds:node: the job and its replacement stay on the leased node, whose other devices are healthy.
-				ginkgo.It("keeps a device that fails under a training job from its replacement, which resumes from the last checkpoint on a healthy device", labels.Of(labels.HoldsNode), func(ctx context.Context) {
+				ginkgo.It("keeps a device that fails under a training job from its replacement, which resumes from the last checkpoint on a healthy device", labels.Of(labels.HoldsNode, labels.FaultsDevice), func(ctx context.Context) {
 					failedDevice(ctx, s, evictor, s.on(nodes))
 				})
 			}
@@ -439,6 +441,7 @@ func waitNodeBack(ctx context.Context, env *testenv.Env, path gpu.Path, node str
 }
 
 func failedDevice(ctx context.Context, s *Spec[FailureInput], evictor faults.DeviceProvider, nodes []string) {
+	failingDevices()
 	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
 	t, pod := submitTraining(ctx, s, "train", nodes)
 	node := pod.Spec.NodeName

@@ -161,7 +161,7 @@ func GangSpec(input func() GangInput) {
 			case reg.Checkpoints.None():
 				reg.notExercised(pathName+": failed worker in a gang", reg.CheckpointsWhy+"; a gang's restart resumes from its shared checkpoints")
 			default:
-				ginkgo.It("stops the survivor when one worker's device fails, and restarts the whole gang from its last common checkpoint on healthy devices", ginkgo.Label(labels.Disruptive), func(ctx context.Context) {
+				ginkgo.It("stops the survivor when one worker's device fails, and restarts the whole gang from its last common checkpoint on healthy devices", labels.Of(labels.Disruptive, labels.FaultsDevice), func(ctx context.Context) {
 					gangFailedWorker(ctx, s, devices, across)
 				})
 			}
@@ -591,6 +591,7 @@ func gangShortOfQuota(ctx context.Context, s *Spec[GangInput], nodes []string) {
 // 1's device, and checks the survivor stops (it cannot step alone), the whole gang restarts, resumes from
 // its last common checkpoint on healthy devices and completes with the state of an uninterrupted run.
 func gangFailedWorker(ctx context.Context, s *Spec[GangInput], devices faults.DeviceProvider, nodes []string) {
+	failingDevices()
 	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
 	const workers = 2
 	g := submitGang(ctx, s, gangShape{name: "gang", workers: workers, devices: 1, placement: fixtures.AcrossNodes, nodes: nodes,

@@ -48,6 +48,7 @@ func withdrawnWith(ctx context.Context, env *testenv.Env, path gpu.Path, node, v
 }
 
 func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, devices faults.DeviceProvider, path gpu.Path, ns, node string) {
+	failingDevices()
 	n := path.Capacity()[node]
 	ginkgo.By("finding a device of " + node + " by running a pod on it")
 	probe := startHeldPod(ctx, env, path, ns, "pick", node)

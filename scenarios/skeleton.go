@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -180,9 +181,19 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 	return keep
 }
 
+// failingDevices fails the spec unless it is labelled faults:device: a device fault under the upgrade
+// rehearsal would read as the known-good pool changing (canaryHold).
+func failingDevices() {
+	ginkgo.GinkgoHelper()
+	if !slices.Contains(ginkgo.CurrentSpecReport().Labels(), labels.FaultsDevice) {
+		ginkgo.Fail(fmt.Sprintf("the spec fails a device but is not labelled %s: the upgrade rehearsal would run beside it", labels.FaultsDevice))
+	}
+}
+
 // leased records a spec's lease of node on path and its wait for it.
 func leased(node, path string, waited time.Duration) {
 	ginkgo.AddReportEntry(poollock.LeaseEntry, node, ginkgo.ReportEntryVisibilityNever)
+	ginkgo.AddReportEntry(poollock.LeasePathEntry, path, ginkgo.ReportEntryVisibilityNever)
 	ginkgo.GinkgoWriter.Printf("leased %s on the %s path\n", node, path)
 	recordWait(waited)
 }
@@ -304,6 +315,11 @@ func nodeLock(path, node string) string { return "path-" + path + nodeLockSep + 
 // every holder takes it first.
 const stopsLock = "node-stops"
 
+// faultsLock is the lock of the specs that fail a device (faults:device, shared) and of the upgrade
+// rehearsal (holds:canary, exclusive), which compares what every known-good node offers before and after.
+// Its name sorts before every other lock's.
+const faultsLock = "device-faults"
+
 // poolPlan is how a spec holds the pool locks: locks, each in its mode, then (holds:node) one of lease
 // exclusive.
 type poolPlan struct {
@@ -324,8 +340,20 @@ type poolPlan struct {
 //   - stops:node takes the stops lock exclusive and every path's shared (its own exclusive with
 //     holds:path), then, once it knows the node (Spec.stopping), that node's lock on every path
 //     exclusive: the other nodes' specs go on, the specs that need the whole pool wait;
-//   - holds:nodes takes every path's exclusive (it measures a node).
+//   - holds:nodes takes every path's exclusive (it measures a node);
+//   - faults:device takes the faults lock shared as well, beside its other locks.
+//
+// The upgrade rehearsal (holds:canary) is planned by canaryHold.
 func poolHold(specLabels []string, path string, b Base) poolPlan {
+	plan := pathHold(specLabels, path, b)
+	if slices.Contains(specLabels, labels.FaultsDevice) {
+		plan.locks = append([]poollock.Lock{{Name: faultsLock, Mode: poollock.Shared}}, plan.locks...)
+	}
+	return plan
+}
+
+// pathHold is poolHold without the faults lock.
+func pathHold(specLabels []string, path string, b Base) poolPlan {
 	pathLock := "path-" + path
 	has := func(l string) bool { return slices.Contains(specLabels, l) }
 	every := func(mode poollock.Mode) []poollock.Lock {
@@ -367,4 +395,81 @@ func poolHold(specLabels []string, path string, b Base) poolPlan {
 		return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Shared}}, lease: nodeLocks}
 	}
 	return poolPlan{locks: poollock.Each(append([]string{pathLock}, nodeLocks...), poollock.Shared)}
+}
+
+// canaryPlan is how the upgrade rehearsal holds the pool locks: locks, and the known-good nodes its pods
+// there may use.
+type canaryPlan struct {
+	locks []poollock.Lock
+	good  []string
+}
+
+// canaryHold plans the upgrade rehearsal's locks (holds:canary): the faults and stops locks exclusive
+// (no device fails and no node stops while it compares the known-good pool before and after, and no
+// devices:none spec diagnoses the pool while the canary is cordoned); on every path, each canary node that
+// is in the GPU pool exclusive (the suite's other pods stay off the nodes it drains and upgrades); and on
+// its first path, where its pods on the known-good pool go (need devices: a sentinel, the serving
+// reserve's replicas after the drain, the reference load), the known-good nodes with the most devices
+// there until they have need, each exclusive where it is in the GPU pool. A path it takes a node of, it
+// holds shared (a holds:path spec places pods on any of its nodes).
+//
+// The known-good nodes are fixed ones, taken with the others in name order, not leased as holds:node
+// specs lease (the first to come free): a lease taken after the canary's locks could wait on a plain
+// spec that holds the known-good node shared while it waits for a canary node's lock.
+func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
+	plan := canaryPlan{locks: []poollock.Lock{{Name: faultsLock, Mode: poollock.Exclusive}, {Name: stopsLock, Mode: poollock.Exclusive}}}
+	for i, p := range b.Paths {
+		pool := b.eligible(p, 1)
+		var nodes []string
+		for _, n := range canary {
+			if slices.Contains(pool, n) {
+				nodes = append(nodes, n)
+			}
+		}
+		if i == 0 {
+			c := p.Capacity()
+			byDevices := slices.DeleteFunc(slices.Clone(good), func(n string) bool { return c[n] == 0 })
+			slices.SortStableFunc(byDevices, func(x, y string) int { return cmp.Compare(c[y], c[x]) })
+			var have int64
+			for _, n := range byDevices {
+				if have >= need && len(plan.good) > 0 {
+					break
+				}
+				plan.good = append(plan.good, n)
+				have += c[n]
+				if slices.Contains(pool, n) {
+					nodes = append(nodes, n)
+				}
+			}
+		}
+		if len(nodes) == 0 {
+			continue
+		}
+		plan.locks = append(plan.locks, poollock.Lock{Name: "path-" + p.Name(), Mode: poollock.Shared})
+		for _, n := range nodes {
+			plan.locks = append(plan.locks, poollock.Lock{Name: nodeLock(p.Name(), n), Mode: poollock.Exclusive})
+		}
+	}
+	return plan
+}
+
+// holdCanary takes the upgrade rehearsal's pool locks (canaryHold) and releases them after its cleanup,
+// once the canary is rolled back and uncordoned and its pods are gone. It returns the known-good nodes
+// the rehearsal's pods may use.
+func holdCanary(ctx context.Context, env *testenv.Env, b Base, canary, good []string, need int64) []string {
+	ginkgo.GinkgoHelper()
+	plan := canaryHold(b, canary, good, need)
+	release, waited, err := poollock.HoldLocks(ctx, poollock.Dir(env.Factory.RunID), plan.locks)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the pool locks %v", plan.locks)
+	ginkgo.DeferCleanup(release)
+	if len(plan.good) == 0 {
+		recordWait(waited)
+		return good
+	}
+	if first := nodeLock(b.Paths[0].Name(), plan.good[0]); slices.ContainsFunc(plan.locks, func(l poollock.Lock) bool { return l.Name == first }) {
+		leased(plan.good[0], b.Paths[0].Name(), waited) // the bench counts the rehearsal on that node
+	} else {
+		recordWait(waited)
+	}
+	return plan.good
 }

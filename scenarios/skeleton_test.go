@@ -56,6 +56,9 @@ func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 		{[]string{"scenario:failure", labels.StopsNode, labels.Disruptive}, []poollock.Lock{lk(stopsLock, ex), lk("path-dra", sh), lk("path-device-plugin", sh)}, nil},
 		{[]string{"scenario:failure", labels.StopsNode, labels.HoldsPath}, []poollock.Lock{lk(stopsLock, ex), lk("path-dra", sh), lk("path-device-plugin", sh), lk("path-dra", ex)}, nil},
 		{[]string{"scenario:sharing", labels.HoldsNodes}, []poollock.Lock{lk("path-dra", ex), lk("path-device-plugin", ex)}, nil},
+		// A device fault takes the faults lock shared besides its node's lease, or its path (a gang).
+		{[]string{"scenario:failure", labels.HoldsNode, labels.FaultsDevice}, []poollock.Lock{lk(faultsLock, sh), lk("path-dra", sh)}, []string{"path-dra@w1", "path-dra@w2"}},
+		{[]string{"scenario:gang", labels.HoldsPath, labels.FaultsDevice}, []poollock.Lock{lk(faultsLock, sh), lk("path-dra", ex)}, nil},
 	} {
 		got := poolHold(c.labels, "dra", b)
 		if !slices.Equal(got.locks, c.locks) || !slices.Equal(got.lease, c.lease) {
@@ -65,5 +68,42 @@ func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 	// No node with a device on the path: nothing to lease, the holder holds the path.
 	if got := poolHold([]string{labels.HoldsNode}, "device-plugin", b); !slices.Equal(got.locks, []poollock.Lock{lk("path-device-plugin", ex)}) || len(got.lease) != 0 {
 		t.Errorf("holds:node without an eligible node: %+v, want the path exclusive", got)
+	}
+}
+
+func TestCanaryHoldTakesTheCanaryAndEnoughKnownGoodDevices(t *testing.T) {
+	sh, ex := poollock.Shared, poollock.Exclusive
+	lk := func(name string, m poollock.Mode) poollock.Lock { return poollock.Lock{Name: name, Mode: m} }
+	first := []poollock.Lock{lk(faultsLock, ex), lk(stopsLock, ex)}
+	// The local cluster: the canary (c1) is a pool of its own; w2 has more devices on the first path.
+	dp := &gpu.DevicePlugin{Resource: "nvidia.com/gpu", Allocatable: map[string]int64{"w1": 2, "w2": 4, "c1": 4}}
+	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"gpu-0"}, "w2": {"gpu-0"}, "c1": {"gpu-0"}}}
+	local := Base{Paths: []gpu.Path{dp, dra}, GPUPool: []string{"w1", "w2"}}
+	for _, c := range []struct {
+		what  string
+		b     Base
+		need  int64
+		locks []poollock.Lock
+		good  []string
+	}{
+		{"one known-good node has what its pods need", local, 4,
+			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@w2", ex)), []string{"w2"}},
+		{"the known-good node with most devices is short: the next one too", local, 5,
+			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@w2", ex), lk("path-device-plugin@w1", ex)), []string{"w2", "w1"}},
+		// A real cluster where the canary is part of the GPU pool: its node on every path.
+		{"the canary is in the GPU pool", Base{Paths: []gpu.Path{dp, dra}, GPUPool: []string{"w1", "w2", "c1"}}, 4,
+			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@c1", ex), lk("path-device-plugin@w2", ex),
+				lk("path-dra", sh), lk("path-dra@c1", ex)), []string{"w2"}},
+		// Known-good nodes outside the GPU pool: no other spec uses them, no lock for them.
+		{"the known-good pool is not the suite's GPU pool", Base{Paths: []gpu.Path{dp, dra}, GPUPool: []string{"w9"}}, 4, first, []string{"w2"}},
+	} {
+		got := canaryHold(c.b, []string{"c1"}, []string{"w1", "w2"}, c.need)
+		if !slices.Equal(got.locks, c.locks) || !slices.Equal(got.good, c.good) {
+			t.Errorf("%s: locks %v good %v, want %v %v", c.what, got.locks, got.good, c.locks, c.good)
+		}
+	}
+	// No known-good node has a device on the first path: nothing for its pods (the rehearsal says so).
+	if got := canaryHold(local, []string{"c1"}, []string{"w3"}, 4); len(got.good) != 0 || !slices.Equal(got.locks, first) {
+		t.Errorf("no known-good device: %+v", got)
 	}
 }

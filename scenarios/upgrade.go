@@ -41,6 +41,9 @@ type UpgradeInput struct {
 	Disruptive bool
 	// Canary are the nodes the rehearsal upgrades; KnownGood the GPU nodes it must leave untouched.
 	Canary, KnownGood []string
+	// GoodForPods are the known-good nodes the rehearsal's own pods there (sentinel, serving reserve,
+	// reference load) may use: the one it holds (holdCanary), or KnownGood when none is in the GPU pool.
+	GoodForPods []string
 	// Upgrader changes the driver (nil: UpgraderWhy).
 	Upgrader    upgrade.Provider
 	UpgraderWhy string
@@ -104,10 +107,14 @@ func UpgradeSpec(input func() UpgradeInput) {
 		reg.notExercised(what, "no allocation path")
 		return
 	}
-	ginkgo.Describe("Driver upgrade rehearsal on the canary pool", labels.Of(labels.Scenario(upgradeName), labels.Disruptive), ginkgo.Serial, func() {
+	// holds:canary: the rehearsal holds the canary's nodes, one known-good node for its pods, and keeps
+	// nodes from stopping and devices from failing (holdCanary); the other specs run beside it.
+	ginkgo.Describe("Driver upgrade rehearsal on the canary pool", labels.Of(labels.Scenario(upgradeName), labels.Disruptive, labels.HoldsCanary), func() {
 		ginkgo.It(fmt.Sprintf("upgrades the canary pool %v alone to driver %s: it comes back with its devices and runs GPU work, the known-good pool is untouched, and the rollback restores it", reg.Canary, reg.To),
 			func(ctx context.Context) {
 				in := input()
+				// On the known-good pool: the sentinel, the serving reserve's replicas once drained, the load's reference copy.
+				in.GoodForPods = holdCanary(ctx, in.Env, in.Base, in.Canary, in.KnownGood, int64(2+in.ServingReplicas))
 				rehearse(ctx, in, in.Env.NewNamespace(ctx, "upgrade").Name)
 			})
 	})
@@ -319,8 +326,8 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 
 	log.at("starting a sentinel GPU pod on the known-good pool")
 	sentinelPath := in.Paths[0]
-	sentinelNode := firstWith(sentinelPath, good)
-	gomega.Expect(sentinelNode).NotTo(gomega.BeEmpty(), "no known-good node has a device on the %s path", sentinelPath.Name())
+	sentinelNode := firstWith(sentinelPath, in.GoodForPods)
+	gomega.Expect(sentinelNode).NotTo(gomega.BeEmpty(), "no known-good node of %v has a device on the %s path", in.GoodForPods, sentinelPath.Name())
 	sentinel := startHeldPod(ctx, env, sentinelPath, ns, "sentinel", sentinelNode)
 	sp, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, sentinel.name, metav1.GetOptions{})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())

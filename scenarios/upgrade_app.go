@@ -67,9 +67,9 @@ func (l *rehearsalLog) failedCheck() string {
 // starts, so that each finds the canary's devices free.
 //
 // The paths' checks run at once, one goroutine each: each path has devices of its own (as the pool locks
-// assume, framework/poollock), and the rehearsal is Serial, so its time is the suite's. A failed check
-// ends the other path's checks too (their context is cancelled) and the rehearsal with them; the rows
-// are the paths' in order, each path's as it ran them.
+// assume, framework/poollock), and the rehearsal holds the canary's nodes on every path (holdCanary). A
+// failed check ends the other path's checks too (their context is cancelled) and the rehearsal with
+// them; the rows are the paths' in order, each path's as it ran them.
 func canaryApplicationCheck(ctx context.Context, in UpgradeInput, log *rehearsalLog, resumePath gpu.Path) {
 	env := in.Env
 	log.at("application checks on the upgraded canary, every path's at once")

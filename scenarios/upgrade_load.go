@@ -82,7 +82,7 @@ func representativeLoad(ctx context.Context, in UpgradeInput, path gpu.Path) upg
 	env := in.Env
 	ns := env.NewNamespace(ctx, "upgrade-load").Name
 	canaryNode := firstWith(path, in.Canary)
-	goodNode, free, held := freestNode(ctx, env, path, in.KnownGood)
+	goodNode, free, held := freestNode(ctx, env, path, in.GoodForPods)
 	gomega.Expect(free).To(gomega.BeNumerically(">", 0),
 		"no known-good node has a free device on the %s path for the load's reference copy (%s)", path.Name(), held)
 	res := upgrade.Load{Workload: in.Load.describe(), CanaryNode: canaryNode, KnownGoodNode: goodNode, MinRatio: in.Load.MinRatio}
@@ -221,7 +221,7 @@ func startServingReserve(ctx context.Context, in UpgradeInput, ns string, path g
 	tmplLabels := map[string]string{servingLabel: pod.Name}
 	maps.Copy(tmplLabels, pod.Labels)
 	spec := pod.Spec
-	spec.Affinity = servingAffinity(in.Canary, in.KnownGood)
+	spec.Affinity = servingAffinity(in.Canary, in.GoodForPods)
 	dep := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns, Labels: pod.Labels, Annotations: pod.Annotations},

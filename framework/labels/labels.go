@@ -21,8 +21,9 @@ const (
 	// Disruptive marks specs that change nodes (cordon, stop, device failure, plugin roll); they run only
 	// with the `disruptive` opt-in and only inside the configured pool.
 	Disruptive = "Disruptive"
-	// Serial is Ginkgo's label of its Serial decorator (a spec that runs alone, after the others: the upgrade
-	// rehearsal); specs that hold one path's devices use HoldsPath instead.
+	// Serial is Ginkgo's label of its Serial decorator (a spec that runs alone, after the others). No spec
+	// of the suite uses it: each says with a holds:* or stops:node label what it must not run beside
+	// (framework/poollock), and runs beside everything else.
 	Serial = "Serial"
 	// HoldsPath marks specs that need their path's devices and cannot say on which one node (gangs, which
 	// Kueue or the scheduler places): no other spec on the path runs beside them; the other path's specs
@@ -48,6 +49,16 @@ const (
 	// read every node's state (devices:none, holds:path, plain) do not. With holds:path as well, the
 	// spec's own path is held whole (its workload moves to another node).
 	StopsNode = "stops:node"
+	// FaultsDevice marks specs that make a device unhealthy, or withdraw it, without stopping its node
+	// (device health, a failed device under a job, a gang's failed worker): they run beside each other, but
+	// not beside the upgrade rehearsal (HoldsCanary), which compares what every known-good node offers
+	// before and after.
+	FaultsDevice = "faults:device"
+	// HoldsCanary marks the driver-upgrade rehearsal: it holds the canary pool's nodes on every path, one
+	// known-good node for its pods there (sentinel, serving reserve, reference load), and keeps every node
+	// from stopping and every device from failing while it compares the known-good pool before and after
+	// (stops:node and faults:device specs wait); every other spec runs beside it.
+	HoldsCanary = "holds:canary"
 	// Slow marks specs expected to take longer than five minutes on a real cluster.
 	Slow = "Slow"
 
@@ -106,7 +117,7 @@ func Scenario(name string) string {
 
 func known(l string) bool {
 	switch l {
-	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, StopsNode, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
+	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, StopsNode, FaultsDevice, HoldsCanary, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
 		return true
 	}
 	if id, ok := strings.CutPrefix(l, RequirementPrefix); ok {
@@ -121,7 +132,7 @@ func known(l string) bool {
 // Known returns the label set, sorted, for documentation and `--help` output.
 func Known() []string {
 	scenarios.RLock()
-	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, StopsNode, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
+	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, StopsNode, FaultsDevice, HoldsCanary, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
 	for _, v := range conformance.Versions() {
 		c, _ := conformance.For(v)
 		for _, r := range c.Requirements {

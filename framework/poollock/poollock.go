@@ -1,13 +1,13 @@
 // Package poollock keeps a spec that holds a path's devices, or its nodes, from running beside the specs
 // that use them when Ginkgo runs specs in several processes (gpuconform run --procs, ginkgo run -p).
 //
-// Ginkgo's own Serial runs a spec alone, after every other spec. That is what a spec that changes nodes
-// needs, but too much for one that fills a node's devices on one path: the local cluster, like a real
+// Ginkgo's own Serial runs a spec alone, after every other spec. That is too much for a spec that fills a
+// node's devices on one path, stops one node, or upgrades the canary pool: the local cluster, like a real
 // node with a device plugin and a DRA driver side by side, gives each path devices of its own, so the
 // other path's specs can run beside it. A spec takes its path's lock shared, a spec that holds the path
 // takes it exclusive, a spec that needs one node leases that node's lock (HoldAny), and a spec that
 // stops a node takes that node's lock exclusive on every path (HoldLocks: each lock in its own mode).
-// scenarios' poolHold says which spec takes what. A queued exclusive holder goes before shared holders
+// scenarios' poolHold and canaryHold say which spec takes what. A queued exclusive holder goes before shared holders
 // that come after it (HoldLocks).
 //
 // The locks are flock(2) on one file per name in a directory of the run's own (Dir): every process of a
@@ -35,6 +35,10 @@ const WaitEntry = "pool lock wait seconds"
 // LeaseEntry names the Ginkgo report entry with the node a spec leased (HoldAny; scenarios' holds:node):
 // the bench counts each node's holders apart.
 const LeaseEntry = "pool lease node"
+
+// LeasePathEntry names the Ginkgo report entry with the path whose node lock the spec leased (LeaseEntry):
+// a spec of no path (the upgrade rehearsal, which holds a known-good node) says it there.
+const LeasePathEntry = "pool lease path"
 
 // Mode is how a spec holds a lock.
 type Mode int
