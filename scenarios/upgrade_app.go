@@ -15,7 +15,6 @@ import (
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/upgrade"
-	"gpuconform.io/gpuconform/framework/wait"
 )
 
 // rehearsalLog is what the rehearsal has done so far: the step in force, which a NO-GO verdict names, and
@@ -219,18 +218,10 @@ func canaryGangPlacement(in UpgradeInput, p gpu.Path) (fixtures.Placement, strin
 	return "", fmt.Sprintf("the canary pool has one node with %d device(s) on this path: a two-worker job does not fit", most)
 }
 
-// deleteAllPods deletes every pod of the namespace and waits until they are gone, so the devices they
-// held are free for the next check.
+// deleteAllPods deletes every pod of the namespace and waits until they are gone (one list and watch),
+// so the devices they held are free for the next check.
 func deleteAllPods(ctx context.Context, env *testenv.Env, ns string) {
 	ginkgo.GinkgoHelper()
 	gomega.Expect(env.Clients.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})).To(gomega.Succeed())
-	env.Wait.For(ctx, "the pods of namespace "+ns+" to be gone", wait.Target{}, env.Timeouts.Release, func(g gomega.Gomega) {
-		list, err := env.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
-		g.Expect(err).NotTo(gomega.HaveOccurred())
-		names := make([]string, 0, len(list.Items))
-		for _, p := range list.Items {
-			names = append(names, p.Name)
-		}
-		g.Expect(names).To(gomega.BeEmpty(), "pods still there")
-	})
+	env.WaitPodsGone(ctx, ns, "")
 }

@@ -316,6 +316,20 @@ func (e *Env) useTeamNamespace(purpose string) *corev1.Namespace {
 // lists and watches each kind once (untilNone) instead of polling: the cleanup of every spec runs here.
 func (e *Env) waitDevicesFree(ctx context.Context, ns, selector string) {
 	ginkgo.GinkgoHelper()
+	e.waitGone(ctx, ns, selector, true)
+}
+
+// WaitPodsGone waits, within the cleanup timeout, until ns holds no pod matching selector ("" for all),
+// listing and watching once (untilNone) instead of polling: a step that deleted its pods waits here
+// before the next step needs their devices.
+func (e *Env) WaitPodsGone(ctx context.Context, ns, selector string) {
+	ginkgo.GinkgoHelper()
+	e.waitGone(ctx, ns, selector, false)
+}
+
+// waitGone is waitDevicesFree, for the pods only unless claims.
+func (e *Env) waitGone(ctx context.Context, ns, selector string, claimsToo bool) {
+	ginkgo.GinkgoHelper()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, e.Timeouts.Cleanup)
 	defer cancel()
@@ -340,6 +354,9 @@ func (e *Env) waitDevicesFree(ctx context.Context, ns, selector string) {
 	}, kube)
 	if left, err := untilNone(ctx, pods, &corev1.Pod{}); err != nil {
 		fail("pods", left, err)
+	}
+	if !claimsToo {
+		return
 	}
 	// Claims only where DRA's API is served; the list tells, and is the wait when none is left.
 	claims, err := kube.ResourceV1().ResourceClaims(ns).List(ctx, opts(metav1.ListOptions{}))
