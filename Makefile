@@ -18,8 +18,9 @@ E2E_TIMEOUT ?= 60m
 # Ginkgo processes for the suite (gpuconform run --procs; 3 finished the suite about 4 minutes sooner than
 # 2 on this 2-core machine: the processes mostly wait on the cluster): specs run side by side except where a spec leases
 # one node of its path (holds:node, beside the other nodes' holders and the other path's specs), holds its
-# path (holds:path, beside the other path's specs) or the nodes (holds:nodes, alone); the upgrade
-# rehearsal (Serial) runs alone at the end. 1 runs in one process. Several processes take the specs in
+# path (holds:path, beside the other path's specs) or the nodes (holds:nodes, alone), stops a node
+# (stops:node, one at a time) or upgrades the canary (holds:canary, beside all but the stoppers and device
+# faults). 1 runs in one process. Several processes take the specs in
 # Ginkgo's order, which registers each path's container whole; randomizing every spec's order mixes the
 # paths, so a process that holds one path finds the other path's specs to run beside it.
 E2E_PROCS ?= 3

@@ -120,14 +120,14 @@ func FailureSpec(input func() FailureInput) {
 			} else {
 				// stops:node: a kubelet restart, or a node that fails, takes every path's devices there; the
 				// other nodes' specs go on.
-				ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", labels.Of(labels.StopsNode), func(ctx context.Context) {
+				ginkgo.It("advertises a node's devices again after its kubelet restarts, and gives one to a new pod", labels.Of(labels.StopsNode), chainFirst, func(ctx context.Context) {
 					s.stopping(ctx, []string{restartNode}, s.Env.Timeouts.StackReady)
 					kubeletRestart(ctx, s.Env, s.In.Faults, s.Path, s.NS, restartNode)
 				})
 				if len(nodes) < 2 {
 					reg.notExercised(pathName+": failed worker", "the GPU pool has one node with a device on this path; the replacement needs another")
 				} else {
-					ginkgo.It("reschedules a training job whose GPU node fails onto another GPU node, where it resumes from its last checkpoint and completes; the node comes back with its devices", labels.Of(labels.StopsNode, labels.HoldsPath), func(ctx context.Context) {
+					ginkgo.It("reschedules a training job whose GPU node fails onto another GPU node, where it resumes from its last checkpoint and completes; the node comes back with its devices", labels.Of(labels.StopsNode, labels.HoldsPath), chainFirst, func(ctx context.Context) {
 						failedWorker(ctx, s, nodes)
 					})
 				}

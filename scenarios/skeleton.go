@@ -181,6 +181,12 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 	return keep
 }
 
+// chainFirst is the priority of the specs that run one at a time (stops:node, holds:canary): under --procs
+// Ginkgo hands them out before the others, so that chain, the longest the pool locks force (the bench's
+// lock floor), starts at once instead of wherever a random order puts its last spec, which then ends the
+// run alone. The other specs fill the processes around it.
+var chainFirst = ginkgo.SpecPriority(1)
+
 // failingDevices fails the spec unless it is labelled faults:device: a device fault under the upgrade
 // rehearsal would read as the known-good pool changing (canaryHold).
 func failingDevices() {

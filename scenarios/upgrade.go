@@ -111,7 +111,7 @@ func UpgradeSpec(input func() UpgradeInput) {
 	// nodes from stopping and devices from failing (holdCanary); the other specs run beside it.
 	ginkgo.Describe("Driver upgrade rehearsal on the canary pool", labels.Of(labels.Scenario(upgradeName), labels.Disruptive, labels.HoldsCanary), func() {
 		ginkgo.It(fmt.Sprintf("upgrades the canary pool %v alone to driver %s: it comes back with its devices and runs GPU work, the known-good pool is untouched, and the rollback restores it", reg.Canary, reg.To),
-			func(ctx context.Context) {
+			chainFirst, func(ctx context.Context) {
 				in := input()
 				// On the known-good pool: the sentinel, the serving reserve's replicas once drained, the load's reference copy.
 				in.GoodForPods = holdCanary(ctx, in.Env, in.Base, in.Canary, in.KnownGood, int64(2+in.ServingReplicas))
