@@ -115,7 +115,7 @@ func AllocationSpec(input func() AllocationInput) {
 			})
 
 			if dp, ok := regPath.(*gpu.DevicePlugin); ok {
-				ginkgo.It("rejects a pod whose GPU request differs from its limit", labels.Of(labels.NoDevices), func(ctx context.Context) {
+				ginkgo.It("rejects a pod whose GPU request differs from its limit", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
 					pod := s.Env.Factory.GPUPod("request-ne-limit", s.NS).Args(fixtures.ProbeArgs(1)...).Resources(corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{dp.Resource: resource.MustParse("1")},
 						Limits:   corev1.ResourceList{dp.Resource: resource.MustParse("2")},

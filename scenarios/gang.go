@@ -149,7 +149,7 @@ func GangSpec(input func() GangInput) {
 				ginkgo.It("never keeps part of a gang running while the rest waits for devices: a gang larger than the free devices is evicted and requeued whole", labels.Of(labels.HoldsPath), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangDoesNotFit(ctx, s, across)
 				})
-				ginkgo.It("keeps a gang short of quota suspended with no pod", labels.Of(labels.NoDevices), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+				ginkgo.It("keeps a gang short of quota suspended with no pod", labels.Of(labels.NoDevices), noDevicesFirst, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangShortOfQuota(ctx, s, across)
 				})
 			}

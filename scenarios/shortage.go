@@ -105,7 +105,7 @@ func ShortageSpec(input func() ShortageInput) {
 					// devices:none here and below: the pod can never get a device, and the diagnosis reads capacity,
 					// taints and labels, not which devices are free.
 					ginkgo.It("keeps a pod whose claim asks for more devices than any node has Pending, diagnosed as DRAAllocationFailed with the scheduler's own message",
-						labels.Of(labels.NoDevices), func(ctx context.Context) {
+						labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
 							ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
 							deviceShortage(ctx, s.Env, s.In, s.Path, s.NS, over, expectation{
 								stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
@@ -115,7 +115,7 @@ func ShortageSpec(input func() ShortageInput) {
 				}
 			} else {
 				ginkgo.It("keeps a pod asking for more devices than any node has Pending, diagnosed as InsufficientDevice with the scheduler's own message",
-					labels.Of(labels.NoDevices), func(ctx context.Context) {
+					labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
 						ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
 						deviceShortage(ctx, s.Env, s.In, s.Path, s.NS, over, expectation{
 							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientDevice,
@@ -125,7 +125,7 @@ func ShortageSpec(input func() ShortageInput) {
 			}
 
 			if !regPath.ClaimBased() {
-				ginkgo.It("diagnoses a pod asking for an extended resource that no node advertises as DeviceNotAdvertised, not as devices in use", labels.Of(labels.NoDevices), func(ctx context.Context) {
+				ginkgo.It("diagnoses a pod asking for an extended resource that no node advertises as DeviceNotAdvertised, not as devices in use", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
 					one := resource.MustParse("1")
 					w := s.Env.Factory.GPUPod("unadvertised", s.NS).Args(fixtures.ProbeArgs(0)...).Resources(corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{absentDevice: one},
@@ -147,7 +147,7 @@ func ShortageSpec(input func() ShortageInput) {
 				reg.notExercised(pathName+": untolerated taint", taintWhy)
 			} else {
 				ginkgo.It("diagnoses a pod that selects only the tainted control-plane nodes as UntoleratedTaint, not as a shortage",
-					labels.Of(labels.NoDevices), func(ctx context.Context) {
+					labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
 						ginkgo.By(fmt.Sprintf("selecting %s, which only %v carry", controlPlaneLabel, taintNodes))
 						w := s.Env.Factory.GPUPod("on-tainted", s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).
 							NodeSelector(map[string]string{controlPlaneLabel: ""})
@@ -157,7 +157,7 @@ func ShortageSpec(input func() ShortageInput) {
 						})
 					})
 			}
-			ginkgo.It("diagnoses a pod whose node selector matches no node as NodeSelectorMismatch, not as a shortage", labels.Of(labels.NoDevices), func(ctx context.Context) {
+			ginkgo.It("diagnoses a pod whose node selector matches no node as NodeSelectorMismatch, not as a shortage", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
 				value := "gpuconform-no-such-node-" + s.NS
 				for _, n := range s.In.Nodes {
 					gomega.Expect(n.Labels[corev1.LabelHostname]).NotTo(gomega.Equal(value), "node %s unexpectedly carries %s=%s", n.Name, corev1.LabelHostname, value)

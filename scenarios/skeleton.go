@@ -187,6 +187,11 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 // run alone. The other specs fill the processes around it.
 var chainFirst = ginkgo.SpecPriority(1)
 
+// noDevicesFirst is the priority of the devices:none specs, higher still: they take seconds each, run
+// beside each other, and hold the stops lock shared, so started after the chain they would each hold a
+// process idle until the whole chain is done. They run in the run's first seconds, the chain after them.
+var noDevicesFirst = ginkgo.SpecPriority(2)
+
 // failingDevices fails the spec unless it is labelled faults:device: a device fault under the upgrade
 // rehearsal would read as the known-good pool changing (canaryHold).
 func failingDevices() {
