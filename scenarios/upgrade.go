@@ -42,7 +42,7 @@ type UpgradeInput struct {
 	// Canary are the nodes the rehearsal upgrades; KnownGood the GPU nodes it must leave untouched.
 	Canary, KnownGood []string
 	// GoodForPods are the known-good nodes the rehearsal's own pods there (sentinel, serving reserve,
-	// reference load) may use: the one it holds (holdCanary), or KnownGood when none is in the GPU pool.
+	// reference load) may use: those it holds (holdCanary), or KnownGood when none is in the GPU pool.
 	GoodForPods []string
 	// Upgrader changes the driver (nil: UpgraderWhy).
 	Upgrader    upgrade.Provider
@@ -107,7 +107,7 @@ func UpgradeSpec(input func() UpgradeInput) {
 		reg.notExercised(what, "no allocation path")
 		return
 	}
-	// holds:canary: the rehearsal holds the canary's nodes, one known-good node for its pods, and keeps
+	// holds:canary: the rehearsal holds the canary's nodes, the known-good nodes its pods need, and keeps
 	// nodes from stopping and devices from failing (holdCanary); the other specs run beside it.
 	ginkgo.Describe("Driver upgrade rehearsal on the canary pool", labels.Of(labels.Scenario(upgradeName), labels.Disruptive, labels.HoldsCanary), func() {
 		ginkgo.It(fmt.Sprintf("upgrades the canary pool %v alone to driver %s: it comes back with its devices and runs GPU work, the known-good pool is untouched, and the rollback restores it", reg.Canary, reg.To),

@@ -141,30 +141,36 @@ func cachedOr[T any](e *Env, ns string, cached func(*timeline.Recorder) (T, bool
 // ListPods lists ns's pods matching selector for a wait; an empty list from the informers is asked of the
 // API server again (a pod created a moment ago).
 func (e *Env) ListPods(ctx context.Context, ns string, selector labels.Selector) ([]corev1.Pod, error) {
-	return cachedOr(e, ns, func(r *timeline.Recorder) ([]corev1.Pod, bool) {
-		pods, ok := r.Pods(selector)
-		return pods, ok && len(pods) > 0
-	}, func() ([]corev1.Pod, error) {
-		list, err := e.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
-		if err != nil {
-			return nil, err
-		}
-		return list.Items, nil
-	})
+	return listCachedOr(e, ns, func(r *timeline.Recorder) ([]corev1.Pod, bool) { return r.Pods(selector) },
+		func() ([]corev1.Pod, error) {
+			list, err := e.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+			return itemsOf(list, err, func(l *corev1.PodList) []corev1.Pod { return l.Items })
+		})
 }
 
 // ListWorkloads lists ns's Kueue Workloads matching selector for a wait, as ListPods.
 func (e *Env) ListWorkloads(ctx context.Context, ns string, selector labels.Selector) ([]kueue.Workload, error) {
-	return cachedOr(e, ns, func(r *timeline.Recorder) ([]kueue.Workload, bool) {
-		wls, ok := r.Workloads(selector)
-		return wls, ok && len(wls) > 0
-	}, func() ([]kueue.Workload, error) {
-		list, err := e.Clients.Kueue.KueueV1beta2().Workloads(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
-		if err != nil {
-			return nil, err
-		}
-		return list.Items, nil
-	})
+	return listCachedOr(e, ns, func(r *timeline.Recorder) ([]kueue.Workload, bool) { return r.Workloads(selector) },
+		func() ([]kueue.Workload, error) {
+			list, err := e.Clients.Kueue.KueueV1beta2().Workloads(ns).List(ctx, metav1.ListOptions{LabelSelector: selector.String()})
+			return itemsOf(list, err, func(l *kueue.WorkloadList) []kueue.Workload { return l.Items })
+		})
+}
+
+// listCachedOr is cachedOr for a list: an empty one from the informers is asked of the API server.
+func listCachedOr[T any](e *Env, ns string, cached func(*timeline.Recorder) ([]T, bool), api func() ([]T, error)) ([]T, error) {
+	return cachedOr(e, ns, func(r *timeline.Recorder) ([]T, bool) {
+		v, ok := cached(r)
+		return v, ok && len(v) > 0
+	}, api)
+}
+
+// itemsOf returns a list call's items, or its error.
+func itemsOf[L any, T any](list *L, err error, items func(*L) []T) ([]T, error) {
+	if err != nil {
+		return nil, err
+	}
+	return items(list), nil
 }
 
 // anyClosed returns a channel closed when any recorder's Changed channel is; a recorder that stops closes

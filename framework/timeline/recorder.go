@@ -148,32 +148,33 @@ func fromStore[T any, P interface {
 // Pods returns copies of the spec's pods matching sel as the informer last saw them, sorted by name;
 // false when the informers have not synced.
 func (r *Recorder) Pods(sel labels.Selector) ([]corev1.Pod, bool) {
-	if r.podStore == nil || !r.hasSynced() {
-		return nil, false
-	}
-	var out []corev1.Pod
-	for _, obj := range r.podStore.List() {
-		if p, ok := obj.(*corev1.Pod); ok && sel.Matches(labels.Set(p.Labels)) {
-			out = append(out, *p.DeepCopy())
-		}
-	}
-	slices.SortFunc(out, func(a, b corev1.Pod) int { return cmp.Compare(a.Name, b.Name) })
-	return out, true
+	return listStore[corev1.Pod](r, r.podStore, sel)
 }
 
 // Workloads returns copies of the namespace's Kueue Workloads matching sel as the informer last saw them,
 // sorted by name; false without Kueue or before the informers synced.
 func (r *Recorder) Workloads(sel labels.Selector) ([]kueue.Workload, bool) {
-	if r.wlStore == nil || !r.hasSynced() {
+	return listStore[kueue.Workload](r, r.wlStore, sel)
+}
+
+// listStore returns copies of the objects in store matching sel, sorted by name; false when store is nil
+// or the informers have not synced.
+func listStore[T any, P interface {
+	*T
+	DeepCopy() *T
+	GetName() string
+	GetLabels() map[string]string
+}](r *Recorder, store cache.Store, sel labels.Selector) ([]T, bool) {
+	if store == nil || !r.hasSynced() {
 		return nil, false
 	}
-	var out []kueue.Workload
-	for _, obj := range r.wlStore.List() {
-		if w, ok := obj.(*kueue.Workload); ok && sel.Matches(labels.Set(w.Labels)) {
-			out = append(out, *w.DeepCopy())
+	var out []T
+	for _, obj := range store.List() {
+		if o, ok := obj.(P); ok && sel.Matches(labels.Set(o.GetLabels())) {
+			out = append(out, *o.DeepCopy())
 		}
 	}
-	slices.SortFunc(out, func(a, b kueue.Workload) int { return cmp.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b T) int { return cmp.Compare(P(&a).GetName(), P(&b).GetName()) })
 	return out, true
 }
 
