@@ -21,8 +21,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 	// The Kubernetes build is the bring-up's longest step and all compiling; the Docker engine (Debian's
 	// packages) and, for a cluster to create, the node rootfs (debootstrap from Debian's mirror, then a
 	// docker import) are mostly download and disk, and need nothing of it: they run beside it.
-	engine, rootfs := c.beside(ctx)
-	defer rootfs.cancel() // once buildAll took it, or when Up fails before
+	engine, rootfs, modules := c.beside(ctx)
+	defer rootfs.cancel()  // once buildAll took it, or when Up fails before
+	defer modules.cancel() // its builds are done, or Up failed
 	// The host-side kubectl is needed whatever state the cluster is in; it is placed next to the kubeconfig
 	// for scripts and people on a machine without one.
 	_, err := c.buildGoStep(ctx, compKubernetes)
@@ -116,7 +117,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 
 // buildAll builds every binary and image the node image holds, and the node image itself.
 func (c *Cluster) buildAll(ctx context.Context) (string, error) {
-	for _, comp := range []goComponent{compContainerd, compEtcd, compCoreDNS, compCrictl, compKueue, compDRA} {
+	for _, comp := range nodeImageComponents {
 		if _, err := c.buildGoStep(ctx, comp); err != nil {
 			return "", err
 		}
@@ -221,15 +222,24 @@ func (b *background) cancel() {
 }
 
 // beside starts the Docker engine and then, where the cluster must be created from the project's own node
-// image, the node rootfs, in the background; Up waits for the engine after the Kubernetes build and
-// buildAll for the rootfs. A failure of the engine is the engine step's; a rootfs that failed or did not
-// run is built again in line, where its failure is reported.
-func (c *Cluster) beside(ctx context.Context) (engine, rootfs *background) {
+// image, the node rootfs and the Go modules of the node image's components (fetchModules), in the
+// background; Up waits for the engine after the Kubernetes build and buildAll for the rootfs, and the
+// builds read the modules from the machine's module cache when they are there (the go command's own
+// locks keep a module that both fetch whole). A failure of the engine is the engine step's; a rootfs that
+// failed or did not run is built again in line, where its failure is reported.
+func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *background) {
 	bctx, stop := context.WithCancel(ctx)
 	engine = &background{done: make(chan struct{}), stop: stop}
 	rootfs = &background{done: make(chan struct{}), stop: stop, err: errNotBeside}
+	modules = &background{done: make(chan struct{}), stop: stop, err: errNotBeside}
 	go func() {
 		defer close(rootfs.done)
+		started := false
+		defer func() {
+			if !started {
+				close(modules.done)
+			}
+		}()
 		engine.err = c.step("docker engine", "make a Docker engine answer (the running one, or the project's own dockerd)", func() error { return c.ensureDocker(bctx) })
 		close(engine.done)
 		if engine.err != nil || c.opts.NodeImage != "" {
@@ -238,6 +248,11 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs *background) {
 		if exists, err := c.clusterExists(); err != nil || exists {
 			return
 		}
+		started = true
+		go func() {
+			defer close(modules.done)
+			modules.err = c.fetchModules(bctx, nodeImageComponents)
+		}()
 		dir, image, err := c.rootfsStep(bctx)
 		if err != nil {
 			c.logf("  note: the node rootfs built beside the Kubernetes build failed (%v); it is built again after it", err)
@@ -245,7 +260,7 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs *background) {
 		}
 		rootfs.dir, rootfs.image, rootfs.err = dir, image, nil
 	}()
-	return engine, rootfs
+	return engine, rootfs, modules
 }
 
 // loadSystemImages builds the images a user-supplied node image lacks (Kueue and the DRA driver; an upstream

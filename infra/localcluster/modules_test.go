@@ -1,0 +1,76 @@
+package localcluster
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The fetch runs `go list -deps` of each component that is not cached, in its wrapper module and under its
+// build tags, and skips the cached ones and the main module's.
+func TestFetchModulesListsWhatIsNotCached(t *testing.T) {
+	root := t.TempDir()
+	for _, m := range []string{"a", "b"} {
+		dir := filepath.Join(root, "infra", "modules", m)
+		must(t, os.MkdirAll(filepath.Join(dir, "cmd", m), 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.test/"+m+"\n\ngo 1.24\n"), 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, "cmd", m, "main.go"), []byte("package main\n\nimport _ \"strings\"\n\nfunc main() {}\n"), 0o644))
+		// A file only the component's tags build: listed only when the fetch passes them.
+		must(t, os.WriteFile(filepath.Join(dir, "cmd", m, "tagged.go"), []byte("//go:build onlytagged\n\npackage main\n\nimport _ \"bufio\"\n"), 0o644))
+	}
+	a := goComponent{Name: "a", Module: "infra/modules/a", Tags: "onlytagged", Packages: []string{"example.test/a/cmd/a"}}
+	b := goComponent{Name: "b", Module: "infra/modules/b", Packages: []string{"example.test/b/cmd/b"}}
+	main := goComponent{Name: "net", Packages: []string{"./cmd/gpuconform-net"}}
+	var log bytes.Buffer
+	c := &Cluster{opts: Options{RepoRoot: root, CacheDir: t.TempDir(), Log: &log}, logDir: t.TempDir()}
+	ctx := t.Context()
+	keyB, err := c.componentKey(ctx, b)
+	must(t, err)
+	must(t, os.MkdirAll(c.goCacheDir(b, keyB), 0o755)) // b's binaries are cached
+
+	if got := c.toFetch(ctx, []goComponent{a, b, main}); len(got) != 1 || got[0].Name != "a" {
+		t.Fatalf("to fetch: %v, want only a (b is cached, net is the main module's)", got)
+	}
+	must(t, c.fetchModules(ctx, []goComponent{a, b, main}))
+	listed, err := os.ReadFile(c.logFile("go modules a"))
+	must(t, err)
+	for _, pkg := range []string{"example.test/a/cmd/a", "strings", "bufio"} {
+		if !slices.Contains(strings.Fields(string(listed)), pkg) {
+			t.Errorf("go list -deps of a did not list %s:\n%s", pkg, listed)
+		}
+	}
+	if _, err := os.Stat(c.logFile("go modules b")); err == nil {
+		t.Error("b is cached, and was fetched")
+	}
+	if !strings.Contains(log.String(), "▶ go modules: download the Go modules of a (go list -deps)") || !strings.Contains(log.String(), "✓ go modules in ") {
+		t.Errorf("progress:\n%s", log.String())
+	}
+
+	// Nothing to fetch: no step at all.
+	log.Reset()
+	must(t, c.fetchModules(ctx, []goComponent{b}))
+	if log.Len() != 0 {
+		t.Errorf("a fetch with nothing to do printed:\n%s", log.String())
+	}
+}
+
+// A fetch that fails is a note, not a failure: the component's build fetches its modules itself and
+// reports a real failure there.
+func TestFetchModulesFailureIsANote(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "infra", "modules", "x")
+	must(t, os.MkdirAll(dir, 0o755))
+	must(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module example.test/x\n\ngo 1.24\n"), 0o644))
+	var log bytes.Buffer
+	c := &Cluster{opts: Options{RepoRoot: root, CacheDir: t.TempDir(), Log: &log}, logDir: t.TempDir()}
+	x := goComponent{Name: "x", Module: "infra/modules/x", Packages: []string{"example.test/x/cmd/missing"}}
+	if err := c.fetchModules(t.Context(), []goComponent{x}); err != nil {
+		t.Fatalf("a failed fetch failed the step: %v", err)
+	}
+	if !strings.Contains(log.String(), "note: fetching the modules of x failed") {
+		t.Errorf("progress:\n%s", log.String())
+	}
+}
