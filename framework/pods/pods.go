@@ -2,10 +2,14 @@
 package pods
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
@@ -13,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/gpu"
@@ -160,12 +165,45 @@ func ExpectContainerProbeReport(ctx context.Context, env *testenv.Env, ns, name,
 				}
 			}
 		}
-		raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: container}).DoRaw(ctx)
-		g.Expect(err).NotTo(gomega.HaveOccurred(), "reading logs")
-		report, err = gpu.ParseProbe(string(raw))
+		report, err = reportFromLog(ctx, env.Clients.Kube, ns, name, container, followFor)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 	})
 	return report
+}
+
+// followFor bounds one follow of a container's log for its probe report (reportFromLog): the wait's
+// diagnosis runs between two follows, so a probe that never reports is judged at least this often.
+const followFor = 10 * time.Second
+
+// reportFromLog reads the probe report from the log of a container (one that has started), following the
+// log for up to within while the report has not come: it returns as soon as the report's line is whole.
+// One request, however long the probe takes to print; a poll would read the whole log again at each try,
+// and see the report only at its next try after it came (up to the wait's fallback, 2 s, later). The log
+// ending first (the container exited) or within passing is an error with what the container printed.
+func reportFromLog(ctx context.Context, cs kubernetes.Interface, ns, name, container string, within time.Duration) (gpu.ProbeReport, error) {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	stream, err := cs.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: container, Follow: true}).Stream(ctx)
+	if err != nil {
+		return gpu.ProbeReport{}, fmt.Errorf("reading the log of container %s of pod %s/%s: %w", container, ns, name, err)
+	}
+	defer stream.Close()
+	var text bytes.Buffer
+	buf := make([]byte, 32*1024)
+	for {
+		n, readErr := stream.Read(buf)
+		text.Write(buf[:n])
+		if bytes.IndexByte(buf[:n], '\n') >= 0 || readErr != nil {
+			if r, err := gpu.ParseProbe(text.String()); err == nil {
+				return r, nil
+			} else if readErr != nil {
+				if !errors.Is(readErr, io.EOF) {
+					err = fmt.Errorf("%w (the log stopped: %w)", err, readErr)
+				}
+				return gpu.ProbeReport{}, err
+			}
+		}
+	}
 }
 
 func containerStarted(p *corev1.Pod, name string) bool {
