@@ -348,9 +348,10 @@ type poolPlan struct {
 //   - devices:none takes its path's shared and the stops lock shared: its pods never get a device, so it
 //     runs beside every node's holders, but not beside a node that stops (its diagnosis reads every node);
 //   - holds:path takes its path's exclusive (it needs more than a node: gangs across nodes);
-//   - stops:node takes the stops lock exclusive and every path's shared (its own exclusive with
-//     holds:path), then, once it knows the node (Spec.stopping), that node's lock on every path
-//     exclusive: the other nodes' specs go on, the specs that need the whole pool wait;
+//   - stops:node takes the stops lock exclusive and every path's shared, queued first (SharedFirst: no
+//     holds:path spec that comes later goes before it; its own path exclusive with holds:path), then,
+//     once it knows the node (Spec.stopping), that node's lock on every path exclusive: the other
+//     nodes' specs go on, the specs that need the whole pool wait;
 //   - holds:nodes takes every path's exclusive (it measures a node);
 //   - faults:device takes the faults lock shared as well, beside its other locks.
 //
@@ -378,7 +379,9 @@ func pathHold(specLabels []string, path string, b Base) poolPlan {
 	case has(labels.HoldsNodes):
 		return poolPlan{locks: every(poollock.Exclusive)}
 	case has(labels.StopsNode):
-		locks := append([]poollock.Lock{{Name: stopsLock, Mode: poollock.Exclusive}}, every(poollock.Shared)...)
+		// SharedFirst: the stoppers are the run's longest line; waiting as plain shared holders they
+		// would let each of the path's queued holds:path specs go first, one after another.
+		locks := append([]poollock.Lock{{Name: stopsLock, Mode: poollock.Exclusive}}, every(poollock.SharedFirst)...)
 		if has(labels.HoldsPath) {
 			locks = append(locks, poollock.Lock{Name: pathLock, Mode: poollock.Exclusive}) // the stronger mode wins
 		}
@@ -422,7 +425,7 @@ type canaryPlan struct {
 // its first path, where its pods on the known-good pool go (need devices: a sentinel, the serving
 // reserve's replicas after the drain, the reference load), the known-good nodes with the most devices
 // there until they have need, each exclusive where it is in the GPU pool. A path it takes a node of, it
-// holds shared (a holds:path spec places pods on any of its nodes).
+// holds shared, queued first as the stoppers do (a holds:path spec places pods on any of its nodes).
 //
 // The known-good nodes are fixed ones, taken with the others in name order, not leased as holds:node
 // specs lease (the first to come free): a lease taken after the canary's locks could wait on a plain
@@ -456,7 +459,7 @@ func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
 		if len(nodes) == 0 {
 			continue
 		}
-		plan.locks = append(plan.locks, poollock.Lock{Name: "path-" + p.Name(), Mode: poollock.Shared})
+		plan.locks = append(plan.locks, poollock.Lock{Name: "path-" + p.Name(), Mode: poollock.SharedFirst})
 		for _, n := range nodes {
 			plan.locks = append(plan.locks, poollock.Lock{Name: nodeLock(p.Name(), n), Mode: poollock.Exclusive})
 		}

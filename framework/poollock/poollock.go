@@ -8,7 +8,8 @@
 // takes it exclusive, a spec that needs one node leases that node's lock (HoldAny), and a spec that
 // stops a node takes that node's lock exclusive on every path (HoldLocks: each lock in its own mode).
 // scenarios' poolHold and canaryHold say which spec takes what. A queued exclusive holder goes before shared holders
-// that come after it (HoldLocks).
+// that come after it, and a queued SharedFirst holder (the node stoppers' and the upgrade rehearsal's hold
+// on every path) before any holder that comes after it (HoldLocks).
 //
 // The locks are flock(2) on one file per name in a directory of the run's own (Dir): every process of a
 // run is on one machine (Ginkgo starts them as local children), and a process that dies loses its locks.
@@ -46,13 +47,23 @@ type Mode int
 const (
 	// Shared is how specs that use a path's devices beside each other hold it.
 	Shared Mode = iota
+	// SharedFirst is Shared for a holder that queues as an exclusive one does (HoldLocks): it holds the
+	// lock beside other shared holders, but while it waits, no holder that comes after it goes first. It
+	// is for the specs of the run's longest line (the bench's lock floor: the node stoppers and the
+	// upgrade rehearsal, one at a time), which hold every path shared: waiting as a plain shared holder,
+	// such a spec lets every exclusive holder of the path that queues after it go first, one after
+	// another (each gang of the path), and the whole line waits behind them.
+	SharedFirst
 	// Exclusive is how a spec that needs the path's devices (or nodes) to itself holds it.
 	Exclusive
 )
 
 func (m Mode) String() string {
-	if m == Exclusive {
+	switch m {
+	case Exclusive:
 		return "exclusive"
+	case SharedFirst:
+		return "shared, queued first"
 	}
 	return "shared"
 }
@@ -97,14 +108,17 @@ func Hold(ctx context.Context, dir string, names []string, mode Mode) (release f
 }
 
 // HoldLocks takes the locks in dir, each in its own mode, in the order of their names so that two
-// holders never wait on each other (a name given twice is taken once, exclusive if either asks so), and
-// returns their release and how long it waited. It waits until they are free or ctx ends.
+// holders never wait on each other (a name given twice is taken once, in the strongest of its modes:
+// Exclusive over SharedFirst over Shared), and returns their release and how long it waited. It waits
+// until they are free or ctx ends.
 //
 // An exclusive holder goes first: it queues at the lock's turnstile (a second file, name+".turnstile")
 // and keeps it until it has the lock, and a shared holder must pass the turnstile before it takes the
 // lock. Without it, flock lets shared holders that overlap one another keep the lock for as long as
-// they keep coming, and the exclusive holders, which are the suite's longest chain (bench: the lock
-// floor), wait behind specs that could have run later.
+// they keep coming, and the exclusive holders wait behind specs that could have run later. A SharedFirst
+// holder queues at the turnstile as an exclusive one does, then takes the lock shared: it waits only for
+// the holder that has the lock exclusive now. The turnstile is taken just before its lock, in the same
+// name order, so it adds no wait that the lock's order does not allow.
 func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), waited time.Duration, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("lock directory: %w", err)
@@ -136,7 +150,7 @@ func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), w
 			unlock(turnstile) // passed: no exclusive holder is queued
 		}
 		f, err := take(ctx, dir, name, how, mode)
-		if mode == Exclusive {
+		if mode != Shared {
 			unlock(turnstile)
 		}
 		if err != nil {
@@ -148,7 +162,7 @@ func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), w
 	return release, time.Since(start), nil
 }
 
-// HoldAny takes one of the named locks in mode, whichever comes free first, and returns its release, its
+// HoldAny takes one of the named locks in mode (Shared or Exclusive), whichever comes free first, and returns its release, its
 // name and how long it waited. It is the lease of one node of a path: exclusive for a spec that needs the
 // node's devices to itself (scenarios' holds:node), shared for one that needs a few devices of one node
 // (on:node). Specs that lease different nodes run side by side. It starts at a random name, so that

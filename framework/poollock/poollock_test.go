@@ -322,3 +322,79 @@ func TestHoldAnySharedLeasesANodeBesideSharedHoldersOnly(t *testing.T) {
 		t.Errorf("40 leases of two free nodes all took %v: they must spread", seen)
 	}
 }
+
+// A SharedFirst holder (a node stopper, which holds every path shared) queues as an exclusive holder
+// does: while it waits for the path's exclusive holder (a gang) to end, an exclusive holder that comes
+// after it (the next gang) does not go first, and neither does a shared one; once in, it holds the path
+// shared, and the exclusive one waits for it.
+func TestASharedFirstHolderIsNotOvertaken(t *testing.T) {
+	dir := t.TempDir()
+	stop := holder(t, dir, "path-device-plugin", Exclusive)
+	type got struct {
+		release func()
+		err     error
+	}
+	first := make(chan got, 1)
+	go func() {
+		release, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "path-device-plugin", Mode: SharedFirst}})
+		first <- got{release, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // it is queued
+	if _, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, 300*time.Millisecond); err == nil {
+		t.Fatal("a shared holder went before the queued SharedFirst one")
+	}
+	later := make(chan got, 1)
+	go func() {
+		release, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "path-device-plugin", Mode: Exclusive}})
+		later <- got{release, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	stop()
+	var a got
+	select {
+	case a = <-first:
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+	case b := <-later:
+		if b.err == nil {
+			b.release()
+		}
+		t.Fatal("the exclusive holder that came later went first")
+	case <-time.After(5 * time.Second):
+		t.Fatal("the SharedFirst holder did not get the path after its exclusive holder let go")
+	}
+	select {
+	case b := <-later:
+		t.Fatalf("the exclusive holder got the path while the SharedFirst one held it (%v)", b.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	a.release()
+	select {
+	case b := <-later:
+		if b.err != nil {
+			t.Fatal(b.err)
+		}
+		b.release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the exclusive holder did not get the path after the SharedFirst one let go")
+	}
+}
+
+// A name asked in several modes is taken in the strongest.
+func TestModesMergeToTheStrongest(t *testing.T) {
+	if Shared >= SharedFirst || SharedFirst >= Exclusive {
+		t.Fatalf("mode order: shared %d, shared first %d, exclusive %d", Shared, SharedFirst, Exclusive)
+	}
+	dir := t.TempDir()
+	release, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "p", Mode: SharedFirst}, {Name: "p", Mode: Shared}, {Name: "q", Mode: Exclusive}, {Name: "q", Mode: SharedFirst}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	stop := holder(t, dir, "p", Shared) // p is held shared: a shared holder joins
+	stop()
+	if _, err := tryHold(t, dir, []string{"q"}, Shared, 300*time.Millisecond); err == nil {
+		t.Error("q was taken shared although one of its asks was exclusive")
+	}
+}
