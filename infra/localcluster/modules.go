@@ -56,15 +56,21 @@ func (c *Cluster) fetchModules(ctx context.Context, comps []goComponent) error {
 	what := fmt.Sprintf("download the Go modules of %s (go list -deps), beside the Kubernetes build", strings.Join(names, ", "))
 	return c.step("go modules", what, func() error {
 		for _, comp := range todo {
-			err := c.runIn(ctx, filepath.Join(c.opts.RepoRoot, comp.Module), []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false"},
-				"go modules "+comp.Name, "go", fetchArgs(comp)...)
-			if ctx.Err() != nil {
-				return nil // the bring-up ended or failed; its builds do not need these any more
-			}
-			if err != nil {
-				c.logf("  note: fetching the modules of %s failed (%v); its build fetches them itself", comp.Name, err)
-			}
+			c.fetchOne(ctx, comp)
 		}
 		return nil
 	})
+}
+
+// fetchOne fetches the modules of one component (fetchModules); a failure is a note, and once the
+// bring-up ended or failed (ctx) it fetches nothing: its builds do not need them any more.
+func (c *Cluster) fetchOne(ctx context.Context, comp goComponent) {
+	if ctx.Err() != nil {
+		return
+	}
+	err := c.runIn(ctx, filepath.Join(c.opts.RepoRoot, comp.Module), []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false"},
+		"go modules "+comp.Name, "go", fetchArgs(comp)...)
+	if err != nil && ctx.Err() == nil {
+		c.logf("  note: fetching the modules of %s failed (%v); its build fetches them itself", comp.Name, err)
+	}
 }
