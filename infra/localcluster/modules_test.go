@@ -34,7 +34,7 @@ func TestFetchModulesListsWhatIsNotCached(t *testing.T) {
 	if got := c.toFetch(ctx, []goComponent{a, b, main}); len(got) != 1 || got[0].Name != "a" {
 		t.Fatalf("to fetch: %v, want only a (b is cached, net is the main module's)", got)
 	}
-	must(t, c.fetchModules(ctx, []goComponent{a, b, main}))
+	c.fetchModules(ctx, []goComponent{a, b, main})
 	listed, err := os.ReadFile(c.logFile("go modules a"))
 	must(t, err)
 	for _, pkg := range []string{"example.test/a/cmd/a", "strings", "bufio"} {
@@ -51,7 +51,7 @@ func TestFetchModulesListsWhatIsNotCached(t *testing.T) {
 
 	// Nothing to fetch: no step at all.
 	log.Reset()
-	must(t, c.fetchModules(ctx, []goComponent{b}))
+	c.fetchModules(ctx, []goComponent{b})
 	if log.Len() != 0 {
 		t.Errorf("a fetch with nothing to do printed:\n%s", log.String())
 	}
@@ -67,10 +67,8 @@ func TestFetchModulesFailureIsANote(t *testing.T) {
 	var log bytes.Buffer
 	c := &Cluster{opts: Options{RepoRoot: root, CacheDir: t.TempDir(), Log: &log}, logDir: t.TempDir()}
 	x := goComponent{Name: "x", Module: "infra/modules/x", Packages: []string{"example.test/x/cmd/missing"}}
-	if err := c.fetchModules(t.Context(), []goComponent{x}); err != nil {
-		t.Fatalf("a failed fetch failed the step: %v", err)
-	}
-	if !strings.Contains(log.String(), "note: fetching the modules of x failed") {
+	c.fetchModules(t.Context(), []goComponent{x})
+	if !strings.Contains(log.String(), "note: fetching the modules of x failed") || !strings.Contains(log.String(), "✓ go modules in ") {
 		t.Errorf("progress:\n%s", log.String())
 	}
 }

@@ -231,7 +231,7 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 	bctx, stop := context.WithCancel(ctx)
 	engine = &background{done: make(chan struct{}), stop: stop}
 	rootfs = &background{done: make(chan struct{}), stop: stop, err: errNotBeside}
-	modules = &background{done: make(chan struct{}), stop: stop, err: errNotBeside}
+	modules = &background{done: make(chan struct{}), stop: stop}
 	go func() {
 		defer close(rootfs.done)
 		started := false
@@ -251,7 +251,7 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 		started = true
 		go func() {
 			defer close(modules.done)
-			modules.err = c.fetchModules(bctx, nodeImageComponents)
+			c.fetchModules(bctx, nodeImageComponents)
 		}()
 		dir, image, err := c.rootfsStep(bctx)
 		if err != nil {
