@@ -172,7 +172,11 @@ func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 		if f.Node[p] == nil {
 			f.Node[p] = map[string]time.Duration{}
 		}
-		f.Node[p][leasedNode(sp)] += work
+		on := work
+		if held, ok := leaseHeld(sp); ok && held < work {
+			on = held // it let the node go before its end (the upgrade rehearsal)
+		}
+		f.Node[p][leasedNode(sp)] += on
 	}
 	switch {
 	case sp.IsSerial:
@@ -310,6 +314,21 @@ type RequestSource struct {
 	Count         int64
 	Scenario      string
 	ScenarioCount int64
+}
+
+// leaseHeld is how long a spec that let its leased node go before its end held it (poollock's
+// LeaseHeldEntry); false when it kept the node to its end.
+func leaseHeld(sp types.SpecReport) (time.Duration, bool) {
+	for _, e := range sp.ReportEntries {
+		if e.Name != poollock.LeaseHeldEntry {
+			continue
+		}
+		var secs float64
+		if data, err := json.Marshal(e.Value.GetRawValue()); err == nil && json.Unmarshal(data, &secs) == nil {
+			return time.Duration(secs * float64(time.Second)), true
+		}
+	}
+	return 0, false
 }
 
 // lockWait is how long the spec waited for its pool locks: the sum of its LockWaitEntry entries (an

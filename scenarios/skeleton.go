@@ -416,11 +416,17 @@ func pathHold(specLabels []string, path string, b Base) poolPlan {
 type canaryPlan struct {
 	locks []poollock.Lock
 	good  []string
+	// early are the locks the rehearsal lets go once it has compared the known-good pool (letGo): the
+	// faults lock, the known-good nodes' and the paths it holds only for them. It keeps the stops lock (a
+	// node stopping would read as the canary's rollback failing, and no devices:none spec may diagnose
+	// the pool while the rollback restarts the canary's stack) and the canary's.
+	early []string
 }
 
 // canaryHold plans the upgrade rehearsal's locks (holds:canary): the faults and stops locks exclusive
-// (no device fails and no node stops while it compares the known-good pool before and after, and no
-// devices:none spec diagnoses the pool while the canary is cordoned); on every path, each canary node that
+// (no device fails and no node stops while it compares the known-good pool before and after, no node
+// stops under its canary checks and rollback, and no devices:none spec diagnoses the pool while the
+// canary is cordoned or rolled back); on every path, each canary node that
 // is in the GPU pool exclusive (the suite's other pods stay off the nodes it drains and upgrades); and on
 // its first path, where its pods on the known-good pool go (need devices: a sentinel, the serving
 // reserve's replicas after the drain, the reference load), the known-good nodes with the most devices
@@ -430,8 +436,13 @@ type canaryPlan struct {
 // The known-good nodes are fixed ones, taken with the others in name order, not leased as holds:node
 // specs lease (the first to come free): a lease taken after the canary's locks could wait on a plain
 // spec that holds the known-good node shared while it waits for a canary node's lock.
+//
+// The faults lock, the known-good nodes' locks and the paths held for them alone are early (canaryPlan):
+// the rehearsal needs them until it has compared the known-good pool, not through the canary's
+// application checks and rollback.
 func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
-	plan := canaryPlan{locks: []poollock.Lock{{Name: faultsLock, Mode: poollock.Exclusive}, {Name: stopsLock, Mode: poollock.Exclusive}}}
+	plan := canaryPlan{locks: []poollock.Lock{{Name: faultsLock, Mode: poollock.Exclusive}, {Name: stopsLock, Mode: poollock.Exclusive}},
+		early: []string{faultsLock}}
 	for i, p := range b.Paths {
 		pool := b.eligible(p, 1)
 		var nodes []string
@@ -440,6 +451,7 @@ func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
 				nodes = append(nodes, n)
 			}
 		}
+		canaryHere := len(nodes) > 0
 		if i == 0 {
 			c := p.Capacity()
 			byDevices := slices.DeleteFunc(slices.Clone(good), func(n string) bool { return c[n] == 0 })
@@ -453,6 +465,7 @@ func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
 				have += c[n]
 				if slices.Contains(pool, n) {
 					nodes = append(nodes, n)
+					plan.early = append(plan.early, nodeLock(p.Name(), n))
 				}
 			}
 		}
@@ -460,6 +473,9 @@ func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
 			continue
 		}
 		plan.locks = append(plan.locks, poollock.Lock{Name: "path-" + p.Name(), Mode: poollock.SharedFirst})
+		if !canaryHere {
+			plan.early = append(plan.early, "path-"+p.Name())
+		}
 		for _, n := range nodes {
 			plan.locks = append(plan.locks, poollock.Lock{Name: nodeLock(p.Name(), n), Mode: poollock.Exclusive})
 		}
@@ -469,21 +485,35 @@ func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
 
 // holdCanary takes the upgrade rehearsal's pool locks (canaryHold) and releases them after its cleanup,
 // once the canary is rolled back and uncordoned and its pods are gone. It returns the known-good nodes
-// the rehearsal's pods may use.
-func holdCanary(ctx context.Context, env *testenv.Env, b Base, canary, good []string, need int64) []string {
+// the rehearsal's pods may use, and letGo, which lets the plan's early locks go once the rehearsal's pods
+// on those nodes are gone (before its cleanup; once however often it is called) and records how long it
+// held the known-good node it is counted on.
+func holdCanary(ctx context.Context, env *testenv.Env, b Base, canary, good []string, need int64) (forPods []string, letGo func()) {
 	ginkgo.GinkgoHelper()
 	plan := canaryHold(b, canary, good, need)
-	release, waited, err := poollock.HoldLocks(ctx, poollock.Dir(env.Factory.RunID), plan.locks)
+	held, waited, err := poollock.HoldSet(ctx, poollock.Dir(env.Factory.RunID), plan.locks)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the pool locks %v", plan.locks)
-	ginkgo.DeferCleanup(release)
-	if len(plan.good) == 0 {
-		recordWait(waited)
-		return good
+	ginkgo.DeferCleanup(held.Release)
+	heldAt := time.Now()
+	counted := ""
+	if len(plan.good) > 0 {
+		if first := nodeLock(b.Paths[0].Name(), plan.good[0]); slices.ContainsFunc(plan.locks, func(l poollock.Lock) bool { return l.Name == first }) {
+			counted = first
+		}
 	}
-	if first := nodeLock(b.Paths[0].Name(), plan.good[0]); slices.ContainsFunc(plan.locks, func(l poollock.Lock) bool { return l.Name == first }) {
-		leased(plan.good[0], b.Paths[0].Name(), waited) // the bench counts the rehearsal on that node
+	letGo = func() {
+		if counted != "" && held.Holds(counted) {
+			ginkgo.AddReportEntry(poollock.LeaseHeldEntry, time.Since(heldAt).Seconds(), ginkgo.ReportEntryVisibilityNever)
+		}
+		held.Drop(plan.early...)
+	}
+	if counted == "" {
+		recordWait(waited)
 	} else {
-		recordWait(waited)
+		leased(plan.good[0], b.Paths[0].Name(), waited) // the bench counts the rehearsal on that node
 	}
-	return plan.good
+	if len(plan.good) == 0 {
+		return good, letGo
+	}
+	return plan.good, letGo
 }

@@ -85,25 +85,32 @@ func TestCanaryHoldTakesTheCanaryAndEnoughKnownGoodDevices(t *testing.T) {
 		need  int64
 		locks []poollock.Lock
 		good  []string
+		// early: what it lets go once it has compared the known-good pool (the faults lock, the known-good
+		// nodes, a path held for them alone); never the stops lock or the canary's.
+		early []string
 	}{
 		{"one known-good node has what its pods need", local, 4,
-			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@w2", ex)), []string{"w2"}},
+			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@w2", ex)), []string{"w2"},
+			[]string{faultsLock, "path-device-plugin@w2", "path-device-plugin"}},
 		{"the known-good node with most devices is short: the next one too", local, 5,
-			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@w2", ex), lk("path-device-plugin@w1", ex)), []string{"w2", "w1"}},
+			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@w2", ex), lk("path-device-plugin@w1", ex)), []string{"w2", "w1"},
+			[]string{faultsLock, "path-device-plugin@w2", "path-device-plugin@w1", "path-device-plugin"}},
 		// A real cluster where the canary is part of the GPU pool: its node on every path.
 		{"the canary is in the GPU pool", Base{Paths: []gpu.Path{dp, dra}, GPUPool: []string{"w1", "w2", "c1"}}, 4,
 			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@c1", ex), lk("path-device-plugin@w2", ex),
-				lk("path-dra", sh), lk("path-dra@c1", ex)), []string{"w2"}},
+				lk("path-dra", sh), lk("path-dra@c1", ex)), []string{"w2"},
+			[]string{faultsLock, "path-device-plugin@w2"}},
 		// Known-good nodes outside the GPU pool: no other spec uses them, no lock for them.
-		{"the known-good pool is not the suite's GPU pool", Base{Paths: []gpu.Path{dp, dra}, GPUPool: []string{"w9"}}, 4, first, []string{"w2"}},
+		{"the known-good pool is not the suite's GPU pool", Base{Paths: []gpu.Path{dp, dra}, GPUPool: []string{"w9"}}, 4, first, []string{"w2"},
+			[]string{faultsLock}},
 	} {
 		got := canaryHold(c.b, []string{"c1"}, []string{"w1", "w2"}, c.need)
-		if !slices.Equal(got.locks, c.locks) || !slices.Equal(got.good, c.good) {
-			t.Errorf("%s: locks %v good %v, want %v %v", c.what, got.locks, got.good, c.locks, c.good)
+		if !slices.Equal(got.locks, c.locks) || !slices.Equal(got.good, c.good) || !slices.Equal(got.early, c.early) {
+			t.Errorf("%s: locks %v good %v early %v, want %v %v %v", c.what, got.locks, got.good, got.early, c.locks, c.good, c.early)
 		}
 	}
 	// No known-good node has a device on the first path: nothing for its pods (the rehearsal says so).
-	if got := canaryHold(local, []string{"c1"}, []string{"w3"}, 4); len(got.good) != 0 || !slices.Equal(got.locks, first) {
+	if got := canaryHold(local, []string{"c1"}, []string{"w3"}, 4); len(got.good) != 0 || !slices.Equal(got.locks, first) || !slices.Equal(got.early, []string{faultsLock}) {
 		t.Errorf("no known-good device: %+v", got)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/framework/checkpoints"
 	"gpuconform.io/gpuconform/framework/cluster"
@@ -82,8 +83,9 @@ var Upgrade = Define(Scenario{Name: upgradeName, Title: "an upgrade rehearsed on
 // UpgradeSpec registers the driver-upgrade rehearsal: the canary pool is cordoned and drained, upgraded
 // to the target version alone, must come back reporting it and advertising its devices, and must then run
 // GPU pods on every path and a checkpoint/resume job; the known-good pool must be untouched (its driver
-// versions, its GPU stack's pods, a sentinel GPU pod holding the same devices throughout); then the canary
-// is rolled back and checked again. The signoff states "upgrade from X to Y on pool P: GO/NO-GO".
+// versions and devices, its GPU stack's pods, a sentinel GPU pod holding the same devices through the
+// drain, the upgrade and the representative load; the versions and stack pods again after the canary's
+// checks); then the canary is rolled back and checked again. The signoff states "upgrade from X to Y on pool P: GO/NO-GO".
 func UpgradeSpec(input func() UpgradeInput) {
 	reg := input()
 	what := "driver-upgrade rehearsal on the canary pool"
@@ -114,8 +116,9 @@ func UpgradeSpec(input func() UpgradeInput) {
 			chainFirst, func(ctx context.Context) {
 				in := input()
 				// On the known-good pool: the sentinel, the serving reserve's replicas once drained, the load's reference copy.
-				in.GoodForPods = holdCanary(ctx, in.Env, in.Base, in.Canary, in.KnownGood, int64(2+in.ServingReplicas))
-				rehearse(ctx, in, in.Env.NewNamespace(ctx, "upgrade").Name)
+				var letGo func()
+				in.GoodForPods, letGo = holdCanary(ctx, in.Env, in.Base, in.Canary, in.KnownGood, int64(2+in.ServingReplicas))
+				rehearse(ctx, in, in.Env.NewNamespace(ctx, "upgrade").Name, letGo)
 			})
 	})
 }
@@ -294,8 +297,14 @@ func expectUpgraded(ctx context.Context, env *testenv.Env, in UpgradeInput, node
 	}
 }
 
-func rehearse(ctx context.Context, in UpgradeInput, ns string) {
+// rehearse runs the rehearsal in namespace ns. Its pods on the known-good pool (the sentinel, the
+// serving reserve once drained, the load's reference copy) are done once the known-good pool is
+// compared after the load; it then deletes them and calls letGo, so that the other specs may use the
+// known-good nodes (and fail devices) while it checks the canary and rolls it back. The known-good
+// pool's driver versions and GPU stack pods are compared again at the end.
+func rehearse(ctx context.Context, in UpgradeInput, ns string, letGo func()) {
 	env := in.Env
+	ownPods := env.SpecSelector() // ns's pods and claims are the rehearsal's (a selector where the namespace is shared)
 	canary, good := in.Canary, in.KnownGood
 	pool := strings.Join(canary, ",")
 	log := &rehearsalLog{}
@@ -383,7 +392,6 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 		reserve.stop()
 	}
 
-	canaryApplicationCheck(ctx, in, log, sentinelPath)
 	log.at("representative load on the upgraded canary against the known-good pool")
 	representativeLoad(ctx, in, sentinelPath)
 
@@ -411,6 +419,25 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string) {
 		gomega.Expect(gpu.SameDevices(given.Normalize(sentinel.report.Devices), given.Devices)).To(gomega.BeTrue(),
 			"the sentinel saw %s at start; %s now says %s", gpu.FormatDevices(sentinel.report.Devices), given.Source, gpu.FormatDevices(given.Devices))
 	}
+
+	log.at("letting the known-good pool go: the sentinel and the serving reserve are deleted, and the other specs may use its nodes while the canary is checked")
+	if reserve != nil {
+		// Foreground: its ReplicaSet goes before the Deployment, so no replica comes back behind the delete below.
+		gomega.Expect(env.Clients.Kube.AppsV1().Deployments(ns).Delete(ctx, reserve.name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationForeground)})).To(gomega.Succeed())
+	}
+	gomega.Expect(env.Clients.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: ownPods})).To(gomega.Succeed())
+	env.WaitDevicesFree(ctx, ns, ownPods)
+	letGo()
+
+	canaryApplicationCheck(ctx, in, log, sentinelPath)
+
+	log.at("comparing the known-good pool's driver versions and GPU stack pods with before, again after the canary's checks")
+	for _, n := range good {
+		node, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred())
+		gomega.Expect(node.Labels[in.VersionLabel]).To(gomega.Equal(before[n].Version), "known-good node %s changed its driver version (%s) during the rehearsal", n, in.VersionLabel)
+	}
+	gomega.Expect(stackPods(ctx, env, good)).To(gomega.Equal(goodStack), "the GPU stack's pods on the known-good pool were replaced or restarted")
 
 	if in.KeepUpgraded {
 		log.at("keeping the canary pool on " + in.To + " (--keep-upgraded)")

@@ -196,6 +196,7 @@ const servingLabel = "gpuconform.io/serving"
 
 // servingReserve is the serving Deployment the rehearsal keeps through the drain, and its watch.
 type servingReserve struct {
+	name   string // the Deployment's, in the rehearsal's namespace
 	mu     sync.Mutex
 	res    upgrade.Reserve
 	start  time.Time
@@ -247,7 +248,7 @@ func startServingReserve(ctx context.Context, in UpgradeInput, ns string, path g
 	})
 	list, err := env.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: servingLabel + "=" + pod.Name})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	r := &servingReserve{res: upgrade.Reserve{Deployment: ns + "/" + dep.Name, Budget: ns + "/" + pdb.Name, Replicas: int32(replicas), MinAvailable: int32(minAvailable)},
+	r := &servingReserve{name: dep.Name, res: upgrade.Reserve{Deployment: ns + "/" + dep.Name, Budget: ns + "/" + pdb.Name, Replicas: int32(replicas), MinAvailable: int32(minAvailable)},
 		start: time.Now(), done: make(chan struct{})}
 	for _, p := range list.Items {
 		for _, n := range in.Canary {

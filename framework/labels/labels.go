@@ -51,13 +51,14 @@ const (
 	StopsNode = "stops:node"
 	// FaultsDevice marks specs that make a device unhealthy, or withdraw it, without stopping its node
 	// (device health, a failed device under a job, a gang's failed worker): they run beside each other, but
-	// not beside the upgrade rehearsal (HoldsCanary), which compares what every known-good node offers
-	// before and after.
+	// not beside the upgrade rehearsal (HoldsCanary) until it has compared what every known-good node
+	// offers before and after.
 	FaultsDevice = "faults:device"
 	// HoldsCanary marks the driver-upgrade rehearsal: it holds the canary pool's nodes on every path, one
-	// known-good node for its pods there (sentinel, serving reserve, reference load), and keeps every node
-	// from stopping and every device from failing while it compares the known-good pool before and after
-	// (stops:node and faults:device specs wait); every other spec runs beside it.
+	// known-good node for its pods there (sentinel, serving reserve, reference load) and keeps every device
+	// from failing until it has compared the known-good pool before and after (faults:device specs wait),
+	// and keeps every node from stopping to its end (stops:node specs wait); every other spec runs beside
+	// it, and on the known-good node once it has let that go.
 	HoldsCanary = "holds:canary"
 	// Slow marks specs expected to take longer than five minutes on a real cluster.
 	Slow = "Slow"

@@ -24,6 +24,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -36,6 +37,11 @@ const WaitEntry = "pool lock wait seconds"
 // LeaseEntry names the Ginkgo report entry with the node a spec leased (HoldAny; scenarios' holds:node):
 // the bench counts each node's holders apart.
 const LeaseEntry = "pool lease node"
+
+// LeaseHeldEntry names the Ginkgo report entry in which a spec that let its leased node go before its end
+// (Held.Drop: the upgrade rehearsal, once it has compared the known-good pool) records, in seconds, how
+// long it held it: the bench counts that on the node, not the spec's whole work.
+const LeaseHeldEntry = "pool lease held seconds"
 
 // LeasePathEntry names the Ginkgo report entry with the path whose node lock the spec leased (LeaseEntry):
 // a spec of no path (the upgrade rehearsal, which holds a known-good node) says it there.
@@ -120,6 +126,56 @@ func Hold(ctx context.Context, dir string, names []string, mode Mode) (release f
 // the holder that has the lock exclusive now. The turnstile is taken just before its lock, in the same
 // name order, so it adds no wait that the lock's order does not allow.
 func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), waited time.Duration, err error) {
+	h, waited, err := HoldSet(ctx, dir, locks)
+	if err != nil {
+		return nil, 0, err
+	}
+	return h.Release, waited, nil
+}
+
+// Held is the locks a HoldSet took, for a holder that is done with some of them before the others: the
+// upgrade rehearsal lets the known-good nodes and the faults lock go once it has compared the known-good
+// pool, and keeps the canary's until its rollback. Letting a lock go early adds no wait to anyone, so the
+// name order that keeps holders from waiting on each other still holds.
+type Held struct {
+	mu    sync.Mutex
+	names []string // in the order taken
+	files map[string]*os.File
+}
+
+// Release lets every lock still held go, the last taken first. It may be called more than once.
+func (h *Held) Release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range slices.Backward(h.names) {
+		if f := h.files[n]; f != nil {
+			unlock(f)
+			delete(h.files, n)
+		}
+	}
+}
+
+// Drop lets the named locks go now and keeps the others; a name not held (or already let go) is skipped.
+func (h *Held) Drop(names ...string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range names {
+		if f := h.files[n]; f != nil {
+			unlock(f)
+			delete(h.files, n)
+		}
+	}
+}
+
+// Holds reports whether the named lock is still held.
+func (h *Held) Holds(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.files[name] != nil
+}
+
+// HoldSet is HoldLocks, returning the locks as a Held set that can let some go before the others.
+func HoldSet(ctx context.Context, dir string, locks []Lock) (*Held, time.Duration, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("lock directory: %w", err)
 	}
@@ -127,13 +183,7 @@ func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), w
 	for _, l := range locks {
 		modes[l.Name] = max(modes[l.Name], l.Mode)
 	}
-	var held []*os.File
-	release = func() {
-		for _, f := range slices.Backward(held) {
-			unlock(f)
-		}
-		held = nil
-	}
+	h := &Held{files: map[string]*os.File{}}
 	start := time.Now()
 	for _, name := range slices.Sorted(maps.Keys(modes)) {
 		mode := modes[name]
@@ -143,7 +193,7 @@ func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), w
 		}
 		turnstile, err := take(ctx, dir, name+".turnstile", syscall.LOCK_EX, mode)
 		if err != nil {
-			release()
+			h.Release()
 			return nil, 0, err
 		}
 		if mode == Shared {
@@ -154,12 +204,13 @@ func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), w
 			unlock(turnstile)
 		}
 		if err != nil {
-			release()
+			h.Release()
 			return nil, 0, err
 		}
-		held = append(held, f)
+		h.names = append(h.names, name)
+		h.files[name] = f
 	}
-	return release, time.Since(start), nil
+	return h, time.Since(start), nil
 }
 
 // HoldAny takes one of the named locks in mode (Shared or Exclusive), whichever comes free first, and returns its release, its

@@ -398,3 +398,44 @@ func TestModesMergeToTheStrongest(t *testing.T) {
 		t.Error("q was taken shared although one of its asks was exclusive")
 	}
 }
+
+// The upgrade rehearsal lets the known-good nodes and the faults lock go once it has compared the
+// known-good pool, and keeps the canary's until its rollback: Drop lets exactly the named locks go, and
+// Release the rest, once however often it is called.
+func TestDropLetsTheNamedLocksGoAndKeepsTheOthers(t *testing.T) {
+	dir := t.TempDir()
+	h, _, err := HoldSet(t.Context(), dir, []Lock{{Name: "device-faults", Mode: Exclusive}, {Name: "path-dp@good", Mode: Exclusive}, {Name: "path-dp@canary", Mode: Exclusive}, {Name: "path-dp", Mode: SharedFirst}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Drop("device-faults", "path-dp@good", "not-held")
+	for _, free := range []string{"device-faults", "path-dp@good"} {
+		if h.Holds(free) {
+			t.Errorf("%s is still held after Drop", free)
+		}
+		if r, err := tryHold(t, dir, []string{free}, Exclusive, time.Second); err != nil {
+			t.Errorf("%s was not free after Drop: %v", free, err)
+		} else {
+			r()
+		}
+	}
+	if !h.Holds("path-dp@canary") {
+		t.Error("Drop let go of path-dp@canary, which it was not given")
+	}
+	if _, err := tryHold(t, dir, []string{"path-dp@canary"}, Shared, 300*time.Millisecond); err == nil {
+		t.Error("path-dp@canary was taken beside its exclusive holder after another lock was dropped")
+	}
+	if r, err := tryHold(t, dir, []string{"path-dp"}, Shared, time.Second); err != nil {
+		t.Errorf("the path held shared could not be shared: %v", err)
+	} else {
+		r()
+	}
+	h.Release()
+	h.Release()
+	h.Drop("path-dp@canary")
+	if r, err := tryHold(t, dir, []string{"path-dp@canary", "path-dp"}, Exclusive, time.Second); err != nil {
+		t.Errorf("the locks were not free after the release: %v", err)
+	} else {
+		r()
+	}
+}

@@ -325,6 +325,23 @@ func (e *Env) waitDevicesFree(ctx context.Context, ns, selector string) {
 	e.waitGone(ctx, ns, selector, true)
 }
 
+// WaitDevicesFree waits, within the cleanup timeout, until ns holds no pod and no ResourceClaim matching
+// selector ("" for all): a step that deleted the pods holding some devices waits here before it lets
+// another spec have them.
+func (e *Env) WaitDevicesFree(ctx context.Context, ns, selector string) {
+	ginkgo.GinkgoHelper()
+	e.waitGone(ctx, ns, selector, true)
+}
+
+// SpecSelector selects the objects of the namespace the current spec was given last (NewNamespace): ""
+// for a namespace of its own, its tag's label where the spec shares the configured namespace.
+func (e *Env) SpecSelector() string {
+	if e.Factory.SpecTag == "" {
+		return ""
+	}
+	return fixtures.SpecLabel + "=" + e.Factory.SpecTag
+}
+
 // WaitPodsGone waits, within the cleanup timeout, until ns holds no pod matching selector ("" for all),
 // listing and watching once (untilNone) instead of polling: a step that deleted its pods waits here
 // before the next step needs their devices.
