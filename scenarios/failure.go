@@ -67,7 +67,10 @@ const (
 	trainSteps    = 30
 	trainEvery    = 5
 	trainStepTime = time.Second
-	trainDir      = "/checkpoints"
+	// trainResumedStepTime paces the replacement once it resumed: long enough for its devices to be read
+	// while it runs, shorter than the first attempt's steps, which must outlast the fault.
+	trainResumedStepTime = 500 * time.Millisecond
+	trainDir             = "/checkpoints"
 )
 
 // FailureSpec registers, per path, the checks that a GPU cluster survives a lost worker and a bad
@@ -158,7 +161,7 @@ type trainingJob struct {
 func submitTraining(ctx context.Context, s *Spec[FailureInput], name string, nodes []string) (trainingJob, *corev1.Pod) {
 	ginkgo.GinkgoHelper()
 	env, ns, path := s.Env, s.NS, s.Path
-	spec := training{Name: name, Steps: trainSteps, Every: trainEvery, StepTime: trainStepTime, Storage: s.In.Checkpoints, Nodes: nodes, EvictAfter: s.In.EvictAfter}
+	spec := training{Name: name, Steps: trainSteps, Every: trainEvery, StepTime: trainStepTime, ResumedStepTime: trainResumedStepTime, Storage: s.In.Checkpoints, Nodes: nodes, EvictAfter: s.In.EvictAfter}
 	created := false
 	t := trainingJob{resume: ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)}
 	if s.In.queued(s.In.KueuePresent, path.Name()) {

@@ -79,10 +79,13 @@ const (
 	// gangFailSteps outlasts the fault's own latency: a device plugin's health report reaches the node's
 	// allocatable with the kubelet's next status update (10 s), and a gang that finished before its worker
 	// failed proves nothing.
-	gangFailSteps   = 100
-	gangEvery       = 5
-	gangStepTime    = 500 * time.Millisecond
-	gangPeerTimeout = 20 * time.Second
+	gangFailSteps = 100
+	// gangResumedStepTime paces the failed-worker gang once it resumed: its 100 steps must outlast the
+	// fault, not run as long again after it (the restarted workers' devices are read as they start).
+	gangResumedStepTime = 200 * time.Millisecond
+	gangEvery           = 5
+	gangStepTime        = 500 * time.Millisecond
+	gangPeerTimeout     = 20 * time.Second
 	// gangObserve is how long a gang that only partly fits is watched where Kueue's waitForPodsReady is
 	// off or unknown: long enough for any admission mechanism to have withdrawn it.
 	gangObserve = 60 * time.Second
@@ -189,6 +192,7 @@ type gangShape struct {
 	quota            int // device quota of its ClusterQueue (0: workers × devices)
 	storage          checkpoints.Storage
 	evictAfter       time.Duration
+	resumedStep      time.Duration // the pace of a resumed attempt (0: gangStepTime)
 }
 
 // submitGang creates the gang's queue and checkpoint storage, and the gang.
@@ -214,8 +218,12 @@ func submitGang(ctx context.Context, s *Spec[GangInput], sh gangShape) gangRun {
 	if sh.evictAfter > 0 {
 		w.EvictAfter(sh.evictAfter)
 	}
-	w.Args(w.GangArgs("--steps", strconv.Itoa(sh.steps), "--step-duration", gangStepTime.String(), "--checkpoint-every", strconv.Itoa(gangEvery),
-		"--checkpoint-dir", dir, "--work-id", workID, "--peer-timeout", gangPeerTimeout.String())...)
+	args := []string{"--steps", strconv.Itoa(sh.steps), "--step-duration", gangStepTime.String(), "--checkpoint-every", strconv.Itoa(gangEvery),
+		"--checkpoint-dir", dir, "--work-id", workID, "--peer-timeout", gangPeerTimeout.String()}
+	if sh.resumedStep > 0 {
+		args = append(args, "--resumed-step-duration", sh.resumedStep.String())
+	}
+	w.Args(w.GangArgs(args...)...)
 	obj := w.Obj()
 	for _, pre := range w.Prerequisites() {
 		env.Create(ctx, pre)
@@ -597,7 +605,7 @@ func gangFailedWorker(ctx context.Context, s *Spec[GangInput], devices faults.De
 	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
 	const workers = 2
 	g := submitGang(ctx, s, gangShape{name: "gang", workers: workers, devices: 1, placement: fixtures.AcrossNodes, nodes: nodes,
-		steps: gangFailSteps, storage: s.In.Checkpoints, evictAfter: s.In.EvictAfter})
+		steps: gangFailSteps, resumedStep: gangResumedStepTime, storage: s.In.Checkpoints, evictAfter: s.In.EvictAfter})
 	queues.ExpectAdmitted(ctx, env, g.job, path.QuotaResource(), workers)
 	started, skew := expectGangStarted(ctx, env, g.job)
 	ginkgo.AddReportEntry("gang start skew", skew.Round(10*time.Millisecond).String())

@@ -20,6 +20,8 @@ type training struct {
 	// Steps of StepTime each, a checkpoint every Every steps; WriteTime simulates a slow checkpoint write.
 	Steps, Every        int
 	StepTime, WriteTime time.Duration
+	// ResumedStepTime paces an attempt that resumed from a checkpoint (0: StepTime).
+	ResumedStepTime time.Duration
 	// Storage is where checkpoints go; none: an emptyDir, which a replacement pod does not see.
 	Storage checkpoints.Storage
 	// Queue and Priority submit it through Kueue (LocalQueue, WorkloadPriorityClass).
@@ -75,6 +77,9 @@ func (t training) build(env *testenv.Env, ns string, path gpu.Path) (*fixtures.G
 		"--checkpoint-dir", trainDir + "/" + workID, "--work-id", workID}
 	if t.WriteTime > 0 {
 		args = append(args, "--checkpoint-write-time", t.WriteTime.String())
+	}
+	if t.ResumedStepTime > 0 {
+		args = append(args, "--resumed-step-duration", t.ResumedStepTime.String())
 	}
 	w.Args(args...)
 	if t.Queue != "" {

@@ -2,9 +2,10 @@
 // subcommands play the workloads the suite schedules.
 //
 //	gpu-workload probe [--expect N] [--expect-ids id1,id2] [--hold D]
-//	gpu-workload train --steps S --step-duration D --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
+//	gpu-workload train --steps S --step-duration D [--resumed-step-duration D] --checkpoint-dir DIR
+//	                   --checkpoint-every K [--work-id ID]
 //	gpu-workload gang --workers W [--rank R] [--coordinator HOST] [--port P] --steps S --step-duration D
-//	                  --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
+//	                  [--resumed-step-duration D] --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
 //	gpu-workload podresources [--socket PATH] [--namespace NS] [--pod NAME] [--timeout D]
 //	gpu-workload device-test [--nvidia-smi-timeout D]
 //
@@ -154,6 +155,28 @@ func (o *optionalInt) Set(s string) error {
 	return nil
 }
 
+// optionalDuration is a duration flag that tells whether it was given.
+type optionalDuration struct{ value *time.Duration }
+
+func (o *optionalDuration) String() string {
+	if o.value == nil {
+		return ""
+	}
+	return o.value.String()
+}
+
+func (o *optionalDuration) Set(s string) error {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("not a duration: %q", s)
+	}
+	o.value = &d
+	return nil
+}
+
+// resumedStepUsage is the --resumed-step-duration flag's help, train's and gang's.
+const resumedStepUsage = "simulated work per step once the attempt resumed from a checkpoint (default --step-duration): a test's work must outlast its fault, not run as long again after the resume"
+
 func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("probe", "[--expect N] [--expect-ids id1,id2]", stderr)
 	var expect optionalInt
@@ -210,13 +233,21 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "checkpoint every K steps (required, > 0)")
 	fs.StringVar(&cfg.WorkID, "work-id", train.DefaultWorkID, "identity of the work; checkpoints of another work are never resumed")
 	fs.DurationVar(&cfg.CheckpointWriteTime, "checkpoint-write-time", 0, "simulated time each checkpoint write takes (a large model)")
+	var resumedStep optionalDuration
+	fs.Var(&resumedStep, "resumed-step-duration", resumedStepUsage)
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
+	cfg.ResumedStepDuration = resumedStep.value
 	if err := cfg.Validate(); err != nil {
 		return usageError(fs, stderr, err.Error())
 	}
-	cfg.StepDuration = slowedDown(cfg.StepDuration, os.Getenv(fakegpu.EnvSlowdown), stderr)
+	slowdown := os.Getenv(fakegpu.EnvSlowdown)
+	cfg.StepDuration = slowedDown(cfg.StepDuration, slowdown, stderr)
+	if cfg.ResumedStepDuration != nil {
+		d := slowedDown(*cfg.ResumedStepDuration, slowdown, io.Discard)
+		cfg.ResumedStepDuration = &d
+	}
 	sum, err := train.Run(ctx, cfg, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpu-workload train: %v\n", err)
@@ -242,10 +273,13 @@ func runGang(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&cfg.CheckpointEvery, "checkpoint-every", 0, "checkpoint every K steps (required, > 0)")
 	fs.StringVar(&cfg.WorkID, "work-id", train.DefaultWorkID, "identity of the work; checkpoints of another work are never resumed, workers of another work never admitted")
 	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", gang.DefaultRendezvousTimeout, "how long to wait for all workers to join (> 0)")
+	var resumedStep optionalDuration
+	fs.Var(&resumedStep, "resumed-step-duration", resumedStepUsage)
 	fs.DurationVar(&cfg.PeerTimeout, "peer-timeout", gang.DefaultPeerTimeout, "how long a step may wait for the other workers' contributions before the coordinator declares a peer lost and stops the gang; a worker that hears nothing gives up 10% (at least 1s) later (> 0)")
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
+	cfg.ResumedStepDuration = resumedStep.value
 	switch {
 	case rank.value != nil:
 		cfg.Rank = *rank.value

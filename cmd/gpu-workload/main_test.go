@@ -24,19 +24,21 @@ import (
 
 func TestUsageErrorsExitTwo(t *testing.T) {
 	cases := map[string][]string{
-		"no command":            nil,
-		"unknown command":       {"frobnicate"},
-		"unknown probe flag":    {"probe", "--nope"},
-		"negative expect":       {"probe", "--expect", "-1"},
-		"non-integer expect":    {"probe", "--expect", "two"},
-		"stray argument":        {"probe", "extra"},
-		"train without steps":   {"train", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1"},
-		"train without dir":     {"train", "--steps", "3", "--checkpoint-every", "1"},
-		"train zero interval":   {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "0"},
-		"train negative sleep":  {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1", "--step-duration", "-1s"},
-		"podresources bad flag": {"podresources", "--sock", "x"},
-		"device-test argument":  {"device-test", "vectorAdd"},
-		"device-test timeout":   {"device-test", "--nvidia-smi-timeout", "0s"},
+		"no command":             nil,
+		"unknown command":        {"frobnicate"},
+		"unknown probe flag":     {"probe", "--nope"},
+		"negative expect":        {"probe", "--expect", "-1"},
+		"non-integer expect":     {"probe", "--expect", "two"},
+		"stray argument":         {"probe", "extra"},
+		"train without steps":    {"train", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1"},
+		"train without dir":      {"train", "--steps", "3", "--checkpoint-every", "1"},
+		"train zero interval":    {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "0"},
+		"train negative sleep":   {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1", "--step-duration", "-1s"},
+		"train negative resumed": {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1", "--resumed-step-duration", "-1s"},
+		"train resumed no unit":  {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1", "--resumed-step-duration", "5"},
+		"podresources bad flag":  {"podresources", "--sock", "x"},
+		"device-test argument":   {"device-test", "vectorAdd"},
+		"device-test timeout":    {"device-test", "--nvidia-smi-timeout", "0s"},
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -99,6 +101,7 @@ func TestGangUsageErrorsExitTwo(t *testing.T) {
 		"zero peer timeout":     {[]string{"--workers", "1", "--rank", "0", "--peer-timeout", "0s"}, "", "--peer-timeout must be > 0"},
 		"zero rendezvous":       {[]string{"--workers", "1", "--rank", "0", "--rendezvous-timeout", "0s"}, "", "--rendezvous-timeout and --peer-timeout must be > 0"},
 		"negative step":         {[]string{"--workers", "1", "--rank", "0", "--step-duration", "-1s"}, "", "--step-duration must be >= 0"},
+		"negative resumed step": {[]string{"--workers", "1", "--rank", "0", "--resumed-step-duration", "-1s"}, "", "--resumed-step-duration must be >= 0"},
 		"non-integer rank flag": {[]string{"--workers", "1", "--rank", "x"}, "", "not an integer"},
 	}
 	for name, tc := range cases {
@@ -334,9 +337,9 @@ func TestBinaryTrainSIGTERMThenResume(t *testing.T) {
 		t.Fatalf("no final checkpoint for step %d: %v", stoppedAt, err)
 	}
 
-	// The next attempt resumes from the SIGTERM checkpoint and finishes.
+	// The next attempt resumes from the SIGTERM checkpoint and finishes, at --resumed-step-duration.
 	total := stoppedAt + 3
-	resume := exec.Command(bin, append(args, "--steps", strconv.Itoa(total), "--step-duration", "0s")...)
+	resume := exec.Command(bin, append(args, "--steps", strconv.Itoa(total), "--resumed-step-duration", "1ms")...)
 	resume.Env = hermeticEnv()
 	out, err := resume.Output()
 	if err != nil {
@@ -346,8 +349,8 @@ func TestBinaryTrainSIGTERMThenResume(t *testing.T) {
 	var start, done map[string]any
 	_ = json.Unmarshal([]byte(evLines[0]), &start)
 	_ = json.Unmarshal([]byte(evLines[len(evLines)-1]), &done)
-	if start["event"] != "start" || start["resumed_from"] != float64(stoppedAt) || start["restarts"] != float64(1) {
-		t.Errorf("start = %v, want resumed_from %d restarts 1", start, stoppedAt)
+	if start["event"] != "start" || start["resumed_from"] != float64(stoppedAt) || start["restarts"] != float64(1) || start["step_duration"] != "1ms" {
+		t.Errorf("start = %v, want resumed_from %d restarts 1 step_duration 1ms", start, stoppedAt)
 	}
 	if done["event"] != "done" || done["steps"] != float64(total) || done["steps_run_this_attempt"] != float64(3) {
 		t.Errorf("done = %v, want steps %d with 3 run this attempt", done, total)

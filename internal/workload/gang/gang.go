@@ -50,11 +50,13 @@ type Config struct {
 	Coordinator string
 	// Port is the coordinator's TCP port; zero means DefaultPort.
 	Port int
-	// Steps, StepDuration, CheckpointEvery and WorkID mean what they mean to train.
-	Steps           int
-	StepDuration    time.Duration
-	CheckpointEvery int
-	WorkID          string
+	// Steps, StepDuration, ResumedStepDuration, CheckpointEvery and WorkID mean what they mean to train
+	// (a gang resumes from the checkpoint every rank holds).
+	Steps               int
+	StepDuration        time.Duration
+	ResumedStepDuration *time.Duration
+	CheckpointEvery     int
+	WorkID              string
 	// CheckpointDir holds one directory per rank, rank-<R>; it must outlive the pod.
 	CheckpointDir string
 	// RendezvousTimeout bounds the wait for all Workers to join; zero means DefaultRendezvousTimeout.
@@ -92,6 +94,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--steps must be > 0, got %d", c.Steps)
 	case c.StepDuration < 0:
 		return fmt.Errorf("--step-duration must be >= 0, got %s", c.StepDuration)
+	case c.ResumedStepDuration != nil && *c.ResumedStepDuration < 0:
+		return fmt.Errorf("--resumed-step-duration must be >= 0, got %s", *c.ResumedStepDuration)
 	case c.CheckpointDir == "":
 		return errors.New("--checkpoint-dir is required")
 	case c.CheckpointEvery <= 0:
@@ -225,10 +229,14 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		ResumedFrom: state.Step, Resumed: start.Resumed, Attempt: start.Attempt, Restarts: state.Restarts,
 		FirstStart: state.FirstStart.Format(time.RFC3339),
 	}
+	stepDuration := cfg.StepDuration
+	if start.Resumed && cfg.ResumedStepDuration != nil {
+		stepDuration = *cfg.ResumedStepDuration
+	}
 	ev.emit(map[string]any{
 		"event": "start", "workers": cfg.Workers, "work_id": cfg.WorkID, "resumed": start.Resumed,
 		"resumed_from": state.Step, "resumed_file": resumedFile, "attempt": start.Attempt, "restarts": state.Restarts,
-		"steps": cfg.Steps, "checkpoint_every": cfg.CheckpointEvery, "step_duration": cfg.StepDuration.String(),
+		"steps": cfg.Steps, "checkpoint_every": cfg.CheckpointEvery, "step_duration": stepDuration.String(),
 		"first_start": sum.FirstStart,
 	})
 
@@ -246,7 +254,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 
 	var stopErr error // why the loop ended early: ctx's error or a *PeerLostError
 	for step := state.Step + 1; step <= cfg.Steps; step++ {
-		if stopErr = cfg.sleep(ctx, cfg.StepDuration); stopErr != nil {
+		if stopErr = cfg.sleep(ctx, stepDuration); stopErr != nil {
 			break
 		}
 		combined, err := g.ex.exchange(ctx, step, contribution(state.Digest, step, cfg.Rank))

@@ -338,8 +338,19 @@ func TestSIGTERMThenResumeFromTheNewestCommonCheckpoint(t *testing.T) {
 		}
 	}
 
-	// Attempt 2 resumes every rank from step 5 and ends where an uninterrupted gang does.
-	for r, res := range runGang(t, nil, gangConfigs(localListener(t), dir, 3, 20)) {
+	// Attempt 2 resumes every rank from step 5 and ends where an uninterrupted gang does, at the resumed
+	// pace (--resumed-step-duration) where attempt 1 stepped at --step-duration (0 here).
+	fast := 3 * time.Millisecond
+	resumedCfgs := gangConfigs(localListener(t), dir, 3, 20)
+	paces := make([][]time.Duration, len(resumedCfgs))
+	for r := range resumedCfgs {
+		resumedCfgs[r].ResumedStepDuration = &fast
+		resumedCfgs[r].sleep = func(_ context.Context, d time.Duration) error { paces[r] = append(paces[r], d); return nil }
+	}
+	for r, res := range runGang(t, nil, resumedCfgs) {
+		if len(paces[r]) != 15 || slices.ContainsFunc(paces[r], func(d time.Duration) bool { return d != fast }) {
+			t.Errorf("rank %d slept %v in its resumed attempt, want 15 steps of %v", r, paces[r], fast)
+		}
 		if res.err != nil {
 			t.Fatalf("rank %d: %v", r, res.err)
 		}
@@ -495,6 +506,10 @@ func TestValidate(t *testing.T) {
 			c.CheckpointEvery = 0
 		},
 		"--peer-timeout": func(c *Config) { c.PeerTimeout = -time.Second },
+		"--resumed-step-duration": func(c *Config) {
+			d := -time.Millisecond
+			c.ResumedStepDuration = &d
+		},
 	}
 	for flag, mutate := range cases {
 		c := ok

@@ -31,6 +31,10 @@ type Config struct {
 	Steps int
 	// StepDuration is the simulated work per step (>= 0).
 	StepDuration time.Duration
+	// ResumedStepDuration, when set (>= 0), is the simulated work per step of an attempt that resumed from
+	// a checkpoint, instead of StepDuration: a test needs its work to outlast the fault it injects, not to
+	// run as long again once it has resumed (only that it completes with an uninterrupted run's state).
+	ResumedStepDuration *time.Duration
 	// CheckpointDir holds this work's checkpoints; it must outlive the pod (a PVC or hostPath).
 	CheckpointDir string
 	// CheckpointEvery is the checkpoint interval in steps (> 0).
@@ -61,6 +65,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--steps must be > 0, got %d", c.Steps)
 	case c.StepDuration < 0:
 		return fmt.Errorf("--step-duration must be >= 0, got %s", c.StepDuration)
+	case c.ResumedStepDuration != nil && *c.ResumedStepDuration < 0:
+		return fmt.Errorf("--resumed-step-duration must be >= 0, got %s", *c.ResumedStepDuration)
 	case c.CheckpointDir == "":
 		return errors.New("--checkpoint-dir is required")
 	case c.CheckpointEvery <= 0:
@@ -154,10 +160,14 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		Restarts:   state.Restarts,
 		FirstStart: state.FirstStart.Format(time.RFC3339),
 	}
+	stepDuration := cfg.StepDuration
+	if resumed != nil && cfg.ResumedStepDuration != nil {
+		stepDuration = *cfg.ResumedStepDuration
+	}
 	ev.emit(map[string]any{
 		"event": "start", "work_id": cfg.WorkID, "resumed": resumed != nil, "resumed_from": state.Step,
 		"resumed_file": resumedPath, "restarts": state.Restarts, "steps": cfg.Steps,
-		"checkpoint_every": cfg.CheckpointEvery, "step_duration": cfg.StepDuration.String(),
+		"checkpoint_every": cfg.CheckpointEvery, "step_duration": stepDuration.String(),
 		"first_start": sum.FirstStart,
 	})
 
@@ -179,7 +189,7 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 
 	interrupted := false
 	for step := state.Step + 1; step <= cfg.Steps; step++ {
-		if err := cfg.sleep(ctx, cfg.StepDuration); err != nil {
+		if err := cfg.sleep(ctx, stepDuration); err != nil {
 			interrupted = true
 			break
 		}

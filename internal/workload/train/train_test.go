@@ -372,6 +372,47 @@ func TestInterruptMidStepCheckpointsAndResumes(t *testing.T) {
 	}
 }
 
+// A resumed attempt steps at --resumed-step-duration when it is given, a fresh one at --step-duration
+// always, and the work ends in the state of an uninterrupted run either way.
+func TestAResumedAttemptStepsAtItsOwnPace(t *testing.T) {
+	dir := t.TempDir()
+	cfg := baseConfig(dir)
+	fast := 100 * time.Microsecond
+	cfg.ResumedStepDuration = &fast
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var paces []time.Duration
+	stopAt := interruptAt(7, cancel)
+	cfg.sleep = func(ctx context.Context, d time.Duration) error { paces = append(paces, d); return stopAt(ctx, d) }
+	var out bytes.Buffer
+	if _, err := Run(ctx, cfg, &out); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range paces {
+		if d != time.Millisecond {
+			t.Fatalf("a fresh attempt stepped at %v, want --step-duration's 1ms: %v", d, paces)
+		}
+	}
+	if start := find(events(t, &out), "start")[0]; start["step_duration"] != "1ms" {
+		t.Errorf("fresh start = %v, want step_duration 1ms", start)
+	}
+	paces, out = nil, bytes.Buffer{}
+	cfg.sleep = func(_ context.Context, d time.Duration) error { paces = append(paces, d); return nil }
+	sum, err := Run(t.Context(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(paces) != 14 || slices.ContainsFunc(paces, func(d time.Duration) bool { return d != fast }) {
+		t.Errorf("the resumed attempt slept %v, want 14 steps of %v", paces, fast)
+	}
+	if start := find(events(t, &out), "start")[0]; start["step_duration"] != fast.String() || start["resumed"] != true {
+		t.Errorf("resumed start = %v, want step_duration %v", start, fast)
+	}
+	if sum.Status != StatusCompleted || sum.StateDigest != Digest("w1", 20) {
+		t.Errorf("resumed summary = %+v, want completed with the uninterrupted digest %s", sum, Digest("w1", 20))
+	}
+}
+
 // A slow checkpoint write takes its time before the checkpoint exists: the write time is spent for each
 // checkpoint, the SIGTERM one included.
 func TestCheckpointWriteTimeIsSpentPerCheckpoint(t *testing.T) {
@@ -481,6 +522,10 @@ func TestValidate(t *testing.T) {
 		"--step-duration must be >= 0":   func(c *Config) { c.StepDuration = -time.Second },
 		"--checkpoint-dir is required":   func(c *Config) { c.CheckpointDir = "" },
 		"--checkpoint-every must be > 0": func(c *Config) { c.CheckpointEvery = -1 },
+		"--resumed-step-duration must be >= 0": func(c *Config) {
+			d := -time.Second
+			c.ResumedStepDuration = &d
+		},
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
