@@ -17,14 +17,15 @@ E2E_ARGS ?=
 E2E_TIMEOUT ?= 60m
 # Ginkgo processes for the suite (gpuconform run --procs). On this 2-core machine the processes mostly wait,
 # on the cluster or on a pool lock (the CPUs were 30-70% busy with 3 and with 6), so more processes run more of
-# what the locks allow: 6 finished the suite in 15m46s where 3 took 17m23s. Specs run side by side except where a spec leases
+# what the locks allow: 6 finished the suite in 15m46s where 3 took 17m23s, and the stoppers waiting their
+# turn (stops:node, one at a time) hold up to four processes idle, so 9. Specs run side by side except where a spec leases
 # one node of its path (holds:node, beside the other nodes' holders and the other path's specs), holds its
 # path (holds:path, beside the other path's specs) or the nodes (holds:nodes, alone), stops a node
 # (stops:node, one at a time) or upgrades the canary (holds:canary, beside all but the stoppers and device
 # faults). 1 runs in one process. Several processes take the specs in
 # Ginkgo's order, which registers each path's container whole; randomizing every spec's order mixes the
 # paths, so a process that holds one path finds the other path's specs to run beside it.
-E2E_PROCS ?= 6
+E2E_PROCS ?= 9
 # The in-cluster runner's pod asks for 512 MiB more memory per process; its run is the allocation specs only.
 INCLUSTER_PROCS ?= 3
 E2E_ORDER = $(if $(filter-out 1,$(E2E_PROCS)),--ginkgo.randomize-all)

@@ -120,7 +120,7 @@ type Bench struct {
 type LockFloor struct {
 	Serial, Nodes time.Duration
 	// Stops is the work of the stops:node specs, which stop one node at a time, and of the upgrade
-	// rehearsal, which keeps every node from stopping.
+	// rehearsal until it lets its locks go, which keeps every node from stopping until then.
 	Stops time.Duration
 	// Path is the work of the holds:path specs per path; Node the work of the holds:node specs per path and
 	// leased node; Shared the work of every other spec. A stops:node spec's work is in Stops and in Path or
@@ -185,8 +185,13 @@ func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 		f.Nodes += work
 	case slices.Contains(specLabels, labels.HoldsCanary):
 		// It keeps every node from stopping, so it counts with the stoppers, and on the known-good node it
-		// holds (if any is in the GPU pool).
-		f.Stops += work
+		// holds (if any is in the GPU pool); once it lets those go, the rest of its work runs beside.
+		held := work
+		if h, ok := leaseHeld(sp); ok && h < work {
+			held = h
+			f.Shared += work - h
+		}
+		f.Stops += held
 		if leasedNode(sp) != "" {
 			onNode()
 		}

@@ -63,7 +63,7 @@ func DriverSpec(input func() DriverInput) {
 			continue
 		}
 		describePath(input, regPath, "GPU driver and runtime versions", "driver", []any{labels.Of(labels.Scenario(driverName))}, func(s *Spec[DriverInput]) {
-			ginkgo.It("shows a pod on each GPU node the driver and CUDA versions the node advertises on this path", proves(driverName, conformance.DriverRuntimeManagement), func(ctx context.Context) {
+			ginkgo.It("shows a pod on each GPU node the driver and CUDA versions the node advertises on this path", proves(driverName, conformance.DriverRuntimeManagement), poolReadersFirst, func(ctx context.Context) {
 				driverAgreement(ctx, s, nodes)
 			})
 		})

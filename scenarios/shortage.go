@@ -190,7 +190,7 @@ func ShortageSpec(input func() ShortageInput) {
 					{"memory", corev1.ResourceMemory, mem, maxMem, memNode, diagnose.InsufficientMemory},
 				} {
 					ginkgo.It(fmt.Sprintf("diagnoses a pod asking for 1 device and more %s than any node's allocatable as %s, not as a device shortage", c.what, c.reason),
-						func(ctx context.Context) {
+						poolReadersFirst, func(ctx context.Context) {
 							ginkgo.By(fmt.Sprintf("requesting %s %s; the most any node has allocatable is %s (%s)", c.ask.String(), c.what, c.most.String(), c.node))
 							w := s.Env.Factory.GPUPod("too-much-"+string(c.resource), s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(c.resource, c.ask)
 							pendingPodDiagnosed(ctx, s.Env, w, expectation{

@@ -187,10 +187,25 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 // run alone. The other specs fill the processes around it.
 var chainFirst = ginkgo.SpecPriority(1)
 
-// noDevicesFirst is the priority of the devices:none specs, higher still: they take seconds each, run
+// rehearsalFirst is the upgrade rehearsal's priority: the first of the chain. It holds the faults lock
+// and a known-good node until it has compared the known-good pool, and takes them after the stops lock
+// (faultsLock): first in the chain it takes them before any faults:device or holds:node spec has started,
+// where later it kept the chain waiting for those (bench of the lock rename: 125 s) or them waiting for
+// the chain.
+var rehearsalFirst = ginkgo.SpecPriority(2)
+
+// noDevicesFirst is the priority of the devices:none specs, highest: they take seconds each, run
 // beside each other, and hold the stops lock shared, so started after the chain they would each hold a
 // process idle until the whole chain is done. They run in the run's first seconds, the chain after them.
-var noDevicesFirst = ginkgo.SpecPriority(2)
+var noDevicesFirst = ginkgo.SpecPriority(3)
+
+// poolReadersFirst is the priority of the plain specs (no holds:*, on:node or devices:none label), which
+// take every node of their path shared (pathHold): they need the whole path free of node holders at one
+// moment, which under a stream of holds:node leases (each queued exclusive, first) comes only at the run's
+// end, so started later they each waited minutes and ended the run (bench of 452fd90: 11-156 s waits, the
+// last ending at 828 s of 835). They take seconds; they run in the run's first seconds, beside the
+// devices:none specs, before the chain and the node holders start.
+var poolReadersFirst = ginkgo.SpecPriority(2)
 
 // failingDevices fails the spec unless it is labelled faults:device: a device fault under the upgrade
 // rehearsal would read as the known-good pool changing (canaryHold).
@@ -328,8 +343,11 @@ const stopsLock = "node-stops"
 
 // faultsLock is the lock of the specs that fail a device (faults:device, shared) and of the upgrade
 // rehearsal (holds:canary, exclusive), which compares what every known-good node offers before and after.
-// Its name sorts before every other lock's.
-const faultsLock = "device-faults"
+// Its name sorts after the stops lock's and before every path's: the rehearsal, which takes both
+// exclusive, waits for the node stoppers (one at a time, the run's longest line) before it holds the
+// faults lock, not while it does (CI 45e7c8d, bench of 452fd90: named to sort first, it kept every
+// faults:device spec waiting through the stoppers ahead of it, 284-471 s).
+const faultsLock = "node-unhealthy-devices"
 
 // poolPlan is how a spec holds the pool locks: locks, each in its mode, then (holds:node) one of lease
 // exclusive.
@@ -417,16 +435,16 @@ type canaryPlan struct {
 	locks []poollock.Lock
 	good  []string
 	// early are the locks the rehearsal lets go once it has compared the known-good pool (letGo): the
-	// faults lock, the known-good nodes' and the paths it holds only for them. It keeps the stops lock (a
-	// node stopping would read as the canary's rollback failing, and no devices:none spec may diagnose
-	// the pool while the rollback restarts the canary's stack) and the canary's.
+	// faults and stops locks, the known-good nodes' and the paths it holds only for them. It keeps the
+	// canary's: its application checks and rollback use the canary alone, so devices may fail and nodes
+	// stop elsewhere beside them (a stopped known-good node restarts its GPU stack's pods: the rehearsal
+	// compares those before it lets go, and only the versions after).
 	early []string
 }
 
 // canaryHold plans the upgrade rehearsal's locks (holds:canary): the faults and stops locks exclusive
-// (no device fails and no node stops while it compares the known-good pool before and after, no node
-// stops under its canary checks and rollback, and no devices:none spec diagnoses the pool while the
-// canary is cordoned or rolled back); on every path, each canary node that
+// (no device fails and no node stops while it compares the known-good pool before and after, and no
+// devices:none spec diagnoses the pool while the canary is cordoned); on every path, each canary node that
 // is in the GPU pool exclusive (the suite's other pods stay off the nodes it drains and upgrades); and on
 // its first path, where its pods on the known-good pool go (need devices: a sentinel, the serving
 // reserve's replicas after the drain, the reference load), the known-good nodes with the most devices
@@ -437,12 +455,12 @@ type canaryPlan struct {
 // specs lease (the first to come free): a lease taken after the canary's locks could wait on a plain
 // spec that holds the known-good node shared while it waits for a canary node's lock.
 //
-// The faults lock, the known-good nodes' locks and the paths held for them alone are early (canaryPlan):
-// the rehearsal needs them until it has compared the known-good pool, not through the canary's
-// application checks and rollback.
+// The faults and stops locks, the known-good nodes' locks and the paths held for them alone are early
+// (canaryPlan): the rehearsal needs them until it has compared the known-good pool, not through the
+// canary's application checks and rollback.
 func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
 	plan := canaryPlan{locks: []poollock.Lock{{Name: faultsLock, Mode: poollock.Exclusive}, {Name: stopsLock, Mode: poollock.Exclusive}},
-		early: []string{faultsLock}}
+		early: []string{faultsLock, stopsLock}}
 	for i, p := range b.Paths {
 		pool := b.eligible(p, 1)
 		var nodes []string
@@ -487,7 +505,7 @@ func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
 // once the canary is rolled back and uncordoned and its pods are gone. It returns the known-good nodes
 // the rehearsal's pods may use, and letGo, which lets the plan's early locks go once the rehearsal's pods
 // on those nodes are gone (before its cleanup; once however often it is called) and records how long it
-// held the known-good node it is counted on.
+// held them (poollock.LeaseHeldEntry: the bench counts that in the chain and on the known-good node).
 func holdCanary(ctx context.Context, env *testenv.Env, b Base, canary, good []string, need int64) (forPods []string, letGo func()) {
 	ginkgo.GinkgoHelper()
 	plan := canaryHold(b, canary, good, need)
@@ -502,7 +520,7 @@ func holdCanary(ctx context.Context, env *testenv.Env, b Base, canary, good []st
 		}
 	}
 	letGo = func() {
-		if counted != "" && held.Holds(counted) {
+		if held.Holds(stopsLock) {
 			ginkgo.AddReportEntry(poollock.LeaseHeldEntry, time.Since(heldAt).Seconds(), ginkgo.ReportEntryVisibilityNever)
 		}
 		held.Drop(plan.early...)

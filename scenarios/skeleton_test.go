@@ -71,6 +71,15 @@ func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 	}
 }
 
+// HoldLocks takes locks in name order: the rehearsal (stops and faults exclusive) must wait for the stops
+// lock before it takes the faults lock, or it keeps every faults:device spec waiting behind the node
+// stoppers; and both come before the paths' and the nodes' (a holds:node lease is taken after them).
+func TestTheStopsLockComesBeforeTheFaultsLockAndBothBeforeThePaths(t *testing.T) {
+	if stopsLock >= faultsLock || faultsLock >= "path-" {
+		t.Errorf("lock names %q, %q and the paths' path-*: want the stops lock first, the faults lock second", stopsLock, faultsLock)
+	}
+}
+
 func TestCanaryHoldTakesTheCanaryAndEnoughKnownGoodDevices(t *testing.T) {
 	sh, ex := poollock.SharedFirst, poollock.Exclusive // the paths it holds shared, it queues for first
 	lk := func(name string, m poollock.Mode) poollock.Lock { return poollock.Lock{Name: name, Mode: m} }
@@ -85,24 +94,24 @@ func TestCanaryHoldTakesTheCanaryAndEnoughKnownGoodDevices(t *testing.T) {
 		need  int64
 		locks []poollock.Lock
 		good  []string
-		// early: what it lets go once it has compared the known-good pool (the faults lock, the known-good
-		// nodes, a path held for them alone); never the stops lock or the canary's.
+		// early: what it lets go once it has compared the known-good pool (the faults and stops locks, the
+		// known-good nodes, a path held for them alone); never the canary's.
 		early []string
 	}{
 		{"one known-good node has what its pods need", local, 4,
 			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@w2", ex)), []string{"w2"},
-			[]string{faultsLock, "path-device-plugin@w2", "path-device-plugin"}},
+			[]string{faultsLock, stopsLock, "path-device-plugin@w2", "path-device-plugin"}},
 		{"the known-good node with most devices is short: the next one too", local, 5,
 			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@w2", ex), lk("path-device-plugin@w1", ex)), []string{"w2", "w1"},
-			[]string{faultsLock, "path-device-plugin@w2", "path-device-plugin@w1", "path-device-plugin"}},
+			[]string{faultsLock, stopsLock, "path-device-plugin@w2", "path-device-plugin@w1", "path-device-plugin"}},
 		// A real cluster where the canary is part of the GPU pool: its node on every path.
 		{"the canary is in the GPU pool", Base{Paths: []gpu.Path{dp, dra}, GPUPool: []string{"w1", "w2", "c1"}}, 4,
 			append(slices.Clone(first), lk("path-device-plugin", sh), lk("path-device-plugin@c1", ex), lk("path-device-plugin@w2", ex),
 				lk("path-dra", sh), lk("path-dra@c1", ex)), []string{"w2"},
-			[]string{faultsLock, "path-device-plugin@w2"}},
+			[]string{faultsLock, stopsLock, "path-device-plugin@w2"}},
 		// Known-good nodes outside the GPU pool: no other spec uses them, no lock for them.
 		{"the known-good pool is not the suite's GPU pool", Base{Paths: []gpu.Path{dp, dra}, GPUPool: []string{"w9"}}, 4, first, []string{"w2"},
-			[]string{faultsLock}},
+			[]string{faultsLock, stopsLock}},
 	} {
 		got := canaryHold(c.b, []string{"c1"}, []string{"w1", "w2"}, c.need)
 		if !slices.Equal(got.locks, c.locks) || !slices.Equal(got.good, c.good) || !slices.Equal(got.early, c.early) {
@@ -110,7 +119,7 @@ func TestCanaryHoldTakesTheCanaryAndEnoughKnownGoodDevices(t *testing.T) {
 		}
 	}
 	// No known-good node has a device on the first path: nothing for its pods (the rehearsal says so).
-	if got := canaryHold(local, []string{"c1"}, []string{"w3"}, 4); len(got.good) != 0 || !slices.Equal(got.locks, first) || !slices.Equal(got.early, []string{faultsLock}) {
+	if got := canaryHold(local, []string{"c1"}, []string{"w3"}, 4); len(got.good) != 0 || !slices.Equal(got.locks, first) || !slices.Equal(got.early, []string{faultsLock, stopsLock}) {
 		t.Errorf("no known-good device: %+v", got)
 	}
 }

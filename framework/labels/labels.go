@@ -55,10 +55,10 @@ const (
 	// offers before and after.
 	FaultsDevice = "faults:device"
 	// HoldsCanary marks the driver-upgrade rehearsal: it holds the canary pool's nodes on every path, one
-	// known-good node for its pods there (sentinel, serving reserve, reference load) and keeps every device
-	// from failing until it has compared the known-good pool before and after (faults:device specs wait),
-	// and keeps every node from stopping to its end (stops:node specs wait); every other spec runs beside
-	// it, and on the known-good node once it has let that go.
+	// known-good node for its pods there (sentinel, serving reserve, reference load), and keeps every
+	// device from failing and every node from stopping until it has compared the known-good pool before and
+	// after (faults:device and stops:node specs wait); every other spec runs beside it, and they all run
+	// beside its canary checks and rollback once it has let the rest go.
 	HoldsCanary = "holds:canary"
 	// Slow marks specs expected to take longer than five minutes on a real cluster.
 	Slow = "Slow"

@@ -38,9 +38,10 @@ const WaitEntry = "pool lock wait seconds"
 // the bench counts each node's holders apart.
 const LeaseEntry = "pool lease node"
 
-// LeaseHeldEntry names the Ginkgo report entry in which a spec that let its leased node go before its end
+// LeaseHeldEntry names the Ginkgo report entry in which a spec that let its locks go before its end
 // (Held.Drop: the upgrade rehearsal, once it has compared the known-good pool) records, in seconds, how
-// long it held it: the bench counts that on the node, not the spec's whole work.
+// long it held them: the bench counts that in the one-at-a-time chain and on its leased node, not the
+// spec's whole work.
 const LeaseHeldEntry = "pool lease held seconds"
 
 // LeasePathEntry names the Ginkgo report entry with the path whose node lock the spec leased (LeaseEntry):

@@ -404,12 +404,12 @@ func TestModesMergeToTheStrongest(t *testing.T) {
 // Release the rest, once however often it is called.
 func TestDropLetsTheNamedLocksGoAndKeepsTheOthers(t *testing.T) {
 	dir := t.TempDir()
-	h, _, err := HoldSet(t.Context(), dir, []Lock{{Name: "device-faults", Mode: Exclusive}, {Name: "path-dp@good", Mode: Exclusive}, {Name: "path-dp@canary", Mode: Exclusive}, {Name: "path-dp", Mode: SharedFirst}})
+	h, _, err := HoldSet(t.Context(), dir, []Lock{{Name: "node-unhealthy-devices", Mode: Exclusive}, {Name: "path-dp@good", Mode: Exclusive}, {Name: "path-dp@canary", Mode: Exclusive}, {Name: "path-dp", Mode: SharedFirst}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.Drop("device-faults", "path-dp@good", "not-held")
-	for _, free := range []string{"device-faults", "path-dp@good"} {
+	h.Drop("node-unhealthy-devices", "path-dp@good", "not-held")
+	for _, free := range []string{"node-unhealthy-devices", "path-dp@good"} {
 		if h.Holds(free) {
 			t.Errorf("%s is still held after Drop", free)
 		}
