@@ -321,19 +321,27 @@ type RequestSource struct {
 	ScenarioCount int64
 }
 
-// leaseHeld is how long a spec that let its leased node go before its end held it (poollock's
-// LeaseHeldEntry); false when it kept the node to its end.
+// leaseHeld is how long a spec that let its locks go before its end held them (poollock's
+// LeaseHeldEntry); false when it kept them to its end.
 func leaseHeld(sp types.SpecReport) (time.Duration, bool) {
 	for _, e := range sp.ReportEntries {
 		if e.Name != poollock.LeaseHeldEntry {
 			continue
 		}
-		var secs float64
-		if data, err := json.Marshal(e.Value.GetRawValue()); err == nil && json.Unmarshal(data, &secs) == nil {
-			return time.Duration(secs * float64(time.Second)), true
+		if d, ok := entrySeconds(e); ok {
+			return d, true
 		}
 	}
 	return 0, false
+}
+
+// entrySeconds reads a report entry whose value is a number of seconds.
+func entrySeconds(e types.ReportEntry) (time.Duration, bool) {
+	var secs float64
+	if data, err := json.Marshal(e.Value.GetRawValue()); err != nil || json.Unmarshal(data, &secs) != nil {
+		return 0, false
+	}
+	return time.Duration(secs * float64(time.Second)), true
 }
 
 // lockWait is how long the spec waited for its pool locks: the sum of its LockWaitEntry entries (an
@@ -344,9 +352,8 @@ func lockWait(sp types.SpecReport) time.Duration {
 		if e.Name != LockWaitEntry {
 			continue
 		}
-		var secs float64
-		if data, err := json.Marshal(e.Value.GetRawValue()); err == nil && json.Unmarshal(data, &secs) == nil {
-			total += time.Duration(secs * float64(time.Second))
+		if d, ok := entrySeconds(e); ok {
+			total += d
 		}
 	}
 	return total
@@ -364,9 +371,8 @@ func lockWaitsBetween(sp types.SpecReport, from, to time.Time) []time.Duration {
 		if e.Name != LockWaitEntry || at.Before(from) || !at.Before(to) {
 			continue
 		}
-		var secs float64
-		if data, err := json.Marshal(e.Value.GetRawValue()); err == nil && json.Unmarshal(data, &secs) == nil {
-			out = append(out, time.Duration(secs*float64(time.Second)))
+		if d, ok := entrySeconds(e); ok {
+			out = append(out, d)
 		}
 	}
 	return out
