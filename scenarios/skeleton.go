@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -114,9 +113,8 @@ func (s *Spec[I]) lease(ctx context.Context, candidates []string) []string {
 // time): the next spec there, or the upgrade rehearsal's snapshot of the known-good pool, never finds
 // a path still coming back. back bounds that wait.
 //
-// The nodes are taken one at a time, in order, each on every path: the only specs holding locks of more
-// than one path are stops:node specs, one at a time (the stops lock), and every other spec takes a
-// path's locks in the same order, so no two wait on each other.
+// The nodes are taken at once, each on every path (poollock.Take): the spec holds none while it waits
+// for another.
 func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.Duration) (keep func(node string)) {
 	ginkgo.GinkgoHelper()
 	if !slices.Contains(ginkgo.CurrentSpecReport().Labels(), labels.StopsNode) {
@@ -126,47 +124,40 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 		ginkgo.Fail("no node to stop")
 	}
 	paths := s.In.base().Paths
-	dir := poollock.Dir(s.Env.Factory.RunID)
-	held := map[string]func(){}
-	releaseAll := func() {
-		for n, release := range held {
-			release()
-			delete(held, n)
-		}
-	}
-	var waited time.Duration
-	for _, node := range slices.Compact(slices.Sorted(slices.Values(candidates))) {
-		locks := make([]poollock.Lock, 0, len(paths))
+	nodes := slices.Compact(slices.Sorted(slices.Values(candidates)))
+	lockOf := func(node string) []string {
+		names := make([]string, 0, len(paths))
 		for _, p := range paths {
-			locks = append(locks, poollock.Lock{Name: nodeLock(p.Name(), node), Mode: poollock.Exclusive})
+			names = append(names, nodeLock(p.Name(), node))
 		}
-		release, w, err := poollock.HoldLocks(ctx, dir, locks)
-		if err != nil {
-			releaseAll()
-		}
-		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "holding %s on every path", node)
-		held[node] = release
-		waited += w
+		return names
 	}
+	var locks []poollock.Lock
+	for _, node := range nodes {
+		locks = append(locks, poollock.Each(lockOf(node), poollock.Exclusive)...)
+	}
+	set, waited, err := poollock.HoldSet(ctx, poollock.Dir(s.Env.Factory.RunID), locks)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "holding %v on every path", nodes)
 	recordWait(waited)
+	held := slices.Clone(nodes)
 	prev := s.unlease
 	s.unlease = func() {
-		releaseAll()
+		set.Release()
 		if prev != nil {
 			prev()
 		}
 	}
 	keep = func(node string) {
 		ginkgo.GinkgoHelper()
-		if held[node] == nil {
-			ginkgo.Fail(fmt.Sprintf("the spec stops %s, which it does not hold (it holds %v)", node, slices.Sorted(maps.Keys(held))))
+		if !slices.Contains(held, node) {
+			ginkgo.Fail(fmt.Sprintf("the spec stops %s, which it does not hold (it holds %v)", node, held))
 		}
-		for n, release := range held {
+		for _, n := range held {
 			if n != node {
-				release()
-				delete(held, n)
+				set.Drop(lockOf(n)...)
 			}
 		}
+		held = []string{node}
 		leased(node, s.Path.Name(), 0)
 	}
 	if len(candidates) == 1 {
@@ -174,7 +165,7 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 	}
 	env := s.Env
 	ginkgo.DeferCleanup(func(ctx context.Context) {
-		for _, node := range slices.Sorted(maps.Keys(held)) {
+		for _, node := range held {
 			expectEveryPathBack(ctx, env, paths, node, "before the spec returns it to the other specs", back)
 		}
 	})
@@ -188,7 +179,7 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 var chainFirst = ginkgo.SpecPriority(1)
 
 // rehearsalFirst is the upgrade rehearsal's priority: the first of the chain. It holds the faults lock
-// and a known-good node until it has compared the known-good pool, and takes them after the stops lock
+// and a known-good node until it has compared the known-good pool, and takes them with the stops lock
 // (faultsLock): first in the chain it takes them before any faults:device or holds:node spec has started,
 // where later it kept the chain waiting for those (bench of the lock rename: 125 s) or them waiting for
 // the chain.
@@ -313,19 +304,17 @@ func pathByName(paths []gpu.Path, name string) gpu.Path {
 func holdPool(ctx context.Context, env *testenv.Env, path string, b Base) string {
 	ginkgo.GinkgoHelper()
 	plan := poolHold(ginkgo.CurrentSpecReport().Labels(), path, b)
-	dir := poollock.Dir(env.Factory.RunID)
-	release, waited, err := poollock.HoldLocks(ctx, dir, plan.locks)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the pool locks %v", plan.locks)
-	ginkgo.DeferCleanup(release)
+	// One request: a holds:node spec holds its path only once it has its node too (while every node is
+	// leased, a gang of the path is not kept off it by the wait).
+	held, waited, err := poollock.Take(ctx, poollock.Dir(env.Factory.RunID), poollock.Request{Locks: plan.locks, Any: plan.lease, AnyMode: poollock.Exclusive})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the pool locks %v and one of %v", plan.locks, plan.lease)
+	ginkgo.DeferCleanup(held.Release)
 	if len(plan.lease) == 0 {
 		recordWait(waited)
 		return ""
 	}
-	releaseNode, name, leaseWait, err := poollock.HoldAny(ctx, dir, plan.lease, poollock.Exclusive)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing one node of %v", plan.lease)
-	ginkgo.DeferCleanup(releaseNode) // runs before the path's release
-	_, node, _ := strings.Cut(name, nodeLockSep)
-	leased(node, path, waited+leaseWait)
+	_, node, _ := strings.Cut(held.Chosen(), nodeLockSep)
+	leased(node, path, waited)
 	return node
 }
 
@@ -337,16 +326,14 @@ func nodeLock(path, node string) string { return "path-" + path + nodeLockSep + 
 
 // stopsLock is the lock of the specs that stop a node or its kubelet (stops:node, exclusive) and of
 // those whose outcome reads every node's state without using a device (devices:none, shared): one node
-// stops at a time, and never under a diagnosis of the whole pool. Its name sorts before every path's, so
-// every holder takes it first.
+// stops at a time, and never under a diagnosis of the whole pool.
 const stopsLock = "node-stops"
 
 // faultsLock is the lock of the specs that fail a device (faults:device, shared) and of the upgrade
 // rehearsal (holds:canary, exclusive), which compares what every known-good node offers before and after.
-// Its name sorts after the stops lock's and before every path's: the rehearsal, which takes both
-// exclusive, waits for the node stoppers (one at a time, the run's longest line) before it holds the
-// faults lock, not while it does (CI 45e7c8d, bench of 452fd90: named to sort first, it kept every
-// faults:device spec waiting through the stoppers ahead of it, 284-471 s).
+// The rehearsal takes it with the stops lock at once (poollock.Take), so it never holds it while it waits
+// for the node stoppers ahead of it (CI 45e7c8d: taken first, it kept every faults:device spec waiting
+// through them, 284-471 s).
 const faultsLock = "node-unhealthy-devices"
 
 // poolPlan is how a spec holds the pool locks: locks, each in its mode, then (holds:node) one of lease
@@ -366,8 +353,8 @@ type poolPlan struct {
 //   - devices:none takes its path's shared and the stops lock shared: its pods never get a device, so it
 //     runs beside every node's holders, but not beside a node that stops (its diagnosis reads every node);
 //   - holds:path takes its path's exclusive (it needs more than a node: gangs across nodes);
-//   - stops:node takes the stops lock exclusive and every path's shared, queued first (SharedFirst: no
-//     holds:path spec that comes later goes before it; its own path exclusive with holds:path), then,
+//   - stops:node takes the stops lock exclusive and every path's shared (its own path exclusive with
+//     holds:path), then,
 //     once it knows the node (Spec.stopping), that node's lock on every path exclusive: the other
 //     nodes' specs go on, the specs that need the whole pool wait;
 //   - holds:nodes takes every path's exclusive (it measures a node);
@@ -397,9 +384,7 @@ func pathHold(specLabels []string, path string, b Base) poolPlan {
 	case has(labels.HoldsNodes):
 		return poolPlan{locks: every(poollock.Exclusive)}
 	case has(labels.StopsNode):
-		// SharedFirst: the stoppers are the run's longest line; waiting as plain shared holders they
-		// would let each of the path's queued holds:path specs go first, one after another.
-		locks := append([]poollock.Lock{{Name: stopsLock, Mode: poollock.Exclusive}}, every(poollock.SharedFirst)...)
+		locks := append([]poollock.Lock{{Name: stopsLock, Mode: poollock.Exclusive}}, every(poollock.Shared)...)
 		if has(labels.HoldsPath) {
 			locks = append(locks, poollock.Lock{Name: pathLock, Mode: poollock.Exclusive}) // the stronger mode wins
 		}
@@ -449,11 +434,10 @@ type canaryPlan struct {
 // its first path, where its pods on the known-good pool go (need devices: a sentinel, the serving
 // reserve's replicas after the drain, the reference load), the known-good nodes with the most devices
 // there until they have need, each exclusive where it is in the GPU pool. A path it takes a node of, it
-// holds shared, queued first as the stoppers do (a holds:path spec places pods on any of its nodes).
+// holds shared (a holds:path spec places pods on any of its nodes).
 //
-// The known-good nodes are fixed ones, taken with the others in name order, not leased as holds:node
-// specs lease (the first to come free): a lease taken after the canary's locks could wait on a plain
-// spec that holds the known-good node shared while it waits for a canary node's lock.
+// The known-good nodes are fixed ones, taken with the others at once, not leased as holds:node specs
+// lease (the first to come free): the rehearsal's pods there need the most devices.
 //
 // The faults and stops locks, the known-good nodes' locks and the paths held for them alone are early
 // (canaryPlan): the rehearsal needs them until it has compared the known-good pool, not through the
@@ -490,7 +474,7 @@ func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
 		if len(nodes) == 0 {
 			continue
 		}
-		plan.locks = append(plan.locks, poollock.Lock{Name: "path-" + p.Name(), Mode: poollock.SharedFirst})
+		plan.locks = append(plan.locks, poollock.Lock{Name: "path-" + p.Name(), Mode: poollock.Shared})
 		if !canaryHere {
 			plan.early = append(plan.early, "path-"+p.Name())
 		}

@@ -34,14 +34,14 @@ func TestQueued(t *testing.T) {
 // A spec shares its path's lock and every node's of the path; holds:node shares the path's and leases one
 // node with a device on the path; on:node shares the path's only (it leases a node when it knows which
 // fit); devices:none shares the path's and the stops lock; holds:path takes the path's alone; stops:node
-// takes the stops lock alone and shares every path, queued first (its own alone with holds:path), and holds
+// takes the stops lock alone and shares every path (its own alone with holds:path), and holds
 // the node it stops later (Spec.stopping); holds:nodes takes every path's alone.
 func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 	// w3 has no device on the path; w4, outside the GPU pool, is not the suite's to use.
 	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"gpu-0", "gpu-1"}, "w2": {"gpu-0"}, "w3": {}, "w4": {"gpu-0"}}}
 	paths := []gpu.Path{dra, &gpu.DevicePlugin{Resource: "nvidia.com/gpu"}}
 	b := Base{Paths: paths, GPUPool: []string{"w1", "w2", "w3"}}
-	sh, sf, ex := poollock.Shared, poollock.SharedFirst, poollock.Exclusive
+	sh, ex := poollock.Shared, poollock.Exclusive
 	lk := func(name string, m poollock.Mode) poollock.Lock { return poollock.Lock{Name: name, Mode: m} }
 	for _, c := range []struct {
 		labels []string
@@ -53,8 +53,8 @@ func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 		{[]string{"scenario:allocation", labels.OnNode}, []poollock.Lock{lk("path-dra", sh)}, nil}, // it leases later
 		{[]string{"scenario:shortage", labels.NoDevices}, []poollock.Lock{lk(stopsLock, sh), lk("path-dra", sh)}, nil},
 		{[]string{"scenario:gang", labels.HoldsPath}, []poollock.Lock{lk("path-dra", ex)}, nil},
-		{[]string{"scenario:failure", labels.StopsNode, labels.Disruptive}, []poollock.Lock{lk(stopsLock, ex), lk("path-dra", sf), lk("path-device-plugin", sf)}, nil},
-		{[]string{"scenario:failure", labels.StopsNode, labels.HoldsPath}, []poollock.Lock{lk(stopsLock, ex), lk("path-dra", sf), lk("path-device-plugin", sf), lk("path-dra", ex)}, nil},
+		{[]string{"scenario:failure", labels.StopsNode, labels.Disruptive}, []poollock.Lock{lk(stopsLock, ex), lk("path-dra", sh), lk("path-device-plugin", sh)}, nil},
+		{[]string{"scenario:failure", labels.StopsNode, labels.HoldsPath}, []poollock.Lock{lk(stopsLock, ex), lk("path-dra", sh), lk("path-device-plugin", sh), lk("path-dra", ex)}, nil},
 		{[]string{"scenario:sharing", labels.HoldsNodes}, []poollock.Lock{lk("path-dra", ex), lk("path-device-plugin", ex)}, nil},
 		// A device fault takes the faults lock shared besides its node's lease, or its path (a gang).
 		{[]string{"scenario:failure", labels.HoldsNode, labels.FaultsDevice}, []poollock.Lock{lk(faultsLock, sh), lk("path-dra", sh)}, []string{"path-dra@w1", "path-dra@w2"}},
@@ -71,17 +71,8 @@ func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 	}
 }
 
-// HoldLocks takes locks in name order: the rehearsal (stops and faults exclusive) must wait for the stops
-// lock before it takes the faults lock, or it keeps every faults:device spec waiting behind the node
-// stoppers; and both come before the paths' and the nodes' (a holds:node lease is taken after them).
-func TestTheStopsLockComesBeforeTheFaultsLockAndBothBeforeThePaths(t *testing.T) {
-	if stopsLock >= faultsLock || faultsLock >= "path-" {
-		t.Errorf("lock names %q, %q and the paths' path-*: want the stops lock first, the faults lock second", stopsLock, faultsLock)
-	}
-}
-
 func TestCanaryHoldTakesTheCanaryAndEnoughKnownGoodDevices(t *testing.T) {
-	sh, ex := poollock.SharedFirst, poollock.Exclusive // the paths it holds shared, it queues for first
+	sh, ex := poollock.Shared, poollock.Exclusive
 	lk := func(name string, m poollock.Mode) poollock.Lock { return poollock.Lock{Name: name, Mode: m} }
 	first := []poollock.Lock{lk(faultsLock, ex), lk(stopsLock, ex)}
 	// The local cluster: the canary (c1) is a pool of its own; w2 has more devices on the first path.

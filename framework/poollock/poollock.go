@@ -5,18 +5,31 @@
 // node's devices on one path, stops one node, or upgrades the canary pool: the local cluster, like a real
 // node with a device plugin and a DRA driver side by side, gives each path devices of its own, so the
 // other path's specs can run beside it. A spec takes its path's lock shared, a spec that holds the path
-// takes it exclusive, a spec that needs one node leases that node's lock (HoldAny), and a spec that
-// stops a node takes that node's lock exclusive on every path (HoldLocks: each lock in its own mode).
-// scenarios' poolHold and canaryHold say which spec takes what. A queued exclusive holder goes before shared holders
-// that come after it, and a queued SharedFirst holder (the node stoppers' and the upgrade rehearsal's hold
-// on every path) before any holder that comes after it (HoldLocks).
+// takes it exclusive, a spec that needs one node leases that node's lock (HoldAny, or Take with a
+// choice), and a spec that stops a node takes that node's lock exclusive on every path. scenarios'
+// poolHold and canaryHold say which spec takes what.
 //
-// The locks are flock(2) on one file per name in a directory of the run's own (Dir): every process of a
-// run is on one machine (Ginkgo starts them as local children), and a process that dies loses its locks.
+// A holder asks for all its locks at once (Take) and gets them all at once: it never holds some while it
+// waits for the others, so a spec that waits for one path keeps nobody off another (CI e381481: a node
+// stopper that held the device-plugin path shared while it waited 170 s for the DRA path kept a
+// device-plugin gang, and every spec queued behind the gang, off that path; nothing ran there for 200 s).
+// Waiters are served in the order they came, with one rule against starvation: a waiter that a holder
+// keeps from the first of its locks in its way (name order) reserves that lock in its mode until it gets
+// its locks, and no waiter that came later takes the lock in a mode that conflicts with the reservation
+// (a queued exclusive holder goes before shared ones that come after it; a shared one before later
+// exclusive ones). A later waiter whose locks conflict with nobody's hold or reservation goes at once,
+// ahead of earlier ones it does not hinder.
+//
+// The queue is a table in a file of the run's own directory (Dir), read and written under flock(2): every
+// process of a run is on one machine (Ginkgo starts them as local children). Each process flocks a file
+// of its own for its lifetime; a holder or waiter whose process's file is no longer locked is dead, and
+// the next reader drops it with its locks and reservations.
 package poollock
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -24,6 +37,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -54,26 +69,19 @@ type Mode int
 const (
 	// Shared is how specs that use a path's devices beside each other hold it.
 	Shared Mode = iota
-	// SharedFirst is Shared for a holder that queues as an exclusive one does (HoldLocks): it holds the
-	// lock beside other shared holders, but while it waits, no holder that comes after it goes first. It
-	// is for the specs of the run's longest line (the bench's lock floor: the node stoppers and the
-	// upgrade rehearsal, one at a time), which hold every path shared: waiting as a plain shared holder,
-	// such a spec lets every exclusive holder of the path that queues after it go first, one after
-	// another (each gang of the path), and the whole line waits behind them.
-	SharedFirst
 	// Exclusive is how a spec that needs the path's devices (or nodes) to itself holds it.
 	Exclusive
 )
 
 func (m Mode) String() string {
-	switch m {
-	case Exclusive:
+	if m == Exclusive {
 		return "exclusive"
-	case SharedFirst:
-		return "shared, queued first"
 	}
 	return "shared"
 }
+
+// conflict reports whether a lock held (or reserved) in a may not be held in b beside it.
+func conflict(a, b Mode) bool { return a == Exclusive || b == Exclusive }
 
 // EnvDir names the lock directory the parent of a parallel run (gpuconform run --procs) gives its
 // processes: one inside its own temporary directory, so that the parent removing that directory removes
@@ -91,7 +99,7 @@ func Dir(runID string) string {
 	return filepath.Join(os.TempDir(), "gpuconform-locks-"+runID)
 }
 
-// Poll is how often a waiting holder tries again (flock has no timeout; the wait must end with ctx).
+// Poll is how often a waiting holder reads the table again (the wait must end with ctx).
 var Poll = 100 * time.Millisecond
 
 // Lock is one named lock and the mode a holder takes it in.
@@ -109,23 +117,22 @@ func Each(names []string, mode Mode) []Lock {
 	return out
 }
 
-// Hold takes the named locks in dir, all in mode (HoldLocks).
+// Request is what a holder asks for at once: Locks, each in its mode (a name given twice is taken once,
+// in the stronger mode), and, when Any is set, one of the names in Any in AnyMode, whichever is free
+// first beside Locks (a node lease).
+type Request struct {
+	Locks   []Lock
+	Any     []string
+	AnyMode Mode
+}
+
+// Hold takes the named locks in dir, all in mode (Take).
 func Hold(ctx context.Context, dir string, names []string, mode Mode) (release func(), waited time.Duration, err error) {
 	return HoldLocks(ctx, dir, Each(names, mode))
 }
 
-// HoldLocks takes the locks in dir, each in its own mode, in the order of their names so that two
-// holders never wait on each other (a name given twice is taken once, in the strongest of its modes:
-// Exclusive over SharedFirst over Shared), and returns their release and how long it waited. It waits
-// until they are free or ctx ends.
-//
-// An exclusive holder goes first: it queues at the lock's turnstile (a second file, name+".turnstile")
-// and keeps it until it has the lock, and a shared holder must pass the turnstile before it takes the
-// lock. Without it, flock lets shared holders that overlap one another keep the lock for as long as
-// they keep coming, and the exclusive holders wait behind specs that could have run later. A SharedFirst
-// holder queues at the turnstile as an exclusive one does, then takes the lock shared: it waits only for
-// the holder that has the lock exclusive now. The turnstile is taken just before its lock, in the same
-// name order, so it adds no wait that the lock's order does not allow.
+// HoldLocks takes the locks in dir, each in its own mode (Take), and returns their release and how long
+// it waited.
 func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), waited time.Duration, err error) {
 	h, waited, err := HoldSet(ctx, dir, locks)
 	if err != nil {
@@ -134,184 +141,411 @@ func HoldLocks(ctx context.Context, dir string, locks []Lock) (release func(), w
 	return h.Release, waited, nil
 }
 
-// Held is the locks a HoldSet took, for a holder that is done with some of them before the others: the
-// upgrade rehearsal lets the known-good nodes and the faults lock go once it has compared the known-good
-// pool, and keeps the canary's until its rollback. Letting a lock go early adds no wait to anyone, so the
-// name order that keeps holders from waiting on each other still holds.
-type Held struct {
-	mu    sync.Mutex
-	names []string // in the order taken
-	files map[string]*os.File
+// HoldSet is HoldLocks, returning the locks as a Held set that can let some go before the others.
+func HoldSet(ctx context.Context, dir string, locks []Lock) (*Held, time.Duration, error) {
+	return Take(ctx, dir, Request{Locks: locks})
 }
 
-// Release lets every lock still held go, the last taken first. It may be called more than once.
+// HoldAny takes one of the named locks in mode, whichever comes free first, and returns its release, its
+// name and how long it waited. It is the lease of one node of a path: exclusive for a spec that needs the
+// node's devices to itself (scenarios' holds:node), shared for one that needs a few devices of one node
+// (on:node). Specs that lease different nodes run side by side. It starts at a random name, so that
+// leases spread over the nodes instead of queueing for the first.
+func HoldAny(ctx context.Context, dir string, names []string, mode Mode) (release func(), name string, waited time.Duration, err error) {
+	h, waited, err := Take(ctx, dir, Request{Any: names, AnyMode: mode})
+	if err != nil {
+		return nil, "", 0, err
+	}
+	return h.Release, h.Chosen(), waited, nil
+}
+
+// Held is the locks a Take got, for a holder that is done with some of them before the others: the
+// upgrade rehearsal lets the known-good nodes and the faults lock go once it has compared the known-good
+// pool, and keeps the canary's until its rollback.
+type Held struct {
+	mu     sync.Mutex
+	dir    string
+	id     int64
+	locks  map[string]Mode
+	chosen string
+}
+
+// Chosen is the name the request's choice (Request.Any) took: "" without one.
+func (h *Held) Chosen() string { return h.chosen }
+
+// Release lets every lock still held go. It may be called more than once.
 func (h *Held) Release() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, n := range slices.Backward(h.names) {
-		if f := h.files[n]; f != nil {
-			unlock(f)
-			delete(h.files, n)
-		}
+	if h.locks == nil {
+		return
 	}
+	h.locks = nil
+	_ = update(h.dir, func(t *table) bool {
+		t.Entries = slices.DeleteFunc(t.Entries, func(e entry) bool { return e.ID == h.id })
+		return true
+	})
 }
 
 // Drop lets the named locks go now and keeps the others; a name not held (or already let go) is skipped.
 func (h *Held) Drop(names ...string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, n := range names {
-		if f := h.files[n]; f != nil {
-			unlock(f)
-			delete(h.files, n)
-		}
+	if h.locks == nil {
+		return
 	}
+	for _, n := range names {
+		delete(h.locks, n)
+	}
+	held := lockList(h.locks)
+	_ = update(h.dir, func(t *table) bool {
+		for i := range t.Entries {
+			if t.Entries[i].ID == h.id {
+				t.Entries[i].Locks, t.Entries[i].Chosen = held, "" // held has the choice too, while kept
+			}
+		}
+		return true
+	})
 }
 
 // Holds reports whether the named lock is still held.
 func (h *Held) Holds(name string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.files[name] != nil
+	_, ok := h.locks[name]
+	return ok
 }
 
-// HoldSet is HoldLocks, returning the locks as a Held set that can let some go before the others.
-func HoldSet(ctx context.Context, dir string, locks []Lock) (*Held, time.Duration, error) {
+// Take asks for r's locks in dir and waits until it has them all or ctx ends (package doc: the order and
+// the reservations). It returns them as a Held set and how long it waited.
+func Take(ctx context.Context, dir string, r Request) (*Held, time.Duration, error) {
+	if len(r.Locks) == 0 && len(r.Any) == 0 {
+		return nil, 0, errors.New("no lock to take")
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("lock directory: %w", err)
 	}
+	self, err := liveness(dir)
+	if err != nil {
+		return nil, 0, err
+	}
 	modes := map[string]Mode{}
-	for _, l := range locks {
+	for _, l := range r.Locks {
 		modes[l.Name] = max(modes[l.Name], l.Mode)
 	}
-	h := &Held{files: map[string]*os.File{}}
+	choice := slices.Compact(slices.Sorted(slices.Values(r.Any)))
+	if len(choice) > 0 {
+		first := rand.IntN(len(choice))
+		choice = append(choice[first:], choice[:first]...)
+	}
+	me := entry{Owner: self, Locks: lockList(modes), Any: choice, AnyMode: r.AnyMode}
 	start := time.Now()
-	for _, name := range slices.Sorted(maps.Keys(modes)) {
-		mode := modes[name]
-		how := syscall.LOCK_SH
-		if mode == Exclusive {
-			how = syscall.LOCK_EX
-		}
-		turnstile, err := take(ctx, dir, name+".turnstile", syscall.LOCK_EX, mode)
-		if err != nil {
-			h.Release()
-			return nil, 0, err
-		}
-		if mode == Shared {
-			unlock(turnstile) // passed: no exclusive holder is queued
-		}
-		f, err := take(ctx, dir, name, how, mode)
-		if mode != Shared {
-			unlock(turnstile)
-		}
-		if err != nil {
-			h.Release()
-			return nil, 0, err
-		}
-		h.names = append(h.names, name)
-		h.files[name] = f
-	}
-	return h, time.Since(start), nil
-}
-
-// HoldAny takes one of the named locks in mode (Shared or Exclusive), whichever comes free first, and returns its release, its
-// name and how long it waited. It is the lease of one node of a path: exclusive for a spec that needs the
-// node's devices to itself (scenarios' holds:node), shared for one that needs a few devices of one node
-// (on:node). Specs that lease different nodes run side by side. It starts at a random name, so that
-// leases spread over the nodes instead of queueing for the first.
-//
-// It never blocks while it holds anything: every Poll it tries each name's lock without waiting. An
-// exclusive lease, while it waits, keeps the turnstiles it can get, so shared holders that come after it
-// wait (a queued exclusive holder goes first, as in Hold); a shared one passes a name's turnstile only
-// when no exclusive holder is queued there.
-func HoldAny(ctx context.Context, dir string, names []string, mode Mode) (release func(), name string, waited time.Duration, err error) {
-	if len(names) == 0 {
-		return nil, "", 0, errors.New("no lock to choose from")
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, "", 0, fmt.Errorf("lock directory: %w", err)
-	}
-	names = slices.Compact(slices.Sorted(slices.Values(names)))
-	first := rand.IntN(len(names))
-	names = append(names[first:], names[:first]...)
-	how := syscall.LOCK_SH
-	if mode == Exclusive {
-		how = syscall.LOCK_EX
-	}
-	turnstiles := map[string]*os.File{}
-	defer func() {
-		for _, f := range turnstiles {
-			unlock(f)
-		}
-	}()
-	start := time.Now()
+	var blocked []string
 	for {
-		for _, n := range names {
-			if turnstiles[n] == nil {
-				f, ok, err := try(dir, n+".turnstile", syscall.LOCK_EX)
-				if err != nil {
-					return nil, "", 0, err
-				}
-				switch {
-				case ok && mode == Shared:
-					unlock(f) // passed: no exclusive holder is queued
-				case ok:
-					turnstiles[n] = f
-				case mode == Shared:
-					continue // an exclusive holder is queued here: it goes first
-				}
+		granted := false
+		err := update(dir, func(t *table) bool {
+			if !slices.ContainsFunc(t.Entries, func(e entry) bool { return e.ID == me.ID }) {
+				// first time, or the table was lost (the run's directory removed): ask, last in line
+				t.Next++
+				me.ID, me.Reserved = t.Next, nil
+				t.Entries = append(t.Entries, me)
 			}
-			f, ok, err := try(dir, n, how)
-			if err != nil {
-				return nil, "", 0, err
+			waits := t.schedule()
+			e := &t.Entries[slices.IndexFunc(t.Entries, func(e entry) bool { return e.ID == me.ID })]
+			blocked, granted, me = waits[me.ID], e.Held, *e
+			return true
+		})
+		if err != nil {
+			return nil, 0, err
+		}
+		if granted {
+			h := &Held{dir: dir, id: me.ID, locks: map[string]Mode{}, chosen: me.Chosen}
+			for _, l := range me.Locks {
+				h.locks[l.Name] = l.Mode
 			}
-			if ok {
-				return func() { unlock(f) }, n, time.Since(start), nil
+			if me.Chosen != "" {
+				h.locks[me.Chosen] = max(h.locks[me.Chosen], me.AnyMode)
 			}
+			return h, time.Since(start), nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, "", 0, fmt.Errorf("waiting for any of the %s locks %v: %w", mode, names, context.Cause(ctx))
+			_ = update(dir, func(t *table) bool {
+				t.Entries = slices.DeleteFunc(t.Entries, func(e entry) bool { return e.ID == me.ID })
+				return true
+			})
+			return nil, 0, fmt.Errorf("waiting for the pool locks %s (held or reserved by others: %s): %w", r, strings.Join(blocked, ", "), context.Cause(ctx))
 		case <-time.After(Poll):
 		}
 	}
 }
 
-// try flocks dir/name how without waiting: the open file and true when it got the lock, false when
-// another holder has it.
-func try(dir, name string, how int) (*os.File, bool, error) {
+func (r Request) String() string {
+	var parts []string
+	for _, l := range r.Locks {
+		parts = append(parts, l.Name+" "+l.Mode.String())
+	}
+	if len(r.Any) > 0 {
+		parts = append(parts, fmt.Sprintf("one of %v %s", r.Any, r.AnyMode))
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// lockList is modes as Locks in name order.
+func lockList(modes map[string]Mode) []Lock {
+	out := make([]Lock, 0, len(modes))
+	for _, n := range slices.Sorted(maps.Keys(modes)) {
+		out = append(out, Lock{Name: n, Mode: modes[n]})
+	}
+	return out
+}
+
+// entry is a holder or a waiter in the table.
+type entry struct {
+	ID      int64    `json:"id"`    // the order it came in
+	Owner   string   `json:"owner"` // its process's liveness file
+	Locks   []Lock   `json:"locks"`
+	Any     []string `json:"any,omitempty"`
+	AnyMode Mode     `json:"anyMode,omitempty"`
+	Held    bool     `json:"held,omitempty"`
+	Chosen  string   `json:"chosen,omitempty"`
+	// Reserved are the locks a waiter was kept from by a holder, in the mode it asks: a waiter that came
+	// later may not take them in a conflicting mode. They stay reserved until it gets its locks.
+	Reserved []Lock `json:"reserved,omitempty"`
+}
+
+// holds is the mode in which a holder holds name.
+func (e *entry) holds(name string) (Mode, bool) {
+	m, ok := Mode(0), false
+	for _, l := range e.Locks {
+		if l.Name == name {
+			m, ok = max(m, l.Mode), true
+		}
+	}
+	if e.Chosen == name {
+		m, ok = max(m, e.AnyMode), true
+	}
+	return m, ok
+}
+
+// reserves is the mode in which a waiter reserved name.
+func (e *entry) reserves(name string) (Mode, bool) {
+	for _, l := range e.Reserved {
+		if l.Name == name {
+			return l.Mode, true
+		}
+	}
+	return 0, false
+}
+
+func (e *entry) reserve(name string, mode Mode) {
+	if _, ok := e.reserves(name); !ok {
+		e.Reserved = append(e.Reserved, Lock{Name: name, Mode: mode})
+	}
+}
+
+// table is the run's queue: every holder and waiter, in the order they came.
+type table struct {
+	Next    int64   `json:"next"`
+	Entries []entry `json:"entries"`
+}
+
+// free reports whether the waiter w may take name in mode now: no holder holds it in a conflicting mode
+// (byHolder false) and no waiter that came before w reserved it in one (byReserve false).
+func (t *table) free(w *entry, name string, mode Mode) (byHolder, byReserve bool) {
+	for i := range t.Entries {
+		o := &t.Entries[i]
+		if o.ID == w.ID {
+			continue
+		}
+		if o.Held {
+			if m, ok := o.holds(name); ok && conflict(m, mode) {
+				byHolder = true
+			}
+		} else if o.ID < w.ID {
+			if m, ok := o.reserves(name); ok && conflict(m, mode) {
+				byReserve = true
+			}
+		}
+	}
+	return byHolder, byReserve
+}
+
+// schedule goes through the waiters in the order they came and grants each whose locks are free (grant),
+// so that of two waiters that may both go now, the one that came first goes first, whichever process
+// reads the table. It returns what keeps each waiter that is left waiting.
+func (t *table) schedule() map[int64][]string {
+	waits := map[int64][]string{}
+	slices.SortFunc(t.Entries, func(a, b entry) int { return cmp.Compare(a.ID, b.ID) })
+	for i := range t.Entries {
+		if !t.Entries[i].Held {
+			if blocked := t.grant(&t.Entries[i]); len(blocked) > 0 {
+				waits[t.Entries[i].ID] = blocked
+			}
+		}
+	}
+	return waits
+}
+
+// grant gives the waiter w its locks if it may take them all now (w.Held, w.Chosen). Else, if the first
+// of its locks it may not take (name order; the choice last) is kept from it by a holder, it reserves that
+// one; a reservation stays until w gets its locks. It returns the names that keep it waiting.
+//
+// Reserving only the first lock in the way, not every one, is what keeps a waiter from idling a lock it
+// is far from needing: a node stopper waiting for the stops lock (the chain of node stoppers ahead of it)
+// does not reserve its path meanwhile, so that path's specs go on until the stops lock is its own.
+func (t *table) grant(w *entry) (blocked []string) {
+	if w.Held {
+		return nil
+	}
+	var first *Lock
+	firstByHolder := false
+	for _, l := range w.Locks {
+		byHolder, byReserve := t.free(w, l.Name, l.Mode)
+		if !byHolder && !byReserve {
+			continue
+		}
+		blocked = append(blocked, l.Name)
+		if first == nil {
+			first, firstByHolder = &l, byHolder
+		}
+	}
+	chosen := ""
+	var anyByHolder []string
+	for _, n := range w.Any {
+		byHolder, byReserve := t.free(w, n, w.AnyMode)
+		if !byHolder && !byReserve {
+			chosen = n
+			break
+		}
+		if byHolder {
+			anyByHolder = append(anyByHolder, n)
+		}
+	}
+	if len(w.Any) > 0 && chosen == "" {
+		blocked = append(blocked, "one of "+strings.Join(w.Any, "/"))
+	}
+	switch {
+	case len(blocked) == 0:
+		w.Held, w.Chosen, w.Reserved = true, chosen, nil
+	case first != nil && firstByHolder:
+		w.reserve(first.Name, first.Mode)
+	case first == nil:
+		for _, n := range anyByHolder {
+			w.reserve(n, w.AnyMode)
+		}
+	}
+	return blocked
+}
+
+// update reads dir's table under its flock, drops the entries of dead processes, lets change edit it, and
+// writes it back when change says it changed or anything was dropped.
+func update(dir string, change func(*table) bool) error {
+	lf, err := os.OpenFile(filepath.Join(dir, "table.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("lock table: %w", err)
+	}
+	defer lf.Close()
+	for {
+		err = syscall.Flock(int(lf.Fd()), syscall.LOCK_EX)
+		if !errors.Is(err, syscall.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("lock table: %w", err)
+	}
+	defer func() { _ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) }()
+	path := filepath.Join(dir, "table.json")
+	var t table
+	switch b, err := os.ReadFile(path); {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("lock table: %w", err)
+	default:
+		if err := json.Unmarshal(b, &t); err != nil {
+			return fmt.Errorf("lock table %s: %w", path, err)
+		}
+	}
+	dropped := t.dropDead(dir)
+	if !change(&t) && !dropped {
+		return nil
+	}
+	b, err := json.Marshal(&t)
+	if err != nil {
+		return err
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("lock table: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// dropDead drops the entries whose process is gone (its liveness file is not locked) and reports whether
+// it dropped any.
+func (t *table) dropDead(dir string) bool {
+	alive := map[string]bool{}
+	n := len(t.Entries)
+	t.Entries = slices.DeleteFunc(t.Entries, func(e entry) bool {
+		a, seen := alive[e.Owner]
+		if !seen {
+			a = isAlive(dir, e.Owner)
+			alive[e.Owner] = a
+		}
+		return !a
+	})
+	return len(t.Entries) != n
+}
+
+var (
+	livenessMu sync.Mutex
+	livenessOf = map[string]string{} // dir → this process's liveness file name there
+	livenessF  []*os.File            // kept open, and so locked, for the process's life
+)
+
+// liveness is this process's liveness file in dir, created and flocked on first use.
+func liveness(dir string) (string, error) {
+	livenessMu.Lock()
+	defer livenessMu.Unlock()
+	if name, ok := livenessOf[dir]; ok {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return name, nil
+		}
+	}
+	name := "live-" + strconv.Itoa(os.Getpid()) + "-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
-		return nil, false, err
+		return "", fmt.Errorf("lock directory: %w", err)
 	}
-	err = syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
-	if err == nil {
-		return f, true, nil
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return "", fmt.Errorf("lock directory: %w", err)
 	}
-	_ = f.Close()
-	if errors.Is(err, syscall.EWOULDBLOCK) || errors.Is(err, syscall.EINTR) {
-		return nil, false, nil
-	}
-	return nil, false, fmt.Errorf("lock %s: %w", name, err)
+	livenessOf[dir] = name
+	livenessF = append(livenessF, f)
+	return name, nil
 }
 
-// take flocks dir/name how (try), trying every Poll until it may or ctx ends.
-func take(ctx context.Context, dir, name string, how int, mode Mode) (*os.File, error) {
-	for {
-		f, ok, err := try(dir, name, how)
-		if err != nil || ok {
-			return f, err
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("waiting for the %s lock on %s: %w", mode, name, context.Cause(ctx))
-		case <-time.After(Poll):
-		}
+// isAlive reports whether the process that owns the liveness file name in dir still runs: its flock is
+// held. This process's own is alive.
+func isAlive(dir, name string) bool {
+	livenessMu.Lock()
+	mine := livenessOf[dir] == name
+	livenessMu.Unlock()
+	if mine {
+		return true
 	}
-}
-
-// unlock releases f's lock and closes it.
-func unlock(f *os.File) {
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR, 0)
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	defer f.Close()
+	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	if err != nil {
+		return true // locked: its process holds it
+	}
 	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	_ = f.Close()
+	_ = os.Remove(filepath.Join(dir, name))
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -163,7 +164,7 @@ func TestAnExclusiveHolderGoesBeforeLaterSharedOnes(t *testing.T) {
 		}
 		got <- release
 	}()
-	time.Sleep(300 * time.Millisecond) // the exclusive holder is queued at the turnstile
+	time.Sleep(300 * time.Millisecond) // the exclusive holder is queued: it reserved the path
 	if _, err := tryHold(t, dir, []string{"path-dra"}, Shared, 300*time.Millisecond); err == nil {
 		t.Fatal("a shared holder overtook the exclusive one queued before it")
 	}
@@ -233,7 +234,7 @@ func TestHoldAnyLeasesAFreeNodeOrWaitsForTheFirstToComeFree(t *testing.T) {
 		r, n, _, err := HoldAny(t.Context(), dir, nodes, Exclusive)
 		done <- lease{r, n, err}
 	}()
-	time.Sleep(300 * time.Millisecond) // queued at both turnstiles
+	time.Sleep(300 * time.Millisecond) // queued: it reserved both nodes
 	if _, err := tryHold(t, dir, nodes[1:], Shared, 300*time.Millisecond); err == nil {
 		t.Fatal("a later shared holder overtook the queued lease")
 	}
@@ -254,7 +255,7 @@ func TestHoldAnyLeasesAFreeNodeOrWaitsForTheFirstToComeFree(t *testing.T) {
 	}
 	stopN1()
 	if release, err := tryHold(t, dir, nodes, Shared, 2*time.Second); err != nil {
-		t.Fatalf("the turnstiles stayed held after the lease was taken: %v", err)
+		t.Fatalf("the reservations stayed after the lease was taken: %v", err)
 	} else {
 		release()
 	}
@@ -285,7 +286,7 @@ func TestHoldAnySharedLeasesANodeBesideSharedHoldersOnly(t *testing.T) {
 		}
 		release()
 	}
-	// An exclusive lease queues at both turnstiles (n1 is held exclusive, n2 shared): a later shared lease
+	// An exclusive lease reserves both nodes (n1 is held exclusive, n2 shared): a later shared lease
 	// must not take n2 before it.
 	queued := make(chan func(), 1)
 	go func() {
@@ -323,11 +324,10 @@ func TestHoldAnySharedLeasesANodeBesideSharedHoldersOnly(t *testing.T) {
 	}
 }
 
-// A SharedFirst holder (a node stopper, which holds every path shared) queues as an exclusive holder
-// does: while it waits for the path's exclusive holder (a gang) to end, an exclusive holder that comes
-// after it (the next gang) does not go first, and neither does a shared one; once in, it holds the path
-// shared, and the exclusive one waits for it.
-func TestASharedFirstHolderIsNotOvertaken(t *testing.T) {
+// A queued shared holder (a node stopper, which holds every path shared) is not overtaken either: while
+// it waits for the path's exclusive holder (a gang) to end, an exclusive holder that comes after it (the
+// next gang) does not go first; once in, it holds the path shared, and the exclusive one waits for it.
+func TestAQueuedSharedHolderIsNotOvertakenByALaterExclusiveOne(t *testing.T) {
 	dir := t.TempDir()
 	stop := holder(t, dir, "path-device-plugin", Exclusive)
 	type got struct {
@@ -336,13 +336,10 @@ func TestASharedFirstHolderIsNotOvertaken(t *testing.T) {
 	}
 	first := make(chan got, 1)
 	go func() {
-		release, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "path-device-plugin", Mode: SharedFirst}})
+		release, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "path-device-plugin", Mode: Shared}})
 		first <- got{release, err}
 	}()
 	time.Sleep(300 * time.Millisecond) // it is queued
-	if _, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, 300*time.Millisecond); err == nil {
-		t.Fatal("a shared holder went before the queued SharedFirst one")
-	}
 	later := make(chan got, 1)
 	go func() {
 		release, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "path-device-plugin", Mode: Exclusive}})
@@ -362,11 +359,11 @@ func TestASharedFirstHolderIsNotOvertaken(t *testing.T) {
 		}
 		t.Fatal("the exclusive holder that came later went first")
 	case <-time.After(5 * time.Second):
-		t.Fatal("the SharedFirst holder did not get the path after its exclusive holder let go")
+		t.Fatal("the queued shared holder did not get the path after its exclusive holder let go")
 	}
 	select {
 	case b := <-later:
-		t.Fatalf("the exclusive holder got the path while the SharedFirst one held it (%v)", b.err)
+		t.Fatalf("the exclusive holder got the path while the shared one held it (%v)", b.err)
 	case <-time.After(300 * time.Millisecond):
 	}
 	a.release()
@@ -377,17 +374,177 @@ func TestASharedFirstHolderIsNotOvertaken(t *testing.T) {
 		}
 		b.release()
 	case <-time.After(5 * time.Second):
-		t.Fatal("the exclusive holder did not get the path after the SharedFirst one let go")
+		t.Fatal("the exclusive holder did not get the path after the shared one let go")
 	}
+}
+
+// A holder gets all its locks at once or none: a node stopper that waits for the DRA path (held by a
+// gang there) holds nothing meanwhile, so a device-plugin gang that comes after it takes the
+// device-plugin path it asks shared, a devices:none spec the stops lock, and the stopper's wait reserves
+// only the DRA path (CI e381481: held
+// shared while the stopper waited, the device-plugin path stood idle 200 s).
+func TestAWaiterHoldsNothingAndReservesOnlyWhatAHolderKeepsItFrom(t *testing.T) {
+	dir := t.TempDir()
+	stop := holder(t, dir, "path-dra", Exclusive)
+	waiting := make(chan func(), 1)
+	go func() {
+		r, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "node-stops", Mode: Exclusive}, {Name: "path-device-plugin", Mode: Shared}, {Name: "path-dra", Mode: Shared}})
+		if err != nil {
+			t.Error(err)
+			close(waiting)
+			return
+		}
+		waiting <- r
+	}()
+	time.Sleep(300 * time.Millisecond) // the stopper is queued behind the DRA gang
+	if r, err := tryHold(t, dir, []string{"path-device-plugin"}, Exclusive, time.Second); err != nil {
+		t.Fatalf("a device-plugin gang waited for a stopper that waits for the DRA path: %v", err)
+	} else {
+		r()
+	}
+	if r, err := tryHold(t, dir, []string{"node-stops"}, Shared, time.Second); err != nil {
+		t.Fatalf("a devices:none spec waited for the stops lock, which the queued stopper is kept from by nobody: %v", err)
+	} else {
+		r()
+	}
+	if _, err := tryHold(t, dir, []string{"path-dra"}, Shared, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "held or reserved by others: path-dra") {
+		t.Errorf("a wait for the DRA path held by the gang ended %v; want an error naming path-dra", err)
+	}
+	stop()
+	select {
+	case r := <-waiting:
+		if r == nil {
+			t.Fatal("the stopper did not get its locks")
+		}
+		if _, err := tryHold(t, dir, []string{"path-dra"}, Exclusive, 300*time.Millisecond); err == nil {
+			t.Error("the DRA path was taken exclusive beside the stopper")
+		}
+		r()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stopper did not get its locks after the DRA gang let go")
+	}
+}
+
+// A waiter reserves only the first lock in its way: a node stopper waiting for the stops lock (held by the
+// stopper ahead of it) does not reserve its path, so that path's gangs and node holders go on meanwhile.
+func TestAWaiterForTheStopsLockDoesNotReserveItsPath(t *testing.T) {
+	dir := t.TempDir()
+	stopDP := holder(t, dir, "path-device-plugin", Shared) // a node holder of the path
+	stopStops := holder(t, dir, "node-stops", Exclusive)   // the stopper ahead
+	waiting := make(chan func(), 1)
+	go func() {
+		r, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "node-stops", Mode: Exclusive}, {Name: "path-device-plugin", Mode: Exclusive}})
+		if err != nil {
+			t.Error(err)
+			close(waiting)
+			return
+		}
+		waiting <- r
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if r, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, time.Second); err != nil {
+		t.Fatalf("a node holder of the path waited for a stopper that waits for the stops lock: %v", err)
+	} else {
+		r()
+	}
+	stopStops()
+	time.Sleep(300 * time.Millisecond) // the stops lock is free: the path, held shared, is now in its way
+	if _, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, 300*time.Millisecond); err == nil {
+		t.Fatal("a later shared holder of the path overtook the stopper that waits for it")
+	}
+	stopDP()
+	select {
+	case r := <-waiting:
+		if r == nil {
+			t.Fatal("the stopper did not get its locks")
+		}
+		if _, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, 300*time.Millisecond); err == nil {
+			t.Error("the path was taken beside the stopper that holds it exclusive")
+		}
+		r()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stopper did not get its locks after the path's holder let go")
+	}
+}
+
+// A waiter that is killed leaves the queue: the holders and waiters of a process whose liveness file is
+// no longer locked are dropped with their reservations.
+func TestADeadProcesssHoldsAndReservationsAreDropped(t *testing.T) {
+	dir := t.TempDir()
+	stop := holder(t, dir, "path-dra", Exclusive)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second holder that queues for path-dra exclusive (reserving it), then is killed.
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), "POOLLOCK_HOLDER_DIR="+dir, "POOLLOCK_HOLDER_NAME=path-dra", "POOLLOCK_HOLDER_MODE=exclusive")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if _, err := tryHold(t, dir, []string{"path-dra"}, Shared, 300*time.Millisecond); err == nil {
+		t.Fatal("a shared holder overtook the queued exclusive one")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	stop()
+	if r, err := tryHold(t, dir, []string{"path-dra"}, Shared, 2*time.Second); err != nil {
+		t.Fatalf("the killed waiter's reservation was kept: %v", err)
+	} else {
+		r()
+	}
+}
+
+// A holds:node spec asks for its path shared and a node lease in one request: while every node is
+// leased it holds nothing, so a gang that needs the path exclusive is not kept off it by the wait.
+func TestTakeWithAChoiceHoldsThePathOnlyWithTheLease(t *testing.T) {
+	dir := t.TempDir()
+	nodes := []string{"path-dra@n1", "path-dra@n2"}
+	stop1 := holder(t, dir, nodes[0], Exclusive)
+	h, waited, err := Take(t.Context(), dir, Request{Locks: []Lock{{Name: "path-dra", Mode: Shared}}, Any: nodes, AnyMode: Exclusive})
+	if err != nil || h.Chosen() != nodes[1] || !h.Holds("path-dra") || !h.Holds(nodes[1]) || h.Holds(nodes[0]) {
+		t.Fatalf("with n1 leased: Take = %+v, %v; want path-dra and %s", h, err, nodes[1])
+	}
+	if waited > time.Second {
+		t.Errorf("waited %s with a node free", waited)
+	}
+	h.Release()
+	stop2 := holder(t, dir, nodes[1], Exclusive)
+	done := make(chan *Held, 1)
+	go func() {
+		h, _, err := Take(t.Context(), dir, Request{Locks: []Lock{{Name: "path-dra", Mode: Shared}}, Any: nodes, AnyMode: Exclusive})
+		if err != nil {
+			t.Error(err)
+		}
+		done <- h
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if r, err := tryHold(t, dir, []string{"path-dra"}, Exclusive, time.Second); err != nil {
+		t.Fatalf("a gang waited for the path that a lease waiter asks shared: %v", err)
+	} else {
+		r()
+	}
+	stop2()
+	select {
+	case h := <-done:
+		if h == nil || h.Chosen() != nodes[1] {
+			t.Fatalf("after n2's holder let go: %+v", h)
+		}
+		h.Release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease did not take n2 after its holder let go")
+	}
+	stop1()
 }
 
 // A name asked in several modes is taken in the strongest.
 func TestModesMergeToTheStrongest(t *testing.T) {
-	if Shared >= SharedFirst || SharedFirst >= Exclusive {
-		t.Fatalf("mode order: shared %d, shared first %d, exclusive %d", Shared, SharedFirst, Exclusive)
+	if Shared >= Exclusive {
+		t.Fatalf("mode order: shared %d, exclusive %d", Shared, Exclusive)
 	}
 	dir := t.TempDir()
-	release, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "p", Mode: SharedFirst}, {Name: "p", Mode: Shared}, {Name: "q", Mode: Exclusive}, {Name: "q", Mode: SharedFirst}})
+	release, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "p", Mode: Shared}, {Name: "p", Mode: Shared}, {Name: "q", Mode: Exclusive}, {Name: "q", Mode: Shared}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +561,7 @@ func TestModesMergeToTheStrongest(t *testing.T) {
 // Release the rest, once however often it is called.
 func TestDropLetsTheNamedLocksGoAndKeepsTheOthers(t *testing.T) {
 	dir := t.TempDir()
-	h, _, err := HoldSet(t.Context(), dir, []Lock{{Name: "node-unhealthy-devices", Mode: Exclusive}, {Name: "path-dp@good", Mode: Exclusive}, {Name: "path-dp@canary", Mode: Exclusive}, {Name: "path-dp", Mode: SharedFirst}})
+	h, _, err := HoldSet(t.Context(), dir, []Lock{{Name: "node-unhealthy-devices", Mode: Exclusive}, {Name: "path-dp@good", Mode: Exclusive}, {Name: "path-dp@canary", Mode: Exclusive}, {Name: "path-dp", Mode: Shared}})
 	if err != nil {
 		t.Fatal(err)
 	}
