@@ -13,12 +13,11 @@
 // waits for the others, so a spec that waits for one path keeps nobody off another (CI e381481: a node
 // stopper that held the device-plugin path shared while it waited 170 s for the DRA path kept a
 // device-plugin gang, and every spec queued behind the gang, off that path; nothing ran there for 200 s).
-// Waiters are served in the order they came, with one rule against starvation: a waiter that a holder
-// keeps from the first of its locks in its way (name order) reserves that lock in its mode until it gets
-// its locks, and no waiter that came later takes the lock in a mode that conflicts with the reservation
-// (a queued exclusive holder goes before shared ones that come after it; a shared one before later
-// exclusive ones). A later waiter whose locks conflict with nobody's hold or reservation goes at once,
-// ahead of earlier ones it does not hinder.
+// Waiters are served in the order they came, with one rule against starvation: a waiter reserves, in its
+// mode, its locks in name order up to the first one a holder keeps it from, and no waiter that came later
+// takes a reserved lock in a conflicting mode (a queued exclusive holder goes before shared ones that
+// come after it; a shared one before later exclusive ones). A later waiter whose locks conflict with
+// nobody's hold or reservation goes at once, ahead of earlier ones it does not hinder.
 //
 // The queue is a table in a file of the run's own directory (Dir), read and written under flock(2): every
 // process of a run is on one machine (Ginkgo starts them as local children). Each process flocks a file
@@ -309,8 +308,8 @@ type entry struct {
 	AnyMode Mode     `json:"anyMode,omitempty"`
 	Held    bool     `json:"held,omitempty"`
 	Chosen  string   `json:"chosen,omitempty"`
-	// Reserved are the locks a waiter was kept from by a holder, in the mode it asks: a waiter that came
-	// later may not take them in a conflicting mode. They stay reserved until it gets its locks.
+	// Reserved are the locks a waiter reserved on the last pass (grant), in the mode it asks: a waiter
+	// that came later may not take them in a conflicting mode.
 	Reserved []Lock `json:"reserved,omitempty"`
 }
 
@@ -336,12 +335,6 @@ func (e *entry) reserves(name string) (Mode, bool) {
 		}
 	}
 	return 0, false
-}
-
-func (e *entry) reserve(name string, mode Mode) {
-	if _, ok := e.reserves(name); !ok {
-		e.Reserved = append(e.Reserved, Lock{Name: name, Mode: mode})
-	}
 }
 
 // table is the run's queue: every holder and waiter, in the order they came.
@@ -387,31 +380,39 @@ func (t *table) schedule() map[int64][]string {
 	return waits
 }
 
-// grant gives the waiter w its locks if it may take them all now (w.Held, w.Chosen). Else, if the first
-// of its locks it may not take (name order; the choice last) is kept from it by a holder, it reserves that
-// one; a reservation stays until w gets its locks. It returns the names that keep it waiting.
+// grant gives the waiter w its locks if it may take them all now (w.Held, w.Chosen). Else it reserves, in
+// name order, its locks up to the first that a holder keeps it from, that one included (the choice comes
+// after the others): what it would hold, and wait at, if it took its locks one at a time in that order;
+// none of them when the first lock in its way is another waiter's reservation. It returns the names that
+// keep it waiting.
 //
-// Reserving only the first lock in the way, not every one, is what keeps a waiter from idling a lock it
-// is far from needing: a node stopper waiting for the stops lock (the chain of node stoppers ahead of it)
-// does not reserve its path meanwhile, so that path's specs go on until the stops lock is its own.
+// The reservations are made anew on every pass. Reserving every lock in its way would idle a lock the
+// waiter is far from needing (bench of d69d2c7: a node stopper that found the DRA path busy before the
+// stops lock was taken reserved the DRA path, waited 160 s for the stops lock, and no DRA spec ran
+// meanwhile); reserving only the first lock in its way would let a later holder take a lock before it, and
+// the waiter might never find them all free at once. The prefix is neither: only waiters that came
+// before it take those locks first, as with locks taken in name order, and it holds nothing meanwhile.
 func (t *table) grant(w *entry) (blocked []string) {
 	if w.Held {
 		return nil
 	}
-	var first *Lock
-	firstByHolder := false
+	var prefix []Lock
+	stopped := false
 	for _, l := range w.Locks {
 		byHolder, byReserve := t.free(w, l.Name, l.Mode)
-		if !byHolder && !byReserve {
+		if byHolder || byReserve {
+			blocked = append(blocked, l.Name)
+		}
+		if stopped {
 			continue
 		}
-		blocked = append(blocked, l.Name)
-		if first == nil {
-			first, firstByHolder = &l, byHolder
+		if !byReserve {
+			prefix = append(prefix, l)
 		}
+		stopped = byHolder || byReserve
 	}
 	chosen := ""
-	var anyByHolder []string
+	var anyByHolder []Lock
 	for _, n := range w.Any {
 		byHolder, byReserve := t.free(w, n, w.AnyMode)
 		if !byHolder && !byReserve {
@@ -419,22 +420,20 @@ func (t *table) grant(w *entry) (blocked []string) {
 			break
 		}
 		if byHolder {
-			anyByHolder = append(anyByHolder, n)
+			anyByHolder = append(anyByHolder, Lock{Name: n, Mode: w.AnyMode})
 		}
 	}
 	if len(w.Any) > 0 && chosen == "" {
 		blocked = append(blocked, "one of "+strings.Join(w.Any, "/"))
-	}
-	switch {
-	case len(blocked) == 0:
-		w.Held, w.Chosen, w.Reserved = true, chosen, nil
-	case first != nil && firstByHolder:
-		w.reserve(first.Name, first.Mode)
-	case first == nil:
-		for _, n := range anyByHolder {
-			w.reserve(n, w.AnyMode)
+		if !stopped {
+			prefix = append(prefix, anyByHolder...)
 		}
 	}
+	if len(blocked) == 0 {
+		w.Held, w.Chosen, w.Reserved = true, chosen, nil
+		return nil
+	}
+	w.Reserved = prefix
 	return blocked
 }
 

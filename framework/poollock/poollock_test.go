@@ -379,11 +379,12 @@ func TestAQueuedSharedHolderIsNotOvertakenByALaterExclusiveOne(t *testing.T) {
 }
 
 // A holder gets all its locks at once or none: a node stopper that waits for the DRA path (held by a
-// gang there) holds nothing meanwhile, so a device-plugin gang that comes after it takes the
-// device-plugin path it asks shared, a devices:none spec the stops lock, and the stopper's wait reserves
-// only the DRA path (CI e381481: held
-// shared while the stopper waited, the device-plugin path stood idle 200 s).
-func TestAWaiterHoldsNothingAndReservesOnlyWhatAHolderKeepsItFrom(t *testing.T) {
+// gang there) holds nothing meanwhile, so the device-plugin path it asks shared stays open to that path's
+// specs (CI e381481: held shared while the stopper waited, and a device-plugin gang queued exclusive
+// behind it, the device-plugin path stood idle 200 s). It reserves its locks up to the DRA path, as if it
+// took them one at a time in name order: a later device-plugin gang, or a devices:none spec (the stops
+// lock), does not go before it.
+func TestAWaiterHoldsNothingAndReservesItsLocksUpToTheFirstInItsWay(t *testing.T) {
 	dir := t.TempDir()
 	stop := holder(t, dir, "path-dra", Exclusive)
 	waiting := make(chan func(), 1)
@@ -397,18 +398,16 @@ func TestAWaiterHoldsNothingAndReservesOnlyWhatAHolderKeepsItFrom(t *testing.T) 
 		waiting <- r
 	}()
 	time.Sleep(300 * time.Millisecond) // the stopper is queued behind the DRA gang
-	if r, err := tryHold(t, dir, []string{"path-device-plugin"}, Exclusive, time.Second); err != nil {
-		t.Fatalf("a device-plugin gang waited for a stopper that waits for the DRA path: %v", err)
+	if r, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, time.Second); err != nil {
+		t.Fatalf("a node holder of the device-plugin path waited for a stopper that waits for the DRA path: %v", err)
 	} else {
 		r()
 	}
-	if r, err := tryHold(t, dir, []string{"node-stops"}, Shared, time.Second); err != nil {
-		t.Fatalf("a devices:none spec waited for the stops lock, which the queued stopper is kept from by nobody: %v", err)
-	} else {
-		r()
+	if _, err := tryHold(t, dir, []string{"path-device-plugin"}, Exclusive, 300*time.Millisecond); err == nil {
+		t.Fatal("a later device-plugin gang went before the stopper, which reserved the path shared")
 	}
-	if _, err := tryHold(t, dir, []string{"path-dra"}, Shared, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "held or reserved by others: path-dra") {
-		t.Errorf("a wait for the DRA path held by the gang ended %v; want an error naming path-dra", err)
+	if _, err := tryHold(t, dir, []string{"node-stops"}, Shared, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "held or reserved by others: node-stops") {
+		t.Errorf("a devices:none spec's wait for the stops lock the stopper reserved ended %v; want an error naming node-stops", err)
 	}
 	stop()
 	select {
@@ -497,7 +496,7 @@ func TestADeadProcesssHoldsAndReservationsAreDropped(t *testing.T) {
 }
 
 // A holds:node spec asks for its path shared and a node lease in one request: while every node is
-// leased it holds nothing, so a gang that needs the path exclusive is not kept off it by the wait.
+// leased it holds nothing (it reserves the path shared and the nodes), so the path's other specs go on.
 func TestTakeWithAChoiceHoldsThePathOnlyWithTheLease(t *testing.T) {
 	dir := t.TempDir()
 	nodes := []string{"path-dra@n1", "path-dra@n2"}
@@ -520,8 +519,25 @@ func TestTakeWithAChoiceHoldsThePathOnlyWithTheLease(t *testing.T) {
 		done <- h
 	}()
 	time.Sleep(300 * time.Millisecond)
-	if r, err := tryHold(t, dir, []string{"path-dra"}, Exclusive, time.Second); err != nil {
-		t.Fatalf("a gang waited for the path that a lease waiter asks shared: %v", err)
+	var waiter *entry
+	if err := update(dir, func(tb *table) bool {
+		for i := range tb.Entries {
+			if len(tb.Entries[i].Any) > 0 {
+				waiter = &tb.Entries[i]
+			}
+		}
+		return false
+	}); err != nil || waiter == nil {
+		t.Fatalf("the lease waiter is not in the table: %v", err)
+	}
+	if waiter.Held {
+		t.Fatalf("the lease waiter holds its locks while every node is leased: %+v", waiter)
+	}
+	if m, ok := waiter.reserves("path-dra"); !ok || m != Shared {
+		t.Errorf("the lease waiter reserved %v; want path-dra shared (a later gang does not go first)", waiter.Reserved)
+	}
+	if r, err := tryHold(t, dir, []string{"path-dra"}, Shared, time.Second); err != nil {
+		t.Fatalf("a shared holder of the path waited for the lease waiter: %v", err)
 	} else {
 		r()
 	}
