@@ -433,8 +433,34 @@ func (t *table) grant(w *entry) (blocked []string) {
 		w.Held, w.Chosen, w.Reserved = true, chosen, nil
 		return nil
 	}
-	w.Reserved = prefix
+	// A lock that a waiter before w asks for in a mode that conflicts with w's is not reserved: w cannot
+	// have it before that waiter has had it, and reserving it meanwhile would only keep later holders
+	// that go beside that waiter off it (bench of e6ef45c: a gang waiting for its path exclusive behind
+	// the node stoppers, which each take every path shared, reserved the path through the whole chain of
+	// stoppers, and no node holder of the path ran beside them for 120 s). The earliest waiter always
+	// reserves, so every waiter gets its turn.
+	w.Reserved = slices.DeleteFunc(prefix, func(l Lock) bool { return t.askedBefore(w, l.Name, l.Mode) })
 	return blocked
+}
+
+// askedBefore reports whether a waiter that came before w asks for name in a mode that conflicts with
+// mode.
+func (t *table) askedBefore(w *entry, name string, mode Mode) bool {
+	for i := range t.Entries {
+		o := &t.Entries[i]
+		if o.Held || o.ID >= w.ID {
+			continue
+		}
+		for _, l := range o.Locks {
+			if l.Name == name && conflict(l.Mode, mode) {
+				return true
+			}
+		}
+		if slices.Contains(o.Any, name) && conflict(o.AnyMode, mode) {
+			return true
+		}
+	}
+	return false
 }
 
 // update reads dir's table under its flock, drops the entries of dead processes, lets change edit it, and
@@ -473,6 +499,9 @@ func update(dir string, change func(*table) bool) error {
 	b, err := json.Marshal(&t)
 	if err != nil {
 		return err
+	}
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
+		return nil // a waiter's pass that changed nothing: no write
 	}
 	tmp := path + ".new"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {

@@ -466,6 +466,62 @@ func TestAWaiterForTheStopsLockDoesNotReserveItsPath(t *testing.T) {
 	}
 }
 
+// A waiter does not reserve a lock that a waiter before it asks for in a conflicting mode: a gang that
+// waits for its path exclusive behind a node stopper (which asks for every path shared) would otherwise
+// keep the path's node holders, which go beside the stopper, off the path until the stopper is done.
+func TestAWaiterBehindAnEarlierConflictingOneDoesNotReserve(t *testing.T) {
+	dir := t.TempDir()
+	stopStops := holder(t, dir, "node-stops", Exclusive) // the stopper ahead in the chain
+	stopDP := holder(t, dir, "path-device-plugin", Shared) // a node holder of the path
+	type got struct {
+		release func()
+		err     error
+	}
+	stopper, gang := make(chan got, 1), make(chan got, 1)
+	go func() {
+		r, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "node-stops", Mode: Exclusive}, {Name: "path-device-plugin", Mode: Shared}})
+		stopper <- got{r, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	go func() {
+		r, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "path-device-plugin", Mode: Exclusive}})
+		gang <- got{r, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if r, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, time.Second); err != nil {
+		t.Fatalf("a node holder waited for a gang queued behind a stopper: %v", err)
+	} else {
+		r()
+	}
+	stopStops()
+	var s got
+	select {
+	case s = <-stopper:
+		if s.err != nil {
+			t.Fatal(s.err)
+		}
+	case g := <-gang:
+		t.Fatalf("the gang went before the stopper queued ahead of it (%v)", g.err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stopper did not get its locks")
+	}
+	s.release()
+	time.Sleep(300 * time.Millisecond) // the gang, now first, reserves the path
+	if _, err := tryHold(t, dir, []string{"path-device-plugin"}, Shared, 300*time.Millisecond); err == nil {
+		t.Fatal("a later node holder went before the gang, now the first waiter for the path")
+	}
+	stopDP()
+	select {
+	case g := <-gang:
+		if g.err != nil {
+			t.Fatal(g.err)
+		}
+		g.release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the gang did not get the path")
+	}
+}
+
 // A waiter that is killed leaves the queue: the holders and waiters of a process whose liveness file is
 // no longer locked are dropped with their reservations.
 func TestADeadProcesssHoldsAndReservationsAreDropped(t *testing.T) {
