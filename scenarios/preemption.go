@@ -62,6 +62,9 @@ const (
 	// preemptStepTime keeps the preempted job short: it is not lost to a node, so its pace only sets how
 	// long it runs.
 	preemptStepTime = 500 * time.Millisecond
+	// preemptResumedStepTime paces the re-admitted job once it resumed from its checkpoint: nothing reads
+	// it while it runs, the resume is judged from its first step and its summary.
+	preemptResumedStepTime = 100 * time.Millisecond
 )
 
 // PreemptionSpec registers, per path, Kueue preemption with checkpoint recovery: a high-priority Job
@@ -308,8 +311,8 @@ func priorityPreemption(ctx context.Context, s *Spec[PreemptionInput]) {
 	}
 	created := false
 	ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)
-	p := startPreemptible(ctx, env, s, training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Storage: s.In.Checkpoints,
-		Queue: lq, Priority: low, Grace: preemptGrace, Nodes: s.on(s.In.eligible(path, devices)), Devices: devices})
+	p := startPreemptible(ctx, env, s, training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, ResumedStepTime: preemptResumedStepTime,
+		Storage: s.In.Checkpoints, Queue: lq, Priority: low, Grace: preemptGrace, Nodes: s.on(s.In.eligible(path, devices)), Devices: devices})
 	lastSeenAt := time.Now()
 
 	ginkgo.By("submitting a high-priority Job for one device of the same quota")
@@ -377,8 +380,8 @@ func cohortReclaim(ctx context.Context, s *Spec[PreemptionInput]) {
 	trainingLQ := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Name: "training", Flavor: flavor, Cohort: cohort, Quota: trainingQuota})
 	created := false
 	ensureCheckpointStorage(ctx, env, ns, s.In.Checkpoints, &created)
-	p := startPreemptible(ctx, env, s, training{Name: "train", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Storage: s.In.Checkpoints,
-		Queue: trainingLQ, Grace: preemptGrace, Nodes: s.on(s.In.eligible(path, 1))})
+	p := startPreemptible(ctx, env, s, training{Name: "train", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, ResumedStepTime: preemptResumedStepTime,
+		Storage: s.In.Checkpoints, Queue: trainingLQ, Grace: preemptGrace, Nodes: s.on(s.In.eligible(path, 1))})
 	lastSeenAt := time.Now()
 
 	ginkgo.By("a serving burst in the serving ClusterQueue")
@@ -412,7 +415,7 @@ const (
 func preemptionNegative(ctx context.Context, s *Spec[PreemptionInput], kind negative) {
 	env, ns, path := s.Env, s.NS, s.Path
 	f := env.Factory
-	t := training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, Grace: preemptGrace, Nodes: s.on(s.In.eligible(path, 1))}
+	t := training{Name: "low", Steps: preemptSteps, Every: trainEvery, StepTime: preemptStepTime, ResumedStepTime: preemptResumedStepTime, Grace: preemptGrace, Nodes: s.on(s.In.eligible(path, 1))}
 	switch kind {
 	case negativeNoCheckpoint:
 		t.Storage = checkpoints.Storage{} // the pod's own emptyDir
