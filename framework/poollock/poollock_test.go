@@ -471,7 +471,7 @@ func TestAWaiterForTheStopsLockDoesNotReserveItsPath(t *testing.T) {
 // keep the path's node holders, which go beside the stopper, off the path until the stopper is done.
 func TestAWaiterBehindAnEarlierConflictingOneDoesNotReserve(t *testing.T) {
 	dir := t.TempDir()
-	stopStops := holder(t, dir, "node-stops", Exclusive) // the stopper ahead in the chain
+	stopStops := holder(t, dir, "node-stops", Exclusive)   // the stopper ahead in the chain
 	stopDP := holder(t, dir, "path-device-plugin", Shared) // a node holder of the path
 	type got struct {
 		release func()
