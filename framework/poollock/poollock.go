@@ -16,8 +16,9 @@
 // Waiters are served in the order they came, with one rule against starvation: a waiter reserves, in its
 // mode, its locks in name order up to the first one a holder keeps it from, and no waiter that came later
 // takes a reserved lock in a conflicting mode (a queued exclusive holder goes before shared ones that
-// come after it; a shared one before later exclusive ones). A later waiter whose locks conflict with
-// nobody's hold or reservation goes at once, ahead of earlier ones it does not hinder.
+// come after it; a shared one before later exclusive ones), except a lock that a waiter before it asks
+// for in a conflicting mode: that one is the earlier waiter's turn first. A later waiter whose locks
+// conflict with nobody's hold or reservation goes at once, ahead of earlier ones it does not hinder.
 //
 // The queue is a table in a file of the run's own directory (Dir), read and written under flock(2): every
 // process of a run is on one machine (Ginkgo starts them as local children). Each process flocks a file
