@@ -220,6 +220,7 @@ func (r *Run) DescribeFaults() string {
 		part("devices (device plugin)", inj.Devices != nil, func() string { return inj.Devices.Name() }, inj.DevicesWhy),
 		part("devices (DRA)", inj.DRADevices != nil, func() string { return inj.DRADevices.Name() }, inj.DRADevicesWhy),
 		part("evicting device fault (DRA)", inj.DRAEvict != nil, func() string { return inj.DRAEvict.Name() }, inj.DRAEvictWhy),
+		fmt.Sprintf("failed-worker pods evicted %s after their node's NotReady (tolerationSeconds, --eviction-toleration)", r.Config.Faults.EvictionToleration.Duration),
 	}, "; ")
 }
 
