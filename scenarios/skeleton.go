@@ -75,6 +75,9 @@ type Spec[I scenarioInput] struct {
 	Node string
 	// unlease releases an on:node spec's lease (nil until it leased).
 	unlease func()
+	// stopsLocks are a stops:node spec's pool locks (poolHold), which it takes with its nodes' at once
+	// (stopping), not before its body starts.
+	stopsLocks []poollock.Lock
 }
 
 // lease returns the nodes among candidates the spec may put its pods on, which every spec asks before
@@ -113,8 +116,9 @@ func (s *Spec[I]) lease(ctx context.Context, candidates []string) []string {
 // time): the next spec there, or the upgrade rehearsal's snapshot of the known-good pool, never finds
 // a path still coming back. back bounds that wait.
 //
-// The nodes are taken at once, each on every path (poollock.Take): the spec holds none while it waits
-// for another.
+// The nodes are taken at once, each on every path, with the spec's other pool locks (the stops lock,
+// the paths: poolHold, which describePath leaves to this call for a stops:node spec) in one request
+// (poollock.Take): the spec holds none while it waits for another.
 func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.Duration) (keep func(node string)) {
 	ginkgo.GinkgoHelper()
 	if !slices.Contains(ginkgo.CurrentSpecReport().Labels(), labels.StopsNode) {
@@ -132,12 +136,18 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 		}
 		return names
 	}
-	var locks []poollock.Lock
+	// A spec that stops a node it knows (the kubelet restart) reserves that node ahead: its holders
+	// finish while the stopper ahead of it in the chain still runs, not after it (bench of 0fa9de5: the
+	// kubelet restarts waited 37 s each for their node once the stops lock was theirs). A spec that names
+	// every node its workload may land on does not: that would idle the whole pool.
+	locks := slices.Clone(s.stopsLocks)
 	for _, node := range nodes {
-		locks = append(locks, poollock.Each(lockOf(node), poollock.Exclusive)...)
+		for _, name := range lockOf(node) {
+			locks = append(locks, poollock.Lock{Name: name, Mode: poollock.Exclusive, Ahead: len(nodes) == 1})
+		}
 	}
 	set, waited, err := poollock.HoldSet(ctx, poollock.Dir(s.Env.Factory.RunID), locks)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "holding %v on every path", nodes)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the pool locks %v and %v on every path", s.stopsLocks, nodes)
 	recordWait(waited)
 	held := slices.Clone(nodes)
 	prev := s.unlease
@@ -264,8 +274,13 @@ func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPr
 			s.Env = s.In.base().Env
 			s.Path = pathByName(s.In.base().Paths, pathName)
 			gomega.Expect(s.Path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
-			s.Node, s.unlease = "", nil
-			s.Node = holdPool(ctx, s.Env, pathName, s.In.base())
+			s.Node, s.unlease, s.stopsLocks = "", nil, nil
+			if specLabels := ginkgo.CurrentSpecReport().Labels(); slices.Contains(specLabels, labels.StopsNode) {
+				// It takes them with its node's (stopping), before it creates anything.
+				s.stopsLocks = poolHold(specLabels, pathName, s.In.base()).locks
+			} else {
+				s.Node = holdPool(ctx, s.Env, pathName, s.In.base())
+			}
 			// An on:node spec's lease (taken later, by lease) is released after the namespace's cleanup,
 			// registered below, so it runs before this. An on:node spec that ran to its end without a
 			// lease put its pods beside node holders: that is the spec's bug, and fails it.

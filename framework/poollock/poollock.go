@@ -106,6 +106,12 @@ var Poll = 100 * time.Millisecond
 type Lock struct {
 	Name string
 	Mode Mode
+	// Ahead: the waiter reserves this lock as soon as it is next in line for the first lock in its way,
+	// not only once it reaches it in name order, so that the lock's holders finish while the waiter waits
+	// for that first lock instead of after it: a node stopper's node (its holders drain while the
+	// stopper ahead of it in the chain still runs). It idles the lock meanwhile: only for a lock that is
+	// a small part of its path.
+	Ahead bool `json:",omitempty"`
 }
 
 // Each is names, every one in mode.
@@ -229,9 +235,10 @@ func Take(ctx context.Context, dir string, r Request) (*Held, time.Duration, err
 	if err != nil {
 		return nil, 0, err
 	}
-	modes := map[string]Mode{}
+	modes, ahead := map[string]Mode{}, map[string]bool{}
 	for _, l := range r.Locks {
 		modes[l.Name] = max(modes[l.Name], l.Mode)
+		ahead[l.Name] = ahead[l.Name] || l.Ahead
 	}
 	choice := slices.Compact(slices.Sorted(slices.Values(r.Any)))
 	if len(choice) > 0 {
@@ -239,6 +246,9 @@ func Take(ctx context.Context, dir string, r Request) (*Held, time.Duration, err
 		choice = append(choice[first:], choice[:first]...)
 	}
 	me := entry{Owner: self, Locks: lockList(modes), Any: choice, AnyMode: r.AnyMode}
+	for i := range me.Locks {
+		me.Locks[i].Ahead = ahead[me.Locks[i].Name]
+	}
 	start := time.Now()
 	var blocked []string
 	for {
@@ -397,12 +407,15 @@ func (t *table) grant(w *entry) (blocked []string) {
 	if w.Held {
 		return nil
 	}
-	var prefix []Lock
-	stopped := false
+	var prefix, ahead []Lock
+	stopped, nextInLine := false, false
 	for _, l := range w.Locks {
 		byHolder, byReserve := t.free(w, l.Name, l.Mode)
 		if byHolder || byReserve {
 			blocked = append(blocked, l.Name)
+		}
+		if l.Ahead {
+			ahead = append(ahead, l)
 		}
 		if stopped {
 			continue
@@ -411,6 +424,14 @@ func (t *table) grant(w *entry) (blocked []string) {
 			prefix = append(prefix, l)
 		}
 		stopped = byHolder || byReserve
+		nextInLine = byHolder && !byReserve && !t.askedBefore(w, l.Name, l.Mode)
+	}
+	if nextInLine {
+		for _, l := range ahead {
+			if !slices.Contains(prefix, l) {
+				prefix = append(prefix, l)
+			}
+		}
 	}
 	chosen := ""
 	var anyByHolder []Lock

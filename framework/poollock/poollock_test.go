@@ -522,6 +522,56 @@ func TestAWaiterBehindAnEarlierConflictingOneDoesNotReserve(t *testing.T) {
 	}
 }
 
+// A node stopper next in line for the stops lock reserves its node ahead (Lock.Ahead): the node's
+// holders finish while the stopper ahead of it runs. The stopper behind it does not, and neither does a
+// lock not marked ahead.
+func TestTheNextInLineReservesItsAheadLocks(t *testing.T) {
+	dir := t.TempDir()
+	stopStops := holder(t, dir, "node-stops", Exclusive) // the stopper that runs
+	type got struct {
+		release func()
+		err     error
+	}
+	next, behind := make(chan got, 1), make(chan got, 1)
+	go func() {
+		r, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "node-stops", Mode: Exclusive}, {Name: "path-dp", Mode: Shared},
+			{Name: "path-dp@n1", Mode: Exclusive, Ahead: true}})
+		next <- got{r, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	go func() {
+		r, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "node-stops", Mode: Exclusive}, {Name: "path-dp", Mode: Shared},
+			{Name: "path-dp@n2", Mode: Exclusive, Ahead: true}})
+		behind <- got{r, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := tryHold(t, dir, []string{"path-dp@n1"}, Shared, 300*time.Millisecond); err == nil {
+		t.Error("a holder took the node that the next stopper in line reserved ahead")
+	}
+	if r, err := tryHold(t, dir, []string{"path-dp@n2"}, Shared, time.Second); err != nil {
+		t.Errorf("the node of the stopper behind was reserved ahead: %v", err)
+	} else {
+		r()
+	}
+	if r, err := tryHold(t, dir, []string{"path-dp"}, Exclusive, time.Second); err != nil {
+		t.Errorf("a lock not marked ahead was reserved before its turn: %v", err)
+	} else {
+		r()
+	}
+	stopStops()
+	for _, c := range []chan got{next, behind} {
+		select {
+		case g := <-c:
+			if g.err != nil {
+				t.Fatal(g.err)
+			}
+			g.release()
+		case <-time.After(5 * time.Second):
+			t.Fatal("a stopper did not get its locks")
+		}
+	}
+}
+
 // A waiter that is killed leaves the queue: the holders and waiters of a process whose liveness file is
 // no longer locked are dropped with their reservations.
 func TestADeadProcesssHoldsAndReservationsAreDropped(t *testing.T) {
