@@ -505,12 +505,13 @@ func update(dir string, change func(*table) bool) error {
 	defer func() { _ = syscall.Flock(int(lf.Fd()), syscall.LOCK_UN) }()
 	path := filepath.Join(dir, "table.json")
 	var t table
-	switch b, err := os.ReadFile(path); {
+	read, err := os.ReadFile(path)
+	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
 		return fmt.Errorf("lock table: %w", err)
 	default:
-		if err := json.Unmarshal(b, &t); err != nil {
+		if err := json.Unmarshal(read, &t); err != nil {
 			return fmt.Errorf("lock table %s: %w", path, err)
 		}
 	}
@@ -522,7 +523,7 @@ func update(dir string, change func(*table) bool) error {
 	if err != nil {
 		return err
 	}
-	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
+	if string(read) == string(b) {
 		return nil // a waiter's pass that changed nothing: no write
 	}
 	tmp := path + ".new"
