@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/reports"
@@ -70,6 +71,13 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 	passed, failed, skipped := reports.Count(suites)
 	v := reports.Decide(suites, rec)
 	fmt.Fprintf(stderr, "signoff report: %s (and %s)\n", filepath.Join(dir, "signoff.md"), filepath.Join(dir, reports.HTMLFile))
+	// The reasons too, on the stream that make e2e and CI keep (they send the report's own text
+	// elsewhere): a NO-GO whose reasons are only in a file of a CI machine that is gone says nothing.
+	if !v.Go() {
+		for _, r := range v.Reasons() {
+			fmt.Fprintf(stderr, "  %s: %s\n", v.Outcome, strings.ReplaceAll(r, "\n", "\n    "))
+		}
+	}
 	fmt.Fprintf(stderr, "verdict: %s (exit code %d)\n", v.Outcome, v.ExitCode())
 	fmt.Fprintf(stderr, "signoff: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
 	return v.ExitCode()

@@ -43,8 +43,13 @@ func TestReportExitCodeIsTheVerdicts(t *testing.T) {
 		t.Errorf("GO run: exit %d\n%s", code, errb.String())
 	}
 	writeRun(t, dir, "run-1", "run-1", types.SpecStateFailed)
+	errb.Reset()
 	if code := reportCommand(t.Context(), []string{dir}, &out, &errb); code != reports.ExitNoGo {
 		t.Errorf("failed run: exit %d", code)
+	}
+	// The reasons reach the stream CI keeps, before the verdict line.
+	if got := errb.String(); !strings.Contains(got, "  NO-GO: failed: admits a Job\n") || strings.Index(got, "failed: admits a Job") > strings.Index(got, "verdict: NO-GO") {
+		t.Errorf("the failed run's stderr does not give the reason before the verdict:\n%s", got)
 	}
 	// The evidence follows the report rendered again: the failed spec now says Not Implemented.
 	raw, err := os.ReadFile(filepath.Join(dir, reports.EvidenceDir, reports.ChecklistFile("1.37")))
