@@ -71,6 +71,12 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 		p.log.Warn("FAULT INJECTION: the DRA kubelet plugin does not register with the kubelet; its ResourceSlices are published all the same", "driver", name)
 	}
 	p.log.Info("DRA kubelet plugin started", "driver", name, "devices", p.cfg.DRADevices)
+	var slices *resourceslice.Controller
+	defer func() {
+		if slices != nil {
+			slices.Stop()
+		}
+	}()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	ticks := 0
@@ -91,9 +97,15 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 				sets = append(sets, cs.Name)
 			}
 		}
-		if err := helper.PublishResources(ctx, res); err != nil {
-			p.log.Error("cannot publish ResourceSlice; retrying", "err", err)
+		if slices == nil {
+			var err error
+			if slices, err = p.startSliceController(ctx, client, &res); err != nil {
+				p.log.Error("cannot publish ResourceSlice; retrying", "err", err)
+			}
 		} else {
+			slices.Update(&res)
+		}
+		if slices != nil {
 			p.log.Info(LogPublishedSlice, "driver", name, "devices", names, "counter_sets", sets, "slices", len(published))
 		}
 	wait:
@@ -110,9 +122,10 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 				registered := p.cfg.DRAUnregistered || st != nil && st.PluginRegistered
 				p.setDRAReady(registered)
 				// A starting kubelet deletes the node's ResourceSlices until its drivers register again; the
-				// helper's controller recreates them, but after two quick kubelet restarts it was seen not to
-				// for minutes. Once registered, a missing slice is published again (unregistered on purpose,
-				// too: the kubelet wipes the slices of the registered plugin this one replaced 30 s later).
+				// controller recreates them once its sync delay and its cache of created slices let it
+				// (sliceMutationCacheTTL). Once registered, a missing slice is published again all the same
+				// (unregistered on purpose, too: the kubelet wipes the slices of the registered plugin this
+				// one replaced 30 s later).
 				if ticks++; registered && ticks%10 == 0 && len(names)+len(sets) > 0 && !p.sliceExists(ctx, client, name) {
 					p.log.Warn("own ResourceSlice is missing while registered; publishing it again", "driver", name)
 					break wait
@@ -120,6 +133,37 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 			}
 		}
 	}
+}
+
+// Publishing times of the agent's ResourceSlice controller, shorter than the library's defaults.
+//
+// The library keeps each slice it created in a mutation cache for DefaultMutationCacheTTL (one minute),
+// so that its next sync does not create it twice before its informer has seen it; a slice the starting
+// kubelet deletes within that minute (the kubelet wipes its node's slices as it starts) stays in the
+// cache, and the controller believes it exists until the minute is over: the agent's republishing of a
+// missing slice changed nothing, and a kubelet restart shortly after the agent started (a node stopped
+// and started, then its kubelet restarted) left the node without DRA devices for 40 s (clean-clone CI
+// of 0012a39: "own ResourceSlice is missing" four times, 10 s apart, before the slice came back 60 s
+// after its creation). DefaultSyncDelay (30 s after a slice event) is the wait before a deletion is
+// noticed at all. The agent runs one pool of one node, whose informer is up to date within a second.
+const (
+	sliceMutationCacheTTL = 5 * time.Second
+	sliceSyncDelay        = 2 * time.Second
+)
+
+// startSliceController starts the ResourceSlice controller of k8s.io/dynamic-resource-allocation that
+// publishes the node's pool, owned by the node as the kubeletplugin helper's PublishResources owns it, with
+// the agent's publishing times.
+func (p *Plugin) startSliceController(ctx context.Context, client kubernetes.Interface, res *resourceslice.DriverResources) (*resourceslice.Controller, error) {
+	return resourceslice.StartController(ctx, resourceslice.Options{
+		DriverName:       p.cfg.DRADriverName,
+		KubeClient:       client,
+		Owner:            &resourceslice.Owner{APIVersion: "v1", Kind: "Node", Name: p.cfg.NodeName},
+		Resources:        res,
+		MutationCacheTTL: ptr.To(sliceMutationCacheTTL),
+		SyncDelay:        ptr.To(sliceSyncDelay),
+		ErrorHandler:     draPlugin{p}.HandleError,
+	})
 }
 
 // sliceDeviceGroupsLocked lists the devices to publish, by GPU: every healthy DRA GPU (an unhealthy one is
@@ -313,8 +357,8 @@ func (d draPlugin) UnprepareResourceClaims(_ context.Context, claims []kubeletpl
 	return out, nil
 }
 
-// HandleError implements kubeletplugin.DRAPlugin: background errors (slice publishing) are logged; the
-// helper retries on its own.
+// HandleError implements kubeletplugin.DRAPlugin and is the slice controller's error handler: background
+// errors (slice publishing) are logged; the helper and the controller retry on their own.
 func (d draPlugin) HandleError(_ context.Context, err error, msg string) {
 	d.p.log.Error("DRA kubelet plugin: "+msg, "err", err)
 }

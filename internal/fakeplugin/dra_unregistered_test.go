@@ -77,3 +77,26 @@ func TestServeDRARegistersByDefault(t *testing.T) {
 		t.Error("ready although no kubelet registered the plugin")
 	}
 }
+
+// A slice deleted moments after the agent created it (a kubelet that starts wipes its node's slices) comes
+// back without waiting out the ResourceSlice controller's one-minute cache of the slices it created, in
+// which the deleted slice would still exist (sliceMutationCacheTTL).
+func TestServeDRAPublishesASliceDeletedJustAfterItsCreationAgain(t *testing.T) {
+	_, kube, _ := serveDRA(t, true)
+	var first string
+	eventually(t, "the node's slice", func() bool {
+		list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false
+		}
+		first = list.Items[0].Name
+		return true
+	})
+	if err := kube.ResourceV1().ResourceSlices().Delete(t.Context(), first, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the slice published again after "+first+" was deleted", func() bool {
+		list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == 1 && list.Items[0].Name != first && len(list.Items[0].Spec.Devices) == 2
+	})
+}
