@@ -225,6 +225,23 @@ func leased(node, path string, waited time.Duration) {
 	recordWait(waited)
 }
 
+// The pool locks name each holder by its spec, and a waiting spec's log says, at each change, which
+// holder or reservation keeps it waiting (the run's JSON report keeps every spec's log).
+func init() {
+	poollock.Who = func() string {
+		r := ginkgo.CurrentSpecReport()
+		text := r.LeafNodeText
+		if n := len(r.ContainerHierarchyTexts); n > 0 {
+			text = r.ContainerHierarchyTexts[n-1] + " " + text
+		}
+		if runes := []rune(text); len(runes) > 100 {
+			text = string(runes[:99]) + "…"
+		}
+		return text
+	}
+	poollock.Trace = func(line string) { ginkgo.GinkgoWriter.Println("pool locks: waiting " + line) }
+}
+
 // recordWait records a wait for pool locks: the bench keeps it out of the spec's own cost.
 func recordWait(waited time.Duration) {
 	if waited > 0 {

@@ -102,6 +102,18 @@ func Dir(runID string) string {
 // Poll is how often a waiting holder reads the table again (the wait must end with ctx).
 var Poll = 100 * time.Millisecond
 
+// Who, when set, names the holder that takes locks now (the suite: the running spec), so that a waiter
+// can say who keeps it waiting; unset, a holder is named by its process.
+var Who func() string
+
+// Trace, when set, is told each change of what keeps a waiter waiting, with the time it has waited: a
+// line such as "12.3s: path-dra (held by …), stops (reserved by …)". The suite writes it into the spec's
+// log, where a slow run shows which holder or reservation each spec waited for.
+var Trace func(line string)
+
+// maxTraced bounds the lines one wait traces (Trace).
+const maxTraced = 40
+
 // Lock is one named lock and the mode a holder takes it in.
 type Lock struct {
 	Name string
@@ -246,11 +258,15 @@ func Take(ctx context.Context, dir string, r Request) (*Held, time.Duration, err
 		choice = append(choice[first:], choice[:first]...)
 	}
 	me := entry{Owner: self, Locks: lockList(modes), Any: choice, AnyMode: r.AnyMode}
+	if Who != nil {
+		me.Who = Who()
+	}
 	for i := range me.Locks {
 		me.Locks[i].Ahead = ahead[me.Locks[i].Name]
 	}
 	start := time.Now()
 	var blocked []string
+	traced, changes := "", 0
 	for {
 		granted := false
 		err := update(dir, func(t *table) bool {
@@ -267,6 +283,13 @@ func Take(ctx context.Context, dir string, r Request) (*Held, time.Duration, err
 		})
 		if err != nil {
 			return nil, 0, err
+		}
+		if why := strings.Join(blocked, ", "); Trace != nil && why != traced && !granted && changes <= maxTraced {
+			traced, changes = why, changes+1
+			if changes > maxTraced {
+				why = fmt.Sprintf("more than %d changes; the rest untraced", maxTraced)
+			}
+			Trace(fmt.Sprintf("%.1fs: %s", time.Since(start).Seconds(), why))
 		}
 		if granted {
 			h := &Held{dir: dir, id: me.ID, locks: map[string]Mode{}, chosen: me.Chosen}
@@ -318,6 +341,7 @@ type entry struct {
 	Any     []string `json:"any,omitempty"`
 	AnyMode Mode     `json:"anyMode,omitempty"`
 	Held    bool     `json:"held,omitempty"`
+	Who     string   `json:"who,omitempty"` // the holder's name (Who), for the waiters' messages
 	Chosen  string   `json:"chosen,omitempty"`
 	// Reserved are the locks a waiter reserved on the last pass (grant), in the mode it asks: a waiter
 	// that came later may not take them in a conflicting mode.
@@ -357,6 +381,12 @@ type table struct {
 // free reports whether the waiter w may take name in mode now: no holder holds it in a conflicting mode
 // (byHolder false) and no waiter that came before w reserved it in one (byReserve false).
 func (t *table) free(w *entry, name string, mode Mode) (byHolder, byReserve bool) {
+	byHolder, byReserve, _ = t.keptBy(w, name, mode)
+	return byHolder, byReserve
+}
+
+// keptBy is free, with the holders and waiters that keep w from name: "held by X", "reserved by Y".
+func (t *table) keptBy(w *entry, name string, mode Mode) (byHolder, byReserve bool, by []string) {
 	for i := range t.Entries {
 		o := &t.Entries[i]
 		if o.ID == w.ID {
@@ -365,14 +395,25 @@ func (t *table) free(w *entry, name string, mode Mode) (byHolder, byReserve bool
 		if o.Held {
 			if m, ok := o.holds(name); ok && conflict(m, mode) {
 				byHolder = true
+				by = append(by, "held "+m.String()+" by "+o.name())
 			}
 		} else if o.ID < w.ID {
 			if m, ok := o.reserves(name); ok && conflict(m, mode) {
 				byReserve = true
+				by = append(by, "reserved "+m.String()+" by "+o.name())
 			}
 		}
 	}
-	return byHolder, byReserve
+	return byHolder, byReserve, by
+}
+
+// name is how a waiter's messages call the entry: Who's name, else its process's.
+func (e *entry) name() string {
+	if e.Who != "" {
+		return strconv.Quote(e.Who)
+	}
+	pid, _, _ := strings.Cut(strings.TrimPrefix(e.Owner, "live-"), "-") // liveness names it live-<pid>-<time>
+	return "process " + pid
 }
 
 // schedule goes through the waiters in the order they came and grants each whose locks are free (grant),
@@ -408,11 +449,12 @@ func (t *table) grant(w *entry) (blocked []string) {
 		return nil
 	}
 	var prefix, ahead []Lock
-	stopped, nextInLine := false, false
+	stopped := false
+	nextInLine := false
 	for _, l := range w.Locks {
-		byHolder, byReserve := t.free(w, l.Name, l.Mode)
+		byHolder, byReserve, by := t.keptBy(w, l.Name, l.Mode)
 		if byHolder || byReserve {
-			blocked = append(blocked, l.Name)
+			blocked = append(blocked, l.Name+" ("+strings.Join(by, ", ")+")")
 		}
 		if l.Ahead {
 			ahead = append(ahead, l)
@@ -435,18 +477,20 @@ func (t *table) grant(w *entry) (blocked []string) {
 	}
 	chosen := ""
 	var anyByHolder []Lock
+	var anyBy []string
 	for _, n := range w.Any {
-		byHolder, byReserve := t.free(w, n, w.AnyMode)
+		byHolder, byReserve, by := t.keptBy(w, n, w.AnyMode)
 		if !byHolder && !byReserve {
 			chosen = n
 			break
 		}
+		anyBy = append(anyBy, n+": "+strings.Join(by, ", "))
 		if byHolder {
 			anyByHolder = append(anyByHolder, Lock{Name: n, Mode: w.AnyMode})
 		}
 	}
 	if len(w.Any) > 0 && chosen == "" {
-		blocked = append(blocked, "one of "+strings.Join(w.Any, "/"))
+		blocked = append(blocked, "one of "+strings.Join(w.Any, "/")+" ("+strings.Join(anyBy, "; ")+")")
 		if !stopped {
 			prefix = append(prefix, anyByHolder...)
 		}

@@ -718,3 +718,28 @@ func TestDropLetsTheNamedLocksGoAndKeepsTheOthers(t *testing.T) {
 		r()
 	}
 }
+
+// A waiter says which holder or reservation keeps it waiting, by the holder's name (Who), in its trace
+// (Trace) and in its error when it gives up.
+func TestAWaiterSaysWhoKeepsItWaiting(t *testing.T) {
+	dir := t.TempDir()
+	defer func() { Who, Trace = nil, nil }()
+	Who = func() string { return "gang A" }
+	h, _, err := HoldLocks(t.Context(), dir, []Lock{{Name: "path-x", Mode: Exclusive}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h()
+	var lines []string
+	Who, Trace = func() string { return "spec B" }, func(l string) { lines = append(lines, l) }
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	_, _, err = Take(ctx, dir, Request{Locks: []Lock{{Name: "path-x", Mode: Shared}}})
+	const want = `path-x (held exclusive by "gang A")`
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("the waiter's error is %v; want it to name %s", err, want)
+	}
+	if len(lines) != 1 || !strings.HasSuffix(lines[0], "s: "+want) {
+		t.Errorf("the waiter traced %q; want one line ending in %q (it waited for one holder all along)", lines, want)
+	}
+}
