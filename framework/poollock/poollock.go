@@ -450,7 +450,20 @@ func (t *table) grant(w *entry) (blocked []string) {
 	}
 	var prefix, ahead []Lock
 	stopped := false
-	nextInLine := false
+	// w is next in line when no waiter before it asks for any of its other locks in a conflicting mode,
+	// and none of them is reserved against it: only holders keep it waiting. Then its Ahead locks are
+	// reserved, so that their holders finish meanwhile. (Judged on the first lock in w's way alone, as
+	// before, a kubelet restart whose node a node holder kept was next in line for that node while two
+	// stoppers were queued before it for the stops lock, and idled its node through both.)
+	nextInLine := true
+	for _, l := range w.Locks {
+		if l.Ahead {
+			continue
+		}
+		if _, byReserve := t.free(w, l.Name, l.Mode); byReserve || t.askedBefore(w, l.Name, l.Mode) {
+			nextInLine = false
+		}
+	}
 	for _, l := range w.Locks {
 		byHolder, byReserve, by := t.keptBy(w, l.Name, l.Mode)
 		if byHolder || byReserve {
@@ -466,9 +479,8 @@ func (t *table) grant(w *entry) (blocked []string) {
 			prefix = append(prefix, l)
 		}
 		stopped = byHolder || byReserve
-		nextInLine = byHolder && !byReserve && !t.askedBefore(w, l.Name, l.Mode)
 	}
-	if nextInLine {
+	if nextInLine && stopped {
 		for _, l := range ahead {
 			if !slices.Contains(prefix, l) {
 				prefix = append(prefix, l)

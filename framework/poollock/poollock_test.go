@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -741,5 +742,30 @@ func TestAWaiterSaysWhoKeepsItWaiting(t *testing.T) {
 	}
 	if len(lines) != 1 || !strings.HasSuffix(lines[0], "s: "+want) {
 		t.Errorf("the waiter traced %q; want one line ending in %q (it waited for one holder all along)", lines, want)
+	}
+}
+
+// A waiter reserves its Ahead locks only once it is next in line for every other lock it asks for: a
+// kubelet restart next in line for the stops lock, whose path a gang queued before it asks for alone,
+// does not idle its node meanwhile (the gang goes first on the path, and the node's holders could run
+// until then); once the gang has had the path, it does.
+func TestAheadLocksWaitForTheTurnOfEveryOtherLock(t *testing.T) {
+	tb := table{Entries: []entry{
+		{ID: 1, Held: true, Locks: []Lock{{Name: "node-stops", Mode: Exclusive}, {Name: "path-dp", Mode: Shared}}}, // the stopper now running
+		{ID: 2, Held: true, Locks: []Lock{{Name: "path-dp", Mode: Shared}, {Name: "path-dp@b", Mode: Exclusive}}},  // a node holder
+		{ID: 3, Locks: []Lock{{Name: "path-dp", Mode: Exclusive}}},                                                 // a gang
+		{ID: 4, Locks: []Lock{{Name: "node-stops", Mode: Exclusive}, {Name: "path-dp", Mode: Shared}, {Name: "path-dp@b", Mode: Exclusive, Ahead: true}}},
+	}}
+	reservesNode := func(e entry) bool {
+		return slices.ContainsFunc(e.Reserved, func(l Lock) bool { return l.Name == "path-dp@b" && l.Mode == Exclusive })
+	}
+	tb.schedule()
+	if reservesNode(tb.Entries[3]) {
+		t.Errorf("the kubelet restart reserved its node while a gang queued before it asks for its path: %v", tb.Entries[3].Reserved)
+	}
+	tb.Entries = slices.Delete(tb.Entries, 1, 3) // the node holder and the gang are done
+	tb.schedule()
+	if !reservesNode(tb.Entries[1]) {
+		t.Errorf("the kubelet restart, next in line for every lock, did not reserve its node: %v", tb.Entries[1].Reserved)
 	}
 }
