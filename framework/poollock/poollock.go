@@ -118,8 +118,8 @@ const maxTraced = 40
 type Lock struct {
 	Name string
 	Mode Mode
-	// Ahead: the waiter reserves this lock as soon as it is next in line for the first lock in its way,
-	// not only once it reaches it in name order, so that the lock's holders finish while the waiter waits
+	// Ahead: the waiter reserves this lock as soon as it is next in line for every other lock it asks for
+	// (no waiter before it asks for one in a conflicting mode), not only once it reaches it in name order, so that the lock's holders finish while the waiter waits
 	// for that first lock instead of after it: a node stopper's node (its holders drain while the
 	// stopper ahead of it in the chain still runs). It idles the lock meanwhile: only for a lock that is
 	// a small part of its path.
