@@ -127,14 +127,14 @@ func GangSpec(input func() GangInput) {
 			if len(one) == 0 {
 				reg.notExercised(pathName+": gang on one node", "no node in the GPU pool has 2 devices on this path")
 			} else {
-				ginkgo.It("admits a 2-worker gang as one Workload and starts both workers on one node, where they step together and complete", labels.Of(labels.HoldsPath), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+				ginkgo.It("admits a 2-worker gang as one Workload and starts both workers on one node, where they step together and complete", labels.Of(labels.HoldsPath), pathHoldersLast, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangFits(ctx, s, fixtures.OneNode, one)
 				})
 			}
 			if len(across) < 2 {
 				reg.notExercised(pathName+": gang across nodes", "the GPU pool has one node with a device on this path")
 			} else {
-				ginkgo.It("admits a 2-worker gang as one Workload and starts each worker on a node of its own, where they step together and complete", labels.Of(labels.HoldsPath), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+				ginkgo.It("admits a 2-worker gang as one Workload and starts each worker on a node of its own, where they step together and complete", labels.Of(labels.HoldsPath), pathHoldersLast, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangFits(ctx, s, fixtures.AcrossNodes, across)
 				})
 			}
@@ -142,14 +142,14 @@ func GangSpec(input func() GangInput) {
 			case why != "":
 				reg.notExercised(pathName+": gang placed by Kueue's topology-aware scheduling", why)
 			default:
-				ginkgo.It("places a 2-worker gang within one node through Kueue's topology-aware scheduling (required topology kubernetes.io/hostname)", labels.Of(labels.HoldsPath), func(ctx context.Context) {
+				ginkgo.It("places a 2-worker gang within one node through Kueue's topology-aware scheduling (required topology kubernetes.io/hostname)", labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
 					gangTAS(ctx, s, tas)
 				})
 			}
 			if reg.ExistingLocalQueue != "" {
 				reg.notExercised(pathName+": gang that does not fit, gang short of quota", "queues.mode=existing: they need a ClusterQueue of their own, sized to the gang")
 			} else {
-				ginkgo.It("never keeps part of a gang running while the rest waits for devices: a gang larger than the free devices is evicted and requeued whole", labels.Of(labels.HoldsPath), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+				ginkgo.It("never keeps part of a gang running while the rest waits for devices: a gang larger than the free devices is evicted and requeued whole", labels.Of(labels.HoldsPath), pathHoldersLast, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangDoesNotFit(ctx, s, across)
 				})
 				ginkgo.It("keeps a gang short of quota suspended with no pod", labels.Of(labels.NoDevices), noDevicesFirst, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
@@ -166,7 +166,7 @@ func GangSpec(input func() GangInput) {
 			case reg.Checkpoints.None():
 				reg.notExercised(pathName+": failed worker in a gang", reg.CheckpointsWhy+"; a gang's restart resumes from its shared checkpoints")
 			default:
-				ginkgo.It("stops the survivor when one worker's device fails, and restarts the whole gang from its last common checkpoint on healthy devices", labels.Of(labels.Disruptive, labels.FaultsDevice, labels.HoldsPath), func(ctx context.Context) {
+				ginkgo.It("stops the survivor when one worker's device fails, and restarts the whole gang from its last common checkpoint on healthy devices", labels.Of(labels.Disruptive, labels.FaultsDevice, labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
 					gangFailedWorker(ctx, s, devices, across)
 				})
 			}

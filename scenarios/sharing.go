@@ -76,12 +76,12 @@ func SharingSpec(input func() SharingInput) {
 				case cluster.ModeTimeSlicing, cluster.ModeMPS:
 					// holds:path: it fills every free replica of the node.
 					ginkgo.It(fmt.Sprintf("maps every %s replica of a full node to one physical GPU, gives no GPU more holders than its replicas, names the pods that share each GPU, and makes one more pod wait", m.Mode),
-						labels.Of(labels.HoldsPath), proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
+						labels.Of(labels.HoldsPath), pathHoldersLast, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
 							sharedNodeFilled(ctx, s, m)
 						})
 				case cluster.ModeMIGSingle, cluster.ModeMIGMixed:
 					ginkgo.It(fmt.Sprintf("gives each pod of a full %s node one distinct MIG device of its resource's profile, never beside its whole parent GPU, and makes one more pod wait", m.Mode),
-						labels.Of(labels.HoldsPath), proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
+						labels.Of(labels.HoldsPath), pathHoldersLast, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
 							migNodeFilled(ctx, s, m)
 						})
 				case cluster.ModePartitionable:

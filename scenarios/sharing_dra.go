@@ -41,14 +41,14 @@ func registerPartitionSpecs(reg SharingInput, s *Spec[SharingInput], m cluster.N
 	}
 	if slices.ContainsFunc(m.Partitions, func(g cluster.PartitionableGPU) bool { return g.Whole != "" }) {
 		ginkgo.It("does not allocate a partition of a GPU whose whole device a running pod holds, and diagnoses the claim as waiting for the device", proves(sharingName, conformance.GPUSharing),
-			labels.Of(labels.HoldsPath), func(ctx context.Context) {
+			labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
 				partitionBesideWhole(ctx, s, m)
 			})
 	} else {
 		reg.notExercised("dra: a partition beside its whole GPU on "+m.Node, "the node's partitionable GPUs publish no whole-GPU device, so there is nothing to allocate beside a partition")
 	}
 	ginkgo.It("runs as many partitions of one parent GPU as its shared counters allow, each a distinct MIG device of that GPU, and makes one more wait", proves(sharingName, conformance.GPUSharing),
-		labels.Of(labels.HoldsPath), func(ctx context.Context) {
+		labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
 			fillParentWithPartitions(ctx, s, m)
 		})
 }

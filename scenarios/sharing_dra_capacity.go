@@ -43,7 +43,7 @@ func registerCapacitySpecs(reg SharingInput, s *Spec[SharingInput], m cluster.No
 		reg.notExercised("dra: capacity sharing on "+m.Node, "discovery calls the node dra-shared but names no device that allows multiple allocations ("+strings.Join(m.Evidence, ", ")+")")
 		return
 	}
-	ginkgo.It(capacitySpecText, proves(sharingName, conformance.GPUSharing), labels.Of(labels.HoldsPath), func(ctx context.Context) {
+	ginkgo.It(capacitySpecText, proves(sharingName, conformance.GPUSharing), labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
 		fillSharedGPU(ctx, s, m)
 	})
 }

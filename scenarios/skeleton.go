@@ -188,6 +188,15 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 // run alone. The other specs fill the processes around it.
 var chainFirst = ginkgo.SpecPriority(1)
 
+// pathHoldersLast is the priority of the holds:path specs that stop no node (gangs, sharing checks):
+// Ginkgo hands them out after every other spec. Each needs its path alone, which it cannot have while
+// the node stoppers (each holds every path shared) or the path's node holders run; handed out in random
+// order among the others, they waited in their processes for the chain (CI of 0012a39: two device-plugin
+// gangs waited 362 s and 402 s from the run's first minute, and with the stoppers queued for their turn 7
+// of the 9 processes waited while the path's free node found no spec to run). Last, they run back to back
+// once the node holders are done, and the processes meanwhile run the specs that can go.
+var pathHoldersLast = ginkgo.SpecPriority(-1)
+
 // rehearsalFirst is the upgrade rehearsal's priority: the first of the chain. It holds the faults lock
 // and a known-good node until it has compared the known-good pool, and takes them with the stops lock
 // (faultsLock): first in the chain it takes them before any faults:device or holds:node spec has started,
