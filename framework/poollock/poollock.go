@@ -102,12 +102,12 @@ func Dir(runID string) string {
 // Poll is how often a waiting holder reads the table again (the wait must end with ctx).
 var Poll = 100 * time.Millisecond
 
-// Who, when set, names the holder that takes locks now (the suite: the running spec), so that a waiter
+// Who names, when set, the holder that takes locks now (the suite: the running spec), so that a waiter
 // can say who keeps it waiting; unset, a holder is named by its process.
 var Who func() string
 
-// Trace, when set, is told each change of what keeps a waiter waiting, with the time it has waited: a
-// line such as "12.3s: path-dra (held by …), stops (reserved by …)". The suite writes it into the spec's
+// Trace is told, when set, each change of what keeps a waiter waiting, with the time it has waited: a
+// line such as "12.3s: path-dra (held exclusive by …), node-stops (reserved exclusive by …)". The suite writes it into the spec's
 // log, where a slow run shows which holder or reservation each spec waited for.
 var Trace func(line string)
 
