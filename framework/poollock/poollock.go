@@ -107,8 +107,8 @@ var Poll = 100 * time.Millisecond
 var Who func() string
 
 // Trace is told, when set, each change of what keeps a waiter waiting, with the time it has waited: a
-// line such as "12.3s: path-dra (held exclusive by …), node-stops (reserved exclusive by …)". The suite writes it into the spec's
-// log, where a slow run shows which holder or reservation each spec waited for.
+// line such as "12.3s: path-dra (held exclusive by …), node-stops (reserved exclusive by …)". The suite
+// writes it into the spec's log, where a slow run shows which holder or reservation each spec waited for.
 var Trace func(line string)
 
 // maxTraced bounds the lines one wait traces (Trace).
@@ -119,8 +119,8 @@ type Lock struct {
 	Name string
 	Mode Mode
 	// Ahead: the waiter reserves this lock as soon as it is next in line for every other lock it asks for
-	// (no waiter before it asks for one in a conflicting mode), not only once it reaches it in name order, so that the lock's holders finish while the waiter waits
-	// for that first lock instead of after it: a node stopper's node (its holders drain while the
+	// (no waiter before it asks for one in a conflicting mode), not only once it reaches it in name
+	// order, so that the lock's holders finish while the waiter waits for the others instead of after: a node stopper's node (its holders drain while the
 	// stopper ahead of it in the chain still runs). It idles the lock meanwhile: only for a lock that is
 	// a small part of its path.
 	Ahead bool `json:",omitempty"`
@@ -378,14 +378,9 @@ type table struct {
 	Entries []entry `json:"entries"`
 }
 
-// free reports whether the waiter w may take name in mode now: no holder holds it in a conflicting mode
-// (byHolder false) and no waiter that came before w reserved it in one (byReserve false).
-func (t *table) free(w *entry, name string, mode Mode) (byHolder, byReserve bool) {
-	byHolder, byReserve, _ = t.keptBy(w, name, mode)
-	return byHolder, byReserve
-}
-
-// keptBy is free, with the holders and waiters that keep w from name: "held by X", "reserved by Y".
+// keptBy reports whether the waiter w may take name in mode now: no holder holds it in a conflicting mode
+// (byHolder false) and no waiter that came before w reserved it in one (byReserve false); by names those
+// that keep w from it ("held exclusive by X", "reserved shared by Y").
 func (t *table) keptBy(w *entry, name string, mode Mode) (byHolder, byReserve bool, by []string) {
 	for i := range t.Entries {
 		o := &t.Entries[i]
@@ -457,20 +452,14 @@ func (t *table) grant(w *entry) (blocked []string) {
 	// stoppers were queued before it for the stops lock, and idled its node through both.)
 	nextInLine := true
 	for _, l := range w.Locks {
-		if l.Ahead {
-			continue
-		}
-		if _, byReserve := t.free(w, l.Name, l.Mode); byReserve || t.askedBefore(w, l.Name, l.Mode) {
-			nextInLine = false
-		}
-	}
-	for _, l := range w.Locks {
 		byHolder, byReserve, by := t.keptBy(w, l.Name, l.Mode)
 		if byHolder || byReserve {
 			blocked = append(blocked, l.Name+" ("+strings.Join(by, ", ")+")")
 		}
 		if l.Ahead {
 			ahead = append(ahead, l)
+		} else if byReserve || t.askedBefore(w, l.Name, l.Mode) {
+			nextInLine = false
 		}
 		if stopped {
 			continue

@@ -71,10 +71,10 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 		p.log.Warn("FAULT INJECTION: the DRA kubelet plugin does not register with the kubelet; its ResourceSlices are published all the same", "driver", name)
 	}
 	p.log.Info("DRA kubelet plugin started", "driver", name, "devices", p.cfg.DRADevices)
-	var slices *resourceslice.Controller
+	var publisher *resourceslice.Controller
 	defer func() {
-		if slices != nil {
-			slices.Stop()
+		if publisher != nil {
+			publisher.Stop()
 		}
 	}()
 	tick := time.NewTicker(time.Second)
@@ -97,15 +97,15 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 				sets = append(sets, cs.Name)
 			}
 		}
-		if slices == nil {
+		if publisher == nil {
 			var err error
-			if slices, err = p.startSliceController(ctx, client, &res); err != nil {
+			if publisher, err = p.startSliceController(ctx, client, &res); err != nil {
 				p.log.Error("cannot publish ResourceSlice; retrying", "err", err)
 			}
 		} else {
-			slices.Update(&res)
+			publisher.Update(&res)
 		}
-		if slices != nil {
+		if publisher != nil {
 			p.log.Info(LogPublishedSlice, "driver", name, "devices", names, "counter_sets", sets, "slices", len(published))
 		}
 	wait:
