@@ -154,6 +154,9 @@ type trainingJob struct {
 	job    *batchv1.Job
 	workID string
 	resume bool // its checkpoints outlive a node
+	// obj and prereqs are the Job and the objects it needs, built by prepareTraining, created by startTraining.
+	obj     *batchv1.Job
+	prereqs []fixtures.Object
 }
 
 // submitTraining creates the checkpoint storage, the queue (when Kueue is there) and a checkpointing
@@ -161,6 +164,16 @@ type trainingJob struct {
 // trainEvery*2 or later, so that a resume is distinguishable from a restart. It returns the Job and its
 // running pod.
 func submitTraining(ctx context.Context, s *Spec[FailureInput], name string, nodes []string) (trainingJob, *corev1.Pod) {
+	ginkgo.GinkgoHelper()
+	t := prepareTraining(ctx, s, name, nodes)
+	pod := startTraining(ctx, s, &t)
+	awaitTrainingCheckpoint(ctx, s.Env, pod)
+	return t, pod
+}
+
+// prepareTraining is submitTraining's first part: the checkpoint storage and the queue, and the Job built
+// but not created. It creates nothing that uses a device, so a spec takes its pool locks after it.
+func prepareTraining(ctx context.Context, s *Spec[FailureInput], name string, nodes []string) trainingJob {
 	ginkgo.GinkgoHelper()
 	env, ns, path := s.Env, s.NS, s.Path
 	spec := training{Name: name, Steps: trainSteps, Every: trainEvery, StepTime: trainStepTime, ResumedStepTime: trainResumedStepTime, Storage: s.In.Checkpoints, Nodes: nodes, EvictAfter: s.In.EvictAfter}
@@ -172,19 +185,31 @@ func submitTraining(ctx context.Context, s *Spec[FailureInput], name string, nod
 		ginkgo.AddReportEntry("submitted without Kueue", "Kueue is absent, or the team's ClusterQueue does not cover this path: the training Job is created directly")
 	}
 	w, workID := spec.build(env, ns, path)
-	t.workID = workID
-	obj := w.Obj()
-	for _, pre := range w.Prerequisites() {
+	t.workID, t.obj, t.prereqs = workID, w.Obj(), w.Prerequisites()
+	return t
+}
+
+// startTraining is submitTraining's second part: it creates the prepared Job and waits until its pod
+// runs, which it returns.
+func startTraining(ctx context.Context, s *Spec[FailureInput], t *trainingJob) *corev1.Pod {
+	ginkgo.GinkgoHelper()
+	env, path := s.Env, s.Path
+	for _, pre := range t.prereqs {
 		env.Create(ctx, pre)
 	}
-	t.job = env.Create(ctx, obj).(*batchv1.Job)
+	t.job = env.Create(ctx, t.obj).(*batchv1.Job)
 	if s.In.queued(s.In.KueuePresent, path.Name()) {
 		queues.ExpectAdmitted(ctx, env, t.job, path.QuotaResource(), 1)
 	}
-	pod := pods.ExpectJobPodStarted(ctx, env, t.job)
+	return pods.ExpectJobPodStarted(ctx, env, t.job)
+}
+
+// awaitTrainingCheckpoint is submitTraining's last part: it waits until the running pod has written a
+// checkpoint at step trainEvery*2 or later.
+func awaitTrainingCheckpoint(ctx context.Context, env *testenv.Env, pod *corev1.Pod) {
+	ginkgo.GinkgoHelper()
 	ginkgo.By(fmt.Sprintf("training on %s (pod %s); waiting for a checkpoint at step %d or later", pod.Spec.NodeName, pod.Name, 2*trainEvery))
-	expectCheckpoint(ctx, env, ns, pod.Name, 2*trainEvery)
-	return t, pod
+	expectCheckpoint(ctx, env, pod.Namespace, pod.Name, 2*trainEvery)
 }
 
 // expectCheckpoint waits until the pod's training log shows a checkpoint at step atLeast or later and
@@ -310,11 +335,15 @@ func since(t time.Time) string { return time.Since(t).Round(100 * time.Milliseco
 
 func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
-	// The training lands on one of nodes, which the spec stops: it holds them all on every path until then.
+	// The training lands on one of nodes, which the spec stops: it holds them all on every path until its
+	// pod is placed (not until its first checkpoint: the others' specs go on meanwhile). The storage and
+	// the queue need no device; they are made before.
+	t := prepareTraining(ctx, s, "train", nodes)
 	keep := s.stopping(ctx, nodes, env.Timeouts.NodeReturn)
-	t, pod := submitTraining(ctx, s, "train", nodes)
+	pod := startTraining(ctx, s, &t)
 	node := pod.Spec.NodeName
 	keep(node)
+	awaitTrainingCheckpoint(ctx, env, pod)
 	capacity := path.Capacity()[node]
 	var oldClaims []gpu.ClaimInfo
 	if path.ClaimBased() {
@@ -325,6 +354,7 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	lastSeen, err := lastCheckpoint(ctx, env, ns, pod.Name)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 
+	slicesBefore := publishedBefore(ctx, env, path, node)
 	ginkgo.By(fmt.Sprintf("stopping %s through %s", node, inj.Nodes.Name()))
 	faultAt := time.Now()
 	env.Note(t.job.Name, timeline.Fault, "Node/"+node, "stopped through "+inj.Nodes.Name())
@@ -393,6 +423,10 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 		ginkgo.AddReportEntry("warning: two writers", fmt.Sprintf("the replacement resumed from step %d, written after the fault (the newest checkpoint seen before it was step %d): the lost pod kept training on its unreachable node, beside its replacement, on the same checkpoints", sum.ResumedFrom, lastSeen))
 	}
 	ginkgo.AddReportEntry("node stopped → job complete", since(faultAt))
+	// The replacement is done and its devices free (its claims go with it): what is left happens on the
+	// stopped node, which the spec holds on every path. The path's other nodes go back to the other specs.
+	expectClaimsReleased(ctx, env, ns, repl, given.Claims)
+	s.pathDone()
 
 	ginkgo.By(fmt.Sprintf("starting %s again", node))
 	backAt := time.Now()
@@ -411,7 +445,7 @@ func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	if outOfService != nil {
 		gomega.Expect(outOfService.Now(ctx)).To(gomega.Succeed())
 	}
-	expectLiveCapacity(ctx, env, path, node, capacity, "after it came back", env.Timeouts.NodeReturn)
+	expectCapacityAfterRestart(ctx, env, path, node, capacity, slicesBefore, "after it came back", env.Timeouts.NodeReturn)
 	ginkgo.AddReportEntry("node started → devices advertised", since(backAt))
 	ginkgo.By("running a one-device pod on " + node)
 	held := runOnceDevicesBack(ctx, env, path, ns, node, "after-restart", "after the node came back")
