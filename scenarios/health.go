@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,6 +29,43 @@ func expectLiveCapacity(ctx context.Context, env *testenv.Env, path gpu.Path, no
 		got, err := gpu.LiveCapacity(ctx, env.Clients.Kube, path, node)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(got).To(gomega.Equal(want), "%s offers %d devices on the %s path", node, got, path.Name())
+	})
+}
+
+// publishedBefore reads the ResourceSlices node has on path before its kubelet or the node restarts
+// (none on a device-plugin path), for expectCapacityAfterRestart.
+func publishedBefore(ctx context.Context, env *testenv.Env, path gpu.Path, node string) map[string]string {
+	ginkgo.GinkgoHelper()
+	before, err := gpu.PublishedSlices(ctx, env.Clients.Kube, path, node)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading %s's ResourceSlices on the %s path before the restart", node, path.Name())
+	return before
+}
+
+// expectCapacityAfterRestart waits until node offers want devices on path after its kubelet or the node
+// restarted. On a DRA path those must be in ResourceSlices published after the restart, none of before:
+// the starting kubelet deletes its node's slices (gpu.PublishedSlices), so a slice from before is one
+// about to go, and the devices it shows are not back yet (CI of eb1e325 counted them 0.8 s after a
+// kubelet restart, before the kubelet had deleted them).
+func expectCapacityAfterRestart(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64, before map[string]string, why string, timeout time.Duration) {
+	ginkgo.GinkgoHelper()
+	if !path.ClaimBased() {
+		expectLiveCapacity(ctx, env, path, node, want, why, timeout)
+		return
+	}
+	env.Wait.For(ctx, fmt.Sprintf("%s to offer %d devices on the %s path (%s, in ResourceSlices published anew)", node, want, path.Name(), why), wait.Target{Kind: "Node", Name: node}, timeout, func(g gomega.Gomega) {
+		now, err := gpu.PublishedSlices(ctx, env.Clients.Kube, path, node)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		var old []string
+		for uid, name := range now {
+			if _, ok := before[uid]; ok {
+				old = append(old, name)
+			}
+		}
+		slices.Sort(old)
+		g.Expect(old).To(gomega.BeEmpty(), "%s still has the ResourceSlices %v from before the restart: the starting kubelet deletes its node's slices until its drivers register, and the driver publishes them anew", node, old)
+		got, err := gpu.LiveCapacity(ctx, env.Clients.Kube, path, node)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		g.Expect(got).To(gomega.Equal(want), "%s offers %d devices on the %s path in %d ResourceSlices published after the restart", node, got, path.Name(), len(now))
 	})
 }
 
@@ -119,6 +157,7 @@ func kubeletRestart(ctx context.Context, env *testenv.Env, inj *faults.Injector,
 	n := path.Capacity()[node]
 	before, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	slicesBefore := publishedBefore(ctx, env, path, node)
 	ginkgo.By(fmt.Sprintf("restarting the kubelet of %s through %s", node, inj.Nodes.Name()))
 	start := time.Now()
 	gomega.Expect(inj.RestartKubelet(ctx, node)).To(gomega.Succeed())
@@ -128,7 +167,7 @@ func kubeletRestart(ctx context.Context, env *testenv.Env, inj *faults.Injector,
 		g.Expect(cluster.NodeReady(*got)).To(gomega.Equal(corev1.ConditionTrue))
 		g.Expect(got.ResourceVersion).NotTo(gomega.Equal(before.ResourceVersion))
 	})
-	expectLiveCapacity(ctx, env, path, node, n, "after the kubelet restart", env.Timeouts.StackReady)
+	expectCapacityAfterRestart(ctx, env, path, node, n, slicesBefore, "after the kubelet restart", env.Timeouts.StackReady)
 	ginkgo.AddReportEntry("kubelet restart → devices advertised", time.Since(start).Round(100*time.Millisecond).String())
 
 	ginkgo.By("running a one-device pod on " + node)

@@ -121,6 +121,11 @@ func selfcheckTable() []selfcheckRow {
 		// (scenarios Spec.stopping's every-path wait).
 		{Fault: fakeplugin.FaultNoReregister, Check: "every-path", Focus: "dra path advertises a node's devices again after its kubelet restarts", Catcher: "dra path advertises a node's devices again after its kubelet restarts", RestartAgents: true,
 			Because: because(capacity(`before the spec returns it to the other specs`))},
+		// The starting kubelet deletes its node's ResourceSlices: the DRA devices are back only in slices
+		// published anew (scenarios expectCapacityAfterRestart), which the driver under this fault never
+		// publishes.
+		{Fault: fakeplugin.FaultDRANoRepublish, Focus: "dra path advertises a node's devices again after its kubelet restarts", Catcher: "dra path advertises a node's devices again after its kubelet restarts",
+			Because: because(capacity(`after the kubelet restart, in ResourceSlices published anew`))},
 		{Fault: fakeplugin.FaultStaleAfterReboot, Focus: "device-plugin path reschedules a training job whose GPU node fails", Catcher: "whose GPU node fails", RestartAgents: true,
 			Because: because(capacity(`after it came back`) + `|a one-device pod to run on \S+ on the \S+ path after the node came back`)},
 		{Fault: fakeplugin.FaultDriverMismatch, Focus: "driver and CUDA versions the node advertises", Catcher: "driver and CUDA versions the node advertises",

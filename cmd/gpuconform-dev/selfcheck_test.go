@@ -54,6 +54,8 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"    - Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim fill-4-gpu-2b: fake GPU driver on gpuconform-worker: device gpu-8 of claim isol-x/fill-4-gpu-2b does not exist on this node (it has gpu-4..gpu-7)\n",
 		fakeplugin.FaultNoReregister: "Timed out after 120.000s.\ntimed out after 2m0s waiting for gpuconform-worker2 to offer 4 devices on the device-plugin path (after the kubelet restart)\n\nDiagnosis of Node /gpuconform-worker2:\n" +
 			"Node gpuconform-worker2:\n  nvidia.com/gpu: capacity 0, allocatable 0\n",
+		fakeplugin.FaultDRANoRepublish: "Timed out after 120.000s.\ntimed out after 2m0s waiting for gpuconform-worker to offer 4 devices on the dra path (after the kubelet restart, in ResourceSlices published anew)\n" +
+			"gpuconform-worker offers 0 devices on the dra path in 0 ResourceSlices published after the restart\nExpected\n    <int64>: 0\nto equal\n    <int64>: 4\n",
 		fakeplugin.FaultStaleAfterReboot: "Timed out after 300.000s.\ntimed out after 5m0s waiting for gpuconform-worker to offer 4 devices on the device-plugin path (after it came back)\n\nDiagnosis of Node /gpuconform-worker:\n" +
 			"Node gpuconform-worker:\n  Ready=True (KubeletReady)\n",
 		fakeplugin.FaultDriverMismatch: "node gpuconform-worker advertises driver 550.54.15 (node labels nvidia.com/cuda.driver-version.full, nvidia.com/cuda.runtime-version.full) but nvidia-smi in pod driver-0 prints 551.54.15\n" +
@@ -140,6 +142,7 @@ func TestSelfcheckBecauseMatchesTheChecksMessages(t *testing.T) {
 	for a, b := range map[fakeplugin.Fault]fakeplugin.Fault{
 		fakeplugin.FaultDRAPrepareFail: fakeplugin.FaultPhantomSliceDevice, fakeplugin.FaultPhantomSliceDevice: fakeplugin.FaultDRAPrepareFail,
 		fakeplugin.FaultNoReregister: fakeplugin.FaultStaleAfterReboot, fakeplugin.FaultIgnoreHealth: fakeplugin.FaultNoReregister,
+		fakeplugin.FaultDRANoRepublish: fakeplugin.FaultNoReregister,
 	} {
 		if said, ok := matchAll(rows[a].Because, failureOf[b]); ok {
 			t.Errorf("%s's Because matches the failure %s causes (%q)", a, b, said)

@@ -215,6 +215,30 @@ func SameDevices(a, b []string) bool {
 // FormatDevices renders a device list for messages.
 func FormatDevices(d []string) string { return "[" + strings.Join(d, " ") + "]" }
 
+// PublishedSlices reads, now, the ResourceSlices the drivers of a DRA path p publish for node, by UID
+// (their names as values); nil for a path without slices (the device plugin). A kubelet deletes every
+// slice of its node as it starts (k8s.io/kubernetes pkg/kubelet/cm/dra/plugin, NewDRAPluginManager: no
+// driver has registered yet), so after a kubelet or node restart the node's devices are back only in
+// slices published anew, under other UIDs.
+func PublishedSlices(ctx context.Context, kube kubernetes.Interface, p Path, node string) (map[string]string, error) {
+	d, ok := p.(*DRA)
+	if !ok {
+		return nil, nil
+	}
+	list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: resourcev1.ResourceSliceSelectorNodeName + "=" + node})
+	if err != nil {
+		return nil, err
+	}
+	drivers := strings.Split(d.Driver, ",")
+	out := map[string]string{}
+	for _, s := range list.Items {
+		if slices.Contains(drivers, s.Spec.Driver) && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+			out[string(s.UID)] = s.Name
+		}
+	}
+	return out, nil
+}
+
 // LiveCapacity reads, now, how many devices node offers on path p: the node's allocatable for the device
 // plugin, the devices of the node's ResourceSlices for DRA. Capacity() is what discovery saw at start; a
 // health or kubelet check watches this one change.

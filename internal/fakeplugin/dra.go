@@ -80,7 +80,14 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	ticks := 0
+	// frozen: FaultDRANoRepublish stopped the publisher once the slice existed; nothing is published
+	// until the fault is switched off.
+	frozen := false
 	for {
+		if frozen && !p.hasFault(FaultDRANoRepublish) {
+			frozen = false
+			p.log.Info("fault switched off: publishing the ResourceSlice again", "fault", string(FaultDRANoRepublish))
+		}
 		p.mu.Lock()
 		groups, changed := p.sliceDeviceGroupsLocked()
 		p.mu.Unlock()
@@ -97,12 +104,14 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 				sets = append(sets, cs.Name)
 			}
 		}
-		if publisher == nil {
+		switch {
+		case frozen:
+		case publisher == nil:
 			var err error
 			if publisher, err = p.startSliceController(ctx, client, &res); err != nil {
 				p.log.Error("cannot publish ResourceSlice; retrying", "err", err)
 			}
-		} else {
+		default:
 			publisher.Update(&res)
 		}
 		if publisher != nil {
@@ -121,6 +130,18 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 				st := helper.RegistrationStatus()
 				registered := p.cfg.DRAUnregistered || st != nil && st.PluginRegistered
 				p.setDRAReady(registered)
+				if frozen {
+					if !p.hasFault(FaultDRANoRepublish) {
+						break wait
+					}
+					continue
+				}
+				if publisher != nil && p.hasFault(FaultDRANoRepublish) && p.sliceExists(ctx, client, name) {
+					p.log.Warn("FAULT INJECTION: the ResourceSlice is published; the agent publishes nothing more, so a slice deleted from now on (the starting kubelet deletes its node's slices) stays gone", "fault", string(FaultDRANoRepublish), "driver", name)
+					publisher.Stop()
+					publisher, frozen = nil, true
+					continue
+				}
 				// A starting kubelet deletes the node's ResourceSlices until its drivers register again; the
 				// controller recreates them once its sync delay and its cache of created slices let it
 				// (sliceMutationCacheTTL). Once registered, a missing slice is published again all the same

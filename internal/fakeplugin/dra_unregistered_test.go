@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
@@ -96,6 +97,36 @@ func TestServeDRAPublishesASliceDeletedJustAfterItsCreationAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the slice published again after "+first+" was deleted", func() bool {
+		list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		return err == nil && len(list.Items) == 1 && list.Items[0].Name != first && len(list.Items[0].Spec.Devices) == 2
+	})
+}
+
+// Under FaultDRANoRepublish the agent publishes its slice once: deleted (the starting kubelet's wipe), it
+// stays gone while the fault is on, and comes back once the fault is switched off.
+func TestServeDRANoRepublishLeavesADeletedSliceGoneUntilSwitchedOff(t *testing.T) {
+	p, kube, _ := serveDRA(t, true)
+	p.SetFaultsFromAnnotation(string(FaultDRANoRepublish))
+	var first string
+	eventually(t, "the node's slice", func() bool {
+		list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false
+		}
+		first = list.Items[0].Name
+		return true
+	})
+	time.Sleep(2 * time.Second) // the agent's tick sees the slice and stops publishing
+	if err := kube.ResourceV1().ResourceSlices().Delete(t.Context(), first, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's own publishing would have it back within sliceSyncDelay and its 10 s check.
+	time.Sleep(sliceSyncDelay + 11*time.Second)
+	if list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Fatalf("under %s the deleted slice came back: %d slices (%v)", FaultDRANoRepublish, len(list.Items), err)
+	}
+	p.SetFaultsFromAnnotation("")
+	eventually(t, "the slice published again once the fault is off", func() bool {
 		list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
 		return err == nil && len(list.Items) == 1 && list.Items[0].Name != first && len(list.Items[0].Spec.Devices) == 2
 	})

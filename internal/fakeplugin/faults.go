@@ -54,6 +54,13 @@ const (
 	// not come back after a reboot (a stale lock, a driver that needs a manual reload). A restart of the
 	// agent alone is not a reboot. Caught by the failed-worker check (the node's devices must come back).
 	FaultStaleAfterReboot Fault = "stale-after-reboot"
+	// FaultDRANoRepublish makes the DRA half stop publishing once its node's ResourceSlice exists: a slice
+	// deleted from then on stays gone, as the starting kubelet deletes its node's slices after a kubelet or
+	// node restart. Plays a DRA driver that publishes its inventory once at start and does not watch its
+	// slices (a hand-written publisher instead of the ResourceSlice controller). Switched off, the agent
+	// publishes again. Caught by the DRA kubelet-restart check: the node's devices must come back in slices
+	// published after the restart.
+	FaultDRANoRepublish Fault = "dra-no-republish"
 	// FaultDriverMismatch makes nvidia-smi in the node's containers report another driver version
 	// (MismatchedDriverVersion of the advertised one) while the node labels (nvidia.com/cuda.driver-version.*)
 	// and the ResourceSlice's driverVersion attribute keep the advertised one. Plays a driver upgraded on
@@ -143,7 +150,7 @@ const FaultsAnnotation = "gpuconform.io/fake-gpu-faults"
 // AllFaults lists every fault, in the order the documentation and `make selfcheck` use.
 func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
-		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultStaleAfterReboot, FaultDriverMismatch,
+		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU}
 }
