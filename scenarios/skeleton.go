@@ -78,21 +78,6 @@ type Spec[I scenarioInput] struct {
 	// stopsLocks are a stops:node spec's pool locks (poolHold), which it takes with its nodes' at once
 	// (stopping), not before its body starts.
 	stopsLocks []poollock.Lock
-	// stopsHeld is what stopping took (nil before).
-	stopsHeld *poollock.Held
-}
-
-// pathDone is called by a stops:node spec that also holds its path (holds:path: the failed worker, whose
-// replacement needs a free device on another node) once it no longer needs the path's other nodes: it
-// keeps its path shared from then on, as every node stopper holds every path, and the holders of the
-// path's other nodes go on while it waits for its stopped node to come back.
-func (s *Spec[I]) pathDone() {
-	ginkgo.GinkgoHelper()
-	if s.stopsHeld == nil {
-		ginkgo.Fail("pathDone before stopping: the spec holds no pool locks of a node stopper")
-	}
-	s.stopsHeld.Share("path-" + s.Path.Name())
-	ginkgo.GinkgoWriter.Printf("holds the %s path shared from now on\n", s.Path.Name())
 }
 
 // lease returns the nodes among candidates the spec may put its pods on, which every spec asks before
@@ -164,7 +149,6 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 	set, waited, err := poollock.HoldSet(ctx, poollock.Dir(s.Env.Factory.RunID), locks)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the pool locks %v and %v on every path", s.stopsLocks, nodes)
 	recordWait(waited)
-	s.stopsHeld = set
 	held := slices.Clone(nodes)
 	prev := s.unlease
 	s.unlease = func() {
@@ -316,7 +300,7 @@ func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPr
 			s.Env = s.In.base().Env
 			s.Path = pathByName(s.In.base().Paths, pathName)
 			gomega.Expect(s.Path).NotTo(gomega.BeNil(), "path %s vanished between registration and run", pathName)
-			s.Node, s.unlease, s.stopsLocks, s.stopsHeld = "", nil, nil, nil
+			s.Node, s.unlease, s.stopsLocks = "", nil, nil
 			if specLabels := ginkgo.CurrentSpecReport().Labels(); slices.Contains(specLabels, labels.StopsNode) {
 				// It takes them with its node's (stopping), before it creates anything.
 				s.stopsLocks = poolHold(specLabels, pathName, s.In.base()).locks

@@ -218,23 +218,6 @@ func (h *Held) Drop(names ...string) {
 	h.rewrite()
 }
 
-// Share keeps the named locks, shared from now on: a holder done with what it held one of them exclusive
-// for lets the other shared holders in, and still keeps exclusive ones off (the failed worker, once its
-// replacement has completed, needs its path only as every node stopper does). A name not held is skipped.
-func (h *Held) Share(names ...string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.locks == nil {
-		return
-	}
-	for _, n := range names {
-		if _, ok := h.locks[n]; ok {
-			h.locks[n] = Shared
-		}
-	}
-	h.rewrite()
-}
-
 // rewrite writes the holder's locks as h has them now into its entry of the table (h.mu held).
 func (h *Held) rewrite() {
 	held := lockList(h.locks)

@@ -720,39 +720,6 @@ func TestDropLetsTheNamedLocksGoAndKeepsTheOthers(t *testing.T) {
 	}
 }
 
-// Share turns an exclusive hold into a shared one: shared holders come in beside it, exclusive ones stay
-// out, and the lock stays held until the release.
-func TestShareLetsSharedHoldersInAndKeepsExclusiveOnesOut(t *testing.T) {
-	dir := t.TempDir()
-	h, _, err := HoldSet(t.Context(), dir, []Lock{{Name: "node-stops", Mode: Exclusive}, {Name: "path-dp", Mode: Exclusive}, {Name: "path-dp@w1", Mode: Exclusive}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tryHold(t, dir, []string{"path-dp"}, Shared, 300*time.Millisecond); err == nil {
-		t.Fatal("path-dp was shared beside its exclusive holder")
-	}
-	h.Share("path-dp", "not-held")
-	if !h.Holds("path-dp") || h.Holds("not-held") {
-		t.Errorf("after Share: holds path-dp %t (want true), not-held %t (want false)", h.Holds("path-dp"), h.Holds("not-held"))
-	}
-	if r, err := tryHold(t, dir, []string{"path-dp"}, Shared, time.Second); err != nil {
-		t.Errorf("path-dp could not be shared after Share: %v", err)
-	} else {
-		r()
-	}
-	for _, name := range []string{"path-dp", "path-dp@w1"} {
-		if _, err := tryHold(t, dir, []string{name}, Exclusive, 300*time.Millisecond); err == nil {
-			t.Errorf("%s was taken exclusive beside its holder after Share", name)
-		}
-	}
-	h.Release()
-	if r, err := tryHold(t, dir, []string{"path-dp", "path-dp@w1"}, Exclusive, time.Second); err != nil {
-		t.Errorf("the locks were not free after the release: %v", err)
-	} else {
-		r()
-	}
-}
-
 // A waiter says which holder or reservation keeps it waiting, by the holder's name (Who), in its trace
 // (Trace) and in its error when it gives up.
 func TestAWaiterSaysWhoKeepsItWaiting(t *testing.T) {
