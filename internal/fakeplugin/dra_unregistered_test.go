@@ -46,6 +46,21 @@ func serveDRA(t *testing.T, unregistered bool) (*Plugin, *fake.Clientset, string
 	return p, kube, cfg.KubeletRegistryDir
 }
 
+// theSlice waits until the fake API server holds one ResourceSlice and returns its name.
+func theSlice(t *testing.T, kube *fake.Clientset) string {
+	t.Helper()
+	var name string
+	eventually(t, "the node's slice", func() bool {
+		list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			return false
+		}
+		name = list.Items[0].Name
+		return true
+	})
+	return name
+}
+
 func (p *Plugin) isDRAReady() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -84,15 +99,7 @@ func TestServeDRARegistersByDefault(t *testing.T) {
 // which the deleted slice would still exist (sliceMutationCacheTTL).
 func TestServeDRAPublishesASliceDeletedJustAfterItsCreationAgain(t *testing.T) {
 	_, kube, _ := serveDRA(t, true)
-	var first string
-	eventually(t, "the node's slice", func() bool {
-		list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
-		if err != nil || len(list.Items) != 1 {
-			return false
-		}
-		first = list.Items[0].Name
-		return true
-	})
+	first := theSlice(t, kube)
 	if err := kube.ResourceV1().ResourceSlices().Delete(t.Context(), first, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -107,15 +114,7 @@ func TestServeDRAPublishesASliceDeletedJustAfterItsCreationAgain(t *testing.T) {
 func TestServeDRANoRepublishLeavesADeletedSliceGoneUntilSwitchedOff(t *testing.T) {
 	p, kube, _ := serveDRA(t, true)
 	p.SetFaultsFromAnnotation(string(FaultDRANoRepublish))
-	var first string
-	eventually(t, "the node's slice", func() bool {
-		list, err := kube.ResourceV1().ResourceSlices().List(t.Context(), metav1.ListOptions{})
-		if err != nil || len(list.Items) != 1 {
-			return false
-		}
-		first = list.Items[0].Name
-		return true
-	})
+	first := theSlice(t, kube)
 	time.Sleep(2 * time.Second) // the agent's tick sees the slice and stops publishing
 	if err := kube.ResourceV1().ResourceSlices().Delete(t.Context(), first, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
