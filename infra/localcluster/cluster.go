@@ -75,8 +75,8 @@ func DefaultOptions(repoRoot string) Options {
 		CacheDir:  cache,
 		OutputDir: filepath.Join(repoRoot, "_output"),
 		// Three: the specs that hold one node of a path (and the node stoppers) spread over three nodes
-		// instead of two. Measured with the suite of e9cfb00 (gpuconform run, 9 processes): 8m33s and a
-		// lock floor of 6m8s with three, 10m1s and 7m39s with two.
+		// instead of two. Measured with the suite of e9cfb00 (gpuconform run, 9 processes): 8m33s (a
+		// bench) and 10m32s (a CI) with three, 10m1s and 10m13s with two; the gain is not yet proven.
 		GPUWorkers:     3,
 		CanaryWorkers:  1,
 		DevicesPerNode: 4,
