@@ -130,10 +130,7 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 				st := helper.RegistrationStatus()
 				registered := p.cfg.DRAUnregistered || st != nil && st.PluginRegistered
 				p.setDRAReady(registered)
-				if frozen {
-					if !p.hasFault(FaultDRANoRepublish) {
-						break wait
-					}
+				if frozen { // a change of faults closes changed: the loop's top unfreezes
 					continue
 				}
 				if publisher != nil && p.hasFault(FaultDRANoRepublish) && p.sliceExists(ctx, client, name) {
