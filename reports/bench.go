@@ -122,8 +122,8 @@ type LockFloor struct {
 	// Stops is the work of the stops:node specs, which stop one node at a time, and of the upgrade
 	// rehearsal until it lets its locks go, which keeps every node from stopping until then.
 	Stops time.Duration
-	// Path is the work of the holds:path specs per path; Node the work of the holds:node specs per path and
-	// leased node; Shared the work of every other spec. A stops:node spec's work is in Stops and in Path or
+	// Path is the work of the holds:path specs per path; Node the work of the holds:node and leases:nodes
+	// specs per path and leased node (a gang's on each of its nodes); Shared the work of every other spec. A stops:node spec's work is in Stops and in Path or
 	// Node as well.
 	Path   map[string]time.Duration
 	Node   map[string]map[string]time.Duration
@@ -131,7 +131,7 @@ type LockFloor struct {
 }
 
 // Busiest is the path whose holders work longest, with that work: its holds:path specs' and its busiest
-// node's holds:node specs' ("" and 0 when no spec holds a path or a node).
+// node's leases ("" and 0 when no spec holds a path or a node).
 func (f LockFloor) Busiest() (string, time.Duration) {
 	name, most := "", time.Duration(0)
 	paths := slices.Sorted(maps.Keys(f.Path))
@@ -176,7 +176,9 @@ func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 		if held, ok := leaseHeld(sp); ok && held < work {
 			on = held // it let the node go before its end (the upgrade rehearsal)
 		}
-		f.Node[p][leasedNode(sp)] += on
+		for _, n := range leasedNodes(sp) {
+			f.Node[p][n] += on
+		}
 	}
 	switch {
 	case sp.IsSerial:
@@ -192,7 +194,7 @@ func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 			f.Shared += work - h
 		}
 		f.Stops += held
-		if leasedNode(sp) != "" {
+		if len(leasedNodes(sp)) > 0 {
 			onNode()
 		}
 	case slices.Contains(specLabels, labels.StopsNode):
@@ -204,22 +206,24 @@ func (f *LockFloor) add(sp types.SpecReport, work time.Duration) {
 		}
 	case slices.Contains(specLabels, labels.HoldsPath):
 		f.Path[p] += work
-	case slices.Contains(specLabels, labels.HoldsNode):
-		onNode()
+	case slices.Contains(specLabels, labels.HoldsNode), slices.Contains(specLabels, labels.LeasesNodes):
+		onNode() // a leases:nodes spec (a gang) on each node it leased
 	default:
 		f.Shared += work
 	}
 }
 
-// leasedNode is the node a holds:node spec leased, from its report entry ("" when it leased none: the
-// path had no eligible node, and the spec held the path instead).
-func leasedNode(sp types.SpecReport) string {
+// leasedNodes are the nodes a holds:node spec (one) or a leases:nodes spec (its gang's) leased, from its
+// report entries (none when it leased none: the path had no eligible node, and the spec held the path
+// instead).
+func leasedNodes(sp types.SpecReport) []string {
+	var out []string
 	for _, e := range sp.ReportEntries {
 		if e.Name == poollock.LeaseEntry {
-			return e.StringRepresentation()
+			out = append(out, e.StringRepresentation())
 		}
 	}
-	return ""
+	return out
 }
 
 // leasePath is the path of the node lock a spec leased, from its report entry ("" when none).
@@ -533,7 +537,7 @@ func RenderBench(b Bench) string {
 	fmt.Fprintf(&s, "\nWhole suite: %s wall (goal ≤ 10 min on the local cluster), %d API requests (%.2f/s).\n", b.SuiteWall.Round(time.Second), b.SuiteRequests, rate)
 	if f := b.Floor; f.Total() > 0 || f.Shared > 0 {
 		path, held := f.Busiest()
-		fmt.Fprintf(&s, "\nLock floor: %s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs %s, specs holding every path %s, and the longer of the specs stopping a node and the upgrade rehearsal, one at a time (%s), and the busiest path's holders (%s) %s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' %s of work runs beside them.\n",
+		fmt.Fprintf(&s, "\nLock floor: %s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs %s, specs holding every path %s, and the longer of the specs stopping a node and the upgrade rehearsal, one at a time (%s), and the busiest path's holders (%s) %s (its holds:path specs, then its busiest node's leases, one after another); the other specs' %s of work runs beside them.\n",
 			f.Total().Round(time.Second), f.Serial.Round(time.Second), f.Nodes.Round(time.Second), f.Stops.Round(time.Second), cmp.Or(path, "none"), held.Round(time.Second), f.Shared.Round(time.Second))
 	}
 	if len(b.TopRequests) > 0 {

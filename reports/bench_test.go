@@ -278,6 +278,11 @@ func TestBenchLockFloor(t *testing.T) {
 		sp.ReportEntries = append(sp.ReportEntries, types.ReportEntry{Name: poollock.LeaseEntry, Value: types.WrapEntryValue(c.node)})
 		specs = append(specs, sp)
 	}
+	// A leases:nodes spec (a gang) counts on each node it leased.
+	gang := withLabels(spec("runs a gang on two nodes", "dra", types.SpecStatePassed, ""), 4*time.Second, 0, labels.LeasesNodes)
+	gang.ReportEntries = append(gang.ReportEntries, types.ReportEntry{Name: poollock.LeaseEntry, Value: types.WrapEntryValue("w1")},
+		types.ReportEntry{Name: poollock.LeaseEntry, Value: types.WrapEntryValue("w2")})
+	specs = append(specs, gang)
 	// stops:node specs run one at a time, and each counts on its path as a holder of the path (a failed
 	// worker, holds:path too) or of the node it stopped (a kubelet restart).
 	restart := withLabels(spec("restarts a kubelet", "dra", types.SpecStatePassed, ""), 8*time.Second, 0, labels.StopsNode)
@@ -298,7 +303,7 @@ func TestBenchLockFloor(t *testing.T) {
 	bench := ComputeBench([]types.Report{{RunTime: time.Minute, SpecReports: specs}}, record())
 	f := bench.Floor
 	if f.Serial != 10*time.Second || f.Nodes != 15*time.Second || f.Shared != 7*time.Second || f.Stops != 56*time.Second ||
-		f.Path["dra"] != 30*time.Second || f.Path["device-plugin"] != 48*time.Second || f.Node["dra"]["w1"] != 8*time.Second ||
+		f.Path["dra"] != 30*time.Second || f.Path["device-plugin"] != 48*time.Second || f.Node["dra"]["w1"] != 12*time.Second || f.Node["dra"]["w2"] != 4*time.Second ||
 		f.Node["device-plugin"]["w1"] != 21*time.Second || f.Node["device-plugin"]["w2"] != 11*time.Second || len(f.Node["-"]) != 0 {
 		t.Errorf("floor = %+v", f)
 	}
@@ -316,7 +321,7 @@ func TestBenchLockFloor(t *testing.T) {
 		t.Errorf("stops longer than every path's holders: floor %s, want the stops' 50s", got)
 	}
 	md := RenderBench(bench)
-	if want := "Lock floor: 1m34s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs 10s, specs holding every path 15s, and the longer of the specs stopping a node and the upgrade rehearsal, one at a time (56s), and the busiest path's holders (device-plugin) 1m9s (its holds:path specs, then its busiest node's holds:node specs, one after another); the other specs' 7s of work runs beside them."; !strings.Contains(md, want) {
+	if want := "Lock floor: 1m34s. Under the pool locks no run finishes sooner, however many processes it has: Serial specs 10s, specs holding every path 15s, and the longer of the specs stopping a node and the upgrade rehearsal, one at a time (56s), and the busiest path's holders (device-plugin) 1m9s (its holds:path specs, then its busiest node's leases, one after another); the other specs' 7s of work runs beside them."; !strings.Contains(md, want) {
 		t.Errorf("bench lacks %q:\n%s", want, md)
 	}
 	if md := RenderBench(Bench{}); strings.Contains(md, "Lock floor") {

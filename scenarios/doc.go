@@ -17,8 +17,9 @@
 //     some specs use where the run offers it (the preflight asks for both).
 //  2. <Name>Spec(input func() <Name>Input): for each path in input().Paths, describePath(...) with
 //     labels.Of(labels.Scenario(<name>Name), …), plus labels.HoldsNode where it needs every device of its
-//     path on one node (it then puts its pods on Spec.Node, through Spec.on), labels.HoldsPath where it
-//     needs the path on more than one node, labels.StopsNode where it stops a node or its kubelet (it calls
+//     path on one node (it then puts its pods on Spec.Node, through Spec.on), labels.LeasesNodes where its
+//     pods need the devices of a few nodes (it leases them with Spec.leaseNodes and pins its pods there),
+//     labels.HoldsPath where it needs the path whole, labels.StopsNode where it stops a node or its kubelet (it calls
 //     Spec.stopping with the node before it does), labels.HoldsNodes where it measures a node, and
 //     labels.FaultsDevice beside them where it fails a device (framework/poollock; a spec of no path,
 //     such as the upgrade rehearsal, plans its own locks, as canaryHold does; ginkgo.Serial for none); each

@@ -121,21 +121,23 @@ func GangSpec(input func() GangInput) {
 		if regPath.ClaimBased() && reg.Faults.DRAEvict != nil {
 			devices, devicesWhy = reg.Faults.DRAEvict, ""
 		}
-		// holds:path: a gang's workers go wherever Kueue and the scheduler put them on the path, except the
-		// gang short of quota, which never has a pod (devices:none).
+		// leases:nodes: a gang leases the nodes it needs (Spec.leaseNodes) and its workers go wherever Kueue
+		// and the scheduler put them among those, so gangs run beside the holders and stoppers of the path's
+		// other nodes. The gang Kueue places by topology holds the path (holds:path): its placement is the
+		// check, so nothing narrows where it may go. The gang short of quota never has a pod (devices:none).
 		describePath(input, regPath, "Multi-worker GPU jobs", "gang", []any{labels.Of(labels.Scenario(gangName), labels.NeedsKueue)}, func(s *Spec[GangInput]) {
 			if len(one) == 0 {
 				reg.notExercised(pathName+": gang on one node", "no node in the GPU pool has 2 devices on this path")
 			} else {
-				ginkgo.It("admits a 2-worker gang as one Workload and starts both workers on one node, where they step together and complete", labels.Of(labels.HoldsPath), pathHoldersLast, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
-					gangFits(ctx, s, fixtures.OneNode, one)
+				ginkgo.It("admits a 2-worker gang as one Workload and starts both workers on one node, where they step together and complete", labels.Of(labels.LeasesNodes), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+					gangFits(ctx, s, fixtures.OneNode, s.leaseNodes(ctx, one, 1))
 				})
 			}
 			if len(across) < 2 {
 				reg.notExercised(pathName+": gang across nodes", "the GPU pool has one node with a device on this path")
 			} else {
-				ginkgo.It("admits a 2-worker gang as one Workload and starts each worker on a node of its own, where they step together and complete", labels.Of(labels.HoldsPath), pathHoldersLast, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
-					gangFits(ctx, s, fixtures.AcrossNodes, across)
+				ginkgo.It("admits a 2-worker gang as one Workload and starts each worker on a node of its own, where they step together and complete", labels.Of(labels.LeasesNodes), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+					gangFits(ctx, s, fixtures.AcrossNodes, s.leaseNodes(ctx, across, 2))
 				})
 			}
 			switch tas, why := reg.hostTopology(regPath); {
@@ -149,8 +151,8 @@ func GangSpec(input func() GangInput) {
 			if reg.ExistingLocalQueue != "" {
 				reg.notExercised(pathName+": gang that does not fit, gang short of quota", "queues.mode=existing: they need a ClusterQueue of their own, sized to the gang")
 			} else {
-				ginkgo.It("never keeps part of a gang running while the rest waits for devices: a gang larger than the free devices is evicted and requeued whole", labels.Of(labels.HoldsPath), pathHoldersLast, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
-					gangDoesNotFit(ctx, s, across)
+				ginkgo.It("never keeps part of a gang running while the rest waits for devices: a gang larger than the free devices is evicted and requeued whole", labels.Of(labels.LeasesNodes), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+					gangDoesNotFit(ctx, s, s.leaseNodes(ctx, across, min(2, len(across))))
 				})
 				ginkgo.It("keeps a gang short of quota suspended with no pod", labels.Of(labels.NoDevices), noDevicesFirst, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangShortOfQuota(ctx, s, across)
@@ -166,8 +168,14 @@ func GangSpec(input func() GangInput) {
 			case reg.Checkpoints.None():
 				reg.notExercised(pathName+": failed worker in a gang", reg.CheckpointsWhy+"; a gang's restart resumes from its shared checkpoints")
 			default:
-				ginkgo.It("stops the survivor when one worker's device fails, and restarts the whole gang from its last common checkpoint on healthy devices", labels.Of(labels.Disruptive, labels.FaultsDevice, labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
-					gangFailedWorker(ctx, s, devices, across)
+				// Its workers restart on nodes of their own, one of them beside the failed device: two nodes
+				// with two devices each, else three (or every) node with one.
+				candidates, need := one, 2
+				if len(one) < 2 {
+					candidates, need = across, min(3, len(across))
+				}
+				ginkgo.It("stops the survivor when one worker's device fails, and restarts the whole gang from its last common checkpoint on healthy devices", labels.Of(labels.Disruptive, labels.FaultsDevice, labels.LeasesNodes), func(ctx context.Context) {
+					gangFailedWorker(ctx, s, devices, s.leaseNodes(ctx, candidates, need))
 				})
 			}
 		})

@@ -73,7 +73,7 @@ type Spec[I scenarioInput] struct {
 	// Node is the node the spec leased (labelled holds:node, or on:node once it called lease): it keeps its
 	// pods there. Empty otherwise.
 	Node string
-	// unlease releases an on:node spec's lease (nil until it leased).
+	// unlease releases an on:node or leases:nodes spec's lease (nil until it leased).
 	unlease func()
 	// stopsLocks are a stops:node spec's pool locks (poolHold), which it takes with its nodes' at once
 	// (stopping), not before its body starts.
@@ -103,6 +103,40 @@ func (s *Spec[I]) lease(ctx context.Context, candidates []string) []string {
 	_, s.Node, _ = strings.Cut(name, nodeLockSep)
 	leased(s.Node, s.Path.Name(), waited)
 	return []string{s.Node}
+}
+
+// leaseNodes leases n of candidates, exclusive and all at once, for a leases:nodes spec (a gang), whichever
+// come free first, holds them until its cleanup is done, and returns them: the spec pins its pods there, so
+// it runs beside the holders and stoppers of its path's other nodes instead of holding the whole path. It
+// fails the spec when fewer than n nodes are candidates.
+func (s *Spec[I]) leaseNodes(ctx context.Context, candidates []string, n int) []string {
+	ginkgo.GinkgoHelper()
+	if !slices.Contains(ginkgo.CurrentSpecReport().Labels(), labels.LeasesNodes) {
+		ginkgo.Fail(fmt.Sprintf("the spec leases %d of %v but is not labelled %s: its path's other specs would not know", n, candidates, labels.LeasesNodes))
+	}
+	if s.unlease != nil {
+		ginkgo.Fail("the spec leases nodes twice")
+	}
+	if len(candidates) < n {
+		ginkgo.Fail(fmt.Sprintf("the spec needs %d nodes of the %s path and has %d candidates (%v)", n, s.Path.Name(), len(candidates), candidates))
+	}
+	names := make([]string, len(candidates))
+	for i, c := range candidates {
+		names[i] = nodeLock(s.Path.Name(), c)
+	}
+	release, chosen, waited, err := poollock.HoldSome(ctx, poollock.Dir(s.Env.Factory.RunID), names, n, poollock.Exclusive)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing %d nodes of %v", n, candidates)
+	s.unlease = release
+	nodes := make([]string, len(chosen))
+	for i, name := range chosen {
+		_, nodes[i], _ = strings.Cut(name, nodeLockSep)
+		if i > 0 {
+			waited = 0 // the wait is recorded once
+		}
+		leased(nodes[i], s.Path.Name(), waited)
+	}
+	slices.Sort(nodes)
+	return nodes
 }
 
 // stopping holds each of candidates exclusive on every path before a stops:node spec stops one of them
@@ -317,8 +351,14 @@ func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPr
 					return
 				}
 				report := ginkgo.CurrentSpecReport()
-				if slices.Contains(report.Labels(), labels.OnNode) && !report.Failed() && report.State != types.SpecStateSkipped {
+				if report.Failed() || report.State == types.SpecStateSkipped {
+					return
+				}
+				switch l := report.Labels(); {
+				case slices.Contains(l, labels.OnNode):
 					ginkgo.Fail(fmt.Sprintf("the spec is labelled %s but never leased a node (Spec.lease) before it created pods, which then ran beside the holders of the path's nodes", labels.OnNode))
+				case slices.Contains(l, labels.LeasesNodes):
+					ginkgo.Fail(fmt.Sprintf("the spec is labelled %s but never leased its nodes (Spec.leaseNodes) before it created pods, which then ran beside the holders of the path's nodes", labels.LeasesNodes))
 				}
 			})
 			s.NS = s.Env.NewNamespace(ctx, nsPrefix).Name
@@ -393,7 +433,10 @@ type poolPlan struct {
 //     runs beside plain specs, on:node specs and holders of the path's other nodes;
 //   - devices:none takes its path's shared and the stops lock shared: its pods never get a device, so it
 //     runs beside every node's holders, but not beside a node that stops (its diagnosis reads every node);
-//   - holds:path takes its path's exclusive (it needs more than a node: gangs across nodes);
+//   - leases:nodes takes its path's shared, then (Spec.leaseNodes) as many of the path's nodes as it
+//     needs exclusive, all at once: its pods stay there (a gang's workers), so it runs beside holders
+//     and stoppers of the other nodes;
+//   - holds:path takes its path's exclusive (its pods go wherever Kueue puts them on the path);
 //   - stops:node takes the stops lock exclusive and every path's shared (its own path exclusive with
 //     holds:path), then,
 //     once it knows the node (Spec.stopping), that node's lock on every path exclusive: the other
@@ -434,8 +477,8 @@ func pathHold(specLabels []string, path string, b Base) poolPlan {
 		return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Exclusive}}}
 	case has(labels.NoDevices):
 		return poolPlan{locks: []poollock.Lock{{Name: stopsLock, Mode: poollock.Shared}, {Name: pathLock, Mode: poollock.Shared}}}
-	case has(labels.OnNode):
-		// It leases one node shared later (Spec.lease).
+	case has(labels.OnNode), has(labels.LeasesNodes):
+		// It leases one node shared (Spec.lease), or its nodes exclusive (Spec.leaseNodes), later.
 		return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Shared}}}
 	}
 	// The nodes both kinds below name are the same: the GPU pool's with a device on the path, as discovery

@@ -51,6 +51,7 @@ func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 		{[]string{"scenario:allocation", labels.PathDRA}, []poollock.Lock{lk("path-dra", sh), lk("path-dra@w1", sh), lk("path-dra@w2", sh)}, nil},
 		{[]string{"scenario:failure", labels.HoldsNode}, []poollock.Lock{lk("path-dra", sh)}, []string{"path-dra@w1", "path-dra@w2"}},
 		{[]string{"scenario:allocation", labels.OnNode}, []poollock.Lock{lk("path-dra", sh)}, nil}, // it leases later
+		{[]string{"scenario:gang", labels.LeasesNodes}, []poollock.Lock{lk("path-dra", sh)}, nil},  // it leases its nodes later
 		{[]string{"scenario:shortage", labels.NoDevices}, []poollock.Lock{lk(stopsLock, sh), lk("path-dra", sh)}, nil},
 		{[]string{"scenario:gang", labels.HoldsPath}, []poollock.Lock{lk("path-dra", ex)}, nil},
 		{[]string{"scenario:failure", labels.StopsNode, labels.Disruptive}, []poollock.Lock{lk(stopsLock, ex), lk("path-dra", sh), lk("path-device-plugin", sh)}, nil},

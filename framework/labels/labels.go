@@ -37,6 +37,11 @@ const (
 	// once it knows which nodes fit (scenarios' Spec.lease) and keeps its pods there, so it runs beside
 	// holders of the path's other nodes (framework/poollock).
 	OnNode = "on:node"
+	// LeasesNodes marks specs whose pods need the devices of a few nodes to themselves and may use any such
+	// nodes (a gang's workers, pinned to the nodes it leased): each leases, once it knows how many, that
+	// many nodes of its path exclusive at once (scenarios' Spec.leaseNodes) and holds its path shared, so
+	// it runs beside holders and stoppers of the path's other nodes (framework/poollock).
+	LeasesNodes = "leases:nodes"
 	// NoDevices marks specs whose pods never get a device (they must stay Pending, or the API server refuses
 	// them) and whose outcome does not depend on which devices are free: they hold their path shared only,
 	// beside every node's holders, so that nodes and drivers stay as they are while they run.
@@ -118,7 +123,7 @@ func Scenario(name string) string {
 
 func known(l string) bool {
 	switch l {
-	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, StopsNode, FaultsDevice, HoldsCanary, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
+	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, LeasesNodes, NoDevices, HoldsNodes, StopsNode, FaultsDevice, HoldsCanary, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
 		return true
 	}
 	if id, ok := strings.CutPrefix(l, RequirementPrefix); ok {
@@ -133,7 +138,7 @@ func known(l string) bool {
 // Known returns the label set, sorted, for documentation and `--help` output.
 func Known() []string {
 	scenarios.RLock()
-	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, OnNode, NoDevices, HoldsNodes, StopsNode, FaultsDevice, HoldsCanary, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
+	out := []string{Disruptive, Serial, HoldsPath, HoldsNode, OnNode, LeasesNodes, NoDevices, HoldsNodes, StopsNode, FaultsDevice, HoldsCanary, Slow, PathDevicePlugin, PathDRA, NeedsKueue}
 	for _, v := range conformance.Versions() {
 		c, _ := conformance.For(v)
 		for _, r := range c.Requirements {

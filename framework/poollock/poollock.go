@@ -136,12 +136,13 @@ func Each(names []string, mode Mode) []Lock {
 }
 
 // Request is what a holder asks for at once: Locks, each in its mode (a name given twice is taken once,
-// in the stronger mode), and, when Any is set, one of the names in Any in AnyMode, whichever is free
-// first beside Locks (a node lease).
+// in the stronger mode), and, when Any is set, AnyCount of the names in Any (one when AnyCount is 0) in
+// AnyMode, whichever are free first beside Locks (a lease of one node, or of the few a gang needs).
 type Request struct {
-	Locks   []Lock
-	Any     []string
-	AnyMode Mode
+	Locks    []Lock
+	Any      []string
+	AnyCount int
+	AnyMode  Mode
 }
 
 // Hold takes the named locks in dir, all in mode (Take).
@@ -177,6 +178,20 @@ func HoldAny(ctx context.Context, dir string, names []string, mode Mode) (releas
 	return h.Release, h.Chosen(), waited, nil
 }
 
+// HoldSome takes n of the named locks in mode, all at once, whichever are free first (HoldAny for a
+// holder that needs more than one node: a gang's workers on nodes of their own), and returns their
+// release, their names and how long it waited. It fails at once when fewer than n names are given.
+func HoldSome(ctx context.Context, dir string, names []string, n int, mode Mode) (release func(), chosen []string, waited time.Duration, err error) {
+	if n < 1 {
+		return nil, nil, 0, fmt.Errorf("cannot take %d of the locks %v", n, names)
+	}
+	h, waited, err := Take(ctx, dir, Request{Any: names, AnyCount: n, AnyMode: mode})
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	return h.Release, h.ChosenAll(), waited, nil
+}
+
 // Held is the locks a Take got, for a holder that is done with some of them before the others: the
 // upgrade rehearsal lets the known-good nodes and the faults lock go once it has compared the known-good
 // pool, and keeps the canary's until its rollback.
@@ -185,11 +200,19 @@ type Held struct {
 	dir    string
 	id     int64
 	locks  map[string]Mode
-	chosen string
+	chosen []string
 }
 
-// Chosen is the name the request's choice (Request.Any) took: "" without one.
-func (h *Held) Chosen() string { return h.chosen }
+// Chosen is the (first) name the request's choice (Request.Any) took: "" without one.
+func (h *Held) Chosen() string {
+	if len(h.chosen) == 0 {
+		return ""
+	}
+	return h.chosen[0]
+}
+
+// ChosenAll are the names the request's choice took, in the order it took them (none without a choice).
+func (h *Held) ChosenAll() []string { return slices.Clone(h.chosen) }
 
 // Release lets every lock still held go. It may be called more than once.
 func (h *Held) Release() {
@@ -224,7 +247,7 @@ func (h *Held) rewrite() {
 	_ = update(h.dir, func(t *table) bool {
 		for i := range t.Entries {
 			if t.Entries[i].ID == h.id {
-				t.Entries[i].Locks, t.Entries[i].Chosen = held, "" // held has the choice too, while kept
+				t.Entries[i].Locks, t.Entries[i].Chosen = held, nil // held has the choice too, while kept
 			}
 		}
 		return true
@@ -245,6 +268,10 @@ func Take(ctx context.Context, dir string, r Request) (*Held, time.Duration, err
 	if len(r.Locks) == 0 && len(r.Any) == 0 {
 		return nil, 0, errors.New("no lock to take")
 	}
+	count := max(r.AnyCount, 1)
+	if len(r.Any) == 0 {
+		count = 0
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, 0, fmt.Errorf("lock directory: %w", err)
 	}
@@ -262,7 +289,10 @@ func Take(ctx context.Context, dir string, r Request) (*Held, time.Duration, err
 		first := rand.IntN(len(choice))
 		choice = append(choice[first:], choice[:first]...)
 	}
-	me := entry{Owner: self, Locks: lockList(modes), Any: choice, AnyMode: r.AnyMode}
+	if count > len(choice) {
+		return nil, 0, fmt.Errorf("cannot take %d of the %d locks %v", count, len(choice), choice)
+	}
+	me := entry{Owner: self, Locks: lockList(modes), Any: choice, AnyCount: count, AnyMode: r.AnyMode}
 	if Who != nil {
 		me.Who = Who()
 	}
@@ -301,8 +331,8 @@ func Take(ctx context.Context, dir string, r Request) (*Held, time.Duration, err
 			for _, l := range me.Locks {
 				h.locks[l.Name] = l.Mode
 			}
-			if me.Chosen != "" {
-				h.locks[me.Chosen] = max(h.locks[me.Chosen], me.AnyMode)
+			for _, c := range me.Chosen {
+				h.locks[c] = max(h.locks[c], me.AnyMode)
 			}
 			return h, time.Since(start), nil
 		}
@@ -324,7 +354,7 @@ func (r Request) String() string {
 		parts = append(parts, l.Name+" "+l.Mode.String())
 	}
 	if len(r.Any) > 0 {
-		parts = append(parts, fmt.Sprintf("one of %v %s", r.Any, r.AnyMode))
+		parts = append(parts, fmt.Sprintf("%d of %v %s", max(r.AnyCount, 1), r.Any, r.AnyMode))
 	}
 	return "[" + strings.Join(parts, ", ") + "]"
 }
@@ -340,14 +370,15 @@ func lockList(modes map[string]Mode) []Lock {
 
 // entry is a holder or a waiter in the table.
 type entry struct {
-	ID      int64    `json:"id"`    // the order it came in
-	Owner   string   `json:"owner"` // its process's liveness file
-	Locks   []Lock   `json:"locks"`
-	Any     []string `json:"any,omitempty"`
-	AnyMode Mode     `json:"anyMode,omitempty"`
-	Held    bool     `json:"held,omitempty"`
-	Who     string   `json:"who,omitempty"` // the holder's name (Who), for the waiters' messages
-	Chosen  string   `json:"chosen,omitempty"`
+	ID       int64    `json:"id"`    // the order it came in
+	Owner    string   `json:"owner"` // its process's liveness file
+	Locks    []Lock   `json:"locks"`
+	Any      []string `json:"any,omitempty"`
+	AnyCount int      `json:"anyCount,omitempty"` // how many of Any it takes (1 when 0)
+	AnyMode  Mode     `json:"anyMode,omitempty"`
+	Held     bool     `json:"held,omitempty"`
+	Who      string   `json:"who,omitempty"` // the holder's name (Who), for the waiters' messages
+	Chosen   []string `json:"chosen,omitempty"`
 	// Reserved are the locks a waiter reserved on the last pass (grant), in the mode it asks: a waiter
 	// that came later may not take them in a conflicting mode.
 	Reserved []Lock `json:"reserved,omitempty"`
@@ -361,10 +392,18 @@ func (e *entry) holds(name string) (Mode, bool) {
 			m, ok = max(m, l.Mode), true
 		}
 	}
-	if e.Chosen == name {
+	if slices.Contains(e.Chosen, name) {
 		m, ok = max(m, e.AnyMode), true
 	}
 	return m, ok
+}
+
+// count is how many of Any the entry takes.
+func (e *entry) count() int {
+	if len(e.Any) == 0 {
+		return 0
+	}
+	return max(e.AnyCount, 1)
 }
 
 // reserves is the mode in which a waiter reserved name.
@@ -481,24 +520,35 @@ func (t *table) grant(w *entry) (blocked []string) {
 			}
 		}
 	}
-	chosen := ""
-	var anyByHolder []Lock
+	// The choice: the first AnyCount names free of holders and reservations. Short of them, it reserves
+	// those it could take now and those a holder keeps (not those another waiter reserved), so that a
+	// later lease of one node does not take, one at a time, the nodes a gang waits to have together.
+	var chosen []string
+	var anyByHolder, anyFree []Lock
 	var anyBy []string
 	for _, n := range w.Any {
+		if len(chosen) == w.count() {
+			break
+		}
 		byHolder, byReserve, by := t.keptBy(w, n, w.AnyMode)
 		if !byHolder && !byReserve {
-			chosen = n
-			break
+			chosen = append(chosen, n)
+			anyFree = append(anyFree, Lock{Name: n, Mode: w.AnyMode})
+			continue
 		}
 		anyBy = append(anyBy, n+": "+strings.Join(by, ", "))
 		if byHolder {
 			anyByHolder = append(anyByHolder, Lock{Name: n, Mode: w.AnyMode})
 		}
 	}
-	if len(w.Any) > 0 && chosen == "" {
-		blocked = append(blocked, "one of "+strings.Join(w.Any, "/")+" ("+strings.Join(anyBy, "; ")+")")
+	if len(w.Any) > 0 && len(chosen) < w.count() {
+		what := "one of "
+		if w.count() > 1 {
+			what = strconv.Itoa(w.count()) + " of "
+		}
+		blocked = append(blocked, what+strings.Join(w.Any, "/")+" ("+strings.Join(anyBy, "; ")+")")
 		if !stopped {
-			prefix = append(prefix, anyByHolder...)
+			prefix = append(append(prefix, anyFree...), anyByHolder...)
 		}
 	}
 	if len(blocked) == 0 {

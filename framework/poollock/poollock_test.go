@@ -273,6 +273,72 @@ func TestHoldAnyLeasesAFreeNodeOrWaitsForTheFirstToComeFree(t *testing.T) {
 	}
 }
 
+// A lease of several nodes takes them all at once or none: with one of three held it takes the other two;
+// with two held it waits and keeps a later one-node lease off the node it could take already, so that
+// single leases cannot starve it; once a node comes free it has both. Asking for more
+// names than it gives fails at once.
+func TestHoldSomeTakesEveryNodeItNeedsAtOnceAndIsNotOvertaken(t *testing.T) {
+	dir := t.TempDir()
+	nodes := []string{"path-dra@n1", "path-dra@n2", "path-dra@n3"}
+	stopN1 := holder(t, dir, nodes[0], Exclusive)
+	release, got, waited, err := HoldSome(t.Context(), dir, nodes, 2, Exclusive)
+	if slices.Sort(got); err != nil || !slices.Equal(got, nodes[1:]) {
+		t.Fatalf("with n1 leased: HoldSome(2) = %v, %v; want %v at once", got, err, nodes[1:])
+	}
+	if waited > time.Second {
+		t.Errorf("waited %s for two free nodes", waited)
+	}
+	release()
+
+	stopN2 := holder(t, dir, nodes[1], Exclusive)
+	type lease struct {
+		release func()
+		names   []string
+		err     error
+	}
+	done := make(chan lease, 1)
+	go func() {
+		r, n, _, err := HoldSome(t.Context(), dir, nodes, 2, Exclusive)
+		done <- lease{r, n, err}
+	}()
+	time.Sleep(300 * time.Millisecond) // queued: n3 is free, n1 and n2 are held
+	if _, _, _, err := tryHoldAny(t, dir, nodes, Exclusive, 300*time.Millisecond); err == nil {
+		t.Fatal("a later one-node lease took the node the two-node lease waits to have with another")
+	}
+	select {
+	case l := <-done:
+		t.Fatalf("leased %v (%v) with one node free", l.names, l.err)
+	default:
+	}
+	stopN2()
+	select {
+	case l := <-done:
+		if slices.Sort(l.names); l.err != nil || !slices.Equal(l.names, nodes[1:]) {
+			t.Fatalf("after n2's holder let go: HoldSome(2) = %v, %v; want %v", l.names, l.err, nodes[1:])
+		}
+		l.release()
+	case <-time.After(5 * time.Second):
+		t.Fatal("the lease did not take n2 and n3 after n2's holder let go")
+	}
+	stopN1()
+	if _, _, _, err := HoldSome(t.Context(), dir, nodes[:2], 3, Exclusive); err == nil {
+		t.Fatal("HoldSome of 3 of 2 names succeeded")
+	}
+	if release, err := tryHold(t, dir, nodes, Exclusive, 2*time.Second); err != nil {
+		t.Fatalf("a lease left a lock or a reservation behind: %v", err)
+	} else {
+		release()
+	}
+}
+
+// tryHoldAny is HoldAny that gives up after d.
+func tryHoldAny(t *testing.T, dir string, names []string, mode Mode, d time.Duration) (func(), string, time.Duration, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	defer cancel()
+	return HoldAny(ctx, dir, names, mode)
+}
+
 // A shared lease takes a node another spec holds shared, never one held exclusive or with an exclusive
 // holder queued at it; and leases start at a random node, so they spread over free nodes.
 func TestHoldAnySharedLeasesANodeBesideSharedHoldersOnly(t *testing.T) {
