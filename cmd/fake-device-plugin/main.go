@@ -62,6 +62,7 @@ func run(log *slog.Logger) error {
 	flag.StringVar(&cfg.PluginVersion, "version", cfg.PluginVersion, "plugin version published as gpuconform.io/fake-device-plugin-version")
 	flag.DurationVar(&cfg.SocketPollInterval, "socket-poll-interval", cfg.SocketPollInterval, "how often to check that our socket survived (kubelet restarts delete it)")
 	flag.StringVar(&cfg.ReadyFile, "ready-file", "", "file that exists while the kubelet is connected (for the readiness probe)")
+	flag.StringVar(&cfg.ReadyAddress, "ready-address", "", "listen address where GET "+fakeplugin.ReadyPath+" answers the readiness probe from --ready-file (empty = off)")
 	flag.StringVar(&cfg.MetricsAddress, "metrics-address", cfg.MetricsAddress, "listen address of the DCGM-exporter-compatible "+fakeplugin.MetricsPath+" endpoint (empty = off)")
 	flag.StringVar(&cfg.PodResourcesSocket, "pod-resources-socket", cfg.PodResourcesSocket, "the kubelet's PodResources API socket, asked at each scrape which pods hold which GPUs (empty = samples without pod labels)")
 	checkReady := flag.String("check-ready", "", "readiness probe: exit 0 if this ready file exists, 1 otherwise, and do nothing else")

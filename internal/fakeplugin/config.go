@@ -108,8 +108,12 @@ type Config struct {
 
 	// ReadyFile, when set, exists exactly while the kubelet holds a ListAndWatch stream open on the plugin,
 	// that is while the kubelet can admit pods asking for its devices. The DaemonSet's readiness probe
-	// (`fake-device-plugin --check-ready FILE`) reads it, so a plugin pod is Ready only when it serves.
+	// (an HTTP GET of ReadyPath on ReadyAddress, or `fake-device-plugin --check-ready FILE`) reads it, so a
+	// plugin pod is Ready only when it serves.
 	ReadyFile string
+	// ReadyAddress, when set with ReadyFile, is the TCP listen address (":9401") where the agent answers
+	// the readiness probe over HTTP on ReadyPath: 200 while ReadyFile exists, 503 otherwise.
+	ReadyAddress string
 
 	// MetricsAddress is where the agent serves its DCGM-exporter-compatible metrics (metrics.go) on
 	// MetricsPath, a TCP listen address such as ":9400" (dcgm-exporter's port). Empty turns the endpoint off.

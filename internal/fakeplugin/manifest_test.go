@@ -166,16 +166,17 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 		t.Errorf("image %q pull %q", c.Image, c.ImagePullPolicy)
 	}
 	wantArgs := []string{"--devices=8", "--resource-name=nvidia.com/gpu", "--replicas=2",
-		"--driver-version=550.54.15", "--version=v2", "--ready-file=/run/fake-device-plugin/serving",
+		"--driver-version=550.54.15", "--version=v2", "--ready-file=/run/fake-device-plugin/serving", "--ready-address=:9401",
 		"--dra-devices=4", "--dra-driver-name=gpu.nvidia.com", "--state-dir=/run/gpuconform-fake-gpu", "--cdi-dir=/var/run/cdi",
 		"--nvidia-smi=/opt/gpuconform/nvidia-smi", "--metrics-address=" + DefaultMetricsAddress,
 		"--pod-resources-socket=" + podresources.DefaultSocket}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args = %v, want %v (no --fault when Fault is empty)", c.Args, wantArgs)
 	}
-	// The readiness probe must read the very file the plugin writes, on a volume that outlives the process.
-	if p := c.ReadinessProbe; p == nil || p.Exec == nil || !slices.Contains(p.Exec.Command, "--check-ready=/run/fake-device-plugin/serving") {
-		t.Errorf("readiness probe does not check the plugin's ready file: %+v", c.ReadinessProbe)
+	// The readiness probe asks the agent's readiness endpoint (--ready-address), which reads the very file
+	// the plugin writes, on a volume that outlives the process; over HTTP, not exec (ready.go).
+	if p := c.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != ReadyPath || p.HTTPGet.Port.IntValue() != 9401 || p.Exec != nil {
+		t.Errorf("readiness probe does not ask the agent's readiness endpoint on :9401: %+v", c.ReadinessProbe)
 	}
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/run/fake-device-plugin" }) {
 		t.Errorf("no volume mounted at the ready file's directory: %+v", c.VolumeMounts)

@@ -308,7 +308,14 @@ func (p *Plugin) metricsHandler() http.Handler {
 func (p *Plugin) ServeMetrics(ctx context.Context, l net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle(MetricsPath, p.metricsHandler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	p.log.Info("serving metrics", "address", l.Addr().String(), "path", MetricsPath, "pod_resources", p.cfg.PodResourcesSocket)
+	return p.serveHTTP(ctx, l, mux, "metrics endpoint")
+}
+
+// serveHTTP serves handler on l until ctx ends; requests under way get metricsShutdownGrace to finish. It
+// returns an error only when the server stopped on its own.
+func (p *Plugin) serveHTTP(ctx context.Context, l net.Listener, handler http.Handler, what string) error {
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	shutDown := make(chan struct{})
 	stop := context.AfterFunc(ctx, func() {
 		defer close(shutDown)
@@ -316,12 +323,11 @@ func (p *Plugin) ServeMetrics(ctx context.Context, l net.Listener) error {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	})
-	p.log.Info("serving metrics", "address", l.Addr().String(), "path", MetricsPath, "pod_resources", p.cfg.PodResourcesSocket)
 	err := srv.Serve(l) // closes l
 	if stop() {
-		return fmt.Errorf("metrics endpoint on %s: %w", l.Addr(), err)
+		return fmt.Errorf("%s on %s: %w", what, l.Addr(), err)
 	}
 	<-shutDown
-	p.log.Info("metrics endpoint stopped", "address", l.Addr().String())
+	p.log.Info(what+" stopped", "address", l.Addr().String())
 	return nil
 }

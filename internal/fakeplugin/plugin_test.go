@@ -2,7 +2,10 @@ package fakeplugin
 
 import (
 	"context"
+	"io"
 	"maps"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -259,12 +262,27 @@ func TestReadyFileFollowsListAndWatchStreams(t *testing.T) {
 	if err := os.WriteFile(cfg.ReadyFile, nil, 0o644); err != nil { // stale, from a crashed container
 		t.Fatal(err)
 	}
+	cfg.ReadyAddress = freeAddress(t)
+	// probe is the kubelet's HTTP readiness probe: the endpoint's status code, with its body.
+	probe := func() (int, string) {
+		t.Helper()
+		resp, err := http.Get("http://" + cfg.ReadyAddress + ReadyPath)
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
 	kubelet := startFakeKubelet(t, dir)
 	p := mustNew(t, cfg)
 	startPlugin(t, func(ctx context.Context) error { return p.Run(ctx, nil) })
 	eventually(t, "registration", func() bool { return len(kubelet.requests()) == 1 })
 	if err := CheckReady(cfg.ReadyFile); err == nil {
 		t.Fatalf("ready before the kubelet opened ListAndWatch (stale marker not cleared)")
+	}
+	if code, body := probe(); code != http.StatusServiceUnavailable || !strings.Contains(body, "ListAndWatch") {
+		t.Errorf("readiness endpoint before the kubelet opened ListAndWatch: %d %q, want 503 saying why", code, body)
 	}
 	c := dialPlugin(t, cfg)
 	open := func() context.CancelFunc {
@@ -282,6 +300,9 @@ func TestReadyFileFollowsListAndWatchStreams(t *testing.T) {
 	if err := CheckReady(cfg.ReadyFile); err != nil {
 		t.Fatalf("with a stream open: %v", err)
 	}
+	if code, body := probe(); code != http.StatusOK {
+		t.Errorf("readiness endpoint with a stream open: %d %q, want 200", code, body)
+	}
 	second := open()
 	first()
 	eventually(t, "the server to see the first stream end", func() bool {
@@ -297,4 +318,19 @@ func TestReadyFileFollowsListAndWatchStreams(t *testing.T) {
 	if err := CheckReady(cfg.ReadyFile); err == nil || !strings.Contains(err.Error(), "ListAndWatch") {
 		t.Errorf("CheckReady error should say why: %v", err)
 	}
+	if code, _ := probe(); code != http.StatusServiceUnavailable {
+		t.Errorf("readiness endpoint after the last stream closed: %d, want 503", code)
+	}
+}
+
+// freeAddress is a loopback address with a port free a moment ago.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr
 }

@@ -33,6 +33,20 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 		cancel()
 		wg.Wait()
 	}()
+	if p.cfg.ReadyAddress != "" && p.cfg.ReadyFile != "" {
+		// First: until the kubelet connects the probe is answered "not ready", with the reason. A port it
+		// cannot have ends the agent, as the metrics' does.
+		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", p.cfg.ReadyAddress)
+		if err != nil {
+			return fmt.Errorf("readiness endpoint: %w", err)
+		}
+		wg.Go(func() {
+			if err := p.ServeReady(ctx, l); err != nil {
+				p.log.Error("readiness endpoint failed; stopping the agent", "err", err)
+				cancel()
+			}
+		})
+	}
 	if client == nil {
 		p.log.Warn("no Kubernetes client: node health annotation and labels are disabled")
 	} else {
