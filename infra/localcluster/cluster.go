@@ -74,9 +74,10 @@ func DefaultOptions(repoRoot string) Options {
 		RepoRoot:  repoRoot,
 		CacheDir:  cache,
 		OutputDir: filepath.Join(repoRoot, "_output"),
-		// Three: the specs that hold one node of a path (and the node stoppers) spread over three nodes
-		// instead of two. Measured with the suite of e9cfb00 (gpuconform run, 9 processes): 8m33s (a
-		// bench) and 10m32s (a CI) with three, 10m1s and 10m13s with two; the gain is not yet proven.
+		// Three: the specs that hold one node of a path, the gangs (which lease one or two) and the node
+		// stoppers spread over three nodes instead of two. Measured with the same suite (gpuconform run, 9
+		// processes, after the gangs leased their nodes): 8m28s with three, 11m23s with two (lock floors
+		// 6m11s and 7m54s); with two, the CPUs were idle 39% of the run, waiting on the locks.
 		GPUWorkers:     3,
 		CanaryWorkers:  1,
 		DevicesPerNode: 4,
