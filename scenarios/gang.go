@@ -123,8 +123,8 @@ func GangSpec(input func() GangInput) {
 		}
 		// leases:nodes: a gang leases the nodes it needs (Spec.leaseNodes) and its workers go wherever Kueue
 		// and the scheduler put them among those, so gangs run beside the holders and stoppers of the path's
-		// other nodes. The gang Kueue places by topology holds the path (holds:path): its placement is the
-		// check, so nothing narrows where it may go. The gang short of quota never has a pod (devices:none).
+		// other nodes. The gang Kueue places by topology leases two nodes that each fit it, so that its
+		// placement still has a choice to get wrong. The gang short of quota never has a pod (devices:none).
 		describePath(input, regPath, "Multi-worker GPU jobs", "gang", []any{labels.Of(labels.Scenario(gangName), labels.NeedsKueue)}, func(s *Spec[GangInput]) {
 			if len(one) == 0 {
 				reg.notExercised(pathName+": gang on one node", "no node in the GPU pool has 2 devices on this path")
@@ -144,8 +144,11 @@ func GangSpec(input func() GangInput) {
 			case why != "":
 				reg.notExercised(pathName+": gang placed by Kueue's topology-aware scheduling", why)
 			default:
-				ginkgo.It("places a 2-worker gang within one node through Kueue's topology-aware scheduling (required topology kubernetes.io/hostname)", labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
-					gangTAS(ctx, s, tas)
+				// Two nodes that each fit the whole gang, where the path has them: Kueue must pick one (a
+				// placement that ignored the required topology could split it across both).
+				fit := reg.eligible(regPath, 2*tasDevices)
+				ginkgo.It("places a 2-worker gang within one node through Kueue's topology-aware scheduling (required topology kubernetes.io/hostname)", labels.Of(labels.LeasesNodes), func(ctx context.Context) {
+					gangTAS(ctx, s, tas, s.leaseNodes(ctx, fit, min(2, len(fit))))
 				})
 			}
 			if reg.ExistingLocalQueue != "" {
@@ -736,12 +739,12 @@ func (b GangInput) hostTopology(path gpu.Path) (cluster.Topology, string) {
 }
 
 // gangTAS submits a 2-worker gang through a topology-aware flavor over the Topology, requiring one
-// hostname domain: Kueue must assign it one node (its Workload's topology assignment), and both workers
-// must run there.
-func gangTAS(ctx context.Context, s *Spec[GangInput], tas cluster.Topology) {
+// hostname domain, on nodes (the spec's lease, each of which fits the whole gang): Kueue must assign it one
+// node (its Workload's topology assignment; Kueue's TAS honours the pods' required node affinity), and
+// both workers must run there.
+func gangTAS(ctx context.Context, s *Spec[GangInput], tas cluster.Topology, nodes []string) {
 	env, ns, path := s.Env, s.NS, s.Path
 	const workers = 2
-	nodes := s.In.eligible(path, workers*tasDevices)
 	lq := queues.Setup(ctx, env, queues.SetupInput{Namespace: ns, Name: "tas", Quota: queues.QuotaFor(path.QuotaResource(), workers*tasDevices),
 		Topology: tas.Name, TopologyNodeLabels: map[string]string{corev1.LabelOSStable: "linux"}})
 	w := env.Factory.GangJob("tas", ns, workers).RequiredTopology(corev1.LabelHostname)

@@ -222,8 +222,8 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 // run alone. The other specs fill the processes around it.
 var chainFirst = ginkgo.SpecPriority(1)
 
-// pathHoldersLast is the priority of the holds:path specs that stop no node (the gang Kueue places by
-// topology, sharing checks; the other gangs lease their nodes, leases:nodes, and run among the rest):
+// pathHoldersLast is the priority of the holds:path specs that stop no node (the sharing checks; the
+// gangs, which held their path too, now lease their nodes, leases:nodes, and run among the rest):
 // Ginkgo hands them out after every other spec. Each needs its path alone, which it cannot have while
 // the node stoppers (each holds every path shared) or the path's node holders run; handed out in random
 // order among the others, they waited in their processes for the chain (CI of 0012a39: two device-plugin
