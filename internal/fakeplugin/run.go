@@ -3,6 +3,7 @@ package fakeplugin
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -34,18 +35,10 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 		wg.Wait()
 	}()
 	if p.cfg.ReadyAddress != "" && p.cfg.ReadyFile != "" {
-		// First: until the kubelet connects the probe is answered "not ready", with the reason. A port it
-		// cannot have ends the agent, as the metrics' does.
-		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", p.cfg.ReadyAddress)
-		if err != nil {
-			return fmt.Errorf("readiness endpoint: %w", err)
+		// First: until the kubelet connects the probe is answered "not ready", with the reason.
+		if err := serveOn(ctx, &wg, cancel, p.log, p.cfg.ReadyAddress, "readiness endpoint", p.ServeReady); err != nil {
+			return err
 		}
-		wg.Go(func() {
-			if err := p.ServeReady(ctx, l); err != nil {
-				p.log.Error("readiness endpoint failed; stopping the agent", "err", err)
-				cancel()
-			}
-		})
 	}
 	if client == nil {
 		p.log.Warn("no Kubernetes client: node health annotation and labels are disabled")
@@ -86,18 +79,10 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 	}
 	p.markRan()
 	if p.cfg.MetricsAddress != "" {
-		// The exporter reports the driver's GPUs, so it starts with the driver; a port it cannot have ends the
-		// agent, so the pod restarts instead of serving without the metrics the suite reads.
-		l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", p.cfg.MetricsAddress)
-		if err != nil {
-			return fmt.Errorf("metrics endpoint: %w", err)
+		// The exporter reports the driver's GPUs, so it starts with the driver.
+		if err := serveOn(ctx, &wg, cancel, p.log, p.cfg.MetricsAddress, "metrics endpoint", p.ServeMetrics); err != nil {
+			return err
 		}
-		wg.Go(func() {
-			if err := p.ServeMetrics(ctx, l); err != nil {
-				p.log.Error("metrics endpoint failed; stopping the agent", "err", err)
-				cancel()
-			}
-		})
 	}
 	if client != nil && p.cfg.DRADevices > 0 {
 		// The DRA half ends only with ctx; an error starting it ends the agent, so the pod restarts.
@@ -138,4 +123,21 @@ func (p *Plugin) markRan() {
 	if p.cfg.KubeletPluginsDir != "" {
 		_ = os.WriteFile(p.ranMarker(), []byte(time.Now().UTC().Format(time.RFC3339)), 0o644)
 	}
+}
+
+// serveOn listens on the TCP address addr and serves what on it in the background (wg) until ctx ends. A
+// port it cannot have is an error, and a server that stops on its own cancels the agent: the pod restarts
+// instead of running without an endpoint the kubelet or the suite reads.
+func serveOn(ctx context.Context, wg *sync.WaitGroup, cancel context.CancelFunc, log *slog.Logger, addr, what string, serve func(context.Context, net.Listener) error) error {
+	l, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	wg.Go(func() {
+		if err := serve(ctx, l); err != nil {
+			log.Error(what+" failed; stopping the agent", "err", err)
+			cancel()
+		}
+	})
+	return nil
 }
