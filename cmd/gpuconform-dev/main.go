@@ -58,6 +58,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return sharingCommand(ctx, args[1:], stdout, stderr)
 	case "scale":
 		return scaleCommand(ctx, args[1:], stdout, stderr)
+	case "align-modules":
+		return alignModulesCommand(ctx, args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		fmt.Fprint(stderr, usage)
 		return 0
@@ -123,4 +125,23 @@ func (bin shipped) verdict(ctx context.Context, dir string) string {
 		return string(reports.OutcomeIncomplete)
 	}
 	return "no report"
+}
+
+// alignModulesCommand runs localcluster.AlignWrapperModules in the checkout.
+func alignModulesCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		fmt.Fprintf(stderr, "gpuconform-dev align-modules: takes no arguments, got %q\n", args)
+		return 2
+	}
+	root, err := localcluster.FindRepoRoot(".")
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform-dev align-modules: %v (run it inside the checkout)\n", err)
+		return 2
+	}
+	logf := func(format string, a ...any) { fmt.Fprintf(stdout, format+"\n", a...) }
+	if err := localcluster.AlignWrapperModules(ctx, root, logf); err != nil {
+		fmt.Fprintf(stderr, "gpuconform-dev align-modules: %v\n", err)
+		return 1
+	}
+	return 0
 }

@@ -2,9 +2,17 @@ package localcluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+
+	"golang.org/x/mod/modfile"
+	"golang.org/x/mod/module"
+	"golang.org/x/mod/semver"
 )
 
 // nodeImageComponents are the wrapper modules buildAll builds for the node image, in its order.
@@ -74,4 +82,154 @@ func (c *Cluster) fetchOne(ctx context.Context, comp goComponent) {
 	if err != nil && ctx.Err() == nil {
 		c.logf("  note: fetching the modules of %s failed (%v); its build fetches them itself", comp.Name, err)
 	}
+}
+
+// The wrapper modules share most of what they compile: Kueue, the DRA driver, crictl, containerd and CoreDNS
+// build on the same k8s.io client libraries as Kubernetes, and all of them on grpc, protobuf, otel and
+// golang.org/x. The go command's build cache reuses a compiled package only when its sources and those of
+// everything it imports are the same, so one version apart anywhere below (x/sys, cbor) compiles all of
+// k8s.io/api and client-go again. The wrapper modules therefore require every module they have in common at
+// one version, the highest any of them needs (WrapperVersionSkew finds a module that is not;
+// AlignWrapperModules raises it): a cold bring-up then compiles each shared package once.
+
+// wrapperModulesDir holds the wrapper modules, relative to the repository root.
+const wrapperModulesDir = "infra/modules"
+
+// readWrapperModules parses the go.mod of every wrapper module, by directory name.
+func readWrapperModules(root string) (map[string]*modfile.File, error) {
+	dirs, err := os.ReadDir(filepath.Join(root, wrapperModulesDir))
+	if err != nil {
+		return nil, err
+	}
+	files := map[string]*modfile.File{}
+	for _, d := range dirs {
+		p := filepath.Join(root, wrapperModulesDir, d.Name(), "go.mod")
+		b, err := os.ReadFile(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		f, err := modfile.Parse(p, b, nil)
+		if err != nil {
+			return nil, err
+		}
+		files[d.Name()] = f
+	}
+	return files, nil
+}
+
+// requiredVersions is what a go.mod requires of each module, where a replace that keeps the module's path
+// (Kubernetes' staging modules, redirected to their published versions) names the version it builds.
+func requiredVersions(f *modfile.File) map[string]string {
+	out := map[string]string{}
+	for _, r := range f.Require {
+		out[r.Mod.Path] = r.Mod.Version
+	}
+	for _, r := range f.Replace {
+		if _, ok := out[r.Old.Path]; ok && r.New.Path == r.Old.Path && r.New.Version != "" {
+			out[r.Old.Path] = r.New.Version
+		}
+	}
+	return out
+}
+
+// sharedVersions is, for every module two or more wrapper modules require, the highest version any requires.
+func sharedVersions(files map[string]*modfile.File) map[string]string {
+	highest, count := map[string]string{}, map[string]int{}
+	for _, f := range files {
+		for path, v := range requiredVersions(f) {
+			count[path]++
+			if semver.Compare(v, highest[path]) > 0 {
+				highest[path] = v
+			}
+		}
+	}
+	for path, n := range count {
+		if n < 2 {
+			delete(highest, path)
+		}
+	}
+	return highest
+}
+
+// versionSkew lists, by wrapper module, the modules it requires below the version another one requires.
+func versionSkew(files map[string]*modfile.File) map[string][]module.Version {
+	want := sharedVersions(files)
+	skew := map[string][]module.Version{}
+	for name, f := range files {
+		for path, v := range requiredVersions(f) {
+			if w, ok := want[path]; ok && w != v {
+				skew[name] = append(skew[name], module.Version{Path: path, Version: w})
+			}
+		}
+		slices.SortFunc(skew[name], func(a, b module.Version) int { return strings.Compare(a.Path, b.Path) })
+	}
+	return skew
+}
+
+// WrapperVersionSkew says which wrapper modules require a module below the version another one requires, as
+// "name: path@have < want" lines; none when they agree.
+func WrapperVersionSkew(root string) ([]string, error) {
+	files, err := readWrapperModules(root)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for name, mods := range versionSkew(files) {
+		have := requiredVersions(files[name])
+		for _, m := range mods {
+			out = append(out, fmt.Sprintf("%s: %s@%s < %s", name, m.Path, have[m.Path], m.Version))
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// AlignWrapperModules raises every module a wrapper module requires below another's version to that version:
+// it writes the higher requirement into the go.mod and lets `go mod tidy` settle the graph, which may raise
+// others (a requirement only ever raises the selected version, so no two raised modules conflict), and
+// repeats until the modules agree. It never lowers a version, so no wrapper builds an older component than
+// its go.mod pinned. A module whose version a replace fixes (Kubernetes' staging modules) is an error that
+// names it, for a person to move the replace.
+func AlignWrapperModules(ctx context.Context, root string, logf func(string, ...any)) error {
+	for round := 1; round <= 8; round++ {
+		files, err := readWrapperModules(root)
+		if err != nil {
+			return err
+		}
+		skew := versionSkew(files)
+		if len(skew) == 0 {
+			logf("the %d wrapper modules agree on every module they share (%d rounds)", len(files), round-1)
+			return nil
+		}
+		for name, mods := range skew {
+			f := files[name]
+			for _, m := range mods {
+				for _, r := range f.Replace {
+					if r.Old.Path == m.Path {
+						return fmt.Errorf("%s replaces %s; move its replace to %s by hand", name, m.Path, m.Version)
+					}
+				}
+				if err := f.AddRequire(m.Path, m.Version); err != nil {
+					return fmt.Errorf("%s: require %s@%s: %w", name, m.Path, m.Version, err)
+				}
+			}
+			f.Cleanup()
+			b, err := f.Format()
+			if err != nil {
+				return err
+			}
+			dir := filepath.Join(root, wrapperModulesDir, name)
+			if err := os.WriteFile(filepath.Join(dir, "go.mod"), b, 0o644); err != nil {
+				return err
+			}
+			logf("%s: raising %d modules", name, len(mods))
+			if _, err := output(ctx, "go", "-C", dir, "mod", "tidy"); err != nil {
+				return fmt.Errorf("go mod tidy in %s: %w", name, err)
+			}
+		}
+	}
+	return errors.New("the wrapper modules still disagree after 8 rounds")
 }

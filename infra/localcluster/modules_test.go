@@ -72,3 +72,50 @@ func TestFetchModulesFailureIsANote(t *testing.T) {
 		t.Errorf("progress:\n%s", log.String())
 	}
 }
+
+// The wrapper modules in the tree require every module they share at one version: a module one version
+// apart compiles everything that imports it a second time on a cold bring-up.
+func TestWrapperModulesShareVersions(t *testing.T) {
+	root, err := FindRepoRoot(".")
+	must(t, err)
+	skew, err := WrapperVersionSkew(root)
+	must(t, err)
+	if len(skew) > 0 {
+		t.Errorf("wrapper modules require shared modules at different versions (go run ./cmd/gpuconform-dev align-modules raises them):\n%s", strings.Join(skew, "\n"))
+	}
+	files, err := readWrapperModules(root)
+	must(t, err)
+	if len(files) < 7 || len(sharedVersions(files)) < 50 {
+		t.Errorf("read %d wrapper modules sharing %d modules: the check looked at too little", len(files), len(sharedVersions(files)))
+	}
+}
+
+// The skew check finds a module one wrapper requires below another's version, reads a replace that keeps the
+// path as the version built, and ignores a module only one wrapper requires.
+func TestWrapperVersionSkewFindsALowerRequire(t *testing.T) {
+	root := t.TempDir()
+	write := func(name, gomod string) {
+		dir := filepath.Join(root, wrapperModulesDir, name)
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte(gomod), 0o644))
+	}
+	write("kube", "module x/kube\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.0.0\n\tgolang.org/x/sys v0.49.0\n\tonly.kube/mod v1.0.0\n)\n\nreplace k8s.io/api => k8s.io/api v0.37.2\n")
+	write("kueue", "module x/kueue\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.37.2\n\tgolang.org/x/sys v0.41.0\n\tonly.kueue/mod v1.2.0\n)\n")
+	must(t, os.MkdirAll(filepath.Join(root, wrapperModulesDir, "not-a-module"), 0o755))
+	skew, err := WrapperVersionSkew(root)
+	must(t, err)
+	if want := []string{"kueue: golang.org/x/sys@v0.41.0 < v0.49.0"}; !slices.Equal(skew, want) {
+		t.Errorf("skew %q, want %q", skew, want)
+	}
+	// Aligned, nothing is reported.
+	write("kueue", "module x/kueue\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.37.2\n\tgolang.org/x/sys v0.49.0\n)\n")
+	if skew, err := WrapperVersionSkew(root); err != nil || len(skew) != 0 {
+		t.Errorf("aligned modules: skew %q, %v", skew, err)
+	}
+	// A replaced module below another's version is not go get's to raise: the error names it.
+	write("kueue", "module x/kueue\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.38.0\n\tgolang.org/x/sys v0.49.0\n)\n")
+	err = AlignWrapperModules(t.Context(), root, t.Logf)
+	if err == nil || !strings.Contains(err.Error(), "kube replaces k8s.io/api; move its replace to v0.38.0") {
+		t.Errorf("align with a replaced module behind: %v", err)
+	}
+}
