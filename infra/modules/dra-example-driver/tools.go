@@ -4,6 +4,5 @@
 package tools
 
 import (
-	_ "sigs.k8s.io/dra-example-driver/cmd/dra-example-controller"
 	_ "sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"
 )
