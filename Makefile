@@ -5,6 +5,10 @@ SHELL := /usr/bin/env bash -o pipefail
 GO ?= go
 # Every build is static (the binaries run FROM scratch in the images) and shares one build cache.
 export CGO_ENABLED := 0
+# -trimpath for every go command here: the local cluster builds the project's own binaries (the tools image,
+# the pod network agent, the runtime wrapper) with it, and the go command reuses a compiled package only
+# under the same flags, so `make build`, vet and the unit tests compile client-go once for all of them.
+export GOFLAGS := $(strip $(filter-out -trimpath,$(GOFLAGS)) -trimpath)
 ARTIFACTS ?= $(CURDIR)/_artifacts
 KUBECONFIG_LOCAL := $(CURDIR)/_output/kubeconfig
 GPUCONFORM := $(CURDIR)/_output/bin/gpuconform
