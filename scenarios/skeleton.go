@@ -93,14 +93,10 @@ func (s *Spec[I]) lease(ctx context.Context, candidates []string) []string {
 	if len(candidates) == 0 {
 		ginkgo.Fail(fmt.Sprintf("no node of the %s path to lease", s.Path.Name()))
 	}
-	names := make([]string, len(candidates))
-	for i, n := range candidates {
-		names[i] = nodeLock(s.Path.Name(), n)
-	}
-	release, name, waited, err := poollock.HoldAny(ctx, poollock.Dir(s.Env.Factory.RunID), names, poollock.Shared)
+	release, name, waited, err := poollock.HoldAny(ctx, poollock.Dir(s.Env.Factory.RunID), nodeLocks(s.Path.Name(), candidates), poollock.Shared)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing one node of %v", candidates)
 	s.unlease = release
-	_, s.Node, _ = strings.Cut(name, nodeLockSep)
+	s.Node = lockedNode(name)
 	leased(s.Node, s.Path.Name(), waited)
 	return []string{s.Node}
 }
@@ -120,16 +116,12 @@ func (s *Spec[I]) leaseNodes(ctx context.Context, candidates []string, n int) []
 	if len(candidates) < n {
 		ginkgo.Fail(fmt.Sprintf("the spec needs %d nodes of the %s path and has %d candidates (%v)", n, s.Path.Name(), len(candidates), candidates))
 	}
-	names := make([]string, len(candidates))
-	for i, c := range candidates {
-		names[i] = nodeLock(s.Path.Name(), c)
-	}
-	release, chosen, waited, err := poollock.HoldSome(ctx, poollock.Dir(s.Env.Factory.RunID), names, n, poollock.Exclusive)
+	release, chosen, waited, err := poollock.HoldSome(ctx, poollock.Dir(s.Env.Factory.RunID), nodeLocks(s.Path.Name(), candidates), n, poollock.Exclusive)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing %d nodes of %v", n, candidates)
 	s.unlease = release
 	nodes := make([]string, len(chosen))
 	for i, name := range chosen {
-		_, nodes[i], _ = strings.Cut(name, nodeLockSep)
+		nodes[i] = lockedNode(name)
 		if i > 0 {
 			waited = 0 // the wait is recorded once
 		}
@@ -395,7 +387,7 @@ func holdPool(ctx context.Context, env *testenv.Env, path string, b Base) string
 		recordWait(waited)
 		return ""
 	}
-	_, node, _ := strings.Cut(held.Chosen(), nodeLockSep)
+	node := lockedNode(held.Chosen())
 	leased(node, path, waited)
 	return node
 }
@@ -405,6 +397,21 @@ const nodeLockSep = "@"
 
 // nodeLock names the lock of node on path.
 func nodeLock(path, node string) string { return "path-" + path + nodeLockSep + node }
+
+// nodeLocks names the locks of nodes on path, in their order.
+func nodeLocks(path string, nodes []string) []string {
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = nodeLock(path, n)
+	}
+	return names
+}
+
+// lockedNode is the node a node lock's name names.
+func lockedNode(lock string) string {
+	_, node, _ := strings.Cut(lock, nodeLockSep)
+	return node
+}
 
 // stopsLock is the lock of the specs that stop a node or its kubelet (stops:node, exclusive) and of
 // those whose outcome reads every node's state without using a device (devices:none, shared): one node
@@ -484,19 +491,17 @@ func pathHold(specLabels []string, path string, b Base) poolPlan {
 	}
 	// The nodes both kinds below name are the same: the GPU pool's with a device on the path, as discovery
 	// saw them (every process of the run discovered the same).
-	var nodeLocks []string
+	var locks []string
 	if p := pathByName(b.Paths, path); p != nil {
-		for _, n := range b.eligible(p, 1) {
-			nodeLocks = append(nodeLocks, nodeLock(path, n))
-		}
+		locks = nodeLocks(path, b.eligible(p, 1))
 	}
 	if has(labels.HoldsNode) {
-		if len(nodeLocks) == 0 { // no node has a device on the path (the spec will say so): hold the path
+		if len(locks) == 0 { // no node has a device on the path (the spec will say so): hold the path
 			return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Exclusive}}}
 		}
-		return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Shared}}, lease: nodeLocks}
+		return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Shared}}, lease: locks}
 	}
-	return poolPlan{locks: poollock.Each(append([]string{pathLock}, nodeLocks...), poollock.Shared)}
+	return poolPlan{locks: poollock.Each(append([]string{pathLock}, locks...), poollock.Shared)}
 }
 
 // canaryPlan is how the upgrade rehearsal holds the pool locks: locks, and the known-good nodes its pods
