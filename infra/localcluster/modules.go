@@ -90,12 +90,22 @@ func (c *Cluster) fetchOne(ctx context.Context, comp goComponent) {
 // everything it imports are the same, so one version apart anywhere below (x/sys, cbor) compiles all of
 // k8s.io/api and client-go again. The wrapper modules therefore require every module they have in common at
 // one version, the highest any of them needs (WrapperVersionSkew finds a module that is not;
-// AlignWrapperModules raises it): a cold bring-up then compiles each shared package once.
+// AlignWrapperModules raises it): a cold bring-up then compiles each shared package once. Kueue keeps its
+// release's graph (ownGraph).
 
 // wrapperModulesDir holds the wrapper modules, relative to the repository root.
 const wrapperModulesDir = "infra/modules"
 
-// readWrapperModules parses the go.mod of every wrapper module, by directory name.
+// ownGraph are the wrapper modules that keep their release's module graph, and why: the others' shared
+// versions are not raised to theirs, nor theirs to the others'.
+var ownGraph = map[string]string{
+	"kueue": "Kueue v0.17.0 pins k8s.io v0.35 and controller-runtime v0.23.3, which do not compile against client-go " +
+		"v0.37 (controller-runtime's handler registration lacks HasSyncedChecker; the Kubeflow trainer API it imports " +
+		"names corev1 types that v0.37 does not have)",
+}
+
+// readWrapperModules parses the go.mod of every wrapper module that shares its versions (not ownGraph's), by
+// directory name.
 func readWrapperModules(root string) (map[string]*modfile.File, error) {
 	dirs, err := os.ReadDir(filepath.Join(root, wrapperModulesDir))
 	if err != nil {
@@ -105,7 +115,7 @@ func readWrapperModules(root string) (map[string]*modfile.File, error) {
 	for _, d := range dirs {
 		p := filepath.Join(root, wrapperModulesDir, d.Name(), "go.mod")
 		b, err := os.ReadFile(p)
-		if errors.Is(err, fs.ErrNotExist) {
+		if _, own := ownGraph[d.Name()]; own || errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
