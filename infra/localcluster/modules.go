@@ -90,8 +90,8 @@ func (c *Cluster) fetchOne(ctx context.Context, comp goComponent) {
 // everything it imports are the same, so one version apart anywhere below (x/sys, cbor) compiles all of
 // k8s.io/api and client-go again. The wrapper modules therefore require every module they have in common at
 // one version, the highest any of them needs (WrapperVersionSkew finds a module that is not;
-// AlignWrapperModules raises it): a cold bring-up then compiles each shared package once. Kueue keeps its
-// release's graph (ownGraph).
+// AlignWrapperModules raises it): a cold bring-up then compiles each shared package once. Kueue and the DRA
+// driver keep their releases' graphs (ownGraph): neither compiles against the k8s.io v0.37 libraries.
 
 // wrapperModulesDir holds the wrapper modules, relative to the repository root.
 const wrapperModulesDir = "infra/modules"
@@ -102,6 +102,8 @@ var ownGraph = map[string]string{
 	"kueue": "Kueue v0.17.0 pins k8s.io v0.35 and controller-runtime v0.23.3, which do not compile against client-go " +
 		"v0.37 (controller-runtime's handler registration lacks HasSyncedChecker; the Kubeflow trainer API it imports " +
 		"names corev1 types that v0.37 does not have)",
+	"dra-example-driver": "dra-example-driver v0.4.0 pins k8s.io v0.36, and its CPU profile sets resource/v1 " +
+		"Device.NodeAllocatableResourceMappings, an alpha field that v0.37 does not have",
 }
 
 // readWrapperModules parses the go.mod of every wrapper module that shares its versions (not ownGraph's), by

@@ -4,5 +4,6 @@
 package tools
 
 import (
+	_ "sigs.k8s.io/dra-example-driver/cmd/dra-example-controller"
 	_ "sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"
 )
