@@ -115,9 +115,12 @@ func readWrapperModules(root string) (map[string]*modfile.File, error) {
 	}
 	files := map[string]*modfile.File{}
 	for _, d := range dirs {
+		if _, own := ownGraph[d.Name()]; own {
+			continue
+		}
 		p := filepath.Join(root, wrapperModulesDir, d.Name(), "go.mod")
 		b, err := os.ReadFile(p)
-		if _, own := ownGraph[d.Name()]; own || errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
