@@ -31,21 +31,23 @@ func TestBenchFromARun(t *testing.T) {
 	suites := []types.Report{{RunTime: 20 * time.Second, SpecReports: []types.SpecReport{a, b}}}
 	rec := record()
 	rec.APIRequests = cluster.Counts{"get pods": 40, "list events": 10, "watch pods": 4}
-	// Two overlapping workloads (0–6 s and 4–10 s) are 10 s of inherent waiting.
+	// Two overlapping workloads (0–6 s and 4–12 s) are 12 s of inherent waiting; w2's pod was deleted at 9 s
+	// and gone at 12 s, which is 2 s of teardown beyond its finish.
 	rec.Timelines = []timeline.Timeline{{Spec: a.FullText(), Workloads: []timeline.Workload{
 		{Name: "w1", Events: []timeline.Event{{At: at(0), Kind: timeline.Created}, {At: at(6), Kind: timeline.Finished}}},
-		{Name: "w2", Events: []timeline.Event{{At: at(4), Kind: timeline.Created}, {At: at(10), Kind: timeline.Finished}}},
+		{Name: "w2", Events: []timeline.Event{{At: at(4), Kind: timeline.Created}, {At: at(9), Kind: timeline.Deleting},
+			{At: at(10), Kind: timeline.Finished}, {At: at(12), Kind: timeline.Gone}}},
 	}}}
 	bench := ComputeBench(suites, rec)
 	if len(bench.Rows) != 1 {
 		t.Fatalf("rows = %+v", bench.Rows)
 	}
 	r := bench.Rows[0]
-	if r.Scenario != "allocation" || r.Specs != 2 || r.WithTimeline != 1 || r.Inherent != 10*time.Second || r.Wall != 18*time.Second || r.LockWait != 2*time.Second || r.Requests != 40 {
+	if r.Scenario != "allocation" || r.Specs != 2 || r.WithTimeline != 1 || r.Inherent != 12*time.Second || r.Teardown != 2*time.Second || r.Wall != 18*time.Second || r.LockWait != 2*time.Second || r.Requests != 40 {
 		t.Errorf("row = %+v", r)
 	}
-	if r.Ratio() != 1.2 {
-		t.Errorf("ratio = %v, want (14 s - 2 s of lock wait) / 10 s", r.Ratio())
+	if r.Ratio() != 1 {
+		t.Errorf("ratio = %v, want (14 s - 2 s of lock wait) / 12 s", r.Ratio())
 	}
 	if r.PerSpec() != 20 {
 		t.Errorf("requests per spec = %v, want 40 / 2", r.PerSpec())
@@ -58,7 +60,7 @@ func TestBenchFromARun(t *testing.T) {
 	if want := []RequestSource{{"get pods", 40, "allocation", 38}, {"list events", 10, "", 0}, {"watch pods", 4, "", 0}}; !slices.Equal(bench.TopRequests, want) {
 		t.Errorf("top requests = %+v, want %+v", bench.TopRequests, want)
 	}
-	for _, want := range []string{"| allocation | 2 (1) | 18s | 2s | 10s | 1.20 | 40 | 20.0 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)",
+	for _, want := range []string{"| allocation | 2 (1) | 18s | 2s | 12s (2s) | 1.00 | 1.20 | 40 | 20.0 | 2.50 |", "Whole suite: 20s wall", "54 API requests (2.70/s)",
 		"| get pods | 40 | 74% | allocation (38) |", "| list events | 10 | 19% | — |"} {
 		if !strings.Contains(md, want) {
 			t.Errorf("bench lacks %q:\n%s", want, md)

@@ -93,7 +93,7 @@ func summarise(dir string, suites []types.Report, rec Record) RunSummary {
 	for _, t := range rec.Timelines {
 		for _, w := range t.Workloads {
 			d := w.Derived
-			for name, v := range map[string]*timeline.Duration{"admission wait": d.AdmissionWait, "pending": d.Pending, "start": d.Start, "useful work": d.UsefulWork, "idle reservation": d.IdleReservation, "recovery": d.Recovery} {
+			for name, v := range map[string]*timeline.Duration{"admission wait": d.AdmissionWait, "pending": d.Pending, "start": d.Start, "useful work": d.UsefulWork, "idle reservation": d.IdleReservation, "recovery": d.Recovery, "teardown": d.Teardown} {
 				if v != nil {
 					values[name] = append(values[name], time.Duration(*v))
 				}

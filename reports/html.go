@@ -208,7 +208,20 @@ func Phases(w timeline.Workload, end time.Time) []Phase {
 				closeAt(e.At)
 			}
 		case timeline.Finished, timeline.Failed:
-			closeAt(e.At)
+			if state != "stopping" {
+				closeAt(e.At)
+			}
+		case timeline.Deleting:
+			// From the deletion asked for until the pod is gone, whatever it was doing: the devices are
+			// still held.
+			if state != "stopping" {
+				closeAt(e.At)
+				open("stopping", e.At)
+			}
+		case timeline.Gone:
+			if state == "stopping" {
+				closeAt(e.At)
+			}
 		}
 	}
 	if state != "" && !end.IsZero() {
@@ -227,6 +240,7 @@ func Phases(w timeline.Workload, end time.Time) []Phase {
 var phaseColors = map[string]string{
 	"queued": "#b0b7c3", "pending": "#f2c14e", "starting": "#f08a4b", "idle": "#e05a5a",
 	"working": "#3aa655", "running": "#4a90d9", "evicted": "#9b59b6", "down": "#6b6b6b",
+	"stopping": "#c7a4a4",
 }
 
 // GanttSVG draws the timeline as an inline SVG: one row per workload, its phases as bars, checkpoints,
@@ -283,7 +297,7 @@ func GanttSVG(t timeline.Timeline) string {
 	}
 	// Legend.
 	lx := label
-	for _, name := range []string{"queued", "pending", "starting", "idle", "working", "running", "evicted"} {
+	for _, name := range []string{"queued", "pending", "starting", "idle", "working", "running", "evicted", "stopping"} {
 		fmt.Fprintf(&b, `<rect x="%.0f" y="%.0f" width="10" height="10" fill="%s"/><text x="%.0f" y="%.0f" class="tick">%s</text>`, lx, height-14, phaseColors[name], lx+13, height-5, name)
 		lx += 85
 	}
@@ -352,8 +366,8 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 
 {{with .Gantts}}<h2>Timelines</h2><p class="muted">Per spec, each workload's life from the objects' own timestamps; hover a bar or marker for times.</p>
 {{range .}}<h3>{{.Spec}}</h3>{{.SVG}}
-<table><tr><th>Workload</th><th>Admission wait</th><th>Pending</th><th>Start</th><th>Useful work</th><th>Idle reservation</th><th>Evictions</th><th>Recovery</th></tr>
-{{range .Workloads}}<tr><td>{{.Name}}</td><td>{{.Derived.AdmissionWait}}</td><td>{{.Derived.Pending}}</td><td>{{.Derived.Start}}</td><td>{{.Derived.UsefulWork}}</td><td>{{.Derived.IdleReservation}}</td><td>{{.Derived.Evictions}}</td><td>{{.Derived.Recovery}}</td></tr>{{end}}</table>{{end}}{{end}}
+<table><tr><th>Workload</th><th>Admission wait</th><th>Pending</th><th>Start</th><th>Useful work</th><th>Idle reservation</th><th>Evictions</th><th>Recovery</th><th>Teardown</th></tr>
+{{range .Workloads}}<tr><td>{{.Name}}</td><td>{{.Derived.AdmissionWait}}</td><td>{{.Derived.Pending}}</td><td>{{.Derived.Start}}</td><td>{{.Derived.UsefulWork}}</td><td>{{.Derived.IdleReservation}}</td><td>{{.Derived.Evictions}}</td><td>{{.Derived.Recovery}}</td><td>{{.Derived.Teardown}}</td></tr>{{end}}</table>{{end}}{{end}}
 
 {{with .Evidence}}{{if .HasClaims}}<h2>Conformance evidence</h2>
 <p class="muted">Kubernetes AI Conformance checklist v{{.Version}}: one page per requirement and the filled checklist in <a href="evidence/README.md">evidence/</a>. A requirement is proven only by passed specs that carry its label.</p>

@@ -114,6 +114,31 @@ func TestGanttPhases(t *testing.T) {
 	}
 }
 
+// A pod deleted while running holds its devices until it is gone: the chart draws that stretch as
+// stopping, ending the running one, and the derived teardown is its length.
+func TestGanttStoppingUntilGone(t *testing.T) {
+	t0 := time.Date(2026, 12, 5, 4, 0, 0, 0, time.UTC)
+	w := timeline.Workload{Name: "held", Events: []timeline.Event{
+		{At: t0, Kind: timeline.Created}, {At: t0.Add(time.Second), Kind: timeline.Scheduled},
+		{At: t0.Add(3 * time.Second), Kind: timeline.Started}, {At: t0.Add(9 * time.Second), Kind: timeline.Deleting},
+		{At: t0.Add(10 * time.Second), Kind: timeline.Stopped}, {At: t0.Add(12500 * time.Millisecond), Kind: timeline.Gone},
+	}}
+	w.Derive()
+	byName := map[string]Phase{}
+	for _, p := range Phases(w, t0.Add(20*time.Second)) {
+		byName[p.Name] = p
+	}
+	if r := byName["running"]; !r.To.Equal(t0.Add(9 * time.Second)) {
+		t.Errorf("running ends at %s, want the deletion at %s", r.To, t0.Add(9*time.Second))
+	}
+	if s := byName["stopping"]; !s.From.Equal(t0.Add(9*time.Second)) || !s.To.Equal(t0.Add(12500*time.Millisecond)) {
+		t.Errorf("stopping %s → %s, want 9 s → 12.5 s", s.From, s.To)
+	}
+	if w.Derived.Teardown == nil || time.Duration(*w.Derived.Teardown) != 3500*time.Millisecond {
+		t.Errorf("teardown = %s, want 3.5s", w.Derived.Teardown)
+	}
+}
+
 // A node fault cuts the work: the workload is down from the fault until its replacement is scheduled, and
 // the derived recovery runs from the fault to the first resumed step.
 func TestGanttNodeFault(t *testing.T) {

@@ -358,12 +358,12 @@ func renderTimings(b *strings.Builder, tls []timeline.Timeline) {
 		return
 	}
 	b.WriteString("\n## Timings\n\nPer workload, from the objects' own timestamps (`specs/<spec>/timeline.json`); — where it does not apply.\n\n")
-	b.WriteString("| Spec | Workload | Admission wait | Pending | Start | Useful work | Idle reservation | Evictions | Recovery |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| Spec | Workload | Admission wait | Pending | Start | Useful work | Idle reservation | Evictions | Recovery | Teardown |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, t := range tls {
 		for _, w := range t.Workloads {
 			d := w.Derived
-			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %d | %s |\n", cell(t.Spec), cell(w.Name),
-				d.AdmissionWait, d.Pending, d.Start, d.UsefulWork, d.IdleReservation, d.Evictions, d.Recovery)
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %d | %s | %s |\n", cell(t.Spec), cell(w.Name),
+				d.AdmissionWait, d.Pending, d.Start, d.UsefulWork, d.IdleReservation, d.Evictions, d.Recovery, d.Teardown)
 		}
 	}
 }

@@ -213,43 +213,69 @@ func (e *Env) Timeline() timeline.Timeline {
 	return r.Snapshot(ginkgo.CurrentSpecReport().FullText())
 }
 
+// timelineEnd is where a spec's recorder waits for the end of its cleanup: the namespace's deletion and
+// the wait for its pods to be gone run while it still records, so that each pod's teardown is in the
+// timeline.
+type timelineEnd struct{ r *timeline.Recorder }
+
+// endTimeline registers stopping the recorder that recordTimeline will put in the returned slot and
+// writing its timeline into the spec's artifacts directory. Registered before the namespace's deletion,
+// it runs after it.
+func (e *Env) endTimeline() *timelineEnd {
+	end := &timelineEnd{}
+	ginkgo.DeferCleanup(func() {
+		if end.r != nil {
+			e.stopTimeline(end.r)
+		}
+	})
+	return end
+}
+
 // recordTimeline starts the spec's timeline recorder on ns (selector: the spec's objects in a shared
-// namespace) and registers writing it into the spec's artifacts directory. Registered after the
-// namespace's deletion, it runs before it, while the pods and their logs still exist.
-func (e *Env) recordTimeline(ctx context.Context, ns, selector string) {
+// namespace) into end (endTimeline). Its logs are read by a cleanup registered after the namespace's
+// deletion, which runs before it, while the pods and their logs still exist.
+func (e *Env) recordTimeline(ctx context.Context, ns, selector string, end *timelineEnd) {
 	r := timeline.Start(context.WithoutCancel(ctx), e.Clients.Kube, e.kueueOrNil(), ns, selector)
 	e.mu.Lock()
 	e.recorder = r
 	e.recorders = append(e.recorders, r)
 	e.mu.Unlock()
+	end.r = r
 	ginkgo.DeferCleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		spec := ginkgo.CurrentSpecReport().FullText()
-		e.mu.Lock()
-		e.recorders = slices.DeleteFunc(e.recorders, func(x *timeline.Recorder) bool { return x == r })
-		e.mu.Unlock()
-		t := r.Stop(ctx, spec)
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		if e.recorder == r {
-			e.recorder = nil
-		}
-		if len(t.Workloads) == 0 {
-			return
-		}
-		first := e.written.Spec != spec
-		if first {
-			e.written = t
-		} else {
-			e.written = timeline.Merge(e.written, t)
-		}
-		if path, err := e.written.Write(artifacts.SpecDir(e.ArtifactsDir, spec)); err != nil {
-			ginkgo.GinkgoWriter.Printf("writing the timeline: %v\n", err)
-		} else if first {
-			ginkgo.AddReportEntry(timeline.ReportEntry, path)
-		}
+		r.ReadLogs(ctx)
 	})
+}
+
+// stopTimeline stops r and writes (or merges) the spec's timeline.
+func (e *Env) stopTimeline(r *timeline.Recorder) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	spec := ginkgo.CurrentSpecReport().FullText()
+	e.mu.Lock()
+	e.recorders = slices.DeleteFunc(e.recorders, func(x *timeline.Recorder) bool { return x == r })
+	e.mu.Unlock()
+	t := r.Stop(ctx, spec)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.recorder == r {
+		e.recorder = nil
+	}
+	if len(t.Workloads) == 0 {
+		return
+	}
+	first := e.written.Spec != spec
+	if first {
+		e.written = t
+	} else {
+		e.written = timeline.Merge(e.written, t)
+	}
+	if path, err := e.written.Write(artifacts.SpecDir(e.ArtifactsDir, spec)); err != nil {
+		ginkgo.GinkgoWriter.Printf("writing the timeline: %v\n", err)
+	} else if first {
+		ginkgo.AddReportEntry(timeline.ReportEntry, path)
+	}
 }
 
 // NewNamespace creates a namespace for the current spec, named by the API server from
@@ -265,6 +291,7 @@ func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespac
 	if e.Factory.SpecTag != "" { // never written when goroutines share the Env (not in team-namespace mode)
 		e.Factory.SpecTag = ""
 	}
+	end := e.endTimeline()
 	created := e.Factory.Namespace("")
 	// The API server appends the random suffix (the prefix ends in one dash) and picks a free name.
 	created.GenerateName = e.NamespacePrefix + "-" + purpose + "-"
@@ -286,7 +313,7 @@ func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespac
 		// spec needs only the devices back.
 		e.waitDevicesFree(ctx, created.Name, "")
 	})
-	e.recordTimeline(ctx, created.Name, "")
+	e.recordTimeline(ctx, created.Name, "", end)
 	// Registered after the delete, so it runs before it.
 	e.dumpOnFailure(created.Name, "")
 	return created
@@ -302,6 +329,7 @@ func (e *Env) useTeamNamespace(purpose string) *corev1.Namespace {
 	e.Factory.SpecTag = tag
 	ns := e.Namespace
 	selector := fixtures.SpecLabel + "=" + tag
+	end := e.endTimeline()
 	ginkgo.DeferCleanup(func() {
 		if e.KeepResources {
 			ginkgo.GinkgoWriter.Printf("keeping the objects labelled %s in %s (keep-resources)\n", selector, ns)
@@ -312,7 +340,7 @@ func (e *Env) useTeamNamespace(purpose string) *corev1.Namespace {
 		gomega.Expect(e.deleteLabelled(ctx, ns, selector)).To(gomega.Succeed())
 		e.waitDevicesFree(ctx, ns, selector)
 	})
-	e.recordTimeline(context.Background(), ns, selector)
+	e.recordTimeline(context.Background(), ns, selector, end)
 	e.dumpOnFailure(ns, selector)
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
 }

@@ -48,40 +48,42 @@ type Recorder struct {
 	owner   map[string]string           // "Pod/name" or "Workload/name" → workload
 	jobs    map[string]bool
 	logged  map[string]bool // pods whose logs were read after their container stopped
+	// deleting: pods whose deletion was recorded (the first deletionTimestamp seen).
+	deleting map[string]bool
+	// logsRead: ReadLogs ran; the pods left are read no more (they are being deleted).
+	logsRead bool
 }
 
 // Start starts informers on the namespace (objects matching selector; "" for all) and returns at once;
 // Stop ends them. kq may be nil (no Kueue).
 func Start(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, ns, selector string) *Recorder {
 	r := &Recorder{kube: kube, ns: ns, stop: make(chan struct{}), start: time.Now().UTC(),
-		events: map[string]map[string]Event{}, owner: map[string]string{}, jobs: map[string]bool{}, logged: map[string]bool{}}
+		events: map[string]map[string]Event{}, owner: map[string]string{}, jobs: map[string]bool{}, logged: map[string]bool{}, deleting: map[string]bool{}}
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
 	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns), informers.WithTweakListOptions(tweak))
-	handler := func(record func(obj any)) cache.ResourceEventHandlerFuncs {
-		add := func(obj any) {
-			record(obj)
-			r.signal()
-		}
+	// record is told whether the object is gone from the API (an informer's delete).
+	handler := func(record func(obj any, gone bool)) cache.ResourceEventHandlerFuncs {
 		return cache.ResourceEventHandlerFuncs{
-			AddFunc:    add,
-			UpdateFunc: func(_, obj any) { add(obj) },
+			AddFunc:    func(obj any) { record(obj, false); r.signal() },
+			UpdateFunc: func(_, obj any) { record(obj, false); r.signal() },
 			DeleteFunc: func(obj any) {
 				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 					obj = d.Obj
 				}
-				add(obj)
+				record(obj, true)
+				r.signal()
 			},
 		}
 	}
 	jobs, pods := f.Batch().V1().Jobs().Informer(), f.Core().V1().Pods().Informer()
-	_, _ = jobs.AddEventHandler(handler(func(obj any) {
+	_, _ = jobs.AddEventHandler(handler(func(obj any, _ bool) {
 		if j, ok := obj.(*batchv1.Job); ok {
 			r.job(j)
 		}
 	}))
-	_, _ = pods.AddEventHandler(handler(func(obj any) {
+	_, _ = pods.AddEventHandler(handler(func(obj any, gone bool) {
 		if p, ok := obj.(*corev1.Pod); ok {
-			r.pod(ctx, p)
+			r.pod(ctx, p, gone)
 		}
 	}))
 	r.jobStore, r.podStore = jobs.GetStore(), pods.GetStore()
@@ -92,12 +94,17 @@ func Start(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interf
 		// attributed to a workload through their owner Job.
 		kf := kueueinformers.NewSharedInformerFactoryWithOptions(kq, 0, kueueinformers.WithNamespace(ns))
 		wls := kf.Kueue().V1beta2().Workloads().Informer()
-		_, _ = wls.AddEventHandler(handler(func(obj any) {
+		_, _ = wls.AddEventHandler(handler(func(obj any, _ bool) {
 			if w, ok := obj.(*kueue.Workload); ok {
 				r.workload(w)
 			}
 		}))
+		// The namespace's LocalQueues only wake the waits (a queue turning Active); they are no
+		// workload's events.
+		lqs := kf.Kueue().V1beta2().LocalQueues().Informer()
+		_, _ = lqs.AddEventHandler(handler(func(any, bool) {}))
 		r.wlStore = wls.GetStore()
+		// Not among synced: nothing is served from the LocalQueues, so the stores need not wait for them.
 		r.synced = append(r.synced, wls.HasSynced)
 		kf.Start(r.stop)
 	}
@@ -255,12 +262,26 @@ func workloadOf(p *corev1.Pod) string {
 // WorkerName is the timeline's name for worker index of a gang Job.
 func WorkerName(job, index string) string { return job + "[" + index + "]" }
 
-func (r *Recorder) pod(ctx context.Context, p *corev1.Pod) {
+func (r *Recorder) pod(ctx context.Context, p *corev1.Pod, gone bool) {
 	w := workloadOf(p)
 	obj := "Pod/" + p.Name
 	bare := metav1.GetControllerOf(p) == nil
 	if bare {
 		r.add(w, Event{At: p.CreationTimestamp.UTC(), Kind: Created, Object: obj})
+	}
+	// The API server sets deletionTimestamp to the time of the request plus the grace period it granted.
+	// Only the first is the request: the kubelet's final delete (grace 0) moves both again.
+	if dt := p.DeletionTimestamp; dt != nil && r.firstDeletion(p.Name) {
+		at := dt.Time
+		if g := p.DeletionGracePeriodSeconds; g != nil {
+			at = at.Add(-time.Duration(*g) * time.Second)
+		}
+		r.add(w, Event{At: at.UTC(), Kind: Deleting, Object: obj})
+	}
+	if gone {
+		// No object is left to carry a timestamp: the time is when the informer saw it go, which trails
+		// the API server by the watch's latency.
+		r.add(w, Event{At: time.Now().UTC(), Kind: Gone, Object: obj})
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue {
@@ -298,13 +319,24 @@ func (r *Recorder) pod(ctx context.Context, p *corev1.Pod) {
 	// A stopped container's log is read once, at once: the pod may be deleted before the spec ends.
 	if stopped {
 		r.mu.Lock()
-		first := !r.logged[p.Name]
+		first := !r.logged[p.Name] && !r.logsRead
 		r.logged[p.Name] = true
 		r.mu.Unlock()
 		if first {
 			r.wg.Go(func() { r.readLog(ctx, w, p.Name) })
 		}
 	}
+}
+
+// firstDeletion reports whether pod's deletion is seen for the first time.
+func (r *Recorder) firstDeletion(pod string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.deleting[pod] {
+		return false
+	}
+	r.deleting[pod] = true
+	return true
 }
 
 func lastFinish(p *corev1.Pod) time.Time {
@@ -415,9 +447,27 @@ func (r *Recorder) Snapshot(spec string) Timeline {
 	return t
 }
 
-// Stop reads the logs of the pods whose containers have not stopped yet, waits for the log reads in
-// flight, stops the informers and returns the timeline.
+// Stop reads the logs not read yet (ReadLogs), stops the informers and returns the timeline. A spec's
+// cleanup calls ReadLogs before it deletes the pods and Stop once they are gone, so that the timeline
+// holds each pod's teardown (deleting → gone) too.
 func (r *Recorder) Stop(ctx context.Context, spec string) Timeline {
+	r.ReadLogs(ctx)
+	close(r.stop)
+	r.signal() // whoever waits on Changed wakes (and finds the recorder gone)
+	return r.Snapshot(spec)
+}
+
+// ReadLogs reads the logs of the pods whose containers have not stopped yet and waits for the log reads
+// in flight: called before the pods are deleted, it keeps their progress lines. Only the first call reads.
+func (r *Recorder) ReadLogs(ctx context.Context) {
+	r.mu.Lock()
+	done := r.logsRead
+	r.logsRead = true
+	r.mu.Unlock()
+	if done {
+		r.wg.Wait()
+		return
+	}
 	pods, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{})
 	if err == nil {
 		for i := range pods.Items {
@@ -432,9 +482,6 @@ func (r *Recorder) Stop(ctx context.Context, spec string) Timeline {
 		}
 	}
 	r.wg.Wait()
-	close(r.stop)
-	r.signal() // whoever waits on Changed wakes (and finds the recorder gone)
-	return r.Snapshot(spec)
 }
 
 func sortWorkloads(ws []Workload) {

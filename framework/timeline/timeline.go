@@ -46,6 +46,8 @@ const (
 	Resumed       Kind = "resumed"        // the workload started from a checkpoint
 	Stopped       Kind = "stopped"        // a pod's workload container terminated (SIGTERM, failure, end)
 	Finished      Kind = "finished"       // the Job completed (or a bare pod succeeded)
+	Deleting      Kind = "deleting"       // a pod's deletion was asked for (its deletionTimestamp less the grace period)
+	Gone          Kind = "gone"           // a pod is gone from the API: the kubelet stopped it and released its devices
 	Failed        Kind = "failed"         // the Job failed (or a bare pod failed)
 
 	// Faults and what the cluster did about them (the failure scenario records these).
@@ -91,6 +93,8 @@ type Derived struct {
 	Evictions int `json:"evictions,omitempty"`
 	// Recovery: the first fault → the first resumed step after it (the work was going again).
 	Recovery *Duration `json:"recovery,omitempty"`
+	// Teardown: the first deletion asked for → the last pod gone (the devices are free again).
+	Teardown *Duration `json:"teardown,omitempty"`
 }
 
 // Duration is a time.Duration that reads and writes as a Go duration string in JSON ("1m2.5s").
@@ -205,7 +209,7 @@ func ReadAll(artifactsDir string) ([]Timeline, error) {
 // sortEvents orders events by time, then by the kinds' natural order.
 func sortEvents(evs []Event) {
 	rank := map[Kind]int{}
-	for i, k := range []Kind{Created, Queued, QuotaReserved, Admitted, Scheduled, Started, Resumed, FirstStep, Checkpoint, Preempted, Evicted, Stopped, Finished, Failed} {
+	for i, k := range []Kind{Created, Queued, QuotaReserved, Admitted, Scheduled, Started, Resumed, FirstStep, Checkpoint, Preempted, Evicted, Stopped, Finished, Failed, Deleting, Gone} {
 		rank[k] = i
 	}
 	slices.SortStableFunc(evs, func(a, b Event) int {
@@ -281,6 +285,15 @@ func (w *Workload) Derive() {
 				break
 			}
 		}
+	}
+	if deleting := first(Deleting); !deleting.IsZero() {
+		var gone time.Time
+		for _, e := range w.Events {
+			if e.Kind == Gone && e.At.After(gone) {
+				gone = e.At
+			}
+		}
+		d.Teardown = dur(deleting, gone)
 	}
 	if measured {
 		u, i := Duration(useful), Duration(idle)

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 	kueuefake "sigs.k8s.io/kueue/client-go/clientset/versioned/fake"
 )
@@ -233,5 +234,88 @@ func TestRecorderServesItsObjects(t *testing.T) {
 		if _, ok := noKueue.Workloads(labels.Everything()); ok {
 			t.Error("a recorder without Kueue served Workloads")
 		}
+	}
+}
+
+// A pod deleted while the recorder runs: its deletion (the request's time, from deletionTimestamp less
+// the grace period) and its end in the API are events, and the workload's teardown is measured.
+func TestRecorderKeepsThePodsTeardown(t *testing.T) {
+	ctx := t.Context()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: "ns", CreationTimestamp: metav1.NewTime(at(0))}}
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: Container, State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(at(2))}}}}
+	kube := fake.NewClientset(pod)
+	r := Start(ctx, kube, nil, "ns", "")
+	waitFor(t, func() bool { w := r.Snapshot("s").Workload("held"); return w != nil && count(w.Events, Started) == 1 })
+	r.ReadLogs(ctx) // as a spec's cleanup does before it deletes
+
+	// The API server's deletion: deletionTimestamp = request + grace (30 s), then the kubelet's final delete.
+	terminating := pod.DeepCopy()
+	terminating.DeletionTimestamp = ptr.To(metav1.NewTime(at(40)))
+	terminating.DeletionGracePeriodSeconds = ptr.To[int64](30)
+	if _, err := kube.CoreV1().Pods("ns").Update(ctx, terminating, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return count(r.Snapshot("s").Workload("held").Events, Deleting) == 1 })
+	// The kubelet's final delete, grace 0, moves deletionTimestamp to its own time: not a second request.
+	final := terminating.DeepCopy()
+	final.DeletionTimestamp = ptr.To(metav1.NewTime(at(13)))
+	final.DeletionGracePeriodSeconds = ptr.To[int64](0)
+	if _, err := kube.CoreV1().Pods("ns").Update(ctx, final, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	if err := kube.CoreV1().Pods("ns").Delete(ctx, "held", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return count(r.Snapshot("s").Workload("held").Events, Gone) == 1 })
+	if n := count(r.Snapshot("s").Workload("held").Events, Deleting); n != 1 {
+		t.Errorf("%d deleting events, want the request's only", n)
+	}
+
+	w := r.Stop(ctx, "spec").Workload("held")
+	var deleting, gone time.Time
+	for _, e := range w.Events {
+		switch e.Kind {
+		case Deleting:
+			deleting = e.At
+		case Gone:
+			gone = e.At
+		}
+	}
+	if !deleting.Equal(at(10)) {
+		t.Errorf("deleting at %s, want the request's time %s (deletionTimestamp less the grace period)", deleting, at(10))
+	}
+	if gone.Before(before) {
+		t.Errorf("gone at %s, before the pod was deleted (%s)", gone, before)
+	}
+	if w.Derived.Teardown == nil || time.Duration(*w.Derived.Teardown) != gone.Sub(deleting) {
+		t.Errorf("teardown = %s, want %s", w.Derived.Teardown, gone.Sub(deleting))
+	}
+	if w.Events[len(w.Events)-1].Kind != Gone {
+		t.Errorf("the last event is %s, want gone: %+v", w.Events[len(w.Events)-1].Kind, w.Events)
+	}
+}
+
+// A change of a LocalQueue of the namespace wakes the waits (a queue turning Active), although it is no
+// workload's event.
+func TestRecorderWakesOnLocalQueues(t *testing.T) {
+	ctx := t.Context()
+	lq := &kueue.LocalQueue{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Namespace: "ns"}}
+	kq := kueuefake.NewSimpleClientset(lq)
+	r := Start(ctx, fake.NewClientset(), kq, "ns", "")
+	defer func() { _ = r.Stop(ctx, "s") }()
+	waitFor(t, r.hasSynced)
+	changed := r.Changed()
+	lq.Status.Conditions = []metav1.Condition{{Type: kueue.LocalQueueActive, Status: metav1.ConditionTrue, Reason: "Ready"}}
+	if _, err := kq.KueueV1beta2().LocalQueues("ns").UpdateStatus(ctx, lq, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a LocalQueue's change did not wake the waits")
+	}
+	if len(r.Snapshot("s").Workloads) != 0 {
+		t.Errorf("a LocalQueue became a workload: %+v", r.Snapshot("s").Workloads)
 	}
 }
