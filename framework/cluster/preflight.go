@@ -111,6 +111,7 @@ func PreflightNeeds(n Needs) []Permission {
 	}
 	if n.Kueue {
 		perms = append(perms, Permission{Verb: "list", Group: kueue.GroupVersion.Group, Resource: "workloads", Why: "check admission", Namespace: ns},
+			Permission{Verb: "list", Group: kueue.GroupVersion.Group, Resource: "localqueues", Why: "watch the spec's LocalQueues, so a wait for one to turn Active wakes when it does", Namespace: ns},
 			Permission{Verb: "create", Resource: "services", Why: "a gang's headless Service, where its workers find each other", Namespace: ns},
 			Permission{Verb: "delete", Resource: "services", Why: "clean up each gang's Service", Namespace: ns})
 		if ns != "" {

@@ -74,25 +74,37 @@ func Setup(ctx context.Context, env *testenv.Env, in SetupInput) string {
 	}
 	cq := env.Create(ctx, cqw.Obj())
 	lq := env.Create(ctx, f.LocalQueue(name, in.Namespace).ClusterQueue(cq.GetName()).Obj())
-	env.Wait.For(ctx, fmt.Sprintf("ClusterQueue %s to be Active", cq.GetName()), wait.Target{}, env.Timeouts.QueueActive, func(g gomega.Gomega) {
-		got, err := env.Clients.Kueue.KueueV1beta2().ClusterQueues().Get(ctx, cq.GetName(), metav1.GetOptions{})
-		g.Expect(err).NotTo(gomega.HaveOccurred())
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, kueue.ClusterQueueActive)).To(gomega.BeTrue(),
-			"ClusterQueue %s is not Active; conditions:\n%s", cq.GetName(), toYAML(got.Status.Conditions))
-	})
+	// One wait: Kueue's LocalQueue controller sets the LocalQueue Active (reason Ready) only while its
+	// ClusterQueue is Active, and reconciles it on every change of the ClusterQueue's conditions.
 	waitLocalQueueActive(ctx, env, in.Namespace, lq.GetName())
 	return lq.GetName()
 }
 
+// waitLocalQueueActive waits until LocalQueue ns/name is Active. The spec's informers watch its
+// namespace's LocalQueues, so the wait reads it again when Kueue changes it. While it is not Active
+// because of its ClusterQueue, the failure names the ClusterQueue's conditions.
 func waitLocalQueueActive(ctx context.Context, env *testenv.Env, ns, name string) {
 	ginkgo.GinkgoHelper()
 	env.Wait.For(ctx, fmt.Sprintf("LocalQueue %s/%s to be Active", ns, name), wait.Target{}, env.Timeouts.QueueActive, func(g gomega.Gomega) {
 		got, err := env.Clients.Kueue.KueueV1beta2().LocalQueues(ns).Get(ctx, name, metav1.GetOptions{})
 		g.Expect(err).NotTo(gomega.HaveOccurred(), "LocalQueue %s/%s", ns, name)
-		g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, kueue.LocalQueueActive)).To(gomega.BeTrue(),
-			"LocalQueue %s/%s is not Active; conditions:\n%s", ns, name, toYAML(got.Status.Conditions))
+		if meta.IsStatusConditionTrue(got.Status.Conditions, kueue.LocalQueueActive) {
+			return
+		}
+		cqState := ""
+		if c := meta.FindStatusCondition(got.Status.Conditions, kueue.LocalQueueActive); c != nil && c.Reason == localQueueCQInactiveReason {
+			cq, err := env.Clients.Kueue.KueueV1beta2().ClusterQueues().Get(ctx, string(got.Spec.ClusterQueue), metav1.GetOptions{})
+			if err == nil {
+				cqState = fmt.Sprintf("\nClusterQueue %s conditions:\n%s", cq.Name, toYAML(cq.Status.Conditions))
+			}
+		}
+		g.Expect(false).To(gomega.BeTrue(), "LocalQueue %s/%s is not Active; conditions:\n%s%s", ns, name, toYAML(got.Status.Conditions), cqState)
 	})
 }
+
+// localQueueCQInactiveReason is the reason of a LocalQueue's Active=False condition while its
+// ClusterQueue is not Active (Kueue's LocalQueue controller; not exported by Kueue).
+const localQueueCQInactiveReason = "ClusterQueueIsInactive"
 
 // WorkloadFor returns the Workload Kueue created for the Job (found by Kueue's job-UID label), or nil.
 func WorkloadFor(ctx context.Context, env *testenv.Env, job *batchv1.Job) (*kueue.Workload, error) {
