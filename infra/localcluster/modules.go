@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -90,8 +91,10 @@ func (c *Cluster) fetchOne(ctx context.Context, comp goComponent) {
 // everything it imports are the same, so one version apart anywhere below (x/sys, cbor) compiles all of
 // k8s.io/api and client-go again. The wrapper modules therefore require every module they have in common at
 // one version, the highest any of them needs (WrapperVersionSkew finds a module that is not;
-// AlignWrapperModules raises it): a cold bring-up then compiles each shared package once. Kueue and the DRA
-// driver keep their releases' graphs (ownGraph): neither compiles against the k8s.io v0.37 libraries.
+// AlignWrapperModules raises it): a cold bring-up then compiles each shared package once. Kueue does not
+// compile against the k8s.io v0.37 libraries: it shares the main module's graph instead (withMain), whose
+// k8s.io v0.35 libraries `make build` has compiled by then. The DRA driver keeps its release's graph
+// (ownGraph).
 
 // wrapperModulesDir holds the wrapper modules, relative to the repository root.
 const wrapperModulesDir = "infra/modules"
@@ -99,15 +102,22 @@ const wrapperModulesDir = "infra/modules"
 // ownGraph are the wrapper modules that keep their release's module graph, and why: the others' shared
 // versions are not raised to theirs, nor theirs to the others'.
 var ownGraph = map[string]string{
-	"kueue": "Kueue v0.17.0 pins k8s.io v0.35 and controller-runtime v0.23.3, which do not compile against client-go " +
-		"v0.37 (controller-runtime's handler registration lacks HasSyncedChecker; the Kubeflow trainer API it imports " +
-		"names corev1 types that v0.37 does not have)",
 	"dra-example-driver": "dra-example-driver v0.4.0 pins k8s.io v0.36, and its CPU profile sets resource/v1 " +
 		"Device.NodeAllocatableResourceMappings, an alpha field that v0.37 does not have",
 }
 
-// readWrapperModules parses the go.mod of every wrapper module that shares its versions (not ownGraph's), by
-// directory name.
+// withMain are the wrapper modules that share the main module's graph instead of the other wrappers', and
+// why: each requires every module the main module requires at the main module's version or above
+// (mainModuleSkew), so that the packages both compile are compiled once, by `make build` and the unit
+// tests, before the bring-up needs them.
+var withMain = map[string]string{
+	"kueue": "Kueue v0.17.0 is the release whose API and clientset gpuconform itself builds on, with the same k8s.io " +
+		"v0.35 libraries and controller-runtime v0.23.3: 779 of the 1,628 packages its build compiles are the main " +
+		"module's, at the same versions",
+}
+
+// readWrapperModules parses the go.mod of every wrapper module that shares its versions with the others (not
+// ownGraph's nor withMain's), by directory name.
 func readWrapperModules(root string) (map[string]*modfile.File, error) {
 	dirs, err := os.ReadDir(filepath.Join(root, wrapperModulesDir))
 	if err != nil {
@@ -118,21 +128,74 @@ func readWrapperModules(root string) (map[string]*modfile.File, error) {
 		if _, own := ownGraph[d.Name()]; own {
 			continue
 		}
-		p := filepath.Join(root, wrapperModulesDir, d.Name(), "go.mod")
-		b, err := os.ReadFile(p)
+		if _, ok := withMain[d.Name()]; ok {
+			continue
+		}
+		f, err := readGoMod(filepath.Join(root, wrapperModulesDir, d.Name()))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		f, err := modfile.Parse(p, b, nil)
-		if err != nil {
-			return nil, err
-		}
 		files[d.Name()] = f
 	}
 	return files, nil
+}
+
+// readGoMod parses dir/go.mod.
+func readGoMod(dir string) (*modfile.File, error) {
+	p := filepath.Join(dir, "go.mod")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, err
+	}
+	return modfile.Parse(p, b, nil)
+}
+
+// mainModuleSkew reads the withMain wrapper modules and lists, by name, the modules each requires below the
+// version the main module (root/go.mod) requires.
+func mainModuleSkew(root string) (map[string]*modfile.File, map[string][]module.Version, error) {
+	mainMod, err := readGoMod(root)
+	if err != nil {
+		return nil, nil, err
+	}
+	want := requiredVersions(mainMod)
+	files, below := map[string]*modfile.File{}, map[string][]module.Version{}
+	for name := range withMain {
+		f, err := readGoMod(filepath.Join(root, wrapperModulesDir, name))
+		if err != nil {
+			return nil, nil, err
+		}
+		files[name] = f
+		for path, v := range requiredVersions(f) {
+			if w, ok := want[path]; ok && semver.Compare(v, w) < 0 {
+				below[name] = append(below[name], module.Version{Path: path, Version: w})
+			}
+		}
+		slices.SortFunc(below[name], func(a, b module.Version) int { return strings.Compare(a.Path, b.Path) })
+	}
+	return files, below, nil
+}
+
+// aboveMain lists the modules a withMain wrapper requires above the main module's version: allowed (its own
+// release needs them), but a package of such a module that both compile is compiled twice.
+func aboveMain(root string, files map[string]*modfile.File) []string {
+	mainMod, err := readGoMod(root)
+	if err != nil {
+		return nil
+	}
+	want := requiredVersions(mainMod)
+	var out []string
+	for name, f := range files {
+		for path, v := range requiredVersions(f) {
+			if w, ok := want[path]; ok && semver.Compare(v, w) > 0 {
+				out = append(out, fmt.Sprintf("%s requires %s@%s, the main module %s", name, path, v, w))
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // requiredVersions is what a go.mod requires of each module, where a replace that keeps the module's path
@@ -184,8 +247,8 @@ func versionSkew(files map[string]*modfile.File) map[string][]module.Version {
 	return skew
 }
 
-// WrapperVersionSkew says which wrapper modules require a module below the version another one requires, as
-// "name: path@have < want" lines; none when they agree.
+// WrapperVersionSkew says which wrapper modules require a module below the version another one requires
+// (a withMain wrapper: below the main module's), as "name: path@have < want" lines; none when they agree.
 func WrapperVersionSkew(root string) ([]string, error) {
 	files, err := readWrapperModules(root)
 	if err != nil {
@@ -198,16 +261,27 @@ func WrapperVersionSkew(root string) ([]string, error) {
 			out = append(out, fmt.Sprintf("%s: %s@%s < %s", name, m.Path, have[m.Path], m.Version))
 		}
 	}
+	withFiles, below, err := mainModuleSkew(root)
+	if err != nil {
+		return nil, err
+	}
+	for name, mods := range below {
+		have := requiredVersions(withFiles[name])
+		for _, m := range mods {
+			out = append(out, fmt.Sprintf("%s: %s@%s < %s (the main module's)", name, m.Path, have[m.Path], m.Version))
+		}
+	}
 	slices.Sort(out)
 	return out, nil
 }
 
-// AlignWrapperModules raises every module a wrapper module requires below another's version to that version:
-// it writes the higher requirement into the go.mod and lets `go mod tidy` settle the graph, which may raise
-// others (a requirement only ever raises the selected version, so no two raised modules conflict), and
-// repeats until the modules agree. It never lowers a version, so no wrapper builds an older component than
-// its go.mod pinned. A module whose version a replace fixes (Kubernetes' staging modules) is an error that
-// names it, for a person to move the replace.
+// AlignWrapperModules raises every module a wrapper module requires below another's version to that version
+// (and a withMain wrapper's below the main module's): it writes the higher requirement into the go.mod and
+// lets `go mod tidy` settle the graph, which may raise others (a requirement only ever raises the selected
+// version, so no two raised modules conflict), and repeats until the modules agree. It never lowers a
+// version, so no wrapper builds an older component than its go.mod pinned, and it never changes the main
+// module. A module whose version a replace fixes (Kubernetes' staging modules) is an error that names it,
+// for a person to move the replace.
 func AlignWrapperModules(ctx context.Context, root string, logf func(string, ...any)) error {
 	for round := 1; round <= 8; round++ {
 		files, err := readWrapperModules(root)
@@ -215,8 +289,20 @@ func AlignWrapperModules(ctx context.Context, root string, logf func(string, ...
 			return err
 		}
 		skew := versionSkew(files)
+		withFiles, below, err := mainModuleSkew(root)
+		if err != nil {
+			return err
+		}
+		for name, mods := range below {
+			files[name] = withFiles[name]
+			skew[name] = mods
+		}
 		if len(skew) == 0 {
-			logf("the %d wrapper modules agree on every module they share (%d rounds)", len(files), round-1)
+			logf("the %d wrapper modules agree on every module they share, and %s with the main module's (%d rounds)",
+				len(files), strings.Join(slices.Sorted(maps.Keys(withMain)), ", "), round-1)
+			for _, line := range aboveMain(root, withFiles) {
+				logf("  note: %s", line)
+			}
 			return nil
 		}
 		for name, mods := range skew {

@@ -88,11 +88,25 @@ func TestWrapperModulesShareVersions(t *testing.T) {
 	if len(files) < 5 || len(sharedVersions(files)) < 50 {
 		t.Errorf("read %d wrapper modules sharing %d modules: the check looked at too little", len(files), len(sharedVersions(files)))
 	}
+	// Kueue's check against the main module's go.mod compares enough modules to mean something.
+	withFiles, _, err := mainModuleSkew(root)
+	must(t, err)
+	mainMod, err := readGoMod(root)
+	must(t, err)
+	both := 0
+	for path := range requiredVersions(withFiles["kueue"]) {
+		if _, ok := requiredVersions(mainMod)[path]; ok {
+			both++
+		}
+	}
+	if both < 50 {
+		t.Errorf("kueue and the main module require %d modules in common: the check looked at too little", both)
+	}
 }
 
 // The skew check finds a module one wrapper requires below another's version, reads a replace that keeps the
 // path as the version built, and ignores a module only one wrapper requires and the wrappers that keep their
-// release's graph.
+// release's graph; a wrapper that shares the main module's graph is compared with the main module's go.mod.
 func TestWrapperVersionSkewFindsALowerRequire(t *testing.T) {
 	root := t.TempDir()
 	write := func(name, gomod string) {
@@ -103,15 +117,25 @@ func TestWrapperVersionSkewFindsALowerRequire(t *testing.T) {
 	write("kube", "module x/kube\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.0.0\n\tgolang.org/x/sys v0.49.0\n\tonly.kube/mod v1.0.0\n)\n\nreplace k8s.io/api => k8s.io/api v0.37.2\n")
 	write("dra", "module x/dra\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.37.2\n\tgolang.org/x/sys v0.41.0\n\tonly.dra/mod v1.2.0\n)\n")
 	must(t, os.MkdirAll(filepath.Join(root, wrapperModulesDir, "not-a-module"), 0o755))
-	// Kueue keeps its release's graph (ownGraph): its lower versions are not skew.
-	write("kueue", "module x/kueue\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.35.3\n\tgolang.org/x/sys v0.40.0\n)\n")
+	// The DRA driver keeps its release's graph (ownGraph): its lower versions are not skew.
+	write("dra-example-driver", "module x/drv\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.36.0\n\tgolang.org/x/sys v0.30.0\n)\n")
+	// Kueue shares the main module's graph (withMain): below the main module's version is skew, the other
+	// wrappers' higher k8s.io/api is not, and above the main module's is allowed (a note when aligning).
+	must(t, os.WriteFile(filepath.Join(root, "go.mod"), []byte("module x/main\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.35.3\n\tgolang.org/x/sys v0.49.0\n\tgolang.org/x/net v0.61.0\n)\n"), 0o644))
+	write("kueue", "module x/kueue\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.35.3\n\tgolang.org/x/sys v0.40.0\n\tgolang.org/x/net v0.62.0\n)\n")
 	skew, err := WrapperVersionSkew(root)
 	must(t, err)
-	if want := []string{"dra: golang.org/x/sys@v0.41.0 < v0.49.0"}; !slices.Equal(skew, want) {
+	if want := []string{"dra: golang.org/x/sys@v0.41.0 < v0.49.0", "kueue: golang.org/x/sys@v0.40.0 < v0.49.0 (the main module's)"}; !slices.Equal(skew, want) {
 		t.Errorf("skew %q, want %q", skew, want)
+	}
+	withFiles, _, err := mainModuleSkew(root)
+	must(t, err)
+	if got, want := aboveMain(root, withFiles), []string{"kueue requires golang.org/x/net@v0.62.0, the main module v0.61.0"}; !slices.Equal(got, want) {
+		t.Errorf("above the main module: %q, want %q", got, want)
 	}
 	// Aligned, nothing is reported.
 	write("dra", "module x/dra\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.37.2\n\tgolang.org/x/sys v0.49.0\n)\n")
+	write("kueue", "module x/kueue\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.35.3\n\tgolang.org/x/sys v0.49.0\n)\n")
 	if skew, err := WrapperVersionSkew(root); err != nil || len(skew) != 0 {
 		t.Errorf("aligned modules: skew %q, %v", skew, err)
 	}
