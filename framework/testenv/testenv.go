@@ -25,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 	"sigs.k8s.io/e2e-framework/klient/k8s"
@@ -394,16 +395,12 @@ func (e *Env) waitGone(ctx context.Context, ns, selector string, claimsToo bool)
 		ginkgo.Fail(fmt.Sprintf("timed out after %s waiting for the pods and ResourceClaims of the spec in %s to be gone: %s of this spec still exist in %s: %s (%v)",
 			time.Since(start).Round(time.Second), ns, kind, ns, strings.Join(left, ", "), err))
 	}
-	// Wrapped so that the reflector knows whether the client can stream the list in the watch (WatchList).
-	pods := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			return kube.CoreV1().Pods(ns).List(ctx, opts(o))
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return kube.CoreV1().Pods(ns).Watch(ctx, opts(o))
-		},
-	}, kube)
-	if left, err := untilNone(ctx, pods, &corev1.Pod{}); err != nil {
+	// The spec's recorder runs until its cleanup ends (stopTimeline): its informer already watches these pods.
+	if r := e.cacheOf(ns); r != nil && r.Selector() == selector {
+		if left, err := r.UntilNoPods(ctx); err != nil {
+			fail("pods", left, err)
+		}
+	} else if left, err := untilNone(ctx, podsListWatch(kube, ns, opts), &corev1.Pod{}); err != nil {
 		fail("pods", left, err)
 	}
 	if !claimsToo {
@@ -425,6 +422,19 @@ func (e *Env) waitGone(ctx context.Context, ns, selector string, claimsToo bool)
 	if left, err := untilNone(ctx, lw, &resourcev1.ResourceClaim{}); err != nil {
 		fail("ResourceClaims", left, err)
 	}
+}
+
+// podsListWatch lists and watches ns's pods with opts applied, wrapped so that the reflector knows whether
+// the client can stream the list in the watch (WatchList).
+func podsListWatch(kube kubernetes.Interface, ns string, opts func(metav1.ListOptions) metav1.ListOptions) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return kube.CoreV1().Pods(ns).List(ctx, opts(o))
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return kube.CoreV1().Pods(ns).Watch(ctx, opts(o))
+		},
+	}, kube)
 }
 
 // untilNone waits until lw lists no object, with one list and one watch, or one watch that streams the

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,15 +32,17 @@ const Container = "workload"
 // keeps every transition it observes (an eviction and the re-admission after it), and the last state
 // of deleted objects.
 type Recorder struct {
-	kube kubernetes.Interface
-	ns   string
-	stop chan struct{}
-	wg   sync.WaitGroup
+	kube     kubernetes.Interface
+	ns       string
+	selector string
+	stop     chan struct{}
+	wg       sync.WaitGroup
 
 	// The informers' stores: waits read the spec's Jobs, Pods and Workloads from them (Job, Pods,
 	// Workloads) instead of the API server. wlStore is nil without Kueue.
 	jobStore, podStore, wlStore cache.Store
 	synced                      []cache.InformerSynced
+	podsSynced                  cache.InformerSynced
 
 	mu      sync.Mutex
 	changed chan struct{} // closed at the next change; see Changed
@@ -57,7 +60,7 @@ type Recorder struct {
 // Start starts informers on the namespace (objects matching selector; "" for all) and returns at once;
 // Stop ends them. kq may be nil (no Kueue).
 func Start(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interface, ns, selector string) *Recorder {
-	r := &Recorder{kube: kube, ns: ns, stop: make(chan struct{}), start: time.Now().UTC(),
+	r := &Recorder{kube: kube, ns: ns, selector: selector, stop: make(chan struct{}), start: time.Now().UTC(),
 		events: map[string]map[string]Event{}, owner: map[string]string{}, jobs: map[string]bool{}, logged: map[string]bool{}, deleting: map[string]bool{}}
 	tweak := func(o *metav1.ListOptions) { o.LabelSelector = selector }
 	f := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithNamespace(ns), informers.WithTweakListOptions(tweak))
@@ -88,6 +91,7 @@ func Start(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interf
 	}))
 	r.jobStore, r.podStore = jobs.GetStore(), pods.GetStore()
 	r.synced = []cache.InformerSynced{jobs.HasSynced, pods.HasSynced}
+	r.podsSynced = pods.HasSynced
 	f.Start(r.stop)
 	if kq != nil {
 		// Kueue's Workloads carry none of the suite's labels: all of the namespace's are watched and
@@ -468,20 +472,46 @@ func (r *Recorder) ReadLogs(ctx context.Context) {
 		r.wg.Wait()
 		return
 	}
-	pods, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{})
-	if err == nil {
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			r.mu.Lock()
-			done := r.logged[p.Name]
-			r.logged[p.Name] = true
-			r.mu.Unlock()
-			if !done && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
-				r.readLog(ctx, workloadOf(p), p.Name)
-			}
+	// The spec's pods as the informer holds them; the API server only before it synced.
+	pods, ok := r.Pods(labels.Everything())
+	if !ok {
+		list, err := r.kube.CoreV1().Pods(r.ns).List(ctx, metav1.ListOptions{LabelSelector: r.selector})
+		if err == nil {
+			pods = list.Items
+		}
+	}
+	for i := range pods {
+		p := &pods[i]
+		r.mu.Lock()
+		done := r.logged[p.Name]
+		r.logged[p.Name] = true
+		r.mu.Unlock()
+		if !done && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed) {
+			r.readLog(ctx, workloadOf(p), p.Name)
 		}
 	}
 	r.wg.Wait()
+}
+
+// Selector is the label selector of the objects the recorder watches ("" for all of its namespace's).
+func (r *Recorder) Selector() string { return r.selector }
+
+// UntilNoPods waits until the informer holds none of the spec's pods (each is gone from the API), waking
+// on its changes, and returns the names of those left when ctx ends first. The recorder must be running.
+func (r *Recorder) UntilNoPods(ctx context.Context) ([]string, error) {
+	for {
+		changed := r.Changed()
+		if r.podsSynced() && len(r.podStore.ListKeys()) == 0 {
+			return nil, nil
+		}
+		select {
+		case <-changed:
+		case <-r.stop:
+			return r.podStore.ListKeys(), errors.New("the recorder was stopped")
+		case <-ctx.Done():
+			return r.podStore.ListKeys(), ctx.Err()
+		}
+	}
 }
 
 func sortWorkloads(ws []Workload) {

@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -317,5 +318,32 @@ func TestRecorderWakesOnLocalQueues(t *testing.T) {
 	}
 	if len(r.Snapshot("s").Workloads) != 0 {
 		t.Errorf("a LocalQueue became a workload: %+v", r.Snapshot("s").Workloads)
+	}
+}
+
+// The cleanup's wait for the spec's pods to be gone reads the recorder's informer: it names the pods left
+// when its context ends first, and returns once the last is deleted.
+func TestUntilNoPodsWaitsOnTheInformer(t *testing.T) {
+	ctx := t.Context()
+	kube := fake.NewClientset(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "held", Namespace: "ns"}})
+	r := Start(ctx, kube, nil, "ns", "")
+	defer func() { _ = r.Stop(ctx, "s") }()
+	short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	if left, err := r.UntilNoPods(short); err == nil || !slices.Equal(left, []string{"ns/held"}) {
+		t.Errorf("with the pod still there: left %q, %v", left, err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := r.UntilNoPods(ctx); done <- err }()
+	if err := kube.CoreV1().Pods("ns").Delete(ctx, "held", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("after the delete: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the wait did not end when the last pod was deleted")
 	}
 }
