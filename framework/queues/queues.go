@@ -81,12 +81,12 @@ func Setup(ctx context.Context, env *testenv.Env, in SetupInput) string {
 }
 
 // waitLocalQueueActive waits until LocalQueue ns/name is Active. The spec's informers watch its
-// namespace's LocalQueues, so the wait reads it again when Kueue changes it. While it is not Active
+// namespace's LocalQueues, so the wait reads it from them again when Kueue changes it. While it is not Active
 // because of its ClusterQueue, the failure names the ClusterQueue's conditions.
 func waitLocalQueueActive(ctx context.Context, env *testenv.Env, ns, name string) {
 	ginkgo.GinkgoHelper()
 	env.Wait.For(ctx, fmt.Sprintf("LocalQueue %s/%s to be Active", ns, name), wait.Target{}, env.Timeouts.QueueActive, func(g gomega.Gomega) {
-		got, err := env.Clients.Kueue.KueueV1beta2().LocalQueues(ns).Get(ctx, name, metav1.GetOptions{})
+		got, err := env.GetLocalQueue(ctx, ns, name)
 		g.Expect(err).NotTo(gomega.HaveOccurred(), "LocalQueue %s/%s", ns, name)
 		if meta.IsStatusConditionTrue(got.Status.Conditions, kueue.LocalQueueActive) {
 			return

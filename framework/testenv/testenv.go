@@ -121,6 +121,14 @@ func (e *Env) GetJob(ctx context.Context, ns, name string) (*batchv1.Job, error)
 		})
 }
 
+// GetLocalQueue reads Kueue LocalQueue ns/name for a wait.
+func (e *Env) GetLocalQueue(ctx context.Context, ns, name string) (*kueue.LocalQueue, error) {
+	return cachedOr(e, ns, func(r *timeline.Recorder) (*kueue.LocalQueue, bool) { return r.LocalQueue(name) },
+		func() (*kueue.LocalQueue, error) {
+			return e.Clients.Kueue.KueueV1beta2().LocalQueues(ns).Get(ctx, name, metav1.GetOptions{})
+		})
+}
+
 // GetPod reads pod ns/name for a wait.
 func (e *Env) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
 	return cachedOr(e, ns, func(r *timeline.Recorder) (*corev1.Pod, bool) { return r.Pod(name) },

@@ -43,6 +43,9 @@ type Recorder struct {
 	jobStore, podStore, wlStore cache.Store
 	synced                      []cache.InformerSynced
 	podsSynced                  cache.InformerSynced
+	// The namespace's LocalQueues (nil without Kueue), kept apart from synced: nothing else waits for them.
+	lqStore  cache.Store
+	lqSynced cache.InformerSynced
 
 	mu      sync.Mutex
 	changed chan struct{} // closed at the next change; see Changed
@@ -103,10 +106,11 @@ func Start(ctx context.Context, kube kubernetes.Interface, kq kueueclient.Interf
 				r.workload(w)
 			}
 		}))
-		// The namespace's LocalQueues only wake the waits (a queue turning Active); they are no
-		// workload's events.
+		// The namespace's LocalQueues wake the waits (a queue turning Active) and serve them
+		// (LocalQueue); they are no workload's events.
 		lqs := kf.Kueue().V1beta2().LocalQueues().Informer()
 		_, _ = lqs.AddEventHandler(handler(func(any, bool) {}))
+		r.lqStore, r.lqSynced = lqs.GetStore(), lqs.HasSynced
 		r.wlStore = wls.GetStore()
 		// Not among synced: nothing is served from the LocalQueues, so the stores need not wait for them.
 		r.synced = append(r.synced, wls.HasSynced)
@@ -154,6 +158,20 @@ func fromStore[T any, P interface {
 		return nil, false
 	}
 	return o.DeepCopy(), true
+}
+
+// LocalQueue returns a copy of the namespace's LocalQueue name as the informer last saw it; false without
+// Kueue, before its informer synced, or when it does not hold it.
+func (r *Recorder) LocalQueue(name string) (*kueue.LocalQueue, bool) {
+	if r.lqStore == nil || !r.lqSynced() {
+		return nil, false
+	}
+	obj, ok, err := r.lqStore.GetByKey(r.ns + "/" + name)
+	lq, isLQ := obj.(*kueue.LocalQueue)
+	if err != nil || !ok || !isLQ {
+		return nil, false
+	}
+	return lq.DeepCopy(), true
 }
 
 // Pods returns copies of the spec's pods matching sel as the informer last saw them, sorted by name;

@@ -319,6 +319,14 @@ func TestRecorderWakesOnLocalQueues(t *testing.T) {
 	if len(r.Snapshot("s").Workloads) != 0 {
 		t.Errorf("a LocalQueue became a workload: %+v", r.Snapshot("s").Workloads)
 	}
+	// The wait reads it from the informer: the change is there.
+	waitFor(t, func() bool {
+		got, ok := r.LocalQueue("gpu")
+		return ok && len(got.Status.Conditions) == 1
+	})
+	if _, ok := r.LocalQueue("missing"); ok {
+		t.Error("a LocalQueue the informer does not hold was served")
+	}
 }
 
 // The cleanup's wait for the spec's pods to be gone reads the recorder's informer: it names the pods left
