@@ -7,10 +7,12 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -118,6 +120,8 @@ type GPUStackOptions struct {
 	DriverName       string
 	DRADevices       int
 	ExampleDRADriver bool
+	// DRAImage is the dra-example-driver's content-keyed image (loadExampleDRADriver), when ExampleDRADriver.
+	DRAImage string
 }
 
 // loadTools builds the project's tools image and loads it into every node (it changes with the code, so it
@@ -134,15 +138,42 @@ func (c *Cluster) loadTools(ctx context.Context) (string, error) {
 	// Not on PATH: the workload image is also the test image, and a container must find an nvidia-smi only
 	// where the fake driver's CDI spec mounted one (as on a real node). The agent installs it from here.
 	spec.Files[strings.TrimPrefix(FakeNvidiaSMIInImage, "/")] = filepath.Join(dir, "nvidia-smi")
+	return c.loadKeyed(ctx, spec, toolsImageRepo)
+}
+
+// loadExampleDRADriver builds the dra-example-driver (its module and image, each cached by content) and
+// loads the image into every node that lacks it. It returns the content-keyed reference its manifest uses,
+// so that a rebuilt driver rolls its DaemonSet. Only a bring-up with --dra-driver=example calls it.
+func (c *Cluster) loadExampleDRADriver(ctx context.Context) (string, error) {
+	if _, err := c.buildGo(ctx, compDRA); err != nil {
+		return "", err
+	}
+	return c.loadKeyed(ctx, c.exampleDRAImage(), exampleDRAImageRepo)
+}
+
+// loadKueue waits for Kueue's build (started beside the node image's steps by Up, since the manager is not
+// preloaded), builds its image and loads it into every node that lacks it. It returns the content-keyed
+// reference the manifests use, so that a rebuilt manager rolls its Deployment.
+func (c *Cluster) loadKueue(ctx context.Context, build *background) (string, error) {
+	if err := build.wait(); err != nil {
+		return "", err
+	}
+	return c.loadKeyed(ctx, c.kueueImage(), kueueImageRepo)
+}
+
+// loadKeyed builds the image of spec (unless cached), tags it repo:<content key>, removes the repository's
+// superseded tags, and loads it into every node whose containerd does not hold that reference yet. It
+// returns the keyed reference.
+func (c *Cluster) loadKeyed(ctx context.Context, spec imageSpec, repo string) (string, error) {
 	if err := c.buildImage(ctx, spec); err != nil {
 		return "", err
 	}
 	key, _ := spec.key()
-	ref := toolsImageRepo + ":" + key
-	if err := c.run(ctx, "docker tag tools", "docker", "tag", ImageWorkload, ref); err != nil {
+	ref := repo + ":" + key
+	if err := c.run(ctx, "docker tag "+path.Base(repo), "docker", "tag", spec.Ref, ref); err != nil {
 		return "", err
 	}
-	c.pruneImages(ctx, toolsImageRepo, ref)
+	c.pruneImages(ctx, repo, ref)
 	ns, err := c.nodes()
 	if err != nil {
 		return "", err
@@ -155,7 +186,7 @@ func (c *Cluster) loadTools(ctx context.Context) (string, error) {
 			if strings.TrimSpace(have) == ref {
 				return nil
 			}
-			return c.loadImage(gctx, n, ImageWorkload, ref)
+			return c.loadImage(gctx, n, spec.Ref, ref)
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -193,7 +224,10 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 	}
 	var dra []byte
 	if s.ExampleDRADriver {
-		if dra, err = render("dra-driver.yaml", map[string]any{"Image": ImageDRADriver, "DriverName": s.DriverName, "Devices": s.Devices}); err != nil {
+		if s.DRAImage == "" {
+			return errors.New("the dra-example-driver's image was not loaded (loadExampleDRADriver) before the GPU stack")
+		}
+		if dra, err = render("dra-driver.yaml", map[string]any{"Image": s.DRAImage, "DriverName": s.DriverName, "Devices": s.Devices}); err != nil {
 			return err
 		}
 	}
@@ -498,12 +532,13 @@ kind: Kustomization
 resources:
 - ../default
 images:
-# config/components/manager/kustomization.yaml already maps "controller" to this name: override the result.
+# config/components/manager/kustomization.yaml already maps "controller" to this name: override the result
+# with the content-keyed image loadKueue loaded into the nodes.
 - name: us-central1-docker.pkg.dev/k8s-staging-images/kueue/kueue
-  newName: gpuconform.local/kueue
-  newTag: ` + KueueVersion + `
+  newName: ` + kueueImageNamePlaceholder + `
+  newTag: ` + kueueImageTagPlaceholder + `
 patches:
-# manager.yaml says imagePullPolicy: Always; offline the preloaded image must be used as is.
+# manager.yaml says imagePullPolicy: Always; offline the loaded image must be used as is.
 - patch: |-
     - op: replace
       path: /spec/template/spec/containers/0/imagePullPolicy
@@ -542,23 +577,30 @@ configMapGenerator:
   - controller_manager_config.yaml
 `
 
-// kueueConfigDigestPlaceholder stands in the overlay for kueueConfig's digest.
-const kueueConfigDigestPlaceholder = "KUEUE_CONFIG_DIGEST"
+// The placeholders of the overlay: kueueConfig's digest, the name and tag of the manager's image.
+const (
+	kueueConfigDigestPlaceholder = "KUEUE_CONFIG_DIGEST"
+	kueueImageNamePlaceholder    = "KUEUE_IMAGE_NAME"
+	kueueImageTagPlaceholder     = "KUEUE_IMAGE_TAG"
+)
 
-// renderedKueueOverlay is the overlay with the configuration's digest filled in.
-func renderedKueueOverlay() string {
+// renderedKueueOverlay is the overlay with the configuration's digest and the manager's image filled in.
+func renderedKueueOverlay(image string) string {
 	sum := sha256.Sum256([]byte(kueueConfig))
-	return strings.Replace(kueueOverlay, kueueConfigDigestPlaceholder, hex.EncodeToString(sum[:8]), 1)
+	name, tag, _ := strings.Cut(image, ":")
+	return strings.NewReplacer(kueueConfigDigestPlaceholder, hex.EncodeToString(sum[:8]),
+		kueueImageNamePlaceholder, name, kueueImageTagPlaceholder, tag).Replace(kueueOverlay)
 }
 
-// renderKueue renders Kueue's manifests from its module with the overlay, cached by content.
-func (c *Cluster) renderKueue(ctx context.Context) ([]byte, error) {
+// renderKueue renders Kueue's manifests from its module with the overlay, its manager running image, cached
+// by content.
+func (c *Cluster) renderKueue(ctx context.Context, image string) ([]byte, error) {
 	modDir := filepath.Join(c.opts.RepoRoot, compKueue.Module)
 	src, err := output(ctx, "go", "-C", modDir, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue")
 	if err != nil {
 		return nil, err
 	}
-	k := NewKey("kueue-manifests").Value("overlay", renderedKueueOverlay()).Value("config", kueueConfig).Value("exclude", SystemNamespace)
+	k := NewKey("kueue-manifests").Value("overlay", renderedKueueOverlay(image)).Value("config", kueueConfig).Value("exclude", SystemNamespace)
 	if err := k.Dir("config", filepath.Join(src, "config"), nil); err != nil {
 		return nil, err
 	}
@@ -573,7 +615,7 @@ func (c *Cluster) renderKueue(ctx context.Context) ([]byte, error) {
 		}
 		_ = c.run(ctx, "chmod kueue config", "chmod", "-R", "u+w", work)
 		ov := filepath.Join(work, "config", "gpuconform")
-		if err := writeFile(filepath.Join(ov, "kustomization.yaml"), []byte(renderedKueueOverlay()), 0o644); err != nil {
+		if err := writeFile(filepath.Join(ov, "kustomization.yaml"), []byte(renderedKueueOverlay(image)), 0o644); err != nil {
 			return err
 		}
 		if err := writeFile(filepath.Join(ov, "controller_manager_config.yaml"), []byte(kueueConfig), 0o644); err != nil {
@@ -633,10 +675,11 @@ func ExcludeNamespaceFromWebhooks(multiDoc []byte, ns string) ([]byte, error) {
 	return bytes.Join(out, []byte("---\n")), nil
 }
 
-// installKueue applies Kueue and returns only when its webhooks answer: a server-side dry run of a queued
-// Job passes through Kueue's mutating and validating webhooks.
-func (c *Cluster) installKueue(ctx context.Context) error {
-	doc, err := c.renderKueue(ctx)
+// installKueue applies Kueue, its manager running image (loadKueue's reference), and returns only when its
+// webhooks answer: a server-side dry run of a queued Job passes through Kueue's mutating and validating
+// webhooks.
+func (c *Cluster) installKueue(ctx context.Context, image string) error {
+	doc, err := c.renderKueue(ctx, image)
 	if err != nil {
 		return err
 	}

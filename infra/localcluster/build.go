@@ -246,7 +246,7 @@ func (c *Cluster) buildGoKeyed(ctx context.Context, comp goComponent, key string
 	if err != nil {
 		return "", false, err
 	}
-	c.built[comp.Name] = dir
+	c.setBuilt(comp.Name, dir)
 	return dir, hit, nil
 }
 
@@ -276,7 +276,16 @@ func (c *Cluster) buildRuntimeWrapper(ctx context.Context) (string, error) {
 
 // binary returns the path of a built binary, failing loudly when a step was skipped.
 func (c *Cluster) binary(comp, name string) string {
+	c.builtMu.Lock()
+	defer c.builtMu.Unlock()
 	return filepath.Join(c.built[comp], name)
+}
+
+// setBuilt records where a build step of this run left its outputs.
+func (c *Cluster) setBuilt(comp, dir string) {
+	c.builtMu.Lock()
+	defer c.builtMu.Unlock()
+	c.built[comp] = dir
 }
 
 // Kubectl is where Up places the cluster's own kubectl build, next to the kubeconfig's directory: scripts

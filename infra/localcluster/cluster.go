@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
@@ -147,12 +148,16 @@ type Cluster struct {
 	opts   Options
 	quirks HostQuirks
 	logDir string
-	// built records the outputs of this run's build steps, by name.
-	built map[string]string
+	// built records the outputs of this run's build steps, by name (setBuilt, binary: Kueue's build runs
+	// beside other steps).
+	builtMu sync.Mutex
+	built   map[string]string
 	// progress is shared with the heartbeats of the running step (progress.go).
 	progress progressState
 	// rootfs is the node rootfs built beside the Kubernetes build (up.go's beside), for buildAll.
 	rootfs *background
+	// kueueBuild is Kueue's build, started beside the node image's later steps (startKueueBuild).
+	kueueBuild *background
 }
 
 // New prepares a Cluster; it detects the host's quirks but changes nothing.

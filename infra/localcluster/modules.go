@@ -16,8 +16,10 @@ import (
 	"golang.org/x/mod/semver"
 )
 
-// nodeImageComponents are the wrapper modules buildAll builds for the node image, in its order.
-var nodeImageComponents = []goComponent{compContainerd, compEtcd, compCoreDNS, compCrictl, compKueue, compDRA}
+// nodeImageComponents are the wrapper modules buildAll builds for the node image, in its order. Kueue is
+// not one: it compiles beside the later steps and is loaded after the cluster's creation (loadKueue); nor
+// is the dra-example-driver, built only when a bring-up asks for it (loadExampleDRADriver).
+var nodeImageComponents = []goComponent{compContainerd, compEtcd, compCoreDNS, compCrictl}
 
 // toFetch are the components among comps whose binaries are not cached, and that build from a wrapper
 // module of their own (the main module's were downloaded when the gpuconform command was built).

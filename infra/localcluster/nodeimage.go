@@ -20,8 +20,8 @@ import (
 var nodeDockerfile string
 
 // systemImages are the images preloaded into the node image: everything the cluster runs before our own
-// tools image is loaded (control plane, etcd, pause, CoreDNS, kube-proxy, the pod network agent, Kueue and
-// the DRA driver). They are built from the binaries of the build steps.
+// tools image is loaded (control plane, etcd, pause, CoreDNS, kube-proxy and the pod network agent). They
+// are built from the binaries of the build steps.
 func (c *Cluster) systemImages(rootfsImage string) []imageSpec {
 	k8s := func(name string) string { return c.binary("kubernetes", name) }
 	cp := func(name string) imageSpec {
@@ -43,13 +43,24 @@ func (c *Cluster) systemImages(rootfsImage string) []imageSpec {
 			Entrypoint: []string{"/coredns"}},
 		{Ref: ImageNet, Files: map[string]string{"usr/local/bin/gpuconform-net": c.binary("net", "gpuconform-net")},
 			Entrypoint: []string{"/usr/local/bin/gpuconform-net"}},
-		// Kueue's manifests run /manager as a non-root user with a read-only root filesystem.
-		{Ref: ImageKueue, Files: map[string]string{"manager": c.binary("kueue", "manager")}, User: "65532:65532",
-			Entrypoint: []string{"/manager"}},
-		{Ref: ImageDRADriver, Files: map[string]string{
-			"usr/bin/dra-example-kubeletplugin": c.binary("dra-example-driver", "dra-example-kubeletplugin")},
-			Dirs: []string{"tmp"}},
 	}
+}
+
+// kueueImage is Kueue's manager image. It is not preloaded either: Kueue compiles beside the node image's
+// later steps and the cluster's creation (Up), and loadKueue loads it into the nodes before Kueue is applied.
+// Kueue's manifests run /manager as a non-root user with a read-only root filesystem.
+func (c *Cluster) kueueImage() imageSpec {
+	return imageSpec{Ref: ImageKueue, Files: map[string]string{"manager": c.binary("kueue", "manager")}, User: "65532:65532",
+		Entrypoint: []string{"/manager"}}
+}
+
+// exampleDRAImage is the dra-example-driver's image. It is not preloaded: only a cluster brought up with
+// --dra-driver=example runs it, so it is built and loaded into the nodes then (loadExampleDRADriver),
+// and a bring-up with the project's own agent never compiles it.
+func (c *Cluster) exampleDRAImage() imageSpec {
+	return imageSpec{Ref: ImageDRADriver, Files: map[string]string{
+		"usr/bin/dra-example-kubeletplugin": c.binary("dra-example-driver", "dra-example-kubeletplugin")},
+		Dirs: []string{"tmp"}}
 }
 
 // buildPauseStep compiles Kubernetes' own pause.c (from the k8s.io/kubernetes module) statically, as the
@@ -77,7 +88,7 @@ func (c *Cluster) buildPauseStep(ctx context.Context) error {
 			}
 			return c.run(ctx, "gcc pause", "gcc", "-Os", "-Wall", "-static", "-DVERSION=v3.10.2", "-o", filepath.Join(out, "pause"), pausec)
 		})
-		c.built["pause"] = dir
+		c.setBuilt("pause", dir)
 		return err
 	})
 }

@@ -258,3 +258,47 @@ func TestSliceMismatch(t *testing.T) {
 		t.Errorf("any devices will do for another driver: %s", why)
 	}
 }
+
+// Kueue and the dra-example-driver are not in the node image: Kueue compiles beside the node image's
+// later steps and is loaded after the cluster's creation, the driver is built only for a bring-up that
+// asks for it. Their manifests name the content-keyed images loadKueue and loadExampleDRADriver return (a
+// stack that asks for the driver without its image is refused before anything is applied).
+func TestKueueAndExampleDRADriverAreLoadedNotPreloaded(t *testing.T) {
+	for _, comp := range nodeImageComponents {
+		if comp.Name == compDRA.Name || comp.Name == compKueue.Name {
+			t.Errorf("the node image waits for %s's build", comp.Name)
+		}
+	}
+	c := &Cluster{built: map[string]string{}}
+	for _, s := range c.systemImages("rootfs:1") {
+		if s.Ref == ImageDRADriver || s.Ref == ImageKueue {
+			t.Errorf("the node image preloads %s", s.Ref)
+		}
+	}
+	if got := c.kueueImage(); got.Ref != ImageKueue || got.User == "" || len(got.Files) != 1 {
+		t.Errorf("Kueue's image: %+v", got)
+	}
+	ov := renderedKueueOverlay(kueueImageRepo + ":k2")
+	if !strings.Contains(ov, "newName: "+kueueImageRepo+"\n  newTag: k2\n") || strings.Contains(ov, "KUEUE_") {
+		t.Errorf("Kueue's overlay does not name the loaded image:\n%s", ov)
+	}
+	if renderedKueueOverlay(kueueImageRepo+":k3") == ov {
+		t.Error("a rebuilt manager renders the same manifests: its Deployment would not roll")
+	}
+	if got := c.exampleDRAImage(); got.Ref != ImageDRADriver || len(got.Files) != 1 {
+		t.Errorf("the example driver's image: %+v", got)
+	}
+	o := Options{DevicesPerNode: 4, Replicas: 1, DRADriver: DRADriverExample}
+	s := o.gpuStack("tools:1")
+	err := c.installGPUStack(t.Context(), s)
+	if err == nil || !strings.Contains(err.Error(), "loadExampleDRADriver") {
+		t.Errorf("a stack without the driver's image: %v", err)
+	}
+	b, err := render("dra-driver.yaml", map[string]any{"Image": exampleDRAImageRepo + ":k1", "DriverName": s.DriverName, "Devices": s.Devices})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte("image: "+exampleDRAImageRepo+":k1")) {
+		t.Errorf("the driver's manifest does not name the keyed image:\n%s", b)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,6 +25,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 	engine, rootfs, modules := c.beside(ctx)
 	defer rootfs.cancel()  // once buildAll took it, or when Up fails before
 	defer modules.cancel() // its builds are done, or Up failed
+	defer c.stopKueueBuild()
 	// The host-side kubectl is needed whatever state the cluster is in; it is placed next to the kubeconfig
 	// for scripts and people on a machine without one.
 	_, err := c.buildGoStep(ctx, compKubernetes)
@@ -44,6 +46,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 	}
 	if exists {
 		c.rootfs.cancel() // a cluster that revives needs no rootfs; one that is recreated builds it below
+		c.startKueueBuild(ctx)
 	}
 	revived := false
 	if exists {
@@ -67,18 +70,14 @@ func (c *Cluster) Up(ctx context.Context) error {
 				return err
 			}
 		} else {
-			c.logf("using the node image given: %s (the system images it lacks are loaded after creation)", nodeImage)
+			c.logf("using the node image given: %s (Kueue's image is loaded after creation)", nodeImage)
+			c.startKueueBuild(ctx)
 		}
 		if err := c.prepareSharedDir(); err != nil {
 			return err
 		}
 		if err := c.step("kind create cluster", fmt.Sprintf("kind create with 1 control plane, %d GPU and %d canary workers", c.opts.GPUWorkers, c.opts.CanaryWorkers), func() error { return c.createCluster(nodeImage) }); err != nil {
 			return err
-		}
-		if c.opts.NodeImage != "" {
-			if err := c.step("load system images", "build the Kueue and DRA driver images and load them into every node", func() error { return c.loadSystemImages(ctx) }); err != nil {
-				return err
-			}
 		}
 	}
 	// A revived cluster's nodes were found Ready (with heartbeats newer than their containers' start) by revive.
@@ -97,6 +96,14 @@ func (c *Cluster) Up(ctx context.Context) error {
 	// Applied on every bring-up: a changed setting (--replicas or --sharing, say) changes the agent's pod template, so
 	// its DaemonSet rolls and the wait below holds until every node advertises the new count.
 	stack := c.opts.gpuStack(tools)
+	if stack.ExampleDRADriver {
+		if err := c.step("dra-example-driver", "build the dra-example-driver and load its image into every node", func() error {
+			stack.DRAImage, err = c.loadExampleDRADriver(ctx)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
 	what := fmt.Sprintf("install the fake device plugin (%d GPUs × %d replicas per node, sharing %s) and DRA driver and wait for every GPU node's devices", stack.Devices, stack.Replicas, stack.Sharing)
 	if err := c.step("fake GPU stack", what, func() error { return c.installGPUStack(ctx, stack) }); err != nil {
 		return err
@@ -105,9 +112,17 @@ func (c *Cluster) Up(ctx context.Context) error {
 		return err
 	}
 	networkAt := time.Now()
+	kueueBuild := c.startKueueBuild(ctx)
+	var kueueImage string
+	if err := c.step("kueue image", "wait for Kueue's build and load its image into every node", func() error {
+		kueueImage, err = c.loadKueue(ctx, kueueBuild)
+		return err
+	}); err != nil {
+		return err
+	}
 	if err := c.step("kueue", "install Kueue and wait for its webhooks to answer", func() error {
 		c.restartKueueStartedBlind(ctx, networkAt)
-		return c.installKueue(ctx)
+		return c.installKueue(ctx, kueueImage)
 	}); err != nil {
 		return err
 	}
@@ -122,6 +137,9 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
+	// Kueue is needed only once the cluster runs: it compiles beside the steps that are mostly disk and
+	// waiting (the node image, kind's creation, the nodes' start), not before them.
+	c.startKueueBuild(ctx)
 	compNet := goComponent{Name: "net", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-net"}}
 	if _, err := c.buildGoStep(ctx, compNet); err != nil {
 		return "", err
@@ -251,7 +269,7 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 		started = true
 		go func() {
 			defer close(modules.done)
-			c.fetchModules(bctx, nodeImageComponents)
+			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue}))
 		}()
 		dir, image, err := c.rootfsStep(bctx)
 		if err != nil {
@@ -263,34 +281,28 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 	return engine, rootfs, modules
 }
 
-// loadSystemImages builds the images a user-supplied node image lacks (Kueue and the DRA driver; an upstream
-// kindest/node carries the control plane, CoreDNS and its own CNI) and loads them into every node.
-func (c *Cluster) loadSystemImages(ctx context.Context) error {
-	for _, comp := range []goComponent{compKueue, compDRA} {
-		if _, err := c.buildGo(ctx, comp); err != nil {
-			return err
-		}
+// startKueueBuild starts Kueue's build (the step "build kueue") in the background, once; loadKueue waits
+// for it. The go command is already parallel, so this gains only where the steps beside it leave the CPUs
+// idle: docker's import of the node image, kind's creation of the nodes, their start.
+func (c *Cluster) startKueueBuild(ctx context.Context) *background {
+	if c.kueueBuild == nil {
+		bctx, stop := context.WithCancel(ctx)
+		b := &background{done: make(chan struct{}), stop: stop}
+		go func() {
+			defer close(b.done)
+			b.dir, b.err = c.buildGoStep(bctx, compKueue)
+		}()
+		c.kueueBuild = b
 	}
-	var refs []string
-	for _, s := range c.systemImages("") {
-		if s.Ref != ImageKueue && s.Ref != ImageDRADriver {
-			continue
-		}
-		if err := c.buildImage(ctx, s); err != nil {
-			return err
-		}
-		refs = append(refs, s.Ref)
+	return c.kueueBuild
+}
+
+// stopKueueBuild cancels Kueue's build when Up ends before it was waited for, and waits for it to end.
+func (c *Cluster) stopKueueBuild() {
+	if c.kueueBuild != nil {
+		c.kueueBuild.stop()
+		<-c.kueueBuild.done
 	}
-	ns, err := c.nodes()
-	if err != nil {
-		return err
-	}
-	for _, n := range ns {
-		if err := c.loadImage(ctx, n, refs...); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // revive starts stopped node containers and reports whether the cluster becomes healthy.

@@ -31,9 +31,13 @@ const (
 	NodeImageRepo   = "gpuconform.local/kind-node"
 	rootfsImageRepo = "gpuconform.local/rootfs"
 	toolsImageRepo  = "gpuconform.local/tools"
-	PoolLabel       = "gpuconform.io/pool"
-	GPUPool         = "gpu"
-	CanaryPool      = "canary"
+	// exampleDRAImageRepo and kueueImageRepo hold ImageDRADriver and ImageKueue under their content keys,
+	// the references the manifests name.
+	exampleDRAImageRepo = "gpuconform.local/dra-example-kubeletplugin"
+	kueueImageRepo      = "gpuconform.local/kueue-manager"
+	PoolLabel           = "gpuconform.io/pool"
+	GPUPool             = "gpu"
+	CanaryPool          = "canary"
 	// NodeSharedDir is where every worker mounts the cluster's shared host directory; the nodes carry
 	// it in the annotation SharedDirAnnotation, which the suite discovers as checkpoint storage.
 	NodeSharedDir       = "/var/lib/gpuconform-shared"
