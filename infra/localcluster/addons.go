@@ -694,6 +694,10 @@ func (c *Cluster) installKueue(ctx context.Context, image string) error {
 			if err := c.applyManifest(ctx, "kueue", doc); err != nil {
 				return err
 			}
+			nctx, stop := context.WithCancel(ctx)
+			nudged := make(chan struct{})
+			go func() { defer close(nudged); c.nudgeKueueCertMount(nctx) }()
+			defer func() { stop(); <-nudged }()
 			return c.kubectl(ctx, "rollout kueue", "-n", "kueue-system", "rollout", "status", "deploy/kueue-controller-manager", "--timeout=300s")
 		},
 		func(fresh bool) error {
