@@ -26,8 +26,10 @@ const certSyncAnnotation = "gpuconform.io/cert-sync"
 // pod (its volume manager reprocesses the pod's volumes in WaitForAttachAndMount), which happens on a change
 // of the pod and otherwise at the periodic resync, 1 to 1.5 minutes apart: on a fresh cluster Kueue's step
 // took 2m47s, 2m32s of it waiting for the certificate. A new annotation on the pod, written once the Secret
-// holds the certificate, is such a change. The nudge is repeated (at most once per `again`) while the pod is
-// still not Ready, in case the kubelet synced before its own view of the Secret had the certificate.
+// holds the certificate, is such a change (a fresh cluster's Kueue step: 20.4 s). The nudge is repeated (at
+// most once per `again`) while the pod is still not Ready: there the first one, a second after the
+// certificate was written, was not enough and the second, 10 s later, was; the kubelet's own view of the
+// Secret may lag behind.
 type certMountNudger struct {
 	kube  kubernetes.Interface
 	again time.Duration
@@ -78,7 +80,7 @@ func (c *Cluster) nudgeKueueCertMount(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	n := &certMountNudger{kube: kube, again: 10 * time.Second, nudged: map[types.UID]nudge{}}
+	n := &certMountNudger{kube: kube, again: 5 * time.Second, nudged: map[types.UID]nudge{}}
 	tick := time.NewTicker(2 * time.Second)
 	defer tick.Stop()
 	for {
