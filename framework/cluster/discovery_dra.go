@@ -123,7 +123,7 @@ func pluginMissing(s Snapshot, driver string) (broken, note string) {
 // other plugin's own directory (a CSI node plugin mounts the registry too, and its own directory). Paths
 // are matched by their end, so a kubelet with another --root-dir is recognised.
 func servesPlugin(p corev1.Pod, driver string) bool {
-	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podReady(p) {
+	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !PodReady(p) {
 		return false
 	}
 	return mountsPlugin(p.Spec, driver)
@@ -150,9 +150,9 @@ func mountsPlugin(spec corev1.PodSpec, driver string) bool {
 	return own || covers && !other
 }
 
-// podReady reports a pod whose Ready condition is True (the device-plugin settle and the DRA plugin check
-// both ask it).
-func podReady(p corev1.Pod) bool {
+// PodReady reports a pod whose Ready condition is True (the device-plugin settle and the DRA plugin check
+// both ask it, and the local cluster's Kueue certificate nudge).
+func PodReady(p corev1.Pod) bool {
 	for _, c := range p.Status.Conditions {
 		if c.Type == corev1.PodReady {
 			return c.Status == corev1.ConditionTrue

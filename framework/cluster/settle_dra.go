@@ -110,7 +110,7 @@ func restartingWhy(p corev1.Pod, now time.Time, window time.Duration) string {
 	switch {
 	case p.DeletionTimestamp != nil:
 		return fmt.Sprintf("pod %s was being deleted", name)
-	case !podReady(p):
+	case !PodReady(p):
 		return fmt.Sprintf("pod %s was not Ready, %s old", name, age.Round(time.Second))
 	case age < window:
 		return fmt.Sprintf("pod %s was Ready, %s old, and the node published none of its devices", name, age.Round(time.Second))

@@ -34,7 +34,7 @@ func settlingWhy(pods []corev1.Pod, short bool, rolling []string, now time.Time,
 		switch {
 		case p.DeletionTimestamp != nil:
 			return fmt.Sprintf("pod %s was being deleted", name)
-		case !podReady(p) && (short || young):
+		case !PodReady(p) && (short || young):
 			return fmt.Sprintf("pod %s was not Ready, %s old", name, age.Round(time.Second))
 		case short && young:
 			return fmt.Sprintf("pod %s was Ready, %s old", name, age.Round(time.Second))

@@ -215,6 +215,15 @@ func (c *Cluster) loadImage(ctx context.Context, node nodes.Node, refs ...string
 	return nil
 }
 
+// renderExampleDRADriver renders the dra-example-driver's manifest for the stack, naming the content-keyed
+// image loadExampleDRADriver loaded.
+func renderExampleDRADriver(s GPUStackOptions) ([]byte, error) {
+	if s.DRAImage == "" {
+		return nil, errors.New("the dra-example-driver's image was not loaded (loadExampleDRADriver) before the GPU stack")
+	}
+	return render("dra-driver.yaml", map[string]any{"Image": s.DRAImage, "DriverName": s.DriverName, "Devices": s.Devices})
+}
+
 // installGPUStack applies the fake device plugin and the DRA driver and waits until every GPU/canary node
 // advertises the resource and publishes its ResourceSlice.
 func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error {
@@ -224,10 +233,7 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 	}
 	var dra []byte
 	if s.ExampleDRADriver {
-		if s.DRAImage == "" {
-			return errors.New("the dra-example-driver's image was not loaded (loadExampleDRADriver) before the GPU stack")
-		}
-		if dra, err = render("dra-driver.yaml", map[string]any{"Image": s.DRAImage, "DriverName": s.DriverName, "Devices": s.Devices}); err != nil {
+		if dra, err = renderExampleDRADriver(s); err != nil {
 			return err
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"gpuconform.io/gpuconform/framework/cluster"
 )
 
 // kueueCertSecret is the Secret Kueue's internal certificate management writes its webhook's serving
@@ -55,7 +57,7 @@ func (n *certMountNudger) once(ctx context.Context, now time.Time) ([]string, er
 	var names []string
 	for _, p := range pods.Items {
 		last, seen := n.nudged[p.UID]
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || podIsReady(&p) || (seen && now.Sub(last.at) < n.again) {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || cluster.PodReady(p) || (seen && now.Sub(last.at) < n.again) {
 			continue
 		}
 		value := fmt.Sprintf("%s/%d", sec.ResourceVersion, last.count+1)
@@ -73,11 +75,12 @@ func (n *certMountNudger) once(ctx context.Context, now time.Time) ([]string, er
 // It only shortens a wait: a failure is logged and ends it, and the rollout's wait decides.
 func (c *Cluster) nudgeKueueCertMount(ctx context.Context) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig())
-	if err != nil {
-		return
+	var kube kubernetes.Interface
+	if err == nil {
+		kube, err = kubernetes.NewForConfig(cfg)
 	}
-	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
+		c.logf("  no client for Kueue's certificate nudge (%v): waiting for the kubelet's periodic sync", err)
 		return
 	}
 	n := &certMountNudger{kube: kube, again: 5 * time.Second, nudged: map[types.UID]nudge{}}
@@ -98,14 +101,4 @@ func (c *Cluster) nudgeKueueCertMount(ctx context.Context) {
 		case <-tick.C:
 		}
 	}
-}
-
-// podIsReady says whether the pod's Ready condition is True.
-func podIsReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }

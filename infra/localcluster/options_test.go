@@ -290,15 +290,18 @@ func TestKueueAndExampleDRADriverAreLoadedNotPreloaded(t *testing.T) {
 	}
 	o := Options{DevicesPerNode: 4, Replicas: 1, DRADriver: DRADriverExample}
 	s := o.gpuStack("tools:1")
-	err := c.installGPUStack(t.Context(), s)
-	if err == nil || !strings.Contains(err.Error(), "loadExampleDRADriver") {
+	if _, err := renderExampleDRADriver(s); err == nil || !strings.Contains(err.Error(), "loadExampleDRADriver") {
 		t.Errorf("a stack without the driver's image: %v", err)
 	}
-	b, err := render("dra-driver.yaml", map[string]any{"Image": exampleDRAImageRepo + ":k1", "DriverName": s.DriverName, "Devices": s.Devices})
+	if err := c.installGPUStack(t.Context(), s); err == nil || !strings.Contains(err.Error(), "loadExampleDRADriver") {
+		t.Errorf("installing a stack without the driver's image: %v", err)
+	}
+	s.DRAImage = exampleDRAImageRepo + ":k1"
+	b, err := renderExampleDRADriver(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Contains(b, []byte("image: "+exampleDRAImageRepo+":k1")) {
+	if !bytes.Contains(b, []byte("image: "+exampleDRAImageRepo+":k1")) || bytes.Contains(b, []byte(ImageDRADriver)) {
 		t.Errorf("the driver's manifest does not name the keyed image:\n%s", b)
 	}
 }
