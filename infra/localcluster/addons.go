@@ -127,10 +127,11 @@ type GPUStackOptions struct {
 // loadTools builds the project's tools image and loads it into every node (it changes with the code, so it
 // is not preloaded into the node image). It returns the content-keyed reference the manifests use.
 func (c *Cluster) loadTools(ctx context.Context) (string, error) {
-	dir, err := c.buildGo(ctx, compTools)
-	if err != nil {
+	build := c.startBuild(ctx, compTools) // started beside the node image's steps where one was built
+	if err := build.wait(); err != nil {
 		return "", err
 	}
+	dir := build.dir
 	spec := imageSpec{Ref: ImageWorkload, Dirs: []string{"tmp"}, Files: map[string]string{}}
 	for _, b := range []string{"fake-device-plugin", "gpu-workload", "gpuconform-net"} {
 		spec.Files["usr/local/bin/"+b] = filepath.Join(dir, b)

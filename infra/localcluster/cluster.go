@@ -156,8 +156,10 @@ type Cluster struct {
 	progress progressState
 	// rootfs is the node rootfs built beside the Kubernetes build (up.go's beside), for buildAll.
 	rootfs *background
-	// kueueBuild is Kueue's build, started beside the node image's later steps (startKueueBuild).
-	kueueBuild *background
+	// builds are the component builds started in the background (startBuild), by component name: Kueue's
+	// and the tools', which the steps that load their images wait for.
+	buildsMu sync.Mutex
+	builds   map[string]*background
 }
 
 // New prepares a Cluster; it detects the host's quirks but changes nothing.

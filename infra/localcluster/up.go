@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -25,7 +26,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 	engine, rootfs, modules := c.beside(ctx)
 	defer rootfs.cancel()  // once buildAll took it, or when Up fails before
 	defer modules.cancel() // its builds are done, or Up failed
-	defer c.stopKueueBuild()
+	defer c.stopBuilds()
 	// The host-side kubectl is needed whatever state the cluster is in; it is placed next to the kubeconfig
 	// for scripts and people on a machine without one.
 	_, err := c.buildGoStep(ctx, compKubernetes)
@@ -46,7 +47,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 	}
 	if exists {
 		c.rootfs.cancel() // a cluster that revives needs no rootfs; one that is recreated builds it below
-		c.startKueueBuild(ctx)
+		c.startBuild(ctx, compKueue)
 	}
 	revived := false
 	if exists {
@@ -71,7 +72,8 @@ func (c *Cluster) Up(ctx context.Context) error {
 			}
 		} else {
 			c.logf("using the node image given: %s (Kueue's image is loaded after creation)", nodeImage)
-			c.startKueueBuild(ctx)
+			c.startBuild(ctx, compKueue)
+			c.startBuild(ctx, compTools)
 		}
 		if err := c.prepareSharedDir(); err != nil {
 			return err
@@ -112,7 +114,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 		return err
 	}
 	networkAt := time.Now()
-	kueueBuild := c.startKueueBuild(ctx)
+	kueueBuild := c.startBuild(ctx, compKueue)
 	var kueueImage string
 	if err := c.step("kueue image", "wait for Kueue's build and load its image into every node", func() error {
 		kueueImage, err = c.loadKueue(ctx, kueueBuild)
@@ -137,9 +139,11 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 			return "", err
 		}
 	}
-	// Kueue is needed only once the cluster runs: it compiles beside the steps that are mostly disk and
-	// waiting (the node image, kind's creation, the nodes' start), not before them.
-	c.startKueueBuild(ctx)
+	// Kueue and the tools are needed only once the cluster runs: they compile beside the steps that are
+	// mostly disk and waiting (the system images, the node image, kind's creation, the nodes' start).
+	// Kueue's build started idle at Up's start where beside did.
+	c.startBuild(ctx, compKueue)
+	c.startBuild(ctx, compTools)
 	compNet := goComponent{Name: "net", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-net"}}
 	if _, err := c.buildGoStep(ctx, compNet); err != nil {
 		return "", err
@@ -267,6 +271,11 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 			return
 		}
 		started = true
+		// Kueue's build takes the CPU time the Kubernetes build leaves (Idle): it is needed last and
+		// compiles for minutes, which otherwise follow the node image's.
+		idleKueue := compKueue
+		idleKueue.Idle = true
+		c.startBuild(ctx, idleKueue)
 		go func() {
 			defer close(modules.done)
 			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue}))
@@ -281,27 +290,39 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 	return engine, rootfs, modules
 }
 
-// startKueueBuild starts Kueue's build (the step "build kueue") in the background, once; loadKueue waits
-// for it. The go command is already parallel, so this gains only where the steps beside it leave the CPUs
-// idle: docker's import of the node image, kind's creation of the nodes, their start.
-func (c *Cluster) startKueueBuild(ctx context.Context) *background {
-	if c.kueueBuild == nil {
-		bctx, stop := context.WithCancel(ctx)
-		b := &background{done: make(chan struct{}), stop: stop}
-		go func() {
-			defer close(b.done)
-			b.dir, b.err = c.buildGoStep(bctx, compKueue)
-		}()
-		c.kueueBuild = b
+// startBuild starts comp's build (the step "build <name>") in the background, once per component;
+// the step that loads its image waits for it (wait, then binary). The go command is already parallel, so
+// this gains only where the steps beside it leave the CPUs idle: debootstrap and the module download
+// beside the Kubernetes build (for an Idle build), docker's builds and imports of images, kind's
+// creation of the nodes, their start. Kueue's and the tools' builds start this way (Kueue's, for a
+// cluster to create, at Up's start and Idle: it needs the most time and is needed last).
+func (c *Cluster) startBuild(ctx context.Context, comp goComponent) *background {
+	c.buildsMu.Lock()
+	defer c.buildsMu.Unlock()
+	if b := c.builds[comp.Name]; b != nil {
+		return b
 	}
-	return c.kueueBuild
+	bctx, stop := context.WithCancel(ctx)
+	b := &background{done: make(chan struct{}), stop: stop}
+	go func() {
+		defer close(b.done)
+		b.dir, b.err = c.buildGoStep(bctx, comp)
+	}()
+	if c.builds == nil {
+		c.builds = map[string]*background{}
+	}
+	c.builds[comp.Name] = b
+	return b
 }
 
-// stopKueueBuild cancels Kueue's build when Up ends before it was waited for, and waits for it to end.
-func (c *Cluster) stopKueueBuild() {
-	if c.kueueBuild != nil {
-		c.kueueBuild.stop()
-		<-c.kueueBuild.done
+// stopBuilds cancels the background builds when Up ends before it waited for them, and waits for them to end.
+func (c *Cluster) stopBuilds() {
+	c.buildsMu.Lock()
+	builds := slices.Collect(maps.Values(c.builds))
+	c.buildsMu.Unlock()
+	for _, b := range builds {
+		b.stop()
+		<-b.done
 	}
 }
 
