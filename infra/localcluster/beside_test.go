@@ -53,19 +53,15 @@ func TestBackgroundRootfsResult(t *testing.T) {
 	}
 }
 
-// A component build started in the background runs once however often it is asked for, and an Idle one
-// runs its go command under nice 19; the priority is not part of the component's key (the binaries are the
-// same).
-func TestStartBuildOnceAndIdleUnderNice(t *testing.T) {
+// A component build started in the background runs once however often it is asked for, records its
+// binaries, and a build of another component runs beside it.
+func TestStartBuildOnce(t *testing.T) {
 	root, bin := t.TempDir(), t.TempDir()
 	calls := filepath.Join(t.TempDir(), "calls")
-	// The fake go records its arguments and writes the -o target; the fake nice records its own and runs the rest.
+	// The fake go records its arguments and writes the -o target.
 	fakeGo := "#!/bin/sh\necho \"go $*\" >> " + calls + "\nwhile [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then shift; case \"$1\" in */) touch \"$1out\";; *) touch \"$1\";; esac; fi; shift; done\n"
-	fakeNice := "#!/bin/sh\necho \"nice $1 $2\" >> " + calls + "\nshift 2\nexec \"$@\"\n"
-	for name, body := range map[string]string{"go": fakeGo, "nice": fakeNice} {
-		if err := os.WriteFile(filepath.Join(bin, name), []byte(body), 0o755); err != nil {
-			t.Fatal(err)
-		}
+	if err := os.WriteFile(filepath.Join(bin, "go"), []byte(fakeGo), 0o755); err != nil {
+		t.Fatal(err)
 	}
 	t.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
 	if err := os.MkdirAll(filepath.Join(root, "m"), 0o755); err != nil {
@@ -75,21 +71,17 @@ func TestStartBuildOnceAndIdleUnderNice(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Cluster{opts: Options{RepoRoot: root, CacheDir: t.TempDir(), Log: io.Discard}, logDir: t.TempDir(), built: map[string]string{}}
-	plain := goComponent{Name: "x", Module: "m", Packages: []string{"example.com/m/cmd/x"}}
-	idle := plain
-	idle.Idle = true
-	kPlain, err := c.componentKey(t.Context(), plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if kIdle, _ := c.componentKey(t.Context(), idle); kIdle != kPlain {
-		t.Errorf("Idle changes the key: %s vs %s", kIdle, kPlain)
-	}
-	b := c.startBuild(t.Context(), idle)
-	if again := c.startBuild(t.Context(), plain); again != b {
+	x := goComponent{Name: "x", Module: "m", Packages: []string{"example.com/m/cmd/x"}}
+	y := goComponent{Name: "y", Module: "m", Packages: []string{"example.com/m/cmd/y"}}
+	b := c.startBuild(t.Context(), x)
+	by := c.startBuild(t.Context(), y)
+	if again := c.startBuild(t.Context(), x); again != b {
 		t.Error("a second start of the same component started another build")
 	}
 	if err := b.wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := by.wait(); err != nil {
 		t.Fatal(err)
 	}
 	c.stopBuilds() // done builds: returns at once
@@ -98,23 +90,10 @@ func TestStartBuildOnceAndIdleUnderNice(t *testing.T) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(got)), "\n")
-	if len(lines) != 2 || lines[0] != "nice -n 19" || !strings.HasPrefix(lines[1], "go build -trimpath") {
-		t.Errorf("the idle build ran as %q, want nice -n 19, then one go build", lines)
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "go build -trimpath") || !strings.HasPrefix(lines[1], "go build -trimpath") {
+		t.Errorf("the builds ran as %q, want one go build per component", lines)
 	}
-	if c.binary("x", "out") == "" || b.dir == "" {
-		t.Errorf("the build's output is not recorded: dir %q", b.dir)
-	}
-
-	// Not idle: the go command runs directly.
-	if err := os.Remove(calls); err != nil {
-		t.Fatal(err)
-	}
-	other := goComponent{Name: "y", Module: "m", Packages: []string{"example.com/m/cmd/y"}}
-	if err := c.startBuild(t.Context(), other).wait(); err != nil {
-		t.Fatal(err)
-	}
-	got, _ = os.ReadFile(calls)
-	if lines := strings.Split(strings.TrimSpace(string(got)), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "go build") {
-		t.Errorf("a build that is not idle ran as %q", lines)
+	if _, err := os.Stat(c.binary("x", "out")); err != nil || b.dir == "" {
+		t.Errorf("the build's output is not recorded: dir %q, binary: %v", b.dir, err)
 	}
 }

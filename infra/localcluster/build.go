@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"runtime"
@@ -26,10 +25,6 @@ type goComponent struct {
 	Output string
 	// LDFlags, GCFlags and Tags are passed to go build; they are part of the key.
 	LDFlags, GCFlags, Tags string
-	// Idle compiles at the lowest CPU priority (nice 19), for a build started long before it is needed,
-	// beside one the bring-up waits for: it takes only the CPU time the other leaves. Not part of the key:
-	// it changes when the binaries are ready, not what they are.
-	Idle bool
 }
 
 // noDWARF leaves the compiler's debug information out of every package: the linker's -w drops it from
@@ -246,13 +241,7 @@ func (c *Cluster) buildGoKeyed(ctx context.Context, comp goComponent, key string
 		// wrapper modules' go.sum pins every dependency, so a build never edits them. -buildvcs=false: the
 		// git revision stamped into our own binaries would change their bytes (and so every image key that
 		// hashes them) at each commit, although the key of their sources did not change.
-		name := "go"
-		if comp.Idle {
-			if nice, err := exec.LookPath("nice"); err == nil {
-				name, args = nice, append([]string{"-n", "19", "go"}, args...)
-			}
-		}
-		return c.runIn(ctx, modDir, []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false"}, "go build "+comp.Name, name, args...)
+		return c.runIn(ctx, modDir, []string{"CGO_ENABLED=0", "GOFLAGS=-mod=readonly -buildvcs=false"}, "go build "+comp.Name, "go", args...)
 	})
 	if err != nil {
 		return "", false, err
