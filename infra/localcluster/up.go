@@ -350,10 +350,11 @@ func (c *Cluster) revive(ctx context.Context) (bool, string) {
 	if why := c.configDrift(); why != "" {
 		return false, why
 	}
-	if !exists(c.Kubeconfig()) {
-		if err := c.exportKubeconfig(); err != nil {
-			return false, err.Error()
-		}
+	// The kubeconfig is written again from the cluster even when one is there: another checkout on this
+	// machine may have recreated the cluster since (kind picks the API server's host port at creation), and
+	// a stale one would be waited on for the whole timeout below and then recreate a healthy cluster.
+	if err := c.exportKubeconfig(); err != nil {
+		return false, err.Error()
 	}
 	if err := c.waitNodesReady(ctx, 150*time.Second); err != nil {
 		return false, err.Error()
@@ -361,11 +362,14 @@ func (c *Cluster) revive(ctx context.Context) (bool, string) {
 	return true, ""
 }
 
-// exportKubeconfig rewrites the kubeconfig from the running cluster.
+// exportKubeconfig writes the kubeconfig from the running cluster, unless the file already says the same.
 func (c *Cluster) exportKubeconfig() error {
 	cfg, err := c.provider().KubeConfig(c.opts.Name, false)
 	if err != nil {
 		return err
+	}
+	if old, err := os.ReadFile(c.Kubeconfig()); err == nil && string(old) == cfg {
+		return nil
 	}
 	return os.WriteFile(c.Kubeconfig(), []byte(cfg), 0o600)
 }
