@@ -20,8 +20,9 @@ type training struct {
 	// Steps of StepTime each, a checkpoint every Every steps; WriteTime simulates a slow checkpoint write.
 	Steps, Every        int
 	StepTime, WriteTime time.Duration
-	// ResumedStepTime paces an attempt that resumed from a checkpoint (0: StepTime).
-	ResumedStepTime time.Duration
+	// ResumedStepTime paces an attempt that resumed from a checkpoint (0: StepTime); ResumedMinTime is the
+	// least such an attempt runs (0: no floor).
+	ResumedStepTime, ResumedMinTime time.Duration
 	// Storage is where checkpoints go; none: an emptyDir, which a replacement pod does not see.
 	Storage checkpoints.Storage
 	// Queue and Priority submit it through Kueue (LocalQueue, WorkloadPriorityClass).
@@ -80,6 +81,9 @@ func (t training) build(env *testenv.Env, ns string, path gpu.Path) (*fixtures.G
 	}
 	if t.ResumedStepTime > 0 {
 		args = append(args, "--resumed-step-duration", t.ResumedStepTime.String())
+	}
+	if t.ResumedMinTime > 0 {
+		args = append(args, "--resumed-min-duration", t.ResumedMinTime.String())
 	}
 	w.Args(args...)
 	if t.Queue != "" {

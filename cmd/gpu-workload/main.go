@@ -2,7 +2,7 @@
 // subcommands play the workloads the suite schedules.
 //
 //	gpu-workload probe [--expect N] [--expect-ids id1,id2] [--hold D]
-//	gpu-workload train --steps S --step-duration D [--resumed-step-duration D] --checkpoint-dir DIR
+//	gpu-workload train --steps S --step-duration D [--resumed-step-duration D] [--resumed-min-duration D] --checkpoint-dir DIR
 //	                   --checkpoint-every K [--work-id ID]
 //	gpu-workload gang --workers W [--rank R] [--coordinator HOST] [--port P] --steps S --step-duration D
 //	                  [--resumed-step-duration D] --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
@@ -235,6 +235,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&cfg.CheckpointWriteTime, "checkpoint-write-time", 0, "simulated time each checkpoint write takes (a large model)")
 	var resumedStep optionalDuration
 	fs.Var(&resumedStep, "resumed-step-duration", resumedStepUsage)
+	fs.DurationVar(&cfg.ResumedMinDuration, "resumed-min-duration", 0, "least time an attempt that resumed from a checkpoint spends on its remaining steps (slowed evenly to fill it), so that a test can still read its devices from the kubelet while it runs")
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}

@@ -36,6 +36,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		"train negative sleep":   {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1", "--step-duration", "-1s"},
 		"train negative resumed": {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1", "--resumed-step-duration", "-1s"},
 		"train resumed no unit":  {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1", "--resumed-step-duration", "5"},
+		"train negative minimum": {"train", "--steps", "3", "--checkpoint-dir", "/tmp/x", "--checkpoint-every", "1", "--resumed-min-duration", "-1s"},
 		"podresources bad flag":  {"podresources", "--sock", "x"},
 		"device-test argument":   {"device-test", "vectorAdd"},
 		"device-test timeout":    {"device-test", "--nvidia-smi-timeout", "0s"},

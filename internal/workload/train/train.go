@@ -35,6 +35,12 @@ type Config struct {
 	// a checkpoint, instead of StepDuration: a test needs its work to outlast the fault it injects, not to
 	// run as long again once it has resumed (only that it completes with an uninterrupted run's state).
 	ResumedStepDuration *time.Duration
+	// ResumedMinDuration, when > 0, is the least time an attempt that resumed from a checkpoint spends on
+	// its remaining steps: they are slowed evenly to fill it when their pace would finish sooner. The
+	// attempt's devices are then still held when a test reads them from the kubelet, which lists active
+	// pods only, however late the fault landed in the work before it (a fault at step 25 of 30 left the
+	// replacement 5 s).
+	ResumedMinDuration time.Duration
 	// CheckpointDir holds this work's checkpoints; it must outlive the pod (a PVC or hostPath).
 	CheckpointDir string
 	// CheckpointEvery is the checkpoint interval in steps (> 0).
@@ -67,6 +73,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--step-duration must be >= 0, got %s", c.StepDuration)
 	case c.ResumedStepDuration != nil && *c.ResumedStepDuration < 0:
 		return fmt.Errorf("--resumed-step-duration must be >= 0, got %s", *c.ResumedStepDuration)
+	case c.ResumedMinDuration < 0:
+		return fmt.Errorf("--resumed-min-duration must be >= 0, got %s", c.ResumedMinDuration)
 	case c.CheckpointDir == "":
 		return errors.New("--checkpoint-dir is required")
 	case c.CheckpointEvery <= 0:
@@ -163,6 +171,9 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 	stepDuration := cfg.StepDuration
 	if resumed != nil && cfg.ResumedStepDuration != nil {
 		stepDuration = *cfg.ResumedStepDuration
+	}
+	if left := cfg.Steps - state.Step; resumed != nil && cfg.ResumedMinDuration > 0 && left > 0 {
+		stepDuration = max(stepDuration, cfg.ResumedMinDuration/time.Duration(left))
 	}
 	ev.emit(map[string]any{
 		"event": "start", "work_id": cfg.WorkID, "resumed": resumed != nil, "resumed_from": state.Step,

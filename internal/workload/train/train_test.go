@@ -526,6 +526,7 @@ func TestValidate(t *testing.T) {
 			d := -time.Second
 			c.ResumedStepDuration = &d
 		},
+		"--resumed-min-duration must be >= 0": func(c *Config) { c.ResumedMinDuration = -time.Second },
 	}
 	if err := ok.Validate(); err != nil {
 		t.Fatalf("valid config rejected: %v", err)
@@ -539,6 +540,66 @@ func TestValidate(t *testing.T) {
 		if _, err := Run(t.Context(), c, &bytes.Buffer{}); err == nil {
 			t.Errorf("Run accepted an invalid config (%s)", want)
 		}
+	}
+}
+
+// An attempt that resumes late in the work still runs --resumed-min-duration: its remaining steps are slowed
+// evenly to fill it. One that resumes early, whose steps already take longer, keeps its pace, and a fresh
+// attempt is never slowed.
+func TestAResumedAttemptRunsAtLeastItsMinimum(t *testing.T) {
+	dir := t.TempDir()
+	cfg := baseConfig(dir)
+	fast := time.Millisecond
+	cfg.ResumedStepDuration = &fast
+	cfg.ResumedMinDuration = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var paces []time.Duration
+	stopAt := interruptAt(16, cancel)
+	cfg.sleep = func(ctx context.Context, d time.Duration) error { paces = append(paces, d); return stopAt(ctx, d) }
+	if _, err := Run(ctx, cfg, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(paces, func(d time.Duration) bool { return d != time.Millisecond }) {
+		t.Fatalf("a fresh attempt stepped at %v, want --step-duration's 1ms throughout", paces)
+	}
+	paces = nil
+	var out bytes.Buffer
+	cfg.sleep = func(_ context.Context, d time.Duration) error { paces = append(paces, d); return nil }
+	sum, err := Run(t.Context(), cfg, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := 20 - sum.ResumedFrom
+	want := cfg.ResumedMinDuration / time.Duration(left)
+	if len(paces) != left || slices.ContainsFunc(paces, func(d time.Duration) bool { return d != want }) {
+		t.Errorf("resumed from step %d: slept %v, want %d steps of %v (100ms over the steps left)", sum.ResumedFrom, paces, left, want)
+	}
+	if start := find(events(t, &out), "start")[0]; start["step_duration"] != want.String() {
+		t.Errorf("resumed start = %v, want step_duration %v", start, want)
+	}
+	if sum.Status != StatusCompleted || sum.StateDigest != Digest("w1", 20) {
+		t.Errorf("summary = %+v, want completed with the uninterrupted digest", sum)
+	}
+
+	// Resumed with many steps left, the attempt's own pace already fills the minimum.
+	dir = t.TempDir()
+	cfg = baseConfig(dir)
+	cfg.ResumedMinDuration = 5 * time.Millisecond
+	ctx, cancel = context.WithCancel(t.Context())
+	defer cancel()
+	stopAt = interruptAt(2, cancel)
+	cfg.sleep = func(ctx context.Context, d time.Duration) error { return stopAt(ctx, d) }
+	if _, err := Run(ctx, cfg, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	paces = nil
+	cfg.sleep = func(_ context.Context, d time.Duration) error { paces = append(paces, d); return nil }
+	if _, err := Run(t.Context(), cfg, &bytes.Buffer{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(paces) == 0 || slices.ContainsFunc(paces, func(d time.Duration) bool { return d != time.Millisecond }) {
+		t.Errorf("resumed early: slept %v, want --step-duration's 1ms throughout", paces)
 	}
 }
 
