@@ -78,7 +78,7 @@ const (
 	// the replacement 8 to 13 s, against a helper's 3 s on a quiet cluster and 12 s under load: CI of
 	// 43c2203 failed there once. The other specs resumed from step 10 to 13 and ran 17 to 19 s.
 	trainResumedMinTime = 20 * time.Second
-	trainDir             = "/checkpoints"
+	trainDir            = "/checkpoints"
 )
 
 // FailureSpec registers, per path, the checks that a GPU cluster survives a lost worker and a bad

@@ -81,7 +81,9 @@ const (
 	// failed proves nothing.
 	gangFailSteps = 100
 	// gangResumedStepTime paces the failed-worker gang once it resumed: its 100 steps must outlast the
-	// fault, not run as long again after it (the restarted workers' devices are read as they start).
+	// fault, not run as long again after it (the restarted workers' devices are read as they start). It runs
+	// at least trainResumedMinTime too: restarted worker 1's device is read from its kubelet once the whole
+	// gang runs again, and a fault late in the work left it 13 to 18 s.
 	gangResumedStepTime = 200 * time.Millisecond
 	gangEvery           = 5
 	gangStepTime        = 500 * time.Millisecond
@@ -204,6 +206,7 @@ type gangShape struct {
 	storage          checkpoints.Storage
 	evictAfter       time.Duration
 	resumedStep      time.Duration // the pace of a resumed attempt (0: gangStepTime)
+	resumedMin       time.Duration // the least a resumed attempt runs (0: no floor)
 }
 
 // submitGang creates the gang's queue and checkpoint storage, and the gang.
@@ -233,6 +236,9 @@ func submitGang(ctx context.Context, s *Spec[GangInput], sh gangShape) gangRun {
 		"--checkpoint-dir", dir, "--work-id", workID, "--peer-timeout", gangPeerTimeout.String()}
 	if sh.resumedStep > 0 {
 		args = append(args, "--resumed-step-duration", sh.resumedStep.String())
+	}
+	if sh.resumedMin > 0 {
+		args = append(args, "--resumed-min-duration", sh.resumedMin.String())
 	}
 	w.Args(w.GangArgs(args...)...)
 	obj := w.Obj()
@@ -616,7 +622,7 @@ func gangFailedWorker(ctx context.Context, s *Spec[GangInput], devices faults.De
 	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
 	const workers = 2
 	g := submitGang(ctx, s, gangShape{name: "gang", workers: workers, devices: 1, placement: fixtures.AcrossNodes, nodes: nodes,
-		steps: gangFailSteps, resumedStep: gangResumedStepTime, storage: s.In.Checkpoints, evictAfter: s.In.EvictAfter})
+		steps: gangFailSteps, resumedStep: gangResumedStepTime, resumedMin: trainResumedMinTime, storage: s.In.Checkpoints, evictAfter: s.In.EvictAfter})
 	queues.ExpectAdmitted(ctx, env, g.job, path.QuotaResource(), workers)
 	started, skew := expectGangStarted(ctx, env, g.job)
 	ginkgo.AddReportEntry("gang start skew", skew.Round(10*time.Millisecond).String())

@@ -5,7 +5,7 @@
 //	gpu-workload train --steps S --step-duration D [--resumed-step-duration D] [--resumed-min-duration D] --checkpoint-dir DIR
 //	                   --checkpoint-every K [--work-id ID]
 //	gpu-workload gang --workers W [--rank R] [--coordinator HOST] [--port P] --steps S --step-duration D
-//	                  [--resumed-step-duration D] --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
+//	                  [--resumed-step-duration D] [--resumed-min-duration D] --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
 //	gpu-workload podresources [--socket PATH] [--namespace NS] [--pod NAME] [--timeout D]
 //	gpu-workload device-test [--nvidia-smi-timeout D]
 //
@@ -177,6 +177,9 @@ func (o *optionalDuration) Set(s string) error {
 // resumedStepUsage is the --resumed-step-duration flag's help, train's and gang's.
 const resumedStepUsage = "simulated work per step once the attempt resumed from a checkpoint (default --step-duration): a test's work must outlast its fault, not run as long again after the resume"
 
+// resumedMinUsage is the --resumed-min-duration flag's help, train's and gang's.
+const resumedMinUsage = "least time an attempt that resumed from a checkpoint spends on its remaining steps (slowed evenly to fill it), so that a test can still read its devices from the kubelet while it runs"
+
 func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("probe", "[--expect N] [--expect-ids id1,id2]", stderr)
 	var expect optionalInt
@@ -235,7 +238,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&cfg.CheckpointWriteTime, "checkpoint-write-time", 0, "simulated time each checkpoint write takes (a large model)")
 	var resumedStep optionalDuration
 	fs.Var(&resumedStep, "resumed-step-duration", resumedStepUsage)
-	fs.DurationVar(&cfg.ResumedMinDuration, "resumed-min-duration", 0, "least time an attempt that resumed from a checkpoint spends on its remaining steps (slowed evenly to fill it), so that a test can still read its devices from the kubelet while it runs")
+	fs.DurationVar(&cfg.ResumedMinDuration, "resumed-min-duration", 0, resumedMinUsage)
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
@@ -276,6 +279,7 @@ func runGang(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.DurationVar(&cfg.RendezvousTimeout, "rendezvous-timeout", gang.DefaultRendezvousTimeout, "how long to wait for all workers to join (> 0)")
 	var resumedStep optionalDuration
 	fs.Var(&resumedStep, "resumed-step-duration", resumedStepUsage)
+	fs.DurationVar(&cfg.ResumedMinDuration, "resumed-min-duration", 0, resumedMinUsage)
 	fs.DurationVar(&cfg.PeerTimeout, "peer-timeout", gang.DefaultPeerTimeout, "how long a step may wait for the other workers' contributions before the coordinator declares a peer lost and stops the gang; a worker that hears nothing gives up 10% (at least 1s) later (> 0)")
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code

@@ -57,6 +57,8 @@ type Config struct {
 	ResumedStepDuration *time.Duration
 	CheckpointEvery     int
 	WorkID              string
+	// ResumedMinDuration means what it means to train: the least a resumed attempt spends on its steps.
+	ResumedMinDuration time.Duration
 	// CheckpointDir holds one directory per rank, rank-<R>; it must outlive the pod.
 	CheckpointDir string
 	// RendezvousTimeout bounds the wait for all Workers to join; zero means DefaultRendezvousTimeout.
@@ -96,6 +98,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("--step-duration must be >= 0, got %s", c.StepDuration)
 	case c.ResumedStepDuration != nil && *c.ResumedStepDuration < 0:
 		return fmt.Errorf("--resumed-step-duration must be >= 0, got %s", *c.ResumedStepDuration)
+	case c.ResumedMinDuration < 0:
+		return fmt.Errorf("--resumed-min-duration must be >= 0, got %s", c.ResumedMinDuration)
 	case c.CheckpointDir == "":
 		return errors.New("--checkpoint-dir is required")
 	case c.CheckpointEvery <= 0:
@@ -232,6 +236,9 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 	stepDuration := cfg.StepDuration
 	if start.Resumed && cfg.ResumedStepDuration != nil {
 		stepDuration = *cfg.ResumedStepDuration
+	}
+	if left := cfg.Steps - state.Step; start.Resumed && cfg.ResumedMinDuration > 0 && left > 0 {
+		stepDuration = max(stepDuration, cfg.ResumedMinDuration/time.Duration(left))
 	}
 	ev.emit(map[string]any{
 		"event": "start", "workers": cfg.Workers, "work_id": cfg.WorkID, "resumed": start.Resumed,

@@ -339,17 +339,25 @@ func TestSIGTERMThenResumeFromTheNewestCommonCheckpoint(t *testing.T) {
 	}
 
 	// Attempt 2 resumes every rank from step 5 and ends where an uninterrupted gang does, at the resumed
-	// pace (--resumed-step-duration) where attempt 1 stepped at --step-duration (0 here).
-	fast := 3 * time.Millisecond
+	// pace (--resumed-step-duration) where attempt 1 stepped at --step-duration (0 here). Ranks 0 and 1
+	// also have --resumed-min-duration: their 15 steps are slowed to fill its 150ms.
+	fast, filled := 3*time.Millisecond, 10*time.Millisecond
 	resumedCfgs := gangConfigs(localListener(t), dir, 3, 20)
 	paces := make([][]time.Duration, len(resumedCfgs))
 	for r := range resumedCfgs {
 		resumedCfgs[r].ResumedStepDuration = &fast
+		if r < 2 {
+			resumedCfgs[r].ResumedMinDuration = 15 * filled
+		}
 		resumedCfgs[r].sleep = func(_ context.Context, d time.Duration) error { paces[r] = append(paces[r], d); return nil }
 	}
 	for r, res := range runGang(t, nil, resumedCfgs) {
-		if len(paces[r]) != 15 || slices.ContainsFunc(paces[r], func(d time.Duration) bool { return d != fast }) {
-			t.Errorf("rank %d slept %v in its resumed attempt, want 15 steps of %v", r, paces[r], fast)
+		pace := fast
+		if r < 2 {
+			pace = filled
+		}
+		if len(paces[r]) != 15 || slices.ContainsFunc(paces[r], func(d time.Duration) bool { return d != pace }) {
+			t.Errorf("rank %d slept %v in its resumed attempt, want 15 steps of %v", r, paces[r], pace)
 		}
 		if res.err != nil {
 			t.Fatalf("rank %d: %v", r, res.err)
@@ -510,6 +518,7 @@ func TestValidate(t *testing.T) {
 			d := -time.Millisecond
 			c.ResumedStepDuration = &d
 		},
+		"--resumed-min-duration": func(c *Config) { c.ResumedMinDuration = -time.Millisecond },
 	}
 	for flag, mutate := range cases {
 		c := ok
