@@ -75,8 +75,9 @@ const (
 	// trainResumedMinTime is the least the replacement runs once it resumed, however late the fault landed:
 	// on the device-plugin path the device-fault spec reads the training pod's device (a helper pod) and
 	// waits for its withdrawal before it fails the pod, so the fault landed at step 17 to 22 of 30 and left
-	// the replacement 8 to 13 s, against a helper's 3 s on a quiet cluster and 12 s under load: CI of
-	// 43c2203 failed there once. The other specs resumed from step 10 to 13 and ran 17 to 19 s.
+	// the replacement 8 to 13 s, against a helper's 3 s on a quiet cluster and 12 s under load (CI of
+	// 43c2203 failed this spec once; its message did not come back). The other specs resumed from step 10
+	// to 13 and ran 17 to 19 s.
 	trainResumedMinTime = 20 * time.Second
 	trainDir            = "/checkpoints"
 )
