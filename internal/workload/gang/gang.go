@@ -234,11 +234,8 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		FirstStart: state.FirstStart.Format(time.RFC3339),
 	}
 	stepDuration := cfg.StepDuration
-	if start.Resumed && cfg.ResumedStepDuration != nil {
-		stepDuration = *cfg.ResumedStepDuration
-	}
-	if left := cfg.Steps - state.Step; start.Resumed && cfg.ResumedMinDuration > 0 && left > 0 {
-		stepDuration = max(stepDuration, cfg.ResumedMinDuration/time.Duration(left))
+	if start.Resumed {
+		stepDuration = train.ResumedPace(cfg.StepDuration, cfg.ResumedStepDuration, cfg.ResumedMinDuration, cfg.Steps-state.Step)
 	}
 	ev.emit(map[string]any{
 		"event": "start", "workers": cfg.Workers, "work_id": cfg.WorkID, "resumed": start.Resumed,

@@ -119,6 +119,19 @@ type Summary struct {
 	StateDigest string `json:"state_digest"`
 }
 
+// ResumedPace is the step duration of an attempt that resumed from a checkpoint with left steps to run:
+// resumedStep (step when nil), slowed evenly so the steps fill minimum where they would end sooner. A gang's
+// ranks pace their resumed attempts the same way.
+func ResumedPace(step time.Duration, resumedStep *time.Duration, minimum time.Duration, left int) time.Duration {
+	if resumedStep != nil {
+		step = *resumedStep
+	}
+	if minimum > 0 && left > 0 {
+		step = max(step, minimum/time.Duration(left))
+	}
+	return step
+}
+
 // Run executes one attempt: resume, train until Steps or until ctx ends, checkpoint, report. Ending
 // ctx (SIGTERM in the binary) is not an error: the attempt stops within the current step, saves the
 // last completed step and returns a Summary with StatusInterrupted.
@@ -169,11 +182,8 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		FirstStart: state.FirstStart.Format(time.RFC3339),
 	}
 	stepDuration := cfg.StepDuration
-	if resumed != nil && cfg.ResumedStepDuration != nil {
-		stepDuration = *cfg.ResumedStepDuration
-	}
-	if left := cfg.Steps - state.Step; resumed != nil && cfg.ResumedMinDuration > 0 && left > 0 {
-		stepDuration = max(stepDuration, cfg.ResumedMinDuration/time.Duration(left))
+	if resumed != nil {
+		stepDuration = ResumedPace(cfg.StepDuration, cfg.ResumedStepDuration, cfg.ResumedMinDuration, cfg.Steps-state.Step)
 	}
 	ev.emit(map[string]any{
 		"event": "start", "work_id": cfg.WorkID, "resumed": resumed != nil, "resumed_from": state.Step,
