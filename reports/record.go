@@ -74,6 +74,9 @@ type Record struct {
 	Results map[string]string `json:"results,omitempty"`
 	// SetupFailure says why the run stopped before its specs ("" when it reached them).
 	SetupFailure string `json:"setupFailure,omitempty"`
+	// SetupRefused says that SetupFailure is a refusal (run.Refusal: another run, leftovers, the run's own
+	// namespace settings), not a finding about the cluster: the verdict is INCOMPLETE.
+	SetupRefused bool `json:"setupRefused,omitempty"`
 	// Taints are the GPU pool's dedication taints, those test pods tolerated, and nodes left out.
 	Taints cluster.Taints `json:"taints"`
 	// Parameters are how the run was set up (profile, namespace mode, pool, tolerations).

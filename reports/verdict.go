@@ -240,19 +240,31 @@ func (v Verdict) Reasons() []string {
 // Decide applies the verdict policy to a run: its Ginkgo reports and its record (which carries the policy).
 func Decide(suites []types.Report, rec Record) Verdict {
 	var v Verdict
-	if rec.SetupFailure != "" {
+	switch {
+	case rec.SetupFailure != "" && rec.SetupRefused:
+		v.Incomplete = append(v.Incomplete, "the run refused to start: "+rec.SetupFailure)
+	case rec.SetupFailure != "":
 		v.NoGo = append(v.NoGo, "the run stopped before its specs: "+rec.SetupFailure)
 	}
+	refused := refusals(suites)
+	for _, r := range refused {
+		v.Incomplete = append(v.Incomplete, "the run refused to start: "+r)
+	}
+	stop := interruptionOf(suites)
+	stopped := rec.SetupFailure != "" || len(refused) > 0
 	passedLabels := map[string]bool{}
 	ran := 0
 	for _, s := range suites {
-		if !s.SuiteSucceeded {
+		if !s.SuiteSucceeded && !explained(s.SpecialSuiteFailureReasons, len(refused) > 0) {
 			v.NoGo = append(v.NoGo, fmt.Sprintf("suite %q did not succeed", s.SuiteDescription))
 		}
 		if f := userFilterOf(s.SuiteConfig, rec.Signoff); f != "" {
 			v.Incomplete = append(v.Incomplete, "filtered run ("+f+"): the signoff covers only the selected specs")
 		}
 		for _, sp := range s.SpecReports {
+			if stop.cut(sp) {
+				continue // the interruption's doing, not a finding: counted in its reason
+			}
 			if sp.LeafNodeType != types.NodeTypeIt {
 				if sp.State.Is(types.SpecStateFailureStates) {
 					v.NoGo = append(v.NoGo, fmt.Sprintf("%s failed: %s", sp.LeafNodeType, firstLine(sp.Failure.Message)))
@@ -276,7 +288,10 @@ func Decide(suites []types.Report, rec Record) Verdict {
 			}
 		}
 	}
-	if ran == 0 && rec.SetupFailure == "" {
+	if stop.cause != "" {
+		v.Incomplete = append(v.Incomplete, stop.reason(rec))
+	}
+	if ran == 0 && !stopped && stop.cause == "" {
 		v.NoGo = append(v.NoGo, "no spec passed (nothing was exercised)")
 	}
 	switch {
@@ -295,12 +310,12 @@ func Decide(suites []types.Report, rec Record) Verdict {
 	}
 	slices.Sort(require)
 	for _, r := range slices.Compact(require) {
-		if !passedLabels[r] && rec.SetupFailure == "" {
+		if !passedLabels[r] && !stopped {
 			v.Incomplete = append(v.Incomplete, fmt.Sprintf("required %s was not exercised (no passed spec carries the label)%s", r, whyNotExercised(rec, r)))
 		}
 	}
 
-	if l := rec.Signoff.PreUpgrade; l != "" && !passedLabels[l] && rec.SetupFailure == "" {
+	if l := rec.Signoff.PreUpgrade; l != "" && !passedLabels[l] && !stopped {
 		v.Incomplete = append(v.Incomplete, "pre-upgrade signoff without an upgrade rehearsal that passed: "+rehearsalMissing(rec))
 	}
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/timeline"
 )
 
@@ -32,6 +33,7 @@ func WriteSignoff(dir string, suites []types.Report, rec Record) error {
 // cause, so that an earlier run's report never stands in for it.
 func WriteSetupFailure(dir string, rec Record, cause error) error {
 	rec.GeneratedAt, rec.SetupFailure = time.Now().UTC(), cause.Error()
+	_, rec.SetupRefused = run.Refused(cause)
 	if _, err := rec.Write(dir); err != nil {
 		return err
 	}

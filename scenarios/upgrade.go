@@ -348,7 +348,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string, letGo func()) {
 	log.at(fmt.Sprintf("cordoning and draining the canary pool %s", pool))
 	cordonAt := time.Now()
 	cordon(ctx, env, env.Factory.RunID, canary, true)
-	cordoned := testenv.DeferUndo(func(ctx context.Context) error {
+	cordoned := testenv.DeferRestore(fmt.Sprintf("canary %s uncordoned", strings.Join(canary, ", ")), func(ctx context.Context) error {
 		cordon(ctx, env, env.Factory.RunID, canary, false)
 		return nil
 	})
@@ -369,7 +369,7 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string, letGo func()) {
 		return nil
 	}
 	// Leave the cluster as it was found, also after a broken upgrade.
-	upgraded := testenv.DeferUndo(func(ctx context.Context) error {
+	upgraded := testenv.DeferRestore(fmt.Sprintf("canary %s rolled back to driver %s", strings.Join(canary, ", "), from), func(ctx context.Context) error {
 		if err := in.Upgrader.Rollback(ctx, canary, from); err != nil {
 			return err
 		}

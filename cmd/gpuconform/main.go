@@ -24,6 +24,9 @@ Usage:
   gpuconform run --in-cluster --image IMG [suite flags]
                                        run it as a Job on the cluster, stream its progress, copy the
                                        artifacts back and clean up
+  gpuconform cleanup [suite flags]     restore and delete what dead runs left (a stopped node, the canary
+                                       on another driver, cordons, queues, namespaces): no spec runs, and
+                                       a live run's objects are left alone
   gpuconform version                   what this binary was built from
   gpuconform images [--bin D --out D --tag T]
                                        write the workload and runner images as OCI archives (make images)
@@ -69,6 +72,8 @@ func dispatch(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return versionCommand(stdout)
 	case "report":
 		return reportCommand(ctx, args[1:], stdout, stderr)
+	case "cleanup":
+		return cleanupCommand(ctx, args[1:], stdout, stderr)
 	case "bench":
 		return benchCommand(ctx, args[1:], stdout, stderr)
 	}

@@ -52,6 +52,8 @@ type Needs struct {
 	Checkpoints, SharedDir bool
 	// Disruptive: the failure and upgrade scenarios change nodes (fixtures/rbac/disruptive.yaml).
 	Disruptive bool
+	// LeaseNamespace: where the run keeps the Lease that tells other runs it is alive ("": none).
+	LeaseNamespace string
 }
 
 // PreflightNeeds lists what the non-disruptive level needs. Kueue objects are included only when the
@@ -61,6 +63,12 @@ type Needs struct {
 func PreflightNeeds(n Needs) []Permission {
 	ns := n.Namespace
 	perms := []Permission{{Verb: "list", Resource: "nodes", Why: "discover GPU nodes and pools"}}
+	if n.LeaseNamespace != "" {
+		for _, verb := range []string{"create", "update", "delete", "list"} {
+			perms = append(perms, Permission{Verb: verb, Group: "coordination.k8s.io", Resource: "leases", Namespace: n.LeaseNamespace,
+				Why: "the run's Lease: other runs on the cluster see that it is alive, wait for what it holds, and never take its objects for leftovers"})
+		}
+	}
 	if ns == "" {
 		perms = append(perms,
 			Permission{Verb: "create", Resource: "namespaces", Why: "run each spec in its own namespace"},

@@ -80,7 +80,16 @@ func flagTable() []flagDef {
 		}},
 		{name: "artifacts", usage: "artifacts directory (default $ARTIFACTS or _artifacts)", apply: func(c *Config, v string) error { c.ArtifactsDir = v; return nil }},
 		{name: "keep-resources", usage: "keep every created object (debugging)", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.KeepResources = b })},
-		{name: "cleanup-leftovers", usage: "delete an earlier run's leftovers at start instead of refusing to run", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.CleanupLeftovers = b })},
+		{name: "cleanup-leftovers", usage: "delete what dead runs left (runs whose lease expired) at start instead of refusing to run; a live run's objects are never touched", isBool: true, apply: boolSetter(func(c *Config, b bool) { c.CleanupLeftovers = b })},
+		{name: "wait-for-other-runs", usage: "how long to wait for live gpuconform runs on the cluster that hold the paths, nodes or canary this run needs (default 30m); past it the run is INCOMPLETE naming them", apply: func(c *Config, v string) error {
+			d, err := time.ParseDuration(v)
+			if err != nil || d < 0 {
+				return fmt.Errorf("%q: want a duration such as 20m (0s: do not wait)", v)
+			}
+			c.WaitForOtherRuns = &metav1.Duration{Duration: d}
+			return nil
+		}},
+		{name: "run-lease-namespace", usage: "namespace of the Lease through which runs on one cluster see each other (default: --namespace in team mode, else default)", apply: func(c *Config, v string) error { c.RunLeaseNamespace = v; return nil }},
 		{name: "require", usage: "comma-separated labels that must each have a passed spec (path:NAME, scenario:NAME); default: every implemented scenario", apply: func(c *Config, v string) error {
 			c.Signoff.Require = splitList(v)
 			return nil

@@ -96,8 +96,16 @@ type Config struct {
 	// KeepResources leaves every created object in place for debugging (the leak audit then reports them
 	// as kept instead of failing).
 	KeepResources bool `json:"keepResources,omitempty"`
-	// CleanupLeftovers deletes an earlier run's labelled objects at suite start instead of refusing to run.
+	// CleanupLeftovers deletes an earlier run's labelled objects at suite start instead of refusing to run:
+	// only a dead run's (no current lease), never those of a run that is still going.
 	CleanupLeftovers bool `json:"cleanupLeftovers,omitempty"`
+	// WaitForOtherRuns bounds how long a run waits for live runs on the cluster that hold what it needs (a
+	// path, the nodes, the canary); past it the run is INCOMPLETE, naming them. Nil means the default,
+	// zero not to wait.
+	WaitForOtherRuns *metav1.Duration `json:"waitForOtherRuns,omitempty"`
+	// RunLeaseNamespace is where runs keep the Leases that say they are alive (default: the team namespace
+	// in team-namespace mode, else "default").
+	RunLeaseNamespace string `json:"runLeaseNamespace,omitempty"`
 	// Tolerations are added to every test pod (real clusters taint GPU nodes).
 	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
 	// PodResources is the CPU and memory every container the suite runs requests and is limited to.
@@ -490,4 +498,28 @@ func (p *PoolsConfig) markExplicit(pool string) {
 		p.explicit = map[string]bool{}
 	}
 	p.explicit[pool] = true
+}
+
+// DefaultWaitForOtherRuns is how long a run waits, unless told otherwise, for the live runs whose holds
+// conflict with its own: a whole local run takes about ten minutes, a real cluster's signoff longer.
+const DefaultWaitForOtherRuns = 30 * time.Minute
+
+// OtherRunsWait is how long the run waits for other live runs (WaitForOtherRuns, or its default).
+func (c Config) OtherRunsWait() time.Duration {
+	if c.WaitForOtherRuns != nil {
+		return c.WaitForOtherRuns.Duration
+	}
+	return DefaultWaitForOtherRuns
+}
+
+// LeaseNamespace is where the run's Lease goes: RunLeaseNamespace, else the team namespace, else "default"
+// (a namespace every cluster has, so the suite creates none for it).
+func (c Config) LeaseNamespace() string {
+	if c.RunLeaseNamespace != "" {
+		return c.RunLeaseNamespace
+	}
+	if c.Namespace != "" {
+		return c.Namespace
+	}
+	return "default"
 }

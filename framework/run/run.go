@@ -5,6 +5,7 @@ package run
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"time"
 
@@ -23,3 +24,35 @@ func NewID(now time.Time) string {
 
 // Selector selects this run's objects.
 func Selector(id string) string { return Label + "=" + id }
+
+// Refusal is why a run would not start (or stopped early) for a reason that is not a finding about the
+// cluster's GPU scheduling: another live run holds what it needs, an earlier run's leftovers, the run's
+// own namespace settings. Its verdict is INCOMPLETE with Fix, never NO-GO: nothing was tested and found
+// broken.
+type Refusal struct {
+	// Why says what stopped the run; Fix what the user does about it.
+	Why, Fix string
+}
+
+func (r *Refusal) Error() string {
+	if r.Fix == "" {
+		return r.Why
+	}
+	return r.Why + "; " + r.Fix
+}
+
+// Refused returns the Refusal in err's chain, if any.
+func Refused(err error) (*Refusal, bool) {
+	var r *Refusal
+	ok := errors.As(err, &r)
+	return r, ok
+}
+
+// Report entries through which a run tells its verdict what is not a finding (reports reads them).
+const (
+	// RefusedEntry carries why the run's setup would not start (a Refusal), before it skips every spec.
+	RefusedEntry = "gpuconform refused to start"
+	// RestoredEntry carries what a spec's cleanup put back that the spec had not undone itself (the
+	// canary's driver rolled back, its nodes uncordoned): an interrupted run's verdict lists them.
+	RestoredEntry = "restored"
+)

@@ -15,6 +15,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/runlease"
 )
 
 // owner tells framework/audit what the runner creates and how it labels it.
@@ -36,12 +37,26 @@ func (r *Runner) clearLeftovers(ctx context.Context) error {
 	if len(res.Others) == 0 {
 		return nil
 	}
-	if !r.opts.CleanupLeftovers {
-		return fmt.Errorf("an earlier in-cluster run left (label %s):\n%s\ndelete them first (kubectl delete ns,clusterrolebinding,clusterrole,job,sa,role,rolebinding -l %s), or run with --cleanup-leftovers",
-			Label, audit.Summary(res.Others), Label)
+	// Another runner's objects are leftovers only when its run has no current lease: a run still going
+	// is never touched.
+	leases, err := runlease.List(ctx, r.kube, r.opts.LeaseNamespace)
+	if err != nil {
+		return fmt.Errorf("other in-cluster runs' objects are on the cluster, and whether those runs are still going cannot be read (leases in %s: %w):\n%s",
+			r.opts.LeaseNamespace, err, audit.Summary(res.Others))
 	}
-	fmt.Fprintf(r.out, "gpuconform-runner: --cleanup-leftovers: deleting what earlier in-cluster runs left:\n%s\n", audit.Summary(res.Others))
-	if err := r.audit.Delete(ctx, res.Others); err != nil {
+	found := audit.SortLeftovers(res.Others, leases, time.Now())
+	if note := found.LiveNote(); note != "" {
+		fmt.Fprintf(r.out, "gpuconform-runner: %s\n", note)
+	}
+	if len(found.Dead) == 0 {
+		return nil
+	}
+	if !r.opts.CleanupLeftovers {
+		return fmt.Errorf("an earlier in-cluster run left (label %s; its run has ended):\n%s\ndelete them first (kubectl delete ns,clusterrolebinding,clusterrole,job,sa,role,rolebinding -l %s), or run with --cleanup-leftovers",
+			Label, audit.Summary(found.Dead), Label)
+	}
+	fmt.Fprintf(r.out, "gpuconform-runner: --cleanup-leftovers: deleting what earlier in-cluster runs left:\n%s\n", audit.Summary(found.Dead))
+	if err := r.audit.Delete(ctx, found.Dead); err != nil {
 		return fmt.Errorf("deleting what earlier in-cluster runs left: %w", err)
 	}
 	return nil
@@ -76,6 +91,10 @@ func (r *Runner) Cleanup(ctx context.Context) error {
 		errs = append(errs, err)
 	case len(errs) == 0:
 		fmt.Fprintf(r.out, "gpuconform-runner: cleaned up; nothing labelled %s=%s is left\n", Label, r.id)
+	}
+	// The run is over: what it left, if anything, is a leftover for the next run to name.
+	if err := r.lease.Release(ctx); err != nil {
+		errs = append(errs, fmt.Errorf("releasing the runner's lease: %w", err))
 	}
 	return errors.Join(errs...)
 }

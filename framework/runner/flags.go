@@ -32,6 +32,8 @@ type Options struct {
 	// CleanupLeftovers is the suite's --cleanup-leftovers, passed on: the runner too deletes what earlier
 	// in-cluster runs left instead of refusing to start.
 	CleanupLeftovers bool
+	// LeaseNamespace is where the runner keeps its lease beside the suite's (config.Config.LeaseNamespace).
+	LeaseNamespace string
 	// Hold is how long the pod waits for its artifacts to be copied; Timeout bounds the suite's run.
 	Hold, Timeout time.Duration
 	// SuiteArgs are the flags passed on to `gpuconform run` in the pod.
@@ -73,7 +75,7 @@ func ParseArgs(args []string, output io.Writer) (Options, error) {
 	if err != nil {
 		return o, err
 	}
-	o.Namespace, o.Disruptive, o.CleanupLeftovers = cfg.Namespace, cfg.Disruptive, cfg.CleanupLeftovers
+	o.Namespace, o.Disruptive, o.CleanupLeftovers, o.LeaseNamespace = cfg.Namespace, cfg.Disruptive, cfg.CleanupLeftovers, cfg.LeaseNamespace()
 	o.Timeout = cmp.Or(cfg.RunTimeout.Duration, 90*time.Minute)
 	return o, nil
 }

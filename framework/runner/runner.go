@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,6 +19,7 @@ import (
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/runlease"
 )
 
 const (
@@ -59,6 +61,9 @@ type Runner struct {
 	out   io.Writer
 	ns    string // the Job's namespace
 	ownNS bool   // created by the runner
+	// lease keeps the runner's objects live for other runs from before they exist until Cleanup: the
+	// suite's own lease comes only once its pod runs.
+	lease *runlease.Lease
 }
 
 // New prepares a run with ID id on the cluster c; progress and the pod's log go to out.
@@ -78,6 +83,12 @@ func (r *Runner) ID() string { return r.id }
 // returns the pod's exit code (the verdict's). An error before the Job exists is a *StartError. Call
 // Cleanup afterwards, whatever Run returned.
 func (r *Runner) Run(ctx context.Context) (int, error) {
+	host, _ := os.Hostname()
+	lease, err := runlease.Acquire(ctx, r.kube, runlease.Options{Namespace: r.opts.LeaseNamespace, RunID: r.id, Role: runlease.RoleRunner, Host: host})
+	if err != nil {
+		return 0, &StartError{fmt.Errorf("taking the runner's lease in namespace %s (it tells other runs this one is alive): %w", r.opts.LeaseNamespace, err)}
+	}
+	r.lease = lease
 	if err := r.clearLeftovers(ctx); err != nil {
 		return 0, &StartError{err}
 	}

@@ -24,6 +24,7 @@ import (
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/runlease"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/timeouts"
 	"gpuconform.io/gpuconform/framework/upgrade"
@@ -73,6 +74,8 @@ type Run struct {
 	skipped   []Skipped
 	queueGaps map[string]string
 	faults    func() *faults.Injector
+	// lease says on the cluster that the run is alive (HoldLease), nil before it is taken.
+	lease *runlease.Lease
 }
 
 // Skipped is a check the scenarios did not register on this cluster, and why.
@@ -93,12 +96,9 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 	if r.Caps, err = r.waitForStack(ctx); err != nil {
 		return r, err
 	}
-	r.decide()
-	list, err := r.Clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return r, fmt.Errorf("listing nodes: %w", err)
+	if err := r.decideAndList(ctx); err != nil {
+		return r, err
 	}
-	r.Nodes = list.Items
 	r.Checkpoints, r.CheckpointsWhy = checkpoints.Discover(cfg.Checkpoints, r.PoolNodes())
 	if cfg.Namespace != "" && r.Checkpoints.HostPath != "" {
 		r.Checkpoints, r.CheckpointsWhy = checkpoints.Storage{}, "no storage that outlives a pod in team-namespace mode: the shared directory "+
@@ -115,6 +115,40 @@ func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error)
 		return r, err
 	}
 	return r, nil
+}
+
+// PrepareCleanup is Prepare for `gpuconform cleanup`: it reads the GPU stack once instead of waiting for it
+// to be ready (a dead run may have left a node stopped or the canary on another driver: that is what the
+// cleanup restores) and builds only what restoring needs, the fault injector and the upgrade provider.
+func PrepareCleanup(ctx context.Context, cfg config.Config, runID string) (*Run, error) {
+	r := &Run{Config: cfg, RunID: runID}
+	var err error
+	r.Clients, err = cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: cfg.Kubeconfig, Context: cfg.Context, Timeout: cfg.Timeouts().API})
+	if err != nil {
+		return r, err
+	}
+	var stackErr error
+	if r.Caps, stackErr = cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config, cluster.NewSettle(time.Now())); stackErr != nil {
+		r.Notes = append(r.Notes, "the GPU stack is not ready (what a dead run left may be why): "+strings.SplitN(stackErr.Error(), "\n", 2)[0])
+	}
+	if err := r.decideAndList(ctx); err != nil {
+		return r, err
+	}
+	r.Upgrade = r.planUpgrade(ctx)
+	r.faults = sync.OnceValue(r.newInjector)
+	r.Env = r.newEnv()
+	return r, nil
+}
+
+// decideAndList makes the decisions that follow from discovery and lists the nodes.
+func (r *Run) decideAndList(ctx context.Context) error {
+	r.decide()
+	list, err := r.Clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	r.Nodes = list.Items
+	return nil
 }
 
 // decide makes the decisions that follow from discovery: the timeout profile, the tolerations, the paths

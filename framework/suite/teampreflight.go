@@ -16,6 +16,7 @@ import (
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/nspolicy"
 	"gpuconform.io/gpuconform/framework/queues"
+	"gpuconform.io/gpuconform/framework/run"
 )
 
 // teamPolicy is what a team namespace lets the suite use, as the team can read it.
@@ -173,8 +174,8 @@ func refusal(ns string, blockedPaths []blocked) error {
 	for i, pr := range problems {
 		problems[i] = fmt.Sprintf("%s (%s)", pr, strings.Join(paths[pr], ", "))
 	}
-	return fmt.Errorf("refusing to start: namespace %s cannot hold one pod with one device on any allocation path: %s; "+
-		"free or raise the quota, relax the LimitRange, or size the suite's pods to it (--pod-cpu, --pod-memory)", ns, strings.Join(problems, "; "))
+	return &run.Refusal{Why: fmt.Sprintf("refusing to start: namespace %s cannot hold one pod with one device on any allocation path: %s", ns, strings.Join(problems, "; ")),
+		Fix: "free or raise the quota, relax the LimitRange, or size the suite's pods to it (--pod-cpu, --pod-memory)"}
 }
 
 // KueueFor reports whether specs on the path named path submit through Kueue: Kueue is usable and, in

@@ -27,6 +27,7 @@ import (
 	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/poollock"
 	"gpuconform.io/gpuconform/framework/run"
+	"gpuconform.io/gpuconform/framework/runlease"
 	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/reports"
 	"gpuconform.io/gpuconform/scenarios"
@@ -45,6 +46,9 @@ type Options struct {
 	// directory (config.Resolve); a path found nowhere is taken from the last.
 	MoreBaseDirs []string
 }
+
+// suiteDescription is the suite's name in Ginkgo's reports.
+const suiteDescription = "GPU scheduling conformance"
 
 // DefaultRunTimeout bounds a run whose --timeout is not given (Ginkgo's own default, one hour, is too
 // short for a disruptive run on a real cluster).
@@ -102,7 +106,8 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 		}
 		return cfg.ArtifactsDir, err
 	}
-	register(r, signoff, cmp.Or[io.Writer](opts.Stdout, os.Stdout))
+	holds := new(runlease.Holds)
+	register(r, signoff, cmp.Or[io.Writer](opts.Stdout, os.Stdout), holds)
 
 	reporterCfg.JSONReport = cmp.Or(reporterCfg.JSONReport, filepath.Join(cfg.ArtifactsDir, "gpuconform-report.json"))
 	reporterCfg.JUnitReport = cmp.Or(reporterCfg.JUnitReport, filepath.Join(cfg.ArtifactsDir, "junit.gpuconform.xml"))
@@ -113,7 +118,12 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 	reporterCfg.NoColor = reporterCfg.NoColor || (!opts.IsTerminal && !cli.Given(flag.CommandLine, "ginkgo.no-color"))
 	reporterCfg.SilenceSkips = reporterCfg.SilenceSkips || !cli.Given(flag.CommandLine, "ginkgo.silence-skips")
 	_ = os.MkdirAll(cfg.ArtifactsDir, 0o755)
-	ginkgo.RunSpecs(t, "GPU scheduling conformance", suiteCfg, reporterCfg)
+	if suiteCfg.ParallelProcess <= 1 {
+		// What the run holds on the cluster for its lease, from the specs its filters select: Ginkgo's
+		// preview walks the same tree without running a node (the report nodes see DryRun and return).
+		*holds = r.PlanHolds(ginkgo.PreviewSpecs(suiteDescription, suiteCfg, reporterCfg).SpecReports)
+	}
+	ginkgo.RunSpecs(t, suiteDescription, suiteCfg, reporterCfg)
 	return cfg.ArtifactsDir, nil
 }
 
@@ -153,12 +163,13 @@ type shared struct {
 
 // register registers the run's Ginkgo nodes: the one-time checks, the registry's scenarios, the per-spec
 // progress line and API cost, the leak audit, and the record and signoff.
-func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer) {
+func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer, holds *runlease.Holds) {
 	var leaks *audit.Result
 	ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
-		if err := r.Preflight(ctx, scenarios.Uses()); err != nil {
-			ginkgo.Fail(err.Error())
-		}
+		say := func(line string) { fmt.Fprintln(specOut, "[gpuconform] "+line) }
+		stopUnless(r.Preflight(ctx, scenarios.Uses()))
+		stopUnless(r.HoldLease(ctx, *holds, say))
+		stopUnless(r.ClearLeftovers(ctx))
 		for _, s := range r.Skipped() {
 			ginkgo.AddReportEntry("not exercised: "+s.What, s.Why)
 		}
@@ -201,6 +212,10 @@ func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer) {
 		_ = os.RemoveAll(poollock.Dir(r.RunID)) // every process is done with the pool locks
 		res, err := r.LeakAudit(ctx)
 		leaks = &res
+		// Only now is what the run left a leftover for the next run: the leak audit has had its say.
+		if lerr := r.ReleaseLease(ctx); lerr != nil {
+			ginkgo.GinkgoWriter.Printf("releasing the run's lease (it expires by itself): %v\n", lerr)
+		}
 		if r.Config.KeepResources {
 			ginkgo.GinkgoWriter.Printf("keep-resources: %d object(s) of this run were kept:\n%s\n", len(res.Ours), audit.Summary(res.Ours))
 		}
@@ -208,6 +223,9 @@ func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer) {
 	})
 
 	ginkgo.ReportAfterSuite("gpuconform record and signoff report", func(rep types.Report) {
+		if dryRun() {
+			return
+		}
 		rec := newRecord(r, signoff)
 		rec.LeakAudit, rec.Results = leaks, reports.Results([]types.Report{rep})
 		rec.APIRequests = r.Clients.Requests.Snapshot()
@@ -224,10 +242,33 @@ func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer) {
 	// One line per spec as it finishes, whatever Ginkgo's verbosity: a long run's progress in the log of
 	// make e2e, CI and the in-cluster runner.
 	ginkgo.ReportAfterEach(func(sp types.SpecReport) {
+		if dryRun() {
+			return
+		}
 		if res := reports.SpecResult(sp); res != "" && res != reports.ResultFiltered {
 			fmt.Fprintln(specOut, reports.SpecLine(sp))
 		}
 	})
+}
+
+// stopUnless stops the run's setup on err: a refusal (another live run, leftovers) skips every spec and
+// says why in a report entry, so the verdict is INCOMPLETE with the fix; anything else fails the setup.
+func stopUnless(err error) {
+	if err == nil {
+		return
+	}
+	ginkgo.GinkgoHelper()
+	if _, ok := run.Refused(err); ok {
+		ginkgo.AddReportEntry(reports.RefusedEntry, err.Error())
+		ginkgo.Skip(err.Error())
+	}
+	ginkgo.Fail(err.Error())
+}
+
+// dryRun reports whether Ginkgo only walks the tree (PreviewSpecs): the report nodes then write nothing.
+func dryRun() bool {
+	cfg, _ := ginkgo.GinkgoConfiguration()
+	return cfg.DryRun
 }
 
 // newRecord is the run's compatibility record as discovery and the scenarios' registration left it.
@@ -260,4 +301,37 @@ func combineFilters(user, profile string) string {
 		return profile
 	}
 	return "(" + user + ") && (" + profile + ")"
+}
+
+// Cleanup is `gpuconform cleanup`: with the flags already parsed into flag.CommandLine (the suite's), it
+// restores and deletes what dead runs left on the cluster (a stopped node, a failed device, the canary on
+// another driver, cordons, queues, namespaces, expired leases) through the providers a run would use,
+// and leaves every object of a live run alone, naming the run. It runs no spec. The exit code is 0 when
+// nothing dead is left, 1 when something could not be restored, 2 for a usage error.
+func Cleanup(ctx context.Context, out io.Writer) int {
+	cfg, err := configFromFlags(nil)
+	if err != nil {
+		fmt.Fprintf(out, "gpuconform cleanup: %v\n", err)
+		return 2
+	}
+	r, err := suite.PrepareCleanup(ctx, cfg, run.NewID(time.Now()))
+	if err != nil {
+		fmt.Fprintf(out, "gpuconform cleanup: %v\n", err)
+		return 1
+	}
+	found, err := r.CleanupLeftovers(ctx)
+	for _, n := range r.RecordNotes() {
+		fmt.Fprintln(out, n)
+	}
+	if err != nil {
+		fmt.Fprintf(out, "gpuconform cleanup: %v\n", err)
+		return 1
+	}
+	for _, l := range found.DeadLeases {
+		fmt.Fprintf(out, "deleted the expired lease of %s\n", l)
+	}
+	if len(found.Dead) == 0 && len(found.DeadLeases) == 0 {
+		fmt.Fprintln(out, "nothing of a dead gpuconform run is on the cluster")
+	}
+	return 0
 }

@@ -1,0 +1,99 @@
+package reports
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"gpuconform.io/gpuconform/framework/audit"
+)
+
+// entry is a report entry as Ginkgo stores a string value.
+func entry(name, value string) types.ReportEntry {
+	return types.ReportEntry{Name: name, Value: types.WrapEntryValue(value)}
+}
+
+func TestVerdictInterruptions(t *testing.T) {
+	rehearsal := func(state types.SpecState, msg string) types.SpecReport {
+		sp := spec("rolls the canary's driver and back", "device-plugin", state, msg)
+		sp.ReportEntries = types.ReportEntries{entry(RestoredEntry, "canary gpuconform-worker3 rolled back to 550.54.15")}
+		return sp
+	}
+	notRun := spec("sees its devices", "device-plugin", types.SpecStateSkipped, "interrupted by user")
+	cases := []struct {
+		name    string
+		reasons []string
+		specs   []types.SpecReport
+		leaks   *audit.Result
+		want    Outcome
+		says    []string
+	}{
+		{name: "SIGINT during the rehearsal is INCOMPLETE with what the cleanup restored",
+			reasons: []string{ginkgoInterruptedBySignal}, specs: []types.SpecReport{rehearsal(types.SpecStateInterrupted, "interrupted by user"), notRun},
+			leaks: &audit.Result{}, want: OutcomeIncomplete,
+			says: []string{"interrupted by a signal (SIGINT or SIGTERM): 1 spec(s)", "1 not run", "restored: canary gpuconform-worker3 rolled back to 550.54.15", "leak audit found nothing"}},
+		{name: "a spec that failed before the signal is still NO-GO",
+			reasons: []string{ginkgoInterruptedBySignal}, specs: []types.SpecReport{spec("admits a Job", "dra", types.SpecStateFailed, "boom"), rehearsal(types.SpecStateInterrupted, "")},
+			leaks: &audit.Result{}, want: OutcomeNoGo, says: []string{"failed: GPU allocation on the dra path admits a Job", "interrupted by a signal"}},
+		{name: "the run's own timeout is INCOMPLETE",
+			reasons: []string{ginkgoSuiteTimeout}, specs: []types.SpecReport{rehearsal(types.SpecStateTimedout, "A suite timeout occurred")},
+			leaks: &audit.Result{}, want: OutcomeIncomplete, says: []string{"interrupted by the run's own timeout (--timeout)"}},
+		{name: "a spec's own timeout is a finding",
+			specs: []types.SpecReport{rehearsal(types.SpecStateTimedout, "A spec timeout occurred")},
+			leaks: &audit.Result{}, want: OutcomeNoGo, says: []string{"failed: "}},
+		{name: "an interrupted run whose leak audit did not run says to check the cluster",
+			reasons: []string{ginkgoInterruptedBySignal}, specs: []types.SpecReport{rehearsal(types.SpecStateInterrupted, "")},
+			want: OutcomeIncomplete, says: []string{"gpuconform cleanup restores"}},
+		{name: "an interruption that left objects is NO-GO for the leak",
+			reasons: []string{ginkgoInterruptedBySignal}, specs: []types.SpecReport{rehearsal(types.SpecStateInterrupted, "")},
+			leaks: &audit.Result{Ours: []audit.Finding{{Kind: "Namespace", Name: "gpuconform-x", Run: "run-1"}}}, want: OutcomeNoGo, says: []string{"leak audit: 1 object(s)"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, rec := passing()
+			rec.Signoff.Require = nil
+			rec.Paths = nil
+			rec.LeakAudit = c.leaks
+			s := []types.Report{{SuiteDescription: "GPU", SuiteSucceeded: len(c.reasons) == 0 && c.want == OutcomeGo,
+				SpecialSuiteFailureReasons: c.reasons, SpecReports: c.specs}}
+			v := expectOutcome(t, s, rec, c.want, "")
+			for _, w := range c.says {
+				if !strings.Contains(strings.Join(v.Reasons(), "\n"), w) {
+					t.Errorf("reasons %q lack %q", v.Reasons(), w)
+				}
+			}
+			if c.want != OutcomeNoGo && strings.Contains(strings.Join(v.NoGo, "\n"), "did not succeed") {
+				t.Errorf("an interruption is not a suite failure: %q", v.NoGo)
+			}
+		})
+	}
+}
+
+func TestVerdictRefusals(t *testing.T) {
+	t.Run("a setup that refused (another live run) is INCOMPLETE, not 'no spec passed'", func(t *testing.T) {
+		_, rec := passing()
+		setup := types.SpecReport{LeafNodeType: types.NodeTypeSynchronizedBeforeSuite, State: types.SpecStateSkipped,
+			Failure:       types.Failure{Message: "waited 2m0s for other gpuconform runs"},
+			ReportEntries: types.ReportEntries{entry(RefusedEntry, "waited 2m0s for other gpuconform runs on this cluster: run r0 on host h (pid 1)")}}
+		skipped := spec("admits a Job", "dra", types.SpecStateSkipped, "Spec skipped because Skip() was called in BeforeSuite")
+		s := []types.Report{{SuiteDescription: "GPU", SuiteSucceeded: true, SpecialSuiteFailureReasons: []string{ginkgoSkippedInBeforeSuite},
+			SpecReports: []types.SpecReport{setup, skipped}}}
+		v := expectOutcome(t, s, rec, OutcomeIncomplete, "the run refused to start: waited 2m0s for other gpuconform runs on this cluster: run r0")
+		for _, r := range v.Reasons() {
+			if strings.Contains(r, "required ") || strings.Contains(r, "no spec passed") {
+				t.Errorf("a refusal lists only itself, got %q", r)
+			}
+		}
+	})
+	t.Run("a setup refusal before the specs (the namespace cannot hold a pod) is INCOMPLETE", func(t *testing.T) {
+		_, rec := passing()
+		rec.SetupFailure, rec.SetupRefused = "refusing to start: namespace team-a cannot hold one pod", true
+		expectOutcome(t, nil, rec, OutcomeIncomplete, "the run refused to start: refusing to start: namespace team-a")
+	})
+	t.Run("a skip in setup without a refusal is still a failure of the suite", func(t *testing.T) {
+		s, rec := passing()
+		s[0].SuiteSucceeded, s[0].SpecialSuiteFailureReasons = false, []string{ginkgoSkippedInBeforeSuite}
+		expectOutcome(t, s, rec, OutcomeNoGo, "did not succeed")
+	})
+}
