@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -36,6 +37,10 @@ type hardeningRow struct {
 	// Signoff, when set, must appear in the row's signoff.md: what the report must say of the variation
 	// (that the run waited for a restarting plugin, say), beyond its verdict.
 	Signoff []string
+	// Drive, when set, replaces Apply and the one run: the row starts its runs (and signals) itself,
+	// counts their specs into res and returns the verdict to compare with Want and what fell short
+	// (hardening_runs.go).
+	Drive func(ctx context.Context, h hardeningEnv, kubeconfig string, res *hardeningResult) (verdict string, bad []string)
 }
 
 type hardeningEnv struct {
@@ -74,7 +79,7 @@ func hardeningTable() []hardeningRow {
 		// A team namespace whose quota cannot hold one of the suite's pods (limits.cpu half of one pod's):
 		// the team preflight refuses to start before any spec, naming the quota and its figures (a setup
 		// failure, whose message Failures must match).
-		{Name: "team-quota-too-small", Want: "NO-GO", Failures: []string{"refusing to start", "limits.cpu"},
+		{Name: "team-quota-too-small", Want: "INCOMPLETE", Failures: []string{"refusing to start", "limits.cpu"},
 			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
 				team, undo, err := localcluster.ApplyTeamQuotaTooSmall(ctx, h.clients.REST, h.clients.Kube, h.clients.Kueue, h.root, h.dir)
 				return []string{"--namespace=" + team.Namespace, "--local-queue=" + team.LocalQueue}, team.Kubeconfig, undo, err
@@ -158,6 +163,13 @@ func hardeningTable() []hardeningRow {
 				_, kc, undo, err := taint(ctx, h)
 				return []string{"--auto-tolerate=false"}, kc, undo, err
 			}},
+		// Two teams' runs on one cluster (hardening_runs.go): neither fails for the other, and what is
+		// interrupted is INCOMPLETE with the cluster as it was. The allocation rows are filtered runs, so
+		// INCOMPLETE (for the filter) is what a healthy run gives.
+		{Name: "two-runs", Want: "INCOMPLETE", Drive: twoRuns},
+		{Name: "cleanup-beside-live-run", Want: "INCOMPLETE", Drive: cleanupBesideLiveRun},
+		{Name: "sigint-rehearsal", Want: "INCOMPLETE", Drive: interruptRehearsal(syscall.SIGINT)},
+		{Name: "sigkill-rehearsal", Want: "INCOMPLETE", Drive: interruptRehearsal(syscall.SIGKILL)},
 		// Kueue's controller scaled to zero: its webhook answers nothing, so the run must stop in setup
 		// (no specs) within seconds, not after the StackReady budget, naming the Deployment and why.
 		{Name: "kueue-down", Want: "NO-GO", Failures: []string{localcluster.KueueManager, "replicas 0 (scaled to zero)"},
@@ -244,6 +256,19 @@ func runHardeningRow(ctx context.Context, h hardeningEnv, adminKubeconfig string
 	_ = os.RemoveAll(h.dir)
 	if err := os.MkdirAll(h.dir, 0o755); err != nil {
 		res.Note = err.Error()
+		return res
+	}
+	if row.Drive != nil {
+		start := time.Now()
+		verdict, bad := row.Drive(ctx, h, adminKubeconfig, &res)
+		res.Verdict, res.Wall = verdict, time.Since(start)
+		res.OK = verdict == row.Want && len(bad) == 0
+		switch {
+		case len(bad) > 0:
+			res.Note = strings.Join(bad, "; ")
+		case verdict != row.Want:
+			res.Note = fmt.Sprintf("want %s (see %s)", row.Want, h.dir)
+		}
 		return res
 	}
 	extra, kubeconfig, undo, err := row.Apply(ctx, h)

@@ -26,6 +26,7 @@ import (
 
 	"gpuconform.io/gpuconform/fixtures/rbac"
 	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/runlease"
 	"gpuconform.io/gpuconform/framework/audit/audittest"
 )
 
@@ -181,6 +182,27 @@ func TestRunnerRefusesLeftovers(t *testing.T) {
 	}
 	if _, err := kube.CoreV1().Namespaces().Get(t.Context(), "users", metav1.GetOptions{}); err != nil {
 		t.Errorf("a namespace of no run went: %v", err)
+	}
+}
+
+// Another in-cluster run whose lease is current is alive: its namespace is never a leftover, not even
+// with --cleanup-leftovers, and the runner says it left it alone.
+func TestRunnerLeavesLiveRunsAlone(t *testing.T) {
+	live := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "live", Labels: map[string]string{Label: "run-1"}}}
+	r, kube := fakeRunner(Options{Image: "x", CleanupLeftovers: true, LeaseNamespace: "default"}, "run-2", live)
+	other, err := runlease.Acquire(t.Context(), kube, runlease.Options{Namespace: "default", RunID: "run-1", Role: runlease.RoleRunner, Host: "ci-1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Release(context.Background()) }()
+	if err := r.clearLeftovers(t.Context()); err != nil {
+		t.Fatalf("a live run's objects are not leftovers: %v", err)
+	}
+	if _, err := kube.CoreV1().Namespaces().Get(t.Context(), "live", metav1.GetOptions{}); err != nil {
+		t.Errorf("the live run's namespace went: %v", err)
+	}
+	if out := r.out.(*bytes.Buffer).String(); !strings.Contains(out, "left alone") || !strings.Contains(out, "runner of run run-1") {
+		t.Errorf("the runner does not name the live run it left alone: %q", out)
 	}
 }
 
