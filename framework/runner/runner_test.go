@@ -26,8 +26,8 @@ import (
 
 	"gpuconform.io/gpuconform/fixtures/rbac"
 	"gpuconform.io/gpuconform/framework/audit"
-	"gpuconform.io/gpuconform/framework/runlease"
 	"gpuconform.io/gpuconform/framework/audit/audittest"
+	"gpuconform.io/gpuconform/framework/runlease"
 )
 
 // fakeRunner is a runner on a fake cluster holding objs.
