@@ -103,12 +103,12 @@ func interruptionOf(suites []types.Report) interruption {
 	return in
 }
 
-// cut reports whether sp ended because of the interruption: interrupted, or timed out by the suite's
-// timeout (not its own).
-func (in interruption) cut(sp types.SpecReport) bool {
-	if in.cause == "" {
-		return false
-	}
+// cut reports whether sp ended because of the run's interruption.
+func (in interruption) cut(sp types.SpecReport) bool { return in.cause != "" && cutByInterruption(sp) }
+
+// cutByInterruption reports whether sp ended because the run was interrupted: Ginkgo's interrupted
+// state, or a timeout by the suite's own deadline (not the spec's).
+func cutByInterruption(sp types.SpecReport) bool {
 	return sp.State == types.SpecStateInterrupted ||
 		(sp.State == types.SpecStateTimedout && strings.HasPrefix(sp.Failure.Message, ginkgoSuiteTimeoutFailure))
 }

@@ -70,6 +70,27 @@ func TestVerdictInterruptions(t *testing.T) {
 	}
 }
 
+// An interrupted run compared with a baseline: what the interruption kept from running is not a
+// regression, what failed before it still is.
+func TestVerdictInterruptedAgainstBaseline(t *testing.T) {
+	s, rec := passing()
+	rec.Signoff.Baseline = BaselineFrom(rec, "base.json")
+	s[0].SuiteSucceeded, s[0].SpecialSuiteFailureReasons = false, []string{ginkgoInterruptedBySignal}
+	s[0].SpecReports[1].State = types.SpecStateInterrupted
+	s[0].SpecReports[2].State, s[0].SpecReports[2].Failure.Message = types.SpecStateSkipped, "interrupted by user"
+	rec.Results = Results(s)
+	v := expectOutcome(t, s, rec, OutcomeIncomplete, "interrupted by a signal")
+	if len(v.Baseline) != 0 {
+		t.Errorf("specs the interruption kept from running are not regressions: %q", v.Baseline)
+	}
+	if got := rec.Results["GPU allocation on the dra path admits a Job"]; got != ResultInterrupted {
+		t.Errorf("result %q, want %q", got, ResultInterrupted)
+	}
+	if p, f, sk := Count(s); p != 1 || f != 0 || sk != 2 {
+		t.Errorf("count %d passed, %d failed, %d skipped; want 1, 0, 2", p, f, sk)
+	}
+}
+
 func TestVerdictRefusals(t *testing.T) {
 	t.Run("a setup that refused (another live run) is INCOMPLETE, not 'no spec passed'", func(t *testing.T) {
 		_, rec := passing()

@@ -228,7 +228,7 @@ func Count(suites []types.Report) (passed, failed, skipped int) {
 				passed++
 			case ResultFailed:
 				failed++
-			case ResultSkipped:
+			case ResultSkipped, ResultInterrupted:
 				skipped++
 			}
 		}

@@ -165,6 +165,9 @@ const (
 	ResultSkipped = "skipped"
 	// ResultFiltered is a spec the run's filters left out (SpecResult only; Results counts it skipped).
 	ResultFiltered = "filtered"
+	// ResultInterrupted is a spec an interruption of the run cut short (a signal, the run's own timeout):
+	// not a finding, and Count counts it with the skipped ones.
+	ResultInterrupted = "interrupted"
 )
 
 // SpecResult is the one tally of a spec's state: passed, failed (any failure state), skipped (skipped by
@@ -176,6 +179,8 @@ func SpecResult(sp types.SpecReport) string {
 		return ""
 	case sp.State == types.SpecStatePassed:
 		return ResultPassed
+	case cutByInterruption(sp):
+		return ResultInterrupted
 	case sp.State.Is(types.SpecStateFailureStates):
 		return ResultFailed
 	case sp.State == types.SpecStatePending || (sp.State == types.SpecStateSkipped && sp.Failure.Message != ""):
@@ -251,7 +256,8 @@ func Decide(suites []types.Report, rec Record) Verdict {
 		v.Incomplete = append(v.Incomplete, "the run refused to start: "+r)
 	}
 	stop := interruptionOf(suites)
-	stopped := rec.SetupFailure != "" || len(refused) > 0
+	// A run that stopped early lists why once, not every requirement its stop left unexercised.
+	stopped := rec.SetupFailure != "" || len(refused) > 0 || stop.cause != ""
 	passedLabels := map[string]bool{}
 	ran := 0
 	for _, s := range suites {
@@ -342,7 +348,7 @@ func Decide(suites []types.Report, rec Record) Verdict {
 			switch got, ok := rec.Results[name]; {
 			case got == ResultFailed:
 				v.Baseline = append(v.Baseline, fmt.Sprintf("passed in baseline run %s, fails now: %s", b.RunID, name))
-			case (!ok || got == ResultSkipped) && !filtered:
+			case (!ok || got == ResultSkipped || got == ResultInterrupted) && !filtered && stop.cause == "":
 				v.Baseline = append(v.Baseline, fmt.Sprintf("passed in baseline run %s, not run now: %s", b.RunID, name))
 			}
 		}

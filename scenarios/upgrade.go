@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
+	gtypes "github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -322,6 +323,10 @@ func rehearse(ctx context.Context, in UpgradeInput, ns string, letGo func()) {
 			ginkgo.AddReportEntry(upgrade.AppCheckEntry, upgrade.FormatAppChecks(log.checks))
 		}
 		switch {
+		case ginkgo.CurrentSpecReport().State.Is(gtypes.SpecStateInterrupted):
+			// A signal or the run's own timeout: nothing was found broken (the verdict lists what the
+			// cleanup restored).
+			ginkgo.AddReportEntry(upgrade.VerdictEntry, verdict+": INTERRUPTED while "+log.step+" (not a finding)")
 		case ginkgo.CurrentSpecReport().Failed():
 			ginkgo.AddReportEntry(upgrade.VerdictEntry, verdict+": NO-GO (failed: "+cmp.Or(log.failedCheck(), log.step)+")")
 		case kept:

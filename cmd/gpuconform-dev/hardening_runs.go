@@ -16,6 +16,7 @@ import (
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/faults"
+	"gpuconform.io/gpuconform/framework/upgrade"
 	"gpuconform.io/gpuconform/reports"
 )
 
@@ -193,6 +194,10 @@ func cleanupBesideLiveRun(ctx context.Context, h hardeningEnv, kubeconfig string
 func interruptRehearsal(sig syscall.Signal) func(ctx context.Context, h hardeningEnv, kubeconfig string, res *hardeningResult) (string, []string) {
 	return func(ctx context.Context, h hardeningEnv, kubeconfig string, res *hardeningResult) (string, []string) {
 		dir := filepath.Join(h.dir, "rehearsal")
+		drivers, err := driverVersions(ctx, h)
+		if err != nil {
+			return "-", []string{err.Error()}
+		}
 		p, err := startRun(ctx, h.bin, kubeconfig, dir, rehearsalOnly...)
 		if err != nil {
 			return "-", []string{err.Error()}
@@ -215,7 +220,7 @@ func interruptRehearsal(sig syscall.Signal) func(ctx context.Context, h hardenin
 		if sig == syscall.SIGINT {
 			verdict := h.bin.verdict(ctx, dir)
 			bad = append(bad, signoffLacks(filepath.Join(dir, "signoff.md"), []string{"interrupted by a signal", "rolled back to driver"})...)
-			return verdict, append(bad, clusterRestored(ctx, h)...)
+			return verdict, append(bad, clusterRestored(ctx, h, drivers)...)
 		}
 		// SIGKILL: nothing ran the cleanup; the next run waits for the lease to expire, then names the
 		// canary's mark and refuses.
@@ -234,8 +239,21 @@ func interruptRehearsal(sig syscall.Signal) func(ctx context.Context, h hardenin
 		if cerr != nil {
 			bad = append(bad, fmt.Sprintf("gpuconform cleanup: %v: %s", cerr, firstLine(out)))
 		}
-		return verdict, append(bad, clusterRestored(ctx, h)...)
+		return verdict, append(bad, clusterRestored(ctx, h, drivers)...)
 	}
+}
+
+// driverVersions are the nodes' driver versions (the label the rehearsal reads), by node.
+func driverVersions(ctx context.Context, h hardeningEnv) (map[string]string, error) {
+	nodes, err := h.clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, n := range nodes.Items {
+		out[n.Name] = n.Labels[upgrade.DriverVersionLabel]
+	}
+	return out, nil
 }
 
 // waitUpgraded waits for a node carrying the rehearsal's upgraded-from mark and returns its name.
@@ -257,15 +275,18 @@ func waitUpgraded(ctx context.Context, h hardeningEnv) (string, error) {
 	return node, err
 }
 
-// clusterRestored lists what is not as a run found it: a node still marked by a run or cordoned, and
-// namespaces of a run.
-func clusterRestored(ctx context.Context, h hardeningEnv) []string {
+// clusterRestored lists what is not as a run found it: a node on another driver than drivers says, still
+// marked by a run or cordoned, and namespaces of a run.
+func clusterRestored(ctx context.Context, h hardeningEnv, drivers map[string]string) []string {
 	var bad []string
 	nodes, err := h.clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return []string{err.Error()}
 	}
 	for _, n := range nodes.Items {
+		if v := n.Labels[upgrade.DriverVersionLabel]; v != drivers[n.Name] {
+			bad = append(bad, fmt.Sprintf("node %s is on driver %q, was %q", n.Name, v, drivers[n.Name]))
+		}
 		if m := n.Annotations[faults.FaultsAnnotation]; m != "" {
 			bad = append(bad, fmt.Sprintf("node %s still carries %s", n.Name, m))
 		}
