@@ -34,9 +34,10 @@ var rehearsalOnly = []string{"--disruptive", "--ginkgo.label-filter=scenario:upg
 // runProc is one `gpuconform …` process a row started, in a process group of its own (so a signal reaches
 // the whole run, as a terminal's Ctrl-C does), its output in a log file.
 type runProc struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan error
+	cmd *exec.Cmd
+	log string
+	// done is closed once the process has ended (its exit status is the verdict's, read from the report).
+	done chan struct{}
 }
 
 // startRun starts `gpuconform run ARGS` against kubeconfig with its artifacts in dir (and its log beside).
@@ -54,8 +55,12 @@ func startRun(ctx context.Context, bin shipped, kubeconfig, dir string, args ...
 		log.Close()
 		return nil, err
 	}
-	p := &runProc{cmd: cmd, log: dir + ".log", done: make(chan error, 1)}
-	go func() { p.done <- cmd.Wait(); log.Close() }()
+	p := &runProc{cmd: cmd, log: dir + ".log", done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		log.Close()
+		close(p.done)
+	}()
 	return p, nil
 }
 
@@ -149,7 +154,7 @@ func cleanupBesideLiveRun(ctx context.Context, h hardeningEnv, kubeconfig string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
 		nss, err := h.clients.Kube.CoreV1().Namespaces().List(ctx, metav1.ListOptions{LabelSelector: fixtures.RunLabel})
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // the API server answering again is what the poll waits for too
 		}
 		seen = seen[:0]
 		for _, ns := range nss.Items {
@@ -262,7 +267,7 @@ func waitUpgraded(ctx context.Context, h hardeningEnv) (string, error) {
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
 		nodes, err := h.clients.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // a failed list is tried again until the rehearsal's mark shows
 		}
 		for _, n := range nodes.Items {
 			if strings.Contains(n.Annotations[faults.FaultsAnnotation], "upgraded-from=") {

@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
@@ -503,9 +504,7 @@ func merge(into, from map[string]string) map[string]string {
 	if into == nil {
 		into = map[string]string{}
 	}
-	for k, v := range from {
-		into[k] = v
-	}
+	maps.Copy(into, from)
 	return into
 }
 

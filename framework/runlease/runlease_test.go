@@ -75,7 +75,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 
 func release(t *testing.T, l *Lease) {
 	t.Helper()
-	if err := l.Release(context.Background()); err != nil {
+	if err := l.Release(t.Context()); err != nil {
 		t.Error(err)
 	}
 }
@@ -220,7 +220,7 @@ func TestAcquireWaitsForAnEarlierConflictingRun(t *testing.T) {
 	earlier := put(t, kube, opts("20261206-060000-aaaaaa", draExclusive()), now.Add(-time.Minute), now, true)
 	go func() {
 		time.Sleep(300 * time.Millisecond)
-		_ = kube.CoordinationV1().Leases(ns).Delete(context.Background(), earlier.Name, metav1.DeleteOptions{})
+		_ = kube.CoordinationV1().Leases(ns).Delete(t.Context(), earlier.Name, metav1.DeleteOptions{})
 	}()
 	var lines []string
 	var mu sync.Mutex
@@ -432,7 +432,7 @@ func TestConflictingRunsTakeTurns(t *testing.T) {
 		wg.Go(func() {
 			o := opts(id, draExclusive())
 			o.WaitFor = 10 * time.Second
-			l, err := Acquire(context.Background(), kube, o)
+			l, err := Acquire(t.Context(), kube, o)
 			if err != nil {
 				t.Error(err)
 				return

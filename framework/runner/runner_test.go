@@ -194,7 +194,7 @@ func TestRunnerLeavesLiveRunsAlone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = other.Release(context.Background()) }()
+	defer func() { _ = other.Release(t.Context()) }()
 	if err := r.clearLeftovers(t.Context()); err != nil {
 		t.Fatalf("a live run's objects are not leftovers: %v", err)
 	}
