@@ -118,3 +118,54 @@ func TestVerdictRefusals(t *testing.T) {
 		expectOutcome(t, s, rec, OutcomeNoGo, "did not succeed")
 	})
 }
+
+// Every spec of a required scenario is required: one that skipped itself at run time makes the run
+// INCOMPLETE with its reason; one that does not apply to the cluster (its Skip says "not applicable:"
+// with the evidence) is listed and keeps GO; a skip in a scenario nobody requires changes nothing.
+func TestVerdictSkippedRequiredSpecs(t *testing.T) {
+	skipped := func(scenario, msg string, state types.SpecState) types.SpecReport {
+		sp := spec("resumes from its checkpoint", "dra", state, msg)
+		sp.ContainerHierarchyLabels = [][]string{{scenario, "path:dra"}}
+		return sp
+	}
+	cases := []struct {
+		name string
+		sp   types.SpecReport
+		want Outcome
+		says string
+	}{
+		{name: "Skip in a required spec", sp: skipped("scenario:shortage", "not exercised: no storage that outlives a node", types.SpecStateSkipped),
+			want: OutcomeIncomplete, says: "required spec not exercised: GPU allocation on the dra path resumes from its checkpoint: not exercised: no storage that outlives a node"},
+		{name: "a pending required spec", sp: skipped("scenario:allocation", "", types.SpecStatePending),
+			want: OutcomeIncomplete, says: "the spec is pending"},
+		{name: "not applicable, with its evidence", sp: skipped("scenario:shortage", "not applicable: no node of the GPU pool runs MPS (record: sharing none)", types.SpecStateSkipped),
+			want: OutcomeGo, says: "not applicable: GPU allocation on the dra path resumes from its checkpoint: no node of the GPU pool runs MPS"},
+		{name: "a skip outside the required scenarios", sp: skipped("scenario:metrics", "not exercised: no exporter", types.SpecStateSkipped),
+			want: OutcomeGo},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, rec := passing()
+			s[0].SpecReports = append(s[0].SpecReports, c.sp)
+			v := Decide(s, rec)
+			if v.Outcome != c.want {
+				t.Fatalf("outcome %s, want %s: %q", v.Outcome, c.want, v.Reasons())
+			}
+			all := strings.Join(append(v.Reasons(), prefixed("not applicable: ", v.NotApplicable)...), "\n")
+			if c.says != "" && !strings.Contains(all, c.says) {
+				t.Errorf("the verdict lacks %q:\n%s", c.says, all)
+			}
+			if md := RenderMarkdown(s, rec); c.says != "" && !strings.Contains(md, c.says) {
+				t.Errorf("the signoff lacks %q", c.says)
+			}
+		})
+	}
+}
+
+func prefixed(p string, l []string) []string {
+	out := make([]string, len(l))
+	for i, s := range l {
+		out[i] = p + s
+	}
+	return out
+}

@@ -47,7 +47,10 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 		}
 		fmt.Fprintf(&b, "- incomplete: %s%s\n", r, allowed)
 	}
-	if len(v.NoGo)+len(v.Incomplete) > 0 {
+	for _, r := range v.NotApplicable {
+		fmt.Fprintf(&b, "- not applicable: %s\n", r)
+	}
+	if len(v.NoGo)+len(v.Incomplete)+len(v.NotApplicable) > 0 {
 		b.WriteString("\n")
 	}
 	if len(rec.Signoff.Require) > 0 {

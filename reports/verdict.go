@@ -217,6 +217,9 @@ type Verdict struct {
 	Incomplete []string
 	// Baseline are the differences from the baseline run, one line each.
 	Baseline []string
+	// NotApplicable are the required specs that skipped themselves because the cluster lacks what they
+	// test, with the evidence ("not applicable: …"): listed, and no reason for INCOMPLETE.
+	NotApplicable []string
 }
 
 // Go is true for a GO verdict.
@@ -279,6 +282,9 @@ func Decide(suites []types.Report, rec Record) Verdict {
 			}
 			if sp.State.Is(types.SpecStateFailureStates) {
 				v.NoGo = append(v.NoGo, "failed: "+sp.FullText())
+			}
+			if SpecResult(sp) == ResultSkipped && !stopped && required(sp, rec) {
+				v.skippedRequired(sp)
 			}
 			if sp.State != types.SpecStatePassed {
 				continue
@@ -365,6 +371,36 @@ func Decide(suites []types.Report, rec Record) Verdict {
 		v.Outcome = OutcomeGo
 	}
 	return v
+}
+
+// NotApplicablePrefix starts the Skip message of a spec that does not apply to the cluster (what it tests
+// is absent, as the record shows): such a skip of a required spec does not make the run INCOMPLETE.
+// Every other skip of a required spec ("not exercised: …", a pending spec) does.
+const NotApplicablePrefix = "not applicable:"
+
+// required reports whether sp carries a label the signoff requires (a required scenario's, a discovered
+// path's, a required requirement's): every spec a required scenario registers is required, not only
+// one of them.
+func required(sp types.SpecReport, rec Record) bool {
+	ls := sp.Labels()
+	if slices.ContainsFunc(rec.Signoff.Require, func(r string) bool { return !strings.HasPrefix(r, "path:") && slices.Contains(ls, r) }) {
+		return true
+	}
+	return rec.Signoff.PreUpgrade != "" && slices.Contains(ls, rec.Signoff.PreUpgrade)
+}
+
+// skippedRequired records a required spec that did not run to its end: not applicable (listed), or not
+// exercised (INCOMPLETE), with the spec's own reason.
+func (v *Verdict) skippedRequired(sp types.SpecReport) {
+	why := firstLine(sp.Failure.Message)
+	if after, ok := strings.CutPrefix(why, NotApplicablePrefix); ok {
+		v.NotApplicable = append(v.NotApplicable, fmt.Sprintf("%s: %s", sp.FullText(), strings.TrimSpace(after)))
+		return
+	}
+	if sp.State == types.SpecStatePending {
+		why = "the spec is pending"
+	}
+	v.Incomplete = append(v.Incomplete, fmt.Sprintf("required spec not exercised: %s: %s", sp.FullText(), cmp.Or(why, "skipped")))
 }
 
 // userFilterOf describes the filters a user put on the run: the profile's own label filter is the profile's
