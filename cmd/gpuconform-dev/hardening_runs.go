@@ -141,14 +141,17 @@ func twoRuns(ctx context.Context, h hardeningEnv, kubeconfig string, res *harden
 	return v2, bad
 }
 
-// cleanupBesideLiveRun runs `gpuconform cleanup` while an allocation run has its namespaces: the cleanup
-// must name the live run and delete none of its objects, and the run must pass.
+// cleanupBesideLiveRun runs `gpuconform cleanup`, then a run with --cleanup-leftovers on the other path,
+// while an allocation run on the device-plugin path has its namespaces: the cleanup must name the live
+// run and delete none of its objects, the second run must run beside it (their paths do not conflict)
+// and neither may fail.
 func cleanupBesideLiveRun(ctx context.Context, h hardeningEnv, kubeconfig string, res *hardeningResult) (string, []string) {
 	dir := filepath.Join(h.dir, "live")
-	live, err := startRun(ctx, h.bin, kubeconfig, dir, allocationOnly...)
+	live, err := startRun(ctx, h.bin, kubeconfig, dir, "--procs=3", "--ginkgo.label-filter=scenario:allocation && path:device-plugin")
 	if err != nil {
 		return "-", []string{err.Error()}
 	}
+	var beside *runProc
 	var bad []string
 	var seen []string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
@@ -175,6 +178,11 @@ func cleanupBesideLiveRun(ctx context.Context, h hardeningEnv, kubeconfig string
 		if !strings.Contains(out, "left alone") || strings.Contains(out, "deleted") {
 			bad = append(bad, "gpuconform cleanup did not name the live run as left alone, or deleted something (see cleanup.log)")
 		}
+		beside, err = startRun(ctx, h.bin, kubeconfig, filepath.Join(h.dir, "beside"), "--procs=3", "--cleanup-leftovers",
+			"--ginkgo.label-filter=scenario:allocation && path:dra")
+		if err != nil {
+			bad = append(bad, err.Error())
+		}
 		for _, ns := range seen {
 			if !strings.Contains(out, "Namespace "+ns) {
 				continue // the run may have finished with it meanwhile
@@ -189,7 +197,21 @@ func cleanupBesideLiveRun(ctx context.Context, h hardeningEnv, kubeconfig string
 		bad = append(bad, err.Error())
 	}
 	verdict, b := judgeRun(ctx, h.bin, dir, res)
-	return verdict, append(bad, b...)
+	bad = append(bad, b...)
+	if beside != nil {
+		if err := beside.wait(20 * time.Minute); err != nil {
+			bad = append(bad, err.Error())
+		}
+		if strings.Contains(beside.output(), "for other gpuconform runs") {
+			bad = append(bad, "the run on the other path waited for the live one: their paths do not conflict")
+		}
+		v2, b2 := judgeRun(ctx, h.bin, filepath.Join(h.dir, "beside"), res)
+		if v2 != verdict {
+			bad = append(bad, fmt.Sprintf("the runs' verdicts differ: %s and %s", verdict, v2))
+		}
+		bad = append(bad, b2...)
+	}
+	return verdict, bad
 }
 
 // interruptRehearsal starts the upgrade rehearsal, waits until the canary is upgraded (its fault mark
