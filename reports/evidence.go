@@ -31,6 +31,7 @@ const (
 	evidenceResultProven     = "proven"
 	evidenceResultFailed     = "failed"
 	evidenceResultPartly     = "partly failed"
+	evidenceResultShort      = "passed, not proven"
 	evidenceResultNotRun     = "not exercised"
 	evidenceResultOutOfScope = "out of scope"
 )
@@ -85,6 +86,7 @@ func ConformanceEvidence(suites []types.Report, rec Record) Evidence {
 		list, _ = conformance.For(conformance.Latest)
 	}
 	ev := Evidence{Version: list.Version, Profile: rec.Signoff.Profile}
+	standing := standingOf(suites, rec)
 	for _, req := range list.Requirements {
 		r := RequirementEvidence{Requirement: req, Page: string(req.ID) + ".md"}
 		for _, c := range rec.Signoff.Conformance.Claims {
@@ -93,33 +95,74 @@ func ConformanceEvidence(suites []types.Report, rec Record) Evidence {
 			}
 		}
 		r.Specs = specsWithLabel(suites, labels.RequirementPrefix+string(req.ID))
-		r.Result, r.Status, r.Notes = judgeRequirement(rec, r)
+		r.Result, r.Status, r.Notes = judgeRequirement(rec, r, standing)
 		ev.Requirements = append(ev.Requirements, r)
 	}
 	return ev
 }
 
-// judgeRequirement is a requirement's result, checklist status and notes.
-func judgeRequirement(rec Record, r RequirementEvidence) (result, status, notes string) {
-	var passed, failed []string
+// runStanding is what a requirement's status needs to know of the whole run besides its own specs: a
+// requirement is Implemented only by an unfiltered run whose verdict is GO.
+type runStanding struct {
+	outcome Outcome
+	filter  string
+}
+
+func standingOf(suites []types.Report, rec Record) runStanding {
+	st := runStanding{outcome: Decide(suites, rec).Outcome}
+	for _, s := range suites {
+		if f := userFilterOf(s.SuiteConfig, rec.Signoff); f != "" {
+			st.filter = f
+		}
+	}
+	return st
+}
+
+// shortfall says why passed proving specs do not make a requirement Implemented: proving specs that did
+// not run to their end, a filtered run, a verdict other than GO ("" when nothing falls short).
+func (st runStanding) shortfall(notRun []string) string {
+	var why []string
+	if len(notRun) > 0 {
+		why = append(why, fmt.Sprintf("%d proving spec(s) not exercised (%s)", len(notRun), strings.Join(notRun, "; ")))
+	}
+	if st.filter != "" {
+		why = append(why, "the run was filtered ("+st.filter+")")
+	}
+	if st.outcome != OutcomeGo {
+		why = append(why, "the run's verdict is "+string(st.outcome))
+	}
+	return strings.Join(why, "; ")
+}
+
+// judgeRequirement is a requirement's result, checklist status and notes, in the checklist's own words:
+// Implemented only when every spec that proves it passed in an unfiltered run whose verdict is GO; Not
+// Implemented when one of them failed; Partially Implemented, naming what is missing, in between.
+func judgeRequirement(rec Record, r RequirementEvidence, st runStanding) (result, status, notes string) {
+	var passed, failed, notRun []string
 	for _, sp := range r.Specs {
 		switch sp.Result {
 		case ResultPassed:
 			passed = append(passed, sp.Path)
 		case ResultFailed:
 			failed = append(failed, sp.Path)
+		default:
+			notRun = append(notRun, sp.Text)
 		}
 	}
+	short := st.shortfall(notRun)
 	switch {
 	case len(r.How) == 0 && r.OutOfScope != "":
 		return evidenceResultOutOfScope, statusLeftToParticipant, "not exercised by gpuconform: " + r.OutOfScope
 	case len(r.How) == 0:
 		return evidenceResultOutOfScope, statusLeftToParticipant, "no gpuconform scenario claims this requirement"
 	case len(failed) > 0 && len(passed) > 0:
-		return evidenceResultPartly, StatusPartlyImplemented, fmt.Sprintf("gpuconform: %d spec(s) passed (%s), %d failed (%s); see the evidence page",
-			len(passed), pathList(passed), len(failed), pathList(failed))
+		return evidenceResultPartly, StatusNotImplemented, fmt.Sprintf("gpuconform: %d spec(s) failed (%s), %d passed (%s); see the evidence page",
+			len(failed), pathList(failed), len(passed), pathList(passed))
 	case len(failed) > 0:
 		return evidenceResultFailed, StatusNotImplemented, fmt.Sprintf("gpuconform: %d spec(s) failed (%s); see the evidence page", len(failed), pathList(failed))
+	case len(passed) > 0 && short != "":
+		return evidenceResultShort, StatusPartlyImplemented, fmt.Sprintf("gpuconform: %d spec(s) passed (%s), but %s; see the evidence page",
+			len(passed), pathList(passed), short)
 	case len(passed) > 0:
 		return evidenceResultProven, StatusImplemented, fmt.Sprintf("gpuconform: %d spec(s) passed (%s); see the evidence page for what each saw", len(passed), pathList(passed))
 	}

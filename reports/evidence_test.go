@@ -51,8 +51,10 @@ func TestConformanceEvidenceJudgesEachRequirement(t *testing.T) {
 		t.Fatalf("version %s, %d requirements", ev.Version, len(ev.Requirements))
 	}
 	want := map[conformance.ID][2]string{
-		conformance.SecureAcceleratorAccess: {evidenceResultProven, StatusImplemented},
-		conformance.GangScheduling:          {evidenceResultPartly, StatusPartlyImplemented},
+		// Its specs passed, but in a run whose verdict is NO-GO: not proven (a GO run proves it, below).
+		conformance.SecureAcceleratorAccess: {evidenceResultShort, StatusPartlyImplemented},
+		// One proving spec failed: not implemented, whatever else passed.
+		conformance.GangScheduling:          {evidenceResultPartly, StatusNotImplemented},
 		conformance.DriverRuntimeManagement: {evidenceResultFailed, StatusNotImplemented},
 		conformance.AcceleratorMetrics:      {evidenceResultNotRun, ""},
 		conformance.GPUSharing:              {evidenceResultNotRun, ""},
@@ -87,6 +89,43 @@ func TestConformanceEvidenceJudgesEachRequirement(t *testing.T) {
 	}
 }
 
+// A requirement is Implemented only by an unfiltered run whose verdict is GO in which every spec that
+// proves it passed; a filtered run, a proving spec that skipped itself, or another verdict leave it
+// Partially Implemented, naming what falls short.
+func TestRequirementStatusFollowsTheChecklistsWords(t *testing.T) {
+	cases := []struct {
+		name   string
+		change func(s []types.Report, rec *Record)
+		status string
+		notes  string
+	}{
+		{name: "GO, unfiltered, every proving spec passed", change: func([]types.Report, *Record) {}, status: StatusImplemented},
+		{name: "a filtered run", change: func(s []types.Report, _ *Record) { s[0].SuiteConfig.LabelFilter = "path:dra" },
+			status: StatusPartlyImplemented, notes: "the run was filtered (label filter path:dra)"},
+		{name: "a proving spec skipped itself", change: func(s []types.Report, _ *Record) {
+			s[0].SpecReports[1].State, s[0].SpecReports[1].Failure.Message = types.SpecStateSkipped, "not exercised: no helper namespace"
+		}, status: StatusPartlyImplemented, notes: "1 proving spec(s) not exercised"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			suites, rec := conformanceRun()
+			// Only the secure-access specs and a plain one: a GO run.
+			suites[0].SuiteSucceeded, suites[0].SpecReports = true, append(suites[0].SpecReports[:2], suites[0].SpecReports[5])
+			rec.Paths, rec.Signoff.Require, rec.NotExercised = nil, nil, nil
+			rec.LeakAudit = &audit.Result{}
+			c.change(suites, &rec)
+			for _, r := range ConformanceEvidence(suites, rec).Requirements {
+				if r.ID != conformance.SecureAcceleratorAccess {
+					continue
+				}
+				if r.Status != c.status || !strings.Contains(r.Notes, c.notes) {
+					t.Errorf("status %q notes %q, want %q with %q", r.Status, r.Notes, c.status, c.notes)
+				}
+			}
+		})
+	}
+}
+
 func TestWriteEvidenceAndTheChecklist(t *testing.T) {
 	suites, rec := conformanceRun()
 	dir := t.TempDir()
@@ -98,7 +137,7 @@ func TestWriteEvidenceAndTheChecklist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, w := range []string{"# secure_accelerator_access (MUST, security)", "**Result: proven.**", "scenario `allocation`: absence asserted on device nodes",
+	for _, w := range []string{"# secure_accelerator_access (MUST, security)", "**Result: passed, not proven.**", "scenario `allocation`: absence asserted on device nodes",
 		"### passed: GPU allocation on the dra path shows no device", "- evidence: a pod that asked for no device: pod p on w1 sees none"} {
 		if !strings.Contains(string(page), w) {
 			t.Errorf("page lacks %q:\n%s", w, page)
@@ -119,7 +158,7 @@ func TestWriteEvidenceAndTheChecklist(t *testing.T) {
 		t.Fatalf("checklist = %+v", c)
 	}
 	sec := c.Spec.Security[0]
-	if sec.ID != "secure_accelerator_access" || sec.Status != StatusImplemented || len(sec.Evidence) == 0 || sec.Evidence[0] != "file://evidence/secure_accelerator_access.md" {
+	if sec.ID != "secure_accelerator_access" || sec.Status != StatusPartlyImplemented || len(sec.Evidence) == 0 || sec.Evidence[0] != "file://evidence/secure_accelerator_access.md" {
 		t.Errorf("security item = %+v", sec)
 	}
 	if ai := c.Spec.Networking[0]; ai.Status != "" || len(ai.Evidence) != 0 || !strings.Contains(ai.Notes, "not exercised by gpuconform") {
@@ -129,7 +168,7 @@ func TestWriteEvidenceAndTheChecklist(t *testing.T) {
 		t.Error("sections out of the checklist's order")
 	}
 	index, _ := os.ReadFile(filepath.Join(dir, EvidenceDir, "README.md"))
-	if !strings.Contains(string(index), "| [gang_scheduling](gang_scheduling.md) | MUST | partly failed | Partially Implemented | 2 |") {
+	if !strings.Contains(string(index), "| [gang_scheduling](gang_scheduling.md) | MUST | partly failed | Not Implemented | 2 |") {
 		t.Errorf("index:\n%s", index)
 	}
 	md, html := RenderMarkdown(suites, rec), RenderHTML(suites, rec)
