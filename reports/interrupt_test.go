@@ -7,6 +7,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/upgrade"
 )
 
 // entry is a report entry as Ginkgo stores a string value.
@@ -168,4 +169,18 @@ func prefixed(p string, l []string) []string {
 		out[i] = p + s
 	}
 	return out
+}
+
+// The upgrade rehearsal's application checks that did not apply to the canary are listed beside the
+// verdict with their reason, and do not change it.
+func TestVerdictListsNotApplicableAppChecks(t *testing.T) {
+	s, rec := passing()
+	s[0].SpecReports[0].ReportEntries = types.ReportEntries{entry(upgrade.AppCheckEntry, upgrade.FormatAppChecks([]upgrade.AppCheck{
+		{Check: "device identity", Path: "dra", Node: "w3", Result: upgrade.AppCheckPassed},
+		{Check: "sharing", Path: "dra", Result: upgrade.AppCheckNotApplicable + ": the canary pool shares no GPU"},
+	}))}
+	v := expectOutcome(t, s, rec, OutcomeGo, "")
+	if len(v.NotApplicable) != 1 || !strings.Contains(v.NotApplicable[0], `application check "sharing" on the dra path: the canary pool shares no GPU`) {
+		t.Errorf("not applicable: %q", v.NotApplicable)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/upgrade"
 )
 
 // Outcome is the signoff answer.
@@ -297,6 +298,9 @@ func Decide(suites []types.Report, rec Record) Verdict {
 				if after, ok := strings.CutPrefix(e.Name, "not exercised:"); ok {
 					v.Incomplete = append(v.Incomplete, fmt.Sprintf("runtime fallback in %q: %s: %s", sp.FullText(), strings.TrimSpace(after), e.StringRepresentation()))
 				}
+				if e.Name == upgrade.AppCheckEntry {
+					v.NotApplicable = append(v.NotApplicable, notApplicableChecks(e.StringRepresentation())...)
+				}
 			}
 		}
 	}
@@ -401,6 +405,18 @@ func (v *Verdict) skippedRequired(sp types.SpecReport) {
 		why = "the spec is pending"
 	}
 	v.Incomplete = append(v.Incomplete, fmt.Sprintf("required spec not exercised: %s: %s", sp.FullText(), cmp.Or(why, "skipped")))
+}
+
+// notApplicableChecks are the upgrade rehearsal's application checks that did not apply to the canary
+// pool, with the reason its log gave: listed beside the verdict, so that a check that never ran is seen.
+func notApplicableChecks(entry string) []string {
+	var out []string
+	for _, c := range upgrade.ParseAppChecks(entry) {
+		if why, ok := strings.CutPrefix(c.Result, upgrade.AppCheckNotApplicable+": "); ok {
+			out = append(out, fmt.Sprintf("upgrade rehearsal's application check %q on the %s path: %s", c.Check, c.Path, why))
+		}
+	}
+	return out
 }
 
 // userFilterOf describes the filters a user put on the run: the profile's own label filter is the profile's
