@@ -28,8 +28,9 @@ import (
 // allocationOnly filters a run to the allocation specs: short, and on every path.
 var allocationOnly = []string{"--procs=3", "--ginkgo.label-filter=scenario:allocation"}
 
-// rehearsalOnly filters a run to the upgrade rehearsal, in one process (a signal then reaches one suite).
-var rehearsalOnly = []string{"--disruptive", "--ginkgo.label-filter=scenario:upgrade"}
+// rehearsalOnly filters a run to the upgrade rehearsal, in two Ginkgo processes as make e2e runs it (a
+// terminal's Ctrl-C reaches the parent and both processes).
+var rehearsalOnly = []string{"--procs=2", "--disruptive", "--ginkgo.label-filter=scenario:upgrade"}
 
 // runProc is one `gpuconform …` process a row started, in a process group of its own (so a signal reaches
 // the whole run, as a terminal's Ctrl-C does), its output in a log file.

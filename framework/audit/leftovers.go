@@ -44,8 +44,12 @@ func (l Leftovers) LiveNote() string {
 	if len(l.LiveObjects) == 0 {
 		return ""
 	}
+	owners := map[string]bool{}
+	for _, f := range l.LiveObjects {
+		owners[f.Run] = true
+	}
 	var runs []string
-	for _, id := range slices.Sorted(maps.Keys(l.Live)) {
+	for _, id := range slices.Sorted(maps.Keys(owners)) {
 		runs = append(runs, l.Live[id].String())
 	}
 	return fmt.Sprintf("objects of live gpuconform runs, left alone: %s:\n%s", strings.Join(runs, "; "), Summary(l.LiveObjects))

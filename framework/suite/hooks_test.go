@@ -45,6 +45,7 @@ func TestClearLeftoversLeavesLiveRunsAlone(t *testing.T) {
 	c := b.Build()
 	a := audit.Auditor{Kube: fake.NewClientset(node), Objects: audittest.Objects{Client: c}}
 	infos := []runlease.Info{
+		{Name: "gpuconform-suite-now", Namespace: "default", RunID: "now", Role: runlease.RoleSuite, Host: "me", Renewed: now, Duration: time.Minute},
 		{Name: "gpuconform-suite-live", Namespace: "default", RunID: "live", Role: runlease.RoleSuite, Host: "ci-1", Renewed: now, Duration: time.Minute},
 		{Name: "gpuconform-suite-dead", Namespace: "default", RunID: "dead", Role: runlease.RoleSuite, Host: "ci-2", Renewed: now.Add(-time.Hour), Duration: time.Minute},
 	}
@@ -76,7 +77,8 @@ func TestClearLeftoversLeavesLiveRunsAlone(t *testing.T) {
 	if strings.Join(removed, ",") != "gpuconform-suite-dead" {
 		t.Errorf("leases removed %q, want the dead run's", removed)
 	}
-	if notes := strings.Join(r.Notes, "\n"); !strings.Contains(notes, "left alone: run live on host ci-1") || !strings.Contains(notes, "Namespace gpuconform-live") {
+	if notes := strings.Join(r.Notes, "\n"); !strings.Contains(notes, "left alone: run live on host ci-1") || !strings.Contains(notes, "Namespace gpuconform-live") ||
+		strings.Contains(notes, "run now on host me") {
 		t.Errorf("notes do not name the live run: %q", r.Notes)
 	}
 }
