@@ -1,6 +1,9 @@
 package reports
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -182,5 +185,25 @@ func TestVerdictListsNotApplicableAppChecks(t *testing.T) {
 	v := expectOutcome(t, s, rec, OutcomeGo, "")
 	if len(v.NotApplicable) != 1 || !strings.Contains(v.NotApplicable[0], `application check "sharing" on the dra path: the canary pool shares no GPU`) {
 		t.Errorf("not applicable: %q", v.NotApplicable)
+	}
+}
+
+// A run that stopped before its specs keeps what discovery had read, and the filters it was given: its
+// signoff does not say "Kubernetes unknown" or "Filters: none" for a cluster it reached.
+func TestSetupFailureKeepsWhatDiscoveryRead(t *testing.T) {
+	rec := record()
+	rec.Parameters.Filters = "label filter scenario:allocation"
+	dir := t.TempDir()
+	if err := WriteSetupFailure(dir, rec, errors.New("GPU stack not ready: Kueue's webhook does not answer")); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "signoff.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{"v1.37.2", "v0.17.0", "label filter scenario:allocation", "NO-GO", "Kueue's webhook does not answer"} {
+		if !strings.Contains(string(md), w) {
+			t.Errorf("the setup failure's signoff lacks %q:\n%s", w, md)
+		}
 	}
 }

@@ -102,6 +102,9 @@ type Parameters struct {
 	Faults string `json:"faults,omitempty"`
 	// Checkpoints is the storage that outlives a node ("none" without).
 	Checkpoints string `json:"checkpoints,omitempty"`
+	// Filters is how the user narrowed the run (label filter, focus, skip), as the run was started: the
+	// signoff of a run that stopped before its specs, which has no Ginkgo report, still says it.
+	Filters string `json:"filters,omitempty"`
 }
 
 // KueueRecord is Kueue's presence and version.

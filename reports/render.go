@@ -309,7 +309,7 @@ func renderParameters(b *strings.Builder, rec Record, filters string) {
 	p := rec.Parameters
 	b.WriteString("\n## Run parameters\n\n| | |\n|---|---|\n")
 	row := func(k, v string) { fmt.Fprintf(b, "| %s | %s |\n", k, cell(v)) }
-	row("Filters", cmp.Or(filters, "none: every registered spec ran"))
+	row("Filters", cmp.Or(filters, p.Filters, "none: every registered spec ran"))
 	profile := p.TimeoutProfile
 	if p.TimeoutProfileWhy != "" {
 		profile += " (" + p.TimeoutProfileWhy + ")"
@@ -370,6 +370,10 @@ func renderTimings(b *strings.Builder, tls []timeline.Timeline) {
 		}
 	}
 }
+
+// UserFilters is how the user narrowed a run with Ginkgo configuration c beyond the profile's own filter,
+// "" when not at all.
+func UserFilters(c types.SuiteConfig, s Signoff) string { return userFilterOf(c, s) }
 
 // Filters says how the run was narrowed (label filter, focus, skip), "" when it was not.
 func Filters(suites []types.Report) string {

@@ -102,7 +102,7 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 	}
 	if err != nil {
 		if suiteCfg.ParallelProcess <= 1 { // the first process writes the run's record
-			_ = reports.WriteSetupFailure(cfg.ArtifactsDir, reports.Record{RunID: r.RunID, Context: r.ContextName(), Server: r.Server(), Signoff: signoff}, err)
+			_ = reports.WriteSetupFailure(cfg.ArtifactsDir, setupRecord(r, signoff, reports.UserFilters(suiteCfg, signoff)), err)
 		}
 		return cfg.ArtifactsDir, err
 	}
@@ -249,6 +249,19 @@ func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer, holds *r
 			fmt.Fprintln(specOut, reports.SpecLine(sp))
 		}
 	})
+}
+
+// setupRecord is the record of a run that stopped before its specs: what discovery had read by then (the
+// server version, Kueue, the GPU nodes, the notes), the policy and the user's filters.
+func setupRecord(r *suite.Run, signoff reports.Signoff, filters string) reports.Record {
+	rec := reports.NewRecord(r.RunID, r.ContextName(), r.Server(), r.Caps, nil)
+	rec.Signoff, rec.Notes, rec.Taints = signoff, r.RecordNotes(), r.Caps.Taints
+	rec.Parameters = reports.Parameters{TimeoutProfile: r.Config.TimeoutProfile, TimeoutProfileWhy: r.ProfileWhy, Namespace: r.Config.Namespace,
+		LocalQueue: r.ExistingLocalQueue(), GPUPool: r.Caps.Pools.GPU.Nodes, Filters: filters}
+	for _, s := range r.Skipped() {
+		rec.AddNotExercised(s.What, s.Why)
+	}
+	return rec
 }
 
 // stopUnless stops the run's setup on err: a refusal (another live run, leftovers) skips every spec and
