@@ -33,6 +33,9 @@ type Holds struct {
 	Disrupts bool `json:"disrupts,omitempty"`
 	// Canary names the canary nodes the run upgrades (the upgrade rehearsal); empty when it does not.
 	Canary []string `json:"canary,omitempty"`
+	// Nodes are the GPU nodes the run's pods may use and its faults may reach (its GPU pool); empty when
+	// unknown, which overlaps every run. Runs on disjoint pools never conflict.
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 // Empty reports whether the run holds nothing: such a run conflicts with nobody.
@@ -45,6 +48,7 @@ func (h Holds) Empty() bool {
 func (h Holds) clone() Holds {
 	h.Paths = maps.Clone(h.Paths)
 	h.Canary = slices.Clone(h.Canary)
+	h.Nodes = slices.Clone(h.Nodes)
 	return h
 }
 
@@ -58,6 +62,9 @@ func (h Holds) String() string {
 		parts = append(parts, h.pathsString())
 	}
 	parts = append(parts, disruptions("", h)...)
+	if len(h.Nodes) > 0 {
+		parts = append(parts, plural(len(h.Nodes), "on node ", "on nodes ")+strings.Join(h.Nodes, ", "))
+	}
 	return strings.Join(parts, "; ")
 }
 
@@ -77,7 +84,13 @@ func (h Holds) pathsString() string {
 // A path both hold conflicts when either holds it exclusive. A run that stops nodes, fails devices or
 // upgrades canary nodes conflicts with every run that holds anything, since those steps reach every
 // path's pods; two runs that hold nothing never conflict.
+//
+// Runs whose GPU pools (Nodes) are both known and share no node never conflict: nothing one does reaches
+// the other's pods.
 func Conflict(a, b Holds) string {
+	if len(a.Nodes) > 0 && len(b.Nodes) > 0 && !slices.ContainsFunc(a.Nodes, func(n string) bool { return slices.Contains(b.Nodes, n) }) {
+		return ""
+	}
 	var why []string
 	if paths := contested(a, b); len(paths) > 0 {
 		why = append(why, pathReason(paths))

@@ -100,6 +100,10 @@ func TestConflict(t *testing.T) {
 		{"canary beside a holder", canary, draShared(), "this run upgrades canary gpuconform-worker3"},
 		{"a holder beside a canary", devicePlugin, canary, "the other run upgrades canary gpuconform-worker3"},
 		{"two disruptive", disrupts, canary, "this run stops nodes or fails devices"},
+		{"exclusive on another pool", onNodes(draExclusive(), "a1", "a2"), onNodes(draExclusive(), "b1"), ""},
+		{"disruptive on another pool", onNodes(disrupts, "a1"), onNodes(draShared(), "b1"), ""},
+		{"pools that share a node", onNodes(draExclusive(), "a1", "x"), onNodes(draShared(), "x"), "both use path dra"},
+		{"a pool beside an unknown one", onNodes(draExclusive(), "a1"), draShared(), "both use path dra"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := Conflict(c.a, c.b)
@@ -108,6 +112,12 @@ func TestConflict(t *testing.T) {
 			}
 		})
 	}
+}
+
+// onNodes is h on the GPU pool of nodes.
+func onNodes(h Holds, nodes ...string) Holds {
+	h.Nodes = nodes
+	return h
 }
 
 func TestHoldsString(t *testing.T) {

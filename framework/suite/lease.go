@@ -26,9 +26,10 @@ var exclusiveLabels = []string{labels.HoldsPath, labels.HoldsNode, labels.HoldsN
 // PlanHolds decides, from the specs the run will run (Ginkgo's preview of its tree under its filters),
 // what the run holds on the cluster for its lease: each path its specs use, exclusive where one of them
 // holds it; whether it stops nodes or fails devices; the canary nodes when it rehearses an upgrade. A spec
-// of no path (the upgrade rehearsal) uses every path of the run.
+// of no path (the upgrade rehearsal) uses every path of the run. Its nodes are the GPU pool's: a run on
+// another pool of the cluster does not conflict with it.
 func (r *Run) PlanHolds(specs []types.SpecReport) runlease.Holds {
-	h := runlease.Holds{Paths: map[string]runlease.Mode{}}
+	h := runlease.Holds{Paths: map[string]runlease.Mode{}, Nodes: slices.Clone(r.Caps.Pools.GPU.Nodes)}
 	all := make([]string, len(r.Paths))
 	for i, p := range r.Paths {
 		all[i] = p.Name()

@@ -28,7 +28,7 @@ func filtered(ls ...string) types.SpecReport {
 // hold nothing.
 func TestPlanHolds(t *testing.T) {
 	r := &Run{Paths: teamPaths()}
-	r.Caps.Pools = cluster.Pools{Canary: cluster.Pool{Nodes: []string{"c1"}}}
+	r.Caps.Pools = cluster.Pools{Canary: cluster.Pool{Nodes: []string{"c1"}}, GPU: cluster.Pool{Nodes: []string{"w1", "c1"}}}
 	dp, dra := labels.ForPath("device-plugin"), labels.ForPath("dra")
 	cases := []struct {
 		name  string
@@ -50,12 +50,13 @@ func TestPlanHolds(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			c.want.Nodes = []string{"w1", "c1"} // the GPU pool's, whatever the specs
 			if got := r.PlanHolds(c.specs); !reflect.DeepEqual(got, c.want) {
 				t.Errorf("holds %+v, want %+v", got, c.want)
 			}
 		})
 	}
-	if got := r.PlanHolds(nil); !got.Empty() {
+	if got := r.PlanHolds(nil); !got.Empty() || runlease.Conflict(got, runlease.Holds{Disrupts: true}) != "" {
 		t.Errorf("a run of no spec holds %v", got)
 	}
 }
