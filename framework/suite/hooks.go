@@ -121,7 +121,7 @@ func (r *Run) clearLeftovers(ctx context.Context, a audit.Auditor, leases leaseL
 		}
 	}
 	if len(found.Dead) > 0 {
-		r.Notes = append(r.Notes, fmt.Sprintf("--cleanup-leftovers: deleted what earlier runs left:\n%s", audit.Summary(found.Dead)))
+		r.Notes = append(r.Notes, fmt.Sprintf("deleted what earlier runs left (runs with no current lease):\n%s", audit.Summary(found.Dead)))
 	}
 	return found, nil
 }
