@@ -259,9 +259,12 @@ func (r *Run) DescribeFaults() string {
 }
 
 // SameDiscovery reports a difference between this process's discovery and the run's (the first parallel
-// process's) that would change the spec tree.
+// process's) that would change the spec tree. Discovery's notes are left out: they say what it saw on the
+// way (a plugin pod that was not Ready yet when one process looked), which registers no spec.
 func (r *Run) SameDiscovery(process int, run cluster.Capabilities) error {
-	a, _ := json.Marshal(r.Caps)
+	mine := r.Caps
+	mine.Notes, run.Notes = nil, nil
+	a, _ := json.Marshal(mine)
 	b, _ := json.Marshal(run)
 	if string(a) == string(b) {
 		return nil

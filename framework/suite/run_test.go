@@ -69,3 +69,18 @@ func TestSettlingDone(t *testing.T) {
 		}
 	}
 }
+
+// Processes whose discovery differs only in its notes (one looked while a plugin pod was not Ready yet)
+// build the same spec tree; a difference in what discovery found does not.
+func TestSameDiscoveryIgnoresNotes(t *testing.T) {
+	r := &Run{Caps: cluster.Capabilities{ServerVersion: "v1.37.2", Notes: []string{"DRA driver d publishes ResourceSlices, but no plugin pod is Ready on node(s) w1"}}}
+	if err := r.SameDiscovery(2, cluster.Capabilities{ServerVersion: "v1.37.2"}); err != nil {
+		t.Errorf("notes alone differ: %v", err)
+	}
+	if err := r.SameDiscovery(2, cluster.Capabilities{ServerVersion: "v1.37.3"}); err == nil {
+		t.Error("a different server version must differ")
+	}
+	if len(r.Caps.Notes) != 1 {
+		t.Errorf("the comparison changed the run's own notes: %q", r.Caps.Notes)
+	}
+}
