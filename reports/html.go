@@ -340,6 +340,7 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 </style></head><body>
 <h1>GPU scheduling signoff: <span class="verdict {{.V.Outcome}}">{{.V.Outcome}}</span></h1>
 <p class="muted">Run <code>{{.Rec.RunID}}</code> against context <code>{{.Rec.Context}}</code> ({{.Rec.Server}}), {{.Rec.GeneratedAt.Format "2006-01-02 15:04:05 MST"}}. Exit code {{.V.ExitCode}}.</p>
+{{with .V.StandInSummary}}<p><strong>{{.}}:</strong></p><ul>{{range $.V.StandIns}}<li>stand-in: {{.}}</li>{{end}}</ul>{{end}}
 {{if or .V.NoGo .V.Incomplete .V.NotApplicable}}<ul>{{range .V.NoGo}}<li>{{.}}</li>{{end}}{{range .V.Incomplete}}<li>incomplete: {{.}}{{if $.Rec.Signoff.AllowIncomplete}} (allowed by the signoff policy){{end}}</li>{{end}}{{range .V.NotApplicable}}<li>not applicable: {{.}}</li>{{end}}</ul>{{end}}
 {{if .Rec.Signoff.Require}}<p>Required: {{join .Rec.Signoff.Require ", "}}, and every discovered allocation path.</p>{{end}}
 {{range .Upgrades}}<p><strong>{{.}}</strong></p>{{end}}

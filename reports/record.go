@@ -137,6 +137,14 @@ type NodeRecord struct {
 	Kubelet             string `json:"kubelet"`
 	DevicePluginDevices int64  `json:"devicePluginDevices"`
 	DRADevices          int    `json:"draDevices"`
+	// FakeGPUs is the evidence that the node's GPUs are the project's fakes; empty: real.
+	FakeGPUs string `json:"fakeGPUs,omitempty"`
+}
+
+// GPUsFake reports whether every GPU node of the record is one of the project's fakes: only then is a
+// stand-in not a gap in the evidence. A record without GPU nodes is not fake.
+func (r Record) GPUsFake() bool {
+	return len(r.Nodes) > 0 && !slices.ContainsFunc(r.Nodes, func(n NodeRecord) bool { return n.FakeGPUs == "" })
 }
 
 // NotExercised is one check that was not registered, and why.
@@ -172,6 +180,7 @@ func NewRecord(runID, contextName, server string, caps cluster.Capabilities, pat
 		r.Nodes = append(r.Nodes, NodeRecord{
 			Name: n.Name, Accelerator: n.Product, Driver: n.Driver, OSImage: n.OSImage, Kernel: n.Kernel,
 			ContainerRuntime: n.ContainerRuntime, Kubelet: n.Kubelet, DevicePluginDevices: n.DevicePluginDevices, DRADevices: n.DRADevices,
+			FakeGPUs: n.FakeGPUs,
 		})
 	}
 	for what, why := range caps.NotExercised {

@@ -37,6 +37,13 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	v := Decide(suites, rec)
 	fmt.Fprintf(&b, "# GPU scheduling signoff: **%s**\n\n", v.Outcome)
 	fmt.Fprintf(&b, "Run `%s` against context `%s` (%s), %s. Exit code %d.\n\n", rec.RunID, rec.Context, rec.Server, rec.GeneratedAt.Format(time.RFC3339), v.ExitCode())
+	if s := v.StandInSummary(); s != "" {
+		fmt.Fprintf(&b, "**%s:**\n\n", s)
+		for _, l := range v.StandIns {
+			fmt.Fprintf(&b, "- stand-in: %s\n", l)
+		}
+		b.WriteString("\n")
+	}
 	for _, r := range v.NoGo {
 		fmt.Fprintf(&b, "- %s\n", r)
 	}

@@ -11,6 +11,7 @@ import (
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/upgrade"
 )
 
@@ -221,6 +222,12 @@ type Verdict struct {
 	// NotApplicable are the required specs that skipped themselves because the cluster lacks what they
 	// test, with the evidence ("not applicable: …"): listed, and no reason for INCOMPLETE.
 	NotApplicable []string
+	// StandIns are the checks of passed specs that could not do the real thing (run.StandInPrefix entries),
+	// each "<check> in "<spec>": <what it did>; to make it real: <fix>". On fake GPUs they are listed (GO
+	// there means the plumbing works); on real GPUs each is also a reason for INCOMPLETE.
+	StandIns []string
+	// FakeGPUs is true when every GPU node is one of the project's fakes (Record.GPUsFake).
+	FakeGPUs bool
 }
 
 // Go is true for a GO verdict.
@@ -248,7 +255,7 @@ func (v Verdict) Reasons() []string {
 
 // Decide applies the verdict policy to a run: its Ginkgo reports and its record (which carries the policy).
 func Decide(suites []types.Report, rec Record) Verdict {
-	var v Verdict
+	v := Verdict{FakeGPUs: rec.GPUsFake()}
 	switch {
 	case rec.SetupFailure != "" && rec.SetupRefused:
 		v.Incomplete = append(v.Incomplete, "the run refused to start: "+rec.SetupFailure)
@@ -297,6 +304,9 @@ func Decide(suites []types.Report, rec Record) Verdict {
 			for _, e := range sp.ReportEntries {
 				if after, ok := strings.CutPrefix(e.Name, "not exercised:"); ok {
 					v.Incomplete = append(v.Incomplete, fmt.Sprintf("runtime fallback in %q: %s: %s", sp.FullText(), strings.TrimSpace(after), e.StringRepresentation()))
+				}
+				if check, ok := strings.CutPrefix(e.Name, run.StandInPrefix); ok {
+					v.standIn(fmt.Sprintf("%s in %q: %s", check, sp.FullText(), e.StringRepresentation()))
 				}
 				if e.Name == upgrade.AppCheckEntry {
 					v.NotApplicable = append(v.NotApplicable, notApplicableChecks(e.StringRepresentation())...)
@@ -375,6 +385,26 @@ func Decide(suites []types.Report, rec Record) Verdict {
 		v.Outcome = OutcomeGo
 	}
 	return v
+}
+
+// standIn records a check that ran as a stand-in: never evidence on real GPUs.
+func (v *Verdict) standIn(line string) {
+	if slices.Contains(v.StandIns, line) {
+		return
+	}
+	v.StandIns = append(v.StandIns, line)
+	if !v.FakeGPUs {
+		v.Incomplete = append(v.Incomplete, "stand-in on GPUs taken as real (no node carries "+cluster.LabelFakeGPUs+"): "+line)
+	}
+}
+
+// StandInSummary is the signoff's first line about stand-ins on fake GPUs ("" when there are none or the
+// GPUs are real, where each is an INCOMPLETE reason instead).
+func (v Verdict) StandInSummary() string {
+	if !v.FakeGPUs || len(v.StandIns) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("fake GPUs: %d checks ran as stand-ins (no CUDA driver in their containers); GO here means the plumbing works, not that GPU work was measured", len(v.StandIns))
 }
 
 // NotApplicablePrefix starts the Skip message of a spec that does not apply to the cluster (what it tests

@@ -7,6 +7,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"gpuconform.io/gpuconform/framework/audit"
+	"gpuconform.io/gpuconform/framework/run"
 )
 
 // passing is a run where both paths' allocation and shortage specs passed and the audit is clean.
@@ -160,4 +161,36 @@ func TestVerdictPreUpgradeWithoutRehearsalIsIncomplete(t *testing.T) {
 	// Not a pre-upgrade signoff: the missing rehearsal is not required.
 	s, rec = passing()
 	expectOutcome(t, s, rec, OutcomeGo, "")
+}
+
+// A check that ran as a stand-in is evidence of nothing on GPUs taken as real: INCOMPLETE naming it and
+// its fix. On the project's fake GPUs it is listed, and the signoff's first lines count the stand-ins.
+func TestVerdictStandIn(t *testing.T) {
+	withStandIn := func(fake string) ([]types.Report, Record) {
+		s, rec := passing()
+		s[0].SpecReports[1].ReportEntries = types.ReportEntries{{Name: run.StandInPrefix + "device test",
+			Value: types.WrapEntryValue(run.StandIn{Did: "stand-in (no CUDA driver in the container): ran no kernel", Fix: "NVIDIA_DRIVER_CAPABILITIES=compute"})}}
+		rec.Nodes = []NodeRecord{{Name: "w1", FakeGPUs: fake}, {Name: "w2", FakeGPUs: fake}}
+		return s, rec
+	}
+	s, rec := withStandIn("")
+	v := expectOutcome(t, s, rec, OutcomeIncomplete,
+		`stand-in on GPUs taken as real (no node carries gpuconform.io/fake-device-plugin-version): device test in "GPU allocation on the dra path admits a Job": stand-in (no CUDA driver in the container): ran no kernel; to make it real: NVIDIA_DRIVER_CAPABILITIES=compute`)
+	if v.StandInSummary() != "" {
+		t.Errorf("real GPUs get no fake-GPU summary: %q", v.StandInSummary())
+	}
+	// One real node among fakes: real.
+	s, rec = withStandIn("label x")
+	rec.Nodes[1].FakeGPUs = ""
+	expectOutcome(t, s, rec, OutcomeIncomplete, "stand-in on GPUs taken as real")
+
+	s, rec = withStandIn("label gpuconform.io/fake-device-plugin-version=v1")
+	v = expectOutcome(t, s, rec, OutcomeGo, "")
+	if len(v.StandIns) != 1 || !strings.HasPrefix(v.StandInSummary(), "fake GPUs: 1 checks ran as stand-ins") {
+		t.Errorf("stand-ins %q, summary %q", v.StandIns, v.StandInSummary())
+	}
+	md := RenderMarkdown(s, rec)
+	if !strings.Contains(md, "**fake GPUs: 1 checks ran as stand-ins") || !strings.Contains(md, "- stand-in: device test in ") {
+		t.Errorf("markdown lacks the stand-in lines:\n%s", md[:min(len(md), 800)])
+	}
 }

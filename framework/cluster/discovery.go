@@ -239,7 +239,13 @@ type NodeInfo struct {
 	DevicePluginDevices int64
 	// DRADevices counts devices of the DRA driver on the node.
 	DRADevices int
+	// FakeGPUs is the evidence that the node's GPUs are the project's fakes (LabelFakeGPUs), "" otherwise.
+	FakeGPUs string
 }
+
+// LabelFakeGPUs is the label the project's fake GPU agent (internal/fakeplugin) puts on every node it
+// serves. It decides only whether stand-ins count as evidence: a node without it has GPUs taken as real.
+const LabelFakeGPUs = "gpuconform.io/fake-device-plugin-version"
 
 // HasPath reports whether the named path was discovered.
 func (c Capabilities) HasPath(path string) bool {
@@ -631,6 +637,9 @@ func nodeInfos(nodes []corev1.Node, dp *DevicePluginPath, dra *DRAPath) []NodeIn
 			Name: n.Name, Product: n.Labels[LabelGPUProduct], Driver: n.Labels[LabelDriverVersion],
 			OSImage: n.Status.NodeInfo.OSImage, Kernel: n.Status.NodeInfo.KernelVersion,
 			ContainerRuntime: n.Status.NodeInfo.ContainerRuntimeVersion, Kubelet: n.Status.NodeInfo.KubeletVersion,
+		}
+		if v, ok := n.Labels[LabelFakeGPUs]; ok {
+			ni.FakeGPUs = "label " + LabelFakeGPUs + "=" + v
 		}
 		if dp != nil {
 			ni.DevicePluginDevices = dp.Allocatable[n.Name]

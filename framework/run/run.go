@@ -56,3 +56,18 @@ const (
 	// canary's driver rolled back, its nodes uncordoned): an interrupted run's verdict lists them.
 	RestoredEntry = "restored"
 )
+
+// StandInPrefix starts the name of a report entry through which a passed spec says that one of its checks
+// could not do the real thing ("stand-in: device test"), its value a StandIn. On fake GPUs the signoff
+// counts them; on a cluster whose GPUs are real each makes the run INCOMPLETE, naming the fix.
+const StandInPrefix = "stand-in: "
+
+// StandIn is what a check did instead of the real thing, and what makes it real.
+type StandIn struct {
+	// Did is what ran instead ("stand-in (no CUDA driver in the container): checked the device nodes …").
+	Did string `json:"did"`
+	// Fix is the flag or change that makes the check real.
+	Fix string `json:"fix"`
+}
+
+func (s StandIn) String() string { return s.Did + "; to make it real: " + s.Fix }

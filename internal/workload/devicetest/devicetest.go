@@ -1,9 +1,13 @@
-// Package devicetest is the suite's stand-in for a GPU vendor's smallest end-to-end device test (NVIDIA's
-// CUDA vectorAdd sample): run in a pod given one GPU, it passes only when the container got what the driver
-// stack must inject for any CUDA program to start, that is a GPU device node, the driver's control device
-// and the driver's user-space tool, nvidia-smi, which must see as many GPUs as there are device nodes. On
-// fake GPUs there is no kernel to launch, so these are what it can prove; on a real cluster the vendor's own
-// sample replaces it (the suite's --device-test-image).
+// Package devicetest is the suite's device test, NVIDIA's CUDA vectorAdd sample done by the workload
+// binary itself: run in a pod given GPUs, it requires each layer the driver stack must inject (a GPU device
+// node, the driver's control device /dev/nvidiactl, nvidia-smi seeing as many GPUs as there are device
+// nodes), then, through the injected libcuda (package cuda), allocates memory on every device CUDA shows,
+// copies two vectors in, adds them in a kernel, copies the sum out and checks every element. It prints
+// each device's name and UUID (which must be one nvidia-smi lists) and the driver's CUDA version.
+//
+// Without libcuda in the container (the local cluster's fake GPUs, or a runtime that did not inject the
+// driver) it is a stand-in: the layers are checked, no kernel runs, and the report says so (StandIn). A
+// vendor image can replace it (the suite's --device-test-image).
 //
 // It reads what the workload probe reads (package probe does the scanning and runs nvidia-smi) and judges
 // it differently: the probe counts devices however they show, this test requires each layer of the stack.
@@ -36,7 +40,14 @@ type Options struct {
 	// NvidiaSMITimeout bounds each nvidia-smi call, which can hang on a wedged driver; zero means the
 	// probe's default.
 	NvidiaSMITimeout time.Duration
+	// CUDALibrary is the driver library to open; empty: libcuda.so.1 where the container has it.
+	CUDALibrary string
+	// Elements is the vectors' length; zero means DefaultElements.
+	Elements int
 }
+
+// DefaultElements is the vectors' length, vectorAdd's own 50,000.
+const DefaultElements = 50_000
 
 // Report is the JSON line the test prints, whether it passes or not: what each layer showed, and what is
 // missing.
@@ -53,8 +64,14 @@ type Report struct {
 	// NvidiaSMI are the GPUs `nvidia-smi -L` listed (a GPU split into MIG devices once, by its UUID): null
 	// when nvidia-smi is not on PATH.
 	NvidiaSMI []string `json:"nvidia_smi"`
+	// NvidiaSMIIDs are every UUID `nvidia-smi -L` printed (GPUs and MIG devices), which CUDA's must be among.
+	NvidiaSMIIDs []string `json:"-"`
 	// NvidiaSMIError says why nvidia-smi, although on PATH, listed nothing usable.
 	NvidiaSMIError string `json:"nvidia_smi_error,omitempty"`
+	// CUDA is what the CUDA driver showed and did; nil when the container has no libcuda (StandIn).
+	CUDA *CUDAReport `json:"cuda,omitempty"`
+	// StandIn says that no kernel ran and why, and what was checked instead; empty when CUDA ran.
+	StandIn string `json:"stand_in,omitempty"`
 	// Missing says what failed, one sentence each, in the order the layers stack up; empty when OK.
 	Missing []string `json:"missing"`
 	// Message is Missing joined, or what passed.
@@ -78,8 +95,10 @@ func Check(ctx context.Context, opts Options) Report {
 	// The probe leaves nvidia_smi null exactly when the tool is not on PATH (Sources' convention).
 	if seen.Sources.NvidiaSMI != nil {
 		r.NvidiaSMI = listedGPUs(seen)
+		r.NvidiaSMIIDs = seen.Sources.NvidiaSMI
 		r.NvidiaSMIError = seen.Sources.NvidiaSMIError
 	}
+	r.CUDA, r.StandIn = runCUDA(opts)
 	judge(&r, pathOf(env))
 	return r
 }
@@ -102,9 +121,15 @@ func judge(r *Report, path string) {
 		r.Missing = append(r.Missing, fmt.Sprintf("nvidia-smi -L lists %d GPU(s) %s but the container has %d GPU device node(s) %s",
 			len(r.NvidiaSMI), list(r.NvidiaSMI), len(r.DeviceNodes), list(r.DeviceNodes)))
 	}
+	r.Missing = append(r.Missing, judgeCUDA(r.CUDA, r.NvidiaSMIIDs)...)
 	r.OK = len(r.Missing) == 0
 	if r.OK {
 		r.Message = fmt.Sprintf("%d GPU device node(s), /dev/nvidiactl, and nvidia-smi listing the same %d GPU(s)", len(r.DeviceNodes), len(r.NvidiaSMI))
+		if r.CUDA != nil {
+			r.Message += fmt.Sprintf("; CUDA %s: vectorAdd verified on %d device(s)", r.CUDA.DriverVersion, len(r.CUDA.Devices))
+		} else {
+			r.Message += "; " + r.StandIn
+		}
 		return
 	}
 	r.Message = strings.Join(r.Missing, "; ")

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"gpuconform.io/gpuconform/internal/cuda/cudatest"
 )
 
 // container is a fake container root: device files under dev/ and, when given, an nvidia-smi in usr/bin
@@ -51,8 +53,14 @@ func (c *container) nvidiaSMI(list string, code int) *container {
 	return c
 }
 
-func (c *container) check() Report {
-	return Check(c.t.Context(), Options{Root: c.root, Environ: c.env})
+// check runs the test in the container; cudaLib is the driver library (the libcuda double), or none: a
+// path that does not exist, so a machine's own libcuda never answers.
+func (c *container) check(cudaLib ...string) Report {
+	lib := filepath.Join(c.root, "no-libcuda.so.1")
+	if len(cudaLib) > 0 {
+		lib = cudaLib[0]
+	}
+	return Check(c.t.Context(), Options{Root: c.root, Environ: c.env, CUDALibrary: lib, Elements: 5000})
 }
 
 const oneGPU = "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-aaaa)"
@@ -160,5 +168,61 @@ func TestRunPrintsTheReportThenPassed(t *testing.T) {
 		if !tc.pass && !strings.Contains(lines[0], `"missing":["nvidia-smi is not on PATH`) {
 			t.Errorf("the JSON line does not say what is missing: %s", lines[0])
 		}
+	}
+}
+
+// doubleGPU is what nvidia-smi -L prints for the libcuda double's device 0.
+const doubleGPU = "GPU 0: Double GPU 0 (UUID: GPU-00010203-0405-0607-0809-0a0b0c0d0e0f)"
+
+func TestVectorAddThroughCUDA(t *testing.T) {
+	lib := cudatest.Build(t)
+	r := newContainer(t, "nvidia0", "nvidiactl").nvidiaSMI(doubleGPU, 0).check(lib)
+	if !r.OK || r.StandIn != "" || r.CUDA == nil {
+		t.Fatalf("failed: %s (stand-in %q)", r.Message, r.StandIn)
+	}
+	d := r.CUDA.Devices[0]
+	if r.CUDA.DriverVersion != "12.4" || d.UUID != "GPU-00010203-0405-0607-0809-0a0b0c0d0e0f" || d.VectorAdd.Elements != 5000 || d.VectorAdd.Mismatches != 0 {
+		t.Errorf("cuda report %+v", r.CUDA)
+	}
+	if !strings.Contains(r.Message, "CUDA 12.4: vectorAdd verified on 1 device(s)") {
+		t.Errorf("message %q", r.Message)
+	}
+}
+
+// The double adds element 7 wrong: the test reads every element back, so it fails naming it.
+func TestWrongSumFails(t *testing.T) {
+	lib := cudatest.Build(t)
+	t.Setenv("CUDA_DOUBLE_WRONG_SUM", "1")
+	r := newContainer(t, "nvidia0", "nvidiactl").nvidiaSMI(doubleGPU, 0).check(lib)
+	want := "CUDA device 0 (GPU-00010203-0405-0607-0809-0a0b0c0d0e0f): vectorAdd gave 1 wrong element(s) of 5000, first element 7: 7 + 15 gave 23"
+	if r.OK || !slices.Equal(r.Missing, []string{want}) {
+		t.Errorf("missing %q, want %q", r.Missing, want)
+	}
+}
+
+// cuInit's CUresult is the failure, by name: nothing to wait for.
+func TestCUDAInitFailureIsNamed(t *testing.T) {
+	lib := cudatest.Build(t)
+	t.Setenv("CUDA_DOUBLE_INIT", "803")
+	r := newContainer(t, "nvidia0", "nvidiactl").nvidiaSMI(doubleGPU, 0).check(lib)
+	if r.OK || !slices.Equal(r.Missing, []string{"CUDA failed: cuInit: CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)"}) {
+		t.Errorf("missing %q", r.Missing)
+	}
+}
+
+// A device CUDA runs on must be one nvidia-smi lists.
+func TestCUDADeviceNotListedByNvidiaSMI(t *testing.T) {
+	lib := cudatest.Build(t)
+	r := newContainer(t, "nvidia0", "nvidiactl").nvidiaSMI(oneGPU, 0).check(lib)
+	if r.OK || len(r.Missing) != 1 || !strings.Contains(r.Missing[0], "which nvidia-smi -L does not list") {
+		t.Errorf("missing %q", r.Missing)
+	}
+}
+
+// Without libcuda the test is a named stand-in that still checks the layers.
+func TestStandInWithoutLibcuda(t *testing.T) {
+	r := newContainer(t, "nvidia0", "nvidiactl").nvidiaSMI(oneGPU, 0).check()
+	if !r.OK || r.CUDA != nil || !strings.HasPrefix(r.StandIn, StandInReason+": checked the device nodes") {
+		t.Errorf("report %+v", r)
 	}
 }
