@@ -1,7 +1,9 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -9,13 +11,16 @@ import (
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/internal/workload/devicetest"
 )
 
 // DeviceTestSpec is the GPU vendor's device test as the specs run it: an image and its command. The zero
@@ -59,18 +64,54 @@ type DeviceTestRecord struct {
 	// ExitCode is the container's exit status.
 	ExitCode int32 `json:"exit_code"`
 	// LastLine is the last non-empty line of the container's log ("Test PASSED" for NVIDIA's sample and the
-	// suite's stand-in when they pass).
+	// suite's own test when they pass).
 	LastLine string `json:"last_line"`
+	// CUDA is what the suite's own test ran through libcuda ("CUDA 12.4: vectorAdd verified on NVIDIA H100
+	// 80GB HBM3 GPU-…"); StandIn what it checked instead where the container had no libcuda. Both empty
+	// for a vendor image.
+	CUDA    string `json:"cuda,omitempty"`
+	StandIn string `json:"stand_in,omitempty"`
 }
 
 // String is what the report shows: `image nvcr.io/…:vectoradd-cuda12.5.0 (its entrypoint) on w1, dra path:
 // passed, exit 0, "Test PASSED"`.
 func (r DeviceTestRecord) String() string {
 	verdict := "failed"
-	if r.Passed {
+	switch {
+	case r.Passed && r.StandIn != "":
+		verdict = "passed as a stand-in"
+	case r.Passed:
 		verdict = "passed"
 	}
-	return fmt.Sprintf("image %s (%s) on %s, %s path: %s, exit %d, %q", r.Image, describeCommand(r.Command), r.Node, r.Path, verdict, r.ExitCode, r.LastLine)
+	s := fmt.Sprintf("image %s (%s) on %s, %s path: %s, exit %d, %q", r.Image, describeCommand(r.Command), r.Node, r.Path, verdict, r.ExitCode, r.LastLine)
+	if w := cmp.Or(r.CUDA, r.StandIn); w != "" {
+		s += "; " + w
+	}
+	return s
+}
+
+// DeviceTestFix is what makes the device test real where it ran as a stand-in.
+const DeviceTestFix = "give GPU containers NVIDIA's CUDA driver library: NVIDIA's container runtime injects libcuda.so.1 for the compute driver capability " +
+	"(the suite's pods set NVIDIA_DRIVER_CAPABILITIES=compute,utility; a CDI spec must list the library), or pass --device-test-image with the vendor's vectorAdd sample"
+
+// readOwnDeviceTest fills CUDA and StandIn from the suite's own test's JSON report line in the log tail.
+func (r *DeviceTestRecord) readOwnDeviceTest(tail []string) (cudaVersion string) {
+	for _, line := range tail {
+		var rep devicetest.Report
+		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &rep) != nil {
+			continue
+		}
+		r.StandIn = rep.StandIn
+		if c := rep.CUDA; c != nil && c.Error == "" {
+			var devs []string
+			for _, d := range c.Devices {
+				devs = append(devs, d.Name+" "+d.UUID)
+			}
+			r.CUDA = fmt.Sprintf("CUDA %s: vectorAdd verified on %s", c.DriverVersion, strings.Join(devs, ", "))
+			return c.DriverVersion
+		}
+	}
+	return ""
 }
 
 func describeCommand(cmd []string) string {
@@ -107,7 +148,14 @@ func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string,
 	if len(tail) > 0 {
 		rec.LastLine = tail[len(tail)-1]
 	}
+	var cudaVersion string
+	if dt.Image == "" {
+		cudaVersion = rec.readOwnDeviceTest(tail)
+	}
 	ginkgo.AddReportEntry(DeviceTestEntry, rec)
+	if rec.Passed && rec.StandIn != "" {
+		ginkgo.AddReportEntry(run.StandInPrefix+"device test on the "+path.Name()+" path", run.StandIn{Did: rec.StandIn, Fix: DeviceTestFix})
+	}
 
 	if len(nodes) > 0 {
 		gomega.Expect(nodes).To(gomega.ContainElement(rec.Node), "the device test pod %s ran on %s, outside the nodes it was pinned to", pod.Name, rec.Node)
@@ -121,7 +169,35 @@ func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string,
 			ns, pod.Name, rec.Node, image, describeCommand(command), howItEnded(pod), ended))
 	}
 	gomega.Expect(logErr).NotTo(gomega.HaveOccurred(), "the device test passed, but its log is part of the record")
+	if cudaVersion != "" {
+		node, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, rec.Node, metav1.GetOptions{})
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading node %s for its advertised CUDA version", rec.Node)
+		if want, from := advertisedCUDA(node.Labels); want != "" {
+			gomega.Expect(cudaVersion).To(gomega.Equal(want), "the device test's CUDA driver reports CUDA %s on %s, but the node advertises %s (%s): the driver the containers get is not the one the node's labels describe",
+				cudaVersion, rec.Node, want, from)
+		}
+	}
 }
+
+// advertisedCUDA is the CUDA version a node's GPU feature discovery labels advertise ("12.4"), and the
+// label it came from; "" when the node has none.
+func advertisedCUDA(labels map[string]string) (version, from string) {
+	if v := labels[gfdRuntimeFull]; v != "" {
+		return v, gfdRuntimeFull + "=" + v
+	}
+	major, minor := labels[gfdRuntimeMajor], labels[gfdRuntimeMinor]
+	if major != "" && minor != "" {
+		return major + "." + minor, gfdRuntimeMajor + "/" + gfdRuntimeMinor
+	}
+	return "", ""
+}
+
+// GPU feature discovery's labels of the CUDA version the node's driver supports.
+const (
+	gfdRuntimeFull  = "nvidia.com/cuda.runtime-version.full"
+	gfdRuntimeMajor = "nvidia.com/cuda.runtime-version.major"
+	gfdRuntimeMinor = "nvidia.com/cuda.runtime-version.minor"
+)
 
 // howItEnded says how the workload container of a finished pod ended: its exit code and the kubelet's
 // reason ("Error", "OOMKilled"), or, when it never ran (the kubelet refused the pod), the pod's reason.

@@ -8,6 +8,8 @@
 //	                  [--resumed-step-duration D] [--resumed-min-duration D] --checkpoint-dir DIR --checkpoint-every K [--work-id ID]
 //	gpu-workload podresources [--socket PATH] [--namespace NS] [--pod NAME] [--timeout D]
 //	gpu-workload device-test [--nvidia-smi-timeout D]
+//	gpu-workload noisy [--role probe|memory-heavy|compute-heavy] [--samples N]
+//	gpu-workload smoke [--load-duration D] [--out FILE]
 //
 // Every subcommand prints JSON lines on stdout. Exit codes: 0 success, 1 failed check or runtime error,
 // 2 usage error, 143 (128+SIGTERM) train or gang interrupted by SIGTERM after it saved its final
@@ -29,7 +31,6 @@ import (
 	"syscall"
 	"time"
 
-	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/workload/devicetest"
 	"gpuconform.io/gpuconform/internal/workload/gang"
 	"gpuconform.io/gpuconform/internal/workload/hostproc"
@@ -55,9 +56,13 @@ commands:
   gang          train's multi-worker version: the pods of an Indexed Job step in lock step and stop
                 together when one is lost (gang scheduling scenarios)
   podresources  ask the kubelet which devices it allocated to pods
-  device-test   the local stand-in for the GPU vendor's device test (CUDA vectorAdd): fail unless this
-                container has a GPU device node, /dev/nvidiactl and an nvidia-smi that lists as many
-                GPUs; print "Test PASSED" last when it passes
+  device-test   the GPU vendor's device test (CUDA vectorAdd): fail unless this container has a GPU
+                device node, /dev/nvidiactl and an nvidia-smi that lists as many GPUs, and vectorAdd
+                through libcuda gives every element right on every device; without libcuda the
+                layers only (a stand-in, said so); print "Test PASSED" last when it passes
+  noisy         the noisy-neighbour workload: its role from $GPUCONFORM_NOISY_ROLE or --role (probe:
+                a short kernel's latency p50/p99; memory-heavy, compute-heavy: keep the GPU busy)
+  smoke         run on a GPU host: device test, a load, the latency probe; one JSON transcript
   host-signal   freeze (SIGSTOP, then SIGCONT) or signal a host process by name (needs hostPID; the
                 kubelet-stop fault provider)
 
@@ -92,6 +97,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runHostSignal(ctx, args[1:], stdout, stderr)
 	case "device-test":
 		return runDeviceTest(ctx, args[1:], stdout, stderr)
+	case "noisy":
+		return runNoisy(ctx, args[1:], stdout, stderr)
+	case "smoke":
+		return runSmoke(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
@@ -239,6 +248,7 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var resumedStep optionalDuration
 	fs.Var(&resumedStep, "resumed-step-duration", resumedStepUsage)
 	fs.DurationVar(&cfg.ResumedMinDuration, "resumed-min-duration", 0, resumedMinUsage)
+	cudaLib := cudaLibraryFlag(fs)
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
@@ -246,12 +256,12 @@ func runTrain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if err := cfg.Validate(); err != nil {
 		return usageError(fs, stderr, err.Error())
 	}
-	slowdown := os.Getenv(fakegpu.EnvSlowdown)
-	cfg.StepDuration = slowedDown(cfg.StepDuration, slowdown, stderr)
-	if cfg.ResumedStepDuration != nil {
-		d := slowedDown(*cfg.ResumedStepDuration, slowdown, io.Discard)
-		cfg.ResumedStepDuration = &d
+	stop, err := withGPU(&cfg, *cudaLib)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpu-workload train: %v\n", err)
+		return exitFail
 	}
+	defer stop()
 	sum, err := train.Run(ctx, cfg, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpu-workload train: %v\n", err)
@@ -357,13 +367,14 @@ func runPodResources(ctx context.Context, args []string, stdout, stderr io.Write
 func runDeviceTest(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("device-test", "[--nvidia-smi-timeout D]", stderr)
 	timeout := fs.Duration("nvidia-smi-timeout", 15*time.Second, "bound on each nvidia-smi call (a wedged driver can hang it)")
+	cudaLib := cudaLibraryFlag(fs)
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code
 	}
 	if *timeout <= 0 {
 		return usageError(fs, stderr, fmt.Sprintf("--nvidia-smi-timeout must be > 0, got %s", *timeout))
 	}
-	r, err := devicetest.Run(ctx, devicetest.Options{NvidiaSMITimeout: *timeout}, stdout)
+	r, err := devicetest.Run(ctx, devicetest.Options{NvidiaSMITimeout: *timeout, CUDALibrary: *cudaLib}, stdout)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpu-workload device-test: %v\n", err)
 		return exitFail
@@ -410,20 +421,4 @@ func runHostSignal(ctx context.Context, args []string, stdout, stderr io.Writer)
 	default:
 		return usageError(fs, stderr, "give exactly one of --stop-for and --signal")
 	}
-}
-
-// slowedDown stretches a step's simulated GPU work by the fake GPUs' slowdown factor (fakegpu.EnvSlowdown,
-// set by the fake driver's slow-gpu fault): the work runs on a slower GPU, so it takes longer. A value
-// that is not a factor above 1 changes nothing and is reported.
-func slowedDown(step time.Duration, factor string, stderr io.Writer) time.Duration {
-	if factor == "" {
-		return step
-	}
-	f, err := strconv.ParseFloat(factor, 64)
-	if err != nil || f <= 1 {
-		fmt.Fprintf(stderr, "gpu-workload: ignoring %s=%q (not a slowdown factor above 1)\n", fakegpu.EnvSlowdown, factor)
-		return step
-	}
-	fmt.Fprintf(stderr, "gpu-workload: the GPU is %gx slower (%s): each step takes %s\n", f, fakegpu.EnvSlowdown, time.Duration(float64(step)*f))
-	return time.Duration(float64(step) * f)
 }

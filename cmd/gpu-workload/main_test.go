@@ -440,16 +440,3 @@ func TestBinaryGangStopsWhenAWorkerIsKilledThenResumes(t *testing.T) {
 		}
 	}
 }
-
-func TestSlowedDownStretchesStepsOnASlowGPU(t *testing.T) {
-	var log strings.Builder
-	for factor, want := range map[string]time.Duration{"": 100 * time.Millisecond, "4": 400 * time.Millisecond, "2.5": 250 * time.Millisecond,
-		"fast": 100 * time.Millisecond, "0.5": 100 * time.Millisecond} {
-		if got := slowedDown(100*time.Millisecond, factor, &log); got != want {
-			t.Errorf("slowedDown(100ms, %q) = %s, want %s", factor, got, want)
-		}
-	}
-	if !strings.Contains(log.String(), `ignoring GPUCONFORM_FAKE_GPU_SLOWDOWN="fast"`) {
-		t.Errorf("a bad factor is not reported: %q", log.String())
-	}
-}

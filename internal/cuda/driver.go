@@ -423,3 +423,16 @@ func (c *Context) launch(name string, blocks, threads uint32, args ...unsafe.Poi
 	runtime.KeepAlive(args)
 	return ms, err
 }
+
+// fp32LanesPerSM are the FP32 units of one SM by compute capability, from NVIDIA's CUDA programming
+// guide's throughput table (results per clock cycle per multiprocessor).
+var fp32LanesPerSM = map[string]int{
+	"5.0": 128, "5.2": 128, "5.3": 128, "6.0": 64, "6.1": 128, "6.2": 128, "7.0": 64, "7.2": 64, "7.5": 64,
+	"8.0": 64, "8.6": 128, "8.7": 128, "8.9": 128, "9.0": 128, "10.0": 128, "12.0": 128,
+}
+
+// PeakGFLOPS is the device's FP32 peak (an FMA counts two operations) at the clock the driver reports; 0
+// where the compute capability is not in the table.
+func (d Device) PeakGFLOPS() float64 {
+	return float64(d.SMs*fp32LanesPerSM[d.ComputeCapability]) * 2 * float64(d.ClockKHz) / 1e6
+}

@@ -1,6 +1,8 @@
 // Package train is a restartable training loop for preemption and checkpoint-recovery scenarios.
 //
-// It does no real work: each step sleeps, and the "model" is a hash chained over completed steps.
+// Where the container has a CUDA driver each step runs GPU work (Config.GPU: an FMA load and a copy, timed
+// with CUDA events) and the checkpoint lines carry its GFLOP/s and GB/s; elsewhere each step only waits.
+// The "model" is a hash chained over completed steps.
 // What it does for real is what a well-behaved training job must do when the scheduler preempts it:
 // checkpoint atomically, stop promptly on SIGTERM after saving the last completed step, and resume
 // from the newest checkpoint it can trust. The suite reads its JSON-line events from the pod log and
@@ -56,6 +58,13 @@ type Config struct {
 	TerminationLogPath string
 	// Warnings receives human-readable warnings (skipped checkpoints); nil discards them.
 	Warnings io.Writer
+
+	// GPU does one step's GPU work in about d and returns what it measured (gflops, gbps), which the next
+	// checkpoint line carries; it returns ctx's error when ctx ends. nil: a step only waits d, and
+	// GPUInfo says why (the stand-in without a CUDA driver).
+	GPU func(ctx context.Context, d time.Duration) (map[string]any, error)
+	// GPUInfo are the fields of the "gpu" line printed after "start": the device, or the stand-in.
+	GPUInfo map[string]any
 
 	// sleep simulates one step and returns early with ctx's error when ctx ends; tests replace it to
 	// interrupt at an exact step without timing races.
@@ -192,6 +201,11 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		"first_start": sum.FirstStart,
 	})
 
+	if cfg.GPUInfo != nil {
+		ev.emit(mergeFields(map[string]any{"event": "gpu"}, cfg.GPUInfo))
+	}
+	var measured map[string]any
+
 	save := func(reason string) error {
 		if cfg.CheckpointWriteTime > 0 {
 			// Not cancellable: a real write does not stop for SIGTERM either.
@@ -204,13 +218,23 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 			return fmt.Errorf("checkpoint at step %d: %w", state.Step, err)
 		}
 		sum.LastCheckpointStep = state.Step
-		ev.emit(map[string]any{"event": "checkpoint", "step": state.Step, "reason": reason, "file": path})
+		ev.emit(mergeFields(map[string]any{"event": "checkpoint", "step": state.Step, "reason": reason, "file": path}, measured))
 		return nil
 	}
 
 	interrupted := false
 	for step := state.Step + 1; step <= cfg.Steps; step++ {
-		if err := cfg.sleep(ctx, stepDuration); err != nil {
+		if cfg.GPU != nil {
+			m, err := cfg.GPU(ctx, stepDuration)
+			if ctx.Err() != nil {
+				interrupted = true
+				break
+			}
+			if err != nil {
+				return sum, fmt.Errorf("GPU work of step %d: %w", step, err)
+			}
+			measured = m
+		} else if err := cfg.sleep(ctx, stepDuration); err != nil {
 			interrupted = true
 			break
 		}
@@ -262,6 +286,16 @@ func Run(ctx context.Context, cfg Config, stdout io.Writer) (Summary, error) {
 		return sum, fmt.Errorf("writing termination message: %w", err)
 	}
 	return sum, nil
+}
+
+// mergeFields adds extra's fields to fields (fields win) and returns fields.
+func mergeFields(fields, extra map[string]any) map[string]any {
+	for k, v := range extra {
+		if _, ok := fields[k]; !ok {
+			fields[k] = v
+		}
+	}
+	return fields
 }
 
 // Sleep waits d or until ctx ends, whichever is first: a step of simulated work, here and in the gang. A

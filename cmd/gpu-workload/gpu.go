@@ -1,0 +1,98 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"gpuconform.io/gpuconform/internal/workload/gpuwork"
+	"gpuconform.io/gpuconform/internal/workload/train"
+)
+
+// cudaLibraryFlag is every GPU command's --cuda-library: the driver library to open (tests give the
+// libcuda double; empty: libcuda.so.1 wherever the container's loader finds it).
+func cudaLibraryFlag(fs *flag.FlagSet) *string {
+	return fs.String("cuda-library", "", "CUDA driver library to open (default: libcuda.so.1 as NVIDIA's runtime injects it)")
+}
+
+// withGPU makes train's steps real GPU work where the container has a CUDA driver, and says what it
+// runs on (or that it is a stand-in) in the "gpu" line; stop releases the device.
+func withGPU(cfg *train.Config, lib string) (stop func(), err error) {
+	w, standIn, err := gpuwork.Start(lib)
+	if err != nil {
+		return nil, fmt.Errorf("the CUDA driver failed: %w", err)
+	}
+	if w == nil {
+		cfg.GPUInfo = map[string]any{"mode": "stand-in", "stand_in": standIn + ": each step waits its duration; no GPU work is measured"}
+		return func() {}, nil
+	}
+	s, err := w.NewStepper(cfg.StepDuration)
+	if err != nil {
+		w.Close()
+		return nil, fmt.Errorf("preparing the GPU work: %w", err)
+	}
+	cfg.GPUInfo = w.Describe()
+	cfg.GPU = func(ctx context.Context, d time.Duration) (map[string]any, error) {
+		m, err := s.Step(ctx, d)
+		return map[string]any{"gflops": round(m.GFLOPS), "gbps": round(m.GBps)}, err
+	}
+	return func() { s.Close(); w.Close() }, nil
+}
+
+func round(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+
+// noisyRoleEnv is config.NoisyNeighbourRoleEnv (the suite sets it on each noisy-neighbour pod).
+const noisyRoleEnv = "GPUCONFORM_NOISY_ROLE"
+
+// runNoisy plays one role of the noisy-neighbour measurement. The probe's last line is
+// {"p50_ms":…,"p99_ms":…}; without a CUDA driver it prints {"stand_in":…} and exits 0, measuring nothing.
+func runNoisy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("noisy", "[--role ROLE] [--samples N]", stderr)
+	role := fs.String("role", os.Getenv(noisyRoleEnv), "probe, memory-heavy or compute-heavy (default $"+noisyRoleEnv+")")
+	samples := fs.Int("samples", 400, "probe: kernel launches measured")
+	cudaLib := cudaLibraryFlag(fs)
+	if code, done := parseFlags(fs, args, stderr); done {
+		return code
+	}
+	switch {
+	case *role != gpuwork.RoleProbe && *role != gpuwork.RoleMemory && *role != gpuwork.RoleCompute:
+		return usageError(fs, stderr, fmt.Sprintf("--role must be probe, memory-heavy or compute-heavy, got %q", *role))
+	case *samples < 10:
+		return usageError(fs, stderr, fmt.Sprintf("--samples must be >= 10, got %d", *samples))
+	}
+	enc := json.NewEncoder(stdout)
+	w, standIn, err := gpuwork.Start(*cudaLib)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpu-workload noisy: the CUDA driver failed: %v\n", err)
+		return exitFail
+	}
+	if w == nil {
+		_ = enc.Encode(map[string]string{"role": *role, "stand_in": standIn + ": nothing measured"})
+		if *role != gpuwork.RoleProbe {
+			<-ctx.Done() // a neighbour holds its replica until it is deleted
+		}
+		return exitOK
+	}
+	defer w.Close()
+	_ = enc.Encode(map[string]any{"role": *role, "gpu": w.Describe()})
+	if *role == gpuwork.RoleProbe {
+		l, err := w.ProbeLatency(ctx, *samples)
+		if err != nil {
+			fmt.Fprintf(stderr, "gpu-workload noisy: %v\n", err)
+			return exitFail
+		}
+		_ = enc.Encode(l)
+		return exitOK
+	}
+	err = w.Neighbour(ctx, *role, func(m gpuwork.Measure) { _ = enc.Encode(m) })
+	if err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintf(stderr, "gpu-workload noisy: %v\n", err)
+		return exitFail
+	}
+	return exitOK
+}
