@@ -20,7 +20,6 @@ import (
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/testenv"
-	"gpuconform.io/gpuconform/internal/workload/devicetest"
 )
 
 // DeviceTestSpec is the GPU vendor's device test as the specs run it: an image and its command. The zero
@@ -97,7 +96,19 @@ const DeviceTestFix = "give GPU containers NVIDIA's CUDA driver library: NVIDIA'
 // readOwnDeviceTest fills CUDA and StandIn from the suite's own test's JSON report line in the log tail.
 func (r *DeviceTestRecord) readOwnDeviceTest(tail []string) (cudaVersion string) {
 	for _, line := range tail {
-		var rep devicetest.Report
+		// The fields of the workload's devicetest.Report read here (that package opens libcuda, which the
+		// suite's static binary must not link).
+		var rep struct {
+			StandIn string `json:"stand_in"`
+			CUDA    *struct {
+				DriverVersion string `json:"driver_version"`
+				Error         string `json:"error"`
+				Devices       []struct {
+					Name string `json:"name"`
+					UUID string `json:"uuid"`
+				} `json:"devices"`
+			} `json:"cuda"`
+		}
 		if !strings.HasPrefix(line, "{") || json.Unmarshal([]byte(line), &rep) != nil {
 			continue
 		}

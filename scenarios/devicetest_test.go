@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"gpuconform.io/gpuconform/fixtures"
@@ -51,5 +52,27 @@ func TestDeviceTestRecordReads(t *testing.T) {
 	r = DeviceTestRecord{Image: "gpu-workload:1", Command: []string{"/usr/local/bin/gpu-workload", "device-test"}, Node: "w2", Path: "device-plugin", ExitCode: 1, LastLine: "{}"}
 	if got, want := r.String(), `image gpu-workload:1 (command /usr/local/bin/gpu-workload device-test) on w2, device-plugin path: failed, exit 1, "{}"`; got != want {
 		t.Errorf("String() = %s, want %s", got, want)
+	}
+}
+
+func TestDeviceTestRecordReadsTheOwnTestsCUDALine(t *testing.T) {
+	var r DeviceTestRecord
+	v := r.readOwnDeviceTest([]string{`{"node":"w1","ok":true,"cuda":{"driver_version":"12.4","devices":[{"name":"NVIDIA H100 80GB HBM3","uuid":"GPU-1"}]}}`, "Test PASSED"})
+	if v != "12.4" || r.CUDA != "CUDA 12.4: vectorAdd verified on NVIDIA H100 80GB HBM3 GPU-1" || r.StandIn != "" {
+		t.Errorf("cuda %q, record %+v", v, r)
+	}
+	r = DeviceTestRecord{Passed: true}
+	if v := r.readOwnDeviceTest([]string{`{"ok":true,"stand_in":"stand-in (no CUDA driver in the container): checked the device nodes"}`, "Test PASSED"}); v != "" ||
+		!strings.Contains(r.String(), "passed as a stand-in") || !strings.HasSuffix(r.String(), "checked the device nodes") {
+		t.Errorf("stand-in record %q", r.String())
+	}
+}
+
+func TestAdvertisedCUDA(t *testing.T) {
+	for labels, want := range map[[3]string]string{{"12.4", "", ""}: "12.4", {"", "12", "2"}: "12.2", {"", "12", ""}: ""} {
+		got, _ := advertisedCUDA(map[string]string{gfdRuntimeFull: labels[0], gfdRuntimeMajor: labels[1], gfdRuntimeMinor: labels[2]})
+		if got != want {
+			t.Errorf("%v: %q, want %q", labels, got, want)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,13 @@ func imagesCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 	for _, name := range []string{"fake-device-plugin", "gpu-workload", "gpuconform-net"} {
 		workload.Files["usr/local/bin/"+name] = b(name)
 	}
+	// The workload binary opens libcuda through the C library's loader, which the image must carry.
+	crt, err := localcluster.CRuntimeFiles(b("gpu-workload"))
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform images: %v\n", err)
+		return 1
+	}
+	maps.Copy(workload.Files, crt)
 	// As in the local cluster's image: the fake nvidia-smi off PATH, installed on nodes by the fake agent.
 	workload.Files[strings.TrimPrefix(localcluster.FakeNvidiaSMIInImage, "/")] = b("nvidia-smi")
 	runner := ociarchive.Spec{Ref: RunnerImageRepo + ":" + *tag, Dirs: []string{"tmp", "artifacts"}, Files: map[string]string{runner.Binary: b("gpuconform")},

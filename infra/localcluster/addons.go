@@ -136,6 +136,12 @@ func (c *Cluster) loadTools(ctx context.Context) (string, error) {
 	for _, b := range []string{"fake-device-plugin", "gpu-workload", "gpuconform-net"} {
 		spec.Files["usr/local/bin/"+b] = filepath.Join(dir, b)
 	}
+	// The workload binary opens libcuda through the C library's loader: the image carries the C runtime.
+	crt, err := CRuntimeFiles(filepath.Join(dir, "gpu-workload"))
+	if err != nil {
+		return "", err
+	}
+	maps.Copy(spec.Files, crt)
 	// Not on PATH: the workload image is also the test image, and a container must find an nvidia-smi only
 	// where the fake driver's CDI spec mounted one (as on a real node). The agent installs it from here.
 	spec.Files[strings.TrimPrefix(FakeNvidiaSMIInImage, "/")] = filepath.Join(dir, "nvidia-smi")
