@@ -12,6 +12,7 @@
 package cuda
 
 import (
+	"cmp"
 	_ "embed"
 	"errors"
 	"fmt"
@@ -36,7 +37,8 @@ var searchDirs = []string{
 // NotFoundError says that no CUDA driver library could be opened, and what was tried.
 type NotFoundError struct {
 	Tried []string
-	Last  error
+	// Last is the first attempt's error (the loader's own search).
+	Last error
 }
 
 func (e *NotFoundError) Error() string {
@@ -116,14 +118,16 @@ func Load(path string) (*Driver, error) {
 		}
 	}
 	var h uintptr
-	var err error
+	var first error // the loader's own search, which says the most
 	for _, p := range tried {
+		var err error
 		if h, err = purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
 			break
 		}
+		first = cmp.Or(first, err)
 	}
 	if h == 0 {
-		return nil, &NotFoundError{Tried: tried, Last: err}
+		return nil, &NotFoundError{Tried: tried, Last: first}
 	}
 	d := &Driver{handle: h}
 	if err := d.bind(); err != nil {
