@@ -122,8 +122,8 @@ type Config struct {
 	// existing): the WorkloadPriorityClasses of the preemptible and of the urgent job.
 	Preemption PreemptionConfig `json:"preemption,omitempty"`
 	// NoisyNeighbour is the workload the sharing scenario measures GPU latency with, alone and beside a
-	// memory-heavy and a compute-heavy neighbour on one shared GPU. Without an image the measurement is not
-	// exercised: the project's probe only lists devices, and on fake GPUs there is nothing to measure.
+	// memory-heavy and a compute-heavy neighbour on one shared GPU. Without an image it is the workload
+	// image's `gpu-workload noisy` (CUDA kernels through libcuda; a stand-in where the container has none).
 	NoisyNeighbour NoisyNeighbourConfig `json:"noisyNeighbour,omitempty"`
 	// DeviceTest is the GPU vendor's own small device test that the allocation scenario runs in a pod given
 	// one device on each path (NVIDIA's CUDA vectorAdd sample on a real cluster). Empty: the workload image's
@@ -214,11 +214,20 @@ const (
 // NoisyNeighbourConfig names the workload of the noisy-neighbour measurement: one image whose command
 // plays the role NoisyNeighbourRoleEnv names.
 type NoisyNeighbourConfig struct {
-	// Image is a workload image that drives the device (CUDA); empty: not measured.
+	// Image is a workload image that drives the device (CUDA); empty: the workload image's own.
 	Image string `json:"image,omitempty"`
 	// Command is the container's command; empty runs the image's entrypoint.
 	Command []string `json:"command,omitempty"`
+	// MaxP99 is the probe's highest p99 latency beside a neighbour that passes (default
+	// DefaultNoisyMaxP99): above it a tenant of the shared GPU is starved by its neighbour.
+	MaxP99 metav1.Duration `json:"maxP99,omitempty"`
 }
+
+// DefaultNoisyMaxP99 is NoisyNeighbourConfig.MaxP99's default. A probe kernel takes well under a
+// millisecond alone; beside a neighbour, time-slicing adds the neighbour's slices (milliseconds) and MPS
+// shares the SMs. A p99 above 100 ms means a latency-bound tenant waits for whole kernels of its
+// neighbour, which no serving workload on a shared GPU can live with.
+const DefaultNoisyMaxP99 = 100 * time.Millisecond
 
 // DeviceTestConfig names the vendor's device test: an image that exits 0 when a CUDA program runs on the
 // GPU it is given (the sample's own "Test PASSED" is printed, not read), and non-zero otherwise.
