@@ -40,7 +40,7 @@ E2E_ORDER = $(if $(filter-out 1,$(E2E_PROCS)),--ginkgo.randomize-all)
 # local runs shorten (each node stopper is in the one-at-a-time chain), listed in the record's parameters.
 LOCAL_RUN_ARGS ?= --cleanup-leftovers --eviction-toleration=2s
 
-.PHONY: FORCE help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean
+.PHONY: FORCE help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean gpu-smoke ptx
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk -F':.*?## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -182,6 +182,17 @@ sharing-ci: cluster ## the sharing mode CI proves (SHARING_CI_MODES), then whole
 	$(GPUCONFORM_DEV) sharing --gpuconform=$(GPUCONFORM) --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS)/sharing --modes=$(SHARING_CI_MODES)
 
 test: lint browser unit selfcheck-ci sharing-ci incluster e2e ## what CI runs: vet, gofmt and golangci-lint, unit tests, a selfcheck subset, one sharing mode, the in-cluster runner, then the suites on the local cluster (its signoff line last)
+
+# A GPU host needs only the NVIDIA driver: the workload binary opens its libcuda and runs the suite's PTX kernels.
+# Built here (or carried there prebuilt in _output/bin when the host has no Go).
+GPU_SMOKE_LOAD ?= 30s
+gpu-smoke: ## on a GPU host: the workload binary's device test, a $(GPU_SMOKE_LOAD) FMA/copy load and the latency probe alone and beside a compute-heavy neighbour; transcript in $(ARTIFACTS)/gpu-smoke.jsonl
+	@mkdir -p _output/bin $(ARTIFACTS)
+	@[ -x _output/bin/gpu-workload ] && ! command -v $(GO) >/dev/null || $(GO) build -o _output/bin/gpu-workload ./cmd/gpu-workload
+	_output/bin/gpu-workload smoke --load-duration $(GPU_SMOKE_LOAD) --out $(ARTIFACTS)/gpu-smoke.jsonl
+
+ptx: ## regenerate internal/cuda/kernels/kernels.ptx from kernels.cu with Debian's clang (apt-get install clang-14); the PTX is committed, so builds need no clang
+	clang-14 -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_52 -O2 -S -o internal/cuda/kernels/kernels.ptx internal/cuda/kernels/kernels.cu
 
 clean: ## remove this checkout's outputs (the machine-wide build cache stays)
 	rm -rf _output _artifacts

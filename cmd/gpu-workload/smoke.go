@@ -51,8 +51,11 @@ func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 	dt := devicetest.Check(ctx, devicetest.Options{CUDALibrary: *cudaLib})
 	emit("device-test", dt)
-	if !dt.OK || dt.StandIn != "" {
-		return fail("device-test", fmt.Errorf("%s", cmpOr(dt.StandIn, dt.Message)))
+	switch {
+	case !dt.OK:
+		return fail("device-test", fmt.Errorf("%s", dt.Message))
+	case dt.StandIn != "":
+		return fail("device-test", fmt.Errorf("%s", dt.StandIn))
 	}
 	gw, standIn, err := gpuwork.Start(*cudaLib)
 	if err != nil || gw == nil {
@@ -86,13 +89,6 @@ func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	emit("probe-beside-compute-heavy", beside)
 	emit("done", map[string]string{"verdict": "passed"})
 	return exitOK
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // smokeLoad runs 100 ms training steps for d and returns the median and minimum GFLOP/s and GB/s.
