@@ -1,11 +1,13 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
@@ -20,6 +22,7 @@ import (
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/suite"
 )
 
@@ -29,8 +32,10 @@ type SharingInput struct {
 	// Modes are how each node shares its GPUs on each path, read by discovery from evidence (labels,
 	// resources, ResourceSlices), evidence winning over labels.
 	Modes []cluster.NodeSharingMode
-	// Noisy is the configured workload of the noisy-neighbour measurement (none: not measured).
-	Noisy config.NoisyNeighbourConfig
+	// Noisy is the configured workload of the noisy-neighbour measurement (none: the workload image's), and
+	// NoisyMaxP99 its limit, default applied.
+	Noisy       config.NoisyNeighbourConfig
+	NoisyMaxP99 time.Duration
 }
 
 const sharingName = "sharing"
@@ -44,7 +49,8 @@ var Sharing = Define(Scenario{Name: sharingName,
 			"each get one replica, MIG device or partition, every one mapped to its physical GPU, no GPU has more holders than its mode allows, " +
 			"and one more pod waits"}}},
 	func(r *suite.Run) SharingInput {
-		return SharingInput{Base: baseOf(r), Modes: r.Caps.SharingModes, Noisy: r.Config.NoisyNeighbour}
+		return SharingInput{Base: baseOf(r), Modes: r.Caps.SharingModes, Noisy: r.Config.NoisyNeighbour,
+			NoisyMaxP99: cmp.Or(r.Config.NoisyNeighbour.MaxP99.Duration, config.DefaultNoisyMaxP99)}
 	},
 	SharingSpec)
 
@@ -160,6 +166,7 @@ func sharedNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.Node
 		ginkgo.AddReportEntry("not compared: MPS pinned memory limit on "+node, fmt.Sprintf("the node has no %s label, so the expected limit (memory divided among replicas) is unknown; its presence is still checked", labelGPUMemory))
 	}
 	var holdings []gpu.Holding
+	mpsStandInNoted := false
 	var shares []sharedHolding
 	reports, allocations := runningProbes(ctx, env, path, ns, names)
 	for i, name := range names {
@@ -188,6 +195,11 @@ func sharedNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.Node
 				ginkgo.Fail(err.Error())
 			}
 			share.MPS = fmt.Sprintf("active threads %s%%, pinned memory %s", report.MPS.ActiveThreadPercentage, report.MPS.PinnedDeviceMemLimit)
+			if c := report.MPS.CUDA; c != nil && c.StandIn != "" && !mpsStandInNoted {
+				mpsStandInNoted = true
+				ginkgo.AddReportEntry(run.StandInPrefix+"MPS limits as a CUDA program sees them on "+node, run.StandIn{Did: c.StandIn,
+					Fix: "give GPU containers NVIDIA's CUDA driver library (NVIDIA_DRIVER_CAPABILITIES=compute), so the probe's CUDA program reads its SMs and tries an allocation above the pinned limit"})
+			}
 		}
 		shares = append(shares, share)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"math/bits"
 	"slices"
 	"strconv"
@@ -22,58 +23,120 @@ import (
 // control daemon divides among a shared GPU's replicas.
 const labelGPUMemory = "nvidia.com/gpu.memory"
 
-// mpsLimits are the MPS limits a container is given: the percentage of the GPU's threads its clients
-// may use, and the device memory each may pin, in CUDA's own format ("<ordinal>=<size>[M|G]", one entry per
-// visible device, comma-separated).
+// mpsLimits are the MPS limits a container's clients must get from the MPS control daemon behind its pipe
+// directory: the percentage of the GPU's threads, and the device memory each may pin per GPU, with what
+// they are derived from (for messages).
 type mpsLimits struct {
-	ActiveThreadPercentage string
-	PinnedDeviceMemLimit   string
+	ActiveThreadPercentage int   // 100 divided among the replicas, integer division
+	PinnedMemMiB           int64 // the GPU's memory divided among the replicas; 0 when unknown
+	Replicas               int
+	MemoryMiB              int64 // the GPU's memory (labelGPUMemory); 0 when the label is absent
 }
 
-// expectedMPS is what NVIDIA's MPS control daemon sets by default on a GPU shared replicas ways
-// (k8s-device-plugin, cmd/mps-control-daemon/mps/daemon.go): 100/replicas percent of the threads
-// (integer division) and memory/replicas MiB of pinned memory, for the one device a one-replica pod sees.
-// memoryMiB 0 (the label absent) leaves the memory limit unknown ("").
+// expectedMPS is what NVIDIA's device plugin sets as its MPS control daemon's defaults on a GPU shared
+// replicas ways (k8s-device-plugin, cmd/mps-control-daemon/mps/daemon.go): set_default_active_thread_percentage
+// 100/replicas (integer division) and set_default_device_pinned_mem_limit <index> <memory/replicas>M.
+// memoryMiB 0 (the label absent) leaves the memory limit unknown.
 func expectedMPS(replicas int, memoryMiB int64) mpsLimits {
-	want := mpsLimits{ActiveThreadPercentage: strconv.Itoa(100 / max(replicas, 1))}
+	r := max(replicas, 1)
+	want := mpsLimits{ActiveThreadPercentage: 100 / r, Replicas: r, MemoryMiB: memoryMiB}
 	if memoryMiB > 0 {
-		want.PinnedDeviceMemLimit = fmt.Sprintf("0=%dM", memoryMiB/int64(max(replicas, 1)))
+		want.PinnedMemMiB = memoryMiB / int64(r)
 	}
 	return want
 }
 
-// checkMPS compares the limits a container's probe found with the expected ones. Missing limits are named
-// one by one: a container without them is not limited at all, whatever the node's labels promise.
+// checkMPS judges what a container's probe read of MPS: it must have the pipe directory of an MPS control
+// daemon, that daemon must answer nvidia-cuda-mps-control in the container, and its default limits must
+// be the container's share (want). A daemon answering its built-in defaults (100 percent, no memory
+// limit) lacks the limits; other values are the wrong share. CUDA_MPS_* limit variables never count:
+// NVIDIA's plugin does not set them. When a CUDA program under MPS ran (seen.CUDA, not a stand-in), its
+// context must have had about that share of the SMs and an allocation above its memory limit must have
+// failed.
 func checkMPS(pod string, seen *probe.MPS, want mpsLimits) error {
-	if seen == nil {
-		return fmt.Errorf("pod %s on an MPS node sees no CUDA_MPS_* variable: no MPS pipe directory, no active thread percentage and no pinned memory limit, so its clients are not limited; the device plugin must hand each container its MPS limits", pod)
+	switch {
+	case seen == nil:
+		return fmt.Errorf("pod %s on an MPS node has no CUDA_MPS_PIPE_DIRECTORY: its container was not given the pipe directory of an MPS control daemon, so its CUDA clients do not reach MPS and nothing limits them; the device plugin must give each container its daemon's pipe directory", pod)
+	case seen.PipeDirectory == "":
+		return fmt.Errorf("pod %s on an MPS node has no CUDA_MPS_PIPE_DIRECTORY (only other CUDA_MPS_* variables): its CUDA clients look for an MPS control daemon at MPS's default /tmp/nvidia-mps, not the device plugin's; the device plugin must give each container its daemon's pipe directory", pod)
+	case seen.Control != probe.MPSControlAnswered:
+		return fmt.Errorf("pod %s on an MPS node shows no MPS limits: %s", pod, cmpOr(seen.ControlError, "its probe did not read the MPS control daemon's defaults"))
 	}
-	var missing []string
-	if seen.PipeDirectory == "" {
-		missing = append(missing, "CUDA_MPS_PIPE_DIRECTORY (the MPS server's pipe directory)")
+	answer := func(command string) string {
+		for _, a := range seen.Asked {
+			if a.Command == command {
+				return a.Answer
+			}
+		}
+		return ""
 	}
-	if seen.ActiveThreadPercentage == "" {
-		missing = append(missing, fmt.Sprintf("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (want %s)", want.ActiveThreadPercentage))
+	var unset, wrong []string
+	// The percentage: 100/replicas as the plugin sets it, or the exact fraction a plugin may set instead.
+	cmd := probe.MPSGetActiveThreadPercentage
+	raw := cmpOr(answer(cmd), seen.ActiveThreadPercentage)
+	wantPct := fmt.Sprintf("want %d (100 divided among %d replicas)", want.ActiveThreadPercentage, want.Replicas)
+	pct, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
+	switch {
+	case err != nil:
+		wrong = append(wrong, fmt.Sprintf("%s answered %q, not a percentage; %s", cmd, raw, wantPct))
+	case pct >= float64(want.ActiveThreadPercentage) && pct <= 100/float64(want.Replicas):
+	case pct >= 100:
+		unset = append(unset, fmt.Sprintf("%s answered %q (the daemon's default: no limit), %s", cmd, raw, wantPct))
+	default:
+		wrong = append(wrong, fmt.Sprintf("%s answered %q, %s", cmd, raw, wantPct))
 	}
-	if seen.PinnedDeviceMemLimit == "" {
-		missing = append(missing, fmt.Sprintf("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (want %s)", cmpOr(want.PinnedDeviceMemLimit, "a limit per device")))
+	// The pinned memory limit of each GPU the daemon was asked about.
+	limits, err := probe.ParsePinnedMemLimit(seen.PinnedDeviceMemLimit)
+	switch {
+	case err != nil:
+		wrong = append(wrong, err.Error())
+	case len(limits) == 0:
+		unset = append(unset, fmt.Sprintf("no %s answer was recorded", probe.MPSGetPinnedDeviceMemLimit))
 	}
-	if len(missing) > 0 {
-		return fmt.Errorf("pod %s on an MPS node lacks its MPS limits: %s (neither its CUDA_MPS_* variables nor the defaults of the MPS control daemon behind its pipe directory, asked with %s, give them)", pod, strings.Join(missing, "; "), probe.MPSControl)
+	wantMem := "want a limit (the node has no " + labelGPUMemory + " label to compute it from)"
+	if want.PinnedMemMiB > 0 {
+		wantMem = fmt.Sprintf("want %dM (%d MiB divided among %d replicas)", want.PinnedMemMiB, want.MemoryMiB, want.Replicas)
 	}
-	if n, err := strconv.Atoi(strings.TrimSpace(seen.ActiveThreadPercentage)); err != nil || strconv.Itoa(n) != want.ActiveThreadPercentage {
-		return fmt.Errorf("pod %s: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE is %q, want %s (100 divided among the GPU's replicas)", pod, seen.ActiveThreadPercentage, want.ActiveThreadPercentage)
+	for _, dev := range slices.Sorted(maps.Keys(limits)) {
+		mib, cmd := limits[dev], fmt.Sprintf("%s %d", probe.MPSGetPinnedDeviceMemLimit, dev)
+		raw := answer(cmd)
+		switch {
+		case mib == 0 && strings.Trim(strings.TrimRight(strings.ToUpper(raw), "MGB"), " 0") == "":
+			unset = append(unset, fmt.Sprintf("%s answered %q (no limit), %s", cmd, raw, wantMem))
+		case want.PinnedMemMiB == 0 || mib == want.PinnedMemMiB:
+		case strings.HasSuffix(strings.ToUpper(strings.TrimSpace(raw)), "G") && mib/1024 == want.PinnedMemMiB/1024:
+			// The daemon may render the limit in whole GiB (NVIDIA's GPU Operator documentation shows it
+			// answering "3G"): equal within that rounding.
+		default:
+			wrong = append(wrong, fmt.Sprintf("%s answered %q, %s", cmd, raw, wantMem))
+		}
 	}
-	if want.PinnedDeviceMemLimit == "" {
+	via := fmt.Sprintf("the MPS control daemon behind CUDA_MPS_PIPE_DIRECTORY=%s, asked through %s in the container", seen.PipeDirectory, probe.MPSControl)
+	switch {
+	case len(wrong) == 0 && len(unset) > 0:
+		return fmt.Errorf("pod %s on an MPS node lacks its MPS limits: %s, has no default limits set: %s", pod, via, strings.Join(unset, "; "))
+	case len(wrong) > 0:
+		return fmt.Errorf("pod %s on an MPS node does not get its share of the GPU: %s, answered: %s", pod, via, strings.Join(append(wrong, unset...), "; "))
+	}
+	return checkMPSContext(pod, seen.CUDA, want)
+}
+
+// checkMPSContext judges what a CUDA program under MPS saw (nil, or a stand-in: nothing to judge): about
+// the percentage's share of the device's SMs (MPS hands out whole TPCs of two SMs, so within two of the
+// exact share) and a failed allocation above the pinned memory limit.
+func checkMPSContext(pod string, c *probe.MPSContext, want mpsLimits) error {
+	if c == nil || c.StandIn != "" {
 		return nil
 	}
-	got, err := probe.ParsePinnedMemLimit(seen.PinnedDeviceMemLimit)
-	if err != nil {
-		return fmt.Errorf("pod %s: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: %w", pod, err)
+	if c.Error != "" {
+		return fmt.Errorf("pod %s: a CUDA program under MPS failed: %s", pod, c.Error)
 	}
-	exp, _ := probe.ParsePinnedMemLimit(want.PinnedDeviceMemLimit)
-	if !maps.Equal(got, exp) {
-		return fmt.Errorf("pod %s: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is %q, want %s (the GPU's memory divided among its replicas)", pod, seen.PinnedDeviceMemLimit, want.PinnedDeviceMemLimit)
+	share := float64(c.DeviceSMCount) * float64(want.ActiveThreadPercentage) / 100
+	if c.DeviceSMCount <= 0 || math.Abs(float64(c.SMCount)-share) >= 2 {
+		return fmt.Errorf("pod %s: a CUDA program under MPS had %d SMs of the device's %d, want about %.1f (%d%% of them): the active thread percentage does not limit its clients", pod, c.SMCount, c.DeviceSMCount, share, want.ActiveThreadPercentage)
+	}
+	if !c.OverLimitAllocationFailed {
+		return fmt.Errorf("pod %s: a CUDA program under MPS allocated more device memory than its pinned memory limit (%d MiB) and the allocation succeeded: the limit is not enforced", pod, c.MemoryLimitBytes>>20)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/wait"
 )
 
@@ -56,10 +58,6 @@ func (r noisyResult) String() string {
 // measurement is recorded as not exercised, with why.
 func noisyCandidate(reg SharingInput, path string, chosen []cluster.NodeSharingMode) *cluster.NodeSharingMode {
 	what := "sharing: noisy-neighbour latency on " + path
-	if reg.Noisy.Image == "" {
-		reg.notExercised(what, "no workload image that drives the device is configured (--noisy-neighbour-image): on the fake GPUs of the local cluster there is no real device to measure")
-		return nil
-	}
 	i := slices.IndexFunc(chosen, func(m cluster.NodeSharingMode) bool {
 		return (m.Mode == cluster.ModeTimeSlicing || m.Mode == cluster.ModeMPS) && m.Replicas >= 2
 	})
@@ -96,7 +94,13 @@ func noisyNeighbours(ctx context.Context, s *Spec[SharingInput], m cluster.NodeS
 		}
 	}
 	res := noisyResult{Node: node, GPU: target, Mode: m.Mode}
-	defer func() { ginkgo.AddReportEntry(NoisyLatencyEntry, res) }()
+	defer func() {
+		ginkgo.AddReportEntry(NoisyLatencyEntry, res)
+		if len(res.Why) > 0 {
+			// Nothing measured is never a pass: the run is INCOMPLETE with why.
+			ginkgo.AddReportEntry("not exercised: noisy-neighbour latency on "+node, strings.Join(res.Why, "; "))
+		}
+	}()
 	if len(byGPU[target]) < 2 {
 		res.Why = append(res.Why, fmt.Sprintf("no GPU of %s had two free replicas (%v): a neighbour cannot share one GPU with the probe", node, byGPU))
 		return
@@ -105,7 +109,14 @@ func noisyNeighbours(ctx context.Context, s *Spec[SharingInput], m cluster.NodeS
 
 	ginkgo.By(fmt.Sprintf("measuring alone on %s", target))
 	deletePod(ctx, s, idle[0])
-	res.Alone = runNoisyProbe(ctx, s, "probe-alone", node)
+	var standIn string
+	res.Alone, standIn = runNoisyProbe(ctx, s, "probe-alone", node)
+	if standIn != "" {
+		ginkgo.AddReportEntry(run.StandInPrefix+"noisy-neighbour latency on the "+s.Path.Name()+" path", run.StandIn{
+			Did: fmt.Sprintf("placed the probe on %s of %s beside idle holders of its other replicas; %s", target, node, standIn),
+			Fix: "give GPU containers NVIDIA's CUDA driver library (NVIDIA_DRIVER_CAPABILITIES=compute), or pass --noisy-neighbour-image with a CUDA workload"})
+		return
+	}
 
 	for i, role := range []string{config.NoisyRoleMemory, config.NoisyRoleCompute} {
 		ginkgo.By(fmt.Sprintf("measuring beside a %s neighbour on %s", role, target))
@@ -118,7 +129,7 @@ func noisyNeighbours(ctx context.Context, s *Spec[SharingInput], m cluster.NodeS
 			// The probe needs a replica of its own beside the neighbour's.
 			deletePod(ctx, s, idle[1])
 		}
-		l := runNoisyProbe(ctx, s, "probe-"+role, node)
+		l, _ := runNoisyProbe(ctx, s, "probe-"+role, node)
 		if role == config.NoisyRoleMemory {
 			res.MemoryHeavy = l
 		} else {
@@ -126,12 +137,21 @@ func noisyNeighbours(ctx context.Context, s *Spec[SharingInput], m cluster.NodeS
 		}
 		deletePod(ctx, s, neighbour)
 	}
+	limit := s.In.NoisyMaxP99
+	for role, l := range map[string]*latency{config.NoisyRoleMemory: res.MemoryHeavy, config.NoisyRoleCompute: res.ComputeHeavy} {
+		gomega.Expect(l.P99).To(gomega.BeNumerically("<=", float64(limit.Microseconds())/1e3),
+			"noisy neighbour: the probe's p99 on %s (%s) beside a %s neighbour is %.2f ms, above the limit %s (alone: %s); a latency-bound tenant of this GPU is starved (--noisy-neighbour-max-p99)",
+			target, m.Mode, role, l.P99, limit, res.Alone)
+	}
 }
 
 // noisyPod is a pod of the configured workload in role, asking for one replica on node.
 func noisyPod(s *Spec[SharingInput], name, role, node string) *fixtures.GPUPodWrapper {
-	return s.Env.Factory.GPUPod(name, s.NS).Path(s.Path).Devices(1).Image(s.In.Noisy.Image).Command(s.In.Noisy.Command...).
-		Env(config.NoisyNeighbourRoleEnv, role).OnNodes(node)
+	w := s.Env.Factory.GPUPod(name, s.NS).Path(s.Path).Devices(1).Env(config.NoisyNeighbourRoleEnv, role).OnNodes(node)
+	if s.In.Noisy.Image == "" {
+		return w.Args("noisy") // the workload image's own, on libcuda where the container has it
+	}
+	return w.Image(s.In.Noisy.Image).Command(s.In.Noisy.Command...)
 }
 
 // heldGPU is the physical GPU the kubelet allocated to a running pod; false (recorded) when the kubelet's
@@ -149,8 +169,9 @@ func heldGPU(ctx context.Context, s *Spec[SharingInput], name string) (string, b
 }
 
 // runNoisyProbe runs the configured probe to its end on node and reads its latency from its log's last
-// line. A probe that fails, or prints no such line, fails the spec: the measurement is the check.
-func runNoisyProbe(ctx context.Context, s *Spec[SharingInput], name, node string) *latency {
+// line, or the stand-in sentence the workload's own probe prints where its container has no CUDA driver.
+// A probe that fails, or prints neither, fails the spec: the measurement is the check.
+func runNoisyProbe(ctx context.Context, s *Spec[SharingInput], name, node string) (*latency, string) {
 	ginkgo.GinkgoHelper()
 	env, ns := s.Env, s.NS
 	name = createPod(ctx, s, noisyPod(s, name, config.NoisyRoleProbe, node))
@@ -166,9 +187,24 @@ func runNoisyProbe(ctx context.Context, s *Spec[SharingInput], name, node string
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the log of the noisy-neighbour probe %s", name)
 	gomega.Expect(pod.Status.Phase).To(gomega.Equal(corev1.PodSucceeded), "the noisy-neighbour probe %s failed; its log ends: %s", name, truncated(string(raw), 600))
 	gomega.Expect(pod.Spec.NodeName).To(gomega.Equal(node), "the noisy-neighbour probe %s ran on %s, not on %s", name, pod.Spec.NodeName, node)
+	if standIn := noisyStandIn(string(raw)); standIn != "" {
+		return nil, standIn
+	}
 	l, err := parseLatency(string(raw))
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	return &l
+	return &l, ""
+}
+
+// noisyStandIn is the stand-in sentence of the workload's own probe's last line ({"stand_in": …}), or "".
+func noisyStandIn(log string) string {
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	var last struct {
+		StandIn string `json:"stand_in"`
+	}
+	if json.Unmarshal([]byte(lines[len(lines)-1]), &last) != nil {
+		return ""
+	}
+	return last.StandIn
 }
 
 // deletePod deletes a pod of the spec and waits until it is gone, so its replica is free again.

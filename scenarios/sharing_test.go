@@ -10,34 +10,66 @@ import (
 	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
-// NVIDIA's MPS control daemon divides 100% of the threads and the GPU's memory among its replicas, by
-// integer division; a container missing any limit is told which, and wrong values are named.
+// daemonAnswered is a probe's MPS report whose daemon answered pct to get_default_active_thread_percentage
+// and limit to get_default_device_pinned_mem_limit 0, as the probe records them.
+func daemonAnswered(pct, limit string) *probe.MPS {
+	return &probe.MPS{PipeDirectory: "/mps/nvidia.com/gpu/pipe", ActiveThreadPercentage: strings.TrimSuffix(pct, ".0"), PinnedDeviceMemLimit: "0=" + limit,
+		LimitsFrom: probe.MPSControl, Control: probe.MPSControlAnswered, Asked: []probe.MPSAnswer{
+			{Command: "get_default_active_thread_percentage", Answer: pct}, {Command: "get_default_device_pinned_mem_limit 0", Answer: limit}}}
+}
+
+// NVIDIA's plugin sets its MPS daemon's defaults to 100% of the threads and the GPU's memory divided among
+// the replicas, by integer division; the check reads them from the daemon's answers, says what it answered
+// and how it was asked, and no CUDA_MPS_* variable satisfies it.
 func TestMPSExpectations(t *testing.T) {
 	want := expectedMPS(3, 81920)
-	if want.ActiveThreadPercentage != "33" || want.PinnedDeviceMemLimit != "0=27306M" {
+	if want.ActiveThreadPercentage != 33 || want.PinnedMemMiB != 27306 || want.Replicas != 3 {
 		t.Fatalf("expectedMPS(3, 81920) = %+v", want)
 	}
-	if w := expectedMPS(2, 0); w.ActiveThreadPercentage != "50" || w.PinnedDeviceMemLimit != "" {
+	if w := expectedMPS(2, 0); w.ActiveThreadPercentage != 50 || w.PinnedMemMiB != 0 {
 		t.Errorf("without the memory label the memory limit is unknown: %+v", w)
 	}
 	two := expectedMPS(2, 81920)
-	ok := &probe.MPS{PipeDirectory: "/tmp/nvidia-mps", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960M"}
-	if err := checkMPS("p", ok, two); err != nil {
-		t.Errorf("NVIDIA's defaults refused: %v", err)
+	for name, ok := range map[string]*probe.MPS{
+		"NVIDIA's defaults":        daemonAnswered("50.0", "40960M"),
+		"in whole GiB":             daemonAnswered("50.0", "40G"),
+		"a GPU by its node index":  {PipeDirectory: "/p", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "3=40960M", Control: probe.MPSControlAnswered, Asked: []probe.MPSAnswer{{Command: "get_default_active_thread_percentage", Answer: "50.0"}, {Command: "get_default_device_pinned_mem_limit 3", Answer: "40960M"}}},
+		"a CUDA context in share":  withCUDA(daemonAnswered("50.0", "40960M"), probe.MPSContext{SMCount: 66, DeviceSMCount: 132, MemoryLimitBytes: 40960 << 20, OverLimitAllocationFailed: true}),
+		"a stand-in is not judged": withCUDA(daemonAnswered("50.0", "40960M"), probe.MPSContext{StandIn: "no CUDA driver in the container"}),
+	} {
+		if err := checkMPS("p", ok, two); err != nil {
+			t.Errorf("%s refused: %v", name, err)
+		}
 	}
-	if err := checkMPS("p", &probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40G"}, two); err != nil {
-		t.Errorf("the same limit in G refused: %v", err)
+	if err := checkMPS("p", daemonAnswered("33.0", "27306M"), want); err != nil {
+		t.Errorf("three replicas refused: %v", err)
 	}
+	if err := checkMPS("p", daemonAnswered("50.0", "12345M"), expectedMPS(2, 0)); err != nil {
+		t.Errorf("any limit must do without the memory label: %v", err)
+	}
+	envOnly := &probe.MPS{PipeDirectory: "/mps/nvidia.com/gpu/pipe", Control: probe.MPSControlNoAnswer,
+		ControlError: `nvidia-cuda-mps-control, asked "get_default_active_thread_percentage" with CUDA_MPS_PIPE_DIRECTORY /mps/nvidia.com/gpu/pipe, did not answer: exit status 1: Cannot find MPS control daemon process`,
+		Env:          &probe.MPSEnv{ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960M"}}
 	for name, c := range map[string]struct {
 		seen *probe.MPS
 		want []string
 	}{
-		"no variable":   {nil, []string{"no CUDA_MPS_* variable"}},
-		"no limits":     {&probe.MPS{PipeDirectory: "/tmp/nvidia-mps"}, []string{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (want 50)", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (want 0=40960M)"}},
-		"threads wrong": {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "100", PinnedDeviceMemLimit: "0=40960M"}, []string{`is "100", want 50`}},
-		"memory wrong":  {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=81920M"}, []string{`is "0=81920M", want 0=40960M`}},
-		// CUDA reads a bare number as bytes: 40960 bytes is not the 40960 MiB the replicas' share is.
-		"bytes": {&probe.MPS{PipeDirectory: "/x", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960"}, []string{`is "0=40960", want 0=40960M`}},
+		"no variable":    {nil, []string{"has no CUDA_MPS_PIPE_DIRECTORY"}},
+		"no pipe":        {&probe.MPS{Env: &probe.MPSEnv{ActiveThreadPercentage: "50"}}, []string{"has no CUDA_MPS_PIPE_DIRECTORY (only other CUDA_MPS_* variables)"}},
+		"variables only": {envOnly, []string{"shows no MPS limits: nvidia-cuda-mps-control, asked", "Cannot find MPS control daemon process"}},
+		"no client":      {&probe.MPS{PipeDirectory: "/p", Control: probe.MPSControlNotInstalled, ControlError: "nvidia-cuda-mps-control is not on the container's PATH (PATH=/usr/bin)"}, []string{"shows no MPS limits: nvidia-cuda-mps-control is not on the container's PATH"}},
+		// mps-no-limits: a daemon nothing configured answers its built-in defaults.
+		"no defaults": {daemonAnswered("100.0", "0"), []string{
+			"pod p on an MPS node lacks its MPS limits: the MPS control daemon behind CUDA_MPS_PIPE_DIRECTORY=/mps/nvidia.com/gpu/pipe, asked through nvidia-cuda-mps-control in the container, has no default limits set: ",
+			`get_default_active_thread_percentage answered "100.0" (the daemon's default: no limit), want 50 (100 divided among 2 replicas)`,
+			`get_default_device_pinned_mem_limit 0 answered "0" (no limit), want 40960M (81920 MiB divided among 2 replicas)`}},
+		"threads wrong": {daemonAnswered("25.0", "40960M"), []string{"does not get its share of the GPU", `get_default_active_thread_percentage answered "25.0", want 50`}},
+		"memory wrong":  {daemonAnswered("50.0", "81920M"), []string{`get_default_device_pinned_mem_limit 0 answered "81920M", want 40960M`}},
+		"GiB too much":  {daemonAnswered("50.0", "41G"), []string{`answered "41G", want 40960M`}},
+		// A bare number is bytes: 40960 bytes is a limit, and not the 40960 MiB the replicas' share is.
+		"bytes":        {daemonAnswered("50.0", "40960"), []string{"does not get its share", `answered "40960", want 40960M`}},
+		"too many SMs": {withCUDA(daemonAnswered("50.0", "40960M"), probe.MPSContext{SMCount: 132, DeviceSMCount: 132, OverLimitAllocationFailed: true}), []string{"had 132 SMs of the device's 132, want about 66.0 (50% of them)"}},
+		"over limit":   {withCUDA(daemonAnswered("50.0", "40960M"), probe.MPSContext{SMCount: 66, DeviceSMCount: 132, MemoryLimitBytes: 40960 << 20}), []string{"allocated more device memory than its pinned memory limit (40960 MiB) and the allocation succeeded"}},
 	} {
 		err := checkMPS("p", c.seen, two)
 		for _, w := range c.want {
@@ -46,6 +78,11 @@ func TestMPSExpectations(t *testing.T) {
 			}
 		}
 	}
+}
+
+func withCUDA(m *probe.MPS, c probe.MPSContext) *probe.MPS {
+	m.CUDA = &c
+	return m
 }
 
 // The report names, per pod, its replica and the pods sharing its GPU, and what the mode does not isolate.
@@ -202,15 +239,24 @@ func TestSharingRegistrationChoices(t *testing.T) {
 
 	var skipped []string
 	reg := SharingInput{Base: Base{NotExercised: func(what, why string) { skipped = append(skipped, what+": "+why) }}}
-	if noisyCandidate(reg, config.PathDevicePlugin, modes[:1]) != nil || len(skipped) != 1 ||
-		!strings.Contains(skipped[0], "sharing: noisy-neighbour latency on device-plugin: no workload image that drives the device is configured (--noisy-neighbour-image)") {
-		t.Errorf("unconfigured measurement: %v", skipped)
+	// No image configured: the workload image's own probe measures.
+	if m := noisyCandidate(reg, config.PathDevicePlugin, modes[:1]); m == nil || len(skipped) != 0 {
+		t.Errorf("the workload's own probe: %v %v", m, skipped)
 	}
 	reg.Noisy.Image = "example.com/bench:1"
-	if m := noisyCandidate(reg, config.PathDevicePlugin, modes[2:3]); m != nil || len(skipped) != 2 || !strings.Contains(skipped[1], "no time-sliced or MPS node") {
+	if m := noisyCandidate(reg, config.PathDevicePlugin, modes[2:3]); m != nil || len(skipped) != 1 || !strings.Contains(skipped[0], "no time-sliced or MPS node") {
 		t.Errorf("no shared node: %v %v", m, skipped)
 	}
 	if m := noisyCandidate(reg, config.PathDevicePlugin, modes[:3]); m == nil || m.Node != "w2" {
 		t.Errorf("configured, shared node: %+v", m)
+	}
+}
+
+func TestNoisyStandIn(t *testing.T) {
+	if got := noisyStandIn("{\"role\":\"probe\"}\n{\"role\":\"probe\",\"stand_in\":\"stand-in (no CUDA driver in the container): nothing measured\"}\n"); got != "stand-in (no CUDA driver in the container): nothing measured" {
+		t.Errorf("stand-in %q", got)
+	}
+	if got := noisyStandIn("{\"p50_ms\":0.2,\"p99_ms\":0.9}"); got != "" {
+		t.Errorf("a measurement read as a stand-in: %q", got)
 	}
 }

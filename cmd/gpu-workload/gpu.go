@@ -10,7 +10,9 @@ import (
 	"os"
 	"time"
 
+	"gpuconform.io/gpuconform/internal/cuda"
 	"gpuconform.io/gpuconform/internal/workload/gpuwork"
+	"gpuconform.io/gpuconform/internal/workload/probe"
 	"gpuconform.io/gpuconform/internal/workload/train"
 )
 
@@ -95,4 +97,57 @@ func runNoisy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitFail
 	}
 	return exitOK
+}
+
+// overLimit is how far above the daemon's pinned memory limit the MPS check allocates.
+const overLimit = 64 << 20
+
+// mpsCUDAView runs a CUDA program under the container's MPS: the SMs its context may use
+// (cuCtxGetExecAffinity) beside the device's, the memory it sees, and whether an allocation above the
+// pinned limit the daemon answered fails. Without libcuda it says it is a stand-in.
+func mpsCUDAView(lib string) func(*probe.MPS) *probe.MPSContext {
+	return func(daemon *probe.MPS) *probe.MPSContext {
+		w, standIn, err := gpuwork.Start(lib)
+		switch {
+		case err != nil:
+			return &probe.MPSContext{Error: err.Error()}
+		case w == nil:
+			return &probe.MPSContext{StandIn: standIn + ": the limits were read from the MPS control daemon only"}
+		}
+		defer w.Close()
+		out := &probe.MPSContext{DeviceSMCount: w.Device.SMs}
+		limits, _ := probe.ParsePinnedMemLimit(daemon.PinnedDeviceMemLimit)
+		err = w.Do(func(c *cuda.Context) error {
+			n, ok, err := c.SMCount()
+			if err != nil {
+				return err
+			}
+			if !ok {
+				n = w.Device.SMs // a driver before CUDA 11.4: no per-context affinity to read
+			}
+			out.SMCount = n
+			_, total, err := c.MemInfo()
+			if err != nil {
+				return err
+			}
+			out.MemoryLimitBytes = total
+			limitMiB := int64(0)
+			for _, v := range limits {
+				limitMiB = v // one GPU per container here: its limit
+			}
+			if limitMiB <= 0 {
+				return nil
+			}
+			err = c.TryAlloc(uint64(limitMiB)<<20 + overLimit)
+			out.OverLimitAllocationFailed = cuda.IsCode(err, cuda.ErrorOutOfMemory)
+			if err != nil && !out.OverLimitAllocationFailed {
+				return err
+			}
+			return nil
+		})
+		if err != nil {
+			out.Error = err.Error()
+		}
+		return out
+	}
 }

@@ -5,17 +5,19 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"gpuconform.io/gpuconform/internal/cuda/cudatest"
+	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
 // jsonLines decodes every JSON-object line of out.
 func jsonLines(t *testing.T, out string) []map[string]any {
 	t.Helper()
 	var evs []map[string]any
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+	for l := range strings.SplitSeq(strings.TrimSpace(out), "\n") {
 		var ev map[string]any
 		if json.Unmarshal([]byte(l), &ev) == nil {
 			evs = append(evs, ev)
@@ -115,5 +117,25 @@ func TestSmokeWithoutCUDAFails(t *testing.T) {
 	transcript, _ := os.ReadFile(out)
 	if code != exitFail || !strings.Contains(string(transcript), `"step":"device-test"`) {
 		t.Errorf("exit %d, transcript %s", code, transcript)
+	}
+}
+
+// Under MPS the probe's CUDA program reads the SMs its context may use and tries an allocation above the
+// limit the daemon answered: the double enforces both.
+func TestMPSCUDAView(t *testing.T) {
+	lib := cudatest.Build(t)
+	t.Setenv("CUDA_DOUBLE_SMS", "4")
+	t.Setenv("CUDA_DOUBLE_MEM_LIMIT", strconv.Itoa(1<<30))
+	got := mpsCUDAView(lib)(&probe.MPS{PinnedDeviceMemLimit: "0=1024M"})
+	if got.Error != "" || got.StandIn != "" || got.SMCount != 4 || got.DeviceSMCount != 8 || got.MemoryLimitBytes != 1<<30 || !got.OverLimitAllocationFailed {
+		t.Errorf("MPS view %+v", got)
+	}
+	// No limit enforced: the allocation above the daemon's answer succeeds, and the view says so.
+	t.Setenv("CUDA_DOUBLE_MEM_LIMIT", strconv.Itoa(8<<30))
+	if got := mpsCUDAView(lib)(&probe.MPS{PinnedDeviceMemLimit: "0=1024M"}); got.OverLimitAllocationFailed {
+		t.Errorf("an unenforced limit read as enforced: %+v", got)
+	}
+	if got := mpsCUDAView(filepath.Join(t.TempDir(), "none.so"))(&probe.MPS{}); !strings.HasPrefix(got.StandIn, "stand-in (no CUDA driver") {
+		t.Errorf("no libcuda: %+v", got)
 	}
 }

@@ -194,6 +194,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	var expect optionalInt
 	fs.Var(&expect, "expect", "exact number of devices the container must see (0: none)")
 	expectIDs := fs.String("expect-ids", "", "comma-separated device IDs the container must see, no more, no fewer")
+	cudaLib := cudaLibraryFlag(fs)
 	hold := fs.Duration("hold", 0, "after reporting, keep the container (and its devices) for this long or until SIGTERM, so the kubelet's and the claim's view can be read while the pod is active")
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code
@@ -218,7 +219,7 @@ func runProbe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	})
 
-	report, err := probe.Run(ctx, probe.Options{}, e, stdout, termlog.DefaultPath)
+	report, err := probe.Run(ctx, probe.Options{MPSCUDA: mpsCUDAView(*cudaLib)}, e, stdout, termlog.DefaultPath)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpu-workload probe: %v\n", err)
 		return exitFail

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -58,8 +59,11 @@ func runSmoke(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return fail("device-test", fmt.Errorf("%s", dt.StandIn))
 	}
 	gw, standIn, err := gpuwork.Start(*cudaLib)
-	if err != nil || gw == nil {
-		return fail("load", fmt.Errorf("%v%s", err, standIn))
+	switch {
+	case err != nil:
+		return fail("load", err)
+	case gw == nil:
+		return fail("load", errors.New(standIn))
 	}
 	defer gw.Close()
 	dev := gw.Device

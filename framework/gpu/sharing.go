@@ -176,7 +176,7 @@ const noIsolation = "no memory or fault isolation"
 // ObserveSharing is what pod on node saw on path, read from its probe report and the IDs its path's
 // authority allocated it (replica IDs under time-slicing and MPS; nil when unread): MIG devices (by
 // nvidia-smi, with their profile and parent) make it ObservedMIG; replica IDs make it MPS when the
-// container was told of MPS, else time-slicing; anything else is whole GPUs, exclusive.
+// container has CUDA_MPS_* variables (NVIDIA's plugin sets the pipe directory), else time-slicing; anything else is whole GPUs, exclusive.
 func ObserveSharing(node, path, pod string, allocated []string, r probe.Report) SharingObservation {
 	o := SharingObservation{Node: node, Path: path, Pod: pod}
 	switch {
@@ -207,7 +207,7 @@ func ObserveSharing(node, path, pod string, allocated []string, r probe.Report) 
 		}
 		o.Saw = strings.Join(saw, "; ")
 		if r.MPS != nil {
-			// MPS variables without replica IDs: the allocation was not read, or MPS serves whole GPUs.
+			// An MPS pipe directory without replica IDs: the allocation was not read, or MPS serves whole GPUs.
 			o.Note = mpsNote(*r.MPS)
 		}
 	}
@@ -217,13 +217,14 @@ func ObserveSharing(node, path, pod string, allocated []string, r probe.Report) 
 	return o
 }
 
-// mpsNote states the MPS limits a container was told, or that it was told none.
+// mpsNote states the MPS limits a container read from its MPS control daemon (through
+// nvidia-cuda-mps-control: NVIDIA's plugin sets them as the daemon's defaults), or why it read none.
 func mpsNote(m probe.MPS) string {
-	if m.ActiveThreadPercentage == "" && m.PinnedDeviceMemLimit == "" {
-		return "MPS without limits: neither CUDA_MPS_ACTIVE_THREAD_PERCENTAGE nor CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is set; " + noIsolation
+	if m.Control != probe.MPSControlAnswered {
+		return "MPS without limits the container can read: " + cmp.Or(m.ControlError, "its MPS control daemon was not asked") + "; " + noIsolation
 	}
-	return fmt.Sprintf("MPS limits: active threads %s%%, pinned device memory %s; no fault isolation",
-		cmp.Or(m.ActiveThreadPercentage, "unset"), cmp.Or(m.PinnedDeviceMemLimit, "unset"))
+	return fmt.Sprintf("MPS daemon defaults read with %s: active threads %s%%, pinned device memory %s; no fault isolation",
+		probe.MPSControl, cmp.Or(m.ActiveThreadPercentage, "unset"), cmp.Or(m.PinnedDeviceMemLimit, "unset"))
 }
 
 // SeenConsistent reports whether what a pod saw (an observation's Mode) fits the mode discovery read

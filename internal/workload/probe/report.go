@@ -45,8 +45,8 @@ type Report struct {
 	GPUs []GPUMemory `json:"gpus"`
 	// GPUsError says why nvidia-smi, although it listed the GPUs, gave no memory for them.
 	GPUsError string `json:"gpus_error,omitempty"`
-	// MPS is what the container was told of CUDA MPS (the CUDA_MPS_* variables), null when no such
-	// variable is set.
+	// MPS is what the container shows of CUDA MPS: its pipe directory and the MPS control daemon's default
+	// limits, read through nvidia-cuda-mps-control; null when no CUDA_MPS_* variable is set.
 	MPS *MPS `json:"mps"`
 	// Truncated is true only in a termination message that had to drop Sources to fit the kubelet's
 	// size limit; stdout always carries the full report.

@@ -2,10 +2,15 @@ package probe
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // h100MIG is `nvidia-smi -L` in a container given two MIG devices of GPU 2 and the whole GPU 3, in
@@ -66,11 +71,51 @@ func TestGatherMIGDevices(t *testing.T) {
 	}
 }
 
-// The MPS variables NVIDIA's plugin sets are reported as set, and the JSON names are the contract.
+// fakeMPSControl installs an nvidia-cuda-mps-control on the fixture's PATH that reads one command from
+// stdin and prints answers[command] (nothing for a command it does not know), exiting with code; with
+// hang it never answers.
+func (f *fixture) fakeMPSControl(answers map[string]string, code int, hang bool) *fixture {
+	f.t.Helper()
+	dir := f.t.TempDir()
+	var script strings.Builder
+	script.WriteString("#!/bin/sh\n")
+	if hang {
+		script.WriteString("while :; do :; done\n")
+	}
+	script.WriteString("read -r cmd\ncase \"$cmd\" in\n")
+	for cmd, answer := range answers {
+		script.WriteString("'" + cmd + "') echo '" + answer + "';;\n")
+	}
+	script.WriteString("esac\nexit " + strconv.Itoa(code) + "\n")
+	if err := os.WriteFile(filepath.Join(dir, MPSControl), []byte(script.String()), 0o755); err != nil {
+		f.t.Fatal(err)
+	}
+	path := ""
+	for _, kv := range f.env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	f.env = append(f.env, "PATH="+strings.Trim(path+":"+dir, ":"))
+	return f
+}
+
+// daemon50 answers as the MPS daemon of NVIDIA's plugin on a GPU with index 3 shared two ways.
+var daemon50 = map[string]string{
+	"get_default_active_thread_percentage":  "50.0",
+	"get_default_device_pinned_mem_limit 3": "40779M",
+}
+
+// The MPS limits are what the control daemon behind the pipe directory answers through
+// nvidia-cuda-mps-control, asked for the container's GPU by its node index; limit variables a user set
+// are kept apart, and the JSON names are the contract.
 func TestGatherMPS(t *testing.T) {
-	r := newFixture(t, "NVIDIA_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps",
-		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M").gather()
-	want := &MPS{PipeDirectory: "/tmp/nvidia-mps", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960M", LimitsFrom: "env"}
+	r := newFixture(t, "NVIDIA_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PIPE_DIRECTORY=/mps/nvidia.com/gpu/pipe", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25").
+		devFiles("nvidia3", "nvidiactl").fakeMPSControl(daemon50, 0, false).gather()
+	want := &MPS{PipeDirectory: "/mps/nvidia.com/gpu/pipe", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "3=40779M",
+		LimitsFrom: MPSControl, Control: MPSControlAnswered,
+		Asked: []MPSAnswer{{Command: "get_default_active_thread_percentage", Answer: "50.0"}, {Command: "get_default_device_pinned_mem_limit 3", Answer: "40779M"}},
+		Env:   &MPSEnv{ActiveThreadPercentage: "25"}}
 	if !reflect.DeepEqual(r.MPS, want) {
 		t.Fatalf("mps = %+v, want %+v", r.MPS, want)
 	}
@@ -78,15 +123,51 @@ func TestGatherMPS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, field := range []string{`"mps":{"pipe_directory":"/tmp/nvidia-mps","active_thread_percentage":"50","pinned_device_mem_limit":"0=40960M","limits_from":"env"}`, `"mig_devices":null`} {
+	for _, field := range []string{`"mps":{"pipe_directory":"/mps/nvidia.com/gpu/pipe","active_thread_percentage":"50","pinned_device_mem_limit":"3=40779M","limits_from":"nvidia-cuda-mps-control","control":"answered",` +
+		`"asked":[{"command":"get_default_active_thread_percentage","answer":"50.0"},{"command":"get_default_device_pinned_mem_limit 3","answer":"40779M"}],"env":{"active_thread_percentage":"25"}}`, `"mig_devices":null`} {
 		if !strings.Contains(string(line), field) {
 			t.Errorf("report JSON %s lacks %s", line, field)
 		}
 	}
-	// The mps-no-limits fault: the pipe directory without the limits still reads as MPS, limits empty.
-	r = newFixture(t, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps").gather()
-	if r.MPS == nil || r.MPS.ActiveThreadPercentage != "" || r.MPS.PinnedDeviceMemLimit != "" {
-		t.Errorf("mps without limits = %+v", r.MPS)
+	// The variables alone give no limit: without an answering daemon the limits stay empty.
+	r = newFixture(t, "CUDA_MPS_PIPE_DIRECTORY=/tmp/nvidia-mps", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=40960M").gather()
+	if r.MPS == nil || r.MPS.ActiveThreadPercentage != "" || r.MPS.PinnedDeviceMemLimit != "" || r.MPS.LimitsFrom != "" || r.MPS.Env == nil || r.MPS.Env.PinnedDeviceMemLimit != "0=40960M" {
+		t.Errorf("mps from variables only = %+v", r.MPS)
+	}
+	if r := newFixture(t).gather(); r.MPS != nil {
+		t.Errorf("mps without any CUDA_MPS_* variable = %+v, want null", r.MPS)
+	}
+}
+
+// A missing client, a daemon that does not answer (the real client's words when none listens), one that
+// never answers, and an empty answer are each reported as the container showed them.
+func TestGatherMPSControlFailures(t *testing.T) {
+	pipe := "CUDA_MPS_PIPE_DIRECTORY=/mps/nvidia.com/gpu/pipe"
+	for name, c := range map[string]struct {
+		f       *fixture
+		control string
+		says    []string
+	}{
+		"not installed": {newFixture(t, pipe), MPSControlNotInstalled, []string{"nvidia-cuda-mps-control is not on the container's PATH (PATH=)"}},
+		"no daemon": {newFixture(t, pipe).fakeMPSControl(map[string]string{"get_default_active_thread_percentage": "Cannot find MPS control daemon process"}, 1, false),
+			MPSControlNoAnswer, []string{`asked "get_default_active_thread_percentage" with CUDA_MPS_PIPE_DIRECTORY /mps/nvidia.com/gpu/pipe, did not answer: exit status 1: Cannot find MPS control daemon process`}},
+		"hangs": {newFixture(t, pipe).fakeMPSControl(nil, 0, true), MPSControlNoAnswer, []string{"did not answer: no answer within 200ms"}},
+		"empty": {newFixture(t, pipe).fakeMPSControl(nil, 0, false), MPSControlEmpty, []string{`asked "get_default_active_thread_percentage"`, "answered nothing"}},
+		"empty limit": {newFixture(t, pipe).fakeMPSControl(map[string]string{"get_default_active_thread_percentage": "50.0"}, 0, false),
+			MPSControlEmpty, []string{`asked "get_default_device_pinned_mem_limit 0"`, "answered nothing"}},
+	} {
+		opts := c.f.opts()
+		opts.MPSControlTimeout = 200 * time.Millisecond
+		m := Gather(t.Context(), opts).MPS
+		if m == nil || m.Control != c.control || m.ActiveThreadPercentage != "" || m.PinnedDeviceMemLimit != "" || m.LimitsFrom != "" {
+			t.Errorf("%s: mps = %+v, want control %s and no limits", name, m, c.control)
+			continue
+		}
+		for _, say := range c.says {
+			if !strings.Contains(m.ControlError, say) {
+				t.Errorf("%s: control_error %q lacks %q", name, m.ControlError, say)
+			}
+		}
 	}
 }
 
@@ -102,36 +183,35 @@ func TestParsePinnedMemLimit(t *testing.T) {
 	}
 }
 
-// Limits the environment lacks come from the MPS control daemon's defaults, as NVIDIA's MPS daemon sets
-// them; what the environment sets is kept, and a daemon that does not answer leaves the limit missing.
-func TestFillMPSFromDaemon(t *testing.T) {
+// readMPSDaemon asks the percentage once and the pinned memory limit per GPU index, and stops at the first
+// command that gets no answer.
+func TestReadMPSDaemon(t *testing.T) {
+	var asked []string
 	daemon := func(answers map[string]string) mpsControlQuery {
 		return func(cmd string) (string, error) {
+			asked = append(asked, cmd)
 			if a, ok := answers[cmd]; ok {
 				return a, nil
 			}
-			return "", fmt.Errorf("unknown command %q", cmd)
+			return "Cannot find MPS control daemon process", errors.New("exit status 1")
 		}
 	}
 	m := &MPS{PipeDirectory: "/mps/nvidia.com/gpu/pipe"}
-	fillMPSFromDaemon(m, 1, daemon(map[string]string{
-		"get_default_active_thread_percentage":  "50.0",
-		"get_default_device_pinned_mem_limit 0": "40960M",
-	}))
-	if m.ActiveThreadPercentage != "50" || m.PinnedDeviceMemLimit != "0=40960M" || m.LimitsFrom != MPSControl {
-		t.Errorf("from the daemon: %+v", m)
+	readMPSDaemon(m, []int{1, 2}, daemon(map[string]string{
+		"get_default_active_thread_percentage":  "33.0",
+		"get_default_device_pinned_mem_limit 1": "27186M",
+		"get_default_device_pinned_mem_limit 2": "27186M",
+	}), "/usr/bin")
+	if m.ActiveThreadPercentage != "33" || m.PinnedDeviceMemLimit != "1=27186M,2=27186M" || m.LimitsFrom != MPSControl || m.Control != MPSControlAnswered || len(m.Asked) != 3 {
+		t.Errorf("two GPUs: %+v", m)
 	}
 
-	env := &MPS{PipeDirectory: "/tmp/nvidia-mps", ActiveThreadPercentage: "25", PinnedDeviceMemLimit: "0=20G"}
-	fillMPSFromDaemon(env, 1, daemon(map[string]string{"get_default_active_thread_percentage": "50.0"}))
-	if env.ActiveThreadPercentage != "25" || env.PinnedDeviceMemLimit != "0=20G" || env.LimitsFrom != "env" {
-		t.Errorf("the environment's limits must stand: %+v", env)
-	}
-
+	asked = nil
 	silent := &MPS{PipeDirectory: "/tmp/nvidia-mps"}
-	fillMPSFromDaemon(silent, 1, daemon(nil))
-	if silent.ActiveThreadPercentage != "" || silent.PinnedDeviceMemLimit != "" || silent.LimitsFrom != "" {
-		t.Errorf("a daemon that does not answer gives no limits: %+v", silent)
+	readMPSDaemon(silent, nil, daemon(nil), "/usr/bin")
+	if silent.ActiveThreadPercentage != "" || silent.PinnedDeviceMemLimit != "" || silent.Control != MPSControlNoAnswer || len(asked) != 1 ||
+		silent.Asked[0].Answer != "Cannot find MPS control daemon process" || silent.Asked[0].Error != "exit status 1" {
+		t.Errorf("a daemon that does not answer gives no limits and is asked once: %+v (asked %q)", silent, asked)
 	}
-	fillMPSFromDaemon(nil, 1, daemon(nil)) // no MPS share: nothing to fill
+	readMPSDaemon(nil, nil, daemon(nil), "") // no MPS share: nothing to ask
 }

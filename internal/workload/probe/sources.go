@@ -24,6 +24,11 @@ type Options struct {
 	DevDir string
 	// NvidiaSMITimeout bounds `nvidia-smi -L`, which can hang on a wedged driver; zero means 15s.
 	NvidiaSMITimeout time.Duration
+	// MPSControlTimeout bounds each nvidia-cuda-mps-control command; zero means 10s.
+	MPSControlTimeout time.Duration
+	// MPSCUDA, when set, runs a CUDA program under the container's MPS and says what it saw (the workload
+	// binary's, which opens libcuda; this package does not, so the suite that reads its reports stays static).
+	MPSCUDA func(daemon *MPS) *MPSContext
 }
 
 // draDeviceKey matches the variables that name a device in the dra-example-driver's CDI spec, and
@@ -80,17 +85,15 @@ func Gather(ctx context.Context, opts Options) Report {
 	bin := lookPathIn("nvidia-smi", pathList)
 	r.Sources.NvidiaSMI, r.MIGDevices, r.Sources.NvidiaSMIError = runNvidiaSMI(ctx, bin, timeout)
 	r.MPS = mpsFromEnv(env)
-	if ctl := lookPathIn(MPSControl, pathList); ctl != "" {
-		fillMPSFromDaemon(r.MPS, max(len(r.Sources.NvidiaSMI), 1), func(command string) (string, error) {
-			qctx, cancel := context.WithTimeout(ctx, timeout)
-			defer cancel()
-			cmd := exec.CommandContext(qctx, ctl)
-			cmd.Stdin = strings.NewReader(command + "\n")
-			out, err := cmd.Output()
-			return strings.TrimSpace(string(out)), err
-		})
-	} else if r.MPS != nil && (r.MPS.ActiveThreadPercentage != "" || r.MPS.PinnedDeviceMemLimit != "") {
-		r.MPS.LimitsFrom = "env"
+	if r.MPS != nil {
+		var query mpsControlQuery
+		if ctl := lookPathIn(MPSControl, pathList); ctl != "" {
+			query = mpsControlRunner(ctx, ctl, opts.Environ, cmp.Or(opts.MPSControlTimeout, 10*time.Second))
+		}
+		readMPSDaemon(r.MPS, gpuIndexes(r.Sources.DevFiles), query, pathList)
+		if opts.MPSCUDA != nil {
+			r.MPS.CUDA = opts.MPSCUDA(r.MPS)
+		}
 	}
 	r.DriverVersion, r.CUDAVersion, r.VersionError = queryVersions(ctx, bin, timeout, r.Sources.NvidiaSMIError != "")
 	r.GPUs, r.GPUsError = queryMemory(ctx, bin, timeout, r.Sources.NvidiaSMIError != "")
@@ -221,6 +224,31 @@ func runTool(ctx context.Context, bin string, timeout time.Duration, args ...str
 		return string(out), code, fmt.Errorf("%s: %w: %s", cmd, err, said)
 	}
 	return string(out), code, fmt.Errorf("%s: %w", cmd, err)
+}
+
+// mpsControlRunner runs nvidia-cuda-mps-control (bin) once per command, the command on its stdin as
+// NVIDIA's plugin sends it, in the container's environment (environ; nil: this process's), bounded by
+// timeout. A failure's error gives the exit status and, when stdout had nothing, what stderr said.
+func mpsControlRunner(ctx context.Context, bin string, environ []string, timeout time.Duration) mpsControlQuery {
+	return func(command string) (string, error) {
+		qctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		cmd := exec.CommandContext(qctx, bin)
+		cmd.Env = environ
+		cmd.Stdin = strings.NewReader(command + "\n")
+		cmd.WaitDelay = time.Second
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		out := strings.TrimSpace(stdout.String())
+		switch {
+		case errors.Is(qctx.Err(), context.DeadlineExceeded):
+			return out, fmt.Errorf("no answer within %s", timeout)
+		case err != nil && out == "" && strings.TrimSpace(stderr.String()) != "":
+			return out, fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		return out, err
+	}
 }
 
 // lookPathIn is exec.LookPath against an explicit PATH, so Gather honours Options.Environ instead of
