@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/pods"
+	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/timeouts"
@@ -76,7 +78,9 @@ func loadOf(r *suite.Run) UpgradeLoad {
 
 // representativeLoad runs the same load on the upgraded canary and on a known-good node at the same time,
 // measures each one's progress over the same window (after both reported a first step, so start-up does
-// not count), and requires the canary to keep MinRatio of the known-good rate.
+// not count), reads the clocks of both loads' GPUs at the window's start and end, and requires the canary
+// to keep MinRatio of the known-good's GPU throughput (its step rate where the load reports none) and its
+// GPU to run as the known-good's does (upgrade.Load.Failure).
 func representativeLoad(ctx context.Context, in UpgradeInput, path gpu.Path) upgrade.Load {
 	ginkgo.GinkgoHelper()
 	env := in.Env
@@ -115,13 +119,25 @@ func representativeLoad(ctx context.Context, in UpgradeInput, path gpu.Path) upg
 				g.Expect(n).To(gomega.BeNumerically(">", 0), "no JSON line with a numeric \"step\" on its stdout yet")
 			})
 	}
-	read := func(p *corev1.Pod) (int64, time.Time) {
-		n, err := loadProgress(ctx, env, ns, p.Name)
+	read := func(p *corev1.Pod) (loadLog, time.Time) {
+		l, err := readLoadLog(ctx, env, ns, p.Name)
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
-		return n, time.Now()
+		return l, time.Now()
+	}
+	clocks := func() {
+		if res.ClocksNotCompared != "" {
+			return
+		}
+		s, why := readClocks(ctx, env, ns, canary, good)
+		if why != "" {
+			res.ClocksNotCompared, res.Clocks = why, nil
+			return
+		}
+		res.Clocks = append(res.Clocks, s)
 	}
 	c1, tc1 := read(canary)
 	g1, tg1 := read(good)
+	clocks()
 	select {
 	case <-ctx.Done():
 		ginkgo.Fail("the run ended while the representative load ran")
@@ -129,35 +145,112 @@ func representativeLoad(ctx context.Context, in UpgradeInput, path gpu.Path) upg
 	}
 	c2, tc2 := read(canary)
 	g2, tg2 := read(good)
+	clocks()
 	for _, p := range []*corev1.Pod{canary, good} {
 		now, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
 		gomega.Expect(now.Status.Phase).To(gomega.Equal(corev1.PodRunning),
 			"the load %s on %s stopped during the measurement: %s", p.Name, p.Spec.NodeName, terminationOf(now))
 	}
-	res.CanarySteps, res.KnownGoodSteps, res.Window = c2-c1, g2-g1, tc2.Sub(tc1)
-	res.CanaryRate = float64(c2-c1) / tc2.Sub(tc1).Seconds()
-	res.GoodRate = float64(g2-g1) / tg2.Sub(tg1).Seconds()
+	res.CanarySteps, res.KnownGoodSteps, res.Window = c2.maxStep-c1.maxStep, g2.maxStep-g1.maxStep, tc2.Sub(tc1)
+	res.CanaryRate = float64(res.CanarySteps) / tc2.Sub(tc1).Seconds()
+	res.GoodRate = float64(res.KnownGoodSteps) / tg2.Sub(tg1).Seconds()
+	res.CanaryGFLOPS, res.GoodGFLOPS = c2.medianGFLOPS(c1.maxStep, c2.maxStep), g2.medianGFLOPS(g1.maxStep, g2.maxStep)
+	res.CanaryStandIn, res.GoodStandIn = c2.standIn, g2.standIn
 	ginkgo.AddReportEntry(upgrade.LoadEntry, res.String())
-	gomega.Expect(res.GoodRate).To(gomega.BeNumerically(">", 0), "the load made no progress on the known-good %s in %s: it cannot be compared", goodNode, in.Load.Duration)
-	gomega.Expect(res.Passed()).To(gomega.BeTrue(), "representative load: the upgraded canary %s progresses at %.2f of the known-good pool's rate (%.2f against %.2f steps/s; minimum ratio %.2f)",
-		canaryNode, res.Ratio(), res.CanaryRate, res.GoodRate, res.MinRatio)
+	if !res.Throughput() && cmp.Or(res.CanaryStandIn, res.GoodStandIn) != "" {
+		ginkgo.AddReportEntry(run.StandInPrefix+"representative load on the "+path.Name()+" path", run.StandIn{Did: res.Compared(),
+			Fix: "give GPU containers NVIDIA's CUDA driver library (NVIDIA_DRIVER_CAPABILITIES=compute) so the training loop's steps run the FMA and copy kernels, or pass --upgrade-load-image with a load of your own"})
+	}
+	if f := res.Failure(); f != "" {
+		ginkgo.Fail(f)
+	}
 	deleteAllJobs(ctx, env, ns)
 	return res
 }
 
-// loadProgress is the largest "step" of the JSON lines the pod printed so far.
-func loadProgress(ctx context.Context, env *testenv.Env, ns, pod string) (int64, error) {
-	raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: fixtures.WorkloadContainer}).DoRaw(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("reading the log of %s/%s: %w", ns, pod, err)
+// clockReadTimeout bounds one nvidia-smi query in a load container: the tool answers in well under a
+// second; a wedged driver or runtime must not hold the rehearsal.
+const clockReadTimeout = 30 * time.Second
+
+// readClocks reads the clocks of both loads' GPUs with nvidia-smi run in their containers. Exec into the
+// running load, not a pod of its own: it reads the very GPU the load's progress is measured on, under that
+// load (an idle GPU drops its clocks whatever its driver), and needs no free device on either node. why
+// says why the clocks cannot be compared ("" when they can): a container without nvidia-smi (an image of
+// the team's own, or NVIDIA_DRIVER_CAPABILITIES without utility), a tool that failed, or exec refused.
+func readClocks(ctx context.Context, env *testenv.Env, ns string, canary, good *corev1.Pod) (upgrade.ClockSample, string) {
+	var s upgrade.ClockSample
+	for _, side := range []struct {
+		pod *corev1.Pod
+		out *[]upgrade.GPUClocks
+	}{{canary, &s.Canary}, {good, &s.KnownGood}} {
+		gpus, err := loadClocks(ctx, env, ns, side.pod.Name)
+		if err != nil {
+			return s, fmt.Sprintf("nvidia-smi in the load's container %s on %s could not answer (%v); a container without the tool (an image of its own, or NVIDIA_DRIVER_CAPABILITIES without utility) cannot show its GPU's clocks",
+				side.pod.Name, side.pod.Spec.NodeName, err)
+		}
+		*side.out = gpus
 	}
-	return maxStep(string(raw)), nil
+	return s, ""
 }
 
-// maxStep is the largest numeric "step" field of the JSON-object lines of log (0 when none has one).
-func maxStep(log string) int64 {
-	var most int64
+// loadClocks runs upgrade.ClockQuery in the pod's workload container, again with the reasons' name from
+// before R535 when the driver refuses the current one.
+func loadClocks(ctx context.Context, env *testenv.Env, ns, pod string) ([]upgrade.GPUClocks, error) {
+	run := func(legacy bool) (string, error) {
+		qctx, cancel := context.WithTimeout(ctx, clockReadTimeout)
+		defer cancel()
+		stdout, stderr, err := pods.Exec(qctx, env, ns, pod, fixtures.WorkloadContainer, upgrade.ClockQuery(legacy))
+		if err != nil {
+			if said := strings.TrimSpace(stdout + stderr); said != "" {
+				err = fmt.Errorf("%w: %s", err, said)
+			}
+		}
+		return stdout, err
+	}
+	out, err := run(false)
+	if err != nil && upgrade.RefusedField(err.Error(), upgrade.ReasonsField) {
+		out, err = run(true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return upgrade.ParseClocks(out)
+}
+
+// loadProgress is the largest "step" of the JSON lines the pod printed so far.
+func loadProgress(ctx context.Context, env *testenv.Env, ns, pod string) (int64, error) {
+	l, err := readLoadLog(ctx, env, ns, pod)
+	return l.maxStep, err
+}
+
+// readLoadLog reads and parses the pod's workload log.
+func readLoadLog(ctx context.Context, env *testenv.Env, ns, pod string) (loadLog, error) {
+	raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: fixtures.WorkloadContainer}).DoRaw(ctx)
+	if err != nil {
+		return loadLog{}, fmt.Errorf("reading the log of %s/%s: %w", ns, pod, err)
+	}
+	return parseLoadLog(string(raw)), nil
+}
+
+// loadLog is what the load's JSON lines say: its progress, its GPU throughput per step where it measures
+// one, and whether its GPU work is a stand-in. Lines that are not JSON objects, or lack a field, are
+// passed over.
+type loadLog struct {
+	maxStep int64
+	// steps are the lines with a numeric "step" and "gflops", in log order.
+	steps []stepThroughput
+	// standIn is why the GPU work is a stand-in, from a {"event":"gpu","mode":"stand-in"} line.
+	standIn string
+}
+
+type stepThroughput struct {
+	step   int64
+	gflops float64
+}
+
+func parseLoadLog(log string) loadLog {
+	var l loadLog
 	sc := bufio.NewScanner(strings.NewReader(log))
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
 	for sc.Scan() {
@@ -166,13 +259,48 @@ func maxStep(log string) int64 {
 			continue
 		}
 		var ev struct {
-			Step *float64 `json:"step"`
+			Event   string   `json:"event"`
+			Mode    string   `json:"mode"`
+			StandIn string   `json:"stand_in"`
+			Step    *float64 `json:"step"`
+			GFLOPS  *float64 `json:"gflops"`
 		}
-		if json.Unmarshal([]byte(line), &ev) == nil && ev.Step != nil {
-			most = max(most, int64(*ev.Step))
+		if json.Unmarshal([]byte(line), &ev) != nil {
+			continue
+		}
+		if ev.Event == "gpu" && ev.Mode == "stand-in" {
+			l.standIn = cmp.Or(ev.StandIn, "the load says its GPU work is a stand-in")
+		}
+		if ev.Step == nil {
+			continue
+		}
+		l.maxStep = max(l.maxStep, int64(*ev.Step))
+		if ev.GFLOPS != nil && *ev.GFLOPS > 0 {
+			l.steps = append(l.steps, stepThroughput{step: int64(*ev.Step), gflops: *ev.GFLOPS})
 		}
 	}
-	return most
+	return l
+}
+
+// maxStep is the largest numeric "step" field of the JSON-object lines of log (0 when none has one).
+func maxStep(log string) int64 { return parseLoadLog(log).maxStep }
+
+// medianGFLOPS is the median "gflops" of the steps in (from, upTo] (0 when none carries one).
+func (l loadLog) medianGFLOPS(from, upTo int64) float64 {
+	var v []float64
+	for _, s := range l.steps {
+		if s.step > from && s.step <= upTo {
+			v = append(v, s.gflops)
+		}
+	}
+	if len(v) == 0 {
+		return 0
+	}
+	slices.Sort(v)
+	if n := len(v); n%2 == 0 {
+		return (v[n/2-1] + v[n/2]) / 2
+	}
+	return v[len(v)/2]
 }
 
 func terminationOf(p *corev1.Pod) string {

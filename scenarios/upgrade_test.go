@@ -45,6 +45,42 @@ not json {"step": 99}
 	}
 }
 
+// The load's step lines may carry "gflops" (the CUDA FMA kernel the step ran); the window's median is
+// what the rehearsal compares, and a first {"event":"gpu"} line says when the GPU work is a stand-in.
+// Lines without these fields, or not JSON at all, pass over.
+func TestParseLoadLogReadsThroughputAndStandIn(t *testing.T) {
+	log := `{"event":"gpu","mode":"cuda","device":"NVIDIA H100 80GB HBM3"}
+{"event":"start","steps":1000000}
+{"event":"step","step":1,"gflops":50000,"gbps":2900}
+{"event":"step","step":2,"gflops":"fast"}
+{"event":"checkpoint","step":5}
+{"event":"step","step":6,"gflops":51000,"gbps":2950}
+{"event":"step","step":7,"gflops":49000}
+{"event":"step","step":8,"gflops":12000}
+not json {"gflops": 1}
+`
+	l := parseLoadLog(log)
+	if l.maxStep != 8 || l.standIn != "" {
+		t.Errorf("maxStep %d standIn %q, want 8 and none", l.maxStep, l.standIn)
+	}
+	if got := l.medianGFLOPS(5, 8); got != 49000 {
+		t.Errorf("median of steps 6..8 = %g, want 49000", got)
+	}
+	if got := l.medianGFLOPS(5, 7); got != 50000 {
+		t.Errorf("median of steps 6..7 = %g, want 50000 (the mean of the middle two)", got)
+	}
+	if got := l.medianGFLOPS(8, 20); got != 0 {
+		t.Errorf("a window without gflops lines = %g, want 0 (the step rate is compared)", got)
+	}
+
+	standIn := parseLoadLog(`{"event":"gpu","mode":"stand-in","stand_in":"no CUDA driver in the container: libcuda.so.1: cannot open shared object file"}
+{"event":"checkpoint","step":5}
+`)
+	if standIn.standIn != "no CUDA driver in the container: libcuda.so.1: cannot open shared object file" || standIn.medianGFLOPS(0, 5) != 0 || standIn.maxStep != 5 {
+		t.Errorf("stand-in log read as %+v", standIn)
+	}
+}
+
 func TestRehearsalLogNamesTheCheckThatFailed(t *testing.T) {
 	l := &rehearsalLog{}
 	l.step = "draining"

@@ -150,7 +150,8 @@ func PreflightNeeds(n Needs) []Permission {
 			Permission{Verb: "patch", Resource: "nodes", Why: "record faults on nodes, cordon the canary pool, put a stopped node out of service"},
 			Permission{Verb: "update", Resource: "nodes", Why: "add and remove the out-of-service taint"},
 			Permission{Verb: "create", Resource: "pods/eviction", Why: "drain the canary pool, honouring PodDisruptionBudgets"},
-			Permission{Verb: "list", Resource: "pods", Why: "find GPU workloads and the GPU stack's pods on the pools"})
+			Permission{Verb: "list", Resource: "pods", Why: "find GPU workloads and the GPU stack's pods on the pools"},
+			Permission{Verb: "create", Resource: "pods/exec", Why: "read the clocks of the upgrade rehearsal's representative load's GPUs with nvidia-smi in its own containers", Namespace: ns})
 		if n.DRA {
 			perms = append(perms,
 				Permission{Verb: "create", Group: "resource.k8s.io", Resource: "devicetaintrules", Why: "turn a DRA device unhealthy through the API"},

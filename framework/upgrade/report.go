@@ -1,6 +1,7 @@
 package upgrade
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -61,7 +62,8 @@ func orDash(s string) string {
 }
 
 // Load is the representative load's measurement: the same load on an upgraded canary node and on a
-// known-good node at the same time, its progress in steps over the same window.
+// known-good node at the same time, its progress over the same window, its GPU throughput where the
+// load reports one, and the clocks of the two loads' GPUs.
 type Load struct {
 	Workload             string
 	CanaryNode           string
@@ -70,23 +72,139 @@ type Load struct {
 	KnownGoodSteps       int64
 	Window               time.Duration
 	MinRatio             float64
-	CanaryRate, GoodRate float64
+	CanaryRate, GoodRate float64 // steps/s
+	// CanaryGFLOPS and GoodGFLOPS are the median GPU throughput of the step lines in the window (their
+	// "gflops"); 0 when that side's lines carry none.
+	CanaryGFLOPS, GoodGFLOPS float64
+	// CanaryStandIn and GoodStandIn say why that side's load ran its GPU work as a stand-in (its
+	// {"event":"gpu","mode":"stand-in","stand_in":...} line); "" when it ran on the GPU or did not say.
+	CanaryStandIn, GoodStandIn string
+	// Clocks are the readings of the two loads' GPUs (nvidia-smi in the load containers) during the window.
+	Clocks []ClockSample
+	// ClocksNotCompared says why the GPUs' clocks were not compared; "" when they were.
+	ClocksNotCompared string
 }
 
-// Ratio is the canary's progress rate over the known-good pool's (0 when the known-good pool made none).
+// Throughput reports whether both sides' step lines carried a GPU throughput, so the GFLOP/s are compared
+// rather than the step rate.
+func (l Load) Throughput() bool { return l.CanaryGFLOPS > 0 && l.GoodGFLOPS > 0 }
+
+// Ratio is the canary's median GFLOP/s over the known-good's when both report one, else its step rate
+// over the known-good's (0 when the known-good made no progress).
 func (l Load) Ratio() float64 {
+	if l.Throughput() {
+		return l.CanaryGFLOPS / l.GoodGFLOPS
+	}
 	if l.GoodRate <= 0 {
 		return 0
 	}
 	return l.CanaryRate / l.GoodRate
 }
 
-// Passed reports whether the canary kept at least MinRatio of the known-good pool's rate.
-func (l Load) Passed() bool { return l.GoodRate > 0 && l.Ratio() >= l.MinRatio }
+// Compared says what Ratio compares, and for the step rate whether that is a stand-in.
+func (l Load) Compared() string {
+	switch standIn := cmp.Or(l.CanaryStandIn, l.GoodStandIn); {
+	case l.Throughput():
+		return "compared GPU throughput (median GFLOP/s of the window's steps)"
+	case standIn != "":
+		// The workload's sentence reads "stand-in (no CUDA driver in the container): <the loader's answer>…";
+		// a load of its own may say only why.
+		head, rest := "stand-in ("+standIn+")", ""
+		if strings.HasPrefix(standIn, "stand-in (") {
+			if i := strings.Index(standIn, ")"); i > 0 {
+				head, rest = standIn[:i+1], strings.TrimLeft(standIn[i+1:], ": ")
+			}
+		}
+		s := head + ": compared wall-clock step rate, which GPU speed does not change"
+		if rest != "" {
+			s += " [" + rest + "]"
+		}
+		return s
+	}
+	return `compared the step rate (the load's step lines carry no "gflops")`
+}
+
+// ClockFinding is what the clocks comparison holds against the canary ("" when nothing): a canary GPU
+// below MinRatio of its maximum SM clock while the known-good's is not, or with a slowdown reason active
+// that the known-good's has not, in every reading (a passing moment of power capping is not a finding).
+func (l Load) ClockFinding() string {
+	if l.ClocksNotCompared != "" || len(l.Clocks) == 0 {
+		return ""
+	}
+	var last string
+	for _, s := range l.Clocks {
+		if last = s.finding(l.CanaryNode, l.KnownGoodNode, l.MinRatio); last == "" {
+			return ""
+		}
+	}
+	return last
+}
+
+// Failure is why the canary fails the representative load ("" when it passes): its GPU's clocks, a
+// load that runs its GPU work on the known-good pool and only a stand-in on the canary, no progress to
+// compare with, or a ratio below MinRatio.
+func (l Load) Failure() string {
+	const prefix = "representative load: "
+	if f := l.ClockFinding(); f != "" {
+		return prefix + f
+	}
+	if l.CanaryStandIn != "" && l.GoodStandIn == "" && l.GoodGFLOPS > 0 {
+		return fmt.Sprintf(prefix+"the upgraded canary %s runs the load's GPU work as a stand-in (%s) while the known-good %s runs it on its GPU (%.1f GFLOP/s)",
+			l.CanaryNode, l.CanaryStandIn, l.KnownGoodNode, l.GoodGFLOPS)
+	}
+	if l.GoodRate <= 0 {
+		return fmt.Sprintf(prefix+"the load made no progress on the known-good %s in %s: it cannot be compared", l.KnownGoodNode, l.Window.Round(100*time.Millisecond))
+	}
+	if l.Ratio() >= l.MinRatio {
+		return ""
+	}
+	if l.Throughput() {
+		return fmt.Sprintf(prefix+"the upgraded canary %s reaches %.2f of the known-good pool's GPU throughput (%.1f against %.1f GFLOP/s, medians of the window; minimum ratio %.2f)",
+			l.CanaryNode, l.Ratio(), l.CanaryGFLOPS, l.GoodGFLOPS, l.MinRatio)
+	}
+	return fmt.Sprintf(prefix+"the upgraded canary %s progresses at %.2f of the known-good pool's rate (%.2f against %.2f steps/s; minimum ratio %.2f)",
+		l.CanaryNode, l.Ratio(), l.CanaryRate, l.GoodRate, l.MinRatio)
+}
+
+// Passed reports whether the canary passed the representative load (Failure is empty).
+func (l Load) Passed() bool { return l.Failure() == "" }
 
 func (l Load) String() string {
-	return fmt.Sprintf("%s: canary %s %.2f steps/s (%d steps), known-good %s %.2f steps/s (%d steps) over %s; ratio %.2f (minimum %.2f)",
-		l.Workload, l.CanaryNode, l.CanaryRate, l.CanarySteps, l.KnownGoodNode, l.GoodRate, l.KnownGoodSteps, l.Window.Round(100*time.Millisecond), l.Ratio(), l.MinRatio)
+	side := func(node string, gflops, rate float64, steps int64) string {
+		s := fmt.Sprintf("%s %.2f steps/s (%d steps)", node, rate, steps)
+		if gflops > 0 {
+			s = fmt.Sprintf("%s %.1f GFLOP/s median, %.2f steps/s (%d steps)", node, gflops, rate, steps)
+		}
+		return s
+	}
+	return fmt.Sprintf("%s: canary %s, known-good %s over %s; %s: ratio %.2f (minimum %.2f); %s",
+		l.Workload, side(l.CanaryNode, l.CanaryGFLOPS, l.CanaryRate, l.CanarySteps), side(l.KnownGoodNode, l.GoodGFLOPS, l.GoodRate, l.KnownGoodSteps),
+		l.Window.Round(100*time.Millisecond), l.Compared(), l.Ratio(), l.MinRatio, l.clocksSummary())
+}
+
+// clocksSummary is the clocks comparison as the report entry shows it: the last reading of each side,
+// and the finding, or why the clocks were not compared.
+func (l Load) clocksSummary() string {
+	switch {
+	case l.ClocksNotCompared != "":
+		return "GPU clocks not compared: " + l.ClocksNotCompared
+	case len(l.Clocks) == 0:
+		return "GPU clocks not compared: not read"
+	}
+	last := l.Clocks[len(l.Clocks)-1]
+	describe := func(gs []GPUClocks) string {
+		out := make([]string, 0, len(gs))
+		for _, g := range gs {
+			out = append(out, g.Describe())
+		}
+		return orDash(strings.Join(out, "; "))
+	}
+	s := fmt.Sprintf("GPU clocks (nvidia-smi in the load containers, %d reading(s)): canary %s at %s, known-good %s at %s",
+		len(l.Clocks), l.CanaryNode, describe(last.Canary), l.KnownGoodNode, describe(last.KnownGood))
+	if f := l.ClockFinding(); f != "" {
+		return s + "; FAILED: " + f
+	}
+	return s
 }
 
 // Sample is the serving Deployment's available replicas at a moment of the rehearsal.
