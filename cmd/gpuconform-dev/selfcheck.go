@@ -140,9 +140,10 @@ func selfcheckTable() []selfcheckRow {
 		{Fault: fakeplugin.FaultMetricsWrongPod, Focus: "exposes utilisation and memory metrics", Catcher: "exposes utilisation and memory metrics",
 			Because: because(`device GPU-\S+ held by pod (\S+) is attributed to \S+-misattributed on the exporter, not to its holder`)},
 		// A driver version that leaves the GPUs slow, rehearsed on the canary pool (the only pool it reaches):
-		// the representative load's rate there against the known-good pool's.
+		// the clocks nvidia-smi shows in the representative load's container there against the known-good
+		// pool's (framework/upgrade Load.ClockFinding).
 		{Fault: fakeplugin.FaultSlowGPU, Upgrade: true, Focus: "upgrades the canary pool", Catcher: "upgrades the canary pool",
-			Because: because(`representative load: the upgraded canary \S+ progresses at 0\.\d+ of the known-good pool's rate`)},
+			Because: because(`representative load: the upgraded canary \S+ runs its GPU at \d+ of \d+ MHz`, `clocks\.sm below [\d.]+ of clocks\.max\.sm on the canary only`)},
 		// A cluster fault (cmd/gpuconform-dev/selfcheck_kueue.go): Kueue restarted without waitForPodsReady.
 		{Fault: fakeplugin.FaultKueueNoPodsReady, Focus: "never keeps part of a gang running", Catcher: "never keeps part of a gang running",
 			Because: because(`gang \S+ started partly and stayed so for \S+: worker \d+ on \S+.* run; .*wait; Kueue waitForPodsReady off`)},
@@ -157,7 +158,7 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`publishes \S+ capacity \S+ \(\d+ MiB\), but the GPU shows \d+ MiB of memory in pod \S+: the driver overstates the capacity`)},
 		{Fault: fakeplugin.FaultMPSNoLimits, Sharing: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2},
 			Focus: "maps every mps replica", Catcher: "maps every mps replica",
-			Because: because(`lacks its MPS limits: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE \(want 50\)`)},
+			Because: because(`lacks its MPS limits: the MPS control daemon behind CUDA_MPS_PIPE_DIRECTORY=\S+, asked through nvidia-cuda-mps-control in the container, has no default limits set: get_default_active_thread_percentage answered "100\.0" \(the daemon's default: no limit\), want 50 `)},
 		{Fault: fakeplugin.FaultMIGWithParent, Sharing: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1},
 			Focus: "never beside its whole parent GPU", Catcher: "never beside its whole parent GPU",
 			Because: because(`GPU \S+ is held whole by pod \S+ while pod \S+ holds its MIG device MIG-\S+ \(\S+\), both running on \S+: a MIG device's parent was handed out with it`)},

@@ -67,12 +67,14 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"device GPU-0c2f held by pod metrics-x/metrics-2 is attributed to metrics-x/metrics-2-misattributed on the exporter, not to its holder",
 		fakeplugin.FaultKueueNoPodsReady: "gang gpuconform-gang-x/toobig started partly and stayed so for 1m0s: worker 0 on gpuconform-worker2, worker 1 on gpuconform-worker run; worker 2 (Unschedulable: 0/4 nodes are available: 2 Insufficient nvidia.com/gpu) wait; " +
 			"Kueue waitForPodsReady off: Kueue's Configuration has no waitForPodsReady: nothing withdraws a gang that only partly fits, whose running workers hold devices they cannot use",
-		fakeplugin.FaultExtraReplica:           "GPU GPU-0c2f is held by 3 pods (ts-0, ts-4, ts-8) on gpuconform-worker, which the node's labels share 2 ways (time-slicing, 2 replicas): a device was handed out more often than it has replicas",
-		fakeplugin.FaultMPSNoLimits:            "pod mps-0 on an MPS node lacks its MPS limits: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (want 50); CUDA_MPS_PINNED_DEVICE_MEM_LIMIT (want 0=40779M)",
+		fakeplugin.FaultExtraReplica: "GPU GPU-0c2f is held by 3 pods (ts-0, ts-4, ts-8) on gpuconform-worker, which the node's labels share 2 ways (time-slicing, 2 replicas): a device was handed out more often than it has replicas",
+		fakeplugin.FaultMPSNoLimits: "pod mps-0 on an MPS node lacks its MPS limits: the MPS control daemon behind CUDA_MPS_PIPE_DIRECTORY=/mps/nvidia.com/gpu/pipe, asked through nvidia-cuda-mps-control in the container, has no default limits set: " +
+			`get_default_active_thread_percentage answered "100.0" (the daemon's default: no limit), want 50 (100 divided among 2 replicas); get_default_device_pinned_mem_limit 0 answered "0" (no limit), want 40779M (81559 MiB divided among 2 replicas)`,
 		fakeplugin.FaultMIGWithParent:          "GPU GPU-9d3a is held whole by pod mig-0-2 while pod mig-1-0 holds its MIG device MIG-4e1c-aa (3g.40gb), both running on gpuconform-worker: a MIG device's parent was handed out with it (1 MIG device(s) of it held in all)",
 		fakeplugin.FaultDRAPartitionNoCounters: "Told to stop trying after 3.001s.\nGPU GPU-7a1b and its partition gpuconform-worker-gpu.nvidia.com-1/gpu-4-mig-1g10gb-0 were handed out together",
-		fakeplugin.FaultSlowGPU: "representative load: the upgraded canary gpuconform-worker3 progresses at 0.25 of the known-good pool's rate (2.47 against 9.83 steps/s; minimum ratio 0.80)\n" +
-			"Expected\n    <bool>: false\nto be true",
+		fakeplugin.FaultSlowGPU: "representative load: the upgraded canary gpuconform-worker3 runs its GPU at 495 of 1980 MHz (pstate P8, HW Slowdown active, clocks_event_reasons.active 0x0000000000000008, power.draw 86.25 of 700.00 W); " +
+			"the known-good gpuconform-worker at 1980 of 1980 MHz (pstate P0, no clock event reason active, clocks_event_reasons.active 0x0000000000000000, power.draw 412.38 of 700.00 W): " +
+			"clocks.sm below 0.80 of clocks.max.sm on the canary only; HW Slowdown active on the canary only",
 		fakeplugin.FaultDRACapacityOverstated: "device gpu-4 (GPU GPU-7a1b) on gpuconform-worker publishes memory capacity 163118Mi (163118 MiB), but the GPU shows 81559 MiB of memory in pod cap-0: the driver overstates the capacity, so claims share more memory than the GPU has",
 	}
 }

@@ -18,7 +18,10 @@ func TestFakeGPUsFromTheFakeAgentsLabel(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "fake", Labels: map[string]string{LabelFakeGPUs: "v1", LabelGPUProduct: "NVIDIA-H100-80GB-HBM3"}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "real", Labels: map[string]string{LabelGPUProduct: "NVIDIA-H100-80GB-HBM3"}}},
 	}
-	infos := nodeInfos(nodes, nil, nil)
+	infos := nodeInfos(nodes, &DevicePluginPath{ResourceName: "nvidia.com/gpu", Allocatable: map[string]int64{"fake": 4, "real": 4}}, nil)
+	if len(infos) != 2 {
+		t.Fatalf("node infos %+v", infos)
+	}
 	if infos[0].FakeGPUs != "label gpuconform.io/fake-device-plugin-version=v1" || infos[1].FakeGPUs != "" {
 		t.Errorf("FakeGPUs %q, %q", infos[0].FakeGPUs, infos[1].FakeGPUs)
 	}

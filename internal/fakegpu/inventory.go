@@ -73,10 +73,6 @@ const (
 	ContainerInventoryFile = "/run/nvidia-fake/inventory.json"
 	// EnvInventory overrides ContainerInventoryFile for the fake nvidia-smi (tests).
 	EnvInventory = "GPUCONFORM_FAKE_GPU_INVENTORY"
-	// EnvSlowdown is the fake GPUs' speed as a container sees it: a factor N > 1 means each unit of GPU work
-	// takes N times as long (the suite's training workload stretches its steps by it). The fake driver sets
-	// it only under its slow-gpu fault; a real GPU's speed is what it is.
-	EnvSlowdown = "GPUCONFORM_FAKE_GPU_SLOWDOWN"
 )
 
 // Allocation paths a GPU of the inventory is served on. A GPU is served by exactly one of them: the
@@ -105,6 +101,9 @@ type GPU struct {
 	PCIBusID  string `json:"pciBusID"`
 	// Path is the allocation path that serves this GPU (PathDevicePlugin or PathDRA).
 	Path string `json:"path"`
+	// Clocks is how the driver runs the GPU (its clocks, performance state, power and clock event
+	// reasons), which nvidia-smi reports; nil reads as FullClocks, a healthy GPU.
+	Clocks *Clocks `json:"clocks,omitempty"`
 	// MIG are the GPU's MIG devices in the MIG sharing modes, by placement: for a device-plugin GPU the
 	// devices of its layout (fakegpu.LayoutFor), for a DRA GPU every partition it could be prepared as
 	// (PartitionPlacements; they overlap, the scheduler's shared counters keep allocations apart). Empty

@@ -18,8 +18,8 @@ const (
 	SharingNone = "none"
 	// SharingTimeSlicing: each GPU advertised --replicas times as "<uuid>::<n>" (no isolation).
 	SharingTimeSlicing = "time-slicing"
-	// SharingMPS: replicas like time-slicing, and each container told its MPS limits
-	// (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT).
+	// SharingMPS: replicas like time-slicing, each container given the pipe directory of the node's MPS
+	// control daemon, whose default limits nvidia-cuda-mps-control reads back (mps.go).
 	SharingMPS = "mps"
 	// SharingMIGSingle: every device-plugin GPU split into the same MIG profile (SingleLayout), all
 	// advertised as nvidia.com/gpu with MIG UUIDs (GFD's mig.strategy=single).

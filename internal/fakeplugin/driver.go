@@ -53,11 +53,16 @@ func CDIMIGDeviceName(uuid string) string { return CDIKind + "=" + uuid }
 func (p *Plugin) cdiEnabled() bool { return p.cfg.StateDir != "" && p.cfg.CDIDir != "" }
 
 // Inventory is the node's fake GPUs as the fake driver describes them to nvidia-smi. Under
-// FaultDriverMismatch its driver version is not the one the node advertises.
+// FaultDriverMismatch its driver version is not the one the node advertises; under FaultSlowGPU every GPU
+// is held at low clocks (fakegpu.SlowedClocks), which nvidia-smi's clock and performance queries show.
 func (p *Plugin) Inventory() fakegpu.Inventory {
 	inv := fakegpu.Inventory{Node: p.cfg.NodeName, DriverVersion: p.cfg.DriverVersion, CUDAVersion: p.cfg.CUDAVersion}
 	if p.hasFault(FaultDriverMismatch) {
 		inv.DriverVersion = MismatchedDriverVersion(p.cfg.DriverVersion)
+	}
+	clocks := fakegpu.FullClocks()
+	if p.hasFault(FaultSlowGPU) {
+		clocks = fakegpu.SlowedClocks(SlowGPUFactor)
 	}
 	for i, u := range p.table.uuids {
 		path := fakegpu.PathDevicePlugin
@@ -71,7 +76,7 @@ func (p *Plugin) Inventory() fakegpu.Inventory {
 		g := fakegpu.GPU{
 			Minor: i, UUID: u, Product: p.cfg.Product, MemoryMiB: p.cfg.MemoryMiB,
 			// Bus IDs as nvidia-smi prints them; distinct per GPU, stable per index.
-			PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x18+i), Path: path,
+			PCIBusID: fmt.Sprintf("00000000:%02X:00.0", 0x18+i), Path: path, Clocks: new(clocks),
 		}
 		for _, pl := range layout {
 			g.MIG = append(g.MIG, fakegpu.NewMIGDevice(u, i, pl, path))
@@ -122,6 +127,12 @@ func (p *Plugin) InstallDriver() error {
 			return fmt.Errorf("install nvidia-smi: %w", err)
 		}
 	}
+	if err := p.installMPSControl(); err != nil {
+		return err
+	}
+	if _, err := p.writeMPSDaemon(); err != nil {
+		return fmt.Errorf("write the MPS daemon's defaults: %w", err)
+	}
 	raw, err := json.MarshalIndent(p.CDISpec(), "", "  ")
 	if err != nil {
 		return err
@@ -140,8 +151,8 @@ func (p *Plugin) inventoryFile() string { return filepath.Join(p.cfg.StateDir, "
 // rewrites the inventory; tests that switch FaultDriverMismatch wait for it before they create pods.
 const LogInventoryWritten = "fake driver inventory written"
 
-// KeepInventory rewrites the inventory file whenever what it should say changes (FaultDriverMismatch
-// switched on or off), until ctx ends; InstallDriver must have run. A container created afterwards mounts
+// KeepInventory rewrites the inventory file whenever what it should say changes (FaultDriverMismatch or
+// FaultSlowGPU switched on or off), until ctx ends; InstallDriver must have run. A container created afterwards mounts
 // the new file; one already running keeps the file it got, as a container keeps the driver it started with.
 func (p *Plugin) KeepInventory(ctx context.Context) {
 	if !p.cdiEnabled() {
@@ -161,10 +172,11 @@ func (p *Plugin) KeepInventory(ctx context.Context) {
 				continue
 			}
 			level := slog.LevelInfo
-			if want.DriverVersion != p.cfg.DriverVersion {
-				level = slog.LevelWarn // FAULT INJECTION: nvidia-smi now contradicts the node's labels
+			if want.DriverVersion != p.cfg.DriverVersion || p.hasFault(FaultSlowGPU) {
+				level = slog.LevelWarn // FAULT INJECTION: nvidia-smi now contradicts the node's labels, or shows slow GPUs
 			}
-			p.log.Log(ctx, level, LogInventoryWritten, "driver_version", want.DriverVersion, "advertised", p.cfg.DriverVersion)
+			p.log.Log(ctx, level, LogInventoryWritten, "driver_version", want.DriverVersion, "advertised", p.cfg.DriverVersion,
+				"slow_gpu", p.hasFault(FaultSlowGPU))
 		}
 		select {
 		case <-ctx.Done():
@@ -176,7 +188,8 @@ func (p *Plugin) KeepInventory(ctx context.Context) {
 
 // CDISpec is the agent's CDI spec: one device per GPU (its device node) and one per MIG device (its GPU's
 // device node and its cap device, as NVIDIA's generated specs give a MIG device), and the edits every GPU
-// container gets once it has any of them (control devices, nvidia-smi, the inventory), the way NVIDIA's
+// container gets once it has any of them (control devices, nvidia-smi, nvidia-cuda-mps-control, the
+// inventory), the way NVIDIA's
 // generated specs put the driver's shared files in the spec-wide edits. Under FaultMissingNvidiaSMI the
 // edits leave nvidia-smi out. Like a whole GPU's, a MIG
 // device's CDI device sets no environment: NVIDIA_VISIBLE_DEVICES comes from the allocation (Allocate's
@@ -205,9 +218,11 @@ func (p *Plugin) CDISpec() cdispec.Spec {
 		spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts, &cdispec.Mount{
 			HostPath: filepath.Join(p.cfg.StateDir, "bin", "nvidia-smi"), ContainerPath: fakegpu.ContainerNvidiaSMI, Options: []string{"ro", "nosuid", "nodev", "bind"}})
 	}
-	if p.hasFault(FaultSlowGPU) {
-		// Written when the driver is installed, at the agent's start: a driver version that carries the fault.
-		spec.ContainerEdits.Env = append(spec.ContainerEdits.Env, fakegpu.EnvSlowdown+"="+strconv.Itoa(SlowGPUFactor))
+	if p.cfg.NvidiaSMI != "" {
+		// The toolkit mounts nvidia-cuda-mps-control with the compute capability, whatever it does with
+		// nvidia-smi (a utility tool): the missing-nvidia-smi fault leaves it in (mps.go).
+		spec.ContainerEdits.Mounts = append(spec.ContainerEdits.Mounts, &cdispec.Mount{
+			HostPath: p.mpsControlHostPath(), ContainerPath: fakegpu.ContainerMPSControl, Options: []string{"ro", "nosuid", "nodev", "bind"}})
 	}
 	for i := range p.table.uuids {
 		spec.Devices = append(spec.Devices, cdispec.Device{

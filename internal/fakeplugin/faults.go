@@ -92,9 +92,12 @@ const (
 	// sharing config and GFD disagree. Caught by the sharing checks: a GPU hands out more than its replica
 	// count.
 	FaultExtraReplica Fault = "extra-replica"
-	// FaultMPSNoLimits (mps) leaves CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
-	// out of every allocation (the pipe directory stays). Plays MPS sharing without its limits, as good as
-	// time-slicing. Caught by the MPS check: the configured limits must be visible in the container.
+	// FaultMPSNoLimits (mps) leaves the node's MPS control daemon without default limits (mps.go): it
+	// answers its built-in defaults, get_default_active_thread_percentage "100.0" and
+	// get_default_device_pinned_mem_limit <dev> "0" (no limit); allocations keep the pipe directory.
+	// Plays a plugin that started its daemon but never set the limits: MPS sharing as good as
+	// time-slicing. Caught by the MPS check, which asks the daemon through nvidia-cuda-mps-control in the
+	// container for its defaults: 100/replicas percent and the GPU's memory / replicas.
 	FaultMPSNoLimits Fault = "mps-no-limits"
 	// FaultMIGWithParent (mig-mixed) also advertises the whole GPU of every split GPU on nvidia.com/gpu, so
 	// a pod can get the parent while others hold its MIG devices. Plays a plugin that ignores MIG mode.
@@ -115,15 +118,18 @@ const (
 	// selfcheck` applies it to Kueue's Configuration (the agent ignores it). Caught by the gang scenario's
 	// partial-start check.
 	FaultKueueNoPodsReady Fault = "kueue-no-pods-ready"
-	// FaultSlowGPU makes every GPU of the node SlowGPUFactor times slower: the driver's CDI edits give each
-	// container that gets a device EnvSlowdown, and the suite's workload stretches its work by it. Plays a
-	// driver that leaves the GPUs at low clocks or in a low power mode. Device counts, identities and
-	// isolation are all right. Caught by the upgrade rehearsal's representative load: its progress rate on
-	// the upgraded canary against the same load on the known-good pool.
+	// FaultSlowGPU holds every GPU of the node at 1/SlowGPUFactor of its maximum SM clock, in performance
+	// state P8, with HW Slowdown among its active clock event reasons (fakegpu.SlowedClocks): the fake
+	// driver's inventory says so, and the fake nvidia-smi prints it for clocks.sm against clocks.max.sm,
+	// pstate, power.draw and clocks_event_reasons.active, and in `-q -d CLOCK,PERFORMANCE`, as a real GPU's
+	// does. Plays a driver that leaves the GPUs at low clocks or in a low power mode. Device counts,
+	// identities and isolation are all right. Like FaultDriverMismatch only the inventory changes, so
+	// containers created while the fault is on see it. Caught by the upgrade rehearsal's representative
+	// load: the clocks of the load's GPU on the upgraded canary against the known-good pool's.
 	FaultSlowGPU Fault = "slow-gpu"
 )
 
-// SlowGPUFactor is how much slower FaultSlowGPU makes the GPUs.
+// SlowGPUFactor is how far below their maximum FaultSlowGPU holds the GPUs' core clocks.
 const SlowGPUFactor = 4
 
 // VersionFaults are the faults a fake driver version carries: a version ending in "-<fault>"

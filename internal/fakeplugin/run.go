@@ -98,6 +98,7 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 	wg.Go(func() { p.RunLeak(ctx) })
 	wg.Go(func() { p.KeepInventory(ctx) })
 	wg.Go(func() { p.KeepCDISpec(ctx) })
+	wg.Go(func() { p.KeepMPSDaemon(ctx) })
 	return p.ServeKubelet(ctx)
 }
 

@@ -2,9 +2,7 @@ package fakeplugin
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"strconv"
 	"strings"
 
 	"google.golang.org/grpc"
@@ -20,25 +18,6 @@ import (
 // registration, ListAndWatch, Allocate) per resource: nvidia.com/gpu for the whole GPUs and
 // nvidia.com/mig-<profile> per profile. The fake does the same; in every other mode it serves the one
 // configured resource, exactly as it did before modes existed.
-
-// Environment variables of MPS (mode mps).
-//
-// NVIDIA's device plugin sets only CUDA_MPS_PIPE_DIRECTORY in the container (with the pipe directory of
-// its MPS control daemon mounted there, and /dev/shm); its MPS control daemon applies the limits itself,
-// through nvidia-cuda-mps-control's set_default_active_thread_percentage (100 / replicas) and
-// set_default_device_pinned_mem_limit (memory / replicas, in M, per device), so a client inherits them
-// from the daemon. The fake runs no MPS daemon, so it hands the same limits to the container in the
-// variables CUDA's MPS client reads to set them per client, CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and
-// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: that is the fake's addition, and it makes the limits visible to a
-// probe in the container, which is what the sharing checks read. With no daemon there is no pipe
-// directory to mount either: the variable names the path NVIDIA's containers see, and nothing listens there.
-const (
-	EnvMPSPipeDirectory         = "CUDA_MPS_PIPE_DIRECTORY"
-	EnvMPSActiveThreadPercent   = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-	EnvMPSPinnedDeviceMemLimit  = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
-	MPSPipeDirectory            = "/tmp/nvidia-mps"
-	mpsPinnedDeviceMemLimitUnit = "M"
-)
 
 // resourceServer is the DevicePluginServer of one resource, on its own socket.
 type resourceServer struct {
@@ -146,8 +125,8 @@ func (s *resourceServer) PreStartContainer(context.Context, *pluginapi.PreStartC
 // Allocate gives each container what NVIDIA's stack would: the CDI devices of the GPUs or MIG devices
 // behind the requested IDs (their device nodes, plus the control devices, nvidia-smi and the inventory the
 // CDI spec adds), and NVIDIA_VISIBLE_DEVICES naming them (GPU UUIDs, or MIG UUIDs for MIG devices), in
-// request order and without duplicate replicas; in mode mps also the MPS variables. Faults change what is
-// handed out (faults.go).
+// request order and without duplicate replicas; in mode mps also the pipe directory of the node's MPS
+// control daemon (mps.go). Faults change what is handed out (faults.go).
 func (s *resourceServer) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*pluginapi.AllocateResponse, error) {
 	resp := &pluginapi.AllocateResponse{}
 	for _, cr := range req.GetContainerRequests() {
@@ -203,7 +182,7 @@ func (s *resourceServer) allocateWhole(ids []string) (*pluginapi.ContainerAlloca
 	}
 	car := &pluginapi.ContainerAllocateResponse{Envs: s.env(visible)}
 	if p.cfg.Mode() == fakegpu.SharingMPS {
-		p.addMPSEnv(car.Envs, len(handed))
+		p.addMPS(car)
 	}
 	if p.cdiEnabled() {
 		p.addDevices(car, handed)
@@ -237,30 +216,9 @@ func (s *resourceServer) allocateMIG(ids []string) (*pluginapi.ContainerAllocate
 
 // env is the environment every allocation sets: the visible devices, the resource and the node.
 func (s *resourceServer) env(visible []string) map[string]string {
-	env := map[string]string{
+	return map[string]string{
 		EnvVisibleDevices: strings.Join(visible, ","),
 		EnvResource:       s.res.name,
 		EnvNode:           s.p.cfg.NodeName,
 	}
-	if s.p.hasFault(FaultSlowGPU) {
-		env[fakegpu.EnvSlowdown] = strconv.Itoa(SlowGPUFactor)
-	}
-	return env
-}
-
-// addMPSEnv sets the MPS variables for a container given gpus GPUs (see EnvMPSPipeDirectory): each
-// replica gets 100/replicas percent of the SMs and memory/replicas of each GPU's memory, the ordinals
-// counting the container's visible GPUs from 0. Under FaultMPSNoLimits only the pipe directory is set.
-func (p *Plugin) addMPSEnv(env map[string]string, gpus int) {
-	env[EnvMPSPipeDirectory] = MPSPipeDirectory
-	if p.hasFault(FaultMPSNoLimits) {
-		p.log.Warn("FAULT INJECTION: MPS allocation without limits", "fault", string(FaultMPSNoLimits))
-		return
-	}
-	env[EnvMPSActiveThreadPercent] = strconv.Itoa(100 / p.cfg.Replicas)
-	limits := make([]string, gpus)
-	for i := range gpus {
-		limits[i] = fmt.Sprintf("%d=%d%s", i, p.cfg.MemoryMiB/p.cfg.Replicas, mpsPinnedDeviceMemLimitUnit)
-	}
-	env[EnvMPSPinnedDeviceMemLimit] = strings.Join(limits, ",")
 }

@@ -1,6 +1,8 @@
 package fakeplugin
 
 import (
+	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,7 +86,10 @@ func TestSharingModeAndReplicasMustAgree(t *testing.T) {
 	}
 }
 
-func TestMPSAdvertisesReplicasAndSetsTheLimits(t *testing.T) {
+// In mode mps an allocation gets what NVIDIA's plugin gives it: the pipe directory of the node's MPS
+// daemon (CUDA_MPS_PIPE_DIRECTORY=/mps/<resource>/pipe, the daemon's directory mounted there) and no
+// CUDA_MPS_* limit variable; the limits are the daemon's defaults, 100/replicas and memory/replicas per GPU.
+func TestMPSAdvertisesReplicasAndGivesThePipeDirectory(t *testing.T) {
 	cfg := modeConfig(t, fakegpu.SharingMPS, 4)
 	cfg.Devices, cfg.MemoryMiB = 2, 81559
 	p := mustNew(t, cfg)
@@ -99,34 +104,34 @@ func TestMPSAdvertisesReplicasAndSetsTheLimits(t *testing.T) {
 	}
 
 	one := allocateOn(t, p, cfg.ResourceName, ReplicaID(u[1], 2))
-	wantEnv := map[string]string{
-		EnvVisibleDevices:          u[1],
-		EnvMPSPipeDirectory:        "/tmp/nvidia-mps",
-		EnvMPSActiveThreadPercent:  "25",
-		EnvMPSPinnedDeviceMemLimit: "0=20389M", // 81559/4, CUDA's "<ordinal>=<size>M"
+	if one.Envs[EnvVisibleDevices] != u[1] || one.Envs[EnvMPSPipeDirectory] != "/mps/nvidia.com/gpu/pipe" {
+		t.Errorf("one replica: envs %v, want %s=%s and %s=/mps/nvidia.com/gpu/pipe", one.Envs, EnvVisibleDevices, u[1], EnvMPSPipeDirectory)
 	}
-	for k, v := range wantEnv {
-		if one.Envs[k] != v {
-			t.Errorf("one replica: %s=%q, want %q", k, one.Envs[k], v)
+	for k := range one.Envs {
+		if strings.HasPrefix(k, "CUDA_MPS_") && k != EnvMPSPipeDirectory {
+			t.Errorf("one replica: %s set; NVIDIA's plugin sets only the pipe directory, the limits are the daemon's", k)
 		}
+	}
+	hostPipe := filepath.Join(cfg.StateDir, "mps", "nvidia.com", "gpu", "pipe")
+	if !slices.ContainsFunc(one.Mounts, func(m *pluginapi.Mount) bool {
+		return m.ContainerPath == "/mps/nvidia.com/gpu/pipe" && m.HostPath == hostPipe
+	}) {
+		t.Errorf("one replica: mounts %v, want %s at /mps/nvidia.com/gpu/pipe", one.Mounts, hostPipe)
 	}
 	if got := cdiNames(one); !slices.Equal(got, []string{CDIDeviceName(1)}) {
 		t.Errorf("one replica: CDI %v", got)
 	}
-	// Two GPUs: one limit per visible GPU, the ordinals counting the container's GPUs from 0.
-	two := allocateOn(t, p, cfg.ResourceName, ReplicaID(u[1], 0), ReplicaID(u[0], 3))
-	if got := two.Envs[EnvMPSPinnedDeviceMemLimit]; got != "0=20389M,1=20389M" {
-		t.Errorf("two GPUs: %s=%q", EnvMPSPinnedDeviceMemLimit, got)
-	}
 
+	d := p.MPSDaemon()
+	if d.DefaultActiveThreadPercentage == nil || *d.DefaultActiveThreadPercentage != 25 ||
+		d.DefaultPinnedDeviceMemLimitMiB["0"] != 20389 || d.DefaultPinnedDeviceMemLimitMiB["1"] != 20389 { // 81559/4
+		t.Errorf("daemon defaults %+v, want 25%% and 20389 MiB for GPUs 0 and 1", d)
+	}
 	p.SetFaultsFromAnnotation(string(FaultMPSNoLimits))
+	if d := p.MPSDaemon(); d.DefaultActiveThreadPercentage != nil || len(d.DefaultPinnedDeviceMemLimitMiB) != 0 {
+		t.Errorf("mps-no-limits: daemon defaults %+v, want none", d)
+	}
 	bare := allocateOn(t, p, cfg.ResourceName, ReplicaID(u[0], 0))
-	if _, ok := bare.Envs[EnvMPSActiveThreadPercent]; ok {
-		t.Errorf("mps-no-limits: %s still set", EnvMPSActiveThreadPercent)
-	}
-	if _, ok := bare.Envs[EnvMPSPinnedDeviceMemLimit]; ok {
-		t.Errorf("mps-no-limits: %s still set", EnvMPSPinnedDeviceMemLimit)
-	}
 	if bare.Envs[EnvMPSPipeDirectory] == "" || bare.Envs[EnvVisibleDevices] != u[0] {
 		t.Errorf("mps-no-limits must keep the pipe directory and the device: %v", bare.Envs)
 	}
@@ -137,6 +142,51 @@ func TestMPSAdvertisesReplicasAndSetsTheLimits(t *testing.T) {
 		if strings.HasPrefix(k, "CUDA_MPS_") {
 			t.Errorf("time-slicing sets %s", k)
 		}
+	}
+}
+
+// The fake daemon's defaults reach a container through nvidia-cuda-mps-control: the agent keeps them in
+// the pipe directory it mounts, the fake client answers from there as the real one does, and the
+// mps-no-limits fault leaves the daemon with its built-in defaults (100 percent, no memory limit).
+func TestMPSControlAnswersTheDaemonsDefaults(t *testing.T) {
+	cfg := modeConfig(t, fakegpu.SharingMPS, 2)
+	cfg.Devices, cfg.MemoryMiB, cfg.NvidiaSMI = 2, 81559, "/bin/true"
+	p := mustNew(t, cfg)
+	if err := p.installMPSControl(); err != nil {
+		t.Fatal(err)
+	}
+	if !fileExists(filepath.Join(cfg.StateDir, "bin", "nvidia-cuda-mps-control")) {
+		t.Error("nvidia-cuda-mps-control not installed beside nvidia-smi")
+	}
+	spec := p.CDISpec()
+	if !slices.ContainsFunc(spec.ContainerEdits.Mounts, func(m *cdispec.Mount) bool { return m.ContainerPath == fakegpu.ContainerMPSControl }) {
+		t.Errorf("CDI spec mounts %v, want %s as the toolkit mounts it", spec.ContainerEdits.Mounts, fakegpu.ContainerMPSControl)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.KeepMPSDaemon(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	pipe := filepath.Join(cfg.StateDir, "mps", "nvidia.com", "gpu", "pipe")
+	ask := func(commands string) (string, int) {
+		var out, errOut strings.Builder
+		code := smi.MPSControlMain(nil, smi.MPSEnv{PipeDirectory: pipe}, strings.NewReader(commands), &out, &errOut)
+		return out.String() + errOut.String(), code
+	}
+	const queries = "get_default_active_thread_percentage\nget_default_device_pinned_mem_limit 1"
+	eventually(t, "the daemon's defaults", func() bool { out, code := ask(queries); return code == 0 && out == "50.0\n40779M\n" })
+	p.SetFaultsFromAnnotation(string(FaultMPSNoLimits))
+	eventually(t, "the daemon without defaults", func() bool { out, code := ask(queries); return code == 0 && out == "100.0\n0\n" })
+	p.SetFaultsFromAnnotation("")
+	eventually(t, "the daemon's defaults again", func() bool { out, code := ask(queries); return code == 0 && out == "50.0\n40779M\n" })
+
+	// No daemon behind the pipe directory: the real client's words and status.
+	if out, code := ask("get_default_active_thread_percentage"); code != 0 {
+		t.Errorf("with the daemon: %q, exit %d", out, code)
+	}
+	var out strings.Builder
+	if code := smi.MPSControlMain(nil, smi.MPSEnv{PipeDirectory: t.TempDir()}, strings.NewReader("get_default_active_thread_percentage"), &out, io.Discard); code != smi.MPSExitNoDaemon || strings.TrimSpace(out.String()) != smi.MPSNoDaemon {
+		t.Errorf("no daemon: %q, exit %d; want %q, exit %d", out.String(), code, smi.MPSNoDaemon, smi.MPSExitNoDaemon)
 	}
 }
 

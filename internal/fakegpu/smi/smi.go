@@ -15,12 +15,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -48,6 +50,8 @@ type Env struct {
 	InventoryFile string
 	// Stat follows path and reports whether it is a character device and its numbers.
 	Stat func(path string) (isCharDev bool, major, minor uint32, err error)
+	// Now is the clock -q's Timestamp reads (time.Now when nil).
+	Now func() time.Time
 }
 
 // DefaultEnv is the container's environment: /dev, the inventory named by fakegpu.EnvInventory or else
@@ -86,6 +90,8 @@ type options struct {
 	help, list, version bool
 	query               []string // --query-gpu fields; nil when not given
 	format              string   // --format value; "" when not given
+	q                   bool     // -q: the detailed query
+	display             []string // -d display types (DisplayClock, DisplayPerformance); nil when not given
 }
 
 // Main runs the fake nvidia-smi with args (without the program name) and returns its exit code. Zero
@@ -100,6 +106,9 @@ func Main(args []string, env Env, stdout, stderr io.Writer) int {
 	}
 	if env.Stat == nil {
 		env.Stat = def.Stat
+	}
+	if env.Now == nil {
+		env.Now = time.Now
 	}
 
 	opt, err := parseArgs(args)
@@ -143,6 +152,8 @@ func Main(args []string, env Env, stdout, stderr io.Writer) int {
 		}
 	case opt.query != nil:
 		writeCSV(stdout, inv, gpus, fields, header, units)
+	case opt.q:
+		writeQuery(stdout, inv, gpus, opt.display, env.Now())
 	default:
 		writeSummary(stdout, inv, gpus)
 	}
@@ -158,8 +169,17 @@ Usage: nvidia-smi [OPTION]
     -L,   --list-gpus           List the visible GPUs: GPU <index>: <name> (UUID: <uuid>), and
                                 under each its visible MIG devices.
           --query-gpu=FIELDS    Query the visible GPUs. FIELDS: index, uuid (gpu_uuid), name
-                                (gpu_name), memory.total, driver_version, pci.bus_id (gpu_bus_id), count.
+                                (gpu_name), memory.total, driver_version, pci.bus_id (gpu_bus_id), count,
+                                clocks.current.{graphics,sm,memory,video} (clocks.gr, clocks.sm,
+                                clocks.mem, clocks.video), clocks.max.{graphics,sm,memory}, pstate,
+                                power.draw, power.limit, enforced.power.limit,
+                                clocks_event_reasons.{active,gpu_idle,applications_clocks_setting,
+                                sw_power_cap,hw_slowdown,hw_thermal_slowdown,hw_power_brake_slowdown,
+                                sw_thermal_slowdown,sync_boost} (also as clocks_throttle_reasons.*).
           --format=csv[,noheader][,nounits]  CSV is also the default.
+    -q,   --query               Detailed GPU information; the fake knows its PERFORMANCE and CLOCK
+                                sections.
+    -d,   --display=TYPES       With -q: the sections to show, PERFORMANCE and/or CLOCK.
 
 Without options a summary table of the visible GPUs is printed.
 `
@@ -171,7 +191,7 @@ func parseArgs(args []string) (options, error) {
 	var modeArgs []string // the options that chose a command, as given
 	for i := 0; i < len(args); i++ {
 		name, value, hasValue := strings.Cut(args[i], "=")
-		takesValue := name == "--query-gpu" || name == "--format"
+		takesValue := name == "--query-gpu" || name == "--format" || name == "-d" || name == "--display"
 		if takesValue && !hasValue {
 			if i+1 >= len(args) {
 				return opt, argErr{ExitBadArgs, fmt.Sprintf("ERROR: Option %s requires a value. Please run 'nvidia-smi -h' for help.\n", name)}
@@ -193,6 +213,14 @@ func parseArgs(args []string) (options, error) {
 			opt.query, modeArgs = strings.Split(value, ","), append(modeArgs, name)
 		case "--format":
 			opt.format = value
+		case "-q", "--query":
+			opt.q, modeArgs = true, append(modeArgs, name)
+		case "-d", "--display":
+			d, err := parseDisplay(value)
+			if err != nil {
+				return opt, err
+			}
+			opt.display = d
 		default:
 			return opt, unknownOption(args[i])
 		}
@@ -206,6 +234,9 @@ func parseArgs(args []string) (options, error) {
 	case opt.format != "" && opt.query == nil:
 		// Recorded: --format without a query is "not recognized", as an unknown option.
 		return opt, unknownOption("--format=" + opt.format)
+	case opt.display != nil && !opt.q:
+		// Assumed to read like --format without its query (not recorded).
+		return opt, unknownOption("-d")
 	}
 	return opt, nil
 }
@@ -275,11 +306,13 @@ var queryFields = func() map[string]field {
 	}}
 	bus := field{"pci.bus_id", func(_ fakegpu.Inventory, _ int, g gpu, _ bool) string { return notAvailable(g.PCIBusID) }}
 	count := field{"count", func(_ fakegpu.Inventory, n int, _ gpu, _ bool) string { return strconv.Itoa(n) }}
-	return map[string]field{
+	fields := map[string]field{
 		"index": index, "uuid": uuid, "gpu_uuid": uuid, "name": name, "gpu_name": name,
 		"memory.total": mem, "driver_version": driver, "pci.bus_id": bus, "gpu_bus_id": bus,
 		"count": count, // the real tool (580) has no minor_number field: the transcript records its refusal
 	}
+	maps.Copy(fields, clockFields()) // clocks.go
+	return fields
 }()
 
 // parseQuery resolves the --query-gpu fields and the --format value.

@@ -1,0 +1,76 @@
+package fakeplugin
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
+	"gpuconform.io/gpuconform/internal/fakegpu/smi"
+)
+
+// The slow-gpu fault reaches a container only as a real slow driver does: through what nvidia-smi prints
+// about the GPU's clocks (the inventory the agent keeps), switched at run time by the node annotation and
+// with --fault in the inventory written at start; no variable and no CDI edit carries it.
+func TestSlowGPUShowsOnlyInNvidiaSMIClocks(t *testing.T) {
+	cfg := cdiConfig(t, 2)
+	p, c := servePlugin(t, cfg)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.KeepInventory(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	devDir := t.TempDir()
+	for _, n := range []string{"nvidiactl", "nvidia0"} {
+		if err := os.WriteFile(filepath.Join(devDir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := smi.Env{DevDir: devDir, InventoryFile: filepath.Join(cfg.StateDir, "inventory.json"),
+		Stat: func(path string) (bool, uint32, uint32, error) {
+			if filepath.Base(path) == "nvidiactl" {
+				return true, fakegpu.NvidiaMajor, fakegpu.NvidiaCtlMinor, nil
+			}
+			return true, fakegpu.NvidiaMajor, 0, nil
+		}}
+	clocks := func() string {
+		var out strings.Builder
+		if smi.Main([]string{"--query-gpu=clocks.sm,clocks.max.sm,pstate,clocks_event_reasons.active", "--format=csv,noheader,nounits"}, env, &out, io.Discard) != smi.ExitOK {
+			return ""
+		}
+		return strings.TrimSpace(out.String())
+	}
+	const healthy, slow = "1980, 1980, P0, 0x0000000000000000", "495, 1980, P8, 0x0000000000000008"
+
+	eventually(t, "nvidia-smi prints full clocks", func() bool { return clocks() == healthy })
+	p.SetFaultsFromAnnotation(string(FaultSlowGPU))
+	eventually(t, "nvidia-smi prints low clocks with HW Slowdown under slow-gpu", func() bool { return clocks() == slow })
+	r := allocateResp(t, c, p.DeviceIDs()[0])
+	for k, v := range r.Envs {
+		if strings.Contains(k, "SLOW") || strings.Contains(k, "GPUCONFORM_FAKE") {
+			t.Errorf("under slow-gpu an allocation sets %s=%s: the fault must show only where a real node shows it", k, v)
+		}
+	}
+	raw, err := json.Marshal(p.CDISpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), "SLOW") {
+		t.Errorf("under slow-gpu the CDI spec carries a slowdown: %s", raw)
+	}
+	p.SetFaultsFromAnnotation("")
+	eventually(t, "nvidia-smi prints full clocks again", func() bool { return clocks() == healthy })
+
+	// A driver version that carries the fault (run.go) has it in the inventory InstallDriver writes at start.
+	q := mustNew(t, cfg)
+	q.setVersionFaults(VersionFaults(cfg.DriverVersion + "-" + string(FaultSlowGPU)))
+	for _, g := range q.Inventory().GPUs {
+		if c := g.ClocksOf(); c.SMMHz*SlowGPUFactor != c.MaxSMMHz || c.EventReasons != fakegpu.ClocksEventReasonHWSlowdown {
+			t.Errorf("GPU %d under a slow-gpu driver version: clocks %+v, want SM at 1/%d of its maximum with HW Slowdown", g.Minor, c, SlowGPUFactor)
+		}
+	}
+}
