@@ -13,7 +13,6 @@ package cuda
 
 import (
 	"cmp"
-	_ "embed"
 	"errors"
 	"fmt"
 	"runtime"
@@ -21,6 +20,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	_ "embed"
 )
 
 // Library is the driver library's soname, as NVIDIA's container stack injects it.
@@ -77,7 +78,7 @@ type Driver struct {
 	cuDeviceGetCount          func(n *int32) int32
 	cuDeviceGet               func(dev *int32, ordinal int32) int32
 	cuDeviceGetName           func(name *byte, n int32, dev int32) int32
-	cuDeviceGetUuid           func(uuid *[16]byte, dev int32) int32
+	cuDeviceGetUUID           func(uuid *[16]byte, dev int32) int32
 	cuDeviceGetAttribute      func(v *int32, attr int32, dev int32) int32
 	cuDeviceTotalMem          func(bytes *uint64, dev int32) int32
 	cuDevicePrimaryCtxRetain  func(ctx *uintptr, dev int32) int32
@@ -149,7 +150,7 @@ func (d *Driver) bind() error {
 		{&d.cuInit, "cuInit", false}, {&d.cuDriverGetVersion, "cuDriverGetVersion", false},
 		{&d.cuGetErrorName, "cuGetErrorName", false}, {&d.cuDeviceGetCount, "cuDeviceGetCount", false},
 		{&d.cuDeviceGet, "cuDeviceGet", false}, {&d.cuDeviceGetName, "cuDeviceGetName", false},
-		{&d.cuDeviceGetUuid, "cuDeviceGetUuid_v2", false}, {&d.cuDeviceGetAttribute, "cuDeviceGetAttribute", false},
+		{&d.cuDeviceGetUUID, "cuDeviceGetUuid_v2", false}, {&d.cuDeviceGetAttribute, "cuDeviceGetAttribute", false},
 		{&d.cuDeviceTotalMem, "cuDeviceTotalMem_v2", false}, {&d.cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", false},
 		{&d.cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", false}, {&d.cuCtxSetCurrent, "cuCtxSetCurrent", false},
 		{&d.cuCtxSynchronize, "cuCtxSynchronize", false}, {&d.cuCtxGetExecAffinity, "cuCtxGetExecAffinity", true},
@@ -252,7 +253,7 @@ func (d *Driver) Devices() ([]Device, error) {
 		}
 		dev.Name = cString(&name[0])
 		var u [16]byte
-		if err := d.check("cuDeviceGetUuid_v2", d.cuDeviceGetUuid(&u, h)); err != nil {
+		if err := d.check("cuDeviceGetUuid_v2", d.cuDeviceGetUUID(&u, h)); err != nil {
 			return nil, err
 		}
 		dev.UUID = FormatUUID(u)

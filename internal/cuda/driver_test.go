@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestDevices(t *testing.T) {
 
 func TestLoadErrors(t *testing.T) {
 	_, err := cuda.Load(t.TempDir() + "/libcuda.so.1")
-	if nf, ok := err.(*cuda.NotFoundError); !ok || !strings.Contains(nf.Error(), "no CUDA driver in the container") {
+	if nf, ok := errors.AsType[*cuda.NotFoundError](err); !ok || !strings.Contains(nf.Error(), "no CUDA driver in the container") {
 		t.Errorf("missing library: %v", err)
 	}
 	lib := cudatest.Build(t)

@@ -4,11 +4,12 @@
 package cudatest
 
 import (
-	_ "embed"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	_ "embed"
 )
 
 //go:embed csrc/libcuda_double.c

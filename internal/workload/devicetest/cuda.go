@@ -32,8 +32,7 @@ const StandInReason = "stand-in (no CUDA driver in the container)"
 // returns the stand-in sentence instead.
 func runCUDA(opts Options) (*CUDAReport, string) {
 	d, err := cuda.Load(opts.CUDALibrary)
-	var nf *cuda.NotFoundError
-	if errors.As(err, &nf) {
+	if nf, ok := errors.AsType[*cuda.NotFoundError](err); ok {
 		return nil, fmt.Sprintf("%s: checked the device nodes, /dev/nvidiactl and nvidia-smi; ran no kernel (%v)", StandInReason, nf.Last)
 	}
 	rep := &CUDAReport{Devices: []CUDADevice{}}

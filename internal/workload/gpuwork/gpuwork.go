@@ -32,8 +32,7 @@ type Worker struct {
 // Without a driver it returns (nil, the stand-in sentence, nil); a driver that fails returns the error.
 func Start(lib string) (*Worker, string, error) {
 	d, err := cuda.Load(lib)
-	var nf *cuda.NotFoundError
-	if errors.As(err, &nf) {
+	if nf, ok := errors.AsType[*cuda.NotFoundError](err); ok {
 		return nil, fmt.Sprintf("%s: %v", StandInPrefix, nf.Last), nil
 	}
 	if err != nil {
@@ -207,7 +206,7 @@ func (w *Worker) Neighbour(ctx context.Context, role string, report func(Measure
 		return err
 	}
 	if copier != nil {
-		defer w.Do(func(*cuda.Context) error { copier.Close(); return nil })
+		defer func() { _ = w.Do(func(*cuda.Context) error { copier.Close(); return nil }) }()
 	}
 	last := time.Now()
 	for ctx.Err() == nil {
