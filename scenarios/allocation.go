@@ -158,7 +158,7 @@ func queuedJobGetsItsDevices(ctx context.Context, env *testenv.Env, in Allocatio
 		"pod %s landed on %s, which has %d devices on the %s path; expected one of %v", pod.Name, pod.Spec.NodeName, path.Capacity()[pod.Spec.NodeName], path.Name(), nodes)
 
 	ginkgo.By("reading what the container saw")
-	report := pods.ExpectProbeReport(ctx, env, ns, pod.Name)
+	pod, report := pods.ExpectJobProbeReport(ctx, env, job, pod)
 	gomega.Expect(report.Devices).To(gomega.HaveLen(n), "container saw %s, asked for %d (%s)", gpu.FormatDevices(report.Devices), n, report.Message)
 
 	if dra, ok := path.(*gpu.DRA); ok {

@@ -3,10 +3,12 @@ package pods
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -35,21 +38,87 @@ func OfJob(ctx context.Context, env *testenv.Env, job *batchv1.Job) ([]corev1.Po
 }
 
 // ExpectJobPodStarted waits until the Job has a pod bound to a node with its workload container started
-// (running or already terminated) and returns it.
+// (running or already terminated) and returns it. It reads the Job's current pods at every check, not the
+// first one it saw: a pod the Job controller (or Kueue's eviction) replaced is left for its successor,
+// and the wait's failure names the pods that went and how, so that "not found" is never the answer.
 func ExpectJobPodStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job) *corev1.Pod {
 	ginkgo.GinkgoHelper()
 	var pod *corev1.Pod
+	gone := map[string]string{} // pods of the Job seen before that are no longer current, and how they went
 	env.Wait.ForProgress(ctx, fmt.Sprintf("a pod of Job %s/%s to start", job.Namespace, job.Name),
 		wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name}, env.Timeouts.PodStart, func(g gomega.Gomega) {
 			list, err := env.ListPods(ctx, job.Namespace, labels.SelectorFromSet(labels.Set{batchv1.JobNameLabel: job.Name}))
 			g.Expect(err).NotTo(gomega.HaveOccurred())
-			g.Expect(list).NotTo(gomega.BeEmpty(), "Job %s/%s has no pod yet", job.Namespace, job.Name)
-			p := list[0]
-			pod = &p
-			g.Expect(p.Spec.NodeName).NotTo(gomega.BeEmpty(), "pod %s is not scheduled", p.Name)
-			g.Expect(containerStarted(&p, fixtures.WorkloadContainer)).To(gomega.BeTrue(), "pod %s: container %s has not started (phase %s)", p.Name, fixtures.WorkloadContainer, p.Status.Phase)
+			p, replaced := CurrentJobPod(list, gone)
+			g.Expect(p).NotTo(gomega.BeNil(), "Job %s/%s has no current pod%s", job.Namespace, job.Name, replaced)
+			pod = p
+			g.Expect(p.Spec.NodeName).NotTo(gomega.BeEmpty(), "pod %s is not scheduled%s", p.Name, replaced)
+			g.Expect(containerStarted(p, fixtures.WorkloadContainer)).To(gomega.BeTrue(), "pod %s: container %s has not started (phase %s%s)%s",
+				p.Name, fixtures.WorkloadContainer, p.Status.Phase, waitingReason(p), replaced)
 		})
 	return pod
+}
+
+// CurrentJobPod is the Job's pod a wait should follow among list: a started one first, then the newest
+// that is neither being deleted nor failed (a failed pod of a Job with retries left is replaced); with
+// none such, the newest failed one, which is then the answer. gone keeps the pods seen before that are no
+// longer current, with how they went; replaced says so for a failure message ("" when none went).
+func CurrentJobPod(list []corev1.Pod, gone map[string]string) (*corev1.Pod, string) {
+	var live, failed []*corev1.Pod
+	for i := range list {
+		p := &list[i]
+		switch {
+		case p.DeletionTimestamp != nil:
+			gone[p.Name] = "being deleted" + waitingReason(p)
+		case p.Status.Phase == corev1.PodFailed:
+			failed = append(failed, p)
+		default:
+			live = append(live, p)
+		}
+	}
+	newestFirst := func(a, b *corev1.Pod) int { return b.CreationTimestamp.Compare(a.CreationTimestamp.Time) }
+	slices.SortFunc(failed, newestFirst)
+	if len(live) > 0 {
+		for _, p := range failed {
+			gone[p.Name] = "failed: " + cmp.Or(p.Status.Reason, "its container exited non-zero")
+		}
+	} else if len(failed) > 0 {
+		live = failed[:1]
+	}
+	slices.SortFunc(live, func(a, b *corev1.Pod) int {
+		if sa, sb := containerStarted(a, fixtures.WorkloadContainer), containerStarted(b, fixtures.WorkloadContainer); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		return newestFirst(a, b)
+	})
+	replaced := ""
+	if len(gone) > 0 {
+		var went []string
+		for _, name := range slices.Sorted(maps.Keys(gone)) {
+			went = append(went, name+" "+gone[name])
+		}
+		replaced = "; replaced before it: " + strings.Join(went, ", ")
+	}
+	if len(live) == 0 {
+		return nil, replaced
+	}
+	return live[0], replaced
+}
+
+// waitingReason is ", <reason>: <message>" of the workload container's waiting state (ErrImagePull, …).
+func waitingReason(p *corev1.Pod) string {
+	for _, cs := range p.Status.ContainerStatuses {
+		if w := cs.State.Waiting; w != nil && w.Reason != "" {
+			if w.Message == "" {
+				return ", " + w.Reason
+			}
+			return ", " + w.Reason + ": " + w.Message
+		}
+	}
+	return ""
 }
 
 // ExpectPodRunning waits until the pod runs on a node and returns it fresh.
@@ -152,23 +221,54 @@ func ExpectContainerProbeReport(ctx context.Context, env *testenv.Env, ns, name,
 	env.Wait.ForProgress(ctx, fmt.Sprintf("the probe report of container %s of pod %s/%s", container, ns, name), wait.Target{Kind: "Pod", Namespace: ns, Name: name}, env.Timeouts.JobRun, func(g gomega.Gomega) {
 		pod, err := env.GetPod(ctx, ns, name)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
-		for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
-			if cs.Name != container {
-				continue
-			}
-			for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
-				if t != nil && t.Message != "" {
-					if r, err := gpu.ParseProbe(t.Message); err == nil && !r.Truncated {
-						report = r
-						return
-					}
-				}
-			}
-		}
-		report, err = reportFromLog(ctx, env.Clients.Kube, ns, name, container, followFor)
+		report, err = probeReport(ctx, env, pod, container)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 	})
 	return report
+}
+
+// ExpectJobProbeReport is ExpectProbeReport for a pod of job: when that pod goes (the Job controller or
+// Kueue's eviction replaced it), the wait follows the Job's current pod instead of reading a pod that is
+// not found, and says which pod replaced which and why. It returns the pod the report came from.
+func ExpectJobProbeReport(ctx context.Context, env *testenv.Env, job *batchv1.Job, first *corev1.Pod) (*corev1.Pod, gpu.ProbeReport) {
+	ginkgo.GinkgoHelper()
+	var report gpu.ProbeReport
+	pod, gone := first, map[string]string{}
+	env.Wait.ForProgress(ctx, fmt.Sprintf("the probe report of a pod of Job %s/%s", job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name}, env.Timeouts.JobRun, func(g gomega.Gomega) {
+		cur, err := env.GetPod(ctx, job.Namespace, pod.Name)
+		if apierrors.IsNotFound(err) || err == nil && cur.DeletionTimestamp != nil {
+			gone[pod.Name] = "deleted"
+			list, lerr := env.ListPods(ctx, job.Namespace, labels.SelectorFromSet(labels.Set{batchv1.JobNameLabel: job.Name}))
+			g.Expect(lerr).NotTo(gomega.HaveOccurred())
+			next, replaced := CurrentJobPod(list, gone)
+			g.Expect(next).NotTo(gomega.BeNil(), "pod %s of Job %s/%s went and the Job has no current pod%s", pod.Name, job.Namespace, job.Name, replaced)
+			pod, cur, err = next, next, nil
+			g.Expect(containerStarted(cur, fixtures.WorkloadContainer)).To(gomega.BeTrue(), "pod %s: container %s has not started (phase %s%s)%s",
+				cur.Name, fixtures.WorkloadContainer, cur.Status.Phase, waitingReason(cur), replaced)
+		}
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+		pod = cur
+		report, err = probeReport(ctx, env, cur, fixtures.WorkloadContainer)
+		g.Expect(err).NotTo(gomega.HaveOccurred())
+	})
+	return pod, report
+}
+
+// probeReport reads a container's probe report: its termination message when it has finished, else its log.
+func probeReport(ctx context.Context, env *testenv.Env, pod *corev1.Pod, container string) (gpu.ProbeReport, error) {
+	for _, cs := range append(slices.Clone(pod.Status.InitContainerStatuses), pod.Status.ContainerStatuses...) {
+		if cs.Name != container {
+			continue
+		}
+		for _, t := range []*corev1.ContainerStateTerminated{cs.State.Terminated, cs.LastTerminationState.Terminated} {
+			if t != nil && t.Message != "" {
+				if r, err := gpu.ParseProbe(t.Message); err == nil && !r.Truncated {
+					return r, nil
+				}
+			}
+		}
+	}
+	return reportFromLog(ctx, env.Clients.Kube, pod.Namespace, pod.Name, container, followFor)
 }
 
 // followFor bounds one follow of a container's log for its probe report (reportFromLog): the wait's

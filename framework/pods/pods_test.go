@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"gpuconform.io/gpuconform/fixtures"
 )
 
 // logServer serves pod ns/p's log as the API server does, a chunk at a time: each write is flushed,
@@ -84,5 +88,47 @@ func TestReportFromLogBounded(t *testing.T) {
 	_, err := reportFromLog(t.Context(), cs, "ns", "p", "workload", 50*time.Millisecond)
 	if err == nil || !strings.Contains(err.Error(), "no probe JSON line") || !strings.Contains(err.Error(), "the log stopped") {
 		t.Errorf("a report that never comes: %v", err)
+	}
+}
+
+// A Job's wait follows its current pod: a started one, else the newest live one; pods being deleted or
+// failed and replaced are named with how they went; a failed pod with no successor is the answer.
+func TestCurrentJobPod(t *testing.T) {
+	at := func(min int) metav1.Time { return metav1.NewTime(time.Date(2026, 1, 1, 12, min, 0, 0, time.UTC)) }
+	pod := func(name string, created int, set func(*corev1.Pod)) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: at(created)}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: fixtures.WorkloadContainer}}
+		if set != nil {
+			set(&p)
+		}
+		return p
+	}
+	pulling := func(p *corev1.Pod) {
+		p.Status.ContainerStatuses[0].State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImageNeverPull", Message: "image not present"}
+	}
+	deleting := func(p *corev1.Pod) { pulling(p); now := at(9); p.DeletionTimestamp = &now }
+	running := func(p *corev1.Pod) { p.Status.ContainerStatuses[0].State.Running = &corev1.ContainerStateRunning{} }
+	failed := func(p *corev1.Pod) {
+		p.Status.Phase = corev1.PodFailed
+		p.Status.ContainerStatuses[0].State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 1}
+	}
+
+	gone := map[string]string{}
+	p, replaced := CurrentJobPod([]corev1.Pod{pod("a", 1, deleting), pod("b", 2, nil)}, gone)
+	if p.Name != "b" || replaced != "; replaced before it: a being deleted, ErrImageNeverPull: image not present" {
+		t.Errorf("got %s, %q", p.Name, replaced)
+	}
+	// Once a went, it stays named even after it is no longer listed.
+	if p, replaced = CurrentJobPod([]corev1.Pod{pod("b", 2, nil), pod("c", 3, running)}, gone); p.Name != "c" || !strings.Contains(replaced, "a being deleted") {
+		t.Errorf("a started pod wins: got %s, %q", p.Name, replaced)
+	}
+	if p, _ = CurrentJobPod([]corev1.Pod{pod("x", 1, failed), pod("y", 2, nil)}, map[string]string{}); p.Name != "y" {
+		t.Errorf("a failed pod with a successor is left for it: got %s", p.Name)
+	}
+	if p, replaced = CurrentJobPod([]corev1.Pod{pod("x", 1, failed), pod("z", 0, failed)}, map[string]string{}); p.Name != "x" || replaced != "" {
+		t.Errorf("a failed pod without a successor is the answer: got %s, %q", p.Name, replaced)
+	}
+	if p, replaced = CurrentJobPod([]corev1.Pod{pod("a", 1, deleting)}, map[string]string{}); p != nil || !strings.Contains(replaced, "a being deleted") {
+		t.Errorf("no current pod: %v, %q", p, replaced)
 	}
 }

@@ -4,9 +4,11 @@
 package wait
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -53,6 +55,51 @@ type Waiter struct {
 	// Fallback bounds the sleep between checks of a wait with Wake (zero: 2s); it covers what the
 	// informers do not see (nodes, logs, cluster-scoped queues).
 	Fallback time.Duration
+	// Say, when set, is told a line at least every SayEvery (zero: 30s) while a wait goes on: what it waits
+	// for, how much of its budget has passed, and its current diagnosis (or the check's failure) in one
+	// line. A run never stays silent for a minute.
+	Say      func(line string)
+	SayEvery time.Duration
+}
+
+// progressLine tells Say, when it is due, how a wait stands; now-start is the time waited so far.
+type progressLine struct {
+	w       Waiter
+	what    string
+	timeout time.Duration
+	start   time.Time
+	last    time.Time
+}
+
+func (w Waiter) progress(what string, timeout time.Duration) *progressLine {
+	now := time.Now()
+	return &progressLine{w: w, what: what, timeout: timeout, start: now, last: now}
+}
+
+// tell says the line when SayEvery has passed since the last one; why is the current diagnosis or failure.
+func (p *progressLine) tell(why string) {
+	every := p.w.SayEvery
+	if every <= 0 {
+		every = 30 * time.Second
+	}
+	if p.w.Say == nil || time.Since(p.last) < every {
+		return
+	}
+	p.last = time.Now()
+	p.w.Say(fmt.Sprintf("still waiting for %s: %s of %s; %s", p.what, time.Since(p.start).Round(time.Second), p.timeout, oneLine(why)))
+}
+
+// oneLine is the first non-empty line of s, at most 240 characters.
+func oneLine(s string) string {
+	for l := range strings.SplitSeq(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			if r := []rune(l); len(r) > 240 {
+				return string(r[:240]) + "…"
+			}
+			return l
+		}
+	}
+	return "no diagnosis yet"
 }
 
 // gated returns check, preceded from its second run on by a sleep until the next change (or Fallback).
@@ -125,16 +172,19 @@ func (w Waiter) ForJudged(ctx context.Context, what string, target Target, timeo
 	finals := 0
 	ended := "" // the final diagnosis that ended the wait
 	check = w.gated(ctx, check)
+	said, diagnosis := w.progress(what, timeout), ""
 	poll := func() error {
 		failure := runCheck(check)
 		if failure == "" {
 			return nil
 		}
+		said.tell(cmp.Or(diagnosis, failure))
 		if time.Since(lastJudged) < interval {
 			return errors.New(failure)
 		}
 		lastJudged = time.Now()
 		text, final := judge(ctx, target)
+		diagnosis = text
 		if !final {
 			finals = 0
 			interval = min(2*interval, judgeBackoff*w.judgeEvery())
@@ -191,7 +241,15 @@ func (w Waiter) judgeEvery() time.Duration {
 func (w Waiter) For(ctx context.Context, what string, target Target, timeout time.Duration, check func(g gomega.Gomega)) {
 	ginkgo.GinkgoHelper()
 	start := time.Now()
-	gomega.Eventually(ctx, w.gated(ctx, check)).
+	gated, said := w.gated(ctx, check), w.progress(what, timeout)
+	poll := func() error {
+		if failure := runCheck(gated); failure != "" {
+			said.tell(failure)
+			return errors.New(failure)
+		}
+		return nil
+	}
+	gomega.Eventually(ctx, poll).
 		WithTimeout(timeout).
 		WithPolling(w.poll()).
 		Should(gomega.Succeed(), func() string { return w.Message(what, target, time.Since(start)) })

@@ -153,3 +153,38 @@ func TestWaitsWakeOnChange(t *testing.T) {
 		t.Errorf("failures %q, %d checks; want success on the second check, woken by the change (the fallback is an hour)", failures, checks)
 	}
 }
+
+// A wait that goes on says how it stands every SayEvery: what it waits for, the time of its budget, and
+// the current diagnosis in one line (the check's failure before the first diagnosis). One that ends
+// sooner says nothing.
+func TestWaitsSayHowTheyStand(t *testing.T) {
+	target := Target{Kind: "Pod", Namespace: "ns", Name: "p"}
+	var lines []string
+	w := Waiter{Poll: 2 * time.Millisecond, JudgeEvery: 15 * time.Millisecond, SayEvery: 10 * time.Millisecond,
+		Say:   func(l string) { lines = append(lines, l) },
+		Judge: func(context.Context, Target) (string, bool) { return "Pending: 0/3 nodes are available\nmore detail", false }}
+	gomega.InterceptGomegaFailures(func() {
+		w.ForProgress(t.Context(), "pod ns/p to run", target, 100*time.Millisecond, failingCheck)
+	})
+	if len(lines) < 3 || len(lines) > 12 {
+		t.Fatalf("a 100 ms wait saying every 10 ms said %d lines: %q", len(lines), lines)
+	}
+	if !strings.HasPrefix(lines[0], "still waiting for pod ns/p to run: ") || !strings.Contains(lines[0], " of 100ms; ") {
+		t.Errorf("first line %q", lines[0])
+	}
+	if last := lines[len(lines)-1]; !strings.HasSuffix(last, "; Pending: 0/3 nodes are available") {
+		t.Errorf("a line after the diagnosis must carry its first line: %q", last)
+	}
+	lines = nil
+	gomega.InterceptGomegaFailures(func() {
+		w.For(t.Context(), "pod ns/p to be gone", target, 50*time.Millisecond, failingCheck)
+	})
+	if len(lines) == 0 || !strings.HasPrefix(lines[0], "still waiting for pod ns/p to be gone: ") {
+		t.Errorf("For says how it stands too: %q", lines)
+	}
+	lines = nil
+	w.For(t.Context(), "nothing", target, time.Second, func(gomega.Gomega) {})
+	if len(lines) != 0 {
+		t.Errorf("a wait that passed at once said %q", lines)
+	}
+}

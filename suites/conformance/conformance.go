@@ -165,6 +165,10 @@ type shared struct {
 // progress line and API cost, the leak audit, and the record and signoff.
 func register(r *suite.Run, signoff reports.Signoff, specOut io.Writer, holds *runlease.Holds) {
 	var leaks *audit.Result
+	if r.Env != nil {
+		// A wait that goes on says how it stands every 30 s on the run's live output (framework/wait).
+		r.Env.Wait.Say = func(line string) { fmt.Fprintln(specOut, "[gpuconform] "+line) }
+	}
 	ginkgo.SynchronizedBeforeSuite(func(ctx context.Context) []byte {
 		say := func(line string) { fmt.Fprintln(specOut, "[gpuconform] "+line) }
 		stopUnless(r.Preflight(ctx, scenarios.Uses()))
