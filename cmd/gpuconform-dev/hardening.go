@@ -170,6 +170,14 @@ func hardeningTable() []hardeningRow {
 		{Name: "cleanup-beside-live-run", Want: "INCOMPLETE", Drive: cleanupBesideLiveRun},
 		{Name: "sigint-rehearsal", Want: "INCOMPLETE", Drive: interruptRehearsal(syscall.SIGINT)},
 		{Name: "sigkill-rehearsal", Want: "INCOMPLETE", Drive: interruptRehearsal(syscall.SIGKILL)},
+		// The workload image missing on one GPU node (never pulled there, no registry): every spec whose pod
+		// lands there fails naming the pull within its first back-offs; none reads a replaced pod as not
+		// found, and the specs placed elsewhere pass.
+		{Name: "image-missing-on-one-node", Want: "NO-GO", Failures: []string{"ImagePullFailed"},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				_, undo, err := localcluster.ApplyImageMissingOnNode(ctx, h.clients.Kube)
+				return nil, "", undo, err
+			}},
 		// Kueue's controller scaled to zero: its webhook answers nothing, so the run must stop in setup
 		// (no specs) within seconds, not after the StackReady budget, naming the Deployment and why.
 		{Name: "kueue-down", Want: "NO-GO", Failures: []string{localcluster.KueueManager, "replicas 0 (scaled to zero)"},
