@@ -89,17 +89,24 @@ func (p *progressLine) tell(why string) {
 	p.w.Say(fmt.Sprintf("still waiting for %s: %s of %s; %s", p.what, time.Since(p.start).Round(time.Second), p.timeout, oneLine(why)))
 }
 
-// oneLine is the first non-empty line of s, at most 240 characters.
+// oneLine is a diagnosis in one line of at most 240 characters: its "Reason:" line (framework/diagnose's
+// layout), else its first line that is not the "Diagnosis of …" heading.
 func oneLine(s string) string {
+	line := ""
 	for l := range strings.SplitSeq(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			if r := []rune(l); len(r) > 240 {
-				return string(r[:240]) + "…"
-			}
-			return l
+		l = strings.TrimSpace(l)
+		if strings.HasPrefix(l, "Reason:") {
+			line = l
+			break
+		}
+		if line == "" && l != "" && !strings.HasPrefix(l, "Diagnosis of ") {
+			line = l
 		}
 	}
-	return "no diagnosis yet"
+	if r := []rune(line); len(r) > 240 {
+		return string(r[:240]) + "…"
+	}
+	return cmp.Or(line, "no diagnosis yet")
 }
 
 // gated returns check, preceded from its second run on by a sleep until the next change (or Fallback).

@@ -162,7 +162,9 @@ func TestWaitsSayHowTheyStand(t *testing.T) {
 	var lines []string
 	w := Waiter{Poll: 2 * time.Millisecond, JudgeEvery: 15 * time.Millisecond, SayEvery: 10 * time.Millisecond,
 		Say:   func(l string) { lines = append(lines, l) },
-		Judge: func(context.Context, Target) (string, bool) { return "Pending: 0/3 nodes are available\nmore detail", false }}
+		Judge: func(context.Context, Target) (string, bool) {
+			return "Diagnosis of Pod ns/p\n  Stage: Scheduling\n  Reason:  Unschedulable: 0/3 nodes are available\n  more detail", false
+		}}
 	gomega.InterceptGomegaFailures(func() {
 		w.ForProgress(t.Context(), "pod ns/p to run", target, 100*time.Millisecond, failingCheck)
 	})
@@ -172,7 +174,7 @@ func TestWaitsSayHowTheyStand(t *testing.T) {
 	if !strings.HasPrefix(lines[0], "still waiting for pod ns/p to run: ") || !strings.Contains(lines[0], " of 100ms; ") {
 		t.Errorf("first line %q", lines[0])
 	}
-	if last := lines[len(lines)-1]; !strings.HasSuffix(last, "; Pending: 0/3 nodes are available") {
+	if last := lines[len(lines)-1]; !strings.HasSuffix(last, "; Reason:  Unschedulable: 0/3 nodes are available") {
 		t.Errorf("a line after the diagnosis must carry its first line: %q", last)
 	}
 	lines = nil
