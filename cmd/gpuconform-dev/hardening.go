@@ -185,8 +185,19 @@ func hardeningTable() []hardeningRow {
 				undo, err := localcluster.ApplyKueueDown(ctx, h.clients.Kube)
 				return nil, "", undo, err
 			}},
+		// The GPU agent's DaemonSet given a nodeSelector no node matches (a label migration the nodes did
+		// not follow): the nodes keep their capacity without allocatable, the DRA slices go, and the run
+		// must stop in setup at once, naming the DaemonSet, why it runs nowhere and the fix.
+		{Name: "gpu-agent-scheduled-nowhere", Want: "NO-GO", Failures: []string{agentScheduledNowhere},
+			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
+				undo, err := localcluster.ApplyAgentScheduledNowhere(ctx, h.clients.Kube)
+				return nil, "", undo, err
+			}},
 	}
 }
+
+// agentScheduledNowhere is what the gpu-agent-scheduled-nowhere row's setup failure must say.
+const agentScheduledNowhere = "DaemonSet " + localcluster.SystemNamespace + "/" + localcluster.PluginDaemonSet + " is scheduled on no node"
 
 // hardeningResult is one row's outcome.
 type hardeningResult struct {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -10,11 +11,16 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	fakediscovery "k8s.io/client-go/discovery/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/infra/localcluster"
 )
 
@@ -119,6 +125,65 @@ func TestKueueDownRowHoldsTheSuitesMessage(t *testing.T) {
 		t.Errorf("%q\nsetup failure:\n%s", bad, setup)
 	}
 	if got := lineWith(setup, res.Row.Failures); !strings.Contains(got, "Deployment kueue-system/kueue-controller-manager: replicas 0") {
+		t.Errorf("the table's note would be %q", got)
+	}
+}
+
+// The gpu-agent-scheduled-nowhere row's words are in the setup failure the stack check makes when the
+// local cluster's agent is patched as the row patches it (a fake cluster in its shape: four GPU nodes
+// keeping their capacity without allocatable, the DRA slices gone), and the failure is final.
+func TestAgentScheduledNowhereRowHoldsTheSuitesMessage(t *testing.T) {
+	var objs []runtime.Object
+	objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpuconform-control-plane"}})
+	for i, pool := range []string{"gpu", "gpu", "gpu", "canary"} {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "gpuconform-worker" + strings.TrimPrefix(strconv.Itoa(i+1), "1"),
+			Labels: map[string]string{"gpuconform.io/pool": pool, "nvidia.com/gpu.count": "4"}}}
+		n.Status.Capacity = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4")}
+		n.Status.Allocatable = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("0")}
+		objs = append(objs, n)
+	}
+	hostPath := func(name, path string) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path}}}
+	}
+	lbls := map[string]string{"app.kubernetes.io/name": localcluster.PluginDaemonSet}
+	objs = append(objs,
+		&resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: localcluster.DRADriverName}, Spec: resourcev1.DeviceClassSpec{Selectors: []resourcev1.DeviceSelector{{
+			CEL: &resourcev1.CELDeviceSelector{Expression: "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"}}}}},
+		&appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Namespace: localcluster.SystemNamespace, Name: localcluster.PluginDaemonSet, Generation: 35},
+			Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: lbls}, Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbls},
+				Spec: corev1.PodSpec{
+					NodeSelector: map[string]string{localcluster.AgentNowhereLabel: "true"},
+					Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "gpuconform.io/pool", Operator: corev1.NodeSelectorOpIn, Values: []string{"gpu", "canary"}}}}}}}},
+					Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					Volumes: []corev1.Volume{hostPath("device-plugins", "/var/lib/kubelet/device-plugins"), hostPath("plugins-registry", "/var/lib/kubelet/plugins_registry"),
+						hostPath("plugins", "/var/lib/kubelet/plugins")},
+					Containers: []corev1.Container{{Name: localcluster.PluginDaemonSet, VolumeMounts: []corev1.VolumeMount{{Name: "device-plugins", MountPath: "/var/lib/kubelet/device-plugins"},
+						{Name: "plugins-registry", MountPath: "/var/lib/kubelet/plugins_registry"}, {Name: "plugins", MountPath: "/var/lib/kubelet/plugins"}}}}}}},
+			Status: appsv1.DaemonSetStatus{ObservedGeneration: 35}})
+	kube := fake.NewClientset(objs...)
+	kube.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{
+		{GroupVersion: "resource.k8s.io/v1", APIResources: []metav1.APIResource{{Name: "deviceclasses"}, {Name: "resourceslices"}}},
+	}
+	_, err := cluster.CheckStackReady(t.Context(), kube, config.Default(), cluster.NewSettle(time.Now()))
+	if downs := cluster.ComponentsDown(err); len(downs) != 1 || !downs[0].Terminal {
+		t.Fatalf("not a final component down: %v", err)
+	}
+	i := slices.IndexFunc(hardeningTable(), func(r hardeningRow) bool { return r.Name == "gpu-agent-scheduled-nowhere" })
+	if i < 0 {
+		t.Fatal("no gpu-agent-scheduled-nowhere row")
+	}
+	res := hardeningResult{Row: hardeningTable()[i]}
+	if bad := judgeHardening(&res, nil, err.Error()); len(bad) > 0 {
+		t.Errorf("%q\nsetup failure:\n%s", bad, err)
+	}
+	want := "device plugin and DRA kubelet plugin (driver gpu.nvidia.com): DaemonSet gpuconform-system/fake-device-plugin is scheduled on no node (desired 0): " +
+		"its nodeSelector gpuconform.io/hardening-scheduled-nowhere=true matches none of the 4 GPU nodes (gpuconform-worker, gpuconform-worker2, gpuconform-worker3, gpuconform-worker4); " +
+		"label the GPU nodes or fix the selector"
+	if !strings.Contains(err.Error(), want) {
+		t.Errorf("setup failure\n%s\nlacks %q", err, want)
+	}
+	if got := lineWith(err.Error(), res.Row.Failures); !strings.Contains(got, "fake-device-plugin is scheduled on no node") {
 		t.Errorf("the table's note would be %q", got)
 	}
 }

@@ -28,7 +28,8 @@ Usage:
   gpuconform-dev hardening [--variants V,…] [--gpuconform BIN]
                  on the local cluster: taint the GPU nodes, enforce a restricted admission policy, or
                  run as a team in one namespace, and require GO (and NO-GO, found at once, for an
-                 untolerated taint or Kueue's controller scaled to zero)
+                 untolerated taint, Kueue's controller scaled to zero or the GPU agent scheduled
+                 on no node)
   gpuconform-dev sharing [--modes M,…] [--gpuconform BIN]
                  on the local cluster: bring the fake GPUs into each sharing mode (time-slicing, MPS,
                  MIG single and mixed, DRA partitions) in turn, run the sharing scenario (and the

@@ -106,33 +106,40 @@ func (e *StackNotReady) Unwrap() []error { return e.Problems }
 // slices again is waited for instead of judged broken or left out), and
 // Kueue's webhook is ready when Kueue is installed; otherwise a *StackNotReady. A path found broken and
 // settled (Capabilities.Settled) counts as an answer: waiting will not mend it, and the run reports it as
-// a failing spec.
+// a failing spec. Where a path has no devices or is broken, the GPU node agents that serve it are read
+// (checkAgents): one down for good, or down and not settling on a path without devices, is a
+// *ComponentDown among the problems, and every one that is not ready is a note of the returned
+// capabilities, for the record.
 func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.Config, settle *Settle) (Capabilities, error) {
 	snap, err := Collect(ctx, kube, cfg.Kueue.Namespace)
 	if err != nil {
 		return Capabilities{}, err
 	}
 	caps := Discover(snap, cfg)
+	now := time.Now()
 	var problems []error
+	settling := map[string]bool{}
 	if settle != nil && cfg.WantsPath(config.PathDevicePlugin) {
-		if err := settle.Check(ctx, kube, snap.Nodes, cfg.DevicePlugin.ResourceName, time.Now()); err != nil {
-			problems = append(problems, err)
+		if err := settle.Check(ctx, kube, snap.Nodes, cfg.DevicePlugin.ResourceName, now); err != nil {
+			problems, settling[config.PathDevicePlugin] = append(problems, err), true
 		}
 	}
 	if settle != nil && caps.DRA != nil {
-		if err := settle.CheckDRA(ctx, kube, snap, strings.Split(caps.DRA.Driver, ","), time.Now()); err != nil {
-			problems = append(problems, err)
+		if err := settle.CheckDRA(ctx, kube, snap, strings.Split(caps.DRA.Driver, ","), now); err != nil {
+			problems, settling[config.PathDRA] = append(problems, err), true
 		}
 	}
+	agents, notes := checkAgents(ctx, kube, snap, caps, cfg, settling, now)
+	problems, caps.Notes = append(problems, agents...), append(caps.Notes, notes...)
 	if explicit := cfg.ExplicitPaths(); len(explicit) > 0 {
 		for _, p := range explicit {
 			if !caps.HasPath(p) && !caps.Settled[p] {
-				problems = append(problems, fmt.Errorf("allocation path %s was requested but is absent: %s", p, caps.NotExercised[p]))
+				problems = append(problems, fmt.Errorf("allocation path %s was requested but is absent: %s", p, lacking(caps, p)))
 			}
 		}
 	} else if caps.DevicePlugin == nil && caps.DRA == nil && caps.SettledBroken() == "" {
 		problems = append(problems, fmt.Errorf("no allocation path has devices yet: device-plugin: %s; dra: %s",
-			caps.NotExercised[config.PathDevicePlugin], caps.NotExercised[config.PathDRA]))
+			lacking(caps, config.PathDevicePlugin), lacking(caps, config.PathDRA)))
 	}
 	if caps.Kueue.Present {
 		if err := CheckKueueWebhookReady(ctx, kube, cfg.Kueue.Namespace); err != nil {
@@ -143,4 +150,9 @@ func CheckStackReady(ctx context.Context, kube kubernetes.Interface, cfg config.
 		return caps, &StackNotReady{Problems: problems}
 	}
 	return caps, nil
+}
+
+// lacking says why path has no devices: why it is absent, or what is broken on it.
+func lacking(caps Capabilities, path string) string {
+	return cmp.Or(caps.NotExercised[path], caps.Broken[path], "no devices")
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -14,54 +15,81 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// ComponentDown says what is behind a component's Service that has no ready endpoint: the Deployment
-// that should serve it, its replicas and its pods, and whether waiting can change anything. The stack
-// wait stops on a Terminal one at once instead of waiting out its budget.
+// ComponentDown says what is behind a component that serves nothing: the workload that should serve it
+// (the Deployment behind Kueue's webhook Service, or a GPU node agent's DaemonSet: ready_agents.go), its
+// pods, and whether waiting can change anything. The stack wait stops on a Terminal one at once instead
+// of waiting out its budget.
 type ComponentDown struct {
 	// Component names what is down and where it was looked for.
 	Component string
-	// Namespace and Name are the Deployment's; Name is "" when no Deployment was found.
+	// Kind is the workload's kind, KindDeployment ("" reads as one) or KindDaemonSet.
+	Kind string
+	// Namespace and Name are the workload's; Name is "" when none was found.
 	Namespace, Name string
-	// Desired and Ready are the Deployment's spec.replicas and status.readyReplicas.
+	// Desired and Ready are a Deployment's spec.replicas and status.readyReplicas, a DaemonSet's
+	// status.desiredNumberScheduled and status.numberReady.
 	Desired, Ready int32
-	// Pods are the Deployment's pods, each as "name: state in words"; PodsUnknown says they could not be
-	// read.
+	// Pods are the workload's pods (a DaemonSet's: those not Ready, with their nodes), each as
+	// "name: state in words"; PodsUnknown says they could not be read.
 	Pods        []string
 	PodsUnknown bool
-	// Terminal is true when the component will not come up by itself: scaled to zero, without pods,
-	// every pod failing for good, or a rollout past its progress deadline.
+	// Terminal is true when the component will not come up by itself: scaled to zero or scheduled on no
+	// node, without pods, a pod failing for good (every pod, for a Deployment), or a rollout past its
+	// progress deadline.
 	Terminal bool
-	// Rollout is true while the Deployment controller reports a rollout in progress (Progressing True
-	// with one of its in-progress reasons).
+	// Rollout is true while the workload's controller shows a rollout in progress (a Deployment's
+	// Progressing True with one of its in-progress reasons; a DaemonSet's generation not observed yet, pods
+	// not updated, being replaced or just created).
 	Rollout bool
-	// NewestPod is when the newest of its live pods was created (zero when it has none).
+	// NewestPod is when the newest of its live pods was created or last started a container (zero when
+	// it has none).
 	NewestPod time.Time
 	// Why says why it is down or, when it is not terminal, what it is waiting on, and names what could
-	// not be read.
+	// not be read; for a DaemonSet scheduled on no node, what keeps it off the GPU nodes and the fix.
 	Why string
 }
 
-// Error names the Deployment, its replicas and its pods' states, and why.
+// The workload kinds a ComponentDown names.
+const (
+	KindDeployment = "Deployment"
+	KindDaemonSet  = "DaemonSet"
+)
+
+// Error names the workload, its replicas (a DaemonSet: its scheduled and Ready pods) and its pods'
+// states, and why.
 func (c *ComponentDown) Error() string {
 	var b strings.Builder
 	b.WriteString(c.Component)
+	kind := cmp.Or(c.Kind, KindDeployment)
 	if c.Name == "" {
-		fmt.Fprintf(&b, ": no Deployment found behind it; %s", c.Why)
+		fmt.Fprintf(&b, ": no %s found behind it; %s", kind, c.Why)
 		return b.String()
 	}
-	fmt.Fprintf(&b, ": Deployment %s/%s: ", c.Namespace, c.Name)
-	if c.Desired == 0 {
-		b.WriteString("replicas 0 (scaled to zero)")
-	} else {
-		fmt.Fprintf(&b, "replicas %d desired, %d ready", c.Desired, c.Ready)
+	fmt.Fprintf(&b, ": %s %s/%s", kind, c.Namespace, c.Name)
+	podsLabel := "pods"
+	switch {
+	case kind == KindDaemonSet && c.Desired == 0:
+		b.WriteString(" is scheduled on no node (desired 0)")
+		if c.Terminal {
+			fmt.Fprintf(&b, ": %s", c.Why)
+			return b.String()
+		}
+	case kind == KindDaemonSet:
+		fmt.Fprintf(&b, ": %d of %d scheduled pods Ready", c.Ready, c.Desired)
+		podsLabel = "pods not Ready"
+	case c.Desired == 0:
+		b.WriteString(": replicas 0 (scaled to zero)")
+	default:
+		fmt.Fprintf(&b, ": replicas %d desired, %d ready", c.Desired, c.Ready)
 	}
 	switch {
 	case c.PodsUnknown:
-		b.WriteString("; pods: unknown")
+		fmt.Fprintf(&b, "; %s: unknown", podsLabel)
+	case len(c.Pods) == 0 && kind == KindDaemonSet && c.Desired == 0:
 	case len(c.Pods) == 0:
-		b.WriteString("; pods: none")
+		fmt.Fprintf(&b, "; %s: none", podsLabel)
 	default:
-		fmt.Fprintf(&b, "; pods: %s", strings.Join(c.Pods, "; "))
+		fmt.Fprintf(&b, "; %s: %s", podsLabel, strings.Join(c.Pods, "; "))
 	}
 	final := "not final"
 	if c.Terminal {
@@ -69,6 +97,28 @@ func (c *ComponentDown) Error() string {
 	}
 	fmt.Fprintf(&b, " (%s: %s)", final, c.Why)
 	return b.String()
+}
+
+// ComponentsDown are the *ComponentDown in err's tree (a *StackNotReady's problems, each wrapped or
+// not), in order: errors.As would find only the first.
+func ComponentsDown(err error) []*ComponentDown {
+	var out []*ComponentDown
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) { //nolint:errorlint // the walk is errors.As's, keeping every match
+		case nil:
+		case *ComponentDown:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
 }
 
 // ComingUp reports whether the component is visibly coming up for a wait that began at start: the

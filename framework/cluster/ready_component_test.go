@@ -115,6 +115,12 @@ func TestDescribeKueueController(t *testing.T) {
 			says: []string{"replicas 1 desired, 0 ready", "it has no pods", "FailedCreate"}},
 		{name: "crash loop", objs: with(base(1), pod("m-1", time.Hour, waiting("CrashLoopBackOff", "back-off 5m0s restarting failed container"))), terminal: true, deployment: name,
 			says: []string{"m-1: CrashLoopBackOff (container manager, 4 restarts)", "created 1h0m0s ago", "every pod is failing for good"}},
+		{name: "a crash loop before its third restart is not final", deployment: name,
+			objs: with(base(1), pod("m-1", time.Minute, func(p *corev1.Pod) {
+				waiting("CrashLoopBackOff", "")(p)
+				p.Status.ContainerStatuses[0].RestartCount = 2
+			})),
+			says: []string{"CrashLoopBackOff (container manager, 2 restarts); not final before 3 restarts", "not final: a pod is starting"}},
 		{name: "image pull back-off", objs: with(base(1), pod("m-1", time.Minute, waiting("ImagePullBackOff", `Back-off pulling image "kueue:v9"`))), terminal: true, deployment: name,
 			says: []string{"ImagePullBackOff", `Back-off pulling image "kueue:v9"`}},
 		{name: "image pull error", objs: with(base(1), pod("m-1", time.Minute, waiting("ErrImagePull", "not found"))), terminal: true, deployment: name, says: []string{"ErrImagePull"}},

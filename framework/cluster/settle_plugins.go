@@ -112,11 +112,7 @@ func readyGPUNodes(nodes []corev1.Node, short map[string]string) []string {
 		if _, ok := short[n.Name]; ok || !nodeReady(n) {
 			continue
 		}
-		gpu := labelledGPU(n)
-		for name, c := range n.Status.Capacity {
-			gpu = gpu || c.Value() > 0 && isExtendedGPUResource(name)
-		}
-		if gpu {
+		if isGPUNode(n) {
 			out = append(out, n.Name)
 		}
 	}
@@ -124,27 +120,44 @@ func readyGPUNodes(nodes []corev1.Node, short map[string]string) []string {
 	return out
 }
 
+// isGPUNode reports a node with a GPU label (labelledGPU) or capacity (or allocatable) of a GPU
+// resource: one the GPU stack's agents must serve.
+func isGPUNode(n corev1.Node) bool {
+	gpu := labelledGPU(n)
+	for _, list := range []corev1.ResourceList{n.Status.Capacity, n.Status.Allocatable} {
+		for name, q := range list {
+			gpu = gpu || q.Value() > 0 && isExtendedGPUResource(name)
+		}
+	}
+	return gpu
+}
+
 // pluginDaemonSets are the DaemonSets whose pod template mounts a hostPath at or under devicePluginDir:
 // the device plugins (a plugin must put its socket there for the kubelet to reach it).
 func pluginDaemonSets(all []appsv1.DaemonSet) []appsv1.DaemonSet {
 	var out []appsv1.DaemonSet
 	for _, ds := range all {
-		spec := ds.Spec.Template.Spec
-		dirs := map[string]bool{}
-		for _, v := range spec.Volumes {
-			if v.HostPath != nil {
-				p := path.Clean(v.HostPath.Path)
-				dirs[v.Name] = p == devicePluginDir || strings.HasPrefix(p, devicePluginDir+"/")
-			}
-		}
-		mounts := func(c corev1.Container) bool {
-			return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return dirs[m.Name] })
-		}
-		if slices.ContainsFunc(spec.Containers, mounts) || slices.ContainsFunc(spec.InitContainers, mounts) {
+		if mountsDevicePluginDir(ds.Spec.Template.Spec) {
 			out = append(out, ds)
 		}
 	}
 	return out
+}
+
+// mountsDevicePluginDir reports a pod spec with a container that mounts a hostPath at or under
+// devicePluginDir.
+func mountsDevicePluginDir(spec corev1.PodSpec) bool {
+	dirs := map[string]bool{}
+	for _, v := range spec.Volumes {
+		if v.HostPath != nil {
+			p := path.Clean(v.HostPath.Path)
+			dirs[v.Name] = p == devicePluginDir || strings.HasPrefix(p, devicePluginDir+"/")
+		}
+	}
+	mounts := func(c corev1.Container) bool {
+		return slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return dirs[m.Name] })
+	}
+	return slices.ContainsFunc(spec.Containers, mounts) || slices.ContainsFunc(spec.InitContainers, mounts)
 }
 
 // rollingDaemonSets describes the plugin DaemonSets that are not fully available: some node's plugin is

@@ -2,7 +2,6 @@ package suite
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -42,8 +41,10 @@ type stackWait struct {
 // plugin is settling (cluster.Settle: re-registering plugins, and DRA plugins publishing a GPU node's
 // slices again, are waited for within cluster.SettleWindow, not judged broken or left out)
 // and Kueue's webhook answers, and returns the last discovery with its error when they do not within the
-// StackReady budget, or at once when Kueue's controller is down for good (after componentGrace when it is
-// not coming up either). What settling waited for, or could not read, goes into the run's notes.
+// StackReady budget, or at once when Kueue's controller or a GPU node agent (a device plugin's or DRA
+// driver's DaemonSet, read when its path has no devices) is down for good, after componentGrace when it is
+// not coming up either. What settling waited for, or could not read, goes into the run's notes; the
+// agents that were not ready, into the discovery's (cluster.CheckStackReady).
 func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
 	settle := cluster.NewSettle(time.Now())
 	defer func() { r.Notes = append(r.Notes, settle.Notes()...) }()
@@ -82,20 +83,24 @@ func (w stackWait) run(ctx context.Context) (cluster.Capabilities, error) {
 }
 
 // stopEarly decides whether a failed check ends a wait that began at start: it does when err says a
-// component is down for good, or is down and not coming up (ComponentDown.ComingUp) past componentGrace.
-// Every other failure (a path without devices yet, a webhook whose Deployment is rolling out) keeps the
-// wait going for its whole budget.
+// component (Kueue's controller, a GPU node agent's DaemonSet) is down for good, or one is down and not
+// coming up (ComponentDown.ComingUp) past componentGrace. Every other failure (a path without devices
+// whose agents are not read or not down, a webhook whose Deployment is rolling out) keeps the wait going
+// for its whole budget.
 func stopEarly(err error, start, now time.Time) (bool, string) {
-	var down *cluster.ComponentDown
-	switch {
-	case !errors.As(err, &down):
+	downs := cluster.ComponentsDown(err)
+	for _, down := range downs {
+		if down.Terminal {
+			return true, "the component is down for good; waiting longer would change nothing"
+		}
+	}
+	if now.Sub(start) < componentGrace {
 		return false, ""
-	case down.Terminal:
-		return true, "the component is down for good; waiting longer would change nothing"
-	case down.ComingUp(start, componentGrace):
-		return false, ""
-	case now.Sub(start) >= componentGrace:
-		return true, fmt.Sprintf("the component did not come up within %s and no rollout of it is in progress", componentGrace)
+	}
+	for _, down := range downs {
+		if !down.ComingUp(start, componentGrace) {
+			return true, fmt.Sprintf("the component did not come up within %s and no rollout of it is in progress", componentGrace)
+		}
 	}
 	return false, ""
 }

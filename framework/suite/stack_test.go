@@ -40,6 +40,16 @@ func TestStackWait(t *testing.T) {
 	staleRollout := &cluster.ComponentDown{Component: "Kueue's controller", Namespace: "kueue-system", Name: "kueue-controller-manager", Desired: 1,
 		Rollout: true, NewestPod: start.Add(-time.Hour), Why: "a rollout is in progress"}
 	noDevices := &cluster.StackNotReady{Problems: []error{errors.New("no allocation path has devices yet")}}
+	agentNowhere := &cluster.ComponentDown{Component: "device plugin", Kind: cluster.KindDaemonSet, Namespace: "gpu-operator", Name: "nvidia-device-plugin-daemonset",
+		Terminal: true, Why: "its nodeSelector nvidia.com/gpu.deploy.device-plugin=true matches none of the 3 GPU nodes"}
+	agentStarting := &cluster.ComponentDown{Component: "device plugin", Kind: cluster.KindDaemonSet, Namespace: "gpu-operator", Name: "nvidia-device-plugin-daemonset",
+		Desired: 3, Why: "2 of its 3 pods are not Ready"}
+	// The agents come before Kueue's webhook in the stack check's problems: every component counts, not
+	// only the first.
+	both := func(agent, kueue *cluster.ComponentDown) error {
+		return &cluster.StackNotReady{Problems: []error{agent, errors.New("no allocation path has devices yet"),
+			fmt.Errorf("the Kueue webhook Service kueue-system/kueue-webhook-service has no ready endpoint: %w", kueue)}}
+	}
 	cases := []struct {
 		name string
 		// answers are the checks' errors in turn; the last one repeats.
@@ -56,6 +66,9 @@ func TestStackWait(t *testing.T) {
 		{name: "a rollout under way gets the budget", answers: []error{notReady(rollingOut)}, took: budget, checks: 121},
 		{name: "a rollout stuck since long before gets the grace", answers: []error{notReady(staleRollout)}, took: componentGrace, checks: 7, stopped: true},
 		{name: "a path without devices gets the budget", answers: []error{noDevices}, took: budget, checks: 121},
+		{name: "a GPU agent scheduled nowhere ends the wait at once", answers: []error{both(agentNowhere, rollingOut)}, took: 0, checks: 1, stopped: true},
+		{name: "Kueue down for good behind an agent that is starting", answers: []error{both(agentStarting, scaledToZero)}, took: 0, checks: 1, stopped: true},
+		{name: "an agent not coming up gets the grace beside a rollout of Kueue", answers: []error{both(agentStarting, rollingOut)}, took: componentGrace, checks: 7, stopped: true},
 		{name: "ready after a rollout", answers: []error{notReady(rollingOut), notReady(rollingOut), nil}, took: 10 * time.Second, checks: 3, ready: true},
 	}
 	for _, tc := range cases {
