@@ -53,7 +53,7 @@ func ExpectJobPodStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job
 			g.Expect(p).NotTo(gomega.BeNil(), "Job %s/%s has no current pod%s", job.Namespace, job.Name, replaced)
 			pod = p
 			g.Expect(p.Spec.NodeName).NotTo(gomega.BeEmpty(), "pod %s is not scheduled%s", p.Name, replaced)
-			g.Expect(containerStarted(p, fixtures.WorkloadContainer)).To(gomega.BeTrue(), "pod %s: container %s has not started (phase %s%s)%s",
+			g.Expect(workloadStarted(p)).To(gomega.BeTrue(), "pod %s: container %s has not started (phase %s%s)%s",
 				p.Name, fixtures.WorkloadContainer, p.Status.Phase, waitingReason(p), replaced)
 		})
 	return pod
@@ -86,7 +86,7 @@ func CurrentJobPod(list []corev1.Pod, gone map[string]string) (*corev1.Pod, stri
 		live = failed[:1]
 	}
 	slices.SortFunc(live, func(a, b *corev1.Pod) int {
-		if sa, sb := containerStarted(a, fixtures.WorkloadContainer), containerStarted(b, fixtures.WorkloadContainer); sa != sb {
+		if sa, sb := workloadStarted(a), workloadStarted(b); sa != sb {
 			if sa {
 				return -1
 			}
@@ -243,7 +243,7 @@ func ExpectJobProbeReport(ctx context.Context, env *testenv.Env, job *batchv1.Jo
 			next, replaced := CurrentJobPod(list, gone)
 			g.Expect(next).NotTo(gomega.BeNil(), "pod %s of Job %s/%s went and the Job has no current pod%s", pod.Name, job.Namespace, job.Name, replaced)
 			pod, cur, err = next, next, nil
-			g.Expect(containerStarted(cur, fixtures.WorkloadContainer)).To(gomega.BeTrue(), "pod %s: container %s has not started (phase %s%s)%s",
+			g.Expect(workloadStarted(cur)).To(gomega.BeTrue(), "pod %s: container %s has not started (phase %s%s)%s",
 				cur.Name, fixtures.WorkloadContainer, cur.Status.Phase, waitingReason(cur), replaced)
 		}
 		g.Expect(err).NotTo(gomega.HaveOccurred())
@@ -306,9 +306,10 @@ func reportFromLog(ctx context.Context, cs kubernetes.Interface, ns, name, conta
 	}
 }
 
-func containerStarted(p *corev1.Pod, name string) bool {
+// workloadStarted reports whether the workload container has started (running or already terminated).
+func workloadStarted(p *corev1.Pod) bool {
 	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == name {
+		if cs.Name == fixtures.WorkloadContainer {
 			return cs.State.Running != nil || cs.State.Terminated != nil || cs.LastTerminationState.Terminated != nil
 		}
 	}

@@ -94,7 +94,7 @@ func TestReportFromLogBounded(t *testing.T) {
 // A Job's wait follows its current pod: a started one, else the newest live one; pods being deleted or
 // failed and replaced are named with how they went; a failed pod with no successor is the answer.
 func TestCurrentJobPod(t *testing.T) {
-	at := func(min int) metav1.Time { return metav1.NewTime(time.Date(2026, 1, 1, 12, min, 0, 0, time.UTC)) }
+	at := func(minute int) metav1.Time { return metav1.NewTime(time.Date(2026, 1, 1, 12, minute, 0, 0, time.UTC)) }
 	pod := func(name string, created int, set func(*corev1.Pod)) corev1.Pod {
 		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: at(created)}}
 		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: fixtures.WorkloadContainer}}

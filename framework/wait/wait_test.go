@@ -161,7 +161,7 @@ func TestWaitsSayHowTheyStand(t *testing.T) {
 	target := Target{Kind: "Pod", Namespace: "ns", Name: "p"}
 	var lines []string
 	w := Waiter{Poll: 2 * time.Millisecond, JudgeEvery: 15 * time.Millisecond, SayEvery: 10 * time.Millisecond,
-		Say:   func(l string) { lines = append(lines, l) },
+		Say: func(l string) { lines = append(lines, l) },
 		Judge: func(context.Context, Target) (string, bool) {
 			return "Diagnosis of Pod ns/p\n  Stage: Scheduling\n  Reason:  Unschedulable: 0/3 nodes are available\n  more detail", false
 		}}
