@@ -227,6 +227,9 @@ func (col *collector) readEvents(ctx context.Context) {
 	if len(f.pods) > 0 {
 		if pod := representativePod(f.pods); !statusExplains(pod) || countsRepeats(pod) {
 			col.readEventsOf(ctx, "Pod", pod.Name, pod.UID)
+			if countsRepeats(pod) && jobOf(pod) != "" {
+				col.readPredecessorFailures(ctx, pod)
+			}
 		}
 	}
 	if len(f.pods) > 0 {
@@ -245,6 +248,27 @@ func (col *collector) readEvents(ctx context.Context) {
 		}
 	}
 	col.readEventsOf(ctx, col.s.Target.Kind, col.s.Target.Name, "")
+}
+
+// readPredecessorFailures adds the kubelet's Failed events about the pods the Job replaced before pod (its
+// other pods, gone now: Kueue's PodsReady eviction or the Job controller replaced them), so that the
+// failures a replaced pod saw on the same node count toward its successor's repeats. One list of the
+// namespace's Failed pod events; the pods are told apart by name in repeats.
+func (col *collector) readPredecessorFailures(ctx context.Context, pod *corev1.Pod) {
+	ns := col.s.Target.Namespace
+	sel := fields.AndSelectors(
+		fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
+		fields.OneTermEqualSelector("reason", eventFailed),
+	).String()
+	list, err := col.c.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if !col.got(eventsRead(ns, "Pod", "*"), err) {
+		return
+	}
+	for _, e := range list.Items {
+		if e.InvolvedObject.Kind == "Pod" && e.Reason == eventFailed && e.InvolvedObject.Name != pod.Name && predecessorOf(e, pod) {
+			col.s.Events = append(col.s.Events, e)
+		}
+	}
 }
 
 // readEventsOf lists the events about one object, adds them to the snapshot and returns them (oldest

@@ -27,7 +27,7 @@ func TestCollectReads(t *testing.T) {
 		{"workload-preempted.yaml", job("train"), []string{"get jobs", "list pods", "list workloads"}},
 		{"image-pull-failed.yaml", pod(podName), []string{"get pods"}},
 		{"image-pull-unreachable.yaml", pod(podName), []string{"get pods", "list events"}},
-		{"cdi-unresolvable-repeated.yaml", job("train"), []string{"get jobs", "list pods", "list events"}},
+		{"cdi-unresolvable-repeated.yaml", job("train"), []string{"get jobs", "list pods", "list events", "list events"}},
 		{"quota-unset.yaml", job("train"), []string{"get jobs", "list pods", "list workloads", "list events"}},
 		{"deployment-admission-denied.yaml", Target{Kind: "deployment", Namespace: "ml", Name: "serve"},
 			[]string{"get deployments", "list replicasets", "list pods", "list workloads", "list events"}},

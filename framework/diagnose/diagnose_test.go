@@ -310,6 +310,11 @@ func runCases() []runCase {
 				"node gpu-worker-2 failed to pull the image of container main 3 time(s) for the same reason (events Failed, count 3)",
 			},
 			wantObject: "Event ml/train-0-x7k2p.18b0000000000021"},
+		{name: "a Job's pod carries the pull failures of the pods it replaced on its node", file: "image-pull-replaced.yaml", target: job("train"),
+			terminal: true, stage: StageStarting, layer: LayerRuntime, reason: ImagePullFailed,
+			wantMsgs: []string{
+				"node gpu-worker-2 failed to pull the image of container main 3 time(s) for the same reason (events Failed, count 3), 2 of them by pod(s) the Job replaced before it (train-ffg7x)",
+			}},
 		{name: "an image pull that failed once is not final", file: "image-pull-once.yaml", target: pod(podName),
 			stage: StageStarting, layer: LayerRuntime, reason: ImagePullFailed,
 			wantMsgs: []string{"i/o timeout", "failed to pull the image of container main 1 time(s)", "not final yet"}},

@@ -3,10 +3,12 @@ package diagnose
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // repeatsFinal is how many identical failures to pull or create a container make the failure final.
@@ -82,11 +84,15 @@ func (v *verdict) repeats(pod *corev1.Pod, container string, w *corev1.Container
 		return sameFailure(msg, createFailedHead+w.Message)
 	}
 	about := func(e *corev1.Event) bool { return e.Reason == eventFailed && aboutContainer(e, container) }
-	rep, ok := repeated(eventsOf(v.s.Events, "Pod", pod.Name, pod.UID), about, failing)
+	evs := eventsOf(v.s.Events, "Pod", pod.Name, pod.UID)
+	own := len(evs)
+	evs = append(evs, predecessorFailures(v.s.Events, pod)...)
+	rep, ok := repeated(evs, about, failing)
 	if !ok {
 		return
 	}
 	n, newest := rep.count, rep.newest
+	carried := carriedFrom(evs[own:], about, newest)
 	v.ref("Event", newest.Namespace, newest.Name)
 	what := "the runtime on node %s failed to create container %s %d time(s) for the same reason"
 	switch {
@@ -95,12 +101,65 @@ func (v *verdict) repeats(pod *corev1.Pod, container string, w *corev1.Container
 	case w.Reason == "RunContainerError":
 		what = "the runtime on node %s failed to start container %s %d time(s) for the same reason"
 	}
-	res.Messages = append(res.Messages, fmt.Sprintf(what, pod.Spec.NodeName, container, n)+fmt.Sprintf(" (events %s, count %d)", newest.Reason, n))
+	res.Messages = append(res.Messages, fmt.Sprintf(what, pod.Spec.NodeName, container, n)+fmt.Sprintf(" (events %s, count %d)", newest.Reason, n)+carried)
 	if !rep.final(0) {
 		res.Messages = append(res.Messages, fmt.Sprintf("not final yet: final after %d identical failures", repeatsFinal))
 		return
 	}
 	res.terminal(fmt.Sprintf("the same failure repeated %d times on node %s (final from %d): the kubelet keeps retrying, but it fails the same way until the node, the image or the pod changes", n, pod.Spec.NodeName, repeatsFinal))
+}
+
+// jobOf is the name of the Job that controls pod ("" when none does).
+func jobOf(pod *corev1.Pod) string {
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == "Job" {
+		return ref.Name
+	}
+	return ""
+}
+
+// predecessorOf reports an event about another pod of pod's Job on pod's node: the Job controller names
+// its pods <job>-<suffix> (Indexed Jobs <job>-<index>-<suffix>), and the kubelet that recorded the event
+// is the node's (source host, or the reporting instance of events.k8s.io writers).
+func predecessorOf(e corev1.Event, pod *corev1.Pod) bool {
+	job := jobOf(pod)
+	node := pod.Spec.NodeName
+	rest, ok := strings.CutPrefix(e.InvolvedObject.Name, job+"-")
+	return job != "" && ok && jobPodSuffixRE.MatchString(rest) && (e.Source.Host == node || e.ReportingInstance == node)
+}
+
+// jobPodSuffixRE is what the Job controller appends to the Job's name for a pod: the API server's
+// five-character generateName suffix, after the completion index for an Indexed Job.
+var jobPodSuffixRE = regexp.MustCompile(`^([0-9]+-)?[bcdfghjklmnpqrstvwxz2-9]{5}$`)
+
+// predecessorFailures are the snapshot's events about the pods pod's Job replaced on pod's node, oldest
+// first: a replaced pod's failures carry forward to its successor.
+func predecessorFailures(evs []corev1.Event, pod *corev1.Pod) []corev1.Event {
+	var out []corev1.Event
+	for _, e := range evs {
+		if e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name != pod.Name && predecessorOf(e, pod) {
+			out = append(out, e)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b corev1.Event) int { return EventTime(a).Compare(EventTime(b)) })
+	return out
+}
+
+// carriedFrom says which replaced pods' events count toward the failure newest names ("" when none).
+func carriedFrom(evs []corev1.Event, about func(*corev1.Event) bool, newest *corev1.Event) string {
+	var n int32
+	var pods []string
+	for _, e := range evs {
+		if about(&e) && sameFailure(e.Message, newest.Message) {
+			n += eventCount(e)
+			if !slices.Contains(pods, e.InvolvedObject.Name) {
+				pods = append(pods, e.InvolvedObject.Name)
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d of them by pod(s) the Job replaced before it (%s)", n, strings.Join(pods, ", "))
 }
 
 // repetition is one failure as the events about a pod carry it.
