@@ -76,6 +76,8 @@ type Run struct {
 	faults    func() *faults.Injector
 	// lease says on the cluster that the run is alive (HoldLease), nil before it is taken.
 	lease *runlease.Lease
+	// say is told how a long wait of the preparation stands (nil: silent).
+	say func(line string)
 }
 
 // Skipped is a check the scenarios did not register on this cluster, and why.
@@ -83,9 +85,9 @@ type Skipped struct{ What, Why string }
 
 // Prepare connects, waits until the requested GPU stack answers, discovers the cluster and decides what
 // follows from it, in team-namespace mode from the namespace's policy too (teamPreflight). It returns the run so far with the error: a caller writing a setup failure's record
-// names the cluster it reached.
-func Prepare(ctx context.Context, cfg config.Config, runID string) (*Run, error) {
-	r := &Run{Config: cfg, RunID: runID}
+// names the cluster it reached. say, when set, is told how a long wait stands (the GPU stack's).
+func Prepare(ctx context.Context, cfg config.Config, runID string, say func(line string)) (*Run, error) {
+	r := &Run{Config: cfg, RunID: runID, say: say}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeouts().StackReady+time.Minute)
 	defer cancel()
 	var err error

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -35,7 +36,12 @@ type stackWait struct {
 	clock  stackClock
 	poll   time.Duration
 	budget time.Duration
+	// say, when set, is told every stackSayEvery how the wait stands: a run never stays silent for a minute.
+	say func(line string)
 }
+
+// stackSayEvery is how often a stack wait that goes on says so.
+const stackSayEvery = 30 * time.Second
 
 // waitForStack polls discovery until the requested paths have devices, no device plugin or DRA kubelet
 // plugin is settling (cluster.Settle: re-registering plugins, and DRA plugins publishing a GPU node's
@@ -53,6 +59,7 @@ func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
 			return cluster.CheckStackReady(ctx, r.Clients.Kube, r.Config, settle)
 		},
 		clock: clock.RealClock{}, poll: stackPoll, budget: r.Config.Timeouts().StackReady,
+		say: r.say,
 	}.run(ctx)
 }
 
@@ -60,12 +67,21 @@ func (r *Run) waitForStack(ctx context.Context) (cluster.Capabilities, error) {
 // was made).
 func (w stackWait) run(ctx context.Context) (cluster.Capabilities, error) {
 	start := w.clock.Now()
+	said := start
 	var settled settling
 	for {
 		caps, err := w.check(ctx)
 		now := w.clock.Now()
 		if settled.done(now, err == nil, caps.SettledBroken()) {
 			return caps, nil
+		}
+		if w.say != nil && now.Sub(said) >= stackSayEvery {
+			said = now
+			why := "settling"
+			if err != nil {
+				why = firstLineOf(err.Error())
+			}
+			w.say(fmt.Sprintf("still waiting for the GPU stack: %s of %s; %s", now.Sub(start).Round(time.Second), w.budget, why))
 		}
 		if stop, why := stopEarly(err, start, now); stop {
 			return caps, fmt.Errorf("%w\n(the wait for the GPU stack stopped after %s of its %s budget: %s)", err, now.Sub(start).Round(time.Second), w.budget, why)
@@ -121,4 +137,14 @@ func (s *settling) done(now time.Time, ready bool, findings string) bool {
 		s.findings, s.since = findings, now
 	}
 	return ready && (findings == "" || now.Sub(s.since) >= cluster.SettledFor)
+}
+
+// firstLineOf is s's first non-empty line.
+func firstLineOf(s string) string {
+	for l := range strings.SplitSeq(s, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			return l
+		}
+	}
+	return s
 }

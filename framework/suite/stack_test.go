@@ -117,3 +117,20 @@ type blockingClock struct{ never chan time.Time }
 
 func (blockingClock) Now() time.Time                         { return time.Time{} }
 func (c blockingClock) After(time.Duration) <-chan time.Time { return c.never }
+
+// A stack wait that goes on says how it stands every 30 s: the time of its budget and the first line of
+// what the last check found.
+func TestStackWaitSaysHowItStands(t *testing.T) {
+	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	var lines []string
+	w := stackWait{clock: &stepClock{now: start}, poll: stackPoll, budget: 2 * time.Minute, say: func(l string) { lines = append(lines, l) },
+		check: func(context.Context) (cluster.Capabilities, error) {
+			return cluster.Capabilities{}, errors.New("no allocation path has devices yet: device-plugin: node w1 0 allocatable\nmore")
+		}}
+	if _, err := w.run(t.Context()); err == nil {
+		t.Fatal("a stack without devices is not ready")
+	}
+	if len(lines) != 4 || lines[0] != "still waiting for the GPU stack: 30s of 2m0s; no allocation path has devices yet: device-plugin: node w1 0 allocatable" {
+		t.Errorf("lines %q: want one every 30 s of 2 min, the first naming the check's finding", lines)
+	}
+}

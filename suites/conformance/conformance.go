@@ -77,7 +77,13 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 		}
 		signoff.Baseline = reports.BaselineFrom(base, cfg.Signoff.Baseline)
 	}
-	r, err := suite.Prepare(context.Background(), cfg, cmp.Or(os.Getenv("GPUCONFORM_RUN_ID"), run.NewID(time.Now())))
+	specOut := cmp.Or[io.Writer](opts.Stdout, os.Stdout)
+	say := func(line string) {
+		if ginkgo.GinkgoParallelProcess() == 1 { // every process prepares; one tells
+			fmt.Fprintln(specOut, "[gpuconform] "+line)
+		}
+	}
+	r, err := suite.Prepare(context.Background(), cfg, cmp.Or(os.Getenv("GPUCONFORM_RUN_ID"), run.NewID(time.Now())), say)
 	facts := suite.ConfigFacts(cfg) // all a run that did not reach its specs knows
 	if err == nil {
 		facts = r.Facts()
@@ -107,7 +113,7 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 		return cfg.ArtifactsDir, err
 	}
 	holds := new(runlease.Holds)
-	register(r, signoff, cmp.Or[io.Writer](opts.Stdout, os.Stdout), holds)
+	register(r, signoff, specOut, holds)
 
 	reporterCfg.JSONReport = cmp.Or(reporterCfg.JSONReport, filepath.Join(cfg.ArtifactsDir, "gpuconform-report.json"))
 	reporterCfg.JUnitReport = cmp.Or(reporterCfg.JUnitReport, filepath.Join(cfg.ArtifactsDir, "junit.gpuconform.xml"))
