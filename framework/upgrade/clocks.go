@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"gpuconform.io/gpuconform/internal/clockreasons"
 )
 
 // What a slow driver shows of a GPU: nvidia-smi's clock and performance fields, read in the representative
@@ -12,50 +14,6 @@ import (
 // (clocks.sm against clocks.max.sm), often in a low performance state (pstate), with the reason among its
 // active clock event reasons (NVML's nvmlClocksEventReason* bitmask, clocks_event_reasons.active; the same
 // bits were clocks_throttle_reasons.active before driver R535).
-
-// Clock event reasons (nvml.h nvmlClocksEventReason*), as `nvidia-smi -q` names them.
-const (
-	ReasonGPUIdle                   uint64 = 0x0000000000000001
-	ReasonApplicationsClocksSetting uint64 = 0x0000000000000002
-	ReasonSWPowerCap                uint64 = 0x0000000000000004
-	ReasonHWSlowdown                uint64 = 0x0000000000000008
-	ReasonSyncBoost                 uint64 = 0x0000000000000010
-	ReasonSWThermalSlowdown         uint64 = 0x0000000000000020
-	ReasonHWThermalSlowdown         uint64 = 0x0000000000000040
-	ReasonHWPowerBrakeSlowdown      uint64 = 0x0000000000000080
-	ReasonDisplayClockSetting       uint64 = 0x0000000000000100
-)
-
-// SlowdownReasons are the reasons that hold a GPU's clocks below what its work asks for: a clock limit
-// set on it, its power cap, and the thermal and hardware slowdowns. GPU Idle (nothing runs, the clocks
-// drop), Sync Boost and the display clock setting are not: a GPU that shows only those is not held back.
-const SlowdownReasons = ReasonApplicationsClocksSetting | ReasonSWPowerCap | ReasonHWSlowdown |
-	ReasonSWThermalSlowdown | ReasonHWThermalSlowdown | ReasonHWPowerBrakeSlowdown
-
-var reasonNames = []struct {
-	bit  uint64
-	name string
-}{
-	{ReasonGPUIdle, "GPU Idle"}, {ReasonApplicationsClocksSetting, "Applications Clocks Setting"},
-	{ReasonSWPowerCap, "SW Power Cap"}, {ReasonHWSlowdown, "HW Slowdown"}, {ReasonSyncBoost, "Sync Boost"},
-	{ReasonSWThermalSlowdown, "SW Thermal Slowdown"}, {ReasonHWThermalSlowdown, "HW Thermal Slowdown"},
-	{ReasonHWPowerBrakeSlowdown, "HW Power Brake Slowdown"}, {ReasonDisplayClockSetting, "Display Clock Setting"},
-}
-
-// ReasonNames names the reasons of mask, in NVML's bit order (an unknown bit by its value).
-func ReasonNames(mask uint64) []string {
-	var out []string
-	for _, r := range reasonNames {
-		if mask&r.bit != 0 {
-			out = append(out, r.name)
-			mask &^= r.bit
-		}
-	}
-	if mask != 0 {
-		out = append(out, fmt.Sprintf("reason %#x", mask))
-	}
-	return out
-}
 
 // The --query-gpu fields the rehearsal reads, in this order (NVIDIA's `nvidia-smi --help-query-gpu`):
 // clocks.sm is clocks.current.sm, clocks.mem clocks.current.memory.
@@ -149,12 +107,12 @@ func (g GPUClocks) SMRatio() (float64, bool) {
 	return float64(g.SMMHz) / float64(g.MaxSMMHz), true
 }
 
-// Slowdowns are its active SlowdownReasons (0 when the reasons are not known).
+// Slowdowns are its active clockreasons.Slowdown (0 when the reasons are not known).
 func (g GPUClocks) Slowdowns() uint64 {
 	if !g.ReasonsKnown {
 		return 0
 	}
-	return g.Reasons & SlowdownReasons
+	return g.Reasons & clockreasons.Slowdown
 }
 
 // Describe is the GPU's state in the fields' terms: "495 of 1980 MHz (pstate P8, HW Slowdown active,
@@ -173,7 +131,7 @@ func (g GPUClocks) Describe() string {
 	case g.Reasons == 0:
 		details = append(details, "no clock event reason active", fmt.Sprintf("%s 0x%016X", ReasonsField, g.Reasons))
 	default:
-		details = append(details, strings.Join(ReasonNames(g.Reasons), ", ")+" active", fmt.Sprintf("%s 0x%016X", ReasonsField, g.Reasons))
+		details = append(details, strings.Join(clockreasons.Names(g.Reasons), ", ")+" active", fmt.Sprintf("%s 0x%016X", ReasonsField, g.Reasons))
 	}
 	if g.PowerDrawW >= 0 && g.PowerLimitW > 0 {
 		details = append(details, fmt.Sprintf("power.draw %.2f of %.2f W", g.PowerDrawW, g.PowerLimitW))
@@ -209,7 +167,7 @@ func (s ClockSample) finding(canaryNode, goodNode string, minRatio float64) stri
 		}
 		if c.ReasonsKnown && ref.ReasonsKnown {
 			if extra := c.Slowdowns() &^ ref.Slowdowns(); extra != 0 {
-				why = append(why, strings.Join(ReasonNames(extra), ", ")+" active on the canary only")
+				why = append(why, strings.Join(clockreasons.Names(extra), ", ")+" active on the canary only")
 			}
 		}
 		if len(why) > 0 {

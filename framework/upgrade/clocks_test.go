@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gpuconform.io/gpuconform/internal/clockreasons"
 )
 
 // Lines as `nvidia-smi --query-gpu=index,uuid,clocks.sm,clocks.max.sm,clocks.mem,pstate,power.draw,
@@ -28,7 +30,7 @@ func mustParse(t *testing.T, out string) []GPUClocks {
 
 func TestParseClocks(t *testing.T) {
 	g := mustParse(t, slowLine+"1, GPU-ffff, [N/A], [N/A], [N/A], P0, [N/A], [N/A], [N/A]\n")
-	want := GPUClocks{Index: "0", UUID: "GPU-bbbb", SMMHz: 495, MaxSMMHz: 1980, MemMHz: 2619, PState: "P8", PowerDrawW: 86.25, PowerLimitW: 700, Reasons: ReasonHWSlowdown, ReasonsKnown: true}
+	want := GPUClocks{Index: "0", UUID: "GPU-bbbb", SMMHz: 495, MaxSMMHz: 1980, MemMHz: 2619, PState: "P8", PowerDrawW: 86.25, PowerLimitW: 700, Reasons: clockreasons.HWSlowdown, ReasonsKnown: true}
 	if len(g) != 2 || g[0] != want {
 		t.Fatalf("parsed %+v, want first %+v", g, want)
 	}
@@ -50,7 +52,7 @@ func TestParseClocks(t *testing.T) {
 	if !RefusedField("Field \"clocks_event_reasons.active\" is not a valid field to query.\n\n", ReasonsField) {
 		t.Error("the real tool's refusal of a field was not recognised")
 	}
-	if got := ReasonNames(ReasonHWSlowdown | ReasonGPUIdle | 0x1000); !slices.Equal(got, []string{"GPU Idle", "HW Slowdown", "reason 0x1000"}) {
+	if got := clockreasons.Names(clockreasons.HWSlowdown | clockreasons.GPUIdle | 0x1000); !slices.Equal(got, []string{"GPU Idle", "HW Slowdown", "reason 0x1000"}) {
 		t.Errorf("ReasonNames = %q", got)
 	}
 }

@@ -1,5 +1,7 @@
 package fakegpu
 
+import "gpuconform.io/gpuconform/internal/clockreasons"
+
 // Clocks is how a driver runs one GPU, as NVML reports it and nvidia-smi prints it (--query-gpu's
 // clocks.*, pstate, power.* and clocks_event_reasons.* fields, and `nvidia-smi -q -d CLOCK,PERFORMANCE`).
 // It is how a real slow driver shows: a GPU held at low clocks, in a low performance state, with the
@@ -20,24 +22,9 @@ type Clocks struct {
 	PState      string  `json:"pstate"`
 	PowerDrawW  float64 `json:"powerDrawW"`
 	PowerLimitW float64 `json:"powerLimitW"`
-	// EventReasons is the bitmask of the active clock event reasons (ClocksEventReason*).
+	// EventReasons is the bitmask of the active clock event reasons (package clockreasons).
 	EventReasons uint64 `json:"eventReasons"`
 }
-
-// Clock event reasons: NVML's nvmlClocksEventReason* bits (nvml.h; nvmlClocksThrottleReason* before R535),
-// which nvidia-smi prints as clocks_event_reasons.active.
-const (
-	ClocksEventReasonGPUIdle                   uint64 = 0x0000000000000001
-	ClocksEventReasonApplicationsClocksSetting uint64 = 0x0000000000000002
-	ClocksEventReasonSWPowerCap                uint64 = 0x0000000000000004
-	ClocksEventReasonHWSlowdown                uint64 = 0x0000000000000008
-	ClocksEventReasonSyncBoost                 uint64 = 0x0000000000000010
-	ClocksEventReasonSWThermalSlowdown         uint64 = 0x0000000000000020
-	ClocksEventReasonHWThermalSlowdown         uint64 = 0x0000000000000040
-	ClocksEventReasonHWPowerBrakeSlowdown      uint64 = 0x0000000000000080
-	ClocksEventReasonDisplayClockSetting       uint64 = 0x0000000000000100
-	ClocksEventReasonsSupported                       = 0x00000000000001FF // every reason above (nvmlClocksEventReasonAll)
-)
 
 // The fake GPUs' clocks and power: an H100 SXM5 80GB's (the fake's default product) maximum clocks and
 // board power limit. A healthy fake GPU runs at them, as a real one under load does.
@@ -67,7 +54,7 @@ func SlowedClocks(factor int) Clocks {
 	factor = max(factor, 1)
 	c.GraphicsMHz, c.SMMHz, c.VideoMHz = c.MaxGraphicsMHz/factor, c.MaxSMMHz/factor, c.MaxVideoMHz/factor
 	c.PState, c.PowerDrawW = "P8", slowPowerW
-	c.EventReasons = ClocksEventReasonHWSlowdown
+	c.EventReasons = clockreasons.HWSlowdown
 	return c
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"gpuconform.io/gpuconform/internal/clockreasons"
 	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/fakegpu/smi"
 )
@@ -69,7 +70,7 @@ func TestSlowGPUShowsOnlyInNvidiaSMIClocks(t *testing.T) {
 	q := mustNew(t, cfg)
 	q.setVersionFaults(VersionFaults(cfg.DriverVersion + "-" + string(FaultSlowGPU)))
 	for _, g := range q.Inventory().GPUs {
-		if c := g.ClocksOf(); c.SMMHz*SlowGPUFactor != c.MaxSMMHz || c.EventReasons != fakegpu.ClocksEventReasonHWSlowdown {
+		if c := g.ClocksOf(); c.SMMHz*SlowGPUFactor != c.MaxSMMHz || c.EventReasons != clockreasons.HWSlowdown {
 			t.Errorf("GPU %d under a slow-gpu driver version: clocks %+v, want SM at 1/%d of its maximum with HW Slowdown", g.Minor, c, SlowGPUFactor)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"gpuconform.io/gpuconform/internal/clockreasons"
 	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
@@ -100,15 +101,15 @@ var eventReasons = []struct {
 	indent int
 	field  string
 }{
-	{fakegpu.ClocksEventReasonGPUIdle, "Idle", 0, "gpu_idle"},
-	{fakegpu.ClocksEventReasonApplicationsClocksSetting, "Applications Clocks Setting", 0, "applications_clocks_setting"},
-	{fakegpu.ClocksEventReasonSWPowerCap, "SW Power Cap", 0, "sw_power_cap"},
-	{fakegpu.ClocksEventReasonHWSlowdown, "HW Slowdown", 0, "hw_slowdown"},
-	{fakegpu.ClocksEventReasonHWThermalSlowdown, "HW Thermal Slowdown", 1, "hw_thermal_slowdown"},
-	{fakegpu.ClocksEventReasonHWPowerBrakeSlowdown, "HW Power Brake Slowdown", 1, "hw_power_brake_slowdown"},
-	{fakegpu.ClocksEventReasonSyncBoost, "Sync Boost", 0, "sync_boost"},
-	{fakegpu.ClocksEventReasonSWThermalSlowdown, "SW Thermal Slowdown", 0, "sw_thermal_slowdown"},
-	{fakegpu.ClocksEventReasonDisplayClockSetting, "Display Clock Setting", 0, ""},
+	{clockreasons.GPUIdle, "Idle", 0, "gpu_idle"},
+	{clockreasons.ApplicationsClocksSetting, "Applications Clocks Setting", 0, "applications_clocks_setting"},
+	{clockreasons.SWPowerCap, "SW Power Cap", 0, "sw_power_cap"},
+	{clockreasons.HWSlowdown, "HW Slowdown", 0, "hw_slowdown"},
+	{clockreasons.HWThermalSlowdown, "HW Thermal Slowdown", 1, "hw_thermal_slowdown"},
+	{clockreasons.HWPowerBrakeSlowdown, "HW Power Brake Slowdown", 1, "hw_power_brake_slowdown"},
+	{clockreasons.SyncBoost, "Sync Boost", 0, "sync_boost"},
+	{clockreasons.SWThermalSlowdown, "SW Thermal Slowdown", 0, "sw_thermal_slowdown"},
+	{clockreasons.DisplayClockSetting, "Display Clock Setting", 0, ""},
 }
 
 // Display types of -q -d the fake answers (the real tool also has MEMORY, ECC, TEMPERATURE, POWER, ...).
