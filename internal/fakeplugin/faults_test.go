@@ -370,33 +370,8 @@ func TestMismatchedDriverVersionDiffersFromTheAdvertisedOne(t *testing.T) {
 func TestDriverMismatchChangesOnlyWhatNvidiaSMIPrints(t *testing.T) {
 	cfg := cdiConfig(t, 2)
 	p := mustNew(t, cfg)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { p.KeepInventory(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	// A container given GPU 0: its device node and nvidiactl (numbers reported by a fake stat), and the
-	// inventory the agent keeps.
-	devDir := t.TempDir()
-	for _, n := range []string{"nvidiactl", "nvidia0"} {
-		if err := os.WriteFile(filepath.Join(devDir, n), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env := smi.Env{DevDir: devDir, InventoryFile: filepath.Join(cfg.StateDir, "inventory.json"),
-		Stat: func(path string) (bool, uint32, uint32, error) {
-			if filepath.Base(path) == "nvidiactl" {
-				return true, fakegpu.NvidiaMajor, fakegpu.NvidiaCtlMinor, nil
-			}
-			return true, fakegpu.NvidiaMajor, 0, nil
-		}}
-	smiDriver := func() string {
-		var out strings.Builder
-		if smi.Main([]string{"--query-gpu=driver_version", "--format=csv,noheader"}, env, &out, io.Discard) != smi.ExitOK {
-			return ""
-		}
-		return strings.TrimSpace(out.String())
-	}
+	nvidiaSMI := containerSMI(t, p, cfg)
+	smiDriver := func() string { return nvidiaSMI("--query-gpu=driver_version", "--format=csv,noheader") }
 	advertised := func() (label, attr string) {
 		return p.cfg.NodeLabels()[LabelDriverFull], *p.sliceDevice(cfg.Devices).Attributes["driverVersion"].VersionValue
 	}
@@ -496,5 +471,36 @@ func TestVersionFaults(t *testing.T) {
 		if got := VersionFaults(v); !slices.Equal(got, want) {
 			t.Errorf("VersionFaults(%q) = %v, want %v", v, got, want)
 		}
+	}
+}
+
+// containerSMI keeps p's inventory up to date while the test runs and returns nvidia-smi as a container
+// given GPU 0 runs it (its device node and nvidiactl, numbers from a fake stat, and the inventory the agent
+// keeps): the output of args, "" when it fails.
+func containerSMI(t *testing.T, p *Plugin, cfg Config) func(args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { p.KeepInventory(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	devDir := t.TempDir()
+	for _, n := range []string{"nvidiactl", "nvidia0"} {
+		if err := os.WriteFile(filepath.Join(devDir, n), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := smi.Env{DevDir: devDir, InventoryFile: filepath.Join(cfg.StateDir, "inventory.json"),
+		Stat: func(path string) (bool, uint32, uint32, error) {
+			if filepath.Base(path) == "nvidiactl" {
+				return true, fakegpu.NvidiaMajor, fakegpu.NvidiaCtlMinor, nil
+			}
+			return true, fakegpu.NvidiaMajor, 0, nil
+		}}
+	return func(args ...string) string {
+		var out strings.Builder
+		if smi.Main(args, env, &out, io.Discard) != smi.ExitOK {
+			return ""
+		}
+		return strings.TrimSpace(out.String())
 	}
 }

@@ -1,17 +1,11 @@
 package fakeplugin
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"gpuconform.io/gpuconform/internal/clockreasons"
-	"gpuconform.io/gpuconform/internal/fakegpu"
-	"gpuconform.io/gpuconform/internal/fakegpu/smi"
 )
 
 // The slow-gpu fault reaches a container only as a real slow driver does: through what nvidia-smi prints
@@ -20,30 +14,9 @@ import (
 func TestSlowGPUShowsOnlyInNvidiaSMIClocks(t *testing.T) {
 	cfg := cdiConfig(t, 2)
 	p, c := servePlugin(t, cfg)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { p.KeepInventory(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	devDir := t.TempDir()
-	for _, n := range []string{"nvidiactl", "nvidia0"} {
-		if err := os.WriteFile(filepath.Join(devDir, n), nil, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env := smi.Env{DevDir: devDir, InventoryFile: filepath.Join(cfg.StateDir, "inventory.json"),
-		Stat: func(path string) (bool, uint32, uint32, error) {
-			if filepath.Base(path) == "nvidiactl" {
-				return true, fakegpu.NvidiaMajor, fakegpu.NvidiaCtlMinor, nil
-			}
-			return true, fakegpu.NvidiaMajor, 0, nil
-		}}
+	nvidiaSMI := containerSMI(t, p, cfg)
 	clocks := func() string {
-		var out strings.Builder
-		if smi.Main([]string{"--query-gpu=clocks.sm,clocks.max.sm,pstate,clocks_event_reasons.active", "--format=csv,noheader,nounits"}, env, &out, io.Discard) != smi.ExitOK {
-			return ""
-		}
-		return strings.TrimSpace(out.String())
+		return nvidiaSMI("--query-gpu=clocks.sm,clocks.max.sm,pstate,clocks_event_reasons.active", "--format=csv,noheader,nounits")
 	}
 	const healthy, slow = "1980, 1980, P0, 0x0000000000000000", "495, 1980, P8, 0x0000000000000008"
 
