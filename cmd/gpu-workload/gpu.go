@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"time"
 
@@ -46,7 +47,8 @@ func withGPU(cfg *train.Config, lib string) (stop func(), err error) {
 	return func() { s.Close(); w.Close() }, nil
 }
 
-func round(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
+// round keeps one decimal, as the step lines print throughput.
+func round(f float64) float64 { return math.Round(f*10) / 10 }
 
 // noisyRoleEnv is config.NoisyNeighbourRoleEnv (the suite sets it on each noisy-neighbour pod).
 const noisyRoleEnv = "GPUCONFORM_NOISY_ROLE"

@@ -79,7 +79,7 @@ func (w stackWait) run(ctx context.Context) (cluster.Capabilities, error) {
 			said = now
 			why := "settling"
 			if err != nil {
-				why = firstLineOf(err.Error())
+				why, _, _ = strings.Cut(strings.TrimSpace(err.Error()), "\n")
 			}
 			w.say(fmt.Sprintf("still waiting for the GPU stack: %s of %s; %s", now.Sub(start).Round(time.Second), w.budget, why))
 		}
@@ -137,14 +137,4 @@ func (s *settling) done(now time.Time, ready bool, findings string) bool {
 		s.findings, s.since = findings, now
 	}
 	return ready && (findings == "" || now.Sub(s.since) >= cluster.SettledFor)
-}
-
-// firstLineOf is s's first non-empty line.
-func firstLineOf(s string) string {
-	for l := range strings.SplitSeq(s, "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			return l
-		}
-	}
-	return s
 }

@@ -307,6 +307,9 @@ type Context struct {
 	ctx    uintptr
 	mod    uintptr
 	fns    map[string]uintptr
+	// start and end time every launch; fmaOut is the FMA kernel's output, grown to the largest grid used.
+	start, end uintptr
+	fmaOut     *buffer
 }
 
 // Open makes dev's primary context current on this goroutine's thread and loads the kernels; the driver
@@ -340,12 +343,31 @@ func (d *Driver) Open(dev Device) (c *Context, err error) {
 		}
 		c.fns[name] = fn
 	}
+	for _, ev := range []*uintptr{&c.start, &c.end} {
+		if err := d.check("cuEventCreate", d.cuEventCreate(ev, 0)); err != nil {
+			c.release()
+			return nil, err
+		}
+	}
 	return c, nil
 }
 
+// release frees what Open made; a second call does nothing.
 func (c *Context) release() {
+	if c.ctx == 0 {
+		return
+	}
+	for _, ev := range []uintptr{c.start, c.end} {
+		if ev != 0 {
+			c.d.cuEventDestroy(ev)
+		}
+	}
+	if c.fmaOut != nil {
+		c.fmaOut.free()
+	}
 	c.d.cuModuleUnload(c.mod)
 	c.d.cuDevicePrimaryCtxRelease(c.Device.handle)
+	c.ctx, c.start, c.end, c.fmaOut = 0, 0, 0, nil
 }
 
 // Close unloads the kernels, releases the primary context and unlocks the thread.
@@ -401,16 +423,7 @@ func (c *Context) TryAlloc(size uint64) error {
 // launch runs a kernel on the default stream between two events and returns the milliseconds the GPU
 // took, as CUDA events measure it. args are pointers to each argument's value.
 func (c *Context) launch(name string, blocks, threads uint32, args ...unsafe.Pointer) (float32, error) {
-	d := c.d
-	var start, end uintptr
-	if err := d.check("cuEventCreate", d.cuEventCreate(&start, 0)); err != nil {
-		return 0, err
-	}
-	defer d.cuEventDestroy(start)
-	if err := d.check("cuEventCreate", d.cuEventCreate(&end, 0)); err != nil {
-		return 0, err
-	}
-	defer d.cuEventDestroy(end)
+	d, start, end := c.d, c.start, c.end
 	if err := d.check("cuEventRecord", d.cuEventRecord(start, 0)); err != nil {
 		return 0, err
 	}

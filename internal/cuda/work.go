@@ -76,11 +76,18 @@ type Throughput struct {
 // (16 FP32 operations a step), and returns the achieved GFLOP/s.
 func (c *Context) FMALoad(blocks, iters int) (Throughput, error) {
 	threads := blocks * threadsPerBlock
-	out, err := c.alloc(uint64(threads) * 4)
-	if err != nil {
-		return Throughput{}, err
+	if size := uint64(threads) * 4; c.fmaOut == nil || c.fmaOut.size < size {
+		if c.fmaOut != nil {
+			c.fmaOut.free()
+			c.fmaOut = nil
+		}
+		out, err := c.alloc(size)
+		if err != nil {
+			return Throughput{}, err
+		}
+		c.fmaOut = out
 	}
-	defer out.free()
+	out := c.fmaOut
 	it, a, b := int32(iters), float32(0.999), float32(0.001)
 	ms, err := c.launch("fma_load", uint32(blocks), threadsPerBlock, unsafe.Pointer(&out.ptr), unsafe.Pointer(&it), unsafe.Pointer(&a), unsafe.Pointer(&b))
 	if err != nil {
