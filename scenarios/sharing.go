@@ -151,6 +151,13 @@ func sharedNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.Node
 	env, path, ns, node := s.Env, s.Path, s.NS, m.Node
 	nodeObj, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading node %s's labels", node)
+	if dp, ok := path.(*gpu.DevicePlugin); ok && m.Resource != "" && corev1.ResourceName(m.Resource) != dp.Resource {
+		// The node serves its replicas under another name than the path's (NVIDIA's renameByDefault on
+		// part of the pool): its pods ask for that resource.
+		q := nodeObj.Status.Allocatable[corev1.ResourceName(m.Resource)]
+		path = resourcePath(m.Resource, node, q.Value())
+		ginkgo.By(fmt.Sprintf("node %s serves its replicas as %s, not %s: its pods ask for %s", node, m.Resource, dp.Resource, m.Resource))
+	}
 	sharing := sharingLimit(path, nodeObj.Labels, m)
 	_, n, held := freestNode(ctx, env, path, []string{node})
 	if held != "" {
@@ -264,7 +271,9 @@ func resourcePath(resource string, node string, count int64) *gpu.DevicePlugin {
 type migGroup struct {
 	path    *gpu.DevicePlugin
 	profile string
-	names   []string
+	// replicas is how many pods may share each of the group's devices (time-sliced MIG), 0 when none.
+	replicas int
+	names    []string
 }
 
 // migNodeFilled starts, all at once, one pod per free device of each MIG resource of the node and, in the
@@ -278,10 +287,10 @@ func migNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSha
 	gomega.Expect(m.MIG).NotTo(gomega.BeEmpty(), "node %s is %s (%s) but discovery names no resource carrying its MIG devices", node, m.Mode, strings.Join(m.Evidence, ", "))
 	var groups []migGroup
 	for _, r := range m.MIG {
-		groups = append(groups, migGroup{path: resourcePath(r.Resource, node, r.Count), profile: r.Profile})
+		groups = append(groups, migGroup{path: resourcePath(r.Resource, node, r.Count), profile: r.Profile, replicas: r.Replicas})
 	}
 	if m.Mode == cluster.ModeMIGMixed && m.WholeGPUs > 0 {
-		groups = append(groups, migGroup{path: resourcePath(string(dp.Resource), node, m.WholeGPUs)})
+		groups = append(groups, migGroup{path: resourcePath(cmp.Or(m.Resource, string(dp.Resource)), node, m.WholeGPUs)})
 	}
 	for i := range groups {
 		g := &groups[i]
@@ -295,7 +304,7 @@ func migNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSha
 	if !slices.ContainsFunc(groups, func(g migGroup) bool { return len(g.names) > 0 }) {
 		ginkgo.Fail(fmt.Sprintf("no MIG device or whole GPU of %s is free on the %s path: the node cannot be filled; free it or give another node of this mode", node, s.Path.Name()))
 	}
-	whole := map[string]string{}
+	whole := map[string][]string{}
 	var migs []migHolding
 	for _, g := range groups {
 		for _, name := range g.names {
@@ -304,16 +313,19 @@ func migNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSha
 			gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s asked for one %s and sees %s (%s)", name, g.path.Resource, gpu.FormatDevices(report.Devices), report.Message)
 			given, err := g.path.Given(ctx, givenInput(env, pod, nil))
 			gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocation of pod %s from %s", name, s.Path.Authority())
-			allocated := report.Devices[0]
+			allocated, replica := report.Devices[0], ""
 			if given.CountOnly {
 				ginkgo.AddReportEntry("not exercised: MIG device identity check", given.Note)
 			} else {
 				expectSameDevices(report, given)
 				allocated = given.Devices[0]
+				if len(given.Replicas) > 0 {
+					replica = given.Replicas[0]
+				}
 			}
 			if g.profile == "" {
 				gomega.Expect(report.MIGDevices).To(gomega.BeEmpty(), "pod %s asked for a whole GPU (%s) and its nvidia-smi lists MIG devices", name, g.path.Resource)
-				whole[allocated] = name
+				whole[allocated] = append(whole[allocated], name)
 				ginkgo.AddReportEntry(gpu.SharingObservedEntry, gpu.SharingObservation{Node: node, Path: s.Path.Name(), Mode: m.Mode, Pod: name, Saw: allocated + " whole"})
 				continue
 			}
@@ -321,6 +333,7 @@ func migNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSha
 			if err != nil {
 				ginkgo.Fail(err.Error())
 			}
+			h.Replicas, h.Replica = g.replicas, replica
 			migs = append(migs, h)
 			ginkgo.AddReportEntry(gpu.SharingObservedEntry, migObservation(node, s.Path.Name(), m.Mode, h))
 		}

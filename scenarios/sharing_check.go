@@ -186,6 +186,10 @@ func sharedObservations(node, path, mode string, holdings []sharedHolding) []gpu
 // migHolding is a MIG device (or a DRA partition) a pod holds, as the probe saw it.
 type migHolding struct {
 	Pod, UUID, Profile, Parent string
+	// Replicas is how many pods may hold the MIG device (its resource's replicas; 0 when exclusive), and
+	// Replica the replica ID the pod was given when it is time-sliced.
+	Replicas int
+	Replica  string
 }
 
 // checkMIGSeen compares what a container's nvidia-smi listed with the MIG device it was allocated: exactly
@@ -212,14 +216,20 @@ func checkMIGSeen(pod string, seen []probe.MIGDevice, allocated, profile, parent
 }
 
 // checkMIGParents judges, with the framework's gpu.CheckMIGParents, the MIG devices (or partitions) pods
-// on node hold beside the whole GPUs others hold (whole maps a GPU's UUID to its holder).
-func checkMIGParents(node string, whole map[string]string, migs []migHolding) error {
+// on node hold beside the whole GPUs others hold (whole maps a GPU's UUID to its holders).
+func checkMIGParents(node string, whole map[string][]string, migs []migHolding) error {
 	holdings := make([]gpu.MIGHolding, 0, len(whole)+len(migs))
-	for uuid, pod := range whole {
-		holdings = append(holdings, gpu.MIGHolding{Pod: pod, Whole: []string{uuid}})
+	for uuid, pods := range whole {
+		for _, pod := range pods {
+			holdings = append(holdings, gpu.MIGHolding{Pod: pod, Whole: []string{uuid}})
+		}
 	}
 	for _, m := range migs {
-		holdings = append(holdings, gpu.MIGHolding{Pod: m.Pod, MIG: []probe.MIGDevice{{UUID: m.UUID, Profile: m.Profile, Parent: m.Parent}}})
+		h := gpu.MIGHolding{Pod: m.Pod, MIG: []probe.MIGDevice{{UUID: m.UUID, Profile: m.Profile, Parent: m.Parent}}, Replicas: m.Replicas}
+		if m.Replica != "" {
+			h.ReplicaIDs = []string{m.Replica}
+		}
+		holdings = append(holdings, h)
 	}
 	slices.SortStableFunc(holdings, func(a, b gpu.MIGHolding) int { return strings.Compare(a.Pod, b.Pod) })
 	return gpu.CheckMIGParents(node, holdings)

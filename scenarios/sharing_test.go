@@ -129,14 +129,26 @@ func TestMIGChecks(t *testing.T) {
 		}
 	}
 	migs := []migHolding{{Pod: "a", UUID: uuid, Profile: "3g.40gb", Parent: parent}}
-	if err := checkMIGParents("n", map[string]string{"GPU-bbbb": "w"}, migs); err != nil {
+	if err := checkMIGParents("n", map[string][]string{"GPU-bbbb": {"w"}}, migs); err != nil {
 		t.Errorf("a whole GPU beside another GPU's MIG device: %v", err)
 	}
-	if err := checkMIGParents("n", map[string]string{parent: "w"}, migs); err == nil || !strings.Contains(err.Error(), "held whole by pod w while pod a holds its MIG device") {
+	if err := checkMIGParents("n", map[string][]string{parent: {"w"}}, migs); err == nil || !strings.Contains(err.Error(), "held whole by pod w while pod a holds its MIG device") {
 		t.Errorf("whole parent beside its MIG device: %v", err)
 	}
 	if err := checkMIGParents("n", nil, append(migs, migHolding{Pod: "b", UUID: uuid})); err == nil || !strings.Contains(err.Error(), "handed out twice") {
 		t.Errorf("one MIG device, two pods: %v", err)
+	}
+	// Time-sliced MIG (2 replicas per MIG device): two pods on distinct replicas are within the promise,
+	// a third pod or a replica given twice is not.
+	sliced := []migHolding{{Pod: "a", UUID: uuid, Replicas: 2, Replica: uuid + "::0"}, {Pod: "b", UUID: uuid, Replicas: 2, Replica: uuid + "::1"}}
+	if err := checkMIGParents("n", nil, sliced); err != nil {
+		t.Errorf("time-sliced MIG device, two pods on two replicas: %v", err)
+	}
+	if err := checkMIGParents("n", nil, append(sliced, migHolding{Pod: "c", UUID: uuid, Replicas: 2, Replica: uuid + "::2"})); err == nil || !strings.Contains(err.Error(), "held by 3 pods") {
+		t.Errorf("time-sliced MIG device, three pods: %v", err)
+	}
+	if err := checkMIGParents("n", nil, []migHolding{sliced[0], {Pod: "b", UUID: uuid, Replicas: 2, Replica: uuid + "::0"}}); err == nil || !strings.Contains(err.Error(), "handed out twice") {
+		t.Errorf("one replica, two pods: %v", err)
 	}
 }
 

@@ -43,6 +43,7 @@ func run(log *slog.Logger) error {
 	flag.StringVar(&cfg.ResourceName, "resource-name", cfg.ResourceName, "extended resource name to advertise")
 	flag.IntVar(&cfg.Devices, "devices", cfg.Devices, "number of physical fake GPUs")
 	flag.IntVar(&cfg.Replicas, "replicas", cfg.Replicas, "replicas per GPU under --sharing=time-slicing or mps (1 = no sharing; above 1 without --sharing means time-slicing)")
+	flag.BoolVar(&cfg.RenameShared, "rename-shared", false, "advertise a time-sliced or MPS resource as <resource-name>.shared, like NVIDIA's renameByDefault (GFD's product label then has no -SHARED)")
 	flag.StringVar(&cfg.Sharing, "sharing", "", "sharing mode: "+strings.Join(fakegpu.SharingModes, ", ")+" (default none, or time-slicing when --replicas is above 1)")
 	flag.StringVar(&fault, "fault", "", "faults to inject from the start, comma-separated (see internal/fakeplugin/faults.go; the node annotation "+fakeplugin.FaultsAnnotation+" adds more at run time): "+allFaults())
 	flag.IntVar(&cfg.DRADevices, "dra-devices", cfg.DRADevices, "number of fake GPUs served on the DRA path, after the device plugin's (0 = DRA off)")

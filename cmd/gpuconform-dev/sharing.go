@@ -25,14 +25,20 @@ import (
 type sharingMode struct {
 	Mode     string
 	Replicas int
+	// Renamed advertises the replicas as nvidia.com/gpu.shared (NVIDIA's renameByDefault).
+	Renamed bool
 }
 
-// String is the mode as rows and flags name it: "time-slicing:2", "mig-mixed".
+// String is the mode as rows and flags name it: "time-slicing:2", "time-slicing:2:renamed", "mig-mixed".
 func (m sharingMode) String() string {
+	s := m.Mode
 	if m.Replicas > 1 {
-		return m.Mode + ":" + strconv.Itoa(m.Replicas)
+		s += ":" + strconv.Itoa(m.Replicas)
 	}
-	return m.Mode
+	if m.Renamed {
+		s += ":renamed"
+	}
+	return s
 }
 
 // exclusive is the local cluster's default: whole GPUs, the mode every harness leaves behind.
@@ -41,10 +47,11 @@ var exclusive = sharingMode{Mode: fakegpu.SharingNone, Replicas: 1}
 // switchSharing brings the local cluster's fake GPU agent into mode with the shipped binary's
 // `cluster up` (warm: it rolls only the agent and waits for every GPU node's devices).
 func (bin shipped) switchSharing(ctx context.Context, log io.Writer, m sharingMode) error {
-	cmd := exec.CommandContext(ctx, string(bin), "cluster", "up", "--sharing="+m.Mode, "--replicas="+strconv.Itoa(max(m.Replicas, 1)))
+	args := []string{"cluster", "up", "--sharing=" + m.Mode, "--replicas=" + strconv.Itoa(max(m.Replicas, 1)), "--rename-shared=" + strconv.FormatBool(m.Renamed)}
+	cmd := exec.CommandContext(ctx, string(bin), args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("gpuconform cluster up --sharing=%s --replicas=%d: %w", m.Mode, max(m.Replicas, 1), err)
+		return fmt.Errorf("gpuconform %s: %w", strings.Join(args, " "), err)
 	}
 	return nil
 }
@@ -65,6 +72,9 @@ func sharingTable() []sharingRow {
 		{Mode: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2}, Scenarios: []string{"sharing"}},
 		{Mode: sharingMode{Mode: fakegpu.SharingMIGSingle, Replicas: 1}, Scenarios: []string{"sharing"}},
 		{Mode: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1}, Scenarios: both},
+		// NVIDIA's renameByDefault: the replicas as nvidia.com/gpu.shared, nvidia.com/gpu at 0, the product
+		// without -SHARED; discovery must read the mode from the renamed resource.
+		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2, Renamed: true}, Scenarios: both},
 	}
 }
 

@@ -36,6 +36,9 @@ func TestSharingTable(t *testing.T) {
 	if !allocation[fakegpu.SharingTimeSlicing] || !allocation[fakegpu.SharingMIGMixed] {
 		t.Errorf("the allocation scenario must run time-sliced and MIG-mixed: %v", allocation)
 	}
+	if !slices.Contains(names, "time-slicing:2:renamed") {
+		t.Errorf("no row advertises the replicas under a renamed resource: %v", names)
+	}
 	if exclusive.String() != "none" || (sharingMode{Mode: "time-slicing", Replicas: 2}).String() != "time-slicing:2" {
 		t.Errorf("mode names: %s, %s", exclusive, sharingMode{Mode: "time-slicing", Replicas: 2})
 	}

@@ -34,6 +34,7 @@ func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		fs.IntVar(&opts.DevicesPerNode, "devices", opts.DevicesPerNode, "fake devices per node on each allocation path")
 		fs.IntVar(&opts.Replicas, "replicas", opts.Replicas, "time-slicing replicas per fake GPU on the device-plugin path (1 = whole GPUs; default from "+localcluster.EnvReplicas+"); changing it rolls only the fake GPU agent")
 		fs.StringVar(&opts.Sharing, "sharing", opts.Sharing, "sharing mode of the fake GPUs: "+strings.Join(fakegpu.SharingModes, ", ")+" (default from "+localcluster.EnvSharing+"; unset: time-slicing when --replicas is above 1, else none); time-slicing and mps need --replicas 2 or more; changing it rolls only the fake GPU agent")
+		fs.BoolVar(&opts.RenameShared, "rename-shared", opts.RenameShared, "advertise the time-sliced or MPS fake GPUs as nvidia.com/gpu.shared, as NVIDIA's renameByDefault does (default from "+localcluster.EnvRenameShared+"=true); changing it rolls only the fake GPU agent")
 		fs.StringVar(&opts.DRADriver, "dra-driver", opts.DRADriver, "DRA half of the fake GPU stack: "+localcluster.DRADriverFake+" (the project's agent, gpu.nvidia.com) or "+localcluster.DRADriverExample+" (dra-example-driver, gpu.example.com)")
 	case "down", "logs", "load":
 	default:

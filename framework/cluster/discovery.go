@@ -357,6 +357,9 @@ func discoverDevicePlugin(nodes []corev1.Node, configured string) (*DevicePlugin
 		}
 	case totals[PreferredGPUResource] > 0:
 		resource = PreferredGPUResource
+	case totals[PreferredGPUResource+SharedResourceSuffix] > 0:
+		// NVIDIA's plugin renames a time-sliced or MPS nvidia.com/gpu (renameByDefault).
+		resource = PreferredGPUResource + SharedResourceSuffix
 	default:
 		var candidates []string
 		for name := range totals {
@@ -634,7 +637,7 @@ func nodeInfos(nodes []corev1.Node, dp *DevicePluginPath, dra *DRAPath) []NodeIn
 	var out []NodeInfo
 	for _, n := range nodes {
 		ni := NodeInfo{
-			Name: n.Name, Product: n.Labels[LabelGPUProduct], Driver: n.Labels[LabelDriverVersion],
+			Name: n.Name, Product: strings.TrimSuffix(n.Labels[LabelGPUProduct], SharedProductSuffix), Driver: n.Labels[LabelDriverVersion],
 			OSImage: n.Status.NodeInfo.OSImage, Kernel: n.Status.NodeInfo.KernelVersion,
 			ContainerRuntime: n.Status.NodeInfo.ContainerRuntimeVersion, Kubelet: n.Status.NodeInfo.KubeletVersion,
 		}

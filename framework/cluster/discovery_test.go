@@ -140,6 +140,17 @@ func TestDevicePluginResourceSelection(t *testing.T) {
 	if p, why := discoverDevicePlugin([]corev1.Node{*gpuNode("c", nil, nil)}, ""); p != nil || !strings.Contains(why, "no node advertises") {
 		t.Errorf("no GPU resource: %s", why)
 	}
+	// renameByDefault: nvidia.com/gpu at 0, the replicas as nvidia.com/gpu.shared, which wins over another
+	// vendor's resource that sorts first.
+	renamed := gpuNode("r", map[string]string{LabelSharingStrategy: "time-slicing", LabelSharingReplicas: "2", LabelGPUCount: "4"}, map[string]int64{"nvidia.com/gpu": 0, "nvidia.com/gpu.shared": 8})
+	if p, why := discoverDevicePlugin([]corev1.Node{*amd, *renamed}, ""); p == nil || p.ResourceName != "nvidia.com/gpu.shared" || p.Allocatable["r"] != 8 {
+		t.Errorf("renamed shared resource: %+v %s", p, why)
+	}
+	// The record says time-slicing on it, with no conflict and no disagreement note.
+	caps := Discover(Snapshot{Nodes: []corev1.Node{*renamed}}, config.Default())
+	if caps.Sharing.Mode != ModeTimeSlicing || caps.Sharing.Replicas != 2 || len(caps.SharingModes) != 1 || caps.SharingModes[0].Conflict != "" || len(caps.Notes) != 0 {
+		t.Errorf("renamed shared resource: sharing %+v, modes %+v, notes %q", caps.Sharing, caps.SharingModes, caps.Notes)
+	}
 }
 
 func TestDRAConfiguredClassMissing(t *testing.T) {

@@ -55,7 +55,9 @@ func shortNodes(nodes []corev1.Node, resource string) map[string]string {
 				continue
 			}
 			a := n.Status.Allocatable[name]
-			if a.Value() == 0 && staleMIGResource(n.Labels, name) {
+			// A resource at 0 whose renamed sibling serves is left over like a stale MIG resource: the plugin
+			// now advertises those GPUs under the other name (renameByDefault switched on or off).
+			if a.Value() == 0 && (staleMIGResource(n.Labels, name) || renamedSibling(n, name) != name) {
 				continue
 			}
 			hasGPU = true

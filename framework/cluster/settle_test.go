@@ -281,6 +281,25 @@ func TestShortNodesLeavesStaleMIGResources(t *testing.T) {
 			t.Errorf("%s: %q, want %q", c.why, got, c.want)
 		}
 	}
+	// renameByDefault switched on: nvidia.com/gpu kept at capacity 4, allocatable 0, while
+	// nvidia.com/gpu.shared serves the same GPUs; switched off again, the reverse.
+	renamedNode := func(plain, shared int64) corev1.Node {
+		n := settleNode("w1", 4, plain)
+		n.Status.Capacity["nvidia.com/gpu.shared"] = *resource.NewQuantity(8, resource.DecimalSI)
+		n.Status.Allocatable["nvidia.com/gpu.shared"] = *resource.NewQuantity(shared, resource.DecimalSI)
+		return n
+	}
+	for _, c := range []struct {
+		why           string
+		plain, shared int64
+		want          string
+	}{
+		{"renamed on", 0, 8, ""}, {"renamed off", 4, 0, ""}, {"neither serves", 0, 0, "served 0 of "},
+	} {
+		if got := shortNodes([]corev1.Node{renamedNode(c.plain, c.shared)}, "")["w1"]; !strings.HasPrefix(got, c.want) || (c.want == "") != (got == "") {
+			t.Errorf("%s: %q, want %q", c.why, got, c.want)
+		}
+	}
 	// Only stale MIG resources and no GPU resource served: the node advertises no GPU resource.
 	n := settleNode("w1", -1, 0)
 	n.Labels["nvidia.com/mig.strategy"] = "none"

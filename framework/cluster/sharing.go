@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 )
@@ -93,16 +94,34 @@ func sharingDisagreements(nodes []corev1.Node, resource corev1.ResourceName) []s
 			continue
 		}
 		want := int64(count * max(replicas, 1))
-		q := n.Status.Allocatable[resource]
+		res := renamedSibling(n, resource)
+		q := n.Status.Allocatable[res]
 		if got := q.Value(); got != want {
 			each := "1 replica"
 			if replicas > 1 {
 				each = strconv.Itoa(replicas) + " replicas"
 			}
 			out = append(out, fmt.Sprintf("node %s: GPU labels say %d GPUs × %s = %d %s, allocatable says %d (unhealthy devices, or labels stale since the sharing configuration changed)",
-				n.Name, count, each, want, resource, got))
+				n.Name, count, each, want, res, got))
 		}
 	}
 	slices.Sort(out)
 	return out
+}
+
+// renamedSibling is the name under which node serves resource: resource itself, or when it serves none of
+// it, its other name under NVIDIA's renameByDefault (nvidia.com/gpu ↔ nvidia.com/gpu.shared) where that one
+// has devices. A node renamed for sharing keeps the plain name at 0 for a while.
+func renamedSibling(n corev1.Node, resource corev1.ResourceName) corev1.ResourceName {
+	if q := n.Status.Allocatable[resource]; q.Value() > 0 {
+		return resource
+	}
+	other := resource + SharedResourceSuffix
+	if plain, ok := strings.CutSuffix(string(resource), SharedResourceSuffix); ok {
+		other = corev1.ResourceName(plain)
+	}
+	if q := n.Status.Allocatable[other]; q.Value() > 0 {
+		return other
+	}
+	return resource
 }

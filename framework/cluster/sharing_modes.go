@@ -48,6 +48,12 @@ const (
 	// draTypeMIG and draTypeGPU are the values of the "type" attribute of NVIDIA's DRA driver's devices.
 	draTypeMIG = "mig"
 	draTypeGPU = "gpu"
+	// SharedResourceSuffix is what NVIDIA's device plugin appends to the name of a resource it time-slices
+	// or shares through MPS when renameByDefault is set: nvidia.com/gpu.shared, nvidia.com/mig-1g.10gb.shared.
+	SharedResourceSuffix = ".shared"
+	// SharedProductSuffix is what GFD appends to a shared resource's product label when the plugin does
+	// not rename it: "NVIDIA-H100-80GB-HBM3-SHARED", "NVIDIA-H100-80GB-HBM3-MIG-1g.10gb-SHARED".
+	SharedProductSuffix = "-SHARED"
 )
 
 // PoolLabels are the node labels that name a node's pool on the common managed platforms, in the order
@@ -59,6 +65,9 @@ type NodeSharingMode struct {
 	Node string `json:"node"`
 	// Path is "device-plugin" or "dra".
 	Path string `json:"path"`
+	// Resource (device-plugin path) is the extended resource that carries the node's whole GPUs, or its
+	// MIG devices under the single strategy: nvidia.com/gpu, the renamed nvidia.com/gpu.shared, a vendor's.
+	Resource string `json:"resource,omitempty"`
 	// Mode is what the evidence shows (one of the Mode constants).
 	Mode string `json:"mode"`
 	// Labelled is the mode the node's GFD labels claim, "" when they claim none (no sharing or MIG label).
@@ -83,10 +92,14 @@ type NodeSharingMode struct {
 
 // MIGResource is one extended resource whose devices are MIG devices of one profile.
 type MIGResource struct {
-	Resource  string `json:"resource"`
-	Profile   string `json:"profile"`
-	Count     int64  `json:"count"`
-	MemoryMiB int64  `json:"memoryMiB,omitempty"`
+	Resource string `json:"resource"`
+	Profile  string `json:"profile"`
+	// Count is the devices the resource advertises (each replica one).
+	Count     int64 `json:"count"`
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// Replicas is how many devices the resource advertises per physical MIG device when they are
+	// time-sliced (above 1), 0 when each is advertised once.
+	Replicas int `json:"replicas,omitempty"`
 }
 
 // PartitionableGPU is one GPU a DRA driver publishes with its partitions.
@@ -337,27 +350,24 @@ func labelInt(labels map[string]string, key string) (int64, bool) {
 }
 
 // devicePluginMode reads the device-plugin path of one node; ok is false when the node advertises no
-// NVIDIA GPU resource and carries no GFD sharing label.
+// GPU resource and carries no GFD sharing label. Every count is read from the resource that carries the
+// devices, whatever its name: NVIDIA's plugin renames a shared resource (renameByDefault: nvidia.com/gpu.shared,
+// nvidia.com/mig-1g.10gb.shared) and GFD keeps labelling it under the plain name (nvidia.com/gpu.count is
+// the physical GPUs, nvidia.com/mig-<profile>.count the physical MIG devices), so replicas are the
+// advertised devices over those counts.
 func devicePluginMode(n corev1.Node) (NodeSharingMode, bool) {
 	m := NodeSharingMode{Node: n.Name, Path: config.PathDevicePlugin}
 	labelled, labelReplicas := labelledMode(n.Labels)
 	m.Labelled = labelled
-	gpuQ := n.Status.Allocatable[PreferredGPUResource]
-	gpus := gpuQ.Value()
-	var migResources []MIGResource
-	for _, name := range slices.Sorted(maps.Keys(n.Status.Allocatable)) {
-		profile, ok := strings.CutPrefix(string(name), migResourcePrefix)
-		q := n.Status.Allocatable[name]
-		if !ok || q.Value() <= 0 {
-			continue
-		}
-		mem, hasMem := labelInt(n.Labels, "nvidia.com/mig-"+profile+".memory")
-		if !hasMem {
-			mem = memoryOfProfile(profile)
-		}
-		migResources = append(migResources, MIGResource{Resource: string(name), Profile: profile, Count: q.Value(), MemoryMiB: mem})
-		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=%d", name, q.Value()))
+	whole, gpus := wholeGPUResource(n)
+	m.Resource = string(whole)
+	// The sharing labels' replicas as written: labelledMode reports none for a MIG node, whose replicas
+	// are its MIG devices' (time-sliced MIG).
+	slicedReplicas := 0
+	if s := NodeSharingOf(n.Labels); s.Shared() {
+		slicedReplicas = s.Replicas
 	}
+	migResources := migResourcesOf(n, slicedReplicas, &m)
 	if gpus <= 0 && len(migResources) == 0 && labelled == "" {
 		return m, false
 	}
@@ -370,6 +380,8 @@ func devicePluginMode(n corev1.Node) (NodeSharingMode, bool) {
 	count, hasCount := labelInt(n.Labels, LabelGPUCount)
 	product := n.Labels[LabelGPUProduct]
 	_, singleProfile, singleByProduct := strings.Cut(product, migProductInfix)
+	// GFD appends -SHARED to the product of a resource it shares without renaming it, MIG profile included.
+	singleProfile = strings.TrimSuffix(singleProfile, SharedProductSuffix)
 	var conflicts []string
 
 	switch {
@@ -377,41 +389,45 @@ func devicePluginMode(n corev1.Node) (NodeSharingMode, bool) {
 		// Per-profile MIG resources exist only under the mixed strategy: nvidia.com/gpu then carries the
 		// GPUs left whole, which GFD counts in nvidia.com/gpu.count.
 		m.Mode, m.MIG, m.WholeGPUs = ModeMIGMixed, migResources, gpus
-		m.Replicas = labelReplicas
-		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=%d (whole GPUs)", PreferredGPUResource, gpus))
+		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=%d (whole GPUs)", whole, gpus))
 		if hasCount && gpus > count {
-			conflicts = append(conflicts, fmt.Sprintf("%s advertises %d devices where GFD counts %d whole GPUs (%s=%d): GPUs split into MIG devices may also be advertised whole",
-				PreferredGPUResource, gpus, count, LabelGPUCount, count))
+			if _, renamed := strings.CutSuffix(string(whole), SharedResourceSuffix); renamed || slicedReplicas > 1 {
+				// Whole GPUs time-sliced beside the MIG devices: replicas, not extra GPUs.
+				m.Evidence = append(m.Evidence, fmt.Sprintf("%d whole-GPU devices for %s=%d: %d per GPU", gpus, LabelGPUCount, count, ceilDiv(gpus, count)))
+			} else {
+				conflicts = append(conflicts, fmt.Sprintf("%s advertises %d devices where GFD counts %d whole GPUs (%s=%d): GPUs split into MIG devices may also be advertised whole",
+					whole, gpus, count, LabelGPUCount, count))
+			}
+		}
+		for _, r := range migResources {
+			m.Replicas = max(m.Replicas, r.Replicas)
 		}
 	case singleByProduct && gpus > 0:
-		// Under the single strategy nvidia.com/gpu carries MIG devices, and GFD names the product after
-		// the profile of the devices it found.
+		// Under the single strategy nvidia.com/gpu carries MIG devices, GFD counts them in nvidia.com/gpu.count
+		// and names the product after their profile.
 		mem, hasMem := labelInt(n.Labels, LabelGPUMemory)
 		if !hasMem {
 			mem = memoryOfProfile(singleProfile)
 		}
-		m.Mode, m.Replicas = ModeMIGSingle, labelReplicas
-		m.MIG = []MIGResource{{Resource: PreferredGPUResource, Profile: singleProfile, Count: gpus, MemoryMiB: mem}}
+		r := MIGResource{Resource: string(whole), Profile: singleProfile, Count: gpus, MemoryMiB: mem}
 		m.Evidence = append(m.Evidence, fmt.Sprintf("label %s=%s (GFD names the MIG profile it found)", LabelGPUProduct, product),
-			fmt.Sprintf("allocatable %s=%d", PreferredGPUResource, gpus))
+			fmt.Sprintf("allocatable %s=%d", whole, gpus))
+		r.Replicas = replicasOf(gpus, count, hasCount, slicedReplicas, &m.Evidence, "MIG device")
+		m.Mode, m.Replicas, m.MIG = ModeMIGSingle, r.Replicas, []MIGResource{r}
+	case gpus <= 0:
+		// Nothing advertised on any GPU resource: there is no evidence to weigh the labels against (a
+		// plugin restarting, every GPU unhealthy), so the labels' mode stands and nothing conflicts.
+		m.Mode, m.Replicas = cmp.Or(labelled, ModeExclusive), labelReplicas
+		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=0: no devices to read the mode from, the labels' mode stands", whole))
+		return m, true
 	default:
 		m.Mode = ModeExclusive
-		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=%d", PreferredGPUResource, gpus))
-		switch {
-		case hasCount && count > 0:
-			// Advertised devices beyond the physical GPUs are replicas; unhealthy GPUs only lower the
-			// count, so rounding up keeps a sliced node with a failed GPU sliced.
-			if r := int((gpus + count - 1) / count); r > 1 {
-				m.Mode, m.Replicas = ModeTimeSlicing, r
-				if labelled == ModeMPS {
-					m.Mode = ModeMPS
-				}
-				m.Evidence = append(m.Evidence, fmt.Sprintf("%d devices for %s=%d: %d per GPU", gpus, LabelGPUCount, count, r))
+		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=%d", whole, gpus))
+		if r := replicasOf(gpus, count, hasCount, labelReplicas, &m.Evidence, "GPU"); r > 1 {
+			m.Mode, m.Replicas = ModeTimeSlicing, r
+			if labelled == ModeMPS {
+				m.Mode = ModeMPS
 			}
-		case labelReplicas > 1:
-			// Without GFD's count nothing tells replicas from GPUs; the labels are all there is.
-			m.Mode, m.Replicas = labelled, labelReplicas
-			m.Evidence = append(m.Evidence, fmt.Sprintf("no %s label: replicas taken from the labels", LabelGPUCount))
 		}
 	}
 
@@ -431,6 +447,88 @@ func devicePluginMode(n corev1.Node) (NodeSharingMode, bool) {
 		m.Conflict = strings.Join(conflicts, "; ") + " (the evidence wins)"
 	}
 	return m, true
+}
+
+// replicasOf is how many devices one physical unit (a GPU, a MIG device) is advertised as: the advertised
+// devices over GFD's count of physical units, rounded up (unhealthy units only lower the advertised
+// devices, so a sliced node with a failed GPU stays sliced); without a count label nothing tells replicas
+// from units, and the sharing labels' replicas are all there is. 0 when each unit is advertised once. It
+// says what it read in evidence.
+func replicasOf(advertised, physical int64, counted bool, labelReplicas int, evidence *[]string, unit string) int {
+	switch {
+	case counted && physical > 0:
+		r := ceilDiv(advertised, physical)
+		if r < 2 {
+			return 0
+		}
+		*evidence = append(*evidence, fmt.Sprintf("%d devices for %s=%d: %d per %s", advertised, LabelGPUCount, physical, r, unit))
+		return r
+	case labelReplicas > 1:
+		*evidence = append(*evidence, fmt.Sprintf("no %s label: replicas taken from the labels", LabelGPUCount))
+		return labelReplicas
+	}
+	return 0
+}
+
+func ceilDiv(a, b int64) int { return int((a + b - 1) / b) }
+
+// wholeGPUResource is the resource that carries the node's whole GPUs (MIG devices under the single
+// strategy) and how many it advertises: nvidia.com/gpu, else its renamed shared form nvidia.com/gpu.shared,
+// else another vendor's GPU resource (the first by name); nvidia.com/gpu with 0 when none has devices.
+func wholeGPUResource(n corev1.Node) (corev1.ResourceName, int64) {
+	candidates := []corev1.ResourceName{PreferredGPUResource, PreferredGPUResource + SharedResourceSuffix}
+	for _, name := range slices.Sorted(maps.Keys(n.Status.Allocatable)) {
+		if isExtendedGPUResource(name) && !strings.HasPrefix(string(name), migResourcePrefix) && !slices.Contains(candidates, name) {
+			candidates = append(candidates, name)
+		}
+	}
+	for _, name := range candidates {
+		if q := n.Status.Allocatable[name]; q.Value() > 0 {
+			return name, q.Value()
+		}
+	}
+	return PreferredGPUResource, 0
+}
+
+// migResourcesOf reads the node's per-profile MIG resources (nvidia.com/mig-<profile>, or renamed
+// nvidia.com/mig-<profile>.shared), each with its profile, memory and replicas (advertised over GFD's
+// nvidia.com/mig-<profile>.count, else its .replicas label, else the node's sharing labels' replicas), and
+// records them in m's evidence.
+func migResourcesOf(n corev1.Node, slicedReplicas int, m *NodeSharingMode) []MIGResource {
+	var out []MIGResource
+	for _, name := range slices.Sorted(maps.Keys(n.Status.Allocatable)) {
+		plain := strings.TrimSuffix(string(name), SharedResourceSuffix)
+		profile, ok := strings.CutPrefix(plain, migResourcePrefix)
+		q := n.Status.Allocatable[name]
+		if !ok || q.Value() <= 0 {
+			continue
+		}
+		mem, hasMem := labelInt(n.Labels, plain+".memory")
+		if !hasMem {
+			mem = memoryOfProfile(profile)
+		}
+		r := MIGResource{Resource: string(name), Profile: profile, Count: q.Value(), MemoryMiB: mem}
+		m.Evidence = append(m.Evidence, fmt.Sprintf("allocatable %s=%d", name, q.Value()))
+		physical, counted := labelInt(n.Labels, plain+".count")
+		labelReplicas, hasReplicas := labelInt(n.Labels, plain+".replicas")
+		switch {
+		case counted && physical > 0:
+			if r.Replicas = ceilDiv(r.Count, physical); r.Replicas > 1 {
+				m.Evidence = append(m.Evidence, fmt.Sprintf("%d devices for %s.count=%d: %d per MIG device", r.Count, plain, physical, r.Replicas))
+			}
+		case labelReplicas > 1:
+			r.Replicas = int(labelReplicas)
+			m.Evidence = append(m.Evidence, fmt.Sprintf("no %s.count label: replicas taken from %s.replicas", plain, plain))
+		case !hasReplicas && slicedReplicas > 1:
+			r.Replicas = slicedReplicas
+			m.Evidence = append(m.Evidence, fmt.Sprintf("no %s.count or .replicas label: replicas taken from %s", plain, LabelSharingReplicas))
+		}
+		if r.Replicas < 2 {
+			r.Replicas = 0
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func describeLabelled(mode string, replicas int) string {

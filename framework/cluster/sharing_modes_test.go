@@ -43,6 +43,22 @@ func gfd(mode string, replicas int) map[string]string {
 	return l
 }
 
+// renamed is l as GFD writes it when the device plugin renames the shared resource: no -SHARED suffix.
+func renamed(l map[string]string) map[string]string {
+	l[LabelGPUProduct] = strings.TrimSuffix(l[LabelGPUProduct], SharedProductSuffix)
+	return l
+}
+
+// timeSlicedMixed is a mig-mixed node whose whole GPUs and MIG devices are each time-sliced twice.
+func timeSlicedMixed() map[string]string {
+	l := gfd(fakegpu.SharingMIGMixed, 1)
+	l[LabelSharingStrategy], l[LabelSharingReplicas] = "time-slicing", "2"
+	for _, p := range []string{"3g.40gb", "2g.20gb", "1g.10gb"} {
+		l["nvidia.com/mig-"+p+".replicas"] = "2"
+	}
+	return l
+}
+
 // mixedAlloc is what a mig-mixed node of 4 H100s advertises (fakegpu.MixedLayouts).
 var mixedAlloc = map[string]int64{"nvidia.com/gpu": 2, fakegpu.MIGResource("3g.40gb"): 2, fakegpu.MIGResource("2g.20gb"): 3, fakegpu.MIGResource("1g.10gb"): 1}
 
@@ -84,6 +100,19 @@ func TestDiscoverSharingModesDevicePlugin(t *testing.T) {
 			l[LabelMIGStrategy] = "single"
 			return l
 		}(), mixedAlloc, ModeMIGMixed, 0, "labels say mig-single, the evidence shows mig-mixed"},
+		// NVIDIA's renameByDefault: the shared resource is nvidia.com/gpu.shared, GFD labels stay on
+		// nvidia.com/gpu.* and drop the -SHARED product suffix; nvidia.com/gpu is left at 0.
+		{"time-slicing renamed", renamed(gfd(fakegpu.SharingTimeSlicing, 2)), map[string]int64{"nvidia.com/gpu": 0, "nvidia.com/gpu.shared": 8}, ModeTimeSlicing, 2, ""},
+		{"mps renamed", renamed(gfd(fakegpu.SharingMPS, 2)), map[string]int64{"nvidia.com/gpu.shared": 8}, ModeMPS, 2, ""},
+		{"labels say time-slicing, nothing advertised: no evidence, no conflict", gfd(fakegpu.SharingTimeSlicing, 2), map[string]int64{"nvidia.com/gpu": 0}, ModeTimeSlicing, 2, ""},
+		{"time-sliced mig-single, not renamed", func() map[string]string {
+			l := gfd(fakegpu.SharingMIGSingle, 1)
+			l[LabelGPUProduct] += SharedProductSuffix
+			l[LabelSharingStrategy], l[LabelSharingReplicas] = "time-slicing", "2"
+			return l
+		}(), map[string]int64{"nvidia.com/gpu": 16}, ModeMIGSingle, 2, ""},
+		{"time-sliced mig-mixed, renamed", timeSlicedMixed(), map[string]int64{"nvidia.com/gpu.shared": 4, "nvidia.com/mig-3g.40gb.shared": 4, "nvidia.com/mig-2g.20gb.shared": 6, "nvidia.com/mig-1g.10gb.shared": 2}, ModeMIGMixed, 2, ""},
+		{"another vendor's resource", nil, map[string]int64{"amd.com/gpu": 8}, ModeExclusive, 0, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -102,6 +131,41 @@ func TestDiscoverSharingModesDevicePlugin(t *testing.T) {
 				t.Errorf("no evidence recorded: %+v", m)
 			}
 		})
+	}
+}
+
+// Counts come from the resource that carries the devices, whatever its name, and MIG replicas per resource.
+func TestDiscoverSharingModesRenamedResources(t *testing.T) {
+	got := DiscoverSharingModes([]corev1.Node{
+		*gpuNode("a-ts", renamed(gfd(fakegpu.SharingTimeSlicing, 2)), map[string]int64{"nvidia.com/gpu": 0, "nvidia.com/gpu.shared": 8}),
+		*gpuNode("b-mixed", timeSlicedMixed(), map[string]int64{"nvidia.com/gpu.shared": 4, "nvidia.com/mig-3g.40gb.shared": 4, "nvidia.com/mig-1g.10gb": 1}),
+		*gpuNode("c-single", func() map[string]string {
+			l := gfd(fakegpu.SharingMIGSingle, 1)
+			l[LabelGPUProduct] += SharedProductSuffix
+			return l
+		}(), map[string]int64{"nvidia.com/gpu": 16}),
+		*gpuNode("d-amd", nil, map[string]int64{"amd.com/gpu": 8}),
+	}, nil, "")
+	if len(got) != 4 {
+		t.Fatalf("modes = %+v", got)
+	}
+	ts, mixed, single, amd := got[0], got[1], got[2], got[3]
+	if ts.Resource != "nvidia.com/gpu.shared" || ts.Describe() != "time-slicing, 2 replicas per GPU" || !strings.Contains(strings.Join(ts.Evidence, ", "), "8 devices for nvidia.com/gpu.count=4: 2 per GPU") {
+		t.Errorf("renamed time-slicing = %+v", ts)
+	}
+	want := []MIGResource{
+		{Resource: "nvidia.com/mig-1g.10gb", Profile: "1g.10gb", Count: 1, MemoryMiB: 10240},
+		{Resource: "nvidia.com/mig-3g.40gb.shared", Profile: "3g.40gb", Count: 4, MemoryMiB: 40960, Replicas: 2},
+	}
+	if fmt.Sprint(mixed.MIG) != fmt.Sprint(want) || mixed.Resource != "nvidia.com/gpu.shared" || mixed.WholeGPUs != 4 || mixed.Conflict != "" || mixed.Replicas != 2 {
+		t.Errorf("time-sliced mig-mixed = %+v, want MIG %v, 4 whole-GPU replicas and no conflict", mixed, want)
+	}
+	// GFD's -SHARED after the profile is not part of it, and the MIG devices are advertised twice each.
+	if len(single.MIG) != 1 || single.MIG[0].Profile != "3g.40gb" || single.MIG[0].Replicas != 2 || single.Mode != ModeMIGSingle {
+		t.Errorf("time-sliced mig-single = %+v", single)
+	}
+	if amd.Resource != "amd.com/gpu" || amd.Mode != ModeExclusive {
+		t.Errorf("vendor resource = %+v", amd)
 	}
 }
 

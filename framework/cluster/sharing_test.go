@@ -68,6 +68,8 @@ func TestSharingDisagreements(t *testing.T) {
 		labelled("missing-gpu", "8", "1", 7),
 		labelled("garbled", "four", "2", 8),
 		*gpuNode("cpu", nil, nil),
+		// renameByDefault: the node serves its replicas as nvidia.com/gpu.shared.
+		*gpuNode("renamed", map[string]string{LabelGPUCount: "4", LabelSharingReplicas: "2"}, map[string]int64{"nvidia.com/gpu": 0, "nvidia.com/gpu.shared": 8}),
 	}
 	got := sharingDisagreements(nodes, "nvidia.com/gpu")
 	want := []string{

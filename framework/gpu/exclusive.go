@@ -126,32 +126,53 @@ type MIGHolding struct {
 	Pod string
 	// MIG are the MIG devices its container was given, each with its parent GPU (the probe's mig_devices).
 	MIG []probe.MIGDevice
+	// Replicas is how many pods may hold each of those MIG devices at once: the replicas its resource
+	// advertises per MIG device when NVIDIA's plugin time-slices them; 0 or 1 when each is exclusive.
+	Replicas int
+	// ReplicaIDs are the replica IDs ("MIG-…::1") the kubelet handed it for time-sliced MIG devices, each
+	// of which must go to one pod only.
+	ReplicaIDs []string
 	// Whole are the GPUs it holds whole: GPU UUIDs, or replica IDs of them.
 	Whole []string
 }
 
 // CheckMIGParents judges what pods running side by side on node hold of MIG devices and whole GPUs. A
 // MIG device's memory and compute are a slice of its parent GPU, so a GPU held whole while any of its
-// MIG devices is held (by another pod or the same one) has been handed out twice; and one MIG device
-// held by two pods is a breach as a GPU would be. A MIG device whose parent is unknown is judged by its
-// UUID only.
+// MIG devices is held (by another pod or the same one) has been handed out twice; and a MIG device held by
+// more pods than it has replicas (two, when it is not time-sliced), or one replica ID held by two pods, is a
+// breach as it would be for a GPU. A MIG device whose parent is unknown is judged by its UUID only.
 func CheckMIGParents(node string, holdings []MIGHolding) error {
 	type holder struct{ pod, device, profile string }
-	whole := map[string][]string{}  // GPU → pods holding it whole
-	parts := map[string][]holder{}  // GPU → MIG devices held of it
-	migOwner := map[string]string{} // MIG UUID → pod
+	whole := map[string][]string{}      // GPU → pods holding it whole
+	parts := map[string][]holder{}      // GPU → MIG devices held of it
+	migHolders := map[string][]string{} // MIG UUID → pods
+	replicaOwner := map[string]string{} // replica ID → pod
 	for _, h := range holdings {
 		for _, g := range PhysicalDevices(h.Whole) {
 			if !slices.Contains(whole[g], h.Pod) {
 				whole[g] = append(whole[g], h.Pod)
 			}
 		}
-		for _, m := range h.MIG {
-			if other, dup := migOwner[m.UUID]; dup && other != h.Pod {
-				return fmt.Errorf("MIG device %s (%s of %s) is held by pod %s and by pod %s, both running on %s: a MIG device was handed out twice",
-					m.UUID, m.Profile, m.Parent, other, h.Pod, node)
+		for _, id := range h.ReplicaIDs {
+			if other, dup := replicaOwner[id]; dup && other != h.Pod {
+				return fmt.Errorf("replica %s of a time-sliced MIG device is held by pod %s and by pod %s, both running on %s: a replica was handed out twice", id, other, h.Pod, node)
 			}
-			migOwner[m.UUID] = h.Pod
+			replicaOwner[id] = h.Pod
+		}
+		for _, m := range h.MIG {
+			holders := migHolders[m.UUID]
+			if !slices.Contains(holders, h.Pod) {
+				holders = append(holders, h.Pod)
+				migHolders[m.UUID] = holders
+			}
+			switch limit := max(h.Replicas, 1); {
+			case len(holders) > limit && limit == 1:
+				return fmt.Errorf("MIG device %s (%s of %s) is held by pod %s and by pod %s, both running on %s: a MIG device was handed out twice",
+					m.UUID, m.Profile, m.Parent, holders[0], h.Pod, node)
+			case len(holders) > limit:
+				return fmt.Errorf("MIG device %s (%s of %s) is held by %d pods (%s) on %s, which its resource time-slices %d ways: a MIG device was handed out more often than it has replicas",
+					m.UUID, m.Profile, m.Parent, len(holders), strings.Join(holders, ", "), node, limit)
+			}
 			if m.Parent != "" {
 				parts[m.Parent] = append(parts[m.Parent], holder{h.Pod, m.UUID, m.Profile})
 			}

@@ -118,6 +118,20 @@ func TestCheckMIGParents(t *testing.T) {
 			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}},
 			{Pod: "p1", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}},
 		}, "MIG device MIG-1 (1g.10gb of GPU-c) is held by pod p0 and by pod p1"},
+		// Time-sliced MIG: a MIG device advertised twice may go to two pods, each with its own replica.
+		{"time-sliced MIG device to two pods within its replicas", []MIGHolding{
+			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}, Replicas: 2, ReplicaIDs: []string{"MIG-1::0"}},
+			{Pod: "p1", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}, Replicas: 2, ReplicaIDs: []string{"MIG-1::1"}},
+		}, ""},
+		{"time-sliced MIG device beyond its replicas", []MIGHolding{
+			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}, Replicas: 2},
+			{Pod: "p1", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}, Replicas: 2},
+			{Pod: "p2", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}, Replicas: 2},
+		}, "MIG device MIG-1 (1g.10gb of GPU-c) is held by 3 pods (p0, p1, p2) on w1, which its resource time-slices 2 ways"},
+		{"one replica of a time-sliced MIG device to two pods", []MIGHolding{
+			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}, Replicas: 2, ReplicaIDs: []string{"MIG-1::0"}},
+			{Pod: "p1", MIG: []probe.MIGDevice{mig("MIG-1", "GPU-c", "1g.10gb")}, Replicas: 2, ReplicaIDs: []string{"MIG-1::0"}},
+		}, "replica MIG-1::0 of a time-sliced MIG device is held by pod p0 and by pod p1"},
 		{"parent unknown: judged by UUID only", []MIGHolding{
 			{Pod: "p0", MIG: []probe.MIGDevice{mig("MIG-1", "", "1g.10gb")}},
 			{Pod: "p1", Whole: []string{"GPU-c"}},

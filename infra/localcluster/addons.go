@@ -109,7 +109,9 @@ type GPUStackOptions struct {
 	ResourceName string
 	Replicas     int
 	// Sharing is the agent's sharing mode (Options.SharingMode), never "".
-	Sharing       string
+	Sharing string
+	// RenameShared: the agent advertises its replicas as ResourceName+".shared" (Options.RenameShared).
+	RenameShared  bool
 	DriverVersion string
 	// UpgradeTo is the driver version the stack can be upgraded to (the rehearsal's target here).
 	UpgradeTo     string
@@ -356,7 +358,13 @@ func (s GPUStackOptions) allocatable() map[string]int {
 			}
 		}
 	default:
-		want[s.ResourceName] = s.Devices * max(s.Replicas, 1)
+		// The other name of the whole GPUs must be down to 0: the kubelet keeps a resource whose plugin
+		// stopped serving it in capacity, with nothing allocatable.
+		served, other := s.ResourceName, s.ResourceName+fakegpu.SharedResourceSuffix
+		if s.RenameShared {
+			served, other = other, served
+		}
+		want[served], want[other] = s.Devices*max(s.Replicas, 1), 0
 	}
 	return want
 }

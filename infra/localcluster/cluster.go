@@ -49,6 +49,9 @@ type Options struct {
 	// flag: changing it rolls the agent, nothing else, and installs or removes the mig.nvidia.com
 	// DeviceClass.
 	Sharing string
+	// RenameShared advertises the time-sliced or MPS GPUs as nvidia.com/gpu.shared, as NVIDIA's plugin
+	// does with renameByDefault (nvidia.com/gpu then drops to 0). Like Sharing it is the agent's flag.
+	RenameShared bool
 	// DRADriver chooses the DRA half of the fake GPU stack: DRADriverFake (the project's agent, driver
 	// gpu.nvidia.com, sharing one inventory and the device nodes with the device plugin) or DRADriverExample
 	// (the community dra-example-driver, driver gpu.example.com, environment variables only).
@@ -84,6 +87,7 @@ func DefaultOptions(repoRoot string) Options {
 		DevicesPerNode: 4,
 		Replicas:       replicasFromEnv(os.Getenv(EnvReplicas)),
 		Sharing:        strings.TrimSpace(os.Getenv(EnvSharing)),
+		RenameShared:   os.Getenv(EnvRenameShared) == "true",
 		DRADriver:      DRADriverFake,
 		SharedDir:      filepath.Join(cache, "shared", "gpuconform"),
 		Log:            os.Stderr,
@@ -96,6 +100,10 @@ const EnvReplicas = "GPUCONFORM_REPLICAS"
 
 // EnvSharing sets Options.Sharing of DefaultOptions, like EnvReplicas: GPUCONFORM_SHARING=mig-mixed make e2e.
 const EnvSharing = "GPUCONFORM_SHARING"
+
+// EnvRenameShared=true sets Options.RenameShared of DefaultOptions: GPUCONFORM_SHARING=time-slicing
+// GPUCONFORM_REPLICAS=2 GPUCONFORM_RENAME_SHARED=true make e2e.
+const EnvRenameShared = "GPUCONFORM_RENAME_SHARED"
 
 // replicasFromEnv reads EnvReplicas: unset is 1 (whole GPUs); a value that is not a number is 0, which
 // New refuses, naming the variable.
@@ -125,6 +133,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("sharing mode %s shares each GPU among replicas: set --replicas (or %s) to 2 or more; got %d", mode, EnvReplicas, o.Replicas)
 	case mode != fakegpu.SharingTimeSlicing && mode != fakegpu.SharingMPS && o.Replicas != 1:
 		return fmt.Errorf("--replicas %d (or %s) applies to the time-slicing and mps sharing modes only; sharing mode %s needs 1 (or pass --sharing time-slicing)", o.Replicas, EnvReplicas, mode)
+	case o.RenameShared && mode != fakegpu.SharingTimeSlicing && mode != fakegpu.SharingMPS:
+		return fmt.Errorf("--rename-shared (or %s) renames a time-sliced or MPS resource; sharing mode %s shares nothing to rename (pass --sharing time-slicing --replicas 2)", EnvRenameShared, mode)
 	}
 	return nil
 }
@@ -135,7 +145,7 @@ func (o Options) SharingMode() string { return fakegpu.ModeOf(o.Sharing, o.Repli
 
 // gpuStack is the fake GPU stack these options ask for, its agent running tools (the tools image).
 func (o Options) gpuStack(tools string) GPUStackOptions {
-	s := GPUStackOptions{Image: tools, Devices: o.DevicesPerNode, ResourceName: GPUResource, Replicas: o.Replicas, Sharing: o.SharingMode(),
+	s := GPUStackOptions{Image: tools, Devices: o.DevicesPerNode, ResourceName: GPUResource, Replicas: o.Replicas, Sharing: o.SharingMode(), RenameShared: o.RenameShared,
 		DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: o.DevicesPerNode}
 	if o.DRADriver == DRADriverExample {
 		s.DriverName, s.DRADevices, s.ExampleDRADriver = ExampleDRADriverName, 0, true

@@ -99,6 +99,19 @@ func TestSharingOption(t *testing.T) {
 		{"mig", "", "mig", EnvSharing},
 		{"MIG-single", "", "MIG-single", "mig-single, mig-mixed"},
 	}
+	// Renaming needs a mode that shares: a usage error otherwise.
+	t.Setenv(EnvRenameShared, "true")
+	t.Setenv(EnvSharing, fakegpu.SharingMIGMixed)
+	t.Setenv(EnvReplicas, "")
+	if err := DefaultOptions(t.TempDir()).Validate(); err == nil || !strings.Contains(err.Error(), "--rename-shared") {
+		t.Errorf("rename-shared with mig-mixed: %v, want a refusal naming --rename-shared", err)
+	}
+	t.Setenv(EnvSharing, fakegpu.SharingTimeSlicing)
+	t.Setenv(EnvReplicas, "2")
+	if o := DefaultOptions(t.TempDir()); !o.RenameShared || o.Validate() != nil {
+		t.Errorf("rename-shared with time-slicing: %+v refused: %v", o, o.Validate())
+	}
+	t.Setenv(EnvRenameShared, "")
 	for _, c := range cases {
 		t.Setenv(EnvSharing, c.sharing)
 		t.Setenv(EnvReplicas, c.replicas)
@@ -144,6 +157,11 @@ func TestSharingReachesTheAgent(t *testing.T) {
 	if ts := render(o); !strings.Contains(ts, `"--sharing=time-slicing"`) || strings.Contains(ts, MIGDeviceClass) {
 		t.Errorf("replicas 2 without a mode: want --sharing=time-slicing and no MIG class")
 	}
+	o.RenameShared = true
+	if ts := render(o); !strings.Contains(ts, `"--rename-shared"`) {
+		t.Errorf("rename-shared does not reach the agent")
+	}
+	o.RenameShared = false
 	o.Replicas = 1
 	for _, mode := range []string{fakegpu.SharingMIGSingle, fakegpu.SharingMIGMixed} {
 		o.Sharing = mode
@@ -176,18 +194,21 @@ func TestWaitCountsFollowTheMode(t *testing.T) {
 	cases := []struct {
 		sharing  string
 		replicas int
+		renamed  bool
 		alloc    map[string]int
 		dra      int
 	}{
-		{"", 1, map[string]int{"nvidia.com/gpu": 4}, 4},
-		{"time-slicing", 2, map[string]int{"nvidia.com/gpu": 8}, 4},
-		{"mps", 3, map[string]int{"nvidia.com/gpu": 12}, 4},
-		{"mig-single", 1, map[string]int{"nvidia.com/gpu": 8}, 4 * 14},
-		{"mig-mixed", 1, map[string]int{"nvidia.com/gpu": 2, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-2g.20gb": 3, "nvidia.com/mig-1g.10gb": 1}, 4 * 14},
+		{"", 1, false, map[string]int{"nvidia.com/gpu": 4, "nvidia.com/gpu.shared": 0}, 4},
+		{"time-slicing", 2, false, map[string]int{"nvidia.com/gpu": 8, "nvidia.com/gpu.shared": 0}, 4},
+		// renameByDefault: the replicas under nvidia.com/gpu.shared, nvidia.com/gpu down to 0.
+		{"time-slicing", 2, true, map[string]int{"nvidia.com/gpu": 0, "nvidia.com/gpu.shared": 8}, 4},
+		{"mps", 3, false, map[string]int{"nvidia.com/gpu": 12, "nvidia.com/gpu.shared": 0}, 4},
+		{"mig-single", 1, false, map[string]int{"nvidia.com/gpu": 8}, 4 * 14},
+		{"mig-mixed", 1, false, map[string]int{"nvidia.com/gpu": 2, "nvidia.com/mig-3g.40gb": 2, "nvidia.com/mig-2g.20gb": 3, "nvidia.com/mig-1g.10gb": 1}, 4 * 14},
 	}
 	for _, c := range cases {
 		o := DefaultOptions(t.TempDir())
-		o.Sharing, o.Replicas = c.sharing, c.replicas
+		o.Sharing, o.Replicas, o.RenameShared = c.sharing, c.replicas, c.renamed
 		if err := o.Validate(); err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/kind/pkg/cluster/nodes"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
 // Up brings the cluster to the wanted state and returns when it is usable: every node Ready, the pod
@@ -109,6 +111,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 		}
 	}
 	what := fmt.Sprintf("install the fake device plugin (%d GPUs × %d replicas per node, sharing %s) and DRA driver and wait for every GPU node's devices", stack.Devices, stack.Replicas, stack.Sharing)
+	if stack.RenameShared {
+		what += " (replicas advertised as " + stack.ResourceName + fakegpu.SharedResourceSuffix + ")"
+	}
 	if err := c.step("fake GPU stack", what, func() error { return c.installGPUStack(ctx, stack) }); err != nil {
 		return err
 	}

@@ -150,6 +150,10 @@ func NameUUID(prefix, namespace string, parts ...string) string {
 	return prefix + h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
 }
 
+// SharedResourceSuffix is what NVIDIA's device plugin appends to a time-sliced or MPS resource's name
+// under renameByDefault: nvidia.com/gpu.shared.
+const SharedResourceSuffix = ".shared"
+
 // MIGResource is the extended resource of profile under the mixed strategy: nvidia.com/mig-3g.40gb.
 func MIGResource(profile string) string { return "nvidia.com/mig-" + profile }
 

@@ -46,6 +46,10 @@ type Config struct {
 	// Replicas is the sharing factor of time-slicing and MPS: each physical GPU is advertised Replicas
 	// times. 1 = no sharing.
 	Replicas int
+	// RenameShared advertises a time-sliced or MPS resource as "<ResourceName>.shared", as NVIDIA's plugin
+	// does with renameByDefault; GFD then labels the product without its -SHARED suffix. Only for the
+	// time-slicing and mps modes.
+	RenameShared bool
 	// Sharing is the sharing mode (one of fakegpu.SharingModes; see Mode). Empty means none, or
 	// time-slicing when Replicas is above 1: the local cluster passed --replicas alone before modes existed.
 	Sharing string
@@ -175,6 +179,8 @@ func (c Config) Validate() error {
 	case c.Mode() != fakegpu.SharingTimeSlicing && c.Mode() != fakegpu.SharingMPS && c.Replicas != 1:
 		return fmt.Errorf("sharing mode %s advertises no replicas: leave --replicas at 1 (got %d), or choose --sharing=%s or %s",
 			c.Mode(), c.Replicas, fakegpu.SharingTimeSlicing, fakegpu.SharingMPS)
+	case c.RenameShared && c.SharingStrategy() == "none":
+		return fmt.Errorf("renaming the shared resource applies to the %s and %s modes only, not %s", fakegpu.SharingTimeSlicing, fakegpu.SharingMPS, c.Mode())
 	case c.PluginDir == "":
 		return errors.New("device plugin directory is empty")
 	case c.DeviceListStrategy != StrategyCDI && c.DeviceListStrategy != StrategyDeviceSpecs:
@@ -205,6 +211,15 @@ func (c Config) SharingStrategy() string {
 		return m
 	}
 	return "none"
+}
+
+// AdvertisedResource is the resource the whole GPUs (or their replicas) are advertised as: ResourceName,
+// or "<ResourceName>.shared" when RenameShared renames a shared one.
+func (c Config) AdvertisedResource() string {
+	if c.RenameShared && c.SharingStrategy() != "none" && !strings.HasSuffix(c.ResourceName, fakegpu.SharedResourceSuffix) {
+		return c.ResourceName + fakegpu.SharedResourceSuffix
+	}
+	return c.ResourceName
 }
 
 // SocketName is the file name of our gRPC socket in PluginDir for the configured resource. It is derived

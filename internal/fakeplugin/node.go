@@ -110,13 +110,16 @@ func (c Config) NodeLabels() map[string]string {
 }
 
 // addSharingLabels sets what GFD labels differently per sharing mode. Time-slicing and MPS rename the
-// product "<product>-SHARED" (GFD's default when the plugin does not rename the resource). mig-single
+// product "<product>-SHARED" unless the plugin renames the resource (GFD's resourceLabeler appends it only
+// to a shared resource that keeps its name). mig-single
 // describes the MIG devices on the nvidia.com/gpu.* labels; mig-mixed counts the whole GPUs there and
 // labels each profile on nvidia.com/mig-<P>.*.
 func (c Config) addSharingLabels(l map[string]string) {
 	switch c.Mode() {
 	case fakegpu.SharingTimeSlicing, fakegpu.SharingMPS:
-		l[LabelProduct] = c.Product + "-SHARED"
+		if !c.RenameShared {
+			l[LabelProduct] = c.Product + "-SHARED"
+		}
 	case fakegpu.SharingMIGSingle:
 		prof, _ := fakegpu.ProfileByName(fakegpu.SingleLayout[0].Profile)
 		l[LabelMIGStrategy], l[LabelMIGCapable] = "single", "true"

@@ -63,6 +63,9 @@ func New(cfg Config) (*Plugin, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	// Everything keyed by the resource (the kubelet's resource, the socket, MPS's pipe directory) uses
+	// the name the GPUs are advertised as.
+	cfg.ResourceName = cfg.AdvertisedResource()
 	p := &Plugin{
 		cfg:       cfg,
 		log:       cfg.logger().With("node", cfg.NodeName, "resource", cfg.ResourceName),

@@ -667,3 +667,30 @@ func TestReadyNeedsAStreamOnEveryResource(t *testing.T) {
 		t.Error("still ready after one resource lost its stream")
 	}
 }
+
+// renameByDefault: the replicas are advertised as nvidia.com/gpu.shared (resource, socket and MPS pipe
+// directory follow the name), GFD's labels stay on nvidia.com/gpu.* and the product has no -SHARED; a
+// mode that shares nothing has nothing to rename.
+func TestRenameSharedAdvertisesTheSharedResource(t *testing.T) {
+	for _, mode := range []string{fakegpu.SharingTimeSlicing, fakegpu.SharingMPS} {
+		cfg := modeConfig(t, mode, 2)
+		cfg.RenameShared = true
+		p := mustNew(t, cfg)
+		if got := p.Resources(); !slices.Equal(got, []string{"nvidia.com/gpu.shared"}) {
+			t.Errorf("%s renamed: resources %v, want nvidia.com/gpu.shared", mode, got)
+		}
+		l := cfg.NodeLabels()
+		if l[LabelProduct] != LabelValue(cfg.Product) || l[LabelReplicas] != "2" || l[LabelSharingStrategy] != mode {
+			t.Errorf("%s renamed: labels %v, want the plain product, 2 replicas, strategy %s", mode, l, mode)
+		}
+		cfg.RenameShared = false
+		if l := cfg.NodeLabels(); !strings.HasSuffix(l[LabelProduct], "-SHARED") {
+			t.Errorf("%s not renamed: product %q, want the -SHARED suffix", mode, l[LabelProduct])
+		}
+	}
+	cfg := modeConfig(t, fakegpu.SharingMIGMixed, 1)
+	cfg.RenameShared = true
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "renaming") {
+		t.Errorf("rename with mig-mixed: %v, want a refusal", err)
+	}
+}
