@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
+	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
 	"gpuconform.io/gpuconform/fixtures"
@@ -321,7 +323,7 @@ func workerStart(p *corev1.Pod) time.Time {
 // by index with the start skew (last worker's start − first's).
 func expectGangStarted(ctx context.Context, env *testenv.Env, job *batchv1.Job, skip ...string) (map[int]*corev1.Pod, time.Duration) {
 	ginkgo.GinkgoHelper()
-	workers := int(ptrOr(job.Spec.Completions))
+	workers := int(ptr.Deref(job.Spec.Completions, 0))
 	var got map[int]*corev1.Pod
 	env.Wait.ForProgress(ctx, fmt.Sprintf("all %d workers of gang %s/%s to start", workers, job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
 		env.Timeouts.PodStart, func(g gomega.Gomega) {
@@ -373,7 +375,7 @@ func expectWorkersDevices(ctx context.Context, env *testenv.Env, path gpu.Path, 
 	holder := map[string]string{}
 	nodes := map[string]bool{}
 	var lines []string
-	order := sortedIndexes(workers)
+	order := slices.Sorted(maps.Keys(workers))
 	ins := make([]gpu.GivenInput, len(order))
 	for k, i := range order {
 		ins[k] = givenInput(env, workers[i], nil)
@@ -401,15 +403,6 @@ func expectWorkersDevices(ctx context.Context, env *testenv.Env, path gpu.Path, 
 	case fixtures.AcrossNodes:
 		gomega.Expect(nodes).To(gomega.HaveLen(len(workers)), "the gang asked for a node per worker and runs on %d nodes: %s", len(nodes), strings.Join(lines, "; "))
 	}
-}
-
-func sortedIndexes(m map[int]*corev1.Pod) []int {
-	out := make([]int, 0, len(m))
-	for i := range m {
-		out = append(out, i)
-	}
-	slices.Sort(out)
-	return out
 }
 
 // expectGangComplete waits for the gang to complete and checks every worker's last summary: all steps
@@ -581,7 +574,7 @@ func waitingWhy(p *corev1.Pod) string {
 
 func describeWorkers(m map[int]*corev1.Pod) string {
 	var out []string
-	for _, i := range sortedIndexes(m) {
+	for _, i := range slices.Sorted(maps.Keys(m)) {
 		out = append(out, fmt.Sprintf("worker %d %s (%s on %q)", i, m[i].Name, m[i].Status.Phase, m[i].Spec.NodeName))
 	}
 	return strings.Join(out, ", ")
@@ -627,7 +620,7 @@ func gangFailedWorker(ctx context.Context, s *Spec[GangInput], devices faults.De
 	started, skew := expectGangStarted(ctx, env, g.job)
 	ginkgo.AddReportEntry("gang start skew", skew.Round(10*time.Millisecond).String())
 	common := gangFailSteps
-	for _, i := range sortedIndexes(started) {
+	for _, i := range slices.Sorted(maps.Keys(started)) {
 		common = min(common, expectCheckpoint(ctx, env, ns, started[i].Name, 2*gangEvery))
 	}
 	victimPod := started[1]
@@ -708,14 +701,7 @@ func restartMechanism(ctx context.Context, env *testenv.Env, job *batchv1.Job) s
 	}
 	j, err := env.Clients.Kube.BatchV1().Jobs(job.Namespace).Get(ctx, job.Name, metav1.GetOptions{})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
-	return fmt.Sprintf("the Job controller replaced every worker that stopped (%d failed pods within backoffLimit %d); Kueue kept the Workload admitted", j.Status.Failed, ptrOr(j.Spec.BackoffLimit))
-}
-
-func ptrOr(p *int32) int32 {
-	if p == nil {
-		return 0
-	}
-	return *p
+	return fmt.Sprintf("the Job controller replaced every worker that stopped (%d failed pods within backoffLimit %d); Kueue kept the Workload admitted", j.Status.Failed, ptr.Deref(j.Spec.BackoffLimit, 0))
 }
 
 // tasDevices is what each worker of the TAS gang asks for: two workers of two devices fill a 4-GPU node.

@@ -120,7 +120,7 @@ func sharingModesOn(modes []cluster.NodeSharingMode, path string, pool []string)
 			continue
 		}
 		if !checkedOn(path, m.Mode) {
-			exclusive = append(exclusive, fmt.Sprintf("%s: %s from %s", m.Node, m.Mode, cmpOr(strings.Join(m.Evidence, ", "), "no evidence recorded")))
+			exclusive = append(exclusive, fmt.Sprintf("%s: %s from %s", m.Node, m.Mode, cmp.Or(strings.Join(m.Evidence, ", "), "no evidence recorded")))
 			continue
 		}
 		if !seen[m.Mode] {
@@ -164,7 +164,7 @@ func sharedNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.Node
 		ginkgo.AddReportEntry("devices of "+node+" held by other workloads", held)
 	}
 	if n == 0 {
-		ginkgo.Fail(fmt.Sprintf("no replica of %s (%s) is free on the %s path (%s): the node cannot be filled; free it or give another node of this mode", node, m.Mode, path.Name(), cmpOr(held, "nobody holds one")))
+		ginkgo.Fail(fmt.Sprintf("no replica of %s (%s) is free on the %s path (%s): the node cannot be filled; free it or give another node of this mode", node, m.Mode, path.Name(), cmp.Or(held, "nobody holds one")))
 	}
 	ginkgo.By(fmt.Sprintf("starting %d one-replica pods on %s (%s)", n, node, sharing))
 	names := startProbePods(ctx, s, "share", n, path, node)

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -60,7 +61,7 @@ func checkMPS(pod string, seen *probe.MPS, want mpsLimits) error {
 	case seen.PipeDirectory == "":
 		return fmt.Errorf("pod %s on an MPS node has no CUDA_MPS_PIPE_DIRECTORY (only other CUDA_MPS_* variables): its CUDA clients look for an MPS control daemon at MPS's default /tmp/nvidia-mps, not the device plugin's; the device plugin must give each container its daemon's pipe directory", pod)
 	case seen.Control != probe.MPSControlAnswered:
-		return fmt.Errorf("pod %s on an MPS node shows no MPS limits: %s", pod, cmpOr(seen.ControlError, "its probe did not read the MPS control daemon's defaults"))
+		return fmt.Errorf("pod %s on an MPS node shows no MPS limits: %s", pod, cmp.Or(seen.ControlError, "its probe did not read the MPS control daemon's defaults"))
 	}
 	answer := func(command string) string {
 		for _, a := range seen.Asked {
@@ -73,7 +74,7 @@ func checkMPS(pod string, seen *probe.MPS, want mpsLimits) error {
 	var unset, wrong []string
 	// The percentage: 100/replicas as the plugin sets it, or the exact fraction a plugin may set instead.
 	cmd := probe.MPSGetActiveThreadPercentage
-	raw := cmpOr(answer(cmd), seen.ActiveThreadPercentage)
+	raw := cmp.Or(answer(cmd), seen.ActiveThreadPercentage)
 	wantPct := fmt.Sprintf("want %d (100 divided among %d replicas)", want.ActiveThreadPercentage, want.Replicas)
 	pct, err := strconv.ParseFloat(strings.TrimSpace(raw), 64)
 	switch {
@@ -141,13 +142,6 @@ func checkMPSContext(pod string, c *probe.MPSContext, want mpsLimits) error {
 	return nil
 }
 
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
 // sharedHolding is one pod's share of a time-sliced or MPS GPU, as its allocation and probe showed it.
 type sharedHolding struct {
 	Pod      string
@@ -176,7 +170,7 @@ func sharedObservations(node, path, mode string, holdings []sharedHolding) []gpu
 		}
 		note := with + ": no memory or fault isolation"
 		if mode == cluster.ModeMPS {
-			note = with + ": MPS limits " + cmpOr(h.MPS, "none seen") + ", no fault isolation"
+			note = with + ": MPS limits " + cmp.Or(h.MPS, "none seen") + ", no fault isolation"
 		}
 		out = append(out, gpu.SharingObservation{Node: node, Path: path, Mode: mode, Pod: h.Pod, Saw: saw, Note: note})
 	}
@@ -208,9 +202,9 @@ func checkMIGSeen(pod string, seen []probe.MIGDevice, allocated, profile, parent
 	case d.UUID != allocated:
 		return h, fmt.Errorf("pod %s was allocated MIG device %s but sees %s", pod, allocated, d.UUID)
 	case d.Profile != profile:
-		return h, fmt.Errorf("pod %s asked for a %s MIG device and sees %s, a %s", pod, profile, d.UUID, cmpOr(d.Profile, "device of no profile"))
+		return h, fmt.Errorf("pod %s asked for a %s MIG device and sees %s, a %s", pod, profile, d.UUID, cmp.Or(d.Profile, "device of no profile"))
 	case parent != "" && d.Parent != parent:
-		return h, fmt.Errorf("pod %s asked for a partition of %s and sees %s on %s", pod, parent, d.UUID, cmpOr(d.Parent, "no parent GPU"))
+		return h, fmt.Errorf("pod %s asked for a partition of %s and sees %s on %s", pod, parent, d.UUID, cmp.Or(d.Parent, "no parent GPU"))
 	}
 	return h, nil
 }
@@ -238,7 +232,7 @@ func checkMIGParents(node string, whole map[string][]string, migs []migHolding) 
 // migObservation records one pod's MIG device (or partition) for the report.
 func migObservation(node, path, mode string, h migHolding) gpu.SharingObservation {
 	return gpu.SharingObservation{Node: node, Path: path, Mode: mode, Pod: h.Pod,
-		Saw: fmt.Sprintf("%s (%s of %s)", h.UUID, h.Profile, cmpOr(h.Parent, "an unnamed GPU")), Note: "MIG device: memory and fault isolated in hardware"}
+		Saw: fmt.Sprintf("%s (%s of %s)", h.UUID, h.Profile, cmp.Or(h.Parent, "an unnamed GPU")), Note: "MIG device: memory and fault isolated in hardware"}
 }
 
 // maxPlacements is how many partitions of devs can be allocated together without any counter of the set

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -182,7 +183,7 @@ func checkCapacityWithinMemory(node, device, uuid, name string, published resour
 // capacityObservation is what one pod holding a share of a GPU saw, for the record.
 func capacityObservation(node, path, pod, uuid string, share capacityShare, name string, total resource.Quantity) gpu.SharingObservation {
 	return gpu.SharingObservation{Node: node, Path: path, Mode: cluster.ModeConsumable, Pod: pod,
-		Saw:  fmt.Sprintf("share %s of %s", cmpOr(share.ShareID, "?"), uuid),
+		Saw:  fmt.Sprintf("share %s of %s", cmp.Or(share.ShareID, "?"), uuid),
 		Note: fmt.Sprintf("shares GPU %s by capacity (%s %s): no fault isolation", uuid, name, shareOf(share.Consumed, total))}
 }
 
@@ -251,7 +252,7 @@ func fillSharedGPU(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSha
 				case report.GPUsError != "":
 					memoryProblem = report.GPUsError
 				case report.GPUs == nil:
-					memoryProblem = "nvidia-smi is not installed in the probe's container, or failed: " + cmpOr(report.Sources.NvidiaSMIError, "not installed")
+					memoryProblem = "nvidia-smi is not installed in the probe's container, or failed: " + cmp.Or(report.Sources.NvidiaSMIError, "not installed")
 				default:
 					memoryProblem = "nvidia-smi showed no memory for it"
 				}

@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -76,7 +77,7 @@ func noisyNeighbours(ctx context.Context, s *Spec[SharingInput], m cluster.NodeS
 	env, path, node := s.Env, s.Path, m.Node
 	_, n, held := freestNode(ctx, env, path, []string{node})
 	if n == 0 {
-		ginkgo.Fail(fmt.Sprintf("no replica of %s is free on the %s path (%s): the noisy-neighbour measurement needs a GPU of it", node, path.Name(), cmpOr(held, "nobody holds one")))
+		ginkgo.Fail(fmt.Sprintf("no replica of %s is free on the %s path (%s): the noisy-neighbour measurement needs a GPU of it", node, path.Name(), cmp.Or(held, "nobody holds one")))
 	}
 	ginkgo.By(fmt.Sprintf("holding the %d free replicas of %s with idle pods and reading which GPU each holds", n, node))
 	byGPU := map[string][]string{}
@@ -122,7 +123,7 @@ func noisyNeighbours(ctx context.Context, s *Spec[SharingInput], m cluster.NodeS
 		ginkgo.By(fmt.Sprintf("measuring beside a %s neighbour on %s", role, target))
 		neighbour := createPod(ctx, s, noisyPod(s, "neighbour-"+role, role, node).RestartAlways())
 		if g, ok := heldGPU(ctx, s, neighbour); !ok || g != target {
-			res.Why = append(res.Why, fmt.Sprintf("the %s neighbour was given %s, not %s, although only %s's replicas were free", role, cmpOr(g, "a GPU the kubelet did not name"), target, target))
+			res.Why = append(res.Why, fmt.Sprintf("the %s neighbour was given %s, not %s, although only %s's replicas were free", role, cmp.Or(g, "a GPU the kubelet did not name"), target, target))
 			return
 		}
 		if i == 0 {
@@ -162,7 +163,7 @@ func heldGPU(ctx context.Context, s *Spec[SharingInput], name string) (string, b
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocation of pod %s from %s", name, s.Path.Authority())
 	if given.CountOnly || len(given.Devices) != 1 {
 		ginkgo.AddReportEntry("not exercised: noisy-neighbour latency on "+pod.Spec.NodeName,
-			fmt.Sprintf("the GPU behind pod %s's replica cannot be read (%s), so no neighbour can be shown to share the probe's GPU", name, cmpOr(given.Note, gpu.FormatDevices(given.Devices))))
+			fmt.Sprintf("the GPU behind pod %s's replica cannot be read (%s), so no neighbour can be shown to share the probe's GPU", name, cmp.Or(given.Note, gpu.FormatDevices(given.Devices))))
 		return "", false
 	}
 	return given.Devices[0], true

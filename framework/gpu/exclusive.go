@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -46,7 +47,7 @@ func CheckExclusive(node string, sharing cluster.NodeSharing, holdings []Holding
 	}
 	limit := sharing.HoldersPerDevice()
 	holders := physicalHolders(holdings)
-	for _, device := range sortedKeys(holders) {
+	for _, device := range slices.Sorted(maps.Keys(holders)) {
 		pods := holders[device]
 		if len(pods) <= limit {
 			continue
@@ -111,15 +112,6 @@ func unlabelledReplicas(holdings []Holding) string {
 	return ""
 }
 
-func sortedKeys(m map[string][]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // MIGHolding is what one pod running on a node holds of MIG devices and whole GPUs, for CheckMIGParents.
 type MIGHolding struct {
 	// Pod names the holder.
@@ -178,7 +170,7 @@ func CheckMIGParents(node string, holdings []MIGHolding) error {
 			}
 		}
 	}
-	for _, g := range sortedKeys(whole) {
+	for _, g := range slices.Sorted(maps.Keys(whole)) {
 		if len(parts[g]) == 0 {
 			continue
 		}

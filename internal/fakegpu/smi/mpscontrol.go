@@ -2,6 +2,7 @@ package smi
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -53,14 +54,7 @@ type MPSEnv struct {
 
 // DefaultMPSEnv is the container's environment.
 func DefaultMPSEnv() MPSEnv {
-	return MPSEnv{PipeDirectory: cmpOr(os.Getenv(fakegpu.EnvMPSPipeDirectory), fakegpu.MPSDefaultPipeDirectory)}
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
+	return MPSEnv{PipeDirectory: cmp.Or(os.Getenv(fakegpu.EnvMPSPipeDirectory), fakegpu.MPSDefaultPipeDirectory)}
 }
 
 // MPSControlMain runs the fake nvidia-cuda-mps-control with args (without the program name) and the
