@@ -101,7 +101,7 @@ const EnvReplicas = "GPUCONFORM_REPLICAS"
 // EnvSharing sets Options.Sharing of DefaultOptions, like EnvReplicas: GPUCONFORM_SHARING=mig-mixed make e2e.
 const EnvSharing = "GPUCONFORM_SHARING"
 
-// EnvRenameShared=true sets Options.RenameShared of DefaultOptions: GPUCONFORM_SHARING=time-slicing
+// EnvRenameShared set to "true" sets Options.RenameShared of DefaultOptions: GPUCONFORM_SHARING=time-slicing
 // GPUCONFORM_REPLICAS=2 GPUCONFORM_RENAME_SHARED=true make e2e.
 const EnvRenameShared = "GPUCONFORM_RENAME_SHARED"
 
