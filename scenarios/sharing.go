@@ -341,6 +341,9 @@ func migNodeFilled(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSha
 	if err := checkMIGParents(node, whole, migs); err != nil {
 		ginkgo.Fail(err.Error())
 	}
+	if err := checkWholeHolders(node, m.WholeReplicas, whole); err != nil {
+		ginkgo.Fail(err.Error())
+	}
 
 	more := groups[0].path
 	ginkgo.By(fmt.Sprintf("asking for one more %s on the full node", more.Resource))

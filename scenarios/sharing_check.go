@@ -229,6 +229,22 @@ func checkMIGParents(node string, whole map[string][]string, migs []migHolding) 
 	return gpu.CheckMIGParents(node, holdings)
 }
 
+// checkWholeHolders judges the whole GPUs pods hold beside MIG devices (mig-mixed; whole maps a GPU's UUID
+// to its holders): each to one pod, or to as many as its replicas when the plugin time-slices them.
+func checkWholeHolders(node string, replicas int, whole map[string][]string) error {
+	sharing := cluster.NodeSharing{}
+	if replicas > 1 {
+		sharing = cluster.NodeSharing{Strategy: cluster.ModeTimeSlicing, Replicas: replicas}
+	}
+	var holdings []gpu.Holding
+	for _, uuid := range slices.Sorted(maps.Keys(whole)) {
+		for _, pod := range whole[uuid] {
+			holdings = append(holdings, gpu.Holding{Pod: pod, Seen: []string{uuid}})
+		}
+	}
+	return gpu.CheckExclusive(node, sharing, holdings)
+}
+
 // migObservation records one pod's MIG device (or partition) for the report.
 func migObservation(node, path, mode string, h migHolding) gpu.SharingObservation {
 	return gpu.SharingObservation{Node: node, Path: path, Mode: mode, Pod: h.Pod,

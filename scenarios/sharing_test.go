@@ -150,6 +150,17 @@ func TestMIGChecks(t *testing.T) {
 	if err := checkMIGParents("n", nil, []migHolding{sliced[0], {Pod: "b", UUID: uuid, Replicas: 2, Replica: uuid + "::0"}}); err == nil || !strings.Contains(err.Error(), "handed out twice") {
 		t.Errorf("one replica, two pods: %v", err)
 	}
+	// mig-mixed's whole GPUs: one holder each, or as many as their replicas when time-sliced.
+	twice := map[string][]string{parent: {"w0", "w1"}}
+	if err := checkWholeHolders("n", 0, twice); err == nil || !strings.Contains(err.Error(), "handed out twice") {
+		t.Errorf("a whole GPU to two pods, not time-sliced: %v", err)
+	}
+	if err := checkWholeHolders("n", 2, twice); err != nil {
+		t.Errorf("a whole GPU time-sliced twice, two pods: %v", err)
+	}
+	if err := checkWholeHolders("n", 2, map[string][]string{parent: {"w0", "w1", "w2"}}); err == nil || !strings.Contains(err.Error(), "more often than it has replicas") {
+		t.Errorf("a whole GPU time-sliced twice, three pods: %v", err)
+	}
 }
 
 // partitionGPU is a parent as the fake stack publishes it (contract: one counter per memory slice and

@@ -80,6 +80,9 @@ type NodeSharingMode struct {
 	MIG []MIGResource `json:"mig,omitempty"`
 	// WholeGPUs (mig-mixed) is the number of nvidia.com/gpu devices, which are whole GPUs.
 	WholeGPUs int64 `json:"wholeGPUs,omitempty"`
+	// WholeReplicas (mig-mixed) is how many devices each whole GPU is advertised as when they are
+	// time-sliced beside the MIG devices (above 1), 0 when each is advertised once.
+	WholeReplicas int `json:"wholeReplicas,omitempty"`
 	// Partitions (dra-partitionable) has one entry per parent GPU.
 	Partitions []PartitionableGPU `json:"partitions,omitempty"`
 	// Consumable (dra-shared) has one entry per device several claims may share.
@@ -393,7 +396,8 @@ func devicePluginMode(n corev1.Node) (NodeSharingMode, bool) {
 		if hasCount && gpus > count {
 			if _, renamed := strings.CutSuffix(string(whole), SharedResourceSuffix); renamed || slicedReplicas > 1 {
 				// Whole GPUs time-sliced beside the MIG devices: replicas, not extra GPUs.
-				m.Evidence = append(m.Evidence, fmt.Sprintf("%d whole-GPU devices for %s=%d: %d per GPU", gpus, LabelGPUCount, count, ceilDiv(gpus, count)))
+				m.WholeReplicas = ceilDiv(gpus, count)
+				m.Evidence = append(m.Evidence, fmt.Sprintf("%d whole-GPU devices for %s=%d: %d per GPU", gpus, LabelGPUCount, count, m.WholeReplicas))
 			} else {
 				conflicts = append(conflicts, fmt.Sprintf("%s advertises %d devices where GFD counts %d whole GPUs (%s=%d): GPUs split into MIG devices may also be advertised whole",
 					whole, gpus, count, LabelGPUCount, count))

@@ -157,7 +157,7 @@ func TestDiscoverSharingModesRenamedResources(t *testing.T) {
 		{Resource: "nvidia.com/mig-1g.10gb", Profile: "1g.10gb", Count: 1, MemoryMiB: 10240},
 		{Resource: "nvidia.com/mig-3g.40gb.shared", Profile: "3g.40gb", Count: 4, MemoryMiB: 40960, Replicas: 2},
 	}
-	if fmt.Sprint(mixed.MIG) != fmt.Sprint(want) || mixed.Resource != "nvidia.com/gpu.shared" || mixed.WholeGPUs != 4 || mixed.Conflict != "" || mixed.Replicas != 2 {
+	if fmt.Sprint(mixed.MIG) != fmt.Sprint(want) || mixed.Resource != "nvidia.com/gpu.shared" || mixed.WholeGPUs != 4 || mixed.WholeReplicas != 2 || mixed.Conflict != "" || mixed.Replicas != 2 {
 		t.Errorf("time-sliced mig-mixed = %+v, want MIG %v, 4 whole-GPU replicas and no conflict", mixed, want)
 	}
 	// GFD's -SHARED after the profile is not part of it, and the MIG devices are advertised twice each.
