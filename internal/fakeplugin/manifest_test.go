@@ -2,6 +2,7 @@ package fakeplugin
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -31,6 +32,7 @@ type manifestValues struct {
 	ResourceName  string
 	Replicas      int
 	Sharing       string
+	RenameShared  bool
 	DriverVersion string
 	UpgradeTo     string
 	PluginVersion string
@@ -172,6 +174,14 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 		"--pod-resources-socket=" + podresources.DefaultSocket}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args = %v, want %v (no --fault when Fault is empty)", c.Args, wantArgs)
+	}
+	// renameByDefault reaches the agent as --rename-shared, and only then.
+	renamed := v
+	renamed.RenameShared = true
+	for _, u := range renderManifest(t, renamed) {
+		if u.GetKind() == "DaemonSet" && !strings.Contains(fmt.Sprint(u.Object), "--rename-shared") {
+			t.Errorf("RenameShared does not reach the agent's arguments")
+		}
 	}
 	// The readiness probe asks the agent's readiness endpoint (--ready-address), which reads the very file
 	// the plugin writes, on a volume that outlives the process; over HTTP, not exec (ready.go).
