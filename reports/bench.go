@@ -15,6 +15,7 @@ import (
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/poollock"
 	"gpuconform.io/gpuconform/framework/timeline"
+	"gpuconform.io/gpuconform/internal/textcut"
 )
 
 // APIRequestsEntry names the Ginkgo report entry in which each spec records the API requests it sent.
@@ -591,17 +592,8 @@ func RenderBench(b Bench) string {
 	s.WriteString("| # | Scenario | Path | Spec | Step | Step wall | Non-inherent |\n|---|---|---|---|---|---|---|\n")
 	for i, st := range b.Slowest {
 		fmt.Fprintf(&s, "| %d | %s | %s | %s | %s | %s | %s |\n", i+1, cell(st.Scenario), cell(st.Path),
-			cell(clip(oneLine(st.Spec), 70)), cell(clip(oneLine(st.Step), 90)),
+			cell(textcut.Head(oneLine(st.Spec), 70)), cell(textcut.Head(oneLine(st.Step), 90)),
 			st.Wall.Round(100*time.Millisecond), st.NonInherent.Round(100*time.Millisecond))
 	}
 	return s.String()
-}
-
-// clip shortens s to at most n runes, the last an ellipsis when it had more.
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return strings.TrimRight(string(r[:n-1]), " ") + "…"
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"gpuconform.io/gpuconform/framework/timeline"
+	"gpuconform.io/gpuconform/internal/textcut"
 )
 
 // HTMLFile is the self-contained signoff page beside signoff.md.
@@ -280,7 +281,7 @@ func GanttSVG(t timeline.Timeline) string {
 	}
 	for i, w := range t.Workloads {
 		y := top + row*float64(i)
-		fmt.Fprintf(&b, `<text x="4" y="%.0f" class="wl">%s</text>`, y+16, html.EscapeString(truncate(w.Name, 24)))
+		fmt.Fprintf(&b, `<text x="4" y="%.0f" class="wl">%s</text>`, y+16, html.EscapeString(textcut.Head(w.Name, 24)))
 		for _, p := range Phases(w, end) {
 			tip := fmt.Sprintf("%s %s: %s → %s (%s)", w.Name, p.Name, p.From.Format("15:04:05.0"), p.To.Format("15:04:05.0"), p.To.Sub(p.From).Round(100*time.Millisecond))
 			if p.markerOnly {
@@ -312,13 +313,6 @@ func niceStep(raw float64) float64 {
 		}
 	}
 	return 7200
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n-1] + "…"
 }
 
 var pageTemplate = template.Must(template.New("signoff").Funcs(template.FuncMap{

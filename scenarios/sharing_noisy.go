@@ -21,6 +21,7 @@ import (
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/run"
 	"gpuconform.io/gpuconform/framework/wait"
+	"gpuconform.io/gpuconform/internal/textcut"
 )
 
 // NoisyLatencyEntry is the report entry of the noisy-neighbour measurement; its value a noisyResult.
@@ -186,7 +187,7 @@ func runNoisyProbe(ctx context.Context, s *Spec[SharingInput], name, node string
 		})
 	raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(name, &corev1.PodLogOptions{Container: fixtures.WorkloadContainer}).DoRaw(ctx)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the log of the noisy-neighbour probe %s", name)
-	gomega.Expect(pod.Status.Phase).To(gomega.Equal(corev1.PodSucceeded), "the noisy-neighbour probe %s failed; its log ends: %s", name, truncated(string(raw), 600))
+	gomega.Expect(pod.Status.Phase).To(gomega.Equal(corev1.PodSucceeded), "the noisy-neighbour probe %s failed; its log ends: %s", name, textcut.Tail(string(raw), 600))
 	gomega.Expect(pod.Spec.NodeName).To(gomega.Equal(node), "the noisy-neighbour probe %s ran on %s, not on %s", name, pod.Spec.NodeName, node)
 	if standIn := noisyStandIn(string(raw)); standIn != "" {
 		return nil, standIn
@@ -217,11 +218,4 @@ func deletePod(ctx context.Context, s *Spec[SharingInput], name string) {
 		_, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "pod still exists (err=%v)", err)
 	})
-}
-
-func truncated(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return "…" + s[len(s)-n:]
 }

@@ -10,6 +10,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
+
+	"gpuconform.io/gpuconform/internal/textcut"
 )
 
 // What the workload behind a component (a Deployment, or a DaemonSet: ready_agents.go) and its pods say
@@ -157,7 +159,7 @@ func stateOf(pod *corev1.Pod, now time.Time) podState {
 		return podState{words: strings.TrimSpace(string(pod.Status.Phase) + " " + pod.Status.Reason + age)}
 	}
 	if cond := podCondition(pod, corev1.PodScheduled); cond != nil && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
-		return podState{words: "Pending, Unschedulable: " + cut(cond.Message) + age, live: true, failing: true}
+		return podState{words: "Pending, Unschedulable: " + textcut.Line(cond.Message, lineWidth) + age, live: true, failing: true}
 	}
 	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
 		w := cs.State.Waiting
@@ -169,7 +171,7 @@ func stateOf(pod *corev1.Pod, now time.Time) podState {
 			words = fmt.Sprintf("%s (container %s, image %s, %d restarts)", w.Reason, cs.Name, cmp.Or(containerImage(pod, cs.Name), cs.Image, "unknown"), cs.RestartCount)
 		}
 		if w.Message != "" {
-			words += ": " + cut(w.Message)
+			words += ": " + textcut.Line(w.Message, lineWidth)
 		}
 		if t := cs.LastTerminationState.Terminated; t != nil && w.Reason == reasonCrashLoop {
 			words += fmt.Sprintf("; it last exited with code %d", t.ExitCode)
@@ -177,7 +179,7 @@ func stateOf(pod *corev1.Pod, now time.Time) podState {
 				words += " (" + t.Reason + ")"
 			}
 			if t.Message != "" {
-				words += ": " + cut(t.Message)
+				words += ": " + textcut.Line(t.Message, lineWidth)
 			}
 		}
 		if w.Reason == reasonCrashLoop && cs.RestartCount < crashLoopRestarts {
@@ -239,19 +241,12 @@ func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodConditi
 	return nil
 }
 
+// lineWidth is the most characters a kubelet or scheduler message keeps in a component state line.
+const lineWidth = 200
+
 func maxTime(a, b time.Time) time.Time {
 	if b.After(a) {
 		return b
 	}
 	return a
-}
-
-// cut keeps a kubelet or scheduler message to one readable line.
-func cut(s string) string {
-	const width = 200
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > width {
-		return string(r[:width-1]) + "…"
-	}
-	return s
 }

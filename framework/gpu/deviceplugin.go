@@ -27,6 +27,7 @@ import (
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/internal/textcut"
 	"gpuconform.io/gpuconform/internal/workload/podresources"
 )
 
@@ -234,7 +235,7 @@ func runPodResourcesHelper(ctx context.Context, in GivenInput, node string, filt
 	}
 	logs, lerr := in.Kube.CoreV1().Pods(created.Namespace).GetLogs(created.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if last.Status.Phase == corev1.PodFailed {
-		return "", fmt.Errorf("podresources helper on %s failed: %s", node, truncate(string(logs), 600))
+		return "", fmt.Errorf("podresources helper on %s failed: %s", node, textcut.Head(string(logs), 600))
 	}
 	if lerr != nil {
 		return "", fmt.Errorf("reading podresources helper logs: %w", lerr)

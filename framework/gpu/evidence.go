@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"gpuconform.io/gpuconform/internal/textcut"
 	"gpuconform.io/gpuconform/internal/workload/podresources"
 	"gpuconform.io/gpuconform/internal/workload/probe"
 )
@@ -46,7 +47,7 @@ func ParseProbe(text string) (ProbeReport, error) {
 		}
 	}
 	if found == nil {
-		return ProbeReport{}, fmt.Errorf("no probe JSON line (with a \"devices\" field) in %d bytes of output: %q", len(text), truncate(text, 400))
+		return ProbeReport{}, fmt.Errorf("no probe JSON line (with a \"devices\" field) in %d bytes of output: %q", len(text), textcut.Head(text, 400))
 	}
 	return *found, nil
 }
@@ -60,12 +61,5 @@ func ParsePodResources(text string) (PodResourcesReport, error) {
 			return r, nil
 		}
 	}
-	return PodResourcesReport{}, fmt.Errorf("no podresources JSON in output: %q", truncate(text, 400))
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return PodResourcesReport{}, fmt.Errorf("no podresources JSON in output: %q", textcut.Head(text, 400))
 }
