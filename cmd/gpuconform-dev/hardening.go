@@ -217,7 +217,7 @@ type hardeningResult struct {
 func hardeningCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := cli.FlagSet("hardening", stderr)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
-	only := fs.String("variants", "", "comma-separated subset of variations (default: all): "+strings.Join(hardeningNames(), ", "))
+	only := fs.String("variants", "", "comma-separated subset of variations (default: all): "+strings.Join(hardeningRows().names(), ", "))
 	artifacts := fs.String("artifacts", "", "directory for each variation's run artifacts (default: _artifacts/hardening)")
 	binary := fs.String("gpuconform", "", "the shipped binary to prove (default: _output/bin/gpuconform of this checkout)")
 	if err := fs.Parse(args); err != nil {
@@ -228,44 +228,28 @@ func hardeningCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
 		return 2
 	}
-	want := splitNonEmpty(*only)
-	for _, w := range want {
-		if !slices.Contains(hardeningNames(), w) {
-			fmt.Fprintf(stderr, "gpuconform hardening: unknown variation %q; use %s\n", w, strings.Join(hardeningNames(), ", "))
-			return 2
-		}
+	rows, err := hardeningRows().selected(splitNonEmpty(*only), "variation")
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
+		return 2
 	}
 	clients, err := cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: *kubeconfig, Timeout: 30 * time.Second})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
 		return 2
 	}
-	var results []hardeningResult
-	for _, row := range hardeningTable() {
-		if len(want) > 0 && !slices.Contains(want, row.Name) {
-			continue
-		}
+	return runRows(rows, func(row hardeningRow) hardeningResult {
 		dir := filepath.Join(*artifacts, row.Name)
 		fmt.Fprintf(stderr, "hardening: %s, expecting %s\n", row.Name, row.Want)
 		res := runHardeningRow(ctx, hardeningEnv{clients: clients, root: root, dir: dir, bin: shipped(*binary)}, *kubeconfig, row, stderr)
 		fmt.Fprintf(stderr, "hardening: %s → %s (%d passed, %d failed, %s; log %s.log)\n", row.Name, res.Verdict, res.Passed, res.Failed, res.Wall.Round(time.Second), dir)
-		results = append(results, res)
-	}
-	printHardening(stdout, results)
-	for _, r := range results {
-		if !r.OK {
-			return 1
-		}
-	}
-	return 0
+		return res
+	}, func(rs []hardeningResult) { printHardening(stdout, rs) }, func(r hardeningResult) bool { return r.OK })
 }
 
-func hardeningNames() []string {
-	var out []string
-	for _, r := range hardeningTable() {
-		out = append(out, r.Name)
-	}
-	return out
+// hardeningRows is hardeningTable as a harness table, its rows named by variation.
+func hardeningRows() table[hardeningRow, hardeningResult] {
+	return table[hardeningRow, hardeningResult]{rows: hardeningTable(), name: func(r hardeningRow) string { return r.Name }}
 }
 
 // runHardeningRow sets the row's variation up, runs the suite under it and undoes it; a failed undo fails

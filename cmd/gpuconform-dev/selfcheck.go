@@ -212,7 +212,6 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 		fmt.Fprintf(stderr, "gpuconform selfcheck: %v\n", err)
 		return 2
 	}
-	var results []selfcheckResult
 	// make selfcheck brings the cluster up first, in its exclusive default; a row of another mode switches
 	// the fake GPUs into it, and the cluster ends exclusive again.
 	bin, current := shipped(*binary), exclusive
@@ -226,36 +225,24 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 			fmt.Fprintf(stderr, "selfcheck: back to whole GPUs: %v\n", err)
 		}
 	}()
-	for _, row := range selfcheckTable() {
-		if len(want) > 0 && !slices.Contains(want, row.Fault) {
-			continue
-		}
+	rows := slices.DeleteFunc(selfcheckTable(), func(row selfcheckRow) bool { return len(want) > 0 && !slices.Contains(want, row.Fault) })
+	return runRows(rows, func(row selfcheckRow) selfcheckResult {
 		res := selfcheckResult{Row: row, Verdict: "-"}
 		if row.NoCheck != "" {
 			res.Note = row.NoCheck
-			results = append(results, res)
-			continue
+			return res
 		}
 		if m := row.mode(); m != current {
 			fmt.Fprintf(stderr, "selfcheck: switching the fake GPUs to %s\n", m)
 			if err := bin.switchSharing(ctx, stderr, m); err != nil {
 				res.Note = err.Error()
-				results = append(results, res)
-				continue
+				return res
 			}
 			current = m
 		}
 		fmt.Fprintf(stderr, "selfcheck: %s on, running specs matching %q\n", row.key(), row.Focus)
-		res = runSelfcheckRow(ctx, clients.Kube, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.key(), "/", "-")), row, stderr)
-		results = append(results, res)
-	}
-	printSelfcheck(stdout, results)
-	for _, r := range results {
-		if !r.Caught {
-			return 1
-		}
-	}
-	return 0
+		return runSelfcheckRow(ctx, clients.Kube, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.key(), "/", "-")), row, stderr)
+	}, func(rs []selfcheckResult) { printSelfcheck(stdout, rs) }, func(r selfcheckResult) bool { return r.Caught })
 }
 
 // runSelfcheckRow switches the row's fault on, runs the specs that must catch it with the shipped binary,

@@ -96,7 +96,7 @@ type sharingResult struct {
 func sharingCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := cli.FlagSet("sharing", stderr)
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
-	only := fs.String("modes", "", "comma-separated subset of modes (default: all): "+strings.Join(sharingNames(), ", "))
+	only := fs.String("modes", "", "comma-separated subset of modes (default: all): "+strings.Join(sharingRows().names(), ", "))
 	artifacts := fs.String("artifacts", "", "directory for each mode's run artifacts (default: _artifacts/sharing)")
 	binary := fs.String("gpuconform", "", "the shipped binary to prove (default: _output/bin/gpuconform of this checkout)")
 	if err := fs.Parse(args); err != nil {
@@ -106,12 +106,10 @@ func sharingCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 		fmt.Fprintf(stderr, "gpuconform sharing: %v\n", err)
 		return 2
 	}
-	want := splitNonEmpty(*only)
-	for _, w := range want {
-		if !slices.Contains(sharingNames(), w) {
-			fmt.Fprintf(stderr, "gpuconform sharing: unknown mode %q; use %s\n", w, strings.Join(sharingNames(), ", "))
-			return 2
-		}
+	rows, err := sharingRows().selected(splitNonEmpty(*only), "mode")
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform sharing: %v\n", err)
+		return 2
 	}
 	bin := shipped(*binary)
 	defer func() {
@@ -123,31 +121,17 @@ func sharingCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 			fmt.Fprintf(stderr, "sharing: %v\n", err)
 		}
 	}()
-	var results []sharingResult
-	for _, row := range sharingTable() {
-		if len(want) > 0 && !slices.Contains(want, row.Mode.String()) {
-			continue
-		}
+	return runRows(rows, func(row sharingRow) sharingResult {
 		fmt.Fprintf(stderr, "sharing: %s, running %s\n", row.Mode, strings.Join(row.Scenarios, ", "))
 		res := runSharingRow(ctx, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.Mode.String(), ":", "-")), row)
 		fmt.Fprintf(stderr, "sharing: %s → %s (%s)\n", row.Mode, res.Verdict, res.Wall.Round(time.Second))
-		results = append(results, res)
-	}
-	printSharing(stdout, results)
-	for _, r := range results {
-		if !r.OK {
-			return 1
-		}
-	}
-	return 0
+		return res
+	}, func(rs []sharingResult) { printSharing(stdout, rs) }, func(r sharingResult) bool { return r.OK })
 }
 
-func sharingNames() []string {
-	var out []string
-	for _, r := range sharingTable() {
-		out = append(out, r.Mode.String())
-	}
-	return out
+// sharingRows is sharingTable as a harness table, its rows named by mode.
+func sharingRows() table[sharingRow, sharingResult] {
+	return table[sharingRow, sharingResult]{rows: sharingTable(), name: func(r sharingRow) string { return r.Mode.String() }}
 }
 
 // runSharingRow switches the cluster into the row's mode and runs its scenarios.

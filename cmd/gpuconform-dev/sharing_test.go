@@ -15,7 +15,7 @@ import (
 // Every row is a mode the fake agent serves, named once, with the replicas the mode needs; the
 // allocation scenario runs on a time-sliced and a MIG-mixed cluster, as the sharing issue asks.
 func TestSharingTable(t *testing.T) {
-	names := sharingNames()
+	names := sharingRows().names()
 	if len(slices.Compact(slices.Sorted(slices.Values(names)))) != len(names) {
 		t.Errorf("sharing rows are not unique: %v", names)
 	}
