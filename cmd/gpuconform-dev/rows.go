@@ -42,12 +42,12 @@ func (t table[R, Res]) selected(want []string, what string) ([]R, error) {
 
 // runRows runs each row, prints the results and returns the harness's exit code: 0 when every result
 // held, 1 otherwise.
-func runRows[R, Res any](rows []R, run func(R) Res, print func([]Res), held func(Res) bool) int {
+func runRows[R, Res any](rows []R, run func(R) Res, printAll func([]Res), held func(Res) bool) int {
 	results := make([]Res, 0, len(rows))
 	for _, r := range rows {
 		results = append(results, run(r))
 	}
-	print(results)
+	printAll(results)
 	if slices.ContainsFunc(results, func(r Res) bool { return !held(r) }) {
 		return 1
 	}

@@ -25,11 +25,11 @@ func TestRowRunner(t *testing.T) {
 		t.Errorf("unknown name: %v", err)
 	}
 	var out bytes.Buffer
-	print := func(rs []int) { fmt.Fprint(&out, rs) }
-	if code := runRows(rows, func(s string) int { return len(s) }, print, func(n int) bool { return n > 0 }); code != 0 || out.String() != "[1 3]" {
+	printInts := func(rs []int) { fmt.Fprint(&out, rs) }
+	if code := runRows(rows, func(s string) int { return len(s) }, printInts, func(n int) bool { return n > 0 }); code != 0 || out.String() != "[1 3]" {
 		t.Errorf("all held: code %d, printed %q", code, out.String())
 	}
-	if code := runRows(rows, func(s string) int { return len(s) }, print, func(n int) bool { return n < 3 }); code != 1 {
+	if code := runRows(rows, func(s string) int { return len(s) }, printInts, func(n int) bool { return n < 3 }); code != 1 {
 		t.Errorf("one did not hold: code %d, want 1", code)
 	}
 }
