@@ -138,8 +138,9 @@ const deviceTestLogLines = 12
 // deviceTest runs the device test dt in a pod given one device on path in namespace ns, pinned to nodes
 // (nil: anywhere the path can place it), waits until it ends and records a DeviceTestEntry. A test that
 // exits non-zero fails the spec at once with its last log lines; a pod that never starts fails it with the
-// wait's diagnosis. The upgrade rehearsal runs it on the canary pool too.
-func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, nodes []string, dt DeviceTestSpec) {
+// wait's diagnosis. The upgrade rehearsal runs it on the canary pool too. It returns what the test
+// checked instead of the real thing when it passed as a stand-in, "" when it ran for real.
+func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string, nodes []string, dt DeviceTestSpec) (standIn string) {
 	ginkgo.GinkgoHelper()
 	image, command := dt.resolve(env.Factory)
 	ginkgo.By(fmt.Sprintf("running the device test, image %s (%s), in a pod with one device on the %s path", image, describeCommand(command), path.Name()))
@@ -188,6 +189,7 @@ func deviceTest(ctx context.Context, env *testenv.Env, path gpu.Path, ns string,
 				cudaVersion, rec.Node, want, from)
 		}
 	}
+	return rec.StandIn
 }
 
 // advertisedCUDA is the CUDA version a node's GPU feature discovery labels advertise ("12.4"), and the

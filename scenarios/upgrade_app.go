@@ -15,6 +15,7 @@ import (
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/upgrade"
+	"gpuconform.io/gpuconform/internal/textcut"
 )
 
 // rehearsalLog is what the rehearsal has done so far: the step in force, which a NO-GO verdict names, and
@@ -22,6 +23,9 @@ import (
 type rehearsalLog struct {
 	step   string
 	checks []upgrade.AppCheck
+	// standIn, set by a check's body, says what the check did instead of the real thing (a device test
+	// without libcuda); its row then reads passed as a stand-in, never plainly passed.
+	standIn string
 }
 
 // at starts a step of the rehearsal.
@@ -37,9 +41,19 @@ func (l *rehearsalLog) check(name, path, node string, body func()) {
 	i := len(l.checks) - 1
 	prev := l.step
 	l.at(fmt.Sprintf("application check %q on the %s path on the upgraded canary (%s)", name, path, node))
+	l.standIn = ""
 	body()
-	l.checks[i].Result = upgrade.AppCheckPassed
+	l.checks[i].Result = passedResult(l.standIn)
 	l.step = prev
+}
+
+// passedResult is a passed check's row: passed, or passed as a stand-in with what it did instead (one
+// line: a row is a line of the table's text).
+func passedResult(standIn string) string {
+	if standIn != "" {
+		return upgrade.AppCheckStandIn + ": " + textcut.Line(standIn, 300)
+	}
+	return upgrade.AppCheckPassed
 }
 
 // notApplicable records a check the canary pool does not offer the shape for, and why.
@@ -153,7 +167,7 @@ func canaryPathChecks(ctx context.Context, in UpgradeInput, log *rehearsalLog, p
 	run("device identity", func(ns string) { runningPodSeesGivenDevices(ctx, env, p, ns, 1, in.Canary) })
 	run("exclusivity (a filled node)", func(ns string) { fillNode(ctx, env, p, ns, in.Canary) })
 	run("isolation", func(ns string) { isolation(ctx, env, p, ns, node) })
-	run("vendor device test", func(ns string) { deviceTest(ctx, env, p, ns, in.Canary, in.DeviceTest) })
+	run("vendor device test", func(ns string) { log.standIn = deviceTest(ctx, env, p, ns, in.Canary, in.DeviceTest) })
 	switch placement, why := canaryGangPlacement(in, p); {
 	case why != "":
 		log.notApplicable("multi-worker job", name, why)

@@ -95,6 +95,20 @@ func TestRehearsalLogNamesTheCheckThatFailed(t *testing.T) {
 	}
 }
 
+// A check whose body ran a stand-in reads so in the rehearsal's table, with what it did, never plainly
+// passed.
+func TestRehearsalStandInRow(t *testing.T) {
+	if got := passedResult("nvidia-smi lists GPU-1"); got != "passed as a stand-in: nvidia-smi lists GPU-1" {
+		t.Errorf("stand-in row = %q", got)
+	}
+	if got := upgrade.ParseAppChecks(upgrade.FormatAppChecks([]upgrade.AppCheck{{Check: "vendor device test", Path: "dra", Result: passedResult("line one\nline two")}})); len(got) != 1 || got[0].Result != "passed as a stand-in: line one line two" {
+		t.Errorf("a stand-in row does not read back as one row: %+v", got)
+	}
+	if got := passedResult(""); got != upgrade.AppCheckPassed {
+		t.Errorf("a real pass = %q, want passed", got)
+	}
+}
+
 // The paths' checks run at once: the rows come in the paths' order, and when one path's check failed,
 // the other path's check its failure stopped reads interrupted, so the verdict names the one that failed.
 func TestMergePathChecksNamesTheFirstFailure(t *testing.T) {

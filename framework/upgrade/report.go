@@ -19,7 +19,10 @@ const (
 
 // Results of an application check row.
 const (
-	AppCheckPassed        = "passed"
+	AppCheckPassed = "passed"
+	// AppCheckStandIn is a check that passed doing less than the real thing (run.StandIn): the row says
+	// what it did, and the verdict counts the stand-in.
+	AppCheckStandIn       = "passed as a stand-in"
 	AppCheckFailed        = "FAILED"
 	AppCheckNotApplicable = "not applicable"
 	// AppCheckInterrupted is a check another path's failed check stopped (the paths' checks run at once).
