@@ -1,7 +1,6 @@
 package reports
 
 import (
-	"bytes"
 	"cmp"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/onsi/ginkgo/v2/types"
-	"go.yaml.in/yaml/v3"
 
 	"gpuconform.io/gpuconform/framework/artifacts"
 	"gpuconform.io/gpuconform/framework/conformance"
@@ -34,6 +32,7 @@ const (
 	evidenceResultShort      = "passed, not proven"
 	evidenceResultNotRun     = "not exercised"
 	evidenceResultOutOfScope = "out of scope"
+	evidenceResultNA         = "not applicable"
 )
 
 // EvidenceSpec is one spec that bears on a requirement, as run.
@@ -47,6 +46,11 @@ type EvidenceSpec struct {
 	Failure string
 	// Artifacts is the spec's artifacts directory, relative to the run's.
 	Artifacts string
+	// JUnitName is the spec's test case name in the run's JUnit report (its anchor in PRODUCT.yaml).
+	JUnitName string
+	// NotApplicable is why a spec that skipped itself does not apply to the cluster, with the evidence
+	// ("" for any other spec).
+	NotApplicable string
 }
 
 // RequirementEvidence is one requirement of the checklist with what this run showed of it.
@@ -138,13 +142,15 @@ func (st runStanding) shortfall(notRun []string) string {
 // Implemented only when every spec that proves it passed in an unfiltered run whose verdict is GO; Not
 // Implemented when one of them failed; Partially Implemented, naming what is missing, in between.
 func judgeRequirement(rec Record, r RequirementEvidence, st runStanding) (result, status, notes string) {
-	var passed, failed, notRun []string
+	var passed, failed, notRun, notApplicable []string
 	for _, sp := range r.Specs {
-		switch sp.Result {
-		case ResultPassed:
+		switch {
+		case sp.Result == ResultPassed:
 			passed = append(passed, sp.Path)
-		case ResultFailed:
+		case sp.Result == ResultFailed:
 			failed = append(failed, sp.Path)
+		case sp.NotApplicable != "":
+			notApplicable = append(notApplicable, sp.NotApplicable)
 		default:
 			notRun = append(notRun, sp.Text)
 		}
@@ -166,11 +172,29 @@ func judgeRequirement(rec Record, r RequirementEvidence, st runStanding) (result
 	case len(passed) > 0:
 		return evidenceResultProven, StatusImplemented, fmt.Sprintf("gpuconform: %d spec(s) passed (%s); see the evidence page for what each saw", len(passed), pathList(passed))
 	}
+	if len(notApplicable) > 0 && len(notRun) == 0 {
+		return judgeNotApplicable(r, notApplicable, st)
+	}
 	why := requirementNotExercised(rec, r.ID)
 	if len(why) == 0 {
 		why = []string{"no spec that proves it ran in this run (filtered out, or its scenario was not registered)"}
 	}
 	return evidenceResultNotRun, statusLeftToParticipant, "not exercised in this gpuconform run: " + strings.Join(why, "; ")
+}
+
+// judgeNotApplicable is the status of a requirement whose every proving spec found the cluster without
+// what it tests: N/A, with the specs' evidence as notes, only for a conditional MUST (one that binds a
+// platform offering the thing) or a SHOULD, and only in an unfiltered run; an unconditional MUST is left
+// to the participant with the same evidence.
+func judgeNotApplicable(r RequirementEvidence, why []string, st runStanding) (result, status, notes string) {
+	because := strings.Join(slices.Compact(why), "; ")
+	switch {
+	case st.filter != "":
+		return evidenceResultNA, statusLeftToParticipant, fmt.Sprintf("gpuconform found it not applicable (%s), but the run was filtered (%s)", because, st.filter)
+	case r.Level == conformance.Must && !conformance.Conditional(r.ID):
+		return evidenceResultNA, statusLeftToParticipant, "gpuconform found nothing to test (" + because + "), but the checklist makes this MUST unconditional"
+	}
+	return evidenceResultNA, StatusNA, "gpuconform: not applicable: " + because
 }
 
 // requirementNotExercised are the record's reasons why the scenarios claiming id did not run their
@@ -206,7 +230,10 @@ func specsWithLabel(suites []types.Report, label string) []EvidenceSpec {
 			if res == "" || res == ResultFiltered || !slices.Contains(sp.Labels(), label) {
 				continue
 			}
-			e := EvidenceSpec{Text: sp.FullText(), Result: res, Path: pathOf(sp)}
+			e := EvidenceSpec{Text: sp.FullText(), Result: res, Path: pathOf(sp), JUnitName: junitName(sp)}
+			if why, ok := strings.CutPrefix(firstLine(sp.Failure.Message), NotApplicablePrefix); ok && res == ResultSkipped {
+				e.NotApplicable = strings.TrimSpace(why)
+			}
 			for _, entry := range sp.ReportEntries {
 				if entry.Name == APIRequestsEntry || entry.Name == "timeline" {
 					continue
@@ -223,8 +250,18 @@ func specsWithLabel(suites []types.Report, label string) []EvidenceSpec {
 	return out
 }
 
-// WriteEvidence writes the run's evidence directory: README.md (the requirement table), one page per
-// requirement, and the checklist of the version filled in (AIConformance-<version>.yaml).
+// junitName is a spec's test case name in the JUnit report Ginkgo writes with its default settings
+// (reporters.GenerateJUnitReport): the leaf node type in brackets, the full text, the labels in brackets.
+func junitName(sp types.SpecReport) string {
+	name := fmt.Sprintf("[%s] %s", sp.LeafNodeType, sp.FullText())
+	if ls := sp.Labels(); len(ls) > 0 {
+		name += " [" + strings.Join(ls, ", ") + "]"
+	}
+	return strings.TrimSpace(name)
+}
+
+// WriteEvidence writes the run's evidence directory (README.md, the requirement table, and one page per
+// requirement) and the program's submission file filled in (PRODUCT.yaml, beside the JUnit report).
 func WriteEvidence(dir string, ev Evidence, rec Record) error {
 	out := filepath.Join(dir, EvidenceDir)
 	if err := os.RemoveAll(out); err != nil {
@@ -237,20 +274,20 @@ func WriteEvidence(dir string, ev Evidence, rec Record) error {
 	for _, r := range ev.Requirements {
 		errs = append(errs, os.WriteFile(filepath.Join(out, r.Page), []byte(evidencePage(r, ev, rec)), 0o644))
 	}
-	checklist, err := ChecklistYAML(ev, rec)
-	errs = append(errs, err, os.WriteFile(filepath.Join(out, ChecklistFile(ev.Version)), checklist, 0o644))
+	product, err := ProductYAML(ev, rec)
+	errs = append(errs, err)
+	if err == nil {
+		errs = append(errs, os.WriteFile(filepath.Join(dir, ProductFile), product, 0o644))
+	}
 	return errors.Join(errs...)
 }
-
-// ChecklistFile is the filled checklist's file name, the program's own (docs/AIConformance-1.NN.yaml).
-func ChecklistFile(version string) string { return "AIConformance-" + version + ".yaml" }
 
 // evidenceIndex is the evidence directory's README: one row per requirement.
 func evidenceIndex(ev Evidence, rec Record) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Kubernetes AI Conformance evidence (checklist v%s)\n\n", ev.Version)
-	fmt.Fprintf(&b, "gpuconform run `%s` against `%s` (Kubernetes %s), profile %s. The filled checklist is [%s](%s).\n\n",
-		rec.RunID, rec.Context, rec.KubernetesVersion, cmp.Or(ev.Profile, conformance.ProfileSignoff), ChecklistFile(ev.Version), ChecklistFile(ev.Version))
+	fmt.Fprintf(&b, "gpuconform run `%s` against `%s` (Kubernetes %s), profile %s. The checklist filled in is [%s](../%s).\n\n",
+		rec.RunID, rec.Context, rec.KubernetesVersion, cmp.Or(ev.Profile, conformance.ProfileSignoff), ProductFile, ProductFile)
 	b.WriteString("| Requirement | Level | Result | Checklist status | Specs |\n| --- | --- | --- | --- | --- |\n")
 	for _, r := range ev.Requirements {
 		fmt.Fprintf(&b, "| [%s](%s) | %s | %s | %s | %d |\n", r.ID, r.Page, r.Level, r.Result, cmp.Or(r.Status, "(left to the participant)"), len(r.Specs))
@@ -264,7 +301,7 @@ func evidenceIndex(ev Evidence, rec Record) string {
 func evidencePage(r RequirementEvidence, ev Evidence, rec Record) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s (%s, %s)\n\n", r.ID, r.Level, r.Section)
-	fmt.Fprintf(&b, "Checklist v%s. What it asks, in short: %s.\n\n", ev.Version, r.Summary)
+	fmt.Fprintf(&b, "Checklist v%s: %s\n\n", ev.Version, cmp.Or(r.Description, r.Summary))
 	fmt.Fprintf(&b, "**Result: %s.** Checklist status: %s.\n\n%s\n\n", r.Result, cmp.Or(r.Status, "left to the participant"), r.Notes)
 	if len(r.How) > 0 {
 		b.WriteString("## How gpuconform checks it\n\n")
@@ -277,7 +314,10 @@ func evidencePage(r RequirementEvidence, ev Evidence, rec Record) string {
 		fmt.Fprintf(&b, "## Specs (run `%s`, context `%s`)\n\n", rec.RunID, rec.Context)
 		for _, sp := range r.Specs {
 			fmt.Fprintf(&b, "### %s: %s\n\n", sp.Result, sp.Text)
-			fmt.Fprintf(&b, "- path: %s\n- artifacts: [%s](%s)\n", sp.Path, sp.Artifacts, sp.Artifacts)
+			fmt.Fprintf(&b, "- path: %s\n- artifacts: [%s](%s)\n- JUnit test case: `%s`\n", sp.Path, sp.Artifacts, sp.Artifacts, sp.JUnitName)
+			if sp.NotApplicable != "" {
+				fmt.Fprintf(&b, "- not applicable: %s\n", sp.NotApplicable)
+			}
 			for _, e := range sp.Entries {
 				if strings.Contains(strings.TrimSpace(e[1]), "\n") {
 					fmt.Fprintf(&b, "- %s:\n\n  ```\n  %s\n  ```\n", e[0], strings.ReplaceAll(strings.TrimSpace(e[1]), "\n", "\n  "))
@@ -296,76 +336,3 @@ func evidencePage(r RequirementEvidence, ev Evidence, rec Record) string {
 
 // oneLine keeps a report entry on its list item.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-// checklist mirrors the program's checklist file (cncf/k8s-ai-conformance docs/AIConformance-1.NN.yaml):
-// metadata for the participant to fill, and per section the requirements with status, evidence, notes.
-type checklist struct {
-	Metadata checklistMeta `yaml:"metadata"`
-	Spec     checklistSpec `yaml:"spec"`
-}
-
-type checklistMeta struct {
-	KubernetesVersion string `yaml:"kubernetesVersion"`
-	PlatformName      string `yaml:"platformName"`
-	PlatformVersion   string `yaml:"platformVersion"`
-	VendorName        string `yaml:"vendorName"`
-	WebsiteURL        string `yaml:"websiteUrl"`
-	RepoURL           string `yaml:"repoUrl"`
-	DocumentationURL  string `yaml:"documentationUrl"`
-	ProductLogoURL    string `yaml:"productLogoUrl"`
-	Description       string `yaml:"description"`
-	ContactEmail      string `yaml:"contactEmailAddress"`
-}
-
-type checklistSpec struct {
-	Accelerators            []checklistItem `yaml:"accelerators"`
-	Networking              []checklistItem `yaml:"networking"`
-	SchedulingOrchestration []checklistItem `yaml:"schedulingOrchestration"`
-	Observability           []checklistItem `yaml:"observability"`
-	Security                []checklistItem `yaml:"security"`
-	Operator                []checklistItem `yaml:"operator"`
-}
-
-type checklistItem struct {
-	ID          string   `yaml:"id"`
-	Description string   `yaml:"description"`
-	Level       string   `yaml:"level"`
-	Status      string   `yaml:"status"`
-	Evidence    []string `yaml:"evidence"`
-	Notes       string   `yaml:"notes"`
-}
-
-// ChecklistYAML fills the checklist: status and evidence links for what gpuconform proved or saw fail,
-// notes for everything (what is out of scope, what did not run and why). The metadata stays for the
-// participant, but for the description, which names the run.
-func ChecklistYAML(ev Evidence, rec Record) ([]byte, error) {
-	c := checklist{Metadata: checklistMeta{
-		KubernetesVersion: "v" + ev.Version, PlatformName: "[Platform Name]", PlatformVersion: "[Platform Version]", VendorName: "[Vendor Name]",
-		WebsiteURL: "[Website URL]", RepoURL: "[Repository URL]", DocumentationURL: "[Documentation URL]", ProductLogoURL: "[Documentation URL]",
-		Description:  fmt.Sprintf("gpuconform run %s against %s (Kubernetes %s)", rec.RunID, rec.Context, rec.KubernetesVersion),
-		ContactEmail: "[Contact Email Address]",
-	}}
-	sections := map[string]*[]checklistItem{
-		"accelerators": &c.Spec.Accelerators, "networking": &c.Spec.Networking, "schedulingOrchestration": &c.Spec.SchedulingOrchestration,
-		"observability": &c.Spec.Observability, "security": &c.Spec.Security, "operator": &c.Spec.Operator,
-	}
-	for _, r := range ev.Requirements {
-		item := checklistItem{ID: string(r.ID), Description: r.Summary + " (summary; the checklist's own text is authoritative)", Level: string(r.Level),
-			Status: r.Status, Evidence: []string{}, Notes: r.Notes}
-		if len(r.Specs) > 0 {
-			item.Evidence = append(item.Evidence, "file://"+EvidenceDir+"/"+r.Page, "file://junit.gpuconform.xml", "file://gpuconform-report.json")
-		}
-		if s, ok := sections[r.Section]; ok {
-			*s = append(*s, item)
-		}
-	}
-	var buf bytes.Buffer
-	buf.WriteString("# Kubernetes AI Conformance checklist v" + ev.Version + ", filled in by gpuconform from run " + rec.RunID + ".\n")
-	buf.WriteString("# Status is set only where a gpuconform spec proved the requirement or saw it fail; the rest is left to the participant.\n")
-	enc := yaml.NewEncoder(&buf)
-	enc.SetIndent(2)
-	if err := enc.Encode(c); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), enc.Close()
-}

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/onsi/ginkgo/v2/types"
-	"go.yaml.in/yaml/v3"
 
 	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/conformance"
@@ -58,7 +57,7 @@ func TestConformanceEvidenceJudgesEachRequirement(t *testing.T) {
 		conformance.DriverRuntimeManagement: {evidenceResultFailed, StatusNotImplemented},
 		conformance.AcceleratorMetrics:      {evidenceResultNotRun, ""},
 		conformance.GPUSharing:              {evidenceResultNotRun, ""},
-		conformance.AIInference:             {evidenceResultOutOfScope, ""},
+		conformance.AdvancedInferenceIngress: {evidenceResultOutOfScope, ""},
 		conformance.WorkloadSandboxing:      {evidenceResultOutOfScope, ""},
 	}
 	for _, r := range ev.Requirements {
@@ -77,7 +76,7 @@ func TestConformanceEvidenceJudgesEachRequirement(t *testing.T) {
 			if !strings.Contains(r.Notes, "no Service is labelled app.kubernetes.io/name=dcgm-exporter") {
 				t.Errorf("metrics notes say not why: %q", r.Notes)
 			}
-		case conformance.AIInference:
+		case conformance.AdvancedInferenceIngress:
 			if !strings.Contains(r.Notes, "not exercised by gpuconform: a networking/serving requirement") {
 				t.Errorf("out-of-scope notes: %q", r.Notes)
 			}
@@ -146,23 +145,34 @@ func TestWriteEvidenceAndTheChecklist(t *testing.T) {
 	if strings.Contains(string(page), APIRequestsEntry) {
 		t.Error("the page lists the API request count, which proves nothing")
 	}
-	raw, err := os.ReadFile(filepath.Join(dir, EvidenceDir, "AIConformance-1.37.yaml"))
+	raw, err := os.ReadFile(filepath.Join(dir, ProductFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var c checklist
-	if err := yaml.Unmarshal(raw, &c); err != nil {
-		t.Fatalf("the checklist is not YAML: %v\n%s", err, raw)
+	c, err := ReadProduct(raw)
+	if err != nil {
+		t.Fatalf("PRODUCT.yaml does not read: %v\n%s", err, raw)
 	}
-	if c.Metadata.KubernetesVersion != "v1.37" || len(c.Spec.Security) != 2 || len(c.Spec.Operator) != 1 || len(c.Spec.Networking) != 4 {
-		t.Fatalf("checklist = %+v", c)
+	if c.Metadata["kubernetesVersion"] != "v1.37" || len(c.Spec["security"]) != 2 || len(c.Spec["operator"]) != 1 || len(c.Spec["networking"]) != 4 {
+		t.Fatalf("PRODUCT.yaml = %+v", c)
 	}
-	sec := c.Spec.Security[0]
-	if sec.ID != "secure_accelerator_access" || sec.Status != StatusPartlyImplemented || len(sec.Evidence) == 0 || sec.Evidence[0] != "file://evidence/secure_accelerator_access.md" {
+	sec := c.Spec["security"][0]
+	want, _ := conformance.For("1.37")
+	if r, _ := want.Find(conformance.SecureAcceleratorAccess); sec.Description != r.Description || sec.Level != "MUST" {
+		t.Errorf("the checklist's own description or level is not kept: %+v", sec)
+	}
+	if sec.ID != "secure_accelerator_access" || sec.Status != StatusPartlyImplemented || len(sec.Evidence) != 3 || sec.Evidence[0] != "evidence/secure_accelerator_access.md" ||
+		sec.Evidence[1] != JUnitFile+"#[It] GPU allocation on the device-plugin path shows no device to a pod that asks for none [scenario:allocation, path:device-plugin, conformance:secure_accelerator_access]" {
 		t.Errorf("security item = %+v", sec)
 	}
-	if ai := c.Spec.Networking[0]; ai.Status != "" || len(ai.Evidence) != 0 || !strings.Contains(ai.Notes, "not exercised by gpuconform") {
+	if ai := c.Spec["networking"][1]; ai.Status != "" || len(ai.Evidence) != 0 || !strings.Contains(ai.Notes, "not exercised by gpuconform") {
 		t.Errorf("an out-of-scope requirement = %+v", ai)
+	}
+	for _, w := range []string{"platformName: \"\" # TODO: name of the product being certified", "repoUrl: \"\" # optional:", "k8sConformanceUrl: \"\" # TODO:",
+		"# Hybrid Verification Approach for v1.37:", "# Filled in by gpuconform from run"} {
+		if !strings.Contains(string(raw), w) {
+			t.Errorf("PRODUCT.yaml lacks %q:\n%s", w, raw)
+		}
 	}
 	if !strings.Contains(string(raw), "accelerators:\n") || strings.Index(string(raw), "accelerators:") > strings.Index(string(raw), "networking:") {
 		t.Error("sections out of the checklist's order")

@@ -64,6 +64,8 @@ type Signoff struct {
 type ConformanceClaims struct {
 	Version string              `json:"version"`
 	Claims  []conformance.Claim `json:"claims,omitempty"`
+	// Product is the submission's metadata the participant gave (PRODUCT.yaml's metadata section).
+	Product conformance.Metadata `json:"product,omitzero"`
 }
 
 // Baseline is what a later run is compared with: the paths an earlier run exercised, its spec results and

@@ -27,6 +27,9 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprint(stdout, reports.RenderHistory(runs))
 		return 0
 	}
+	if len(args) > 0 && args[0] == "--check-product" {
+		return checkProduct(args[1:], stdout, stderr)
+	}
 	dir, code, done := artifactsDirArg("report", args, stdout, stderr)
 	if done {
 		return code
@@ -81,4 +84,30 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 	fmt.Fprintf(stderr, "verdict: %s (exit code %d)\n", v.Outcome, v.ExitCode())
 	fmt.Fprintf(stderr, "signoff: %d passed, %d failed, %d skipped\n", passed, failed, skipped)
 	return v.ExitCode()
+}
+
+// checkProduct checks a PRODUCT.yaml against the AI Conformance program's rules: exit 0 when it is fit
+// to submit, 1 when it is not (each problem on its own line), 2 on a usage error.
+func checkProduct(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		fmt.Fprintln(stderr, "usage: gpuconform report --check-product PRODUCT.yaml")
+		return 2
+	}
+	c, err := reports.CheckProduct(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform report --check-product: %v\n", err)
+		return 1
+	}
+	for _, n := range c.Notes {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
+	for _, p := range c.Problems {
+		fmt.Fprintf(stdout, "problem: %s\n", p)
+	}
+	if len(c.Problems) > 0 {
+		fmt.Fprintf(stderr, "%s: not fit to submit (checklist v%s): %d problem(s)\n", args[0], c.Version, len(c.Problems))
+		return 1
+	}
+	fmt.Fprintf(stderr, "%s: fit to submit (checklist v%s)\n", args[0], c.Version)
+	return 0
 }

@@ -52,9 +52,20 @@ func TestReportExitCodeIsTheVerdicts(t *testing.T) {
 		t.Errorf("the failed run's stderr does not give the reason before the verdict:\n%s", got)
 	}
 	// The evidence follows the report rendered again: the failed spec now says Not Implemented.
-	raw, err := os.ReadFile(filepath.Join(dir, reports.EvidenceDir, reports.ChecklistFile("1.37")))
-	if err != nil || !strings.Contains(string(raw), "status: Not Implemented") {
-		t.Errorf("checklist after the failed run (%v):\n%s", err, raw)
+	raw, err := os.ReadFile(filepath.Join(dir, reports.ProductFile))
+	if err != nil || !strings.Contains(string(raw), `status: "Not Implemented"`) {
+		t.Errorf("PRODUCT.yaml after the failed run (%v):\n%s", err, raw)
+	}
+	// It is not fit to submit: the failed MUST, the metadata nobody gave.
+	out.Reset()
+	errb.Reset()
+	if code := reportCommand(t.Context(), []string{"--check-product", filepath.Join(dir, reports.ProductFile)}, &out, &errb); code != 1 ||
+		!strings.Contains(out.String(), "problem: secure_accelerator_access: a MUST must be Implemented (or N/A with notes), not \"Not Implemented\"") ||
+		!strings.Contains(out.String(), "problem: metadata platformName is empty") || !strings.Contains(errb.String(), "not fit to submit (checklist v1.37)") {
+		t.Errorf("--check-product: exit %d\n%s%s", code, out.String(), errb.String())
+	}
+	if code := reportCommand(t.Context(), []string{"--check-product"}, &out, &errb); code != 2 {
+		t.Errorf("--check-product without a file: exit %d", code)
 	}
 }
 

@@ -130,6 +130,11 @@ func flagTable() []flagDef {
 		{name: "device-test-image", usage: "image of the GPU vendor's device test the allocation scenario runs with one device per path, e.g. nvcr.io/nvidia/k8s/cuda-sample:vectoradd-cuda12.5.0; it passes by exiting 0 (default: the workload image's gpu-workload device-test)", apply: func(c *Config, v string) error { c.DeviceTest.Image = v; return nil }},
 		{name: "device-test-command", usage: "command of the device test image, split on white space (default: the image's entrypoint); needs --device-test-image", apply: func(c *Config, v string) error { c.DeviceTest.Command = strings.Fields(v); return nil }},
 		{name: "profile", usage: "signoff (default: every scenario), or ai-conformance[-1.NN]: only the specs that prove a Kubernetes AI Conformance requirement, with evidence pages and the filled checklist", apply: func(c *Config, v string) error { c.Profile = v; return nil }},
+		{name: "product-metadata", usage: "YAML file of the AI Conformance submission's metadata in the program's keys (platformName, platformVersion, vendorName, websiteUrl, repoUrl, documentationUrl, productLogoUrl, description, contactEmailAddress, k8sConformanceUrl), written into PRODUCT.yaml", apply: func(c *Config, v string) error {
+			m, err := LoadProductMetadata(v)
+			c.Product = m
+			return err
+		}},
 		{name: "accelerator-metrics", usage: "where per-device metrics are read: auto (a Service labelled as the DCGM exporter), none, service:NAMESPACE/NAME[:PORT] or prometheus:URL", apply: func(c *Config, v string) error { c.AcceleratorMetrics = v; return nil }},
 		{name: "pod-cpu", usage: "CPU every container the suite runs requests and is limited to, a quantity (default 100m)", apply: func(c *Config, v string) error { c.PodResources.CPU = v; return nil }},
 		{name: "pod-memory", usage: "memory every container the suite runs requests and is limited to, a quantity (default 128Mi)", apply: func(c *Config, v string) error { c.PodResources.Memory = v; return nil }},

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/timeouts"
 )
 
@@ -139,6 +140,9 @@ type Config struct {
 	// DCGM exporter Service, scraped per node through the API server's pod proxy) or "prometheus:URL" (a
 	// Prometheus that scrapes the exporter, queried over HTTP from where the suite runs).
 	AcceleratorMetrics string `json:"acceleratorMetrics,omitempty"`
+	// Product is the AI Conformance submission's metadata (who certifies which product), written into
+	// PRODUCT.yaml; a field left out stays blank there with a TODO.
+	Product conformance.Metadata `json:"product,omitempty"`
 }
 
 // MetricsEndpoint is a parsed AcceleratorMetrics value.

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/onsi/ginkgo/v2"
@@ -89,8 +90,13 @@ func Run(t ginkgo.GinkgoTestingT, opts Options) (string, error) {
 		facts = r.Facts()
 	}
 	conf, version, _ := conformance.ParseProfile(cfg.Profile) // validated with the flags
+	if err == nil && !strings.HasPrefix(cfg.Profile, conformance.ProfileAIConformance+"-") {
+		if v, ok := conformance.ForKubernetes(r.Caps.ServerVersion); ok {
+			version = v // a profile without a version: the checklist of the cluster's own minor
+		}
+	}
 	signoff.Profile = cmp.Or(cfg.Profile, conformance.ProfileSignoff)
-	signoff.Conformance = reports.ConformanceClaims{Version: version, Claims: scenarios.Proofs()}
+	signoff.Conformance = reports.ConformanceClaims{Version: version, Claims: scenarios.Proofs(), Product: cfg.Product}
 	switch {
 	case conf:
 		// The profile runs only the specs that prove a requirement of its checklist, and requires each MUST
