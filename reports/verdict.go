@@ -272,6 +272,9 @@ func Decide(suites []types.Report, rec Record) Verdict {
 	// A run that stopped early lists why once, not every requirement its stop left unexercised.
 	stopped := rec.SetupFailure != "" || len(refused) > 0 || stop.cause != ""
 	passedLabels := map[string]bool{}
+	// notApplicable are the labels of specs that found the cluster without what they test: a required
+	// scenario or requirement label they carry is answered (listed as not applicable), a path label is not.
+	notApplicable := map[string]bool{}
 	ran := 0
 	for _, s := range suites {
 		if !s.SuiteSucceeded && !explained(s.SpecialSuiteFailureReasons, len(refused) > 0) {
@@ -295,6 +298,11 @@ func Decide(suites []types.Report, rec Record) Verdict {
 			}
 			if SpecResult(sp) == ResultSkipped && !stopped && required(sp, rec) {
 				v.skippedRequired(sp)
+			}
+			if SpecResult(sp) == ResultSkipped && strings.HasPrefix(firstLine(sp.Failure.Message), NotApplicablePrefix) {
+				for _, l := range sp.Labels() {
+					notApplicable[l] = !strings.HasPrefix(l, "path:")
+				}
 			}
 			if sp.State != types.SpecStatePassed {
 				continue
@@ -338,7 +346,7 @@ func Decide(suites []types.Report, rec Record) Verdict {
 	}
 	slices.Sort(require)
 	for _, r := range slices.Compact(require) {
-		if !passedLabels[r] && !stopped {
+		if !passedLabels[r] && !notApplicable[r] && !stopped {
 			v.Incomplete = append(v.Incomplete, fmt.Sprintf("required %s was not exercised (no passed spec carries the label)%s", r, whyNotExercised(rec, r)))
 		}
 	}

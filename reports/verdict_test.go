@@ -194,3 +194,21 @@ func TestVerdictStandIn(t *testing.T) {
 		t.Errorf("markdown lacks the stand-in lines:\n%s", md[:min(len(md), 800)])
 	}
 }
+
+// A required requirement whose only spec found the cluster without the thing (no autoscaler) is
+// answered: GO, with the spec listed as not applicable; a spec that skipped itself for another reason
+// leaves it INCOMPLETE.
+func TestNotApplicableAnswersARequiredRequirement(t *testing.T) {
+	s, rec := passing()
+	na := spec("scales a GPU pool for a pending pod", "dra", types.SpecStateSkipped, NotApplicablePrefix+" no --autoscaling-pool was given and no node carries an autoscaler's node-group label")
+	na.ContainerHierarchyLabels = [][]string{{"scenario:platform"}}
+	na.LeafNodeLabels = []string{"conformance:cluster_autoscaling"}
+	s[0].SpecReports = append(s[0].SpecReports, na)
+	rec.Signoff.Require = append(rec.Signoff.Require, "conformance:cluster_autoscaling")
+	v := expectOutcome(t, s, rec, OutcomeGo, "")
+	if len(v.NotApplicable) != 1 || !strings.Contains(v.NotApplicable[0], "no --autoscaling-pool was given") {
+		t.Errorf("not applicable: %q", v.NotApplicable)
+	}
+	s[0].SpecReports[len(s[0].SpecReports)-1].Failure.Message = "not exercised: the metrics API did not answer"
+	expectOutcome(t, s, rec, OutcomeIncomplete, "required spec not exercised")
+}
