@@ -25,6 +25,8 @@ var Registry = []*Scenario{
 	Sharing,
 	Gang,
 	Metrics,
+	Operator,
+	Platform,
 }
 
 // Scenario is a scenario's declaration: what the suite, the labels, the verdict policy, the report and

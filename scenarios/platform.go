@@ -1,0 +1,176 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/onsi/ginkgo/v2"
+	"github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"gpuconform.io/gpuconform/framework/conformance"
+	"gpuconform.io/gpuconform/framework/labels"
+	"gpuconform.io/gpuconform/framework/suite"
+)
+
+// PlatformInput is the input of PlatformSpec.
+type PlatformInput struct{ Base }
+
+const platformName = "platform"
+
+// Platform finds out, for the conditional MUSTs of the checklist, whether the cluster offers the thing at
+// all, from what a real cluster shows: the metrics APIs registered with the aggregator (pod autoscaling),
+// a cluster autoscaler's own status or API (cluster autoscaling), the Gateway API and a controller that
+// accepted a GatewayClass (inference traffic). Where the cluster evidently has none, the spec is not
+// applicable, with the evidence, and the requirement N/A; where it has one that is broken (a metrics API
+// registered but unavailable, Gateway CRDs no controller serves), the spec fails; where it has a working
+// one, the spec says gpuconform does not exercise it yet and the requirement is left to the participant.
+var Platform = Define(Scenario{Name: platformName, Title: "the cluster's autoscalers and inference gateway: present and working, or evidently absent",
+	Proves: []conformance.Proof{
+		{Requirement: conformance.PodAutoscaling, How: "the custom and external metrics APIs (APIServices v1beta1/v1beta2.custom.metrics.k8s.io, v1beta1.external.metrics.k8s.io): " +
+			"none registered is not applicable; one registered must be Available"},
+		{Requirement: conformance.ClusterAutoscaling, How: "a cluster autoscaler's evidence (cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status, " +
+			"Karpenter's karpenter.sh API): none is not applicable"},
+		{Requirement: conformance.AIInference, How: "the Gateway API (gateway.networking.k8s.io): not served is not applicable; served, a controller must have accepted a GatewayClass"},
+	}},
+	func(r *suite.Run) PlatformInput { return PlatformInput{Base: baseOf(r)} },
+	PlatformSpec)
+
+// PlatformSpec registers the three checks, once for the cluster.
+func PlatformSpec(input func() PlatformInput) {
+	ginkgo.Describe("Platform autoscalers and inference gateway", labels.Of(labels.Scenario(platformName)), func() {
+		var in PlatformInput
+		ginkgo.BeforeEach(func() { in = input() })
+		ginkgo.It("serves a registered custom metrics API for the HPA", proves(platformName, conformance.PodAutoscaling), func(ctx context.Context) {
+			metricsAPIs(ctx, in)
+		})
+		ginkgo.It("shows a cluster autoscaler or evidently has none", proves(platformName, conformance.ClusterAutoscaling), func(ctx context.Context) {
+			clusterAutoscaler(ctx, in)
+		})
+		ginkgo.It("serves the Gateway API through an accepted GatewayClass", proves(platformName, conformance.AIInference), func(ctx context.Context) {
+			gatewayAPI(ctx, in)
+		})
+	})
+}
+
+// notApplicable ends a spec whose requirement the cluster evidently does not offer (reports' prefix).
+func notApplicable(why string) { ginkgo.Skip("not applicable: " + why) }
+
+// notExercisedYet ends a spec where the cluster offers the thing and gpuconform does not drive it.
+func notExercisedYet(found, missing string) {
+	ginkgo.AddReportEntry("evidence: found", found)
+	ginkgo.Skip("not exercised: " + found + "; " + missing)
+}
+
+var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+
+// metricsAPINames are the APIServices through which the HPA reads custom and external metrics.
+var metricsAPINames = []string{"v1beta1.custom.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io", "v1beta1.external.metrics.k8s.io"}
+
+func metricsAPIs(ctx context.Context, in PlatformInput) {
+	var registered, broken []string
+	for _, name := range metricsAPINames {
+		svc, err := in.Env.Clients.Dynamic.Resource(apiServiceGVR).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading APIService %s", name)
+		status, reason, message := apiServiceAvailable(svc)
+		line := fmt.Sprintf("APIService %s (service %s): Available=%s %s %s", name, serviceOf(svc), status, reason, message)
+		registered = append(registered, line)
+		if status != "True" {
+			broken = append(broken, line)
+		}
+	}
+	if len(registered) == 0 {
+		notApplicable("no custom or external metrics API is registered (APIServices " + strings.Join(metricsAPINames, ", ") + " not found): the HPA can scale on resource metrics only")
+	}
+	ginkgo.AddReportEntry("evidence: metrics APIs", strings.Join(registered, "\n"))
+	gomega.Expect(broken).To(gomega.BeEmpty(), "a metrics API is registered but not available: the HPA cannot read AI metrics through it")
+	notExercisedYet(strings.Join(registered, "; "), "gpuconform does not yet scale a GPU Deployment with an HPA on one of its metrics")
+}
+
+func apiServiceAvailable(svc *unstructured.Unstructured) (status, reason, message string) {
+	conds, _, _ := unstructured.NestedSlice(svc.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Available" {
+			return fmt.Sprint(m["status"]), fmt.Sprint(m["reason"]), fmt.Sprint(m["message"])
+		}
+	}
+	return "Unknown", "NoCondition", "the aggregator has set no Available condition"
+}
+
+func serviceOf(svc *unstructured.Unstructured) string {
+	ns, _, _ := unstructured.NestedString(svc.Object, "spec", "service", "namespace")
+	name, _, _ := unstructured.NestedString(svc.Object, "spec", "service", "name")
+	if name == "" {
+		return "local"
+	}
+	return ns + "/" + name
+}
+
+// clusterAutoscaler looks for what an autoscaler leaves on a cluster it runs on: cluster-autoscaler
+// writes its status to a ConfigMap in kube-system; Karpenter serves its karpenter.sh API.
+func clusterAutoscaler(ctx context.Context, in PlatformInput) {
+	var found []string
+	cm, err := in.Env.Clients.Kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "cluster-autoscaler-status", metav1.GetOptions{})
+	switch {
+	case err == nil:
+		found = append(found, "ConfigMap kube-system/cluster-autoscaler-status (written by cluster-autoscaler, last at "+cm.Annotations["cluster-autoscaler.kubernetes.io/last-updated"]+")")
+	case !apierrors.IsNotFound(err):
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading ConfigMap kube-system/cluster-autoscaler-status")
+	}
+	groups, err := in.Env.Clients.Kube.Discovery().ServerGroups()
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the API groups the cluster serves")
+	for _, g := range groups.Groups {
+		if g.Name == "karpenter.sh" {
+			found = append(found, "the karpenter.sh API ("+g.PreferredVersion.GroupVersion+")")
+		}
+	}
+	if len(found) == 0 {
+		notApplicable("no cluster autoscaler: no ConfigMap kube-system/cluster-autoscaler-status, no karpenter.sh API served")
+	}
+	notExercisedYet(strings.Join(found, "; "), "gpuconform does not yet grow a GPU node group with a pending pod and watch it shrink")
+}
+
+var gatewayClassGVR = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gatewayclasses"}
+
+// gatewayAPI: the Gateway API not served is not applicable; served, some GatewayClass must be accepted
+// by its controller (status condition Accepted=True), or no implementation serves it.
+func gatewayAPI(ctx context.Context, in PlatformInput) {
+	groups, err := in.Env.Clients.Kube.Discovery().ServerGroups()
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the API groups the cluster serves")
+	if !slices.ContainsFunc(groups.Groups, func(g metav1.APIGroup) bool { return g.Name == gatewayClassGVR.Group }) {
+		notApplicable("the Gateway API is not installed (" + gatewayClassGVR.Group + " is not served)")
+	}
+	list, err := in.Env.Clients.Dynamic.Resource(gatewayClassGVR).List(ctx, metav1.ListOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "listing GatewayClasses")
+	var classes, accepted []string
+	for _, gc := range list.Items {
+		controller, _, _ := unstructured.NestedString(gc.Object, "spec", "controllerName")
+		status := conditionStatus(gc, "Accepted")
+		classes = append(classes, fmt.Sprintf("%s (controller %s, Accepted=%s)", gc.GetName(), controller, status))
+		if status == "True" {
+			accepted = append(accepted, gc.GetName())
+		}
+	}
+	ginkgo.AddReportEntry("evidence: GatewayClasses", strings.Join(classes, "\n"))
+	gomega.Expect(accepted).NotTo(gomega.BeEmpty(), "the Gateway API is served but no controller accepted a GatewayClass (%d GatewayClass(es)): no implementation serves it", len(classes))
+	notExercisedYet("GatewayClass(es) accepted: "+strings.Join(accepted, ", "), "gpuconform does not yet route weighted and header-matched traffic to GPU pods through a Gateway")
+}
+
+func conditionStatus(obj unstructured.Unstructured, typ string) string {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == typ {
+			return fmt.Sprint(m["status"])
+		}
+	}
+	return "Unknown"
+}
