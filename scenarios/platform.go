@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -35,7 +36,7 @@ var Platform = Define(Scenario{Name: platformName, Title: "the cluster's autosca
 		{Requirement: conformance.PodAutoscaling, How: "the custom and external metrics APIs (APIServices v1beta1/v1beta2.custom.metrics.k8s.io, v1beta1.external.metrics.k8s.io): " +
 			"none registered is not applicable; one registered must be Available"},
 		{Requirement: conformance.ClusterAutoscaling, How: "a cluster autoscaler's evidence (cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status, " +
-			"Karpenter's karpenter.sh API): none is not applicable"},
+			"Karpenter's karpenter.sh API): none is not applicable; cluster-autoscaler's cluster-wide health must be Healthy"},
 		{Requirement: conformance.AIInference, How: "the Gateway API (gateway.networking.k8s.io): not served is not applicable; served, a controller must have accepted a GatewayClass"},
 	}},
 	func(r *suite.Run) PlatformInput { return PlatformInput{Base: baseOf(r)} },
@@ -122,7 +123,10 @@ func clusterAutoscaler(ctx context.Context, in PlatformInput) {
 	cm, err := in.Env.Clients.Kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "cluster-autoscaler-status", metav1.GetOptions{})
 	switch {
 	case err == nil:
-		found = append(found, "ConfigMap kube-system/cluster-autoscaler-status (written by cluster-autoscaler, last at "+cm.Annotations["cluster-autoscaler.kubernetes.io/last-updated"]+")")
+		health := autoscalerHealth(cm.Data["status"])
+		found = append(found, "ConfigMap kube-system/cluster-autoscaler-status (cluster-autoscaler's status, cluster-wide health "+health+")")
+		ginkgo.AddReportEntry("evidence: cluster-autoscaler status", cm.Data["status"])
+		gomega.Expect(health).To(gomega.Equal("Healthy"), "cluster-autoscaler's status (ConfigMap kube-system/cluster-autoscaler-status) gives its cluster-wide health as %s: it cannot scale node groups", health)
 	case !apierrors.IsNotFound(err):
 		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading ConfigMap kube-system/cluster-autoscaler-status")
 	}
@@ -137,6 +141,20 @@ func clusterAutoscaler(ctx context.Context, in PlatformInput) {
 		notApplicable("no cluster autoscaler: no ConfigMap kube-system/cluster-autoscaler-status, no karpenter.sh API served")
 	}
 	notExercisedYet(strings.Join(found, "; "), "gpuconform does not yet grow a GPU node group with a pending pod and watch it shrink")
+}
+
+// autoscalerHealthRE finds the cluster-wide health in cluster-autoscaler's status, in both of the forms it
+// has written: YAML ("clusterWide:" … "health:" … "status: Healthy") and the older text ("Cluster-wide:" …
+// "Health:      Healthy (ready=…").
+var autoscalerHealthRE = regexp.MustCompile(`(?s)(?:clusterWide|Cluster-wide):.*?(?i:health):\s*(?:status:\s*)?(\w+)`)
+
+// autoscalerHealth is the cluster-wide health in cluster-autoscaler's status ("unreadable" when the
+// status has none).
+func autoscalerHealth(status string) string {
+	if m := autoscalerHealthRE.FindStringSubmatch(status); m != nil {
+		return m[1]
+	}
+	return "unreadable"
 }
 
 var gatewayClassGVR = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gatewayclasses"}

@@ -139,6 +139,15 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`device GPU-\S+ held by pod \S+ on \S+ has no DCGM_FI_DEV_GPU_UTIL and no DCGM_FI_DEV_FB_USED sample on the exporter`)},
 		{Fault: fakeplugin.FaultMetricsWrongPod, Focus: "exposes utilisation and memory metrics", Catcher: "exposes utilisation and memory metrics",
 			Because: because(`device GPU-\S+ held by pod (\S+) is attributed to \S+-misattributed on the exporter, not to its holder`)},
+		// Cluster faults of the operator and platform checks (cmd/gpuconform-dev/selfcheck_platform.go).
+		{Fault: fakeplugin.FaultKueueWebhookSkipsValidation, Focus: "rejects an invalid ResourceFlavor", Catcher: "rejects an invalid ResourceFlavor",
+			Because: because(`the API server accepted ResourceFlavor \S+ with nodeLabels value "not a label value!" \(dry run\): Kueue's validating webhook did not run`)},
+		{Fault: fakeplugin.FaultMetricsAPIUnavailable, Focus: "serves a registered custom metrics API", Catcher: "serves a registered custom metrics API",
+			Because: because(`a metrics API is registered but not available`, `APIService v1beta1\.custom\.metrics\.k8s\.io \(service gpuconform-selfcheck-absent/custom-metrics-adapter\): Available=False`)},
+		{Fault: fakeplugin.FaultAutoscalerUnhealthy, Focus: "shows a cluster autoscaler", Catcher: "shows a cluster autoscaler",
+			Because: because(`cluster-autoscaler's status \(ConfigMap kube-system/cluster-autoscaler-status\) gives its cluster-wide health as Unhealthy`)},
+		{Fault: fakeplugin.FaultGatewayNoController, Focus: "serves the Gateway API", Catcher: "serves the Gateway API",
+			Because: because(`the Gateway API is served but no controller accepted a GatewayClass`)},
 		// A driver version that leaves the GPUs slow, rehearsed on the canary pool (the only pool it reaches):
 		// the clocks nvidia-smi shows in the representative load's container there against the known-good
 		// pool's (framework/upgrade Load.ClockFinding).
@@ -241,14 +250,15 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 			current = m
 		}
 		fmt.Fprintf(stderr, "selfcheck: %s on, running specs matching %q\n", row.key(), row.Focus)
-		return runSelfcheckRow(ctx, clients.Kube, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.key(), "/", "-")), row, stderr)
+		return runSelfcheckRow(ctx, clients, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.key(), "/", "-")), row, stderr)
 	}, func(rs []selfcheckResult) { printSelfcheck(stdout, rs) }, func(r selfcheckResult) bool { return r.Caught })
 }
 
 // runSelfcheckRow switches the row's fault on, runs the specs that must catch it with the shipped binary,
 // and switches the fault off again.
-func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, bin shipped, kubeconfig, dir string, row selfcheckRow, stderr io.Writer) selfcheckResult {
+func runSelfcheckRow(ctx context.Context, clients *cluster.Clients, bin shipped, kubeconfig, dir string, row selfcheckRow, stderr io.Writer) selfcheckResult {
 	res := selfcheckResult{Row: row, Verdict: "-"}
+	kube := clients.Kube
 	nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: localcluster.PoolLabel})
 	if err != nil || len(nodes.Items) == 0 {
 		res.Note = fmt.Sprintf("cannot list the pool nodes: %v", err)
@@ -273,7 +283,7 @@ func runSelfcheckRow(ctx context.Context, kube kubernetes.Interface, bin shipped
 		return runSelfcheckSpecs(ctx, bin, kubeconfig, dir, res, stderr, "--upgrade-to="+target+"-"+string(row.Fault))
 	}
 	if row.Fault.Cluster() {
-		undo, err := applyClusterFault(ctx, kube, row.Fault)
+		undo, err := applyClusterFault(ctx, clients, row.Fault)
 		if err != nil {
 			res.Note = "switching the fault on: " + err.Error()
 			return res

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
 )
 
@@ -31,9 +32,18 @@ const (
 )
 
 // applyClusterFault applies a fault that is the cluster's, not the agent's, and returns its undo.
-func applyClusterFault(ctx context.Context, kube kubernetes.Interface, f fakeplugin.Fault) (func(context.Context) error, error) {
-	if f == fakeplugin.FaultKueueNoPodsReady {
-		return withoutConfigKey(ctx, kube, "waitForPodsReady")
+func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplugin.Fault) (func(context.Context) error, error) {
+	switch f {
+	case fakeplugin.FaultKueueNoPodsReady:
+		return withoutConfigKey(ctx, clients.Kube, "waitForPodsReady")
+	case fakeplugin.FaultKueueWebhookSkipsValidation:
+		return webhookSkipsResourceFlavors(ctx, clients.Kube)
+	case fakeplugin.FaultMetricsAPIUnavailable:
+		return createObjects(ctx, clients.Dynamic, unavailableMetricsAPI())
+	case fakeplugin.FaultAutoscalerUnhealthy:
+		return createObjects(ctx, clients.Dynamic, unhealthyAutoscalerStatus())
+	case fakeplugin.FaultGatewayNoController:
+		return createObjects(ctx, clients.Dynamic, gatewayAPIWithoutController()...)
 	}
 	return nil, fmt.Errorf("fault %s is not a cluster fault", f)
 }

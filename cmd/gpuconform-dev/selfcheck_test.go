@@ -67,6 +67,13 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"device GPU-0c2f held by pod metrics-x/metrics-2 is attributed to metrics-x/metrics-2-misattributed on the exporter, not to its holder",
 		fakeplugin.FaultKueueNoPodsReady: "gang gpuconform-gang-x/toobig started partly and stayed so for 1m0s: worker 0 on gpuconform-worker2, worker 1 on gpuconform-worker run; worker 2 (Unschedulable: 0/4 nodes are available: 2 Insufficient nvidia.com/gpu) wait; " +
 			"Kueue waitForPodsReady off: Kueue's Configuration has no waitForPodsReady: nothing withdraws a gang that only partly fits, whose running workers hold devices they cannot use",
+		// Measured on the local cluster (make selfcheck of these faults).
+		fakeplugin.FaultKueueWebhookSkipsValidation: "the API server accepted ResourceFlavor invalid-gpuconform-operator-hsh8r with nodeLabels value \"not a label value!\" (dry run): Kueue's validating webhook did not run for it; " +
+			"webhooks with a rule on resourceflavors: kueue-validating-webhook-configuration/vresourceflavor.kb.io",
+		fakeplugin.FaultMetricsAPIUnavailable: "a metrics API is registered but not available: the HPA cannot read AI metrics through it\nExpected\n    <[]string | len:1, cap:1>: [\n" +
+			"        \"APIService v1beta1.custom.metrics.k8s.io (service gpuconform-selfcheck-absent/custom-metrics-adapter): Available=False ServiceNotFound service/custom-metrics-adapter in \\\"gpuconform-selfcheck-absent\\\" is not present\",\n    ]\nto be empty",
+		fakeplugin.FaultAutoscalerUnhealthy: "cluster-autoscaler's status (ConfigMap kube-system/cluster-autoscaler-status) gives its cluster-wide health as Unhealthy: it cannot scale node groups\nExpected\n    <string>: Unhealthy\nto equal\n    <string>: Healthy",
+		fakeplugin.FaultGatewayNoController: "the Gateway API is served but no controller accepted a GatewayClass (1 GatewayClass(es)): no implementation serves it\nExpected\n    <[]string | len:0, cap:0>: nil\nnot to be empty",
 		fakeplugin.FaultExtraReplica: "GPU GPU-0c2f is held by 3 pods (ts-0, ts-4, ts-8) on gpuconform-worker, which the node's labels share 2 ways (time-slicing, 2 replicas): a device was handed out more often than it has replicas",
 		fakeplugin.FaultMPSNoLimits: "pod mps-0 on an MPS node lacks its MPS limits: the MPS control daemon behind CUDA_MPS_PIPE_DIRECTORY=/mps/nvidia.com/gpu/pipe, asked through nvidia-cuda-mps-control in the container, has no default limits set: " +
 			`get_default_active_thread_percentage answered "100.0" (the daemon's default: no limit), want 50 (100 divided among 2 replicas); get_default_device_pinned_mem_limit 0 answered "0" (no limit), want 40779M (81559 MiB divided among 2 replicas)`,

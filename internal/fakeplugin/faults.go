@@ -127,6 +127,22 @@ const (
 	// containers created while the fault is on see it. Caught by the upgrade rehearsal's representative
 	// load: the clocks of the load's GPU on the upgraded canary against the known-good pool's.
 	FaultSlowGPU Fault = "slow-gpu"
+	// FaultKueueWebhookSkipsValidation gives Kueue's validating webhook for ResourceFlavors an object
+	// selector nothing matches, so the API server stores a flavor Kueue would deny: a webhook configuration
+	// that lost its rule. Cluster fault. Caught by the operator scenario's webhook check.
+	FaultKueueWebhookSkipsValidation Fault = "kueue-webhook-skips-validation"
+	// FaultMetricsAPIUnavailable registers the custom metrics API (APIService
+	// v1beta1.custom.metrics.k8s.io) in front of a Service that does not exist: an adapter that is gone.
+	// Cluster fault. Caught by the platform scenario's metrics API check (never not applicable).
+	FaultMetricsAPIUnavailable Fault = "metrics-api-unavailable"
+	// FaultAutoscalerUnhealthy writes cluster-autoscaler's status ConfigMap with its cluster-wide health
+	// Unhealthy: an autoscaler that cannot scale. Cluster fault. Caught by the platform scenario's
+	// autoscaler check.
+	FaultAutoscalerUnhealthy Fault = "autoscaler-unhealthy"
+	// FaultGatewayNoController installs the GatewayClass API of the Gateway API and one GatewayClass no
+	// controller accepts: CRDs without an implementation. Cluster fault. Caught by the platform scenario's
+	// Gateway API check.
+	FaultGatewayNoController Fault = "gateway-no-controller"
 )
 
 // SlowGPUFactor is how far below their maximum FaultSlowGPU holds the GPUs' core clocks.
@@ -146,7 +162,13 @@ func VersionFaults(version string) []Fault {
 }
 
 // Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
-func (f Fault) Cluster() bool { return f == FaultKueueNoPodsReady }
+func (f Fault) Cluster() bool {
+	switch f {
+	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultAutoscalerUnhealthy, FaultGatewayNoController:
+		return true
+	}
+	return false
+}
 
 // FaultsAnnotation is the node annotation that switches faults on at run time on that node only: a
 // comma-separated list of Fault names. Removing it switches them off again (faults given with --fault
@@ -158,7 +180,8 @@ func AllFaults() []Fault {
 	return []Fault{FaultWrongIDs, FaultOverAdvertise, FaultDoubleAllocate, FaultIgnoreHealth, FaultLeakAll,
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
-		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU}
+		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
+		FaultAutoscalerUnhealthy, FaultGatewayNoController}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+)
+
+// The cluster faults of the operator and platform checks: each plays a component a real cluster can
+// have broken (a webhook configuration that lost its rule, a metrics adapter that is gone, an unhealthy
+// autoscaler, Gateway API CRDs no controller serves), through the same objects a real one shows.
+
+// kueueValidatingWebhooks is the local Kueue's ValidatingWebhookConfiguration and its ResourceFlavor
+// webhook (Kueue's manifests).
+const (
+	kueueValidatingWebhooks = "kueue-validating-webhook-configuration"
+	kueueFlavorWebhook      = "vresourceflavor.kb.io"
+)
+
+// webhookSkipsResourceFlavors gives Kueue's ResourceFlavor validating webhook an object selector no
+// object matches; the undo puts the selector it had back.
+func webhookSkipsResourceFlavors(ctx context.Context, kube kubernetes.Interface) (func(context.Context) error, error) {
+	api := kube.AdmissionregistrationV1().ValidatingWebhookConfigurations()
+	cfg, err := api.Get(ctx, kueueValidatingWebhooks, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading Kueue's validating webhooks: %w", err)
+	}
+	i := -1
+	for j, w := range cfg.Webhooks {
+		if w.Name == kueueFlavorWebhook {
+			i = j
+		}
+	}
+	if i < 0 {
+		return nil, fmt.Errorf("%s has no webhook %s", kueueValidatingWebhooks, kueueFlavorWebhook)
+	}
+	before := cfg.Webhooks[i].ObjectSelector
+	cfg.Webhooks[i].ObjectSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"gpuconform.io/selfcheck": "no-object-has-this"}}
+	if _, err := api.Update(ctx, cfg, metav1.UpdateOptions{}); err != nil {
+		return nil, fmt.Errorf("switching %s off: %w", kueueFlavorWebhook, err)
+	}
+	return func(ctx context.Context) error {
+		cfg, err := api.Get(ctx, kueueValidatingWebhooks, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for j := range cfg.Webhooks {
+			if cfg.Webhooks[j].Name == kueueFlavorWebhook {
+				cfg.Webhooks[j].ObjectSelector = before
+			}
+		}
+		_, err = api.Update(ctx, cfg, metav1.UpdateOptions{})
+		return err
+	}, nil
+}
+
+// clusterObject is an object a fault creates, with where it lives.
+type clusterObject struct {
+	gvr schema.GroupVersionResource
+	obj *unstructured.Unstructured
+	// ready, when set, is polled after the create until it holds (a CRD established).
+	ready func(*unstructured.Unstructured) bool
+}
+
+// createObjects creates objs in order; the undo deletes them in reverse order and waits until they are gone.
+func createObjects(ctx context.Context, dyn dynamic.Interface, objs ...clusterObject) (func(context.Context) error, error) {
+	var made []clusterObject
+	undo := func(ctx context.Context) error {
+		var errs []error
+		for i := len(made) - 1; i >= 0; i-- {
+			o := made[i]
+			api := dyn.Resource(o.gvr).Namespace(o.obj.GetNamespace())
+			if err := api.Delete(ctx, o.obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+				continue
+			}
+			errs = append(errs, wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+				_, err := api.Get(ctx, o.obj.GetName(), metav1.GetOptions{})
+				return apierrors.IsNotFound(err), nil
+			}))
+		}
+		return errors.Join(errs...)
+	}
+	for _, o := range objs {
+		api := dyn.Resource(o.gvr).Namespace(o.obj.GetNamespace())
+		if _, err := api.Create(ctx, o.obj, metav1.CreateOptions{}); err != nil {
+			return nil, errors.Join(fmt.Errorf("creating %s %s: %w", o.gvr.Resource, o.obj.GetName(), err), undo(ctx))
+		}
+		made = append(made, o)
+		if o.ready == nil {
+			continue
+		}
+		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err := api.Get(ctx, o.obj.GetName(), metav1.GetOptions{})
+			return err == nil && o.ready(got), nil
+		})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("%s %s did not become ready: %w", o.gvr.Resource, o.obj.GetName(), err), undo(ctx))
+		}
+	}
+	return undo, nil
+}
+
+func object(apiVersion, kind, namespace, name string, fields map[string]any) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{Object: fields}
+	u.SetAPIVersion(apiVersion)
+	u.SetKind(kind)
+	u.SetNamespace(namespace)
+	u.SetName(name)
+	u.SetLabels(map[string]string{"gpuconform.io/selfcheck": "fault"})
+	return u
+}
+
+// unavailableMetricsAPI registers the custom metrics API in front of a Service that does not exist.
+func unavailableMetricsAPI() clusterObject {
+	return clusterObject{gvr: schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"},
+		obj: object("apiregistration.k8s.io/v1", "APIService", "", "v1beta1.custom.metrics.k8s.io", map[string]any{"spec": map[string]any{
+			"group": "custom.metrics.k8s.io", "version": "v1beta1", "insecureSkipTLSVerify": true,
+			"groupPriorityMinimum": int64(100), "versionPriority": int64(100),
+			"service": map[string]any{"namespace": "gpuconform-selfcheck-absent", "name": "custom-metrics-adapter"},
+		}})}
+}
+
+// unhealthyAutoscalerStatus is cluster-autoscaler's status ConfigMap, in the YAML form it writes, with
+// its cluster-wide health Unhealthy.
+func unhealthyAutoscalerStatus() clusterObject {
+	return clusterObject{gvr: schema.GroupVersionResource{Version: "v1", Resource: "configmaps"},
+		obj: object("v1", "ConfigMap", "kube-system", "cluster-autoscaler-status", map[string]any{"data": map[string]any{
+			"status": "time: 2026-12-06 10:00:00.000000000 +0000 UTC\nautoscalerStatus: Running\nclusterWide:\n  health:\n    status: Unhealthy\n" +
+				"    nodeCounts:\n      registered:\n        total: 4\n        ready: 1\n  scaleUp:\n    status: NoActivity\n",
+		}})}
+}
+
+// gatewayAPIWithoutController installs the GatewayClass CRD (a schema that keeps any field) and one
+// GatewayClass whose controller does not run.
+func gatewayAPIWithoutController() []clusterObject {
+	crd := object("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", "gatewayclasses.gateway.networking.k8s.io", map[string]any{"spec": map[string]any{
+		"group": "gateway.networking.k8s.io", "scope": "Cluster",
+		"names": map[string]any{"plural": "gatewayclasses", "singular": "gatewayclass", "kind": "GatewayClass", "listKind": "GatewayClassList"},
+		"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true, "subresources": map[string]any{"status": map[string]any{}},
+			"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
+	}})
+	// A CRD in a *.k8s.io group needs the approval annotation the Gateway API's own CRDs carry.
+	crd.SetAnnotations(map[string]string{"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/1538"})
+	established := func(u *unstructured.Unstructured) bool {
+		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
+				return true
+			}
+		}
+		return false
+	}
+	class := object("gateway.networking.k8s.io/v1", "GatewayClass", "", "gpuconform-selfcheck", map[string]any{"spec": map[string]any{
+		"controllerName": "gpuconform.io/no-such-controller"}})
+	return []clusterObject{
+		{gvr: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, obj: crd, ready: established},
+		{gvr: schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gatewayclasses"}, obj: class},
+	}
+}
