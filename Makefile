@@ -39,6 +39,8 @@ E2E_ORDER = $(if $(filter-out 1,$(E2E_PROCS)),--ginkgo.randomize-all)
 # The failed-worker pods tolerate their node's NotReady 2s instead of the default 10s: a wait that only the
 # local runs shorten (each node stopper is in the one-at-a-time chain), listed in the record's parameters.
 LOCAL_RUN_ARGS ?= --cleanup-leftovers --eviction-toleration=2s
+# The AI Conformance metadata make e2e writes into the local run's PRODUCT.yaml.
+PRODUCT_METADATA ?= $(CURDIR)/fixtures/conformance/local-product.yaml
 
 .PHONY: FORCE help build images incluster unit vet lint browser cluster cluster-down cluster-logs e2e test report selfcheck selfcheck-ci hardening sharing sharing-ci bench scale clean gpu-smoke ptx
 
@@ -112,10 +114,11 @@ e2e: cluster ## run the suites against the local cluster and write the signoff r
 		--ginkgo.no-color --ginkgo.json-report=$(ARTIFACTS)/localstack-report.json 2>&1 | tee $(ARTIFACTS)/localstack.log
 	@echo "▶ conformance suite (gpuconform run, disruptive specs included; the last run took $$(cat $(ARTIFACTS)/.conformance-wall 2>/dev/null || echo '?')); one line per finished spec, the whole log in $(ARTIFACTS)/conformance.log"
 	@start=$$(date +%s); PATH="$(CURDIR)/_output/bin:$$PATH" $(GPUCONFORM) run --kubeconfig=$(KUBECONFIG_LOCAL) --artifacts=$(ARTIFACTS) --disruptive --timeout=$(E2E_TIMEOUT) \
-		--procs=$(E2E_PROCS) $(E2E_ORDER) --ginkgo.fail-on-empty $(LOCAL_RUN_ARGS) $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
+		--procs=$(E2E_PROCS) $(E2E_ORDER) --ginkgo.fail-on-empty --product-metadata=$(PRODUCT_METADATA) $(LOCAL_RUN_ARGS) $(UPGRADE_ARGS) $(E2E_ARGS) > $(ARTIFACTS)/conformance.log 2>&1 & pid=$$!; \
 	tail -n +1 -F --pid=$$pid $(ARTIFACTS)/conformance.log 2>/dev/null | grep --line-buffered -oE '\[gpuconform\] .*|^not exercised.*'; \
 	wait $$pid; rc=$$?; echo "$$(( $$(date +%s) - start ))s" > $(ARTIFACTS)/.conformance-wall; \
 	$(GPUCONFORM) bench $(ARTIFACTS) | tail -n +3 || true; \
+	$(GPUCONFORM) report --check-product $(ARTIFACTS)/PRODUCT.yaml 2>&1 | grep -E '^problem|fit to submit' || true; \
 	$(GPUCONFORM) report $(ARTIFACTS) > /dev/null; vrc=$$?; \
 	if [ $$rc -ne 0 ] && [ $$vrc -eq 0 ]; then vrc=1; fi; exit $$vrc
 

@@ -55,7 +55,7 @@ func Requested(args []string) bool {
 // goes to the pod.
 func own(name string) bool {
 	switch name {
-	case "in-cluster", "image", "hold-artifacts", "kubeconfig", "context", "artifacts", "config":
+	case "in-cluster", "image", "hold-artifacts", "kubeconfig", "context", "artifacts", "config", "product-metadata":
 		return true
 	}
 	return false
@@ -125,6 +125,11 @@ func parse(args []string, output io.Writer) (Options, *config.Flags, error) {
 	}
 	if o.Image == "" {
 		return o, nil, errors.New("--in-cluster needs --image REGISTRY/gpuconform:TAG, the runner image `make images` writes (push it where the cluster pulls from); the workload image is --workload-image")
+	}
+	for _, g := range given {
+		if g.name == "product-metadata" {
+			return o, nil, errors.New("--product-metadata names a local file the pod cannot read: run without it and fill PRODUCT.yaml's metadata in the copied artifacts")
+		}
 	}
 	if o.Procs > 1 {
 		for _, g := range given {

@@ -36,7 +36,7 @@ func TestParseArgs(t *testing.T) {
 	if err != nil || !slices.Equal(team.Levels(), []string{rbac.LevelTeam}) || !slices.Contains(team.SuiteArgs, "--namespace=team-a") || team.Timeout != 90*time.Minute {
 		t.Errorf("team level: %+v %v", team, err)
 	}
-	for _, bad := range [][]string{{"--in-cluster"}, {"--in-cluster", "--image=x", "--config=local.yaml"}, {"--in-cluster", "--image=x", "stray"},
+	for _, bad := range [][]string{{"--in-cluster"}, {"--in-cluster", "--image=x", "--config=local.yaml"}, {"--in-cluster", "--image=x", "--product-metadata=fixtures/conformance/local-product.yaml"}, {"--in-cluster", "--image=x", "stray"},
 		{"--image=x", "--no-such-flag"}, {"--image=x", "--ginkgo.no-such-flag"}, {"--image=x", "--timeout=soon"}, {"--image=x", "--disruptive=maybe"}} {
 		if _, err := ParseArgs(bad, io.Discard); err == nil {
 			t.Errorf("%q: no error", bad)
