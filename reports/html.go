@@ -365,7 +365,7 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 {{range .Workloads}}<tr><td>{{.Name}}</td><td>{{.Derived.AdmissionWait}}</td><td>{{.Derived.Pending}}</td><td>{{.Derived.Start}}</td><td>{{.Derived.UsefulWork}}</td><td>{{.Derived.IdleReservation}}</td><td>{{.Derived.Evictions}}</td><td>{{.Derived.Recovery}}</td><td>{{.Derived.Teardown}}</td></tr>{{end}}</table>{{end}}{{end}}
 
 {{with .Evidence}}{{if .HasClaims}}<h2>Conformance evidence</h2>
-<p class="muted">Kubernetes AI Conformance checklist v{{.Version}}: one page per requirement and the filled checklist in <a href="evidence/README.md">evidence/</a>. A requirement is proven only by passed specs that carry its label.</p>
+<p class="muted">Kubernetes AI Conformance checklist v{{.Version}}: one page per requirement in <a href="evidence/README.md">evidence/</a>, and the checklist filled in, <a href="PRODUCT.yaml">PRODUCT.yaml</a>. A requirement is proven only by passed specs that carry its label.</p>
 <table><tr><th>Requirement</th><th>Level</th><th>Result</th><th>Checklist status</th><th>Notes</th></tr>
 {{range .Requirements}}<tr class="req-{{.Result}}"><td><a href="evidence/{{.Page}}">{{.ID}}</a></td><td>{{.Level}}</td><td>{{.Result}}</td><td>{{with .Status}}{{.}}{{else}}left to the participant{{end}}</td><td>{{.Notes}}</td></tr>{{end}}</table>{{end}}{{end}}
 

@@ -508,7 +508,7 @@ func renderEvidence(b *strings.Builder, ev Evidence) {
 	if !ev.HasClaims() {
 		return
 	}
-	fmt.Fprintf(b, "\n## Conformance evidence\n\nKubernetes AI Conformance checklist v%s: one page per requirement and the filled checklist in `%s/`.\n\n", ev.Version, EvidenceDir)
+	fmt.Fprintf(b, "\n## Conformance evidence\n\nKubernetes AI Conformance checklist v%s: one page per requirement in `%s/`, and the checklist filled in, [%s](%s) (check it with `gpuconform report --check-product`).\n\n", ev.Version, EvidenceDir, ProductFile, ProductFile)
 	b.WriteString("| Requirement | Level | Result | Checklist status | Notes |\n|---|---|---|---|---|\n")
 	for _, r := range ev.Requirements {
 		fmt.Fprintf(b, "| [%s](%s/%s) | %s | %s | %s | %s |\n", r.ID, EvidenceDir, r.Page, r.Level, r.Result, cell(cmp.Or(r.Status, "left to the participant")), cell(r.Notes))
