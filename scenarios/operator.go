@@ -21,6 +21,7 @@ import (
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/wait"
+	"gpuconform.io/gpuconform/internal/podcond"
 )
 
 // OperatorInput is the input of OperatorSpec.
@@ -100,7 +101,7 @@ func operatorPods(ctx context.Context, in OperatorInput) {
 			pod, err := kube.CoreV1().Pods(ep.TargetRef.Namespace).Get(ctx, ep.TargetRef.Name, metav1.GetOptions{})
 			gomega.Expect(err).NotTo(gomega.HaveOccurred())
 			gomega.Expect(pod.Status.Phase).To(gomega.Equal(corev1.PodRunning), "Kueue's pod %s/%s", pod.Namespace, pod.Name)
-			gomega.Expect(podReady(pod)).To(gomega.BeTrue(), "Kueue's pod %s/%s is not Ready", pod.Namespace, pod.Name)
+			gomega.Expect(podcond.Ready(pod)).To(gomega.BeTrue(), "Kueue's pod %s/%s is not Ready", pod.Namespace, pod.Name)
 			seen = append(seen, fmt.Sprintf("%s/%s on %s (%s)", pod.Namespace, pod.Name, pod.Spec.NodeName, pod.Spec.Containers[0].Image))
 		}
 	}
@@ -118,15 +119,6 @@ func operatorPods(ctx context.Context, in OperatorInput) {
 		gomega.Expect(served).To(gomega.ContainElement(want), "%s does not serve %s", kueue.GroupVersion, want)
 	}
 	ginkgo.AddReportEntry("evidence: CRDs served", kueue.GroupVersion.String()+": "+strings.Join(served, ", "))
-}
-
-func podReady(p *corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // invalidLabelValue is a nodeLabels value no label may carry: the ResourceFlavor's schema takes any

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
+
+	"gpuconform.io/gpuconform/internal/podcond"
 )
 
 // The DRA path is present when a DeviceClass selects a driver that publishes devices. Two ways it can be
@@ -123,7 +125,7 @@ func pluginMissing(s Snapshot, driver string) (broken, note string) {
 // other plugin's own directory (a CSI node plugin mounts the registry too, and its own directory). Paths
 // are matched by their end, so a kubelet with another --root-dir is recognised.
 func servesPlugin(p corev1.Pod, driver string) bool {
-	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !PodReady(p) {
+	if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || !podcond.Ready(&p) {
 		return false
 	}
 	return mountsPlugin(p.Spec, driver)
@@ -148,17 +150,6 @@ func mountsPlugin(spec corev1.PodSpec, driver string) bool {
 		}
 	}
 	return own || covers && !other
-}
-
-// PodReady reports a pod whose Ready condition is True (the device-plugin settle and the DRA plugin check
-// both ask it, and the local cluster's Kueue certificate nudge).
-func PodReady(p corev1.Pod) bool {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // publishingNodes lists, per driver, the nodes that have a node-local ResourceSlice of it with devices,

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	"gpuconform.io/gpuconform/internal/podcond"
 	"gpuconform.io/gpuconform/internal/textcut"
 )
 
@@ -158,7 +159,7 @@ func stateOf(pod *corev1.Pod, now time.Time) podState {
 	if pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded {
 		return podState{words: strings.TrimSpace(string(pod.Status.Phase) + " " + pod.Status.Reason + age)}
 	}
-	if cond := podCondition(pod, corev1.PodScheduled); cond != nil && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
+	if cond := podcond.Find(pod, corev1.PodScheduled); cond != nil && cond.Status == corev1.ConditionFalse && cond.Reason == corev1.PodReasonUnschedulable {
 		return podState{words: "Pending, Unschedulable: " + textcut.Line(cond.Message, lineWidth) + age, live: true, failing: true}
 	}
 	for _, cs := range slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses) {
@@ -187,7 +188,7 @@ func stateOf(pod *corev1.Pod, now time.Time) podState {
 		}
 		return podState{words: words + age, live: true, failing: true, final: true, reason: w.Reason, container: cs.Name, restarts: cs.RestartCount}
 	}
-	if cond := podCondition(pod, corev1.PodReady); cond != nil && cond.Status == corev1.ConditionTrue {
+	if cond := podcond.Find(pod, corev1.PodReady); cond != nil && cond.Status == corev1.ConditionTrue {
 		return podState{words: string(pod.Status.Phase) + ", Ready" + age, live: true, ready: true}
 	}
 	words := string(cmp.Or(pod.Status.Phase, corev1.PodPending))
@@ -227,15 +228,6 @@ func deploymentCondition(dep *appsv1.Deployment, t appsv1.DeploymentConditionTyp
 	for i := range dep.Status.Conditions {
 		if dep.Status.Conditions[i].Type == t {
 			return &dep.Status.Conditions[i]
-		}
-	}
-	return nil
-}
-
-func podCondition(pod *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition {
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == t {
-			return &pod.Status.Conditions[i]
 		}
 	}
 	return nil

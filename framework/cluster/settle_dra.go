@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"gpuconform.io/gpuconform/internal/podcond"
 )
 
 // A DRA driver's kubelet plugin that restarts (a new pod, a driver upgrade, a kubelet restart that makes
@@ -110,7 +112,7 @@ func restartingWhy(p corev1.Pod, now time.Time, window time.Duration) string {
 	switch {
 	case p.DeletionTimestamp != nil:
 		return fmt.Sprintf("pod %s was being deleted", name)
-	case !PodReady(p):
+	case !podcond.Ready(&p):
 		return fmt.Sprintf("pod %s was not Ready, %s old", name, age.Round(time.Second))
 	case age < window:
 		return fmt.Sprintf("pod %s was Ready, %s old, and the node published none of its devices", name, age.Round(time.Second))

@@ -11,6 +11,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"gpuconform.io/gpuconform/internal/podcond"
 )
 
 // What Settle reads from nodes, DaemonSets and pods, as pure functions of the objects.
@@ -34,7 +36,7 @@ func settlingWhy(pods []corev1.Pod, short bool, rolling []string, now time.Time,
 		switch {
 		case p.DeletionTimestamp != nil:
 			return fmt.Sprintf("pod %s was being deleted", name)
-		case !PodReady(p) && (short || young):
+		case !podcond.Ready(&p) && (short || young):
 			return fmt.Sprintf("pod %s was not Ready, %s old", name, age.Round(time.Second))
 		case short && young:
 			return fmt.Sprintf("pod %s was Ready, %s old", name, age.Round(time.Second))

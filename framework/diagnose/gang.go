@@ -9,6 +9,8 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"gpuconform.io/gpuconform/internal/podcond"
 )
 
 // Worker is one worker of a gang (an Indexed Job of several pods) as the diagnosis saw it: whether it
@@ -109,7 +111,7 @@ func workerOf(i int, p *corev1.Pod) Worker {
 	}
 	if p.Spec.NodeName == "" {
 		w.State, w.Layer = WorkerWaiting, LayerScheduler
-		if c := scheduledCondition(p); c != nil {
+		if c := podcond.Find(p, corev1.PodScheduled); c != nil {
 			w.Why = strings.TrimSpace(c.Reason + ": " + c.Message)
 			switch {
 			case c.Reason == corev1.PodReasonSchedulingGated:

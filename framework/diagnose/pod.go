@@ -8,6 +8,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"gpuconform.io/gpuconform/internal/podcond"
 )
 
 // Container waiting reasons, as the kubelet writes them (pkg/kubelet/images,
@@ -97,7 +99,7 @@ func statusExplains(p *corev1.Pod) bool {
 	case p.Status.Phase == corev1.PodSucceeded || kubeletRejected(p):
 		return true
 	case p.Spec.NodeName == "":
-		c := scheduledCondition(p)
+		c := podcond.Find(p, corev1.PodScheduled)
 		return c != nil && c.Reason == corev1.PodReasonSchedulingGated
 	}
 	return p.Status.Phase == corev1.PodFailed || containerError(p) != "" || (p.Status.Phase == corev1.PodRunning && allRunning(p))

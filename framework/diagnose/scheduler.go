@@ -10,6 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
+
+	"gpuconform.io/gpuconform/internal/podcond"
 )
 
 // An unscheduled pod is explained from the scheduler's own words (its
@@ -32,7 +34,7 @@ const maxEvidenceNodes = 3
 // more specific.
 func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error) {
 	res := &Result{Stage: StageScheduling, Layer: LayerScheduler, Reason: SchedulingPending, Next: describe}
-	cond := scheduledCondition(pod)
+	cond := podcond.Find(pod, corev1.PodScheduled)
 	if cond != nil && cond.Reason == corev1.PodReasonSchedulingGated {
 		gates := make([]string, 0, len(pod.Spec.SchedulingGates))
 		for _, g := range pod.Spec.SchedulingGates {
@@ -152,22 +154,11 @@ func gatedEverywhere(parsed SchedulerMessage, evs []corev1.Event) string {
 	return "every node is excluded by a gate (taint, node affinity or cordon), none by a lack of capacity: freeing devices cannot help"
 }
 
-// scheduledCondition is the pod's PodScheduled condition, or nil.
-func scheduledCondition(pod *corev1.Pod) *corev1.PodCondition {
-	var cond *corev1.PodCondition
-	for i := range pod.Status.Conditions {
-		if pod.Status.Conditions[i].Type == corev1.PodScheduled {
-			cond = &pod.Status.Conditions[i]
-		}
-	}
-	return cond
-}
-
 // schedulerSaid is why the scheduler last said the pod does not fit: its
 // PodScheduled=False message, else its newest FailedScheduling event; "" when
 // it has not tried yet.
 func schedulerSaid(pod *corev1.Pod, evs []corev1.Event) string {
-	if cond := scheduledCondition(pod); cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
+	if cond := podcond.Find(pod, corev1.PodScheduled); cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
 		return cond.Message
 	}
 	if e := latestEvent(evs, eventFailedScheduling); e != nil {

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/internal/podcond"
 )
 
 // kueueCertSecret is the Secret Kueue's internal certificate management writes its webhook's serving
@@ -57,7 +57,7 @@ func (n *certMountNudger) once(ctx context.Context, now time.Time) ([]string, er
 	var names []string
 	for _, p := range pods.Items {
 		last, seen := n.nudged[p.UID]
-		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || cluster.PodReady(p) || (seen && now.Sub(last.at) < n.again) {
+		if p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || podcond.Ready(&p) || (seen && now.Sub(last.at) < n.again) {
 			continue
 		}
 		value := fmt.Sprintf("%s/%d", sec.ResourceVersion, last.count+1)
