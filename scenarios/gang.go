@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8slabels "k8s.io/apimachinery/pkg/labels"
+	k8swait "k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
 
@@ -93,8 +94,7 @@ const (
 	// gangObserve is how long a gang that only partly fits is watched where Kueue's waitForPodsReady is
 	// off or unknown: long enough for any admission mechanism to have withdrawn it.
 	gangObserve = 60 * time.Second
-	// gangRecheck bounds the time between two looks at a gang that only partly fits when nothing of the
-	// spec's changed: a Workload's eviction changes it, and what the informers miss waits this long.
+	// gangRecheck is the time between two looks at a gang that only partly fits.
 	gangRecheck = 2 * time.Second
 )
 
@@ -471,31 +471,24 @@ func gangDoesNotFit(ctx context.Context, s *Spec[GangInput], nodes []string) {
 	}
 	var partial string
 	var evicted *metav1.Condition
-	deadline := time.Now().Add(window)
-	for time.Now().Before(deadline) {
-		// Read again at the next change of the spec's Pods, Jobs or Workloads (the spec's informers), or
-		// after gangRecheck: taken before the reads, so a change during them is not missed.
-		next := env.Changed()
+	// Look every gangRecheck for the whole window, or until Kueue evicts the gang; the window ending is
+	// the normal end, not a failure.
+	err := k8swait.PollUntilContextTimeout(ctx, gangRecheck, window, true, func(ctx context.Context) (bool, error) {
 		wl, err := queues.WaitingWorkloadFor(ctx, env, g.job)
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
 		if c := meta.FindStatusCondition(wl.Status.Conditions, kueue.WorkloadEvicted); c != nil && c.Status == metav1.ConditionTrue {
 			evicted = c
-			break
+			return true, nil
 		}
 		workersNow, err := waitingGangWorkers(ctx, env, g.job)
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())
 		if p := partialPlacement(workersNow, workers); p != "" {
 			partial = p
 		}
-		recheck := time.NewTimer(min(gangRecheck, time.Until(deadline)))
-		select {
-		case <-ctx.Done():
-			recheck.Stop()
-			ginkgo.Fail("interrupted")
-		case <-next:
-		case <-recheck.C:
-		}
-		recheck.Stop()
+		return false, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		ginkgo.Fail("interrupted")
 	}
 	if partial != "" {
 		ginkgo.AddReportEntry("partly placed (while waiting)", partial)

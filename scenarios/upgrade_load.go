@@ -22,6 +22,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/fixtures"
@@ -422,27 +424,27 @@ func (r *servingReserve) sample(available int32) {
 	r.res.Samples = append(r.res.Samples, upgrade.Sample{At: time.Since(r.start), Available: available})
 }
 
-// watch records the Deployment's available replicas at every change until ctx ends; a watch the server
-// closes is opened again.
+// watch records the Deployment's available replicas at every change until ctx ends, through an informer
+// (which lists again and resumes its watch when the server closes it).
 func (r *servingReserve) watch(ctx context.Context, env *testenv.Env, ns, name string) {
 	defer ginkgo.GinkgoRecover()
 	defer close(r.done)
-	for ctx.Err() == nil {
-		w, err := env.Clients.Kube.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-		if err != nil {
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
+	f := informers.NewSharedInformerFactoryWithOptions(env.Clients.Kube, 0, informers.WithNamespace(ns),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", name).String()
+		}))
+	record := func(obj any) {
+		if d, ok := obj.(*appsv1.Deployment); ok {
+			r.sample(d.Status.AvailableReplicas)
 		}
-		for ev := range w.ResultChan() {
-			if d, ok := ev.Object.(*appsv1.Deployment); ok {
-				r.sample(d.Status.AvailableReplicas)
-			}
-		}
-		w.Stop()
 	}
+	if _, err := f.Apps().V1().Deployments().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: record, UpdateFunc: func(_, obj any) { record(obj) }}); err != nil {
+		return
+	}
+	f.Start(ctx.Done())
+	<-ctx.Done()
+	f.Shutdown()
 }
 
 // refused adds an eviction the budget refused and the time the drain waited for the pod.

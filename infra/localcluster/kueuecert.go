@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -84,21 +85,15 @@ func (c *Cluster) nudgeKueueCertMount(ctx context.Context) {
 		return
 	}
 	n := &certMountNudger{kube: kube, again: 5 * time.Second, nudged: map[types.UID]nudge{}}
-	tick := time.NewTicker(2 * time.Second)
-	defer tick.Stop()
-	for {
+	_ = wait.PollUntilContextCancel(ctx, 2*time.Second, true, func(ctx context.Context) (bool, error) {
 		names, err := n.once(ctx, time.Now())
 		if err != nil && ctx.Err() == nil {
 			c.logf("  could not ask the kubelet to mount Kueue's certificate (%v): waiting for its periodic sync", err)
-			return
+			return true, nil
 		}
 		for _, name := range names {
 			c.logf("  Kueue's certificate is in %s: annotated %s so that its kubelet mounts it now", kueueCertSecret, name)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+		return false, nil
+	})
 }
