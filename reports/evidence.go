@@ -231,6 +231,9 @@ func specsWithLabel(suites []types.Report, label string) []EvidenceSpec {
 				continue
 			}
 			e := EvidenceSpec{Text: sp.FullText(), Result: res, Path: pathOf(sp), JUnitName: junitName(sp)}
+			if e.Path == "-" {
+				e.Path = "cluster-wide" // a spec of the cluster (operator, platform), not of an allocation path
+			}
 			if why, ok := strings.CutPrefix(firstLine(sp.Failure.Message), NotApplicablePrefix); ok && res == ResultSkipped {
 				e.NotApplicable = strings.TrimSpace(why)
 			}
