@@ -53,12 +53,12 @@ func TestConformanceEvidenceJudgesEachRequirement(t *testing.T) {
 		// Its specs passed, but in a run whose verdict is NO-GO: not proven (a GO run proves it, below).
 		conformance.SecureAcceleratorAccess: {evidenceResultShort, StatusPartlyImplemented},
 		// One proving spec failed: not implemented, whatever else passed.
-		conformance.GangScheduling:          {evidenceResultPartly, StatusNotImplemented},
-		conformance.DriverRuntimeManagement: {evidenceResultFailed, StatusNotImplemented},
-		conformance.AcceleratorMetrics:      {evidenceResultNotRun, ""},
-		conformance.GPUSharing:              {evidenceResultNotRun, ""},
+		conformance.GangScheduling:           {evidenceResultPartly, StatusNotImplemented},
+		conformance.DriverRuntimeManagement:  {evidenceResultFailed, StatusNotImplemented},
+		conformance.AcceleratorMetrics:       {evidenceResultNotRun, ""},
+		conformance.GPUSharing:               {evidenceResultNotRun, ""},
 		conformance.AdvancedInferenceIngress: {evidenceResultOutOfScope, ""},
-		conformance.WorkloadSandboxing:      {evidenceResultOutOfScope, ""},
+		conformance.WorkloadSandboxing:       {evidenceResultOutOfScope, ""},
 	}
 	for _, r := range ev.Requirements {
 		w, ok := want[r.ID]

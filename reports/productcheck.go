@@ -2,6 +2,7 @@ package reports
 
 import (
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -39,7 +40,7 @@ func ReadProduct(raw []byte) (Product, error) {
 		return p, err
 	}
 	if p.Metadata == nil || p.Spec == nil {
-		return p, fmt.Errorf("no metadata or spec section")
+		return p, errors.New("no metadata or spec section")
 	}
 	return p, nil
 }

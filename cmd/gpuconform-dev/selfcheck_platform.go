@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,8 +77,7 @@ func createObjects(ctx context.Context, dyn dynamic.Interface, objs ...clusterOb
 	var made []clusterObject
 	undo := func(ctx context.Context) error {
 		var errs []error
-		for i := len(made) - 1; i >= 0; i-- {
-			o := made[i]
+		for _, o := range slices.Backward(made) {
 			api := dyn.Resource(o.gvr).Namespace(o.obj.GetNamespace())
 			if err := api.Delete(ctx, o.obj.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 				errs = append(errs, err)
