@@ -51,7 +51,9 @@ var Allocation = Define(Scenario{Name: allocationName, Title: "a workload gets e
 		How: "a running pod sees exactly the devices the kubelet (device plugin) or its ResourceClaim (DRA) allocated to it, compared by identity; " +
 			"every device of a full node goes to exactly one pod and one more pod waits; a pod that asks for no device, a GPU pod's second container, " +
 			"its init container and a pod beside it see none of its devices. Absence is asserted on the device nodes (/dev/nvidiaN), " +
-			"nvidia-smi's list and the runtime's environment together, never inferred from a missing tool"}}},
+			"nvidia-smi's list and the runtime's environment together, never inferred from a missing tool"},
+		{Requirement: conformance.DRASupport, How: "on the DRA path, a pod's ResourceClaim (from a ResourceClaimTemplate naming a DeviceClass) is allocated by the scheduler " +
+			"from the driver's ResourceSlices, and the running container sees exactly the devices the claim's allocation names"}}},
 	func(r *suite.Run) AllocationInput {
 		return AllocationInput{Base: baseOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(), Broken: r.Caps.Broken}
 	},
@@ -91,8 +93,12 @@ func AllocationSpec(input func() AllocationInput) {
 						})
 				}
 
+				proof := proves(allocationName, conformance.SecureAcceleratorAccess)
+				if regPath.ClaimBased() {
+					proof = append(proof, proves(allocationName, conformance.DRASupport)...)
+				}
 				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it, and frees them when the pod is deleted", plural(n), regPath.Authority()),
-					proves(allocationName, conformance.SecureAcceleratorAccess), labels.Of(labels.OnNode), func(ctx context.Context) {
+					proof, labels.Of(labels.OnNode), func(ctx context.Context) {
 						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, s.lease(ctx, nodes))
 					})
 			}

@@ -74,6 +74,10 @@ func TestConformanceProfileSelectsTheClaimedRequirements(t *testing.T) {
 		"conformance:pod_autoscaling", "conformance:robust_controller", "conformance:secure_accelerator_access"}; !slices.Equal(got, want) {
 		t.Errorf("ConformanceRequiredLabels = %q, want %q", got, want)
 	}
+	// 1.34 has dra_support, a MUST there, which the DRA path's allocation specs prove.
+	if got := ConformanceRequiredLabels("1.34"); !slices.Contains(got, "conformance:dra_support") || slices.Contains(ConformanceRequiredLabels("1.37"), "conformance:dra_support") {
+		t.Errorf("ConformanceRequiredLabels(1.34) = %q: dra_support is a MUST of 1.34 only", got)
+	}
 	for _, c := range Proofs() {
 		if c.How == "" || c.Scenario == "" {
 			t.Errorf("claim %+v says not how or by whom", c)

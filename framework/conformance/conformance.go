@@ -98,12 +98,11 @@ func FileName(version string) string { return "AIConformance-" + version + ".yam
 const (
 	notScheduling = "a networking/serving requirement outside GPU scheduling: gpuconform runs no Gateway, inference server or network driver"
 	noVGPU        = "vGPU and sandbox runtimes are not modelled by gpuconform's allocation paths"
-	noDRAClaim    = "gpuconform's DRA allocation specs prove secure_accelerator_access; no scenario claims the 1.33-1.35 dra_support row yet"
 )
 
 // ours is this project's word on each requirement: a summary, and why it is out of scope where it is.
 var ours = map[ID][2]string{
-	DRASupport:               {"Dynamic Resource Allocation APIs enabled for accelerators", noDRAClaim},
+	DRASupport:               {"Dynamic Resource Allocation APIs enabled for accelerators", ""},
 	DriverRuntimeManagement:  {"verifiable compatible drivers and runtime configuration on accelerator nodes, through DRA where the accelerator exposes its versions there", ""},
 	GPUSharing:               {"at least one GPU sharing strategy (partitions as schedulable resources, or time-slicing oversubscription)", ""},
 	VirtualizedAccelerator:   {"virtualized accelerators (e.g. vGPU) exposed and managed consistently with physical fractions", noVGPU},
