@@ -28,7 +28,7 @@ const RecordFile = "gpuconform-record.json"
 // RemoveRunArtifacts deletes the files an earlier run left in dir that a run writes again (its reports,
 // record, signoff and per-spec timelines): a stale report must never be rendered as a new run's.
 func RemoveRunArtifacts(dir string) {
-	for _, f := range []string{"gpuconform-report.json", "junit.gpuconform.xml", RecordFile, "signoff.md", HTMLFile} {
+	for _, f := range []string{"gpuconform-report.json", JUnitFile, RecordFile, "signoff.md", HTMLFile, ProductFile} {
 		_ = os.Remove(filepath.Join(dir, f))
 	}
 	_ = os.RemoveAll(filepath.Join(dir, "specs"))

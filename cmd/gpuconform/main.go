@@ -32,6 +32,8 @@ Usage:
                                        write the workload and runner images as OCI archives (make images)
   gpuconform report [ARTIFACTS_DIR]    render the signoff report (signoff.md, signoff.html) from a run's artifacts
   gpuconform report --history DIR…     verdict and key timings of several runs, and what changed between them
+  gpuconform report --product-metadata FILE [DIR]
+                                       record the AI Conformance metadata and write it into the run's PRODUCT.yaml
   gpuconform report --check-product FILE  check a PRODUCT.yaml against the AI Conformance program's rules (exit 1: not fit to submit)
   gpuconform bench [ARTIFACTS_DIR]     the suite's own cost per scenario: wall time against inherent
                                        waits, API requests, their rate and per spec; the ten steps that

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/reports"
 )
@@ -30,6 +31,16 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 	if len(args) > 0 && args[0] == "--check-product" {
 		return checkProduct(args[1:], stdout, stderr)
 	}
+	// --product-metadata FILE: the AI Conformance metadata a run could not be given (an in-cluster run, or
+	// one run before the participant had it), recorded and written into PRODUCT.yaml.
+	var metadata string
+	if len(args) > 0 && args[0] == "--product-metadata" {
+		if len(args) < 2 {
+			fmt.Fprintln(stderr, "usage: gpuconform report --product-metadata FILE [ARTIFACTS_DIR]")
+			return 2
+		}
+		metadata, args = args[1], args[2:]
+	}
 	dir, code, done := artifactsDirArg("report", args, stdout, stderr)
 	if done {
 		return code
@@ -38,6 +49,16 @@ func reportCommand(_ context.Context, args []string, stdout, stderr io.Writer) i
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform report: %v (is %s the artifacts directory of a run?)\n", err, dir)
 		return reports.ExitNoGo
+	}
+	if metadata != "" {
+		if rec.Signoff.Conformance.Product, err = config.LoadProductMetadata(metadata); err != nil {
+			fmt.Fprintf(stderr, "gpuconform report: %v\n", err)
+			return 2
+		}
+		if _, err := rec.Write(dir); err != nil {
+			fmt.Fprintf(stderr, "gpuconform report: recording the product metadata: %v\n", err)
+			return 1
+		}
 	}
 	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
 	switch {

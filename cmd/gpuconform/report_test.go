@@ -67,6 +67,23 @@ func TestReportExitCodeIsTheVerdicts(t *testing.T) {
 	if code := reportCommand(t.Context(), []string{"--check-product"}, &out, &errb); code != 2 {
 		t.Errorf("--check-product without a file: exit %d", code)
 	}
+	// The metadata given afterwards is recorded and written into PRODUCT.yaml.
+	meta := filepath.Join(t.TempDir(), "product.yaml")
+	if err := os.WriteFile(meta, []byte("platformName: Turbo Encabulator\nvendorName: Yoyodyne\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	reportCommand(t.Context(), []string{"--product-metadata", meta, dir}, &out, &errb)
+	raw, _ = os.ReadFile(filepath.Join(dir, reports.ProductFile))
+	rec, _ := reports.ReadRecord(filepath.Join(dir, reports.RecordFile))
+	if !strings.Contains(string(raw), `platformName: "Turbo Encabulator"`) || rec.Signoff.Conformance.Product.VendorName != "Yoyodyne" {
+		t.Errorf("--product-metadata: PRODUCT.yaml\n%s\nrecord %+v", raw, rec.Signoff.Conformance.Product)
+	}
+	if err := os.WriteFile(meta, []byte("platform: x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := reportCommand(t.Context(), []string{"--product-metadata", meta, dir}, &out, &errb); code != 2 || !strings.Contains(errb.String(), "the program's keys") {
+		t.Errorf("a misspelt metadata key: exit %d, %s", code, errb.String())
+	}
 }
 
 func TestReportRefusesToMixRuns(t *testing.T) {

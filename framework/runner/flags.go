@@ -128,7 +128,7 @@ func parse(args []string, output io.Writer) (Options, *config.Flags, error) {
 	}
 	for _, g := range given {
 		if g.name == "product-metadata" {
-			return o, nil, errors.New("--product-metadata names a local file the pod cannot read: run without it and fill PRODUCT.yaml's metadata in the copied artifacts")
+			return o, nil, errors.New("--product-metadata names a local file the pod cannot read: run without it, then give it to `gpuconform report --product-metadata FILE ARTIFACTS_DIR`")
 		}
 	}
 	if o.Procs > 1 {
