@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"gpuconform.io/gpuconform/internal/parallel"
 )
 
 const usage = `gpuconform: GPU-scheduling conformance for Kubernetes
@@ -46,7 +48,7 @@ The maintainers' harnesses are in the source tree: make selfcheck, make hardenin
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if isWorker(os.Args[0]) { // one of the processes of `gpuconform run --procs=N` (parallel.go)
+	if parallel.IsWorker(os.Args[0]) { // one of the processes of `gpuconform run --procs=N` (internal/parallel)
 		os.Exit(workerMain(os.Args[1:], os.Stderr))
 	}
 	os.Exit(dispatch(ctx, os.Args[1:], os.Stdout, os.Stderr))

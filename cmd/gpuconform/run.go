@@ -16,6 +16,7 @@ import (
 	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/runner"
+	"gpuconform.io/gpuconform/internal/parallel"
 	"gpuconform.io/gpuconform/reports"
 	"gpuconform.io/gpuconform/suites/conformance"
 )
@@ -42,12 +43,12 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		return ok
 	})
-	args, procs, err := procsFlag(args)
+	args, procs, err := parallel.ProcsFlag(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform run: %v\n", err)
 		return 2
 	}
-	if why := parallelUsageError(args); procs > 1 && why != "" {
+	if why := parallel.UsageError(args); procs > 1 && why != "" {
 		fmt.Fprintf(stderr, "gpuconform run: %s\n", why)
 		return 2
 	}
@@ -86,7 +87,7 @@ func runCommand(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		// The processes parse the flags again; this process only needs where their artifacts go.
 		arts, err = conformance.PrepareParallel()
 		if err == nil {
-			t.failed, err = runParallel(ctx, procs, args, stdout, stderr, cli.IsTerminal(stdout))
+			t.failed, err = parallel.Run(ctx, procs, args, stdout, stderr, cli.IsTerminal(stdout))
 		}
 	} else {
 		gomega.RegisterFailHandler(ginkgo.Fail)
