@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -310,3 +311,7 @@ func Parse(args []string) (Config, error) {
 	}
 	return f.Config()
 }
+
+// CommandLine is the suite's flag table on flag.CommandLine, registered once: the suite registers it
+// before the command line is parsed (`go test`, `ginkgo run`, the binary's processes), and reads it after.
+var CommandLine = sync.OnceValue(func() *Flags { return RegisterFlags(flag.CommandLine) })
