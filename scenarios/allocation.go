@@ -87,8 +87,9 @@ func AllocationSpec(input func() AllocationInput) {
 				}
 
 				if reg.queued(reg.KueuePresent, pathName) {
-					ginkgo.It(fmt.Sprintf("admits a Job asking for %s through a LocalQueue, places it on a node with the devices, shows it exactly the devices it was given, and completes it", plural(n)),
+					ginkgo.It(fmt.Sprintf("admits a Job for %s through a LocalQueue and completes it", plural(n)),
 						labels.Of(labels.NeedsKueue, labels.OnNode), func(ctx context.Context) {
+							ginkgo.By("the Job is placed on a node with the devices and sees exactly the devices it was given")
 							queuedJobGetsItsDevices(ctx, s.Env, s.In, s.Path, s.NS, n, s.lease(ctx, nodes))
 						})
 				}
@@ -97,8 +98,9 @@ func AllocationSpec(input func() AllocationInput) {
 				if regPath.ClaimBased() {
 					proof = append(proof, proves(allocationName, conformance.DRASupport)...)
 				}
-				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it, and frees them when the pod is deleted", plural(n), regPath.Authority()),
+				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it", plural(n), regPath.Authority()),
 					proof, labels.Of(labels.OnNode), func(ctx context.Context) {
+						ginkgo.By("the devices are freed when the pod is deleted")
 						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, s.lease(ctx, nodes))
 					})
 			}

@@ -63,8 +63,9 @@ func MetricsSpec(input func() MetricsInput) {
 			continue
 		}
 		describePath(input, regPath, "Accelerator metrics", "metrics", []any{labels.Of(labels.Scenario(metricsName))}, func(s *Spec[MetricsInput]) {
-			ginkgo.It("exposes utilisation and memory metrics for every device a running pod holds, attributed to that pod", proves(metricsName, conformance.AcceleratorMetrics),
+			ginkgo.It("exposes utilisation and memory metrics for every device a running pod holds", proves(metricsName, conformance.AcceleratorMetrics),
 				labels.Of(labels.OnNode), func(ctx context.Context) {
+					ginkgo.By("attributed to that pod")
 					heldDevicesOnMetrics(ctx, s, n, s.lease(ctx, nodes))
 				})
 		})

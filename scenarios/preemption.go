@@ -103,20 +103,24 @@ func PreemptionSpec(input func() PreemptionInput) {
 		// another spec's pods hold, and its preemptor must find the devices its victim frees: its jobs stay
 		// on the node it leased, which no other spec on the path uses meanwhile.
 		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.Scenario(preemptionName), labels.NeedsKueue, labels.HoldsNode)}, func(s *Spec[PreemptionInput]) {
-			ginkgo.It("evicts a low-priority training Job for a high-priority one, which runs on the freed quota; the low one checkpoints on SIGTERM, is re-admitted and resumes where it stopped", func(ctx context.Context) {
+			ginkgo.It("evicts a low-priority training Job for a high-priority one; the low one resumes", func(ctx context.Context) {
+				ginkgo.By("the high one runs on the freed quota; the low one checkpoints on SIGTERM, is re-admitted and resumes where it stopped")
 				priorityPreemption(ctx, s)
 			})
 			if reg.ExistingLocalQueue != "" {
 				return
 			}
-			ginkgo.It("lets a serving ClusterQueue reclaim the device quota it lent to training in its cohort; training resumes from its checkpoint when serving ends", func(ctx context.Context) {
+			ginkgo.It("lets serving reclaim quota lent to training in its cohort; training resumes", func(ctx context.Context) {
+				ginkgo.By("a serving ClusterQueue reclaims the device quota; training resumes from its checkpoint when serving ends")
 				cohortReclaim(ctx, s)
 			})
 			if first {
-				ginkgo.It("reports a preempted job without checkpoints as restarted from step 0, its progress lost", func(ctx context.Context) {
+				ginkgo.It("reports a preempted job without checkpoints as restarted from step 0", func(ctx context.Context) {
+					ginkgo.By("its progress lost")
 					preemptionNegative(ctx, s, negativeNoCheckpoint)
 				})
-				ginkgo.It("diagnoses a grace period shorter than the checkpoint write as SIGKILL before the checkpoint", func(ctx context.Context) {
+				ginkgo.It("diagnoses a grace period shorter than the checkpoint write as SIGKILL", func(ctx context.Context) {
+					ginkgo.By("SIGKILL before the checkpoint")
 					preemptionNegative(ctx, s, negativeShortGrace)
 				})
 			}

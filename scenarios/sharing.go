@@ -81,13 +81,15 @@ func SharingSpec(input func() SharingInput) {
 				switch m.Mode {
 				case cluster.ModeTimeSlicing, cluster.ModeMPS:
 					// holds:path: it fills every free replica of the node.
-					ginkgo.It(fmt.Sprintf("maps every %s replica of a full node to one physical GPU, gives no GPU more holders than its replicas, names the pods that share each GPU, and makes one more pod wait", m.Mode),
+					ginkgo.It(fmt.Sprintf("maps every %s replica of a full node to one physical GPU", m.Mode),
 						labels.Of(labels.HoldsPath), pathHoldersLast, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
+							ginkgo.By("no GPU gets more holders than its replicas, the pods sharing each GPU are named, and one more pod waits")
 							sharedNodeFilled(ctx, s, m)
 						})
 				case cluster.ModeMIGSingle, cluster.ModeMIGMixed:
-					ginkgo.It(fmt.Sprintf("gives each pod of a full %s node one distinct MIG device of its resource's profile, never beside its whole parent GPU, and makes one more pod wait", m.Mode),
+					ginkgo.It(fmt.Sprintf("fills a %s node with MIG devices, never beside its whole parent GPU", m.Mode),
 						labels.Of(labels.HoldsPath), pathHoldersLast, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
+							ginkgo.By("each pod gets one distinct MIG device of its resource's profile, and one more pod waits")
 							migNodeFilled(ctx, s, m)
 						})
 				case cluster.ModePartitionable:
@@ -99,8 +101,9 @@ func SharingSpec(input func() SharingInput) {
 			if noisyNode != nil {
 				m := *noisyNode
 				// holds:nodes: a timing measured while another spec loads the node would measure that spec.
-				ginkgo.It(fmt.Sprintf("measures the latency of a probe alone and beside a memory-heavy and a compute-heavy neighbour on one %s GPU", m.Mode),
+				ginkgo.It(fmt.Sprintf("measures a probe's latency alone and beside noisy neighbours on one %s GPU", m.Mode),
 					labels.Of(labels.HoldsNodes), func(ctx context.Context) {
+						ginkgo.By("the neighbours: a memory-heavy one and a compute-heavy one")
 						noisyNeighbours(ctx, s, m)
 					})
 			}

@@ -40,15 +40,17 @@ func registerPartitionSpecs(reg SharingInput, s *Spec[SharingInput], m cluster.N
 		return
 	}
 	if slices.ContainsFunc(m.Partitions, func(g cluster.PartitionableGPU) bool { return g.Whole != "" }) {
-		ginkgo.It("does not allocate a partition of a GPU whose whole device a running pod holds, and diagnoses the claim as waiting for the device", proves(sharingName, conformance.GPUSharing),
+		ginkgo.It("does not allocate a partition of a GPU whose whole device a pod holds", proves(sharingName, conformance.GPUSharing),
 			labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
+				ginkgo.By("the claim is diagnosed as waiting for the device")
 				partitionBesideWhole(ctx, s, m)
 			})
 	} else {
 		reg.notExercised("dra: a partition beside its whole GPU on "+m.Node, "the node's partitionable GPUs publish no whole-GPU device, so there is nothing to allocate beside a partition")
 	}
-	ginkgo.It("runs as many partitions of one parent GPU as its shared counters allow, each a distinct MIG device of that GPU, and makes one more wait", proves(sharingName, conformance.GPUSharing),
+	ginkgo.It("runs as many partitions of one GPU as its shared counters allow", proves(sharingName, conformance.GPUSharing),
 		labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
+			ginkgo.By("each a distinct MIG device of that GPU, and one more waits")
 			fillParentWithPartitions(ctx, s, m)
 		})
 }

@@ -90,8 +90,9 @@ func ShortageSpec(input func() ShortageInput) {
 			case len(eligibleNodes(regPath, 1, reg.GPUPool)) == 0:
 				reg.notExercised(pathName+": Kueue quota shortage", "no node in the GPU pool has a device on this path")
 			default:
-				ginkgo.It("holds a Job beyond the ClusterQueue's device quota unadmitted and without a pod, diagnosed as QueueQuotaExhausted, and admits and completes it once the first Job is deleted",
+				ginkgo.It("holds a Job over its ClusterQueue's quota as QueueQuotaExhausted, then admits it",
 					labels.Of(labels.NeedsKueue, labels.OnNode), func(ctx context.Context) {
+						ginkgo.By("unadmitted and without a pod; admitted and completed once the first Job is deleted")
 						quotaShortage(ctx, s.Env, s.Path, s.NS, s.lease(ctx, eligibleNodes(s.Path, 1, s.In.GPUPool)))
 					})
 			}
@@ -104,8 +105,9 @@ func ShortageSpec(input func() ShortageInput) {
 				} else {
 					// devices:none here and below: the pod can never get a device, and the diagnosis reads capacity,
 					// taints and labels, not which devices are free.
-					ginkgo.It("keeps a pod whose claim asks for more devices than any node has Pending, diagnosed as DRAAllocationFailed with the scheduler's own message",
+					ginkgo.It("diagnoses a claim for more devices than any node has as DRAAllocationFailed",
 						labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+							ginkgo.By("the pod stays Pending, with the scheduler's own message")
 							ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
 							deviceShortage(ctx, s.Env, s.In, s.Path, s.NS, over, expectation{
 								stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
@@ -114,8 +116,9 @@ func ShortageSpec(input func() ShortageInput) {
 						})
 				}
 			} else {
-				ginkgo.It("keeps a pod asking for more devices than any node has Pending, diagnosed as InsufficientDevice with the scheduler's own message",
+				ginkgo.It("diagnoses a pod wanting more devices than any node has as InsufficientDevice",
 					labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+						ginkgo.By("the pod stays Pending, with the scheduler's own message")
 						ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
 						deviceShortage(ctx, s.Env, s.In, s.Path, s.NS, over, expectation{
 							stage: diagnose.StageScheduling, layer: diagnose.LayerScheduler, reason: diagnose.InsufficientDevice,
@@ -125,7 +128,8 @@ func ShortageSpec(input func() ShortageInput) {
 			}
 
 			if !regPath.ClaimBased() {
-				ginkgo.It("diagnoses a pod asking for an extended resource that no node advertises as DeviceNotAdvertised, not as devices in use", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+				ginkgo.It("diagnoses a resource no node advertises as DeviceNotAdvertised", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+					ginkgo.By("a pod asks for an extended resource that no node advertises: not devices in use")
 					one := resource.MustParse("1")
 					w := s.Env.Factory.GPUPod("unadvertised", s.NS).Args(fixtures.ProbeArgs(0)...).Resources(corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{absentDevice: one},
@@ -146,8 +150,9 @@ func ShortageSpec(input func() ShortageInput) {
 			if len(taintNodes) == 0 {
 				reg.notExercised(pathName+": untolerated taint", taintWhy)
 			} else {
-				ginkgo.It("diagnoses a pod that selects only the tainted control-plane nodes as UntoleratedTaint, not as a shortage",
+				ginkgo.It("diagnoses a pod selecting only tainted control-plane nodes as UntoleratedTaint",
 					labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+						ginkgo.By("not as a shortage")
 						ginkgo.By(fmt.Sprintf("selecting %s, which only %v carry", controlPlaneLabel, taintNodes))
 						w := s.Env.Factory.GPUPod("on-tainted", s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).
 							NodeSelector(map[string]string{controlPlaneLabel: ""})
@@ -157,7 +162,8 @@ func ShortageSpec(input func() ShortageInput) {
 						})
 					})
 			}
-			ginkgo.It("diagnoses a pod whose node selector matches no node as NodeSelectorMismatch, not as a shortage", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+			ginkgo.It("diagnoses a node selector that matches no node as NodeSelectorMismatch", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+				ginkgo.By("not as a shortage")
 				value := "gpuconform-no-such-node-" + s.NS
 				for _, n := range s.In.Nodes {
 					gomega.Expect(n.Labels[corev1.LabelHostname]).NotTo(gomega.Equal(value), "node %s unexpectedly carries %s=%s", n.Name, corev1.LabelHostname, value)
@@ -189,8 +195,9 @@ func ShortageSpec(input func() ShortageInput) {
 					{"CPU", corev1.ResourceCPU, *resource.NewQuantity(maxCPU.Value()+1, resource.DecimalSI), maxCPU, cpuNode, diagnose.InsufficientCPU},
 					{"memory", corev1.ResourceMemory, mem, maxMem, memNode, diagnose.InsufficientMemory},
 				} {
-					ginkgo.It(fmt.Sprintf("diagnoses a pod asking for 1 device and more %s than any node's allocatable as %s, not as a device shortage", c.what, c.reason),
+					ginkgo.It(fmt.Sprintf("diagnoses a device pod wanting more %s than any node has as %s", c.what, c.reason),
 						poolReadersFirst, func(ctx context.Context) {
+							ginkgo.By("the pod asks for 1 device and more than any node's allocatable: not a device shortage")
 							ginkgo.By(fmt.Sprintf("requesting %s %s; the most any node has allocatable is %s (%s)", c.ask.String(), c.what, c.most.String(), c.node))
 							w := s.Env.Factory.GPUPod("too-much-"+string(c.resource), s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(c.resource, c.ask)
 							pendingPodDiagnosed(ctx, s.Env, w, expectation{
