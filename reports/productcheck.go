@@ -51,6 +51,13 @@ type ProductCheck struct {
 	Version  string
 	Problems []string
 	Notes    []string
+	// junit holds each JUnit report an anchored link named, read once.
+	junit map[string]junitRead
+}
+
+type junitRead struct {
+	cases []reporters.JUnitTestCase
+	err   error
 }
 
 // The program's rules (cncf/k8s-ai-conformance instructions.md and scripts/validate.go).
@@ -93,7 +100,7 @@ func CheckProduct(file string) (ProductCheck, error) {
 	}
 	c.checkMetadata(p.Metadata)
 	dir := filepath.Dir(file)
-	cases, junitErr := readJUnitCases(filepath.Join(dir, JUnitFile))
+	cases, junitErr := c.readJUnit(filepath.Join(dir, JUnitFile))
 	for _, r := range list.Requirements {
 		items := p.Spec[r.Section]
 		i := slices.IndexFunc(items, func(it ProductItem) bool { return it.ID == string(r.ID) })
@@ -180,7 +187,7 @@ func (c *ProductCheck) checkItem(r conformance.Requirement, it ProductItem, dir 
 		bad("an Implemented MUST needs evidence")
 	}
 	for _, link := range it.Evidence {
-		if why := checkLink(link, dir, it.Status == StatusImplemented); why != "" {
+		if why := c.checkLink(link, dir, it.Status == StatusImplemented); why != "" {
 			bad("evidence %q: %s", link, why)
 		}
 	}
@@ -188,7 +195,7 @@ func (c *ProductCheck) checkItem(r conformance.Requirement, it ProductItem, dir 
 
 // checkLink resolves one evidence link: an http(s) URL by its form, a file (relative, or file://) from
 // dir, and a #anchor into a JUnit report by its test case.
-func checkLink(link, dir string, mustPass bool) string {
+func (c *ProductCheck) checkLink(link, dir string, mustPass bool) string {
 	if strings.HasPrefix(link, "http://") || strings.HasPrefix(link, "https://") {
 		if !webURL(link) {
 			return "not a URL"
@@ -203,7 +210,7 @@ func checkLink(link, dir string, mustPass bool) string {
 	if anchor == "" {
 		return ""
 	}
-	cases, err := readJUnitCases(full)
+	cases, err := c.readJUnit(full)
 	if err != nil {
 		return "has an anchor, but " + err.Error()
 	}
@@ -233,6 +240,19 @@ func (c *ProductCheck) checkCoverage(r conformance.Requirement, it ProductItem, 
 			c.Problems = append(c.Problems, fmt.Sprintf("%s: the evidence does not link the test case %q of %s, which carries its label and %s", r.ID, tc.Name, JUnitFile, tc.Status))
 		}
 	}
+}
+
+// readJUnit is readJUnitCases, each file read and parsed once per check.
+func (c *ProductCheck) readJUnit(path string) ([]reporters.JUnitTestCase, error) {
+	if r, ok := c.junit[path]; ok {
+		return r.cases, r.err
+	}
+	cases, err := readJUnitCases(path)
+	if c.junit == nil {
+		c.junit = map[string]junitRead{}
+	}
+	c.junit[path] = junitRead{cases, err}
+	return cases, err
 }
 
 // readJUnitCases reads the test cases of a JUnit report.

@@ -140,12 +140,8 @@ func clusterAutoscaler(ctx context.Context, in PlatformInput) {
 		mayRead(err, "get configmaps kube-system/cluster-autoscaler-status")
 		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading ConfigMap kube-system/cluster-autoscaler-status")
 	}
-	groups, err := in.Env.Clients.Kube.Discovery().ServerGroups()
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the API groups the cluster serves")
-	for _, g := range groups.Groups {
-		if g.Name == "karpenter.sh" {
-			found = append(found, "the karpenter.sh API ("+g.PreferredVersion.GroupVersion+")")
-		}
+	if g, ok := servedGroup(in, "karpenter.sh"); ok {
+		found = append(found, "the karpenter.sh API ("+g.PreferredVersion.GroupVersion+")")
 	}
 	if len(found) == 0 {
 		notApplicable("no cluster autoscaler: no ConfigMap kube-system/cluster-autoscaler-status, no karpenter.sh API served")
@@ -167,19 +163,31 @@ func autoscalerHealth(status string) string {
 	return "unreadable"
 }
 
-var gatewayClassGVR = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gatewayclasses"}
+// servedGroup is the API group the cluster serves under name, if it does.
+func servedGroup(in PlatformInput, name string) (metav1.APIGroup, bool) {
+	groups, err := in.Env.Clients.Kube.Discovery().ServerGroups()
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the API groups the cluster serves")
+	i := slices.IndexFunc(groups.Groups, func(g metav1.APIGroup) bool { return g.Name == name })
+	if i < 0 {
+		return metav1.APIGroup{}, false
+	}
+	return groups.Groups[i], true
+}
+
+const gatewayGroup = "gateway.networking.k8s.io"
 
 // gatewayAPI: the Gateway API not served is not applicable; served, some GatewayClass must be accepted
 // by its controller (status condition Accepted=True), or no implementation serves it.
 func gatewayAPI(ctx context.Context, in PlatformInput) {
-	groups, err := in.Env.Clients.Kube.Discovery().ServerGroups()
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the API groups the cluster serves")
-	if !slices.ContainsFunc(groups.Groups, func(g metav1.APIGroup) bool { return g.Name == gatewayClassGVR.Group }) {
-		notApplicable("the Gateway API is not installed (" + gatewayClassGVR.Group + " is not served)")
+	group, ok := servedGroup(in, gatewayGroup)
+	if !ok {
+		notApplicable("the Gateway API is not installed (" + gatewayGroup + " is not served)")
 	}
-	list, err := in.Env.Clients.Dynamic.Resource(gatewayClassGVR).List(ctx, metav1.ListOptions{})
+	// The group's preferred version: a cluster with only v1beta1 (an older Gateway API) is read as it is.
+	gvr := schema.GroupVersionResource{Group: gatewayGroup, Version: group.PreferredVersion.Version, Resource: "gatewayclasses"}
+	list, err := in.Env.Clients.Dynamic.Resource(gvr).List(ctx, metav1.ListOptions{})
 	mayRead(err, "list gateway.networking.k8s.io gatewayclasses")
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "listing GatewayClasses")
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "listing GatewayClasses (%s)", gvr.GroupVersion())
 	var classes, accepted []string
 	for _, gc := range list.Items {
 		controller, _, _ := unstructured.NestedString(gc.Object, "spec", "controllerName")
