@@ -10,6 +10,7 @@
 //	gpu-workload device-test [--nvidia-smi-timeout D]
 //	gpu-workload noisy [--role probe|memory-heavy|compute-heavy] [--samples N]
 //	gpu-workload smoke [--load-duration D] [--out FILE]
+//	gpu-workload serve --nonce N [--port P] [--interval D]
 //
 // Every subcommand prints JSON lines on stdout. Exit codes: 0 success, 1 failed check or runtime error,
 // 2 usage error, 143 (128+SIGTERM) train or gang interrupted by SIGTERM after it saved its final
@@ -63,6 +64,8 @@ commands:
   noisy         the noisy-neighbour workload: its role from $GPUCONFORM_NOISY_ROLE or --role (probe:
                 a short kernel's latency p50/p99; memory-heavy, compute-heavy: keep the GPU busy)
   smoke         run on a GPU host: device test, a load, the latency probe; one JSON transcript
+  serve         a model server's stand-in: answers /v1/infer, sends itself a request every --interval
+                and exposes what it served on /metrics (Prometheus text format)
   host-signal   freeze (SIGSTOP, then SIGCONT) or signal a host process by name (needs hostPID; the
                 kubelet-stop fault provider)
 
@@ -101,6 +104,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runNoisy(ctx, args[1:], stdout, stderr)
 	case "smoke":
 		return runSmoke(ctx, args[1:], stdout, stderr)
+	case "serve":
+		return runServe(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK
