@@ -59,7 +59,12 @@ var (
 	compCoreDNS = goComponent{Name: "coredns", Module: "infra/modules/coredns", LDFlags: "-s -w", GCFlags: noDWARF, Packages: []string{"gpuconform.io/infra/coredns/cmd/coredns"}}
 	compCrictl  = goComponent{Name: "crictl", Module: "infra/modules/crictl", LDFlags: "-s -w", GCFlags: noDWARF, Packages: []string{"sigs.k8s.io/cri-tools/cmd/crictl"}}
 	compKueue   = goComponent{Name: "kueue", Module: "infra/modules/kueue", LDFlags: "-s -w", Output: "manager", Packages: []string{"sigs.k8s.io/kueue/cmd/kueue"}}
-	compDRA     = goComponent{Name: "dra-example-driver", Module: "infra/modules/dra-example-driver", LDFlags: "-s -w", GCFlags: noDWARF, Packages: []string{
+	// compPrometheus is Prometheus with its Kubernetes service discovery only (the build tags of its
+	// plugins/ directory), the local cluster's monitoring system.
+	compPrometheus = goComponent{Name: "prometheus", Module: "infra/modules/prometheus", Output: "prometheus",
+		Tags: "remove_all_sd enable_kubernetes_sd", LDFlags: "-s -w -X github.com/prometheus/common/version.Version=" + PrometheusVersion,
+		Packages: []string{"github.com/prometheus/prometheus/cmd/prometheus"}}
+	compDRA = goComponent{Name: "dra-example-driver", Module: "infra/modules/dra-example-driver", LDFlags: "-s -w", GCFlags: noDWARF, Packages: []string{
 		"sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"}}
 	// compRuntime is the capability-stripping runc wrapper for the project's own dockerd (host.go).
 	compRuntime = goComponent{Name: "gpuconform-runc", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-runc"}}

@@ -104,6 +104,8 @@ const wrapperModulesDir = "infra/modules"
 // ownGraph are the wrapper modules that keep their release's module graph, and why: the others' shared
 // versions are not raised to theirs, nor theirs to the others'.
 var ownGraph = map[string]string{
+	"prometheus": "Prometheus v0.316.0 pins newer OpenTelemetry, gRPC and golang.org/x libraries than Kubernetes v1.37.2; " +
+		"raising them in the shared graph would rebuild Kubernetes for a component that shares little more than client-go with it",
 	"dra-example-driver": "dra-example-driver v0.4.0 pins k8s.io v0.36, and its CPU profile sets resource/v1 " +
 		"Device.NodeAllocatableResourceMappings, an alpha field that v0.37 does not have",
 }

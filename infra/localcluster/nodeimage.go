@@ -54,6 +54,13 @@ func (c *Cluster) kueueImage() imageSpec {
 		Entrypoint: []string{"/manager"}}
 }
 
+// prometheusImage is the local monitoring system's image: the server alone (its web UI's assets are not
+// built in; the HTTP API, which the suite queries, is).
+func (c *Cluster) prometheusImage() imageSpec {
+	return imageSpec{Ref: ImagePrometheus, Files: map[string]string{"bin/prometheus": c.binary("prometheus", "prometheus")},
+		Dirs: []string{"prometheus", "tmp"}, User: "65534:65534", Entrypoint: []string{"/bin/prometheus"}}
+}
+
 // exampleDRAImage is the dra-example-driver's image. It is not preloaded: only a cluster brought up with
 // --dra-driver=example runs it, so it is built and loaded into the nodes then (loadExampleDRADriver),
 // and a bring-up with the project's own agent never compiles it.

@@ -52,6 +52,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if exists {
 		c.rootfs.cancel() // a cluster that revives needs no rootfs; one that is recreated builds it below
 		c.startBuild(ctx, compKueue)
+		c.startBuild(ctx, compPrometheus)
 	}
 	revived := false
 	if exists {
@@ -77,6 +78,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 		} else {
 			c.logf("using the node image given: %s (Kueue's image is loaded after creation)", nodeImage)
 			c.startBuild(ctx, compKueue)
+			c.startBuild(ctx, compPrometheus)
 			c.startBuild(ctx, compTools)
 		}
 		if err := c.prepareSharedDir(); err != nil {
@@ -135,6 +137,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := c.step("monitoring", "wait for Prometheus's build, load its image and run it as the cluster's monitoring system", func() error {
+		return c.installMonitoring(ctx, c.startBuild(ctx, compPrometheus))
+	}); err != nil {
+		return err
+	}
 	c.logf("cluster %s ready in %s; kubeconfig: %s; kubectl: %s", c.opts.Name, time.Since(start).Round(time.Second), c.Kubeconfig(), c.Kubectl())
 	return nil
 }
@@ -149,6 +156,7 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 	// Kueue and the tools are needed only once the cluster runs: they compile beside the steps that are
 	// mostly disk and waiting (the system images, the node image, kind's creation, the nodes' start).
 	c.startBuild(ctx, compKueue)
+	c.startBuild(ctx, compPrometheus)
 	c.startBuild(ctx, compTools)
 	compNet := goComponent{Name: "net", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-net"}}
 	if _, err := c.buildGoStep(ctx, compNet); err != nil {
@@ -279,7 +287,7 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 		started = true
 		go func() {
 			defer close(modules.done)
-			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue}))
+			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue, compPrometheus}))
 		}()
 		dir, image, err := c.rootfsStep(bctx)
 		if err != nil {

@@ -10,6 +10,9 @@ const (
 	KindVersion       = "v0.33.0"
 	KueueVersion      = "v0.17.0"
 	DRADriverVersion  = "v0.4.0"
+	// PrometheusVersion is the release the module github.com/prometheus/prometheus v0.316.0 is (its VERSION
+	// file; the module's v0.3MM.P tags are releases 3.MM.P).
+	PrometheusVersion = "3.16.0"
 	DebianSuite       = "bookworm"
 )
 
@@ -26,6 +29,7 @@ const (
 	ImageCoreDNS    = "registry.k8s.io/coredns/coredns:v1.14.6"
 	ImageKueue      = "gpuconform.local/kueue:" + KueueVersion
 	ImageDRADriver  = "gpuconform.local/dra-example-driver:" + DRADriverVersion
+	ImagePrometheus = "gpuconform.local/prometheus:v" + PrometheusVersion
 	ImageNet        = "gpuconform.local/gpuconform-net:dev"
 	ImageWorkload   = "gpuconform.local/gpu-workload:dev"
 	NodeImageRepo   = "gpuconform.local/kind-node"
@@ -35,6 +39,9 @@ const (
 	// the references the manifests name.
 	exampleDRAImageRepo = "gpuconform.local/dra-example-kubeletplugin"
 	kueueImageRepo      = "gpuconform.local/kueue-manager"
+	prometheusImageRepo = "gpuconform.local/prometheus-server"
+	// MonitoringNamespace holds the local cluster's Prometheus (manifests/prometheus.yaml).
+	MonitoringNamespace = "monitoring"
 	PoolLabel           = "gpuconform.io/pool"
 	GPUPool             = "gpu"
 	CanaryPool          = "canary"
