@@ -345,7 +345,7 @@ svg .mk.checkpoint line{stroke:#1f6f3a;stroke-dasharray:2 2}svg .mk.resumed line
 {{if $.V.Baseline}}<ul>{{range $.V.Baseline}}<li>{{.}}</li>{{end}}</ul>{{else}}<p>Everything that passed in the baseline passes now.</p>{{end}}{{end}}
 
 <h2>Compatibility record</h2>
-<table><tr><th>Kubernetes</th><td>{{.Rec.KubernetesVersion}}</td></tr><tr><th>Kueue</th><td>{{.Kueue}}</td></tr>{{with .Rec.Kueue.WaitForPodsReady}}<tr><th>Kueue waitForPodsReady</th><td>{{.}}</td></tr>{{end}}{{with .Rec.Kueue.TAS}}<tr><th>Kueue topology-aware scheduling</th><td>{{.}}</td></tr>{{end}}{{with .Rec.AcceleratorMetrics}}<tr><th>Accelerator metrics</th><td>{{.}}</td></tr>{{end}}{{with .Rec.NodeMonitorGracePeriod}}<tr><th>Node monitor grace period</th><td>{{.}}</td></tr>{{end}}
+<table><tr><th>Kubernetes</th><td>{{.Rec.KubernetesVersion}}</td></tr><tr><th>Kueue</th><td>{{.Kueue}}</td></tr>{{with .Rec.Kueue.WaitForPodsReady}}<tr><th>Kueue waitForPodsReady</th><td>{{.}}</td></tr>{{end}}{{with .Rec.Kueue.TAS}}<tr><th>Kueue topology-aware scheduling</th><td>{{.}}</td></tr>{{end}}{{with .Rec.AcceleratorMetrics}}<tr><th>Accelerator metrics</th><td>{{.}}</td></tr>{{end}}{{with .Rec.Monitoring}}<tr><th>Monitoring</th><td>{{.}}</td></tr>{{end}}{{with .Rec.NodeMonitorGracePeriod}}<tr><th>Node monitor grace period</th><td>{{.}}</td></tr>{{end}}
 {{range .Rec.Paths}}<tr><th>Path {{.Name}}</th><td>{{.Description}}{{if .DriverVersion}}, driver {{.DriverVersion}}{{end}}</td></tr>{{end}}
 <tr><th>Sharing</th><td>{{.Sharing}}</td></tr></table>
 {{if .Rec.Nodes}}<table><tr><th>Node</th><th>Accelerator</th><th>Driver</th><th>OS</th><th>Kernel</th><th>Runtime</th><th>Kubelet</th><th>Devices (plugin/DRA)</th></tr>

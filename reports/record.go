@@ -61,6 +61,9 @@ type Record struct {
 	// AcceleratorMetrics is where per-device metrics were read (a DCGM exporter Service or a Prometheus),
 	// or "none: why".
 	AcceleratorMetrics string `json:"acceleratorMetrics,omitempty"`
+	// Monitoring is the monitoring system asked whether it collects a workload's own metrics (a Prometheus),
+	// or "none: why".
+	Monitoring string `json:"monitoring,omitempty"`
 	// NodeMonitorGracePeriod is how long the control plane waits before it calls a silent node NotReady
 	// (every node-failure timing starts with it), or "not visible: why".
 	NodeMonitorGracePeriod string         `json:"nodeMonitorGracePeriod,omitempty"`

@@ -97,6 +97,9 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	if rec.AcceleratorMetrics != "" {
 		row("Accelerator metrics", rec.AcceleratorMetrics)
 	}
+	if rec.Monitoring != "" {
+		row("Monitoring", rec.Monitoring)
+	}
 	if rec.NodeMonitorGracePeriod != "" {
 		row("Node monitor grace period", rec.NodeMonitorGracePeriod)
 	}

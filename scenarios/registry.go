@@ -25,6 +25,7 @@ var Registry = []*Scenario{
 	Sharing,
 	Gang,
 	Metrics,
+	ServiceMetrics,
 	Operator,
 	Platform,
 }

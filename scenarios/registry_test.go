@@ -66,11 +66,11 @@ func TestUsesAndMeasured(t *testing.T) {
 }
 
 func TestConformanceProfileSelectsTheClaimedRequirements(t *testing.T) {
-	if got, want := ProfileFilter("1.37"), "conformance:accelerator_metrics || conformance:ai_inference || conformance:cluster_autoscaling || conformance:driver_runtime_management || conformance:gang_scheduling || conformance:gpu_sharing || conformance:pod_autoscaling || conformance:robust_controller || conformance:secure_accelerator_access"; got != want {
+	if got, want := ProfileFilter("1.37"), "conformance:accelerator_metrics || conformance:ai_inference || conformance:ai_service_metrics || conformance:cluster_autoscaling || conformance:driver_runtime_management || conformance:gang_scheduling || conformance:gpu_sharing || conformance:pod_autoscaling || conformance:robust_controller || conformance:secure_accelerator_access"; got != want {
 		t.Errorf("ProfileFilter(1.37) = %q, want %q", got, want)
 	}
 	// Only the MUST ones are required; the SHOULD ones are reported in the checklist.
-	if got, want := ConformanceRequiredLabels("1.36"), []string{"conformance:accelerator_metrics", "conformance:ai_inference", "conformance:cluster_autoscaling", "conformance:gang_scheduling",
+	if got, want := ConformanceRequiredLabels("1.36"), []string{"conformance:accelerator_metrics", "conformance:ai_inference", "conformance:ai_service_metrics", "conformance:cluster_autoscaling", "conformance:gang_scheduling",
 		"conformance:pod_autoscaling", "conformance:robust_controller", "conformance:secure_accelerator_access"}; !slices.Equal(got, want) {
 		t.Errorf("ConformanceRequiredLabels = %q, want %q", got, want)
 	}

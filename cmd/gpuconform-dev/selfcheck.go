@@ -148,6 +148,10 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`cluster-autoscaler's status \(ConfigMap kube-system/cluster-autoscaler-status\) gives its cluster-wide health as Unhealthy`)},
 		{Fault: fakeplugin.FaultGatewayNoController, Focus: "serves the Gateway API", Catcher: "serves the Gateway API",
 			Because: because(`the Gateway API is served but no controller accepted a GatewayClass`)},
+		// The local Prometheus restarted with its pod discovery limited to its own namespace
+		// (cmd/gpuconform-dev/selfcheck_monitoring.go); the service metrics scenario reads its target list.
+		{Fault: fakeplugin.FaultMonitoringOwnNamespaceOnly, Focus: "own metrics collected by the cluster's monitoring", Catcher: "own metrics collected by the cluster's monitoring",
+			Because: because(`has not collected pod \S+'s gpuconform_inference_requests_total \(no series\)`, `it has no target, active or dropped, for pod \S+: its discovery does not see the pod's namespace`)},
 		// A driver version that leaves the GPUs slow, rehearsed on the canary pool (the only pool it reaches):
 		// the clocks nvidia-smi shows in the representative load's container there against the known-good
 		// pool's (framework/upgrade Load.ClockFinding).

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -44,6 +45,8 @@ func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplug
 		return createObjects(ctx, clients.Dynamic, unhealthyAutoscalerStatus())
 	case fakeplugin.FaultGatewayNoController:
 		return createObjects(ctx, clients.Dynamic, gatewayAPIWithoutController()...)
+	case fakeplugin.FaultMonitoringOwnNamespaceOnly:
+		return monitoringOwnNamespaceOnly(ctx, clients.Kube)
 	}
 	return nil, fmt.Errorf("fault %s is not a cluster fault", f)
 }
@@ -98,10 +101,8 @@ func restartKueueWith(ctx context.Context, kube kubernetes.Interface, config str
 			last = err.Error()
 			return false, nil //nolint:nilerr // a failed read is retried until the deadline; last says why
 		}
-		want := ptr.Deref(d.Spec.Replicas, 1)
-		st := d.Status
-		if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want || st.Replicas != want || st.AvailableReplicas != want {
-			last = fmt.Sprintf("rollout: %d updated, %d replicas, %d available of %d", st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, want)
+		if done, why := rolledOut(d); !done {
+			last = why
 			return false, nil
 		}
 		// The webhook of the new controller: a queued Job is suspended by it (a server-side dry run).
@@ -125,4 +126,15 @@ func restartKueueWith(ctx context.Context, kube kubernetes.Interface, config str
 		return fmt.Errorf("the local Kueue did not come back with its new Configuration: %s", last)
 	}
 	return nil
+}
+
+// rolledOut reports whether the Deployment's rollout is complete: every replica updated and available,
+// and none of the old ones left; else how far it is.
+func rolledOut(d *appsv1.Deployment) (bool, string) {
+	want := ptr.Deref(d.Spec.Replicas, 1)
+	st := d.Status
+	if st.ObservedGeneration < d.Generation || st.UpdatedReplicas != want || st.Replicas != want || st.AvailableReplicas != want {
+		return false, fmt.Sprintf("rollout: %d updated, %d replicas, %d available of %d", st.UpdatedReplicas, st.Replicas, st.AvailableReplicas, want)
+	}
+	return true, ""
 }

@@ -140,6 +140,11 @@ type Config struct {
 	// DCGM exporter Service, scraped per node through the API server's pod proxy) or "prometheus:URL" (a
 	// Prometheus that scrapes the exporter, queried over HTTP from where the suite runs).
 	AcceleratorMetrics string `json:"acceleratorMetrics,omitempty"`
+	// Monitoring is the cluster's monitoring system, which the service metrics scenario asks whether it
+	// collected a workload's own metrics: "auto" (default: the accelerator metrics' Prometheus, else a
+	// Service labelled as a Prometheus server's), "none", "service:NAMESPACE/NAME[:PORT]" (a Prometheus
+	// Service, queried through the API server's service proxy) or "prometheus:URL".
+	Monitoring string `json:"monitoring,omitempty"`
 	// Product is the AI Conformance submission's metadata (who certifies which product), written into
 	// PRODUCT.yaml; a field left out stays blank there with a TODO.
 	Product conformance.Metadata `json:"product,omitempty"`

@@ -202,6 +202,11 @@ func rules() []rule {
 				_, err := ParseMetricsEndpoint(c.AcceleratorMetrics)
 				return "acceleratorMetrics (--accelerator-metrics): " + err.Error()
 			}},
+		{"monitoring", func(c Config) bool { _, err := ParseMetricsEndpoint(c.Monitoring); return err == nil },
+			func(c Config) string {
+				_, err := ParseMetricsEndpoint(c.Monitoring)
+				return "monitoring (--monitoring): " + err.Error()
+			}},
 		{"artifacts-dir", func(c Config) bool { return c.ArtifactsDir != "" },
 			func(Config) string {
 				return "artifactsDir: empty; name the directory for reports and dumps (--artifacts DIR)"

@@ -148,6 +148,8 @@ func TestRules(t *testing.T) {
 		"profile":       {func(c *Config) { c.Profile = "ai-conformance-1.20" }, func(c *Config) { c.Profile = "ai-conformance-1.36" }},
 		"accelerator-metrics": {func(c *Config) { c.AcceleratorMetrics = "service:gpu-operator" },
 			func(c *Config) { c.AcceleratorMetrics = "service:gpu-operator/nvidia-dcgm-exporter:9400" }},
+		"monitoring": {func(c *Config) { c.Monitoring = "prometheus:monitoring:9090" },
+			func(c *Config) { c.Monitoring = "service:monitoring/prometheus:9090" }},
 		"namespace-not-disruptive": {func(c *Config) { c.Namespace, c.Disruptive = "team-a", true },
 			func(c *Config) { c.Disruptive = true }},
 		"faults.nodeProvider":      {func(c *Config) { c.Faults.NodeProvider = "ssh" }, func(c *Config) { c.Faults.NodeProvider = FaultProviderKubeletStop }},

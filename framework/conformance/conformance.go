@@ -114,7 +114,7 @@ var ours = map[ID][2]string{
 	ClusterAutoscaling:       {"node groups of an accelerator type scale up and down for pending pods that request it", ""},
 	PodAutoscaling:           {"HorizontalPodAutoscaler works for accelerator pods, including custom AI metrics", ""},
 	AcceleratorMetrics:       {"an accelerator metrics solution exposing per-accelerator utilisation and memory on a machine-readable endpoint", ""},
-	AIServiceMetrics:         {"a monitoring system that discovers and collects workload metrics in a standard format", "needs a monitoring system that discovers workloads (Prometheus or an equivalent); gpuconform does not yet check one"},
+	AIServiceMetrics:         {"a monitoring system that discovers and collects workload metrics in a standard format", ""},
 	SecureAcceleratorAccess:  {"access to accelerators isolated and mediated by the device plugin or DRA and the runtime: no unauthorised access or interference", ""},
 	WorkloadSandboxing:       {"workloads run in a sandbox strongly isolated from the host kernel", noVGPU},
 	RobustController:         {"a complex AI operator with a CRD installed and working: pods, webhooks, reconciliation", ""},

@@ -9,6 +9,10 @@ func (r *Run) SetupRecord(signoff reports.Signoff, filters string) reports.Recor
 	rec.Signoff, rec.Notes, rec.Taints = signoff, r.RecordNotes(), r.Caps.Taints
 	rec.Parameters = reports.Parameters{TimeoutProfile: r.Config.TimeoutProfile, TimeoutProfileWhy: r.ProfileWhy, Namespace: r.Config.Namespace,
 		LocalQueue: r.ExistingLocalQueue(), GPUPool: r.Caps.Pools.GPU.Nodes, Filters: filters}
+	rec.Monitoring = r.Monitoring.String()
+	if !r.Monitoring.Present() {
+		rec.Monitoring = "none: " + r.MonitoringWhy
+	}
 	for _, s := range r.Skipped() {
 		rec.AddNotExercised(s.What, s.Why)
 	}

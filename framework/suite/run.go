@@ -24,6 +24,7 @@ import (
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/monitoring"
 	"gpuconform.io/gpuconform/framework/runlease"
 	"gpuconform.io/gpuconform/framework/testenv"
 	"gpuconform.io/gpuconform/framework/timeouts"
@@ -67,6 +68,9 @@ type Run struct {
 	// there is none.
 	Metrics    accelmetrics.Endpoint
 	MetricsWhy string
+	// Monitoring is the cluster's monitoring system (a Prometheus); MonitoringWhy says why there is none.
+	Monitoring    monitoring.Endpoint
+	MonitoringWhy string
 	// Env is the specs' environment; RunID names the run on every object and artifact.
 	Env   *testenv.Env
 	RunID string
@@ -111,6 +115,7 @@ func Prepare(ctx context.Context, cfg config.Config, runID string, say func(line
 	r.NodeMonitorGracePeriod = cluster.ReadNodeMonitorGracePeriod(ctx, r.Clients.Kube)
 	r.Upgrade = r.planUpgrade(ctx)
 	r.Metrics, r.MetricsWhy = accelmetrics.Discover(ctx, r.Clients.Kube, cfg.AcceleratorMetrics)
+	r.Monitoring, r.MonitoringWhy = monitoring.Discover(ctx, r.Clients.Kube, cfg.Monitoring, r.Metrics)
 	r.faults = sync.OnceValue(r.newInjector)
 	r.Env = r.newEnv()
 	if err := r.teamPreflight(ctx); err != nil {

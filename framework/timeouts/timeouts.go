@@ -53,7 +53,8 @@ type Timeouts struct {
 	HelperPod time.Duration
 	// Metrics waits for a device a pod holds to appear on the accelerator metrics endpoint, attributed to
 	// the pod: the DCGM exporter collects every 30 s by default and maps devices to pods at collection, and
-	// a Prometheus in between adds its scrape interval (30–60 s); the local fake answers at each scrape.
+	// a Prometheus in between adds its scrape interval (30–60 s); the local fake answers at each scrape. It
+	// also bounds a workload's own counter growing between two of the monitoring system's scrapes.
 	Metrics time.Duration
 	// Rejection waits for the API server to answer a create that must be rejected.
 	Rejection time.Duration

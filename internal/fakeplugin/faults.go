@@ -143,6 +143,10 @@ const (
 	// controller accepts: CRDs without an implementation. Cluster fault. Caught by the platform scenario's
 	// Gateway API check.
 	FaultGatewayNoController Fault = "gateway-no-controller"
+	// FaultMonitoringOwnNamespaceOnly restarts the local Prometheus with its Kubernetes pod discovery
+	// limited to its own namespace: a monitoring system that never discovers the workloads. Cluster
+	// fault. Caught by the service metrics scenario (the workload's counter never reaches the query API).
+	FaultMonitoringOwnNamespaceOnly Fault = "monitoring-own-namespace-only"
 )
 
 // SlowGPUFactor is how far below their maximum FaultSlowGPU holds the GPUs' core clocks.
@@ -164,7 +168,8 @@ func VersionFaults(version string) []Fault {
 // Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
 func (f Fault) Cluster() bool {
 	switch f {
-	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultAutoscalerUnhealthy, FaultGatewayNoController:
+	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultAutoscalerUnhealthy, FaultGatewayNoController,
+		FaultMonitoringOwnNamespaceOnly:
 		return true
 	}
 	return false
@@ -181,7 +186,7 @@ func AllFaults() []Fault {
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
-		FaultAutoscalerUnhealthy, FaultGatewayNoController}
+		FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that
