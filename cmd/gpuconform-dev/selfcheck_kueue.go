@@ -77,34 +77,12 @@ func withoutConfigKey(ctx context.Context, kube kubernetes.Interface, key string
 	return func(ctx context.Context) error { return restartKueueWith(ctx, kube, before) }, nil
 }
 
-// restartKueueWith writes config as Kueue's Configuration, rolls its Deployment (the digest annotation) and
-// waits until the new controller runs and its webhook suspends a queued Job again.
+// restartKueueWith writes config as Kueue's Configuration, rolls its Deployment and waits until the new
+// controller runs and its webhook suspends a queued Job again.
 func restartKueueWith(ctx context.Context, kube kubernetes.Interface, config string) error {
-	cm, err := kube.CoreV1().ConfigMaps(kueueNamespace).Get(ctx, kueueConfigMap, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	cm.Data[kueueConfigKey] = config
-	if _, err := kube.CoreV1().ConfigMaps(kueueNamespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("writing Kueue's Configuration: %w", err)
-	}
-	sum := sha256.Sum256([]byte(config + time.Now().String()))
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{kueueConfigAnnotation: hex.EncodeToString(sum[:8])}}}}})
-	if _, err := kube.AppsV1().Deployments(kueueNamespace).Patch(ctx, kueueDeployment, k8stypes.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("restarting Kueue: %w", err)
-	}
-	last := ""
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		d, err := kube.AppsV1().Deployments(kueueNamespace).Get(ctx, kueueDeployment, metav1.GetOptions{})
-		if err != nil {
-			last = err.Error()
-			return false, nil //nolint:nilerr // a failed read is retried until the deadline; last says why
-		}
-		if done, why := rolledOut(d); !done {
-			last = why
-			return false, nil
-		}
+	d := configuredDeployment{Namespace: kueueNamespace, Name: kueueDeployment, ConfigMap: kueueConfigMap, Key: kueueConfigKey,
+		Annotation: kueueConfigAnnotation, What: "the local Kueue"}
+	return d.restartWith(ctx, kube, config, func(ctx context.Context) (bool, string) {
 		// The webhook of the new controller: a queued Job is suspended by it (a server-side dry run).
 		job := &batchv1.Job{
 			ObjectMeta: metav1.ObjectMeta{GenerateName: "gpuconform-webhook-probe-", Namespace: "default", Labels: map[string]string{"kueue.x-k8s.io/queue-name": "gpuconform-webhook-probe"}},
@@ -114,16 +92,55 @@ func restartKueueWith(ctx context.Context, kube kubernetes.Interface, config str
 		got, err := kube.BatchV1().Jobs("default").Create(ctx, job, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		switch {
 		case err != nil:
-			last = "Kueue's webhook does not answer yet: " + err.Error()
+			return false, "Kueue's webhook does not answer yet: " + err.Error()
 		case !ptr.Deref(got.Spec.Suspend, false):
-			last = "Kueue's webhook does not suspend a queued Job yet"
-		default:
-			return true, nil
+			return false, "Kueue's webhook does not suspend a queued Job yet"
 		}
-		return false, nil
+		return true, ""
+	})
+}
+
+// configuredDeployment is a local component whose configuration is a key of a ConfigMap it reads once,
+// at start: a changed configuration takes a new pod, which a digest annotation on the pod template makes.
+type configuredDeployment struct {
+	Namespace, Name, ConfigMap, Key, Annotation string
+	// What names the component in errors.
+	What string
+}
+
+// restartWith writes config into the ConfigMap, rolls the Deployment (the digest annotation) and waits
+// until its rollout is complete and ready, when set, says the new pod serves.
+func (c configuredDeployment) restartWith(ctx context.Context, kube kubernetes.Interface, config string, ready func(context.Context) (bool, string)) error {
+	cm, err := kube.CoreV1().ConfigMaps(c.Namespace).Get(ctx, c.ConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	cm.Data[c.Key] = config
+	if _, err := kube.CoreV1().ConfigMaps(c.Namespace).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("writing %s's configuration: %w", c.What, err)
+	}
+	sum := sha256.Sum256([]byte(config + time.Now().String()))
+	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
+		"annotations": map[string]string{c.Annotation: hex.EncodeToString(sum[:8])}}}}})
+	if _, err := kube.AppsV1().Deployments(c.Namespace).Patch(ctx, c.Name, k8stypes.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("restarting %s: %w", c.What, err)
+	}
+	last := ""
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		d, err := kube.AppsV1().Deployments(c.Namespace).Get(ctx, c.Name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil //nolint:nilerr // a failed read is retried until the deadline; last says why
+		}
+		done, why := rolledOut(d)
+		if done && ready != nil {
+			done, why = ready(ctx)
+		}
+		last = why
+		return done, nil
 	})
 	if err != nil {
-		return fmt.Errorf("the local Kueue did not come back with its new Configuration: %s", last)
+		return fmt.Errorf("%s did not come back with its new configuration: %s", c.What, last)
 	}
 	return nil
 }

@@ -2,16 +2,10 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8stypes "k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
@@ -67,37 +61,10 @@ func monitoringOwnNamespaceOnly(ctx context.Context, kube kubernetes.Interface) 
 	return func(ctx context.Context) error { return restartPrometheusWith(ctx, kube, before) }, nil
 }
 
-// restartPrometheusWith writes config as the local Prometheus's configuration, rolls its Deployment (the
-// digest annotation) and waits until the new server is available.
+// restartPrometheusWith writes config as the local Prometheus's configuration, rolls its Deployment and
+// waits until the new server is available.
 func restartPrometheusWith(ctx context.Context, kube kubernetes.Interface, config string) error {
-	ns := localcluster.MonitoringNamespace
-	cm, err := kube.CoreV1().ConfigMaps(ns).Get(ctx, prometheusConfigMap, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	cm.Data[prometheusConfigKey] = config
-	if _, err := kube.CoreV1().ConfigMaps(ns).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("writing the local Prometheus's configuration: %w", err)
-	}
-	sum := sha256.Sum256([]byte(config + time.Now().String()))
-	patch, _ := json.Marshal(map[string]any{"spec": map[string]any{"template": map[string]any{"metadata": map[string]any{
-		"annotations": map[string]string{prometheusConfigAnnotation: hex.EncodeToString(sum[:8])}}}}})
-	if _, err := kube.AppsV1().Deployments(ns).Patch(ctx, prometheusDeployment, k8stypes.StrategicMergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("restarting the local Prometheus: %w", err)
-	}
-	last := ""
-	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-		d, err := kube.AppsV1().Deployments(ns).Get(ctx, prometheusDeployment, metav1.GetOptions{})
-		if err != nil {
-			last = err.Error()
-			return false, nil //nolint:nilerr // a failed read is retried until the deadline; last says why
-		}
-		done, why := rolledOut(d)
-		last = why
-		return done, nil
-	})
-	if err != nil {
-		return fmt.Errorf("the local Prometheus did not come back with its new configuration: %s", last)
-	}
-	return nil
+	d := configuredDeployment{Namespace: localcluster.MonitoringNamespace, Name: prometheusDeployment, ConfigMap: prometheusConfigMap,
+		Key: prometheusConfigKey, Annotation: prometheusConfigAnnotation, What: "the local Prometheus"}
+	return d.restartWith(ctx, kube, config, nil)
 }
