@@ -125,6 +125,9 @@ type Capabilities struct {
 	DevicePlugin *DevicePluginPath
 	// DRA is the DRA path; nil when absent.
 	DRA *DRAPath
+	// ExtendedDRA is the extended-resource mapping of a DeviceClass where DRA serves it on some node
+	// (ExtendedDRAPathName); nil when absent (NotExercised says why).
+	ExtendedDRA *ExtendedDRAPath
 	// Kueue describes the Kueue installation.
 	Kueue KueueInfo
 	// Sharing is the GPU sharing mode of the whole cluster, summarised from SharingModes.
@@ -287,6 +290,13 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 		c.Notes = append(c.Notes, d.notes...)
 	} else {
 		c.NotExercised[config.PathDRA] = "not selected by allocationPaths"
+	}
+	// The third path is discovered and recorded; no scenario runs on it yet.
+	if p, why := discoverExtendedDRA(s); p != nil {
+		c.ExtendedDRA = p
+		c.NotExercised[ExtendedDRAPathName] = "present (" + p.Served() + "), but gpuconform does not run specs on this path yet"
+	} else {
+		c.NotExercised[ExtendedDRAPathName] = "not present: " + why
 	}
 	c.Kueue = discoverKueue(s)
 	if !c.Kueue.Present {

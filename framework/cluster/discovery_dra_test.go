@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -221,5 +222,59 @@ func TestPluginNodesBounded(t *testing.T) {
 	nodes := pluginNodes(append(published, other))
 	if len(nodes) != maxPluginNodes || !slices.Contains(nodes, "z-only") || nodes[0] != "z-only" && nodes[1] != "z-only" {
 		t.Errorf("nodes %v: want %d, the other driver's node among the first", nodes, maxPluginNodes)
+	}
+}
+
+// The extended-resource path (DRAExtendedResource): a DeviceClass mapping nvidia.com/gpu is a path only
+// where some node with its devices has no device plugin advertising the name.
+func TestDiscoverExtendedResourceDRA(t *testing.T) {
+	mapped := nvidiaClass()
+	mapped.Spec.ExtendedResourceName = ptr.To("nvidia.com/gpu")
+	snap := func(class resourcev1.DeviceClass, pluginOn ...string) Snapshot {
+		s := draSnapshot(class, served("w1", "w2"))
+		for i := range s.Nodes {
+			if slices.Contains(pluginOn, s.Nodes[i].Name) {
+				s.Nodes[i] = *gpuNode(s.Nodes[i].Name, nil, map[string]int64{"nvidia.com/gpu": 4})
+			}
+		}
+		return s
+	}
+	for _, tc := range []struct {
+		name            string
+		snap            Snapshot
+		dra, plugin     []string
+		absent, present string
+	}{
+		{name: "no mapping", snap: snap(nvidiaClass()), absent: "not present: no DeviceClass sets spec.extendedResourceName"},
+		{name: "mapping, the device plugin on every node", snap: snap(mapped, "w1", "w2"),
+			absent: "not present: DeviceClass gpu.nvidia.com maps nvidia.com/gpu, but every node with its devices also advertises nvidia.com/gpu through a device plugin, which serves the name there: w1 (4), w2 (4)"},
+		{name: "half-migrated pool", snap: snap(mapped, "w1"), dra: []string{"w2"}, plugin: []string{"w1"},
+			present: "nvidia.com/gpu through DeviceClass gpu.nvidia.com: by the DRA driver on w2 (4); by a device plugin on w1 (4)"},
+		{name: "migrated pool", snap: snap(mapped), dra: []string{"w1", "w2"}, present: "by the DRA driver on w1 (4), w2 (4)"},
+		{name: "no DRA API", snap: Snapshot{Nodes: []corev1.Node{*gpuNode("w1", nil, map[string]int64{"nvidia.com/gpu": 4})}}, absent: "resource.k8s.io/v1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			caps := Discover(tc.snap, config.Default())
+			why := caps.NotExercised[ExtendedDRAPathName]
+			if tc.absent != "" {
+				if caps.ExtendedDRA != nil || !strings.Contains(why, tc.absent) {
+					t.Fatalf("path %+v, why %q: want absent with %q", caps.ExtendedDRA, why, tc.absent)
+				}
+				return
+			}
+			p := caps.ExtendedDRA
+			if p == nil {
+				t.Fatalf("no path (%s)", why)
+			}
+			if got := slices.Sorted(maps.Keys(p.DRANodes)); !slices.Equal(got, tc.dra) {
+				t.Errorf("DRA-served nodes %v, want %v", got, tc.dra)
+			}
+			if got := slices.Sorted(maps.Keys(p.PluginNodes)); !slices.Equal(got, tc.plugin) {
+				t.Errorf("plugin-served nodes %v, want %v", got, tc.plugin)
+			}
+			if !strings.Contains(p.Served(), tc.present) || !strings.Contains(why, "does not run specs on this path yet") {
+				t.Errorf("Served %q / not exercised %q, want %q", p.Served(), why, tc.present)
+			}
+		})
 	}
 }

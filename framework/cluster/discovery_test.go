@@ -91,8 +91,9 @@ func TestDiscoverLocalCluster(t *testing.T) {
 	if len(caps.Nodes) != 3 || caps.Nodes[0].Name != "c1" || caps.Nodes[1].Kernel != "6.1" || caps.Nodes[1].DRADevices != 2 {
 		t.Errorf("nodes: %+v", caps.Nodes)
 	}
-	if len(caps.NotExercised) != 0 {
-		t.Errorf("nothing should be missing: %v", caps.NotExercised)
+	// No DeviceClass maps an extended resource: the third path is absent, and says why.
+	if why := caps.NotExercised[ExtendedDRAPathName]; len(caps.NotExercised) != 1 || !strings.Contains(why, "no DeviceClass sets spec.extendedResourceName") {
+		t.Errorf("nothing but the extended-resource DRA path should be missing: %v", caps.NotExercised)
 	}
 }
 
