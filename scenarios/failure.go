@@ -30,17 +30,14 @@ import (
 	"gpuconform.io/gpuconform/internal/workload/train"
 )
 
-// FailureInput is the input of FailureSpec.
-type FailureInput struct {
-	Base
+// FaultNeeds is what a spec that fails a node or a device and resumes the work needs: the failure
+// scenario's specs and the gang's failed-worker spec embed it.
+type FaultNeeds struct {
 	// Faults injects node and device faults; its providers are nil with the reason where the cluster
 	// has none.
 	Faults *faults.Injector
 	// Disruptive is the user's opt-in to specs that change nodes.
 	Disruptive bool
-	// KueuePresent submits the training jobs through a LocalQueue.
-	KueuePresent       bool
-	ExistingLocalQueue string
 	// Checkpoints is storage that outlives a node (none: CheckpointsWhy); without it the resume half of
 	// the checks is not exercised and the reschedule half still runs.
 	Checkpoints    checkpoints.Storage
@@ -49,15 +46,28 @@ type FailureInput struct {
 	EvictAfter time.Duration
 }
 
+// faultNeedsOf reads the run's fault providers, opt-in, checkpoint storage and eviction toleration.
+func faultNeedsOf(r *suite.Run) FaultNeeds {
+	return FaultNeeds{Faults: r.Faults(), Disruptive: r.Config.Disruptive, Checkpoints: r.Checkpoints, CheckpointsWhy: r.CheckpointsWhy,
+		EvictAfter: r.Config.Faults.EvictionToleration.Duration}
+}
+
+// FailureInput is the input of FailureSpec.
+type FailureInput struct {
+	Base
+	FaultNeeds
+	// KueuePresent submits the training jobs through a LocalQueue.
+	KueuePresent       bool
+	ExistingLocalQueue string
+}
+
 const failureName = "failure"
 
 // Failure is the failed-worker and failed-device scenario (FailureSpec).
 var Failure = Define(Scenario{Name: failureName, Title: "a failed worker or device is withdrawn, and the work resumes elsewhere from its checkpoint",
 	Required: true, Measured: true, Needs: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true}, Uses: suite.Needs{Kueue: true}},
 	func(r *suite.Run) FailureInput {
-		return FailureInput{Base: baseOf(r), Faults: r.Faults(), Disruptive: r.Config.Disruptive, KueuePresent: r.KueueUsable,
-			ExistingLocalQueue: r.ExistingLocalQueue(), Checkpoints: r.Checkpoints, CheckpointsWhy: r.CheckpointsWhy,
-			EvictAfter: r.Config.Faults.EvictionToleration.Duration}
+		return FailureInput{Base: baseOf(r), FaultNeeds: faultNeedsOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue()}
 	},
 	FailureSpec)
 

@@ -49,12 +49,8 @@ type GangInput struct {
 	// Topologies are Kueue's Topologies (TAS); TopologiesWhy says why there are none.
 	Topologies    []cluster.Topology
 	TopologiesWhy string
-	// Faults, Disruptive, Checkpoints: the failed-worker spec's needs, as the failure scenario's.
-	Faults         *faults.Injector
-	Disruptive     bool
-	Checkpoints    checkpoints.Storage
-	CheckpointsWhy string
-	EvictAfter     time.Duration
+	// The failed-worker spec's needs, as the failure scenario's.
+	FaultNeeds
 }
 
 const gangName = "gang"
@@ -70,8 +66,7 @@ var Gang = Define(Scenario{Name: gangName, Title: "a multi-worker GPU job is adm
 		return GangInput{Base: baseOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(),
 			PodsReady: r.Caps.Kueue.PodsReady, PodsReadyWhy: r.Caps.Kueue.PodsReadyWhy,
 			Topologies: r.Caps.Kueue.Topologies, TopologiesWhy: r.Caps.Kueue.TopologiesWhy,
-			Faults: r.Faults(), Disruptive: r.Config.Disruptive, Checkpoints: r.Checkpoints, CheckpointsWhy: r.CheckpointsWhy,
-			EvictAfter: r.Config.Faults.EvictionToleration.Duration}
+			FaultNeeds: faultNeedsOf(r)}
 	},
 	GangSpec)
 
