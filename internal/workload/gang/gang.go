@@ -92,24 +92,18 @@ func (c Config) Validate() error {
 		return errors.New("--coordinator is required when --workers > 1")
 	case c.Port < 0 || c.Port > 65535:
 		return fmt.Errorf("--port must be in [1, 65535], got %d", c.Port)
-	case c.Steps <= 0:
-		return fmt.Errorf("--steps must be > 0, got %d", c.Steps)
-	case c.StepDuration < 0:
-		return fmt.Errorf("--step-duration must be >= 0, got %s", c.StepDuration)
-	case c.ResumedStepDuration != nil && *c.ResumedStepDuration < 0:
-		return fmt.Errorf("--resumed-step-duration must be >= 0, got %s", *c.ResumedStepDuration)
-	case c.ResumedMinDuration < 0:
-		return fmt.Errorf("--resumed-min-duration must be >= 0, got %s", c.ResumedMinDuration)
-	case c.CheckpointDir == "":
-		return errors.New("--checkpoint-dir is required")
-	case c.CheckpointEvery <= 0:
-		return fmt.Errorf("--checkpoint-every must be > 0, got %d", c.CheckpointEvery)
+	}
+	// The steps, their pace and the checkpoints mean what they mean to train, and are checked as train checks them.
+	steps := train.Config{Steps: c.Steps, StepDuration: c.StepDuration, ResumedStepDuration: c.ResumedStepDuration, ResumedMinDuration: c.ResumedMinDuration,
+		CheckpointDir: c.CheckpointDir, CheckpointEvery: c.CheckpointEvery, Keep: c.Keep}
+	if err := steps.Validate(); err != nil {
+		return err
+	}
+	switch {
 	case c.RendezvousTimeout < 0:
 		return fmt.Errorf("--rendezvous-timeout must be > 0, got %s", c.RendezvousTimeout)
 	case c.PeerTimeout < 0:
 		return fmt.Errorf("--peer-timeout must be > 0, got %s", c.PeerTimeout)
-	case c.Keep < 0:
-		return fmt.Errorf("keep must be >= 0, got %d", c.Keep)
 	}
 	return nil
 }
