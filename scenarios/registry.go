@@ -26,6 +26,7 @@ var Registry = []*Scenario{
 	Gang,
 	Metrics,
 	ServiceMetrics,
+	Prioritized,
 	Operator,
 	Platform,
 }

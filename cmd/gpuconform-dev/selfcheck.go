@@ -112,6 +112,9 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`expected 0 devices, container sees [1-9]|asked for no device (sees \[[^\]]|has GPU device nodes)`)},
 		{Fault: fakeplugin.FaultDRAPrepareFail, Focus: "shows a running pod exactly", Catcher: "on the dra path",
 			Because: because(`Reason: +DRAPrepareFailed`, `fault injection `+string(fakeplugin.FaultDRAPrepareFail))},
+		// A driver that cannot prepare the device of a prioritized list's alternative (scenarios/prioritized.go).
+		{Fault: fakeplugin.FaultDRANoSubrequests, Focus: "allocates the first alternative that fits", Catcher: "allocates the first alternative that fits",
+			Because: because(`Reason: +DRAPrepareFailed`, `has no request "gpus/one"`)},
 		{Fault: fakeplugin.FaultPhantomSliceDevice, Focus: "full node", Catcher: "on the dra path",
 			Because: because(`Reason: +DRAPrepareFailed`, `does not exist on this node`)},
 		{Fault: fakeplugin.FaultNoReregister, Focus: "after its kubelet restarts", Catcher: "device-plugin path advertises a node's devices again after its kubelet restarts", RestartAgents: true,

@@ -304,6 +304,11 @@ func (p *Plugin) prepareClaim(claim *resourceapi.ResourceClaim) kubeletplugin.Pr
 		if r.Driver != p.cfg.DRADriverName || r.Pool != p.cfg.NodeName {
 			continue
 		}
+		if top, sub, ok := strings.Cut(r.Request, "/"); ok && p.hasFault(FaultDRANoSubrequests) {
+			p.log.Warn("FAULT INJECTION: refusing a sub-request's device", "fault", string(FaultDRANoSubrequests), "claim", ref, "request", r.Request)
+			return kubeletplugin.PrepareResult{Err: fmt.Errorf("fake GPU driver on %s: claim %s has no request %q for device %s (its requests: %s; alternative %q ignored; fault injection %s)",
+				p.cfg.NodeName, ref, r.Request, r.Device, top, sub, FaultDRANoSubrequests)}
+		}
 		m := ours{request: r.Request, device: r.Device, share: r.ShareID}
 		i, pl, isPartition := draPartition(r.Device)
 		if isPartition {

@@ -480,3 +480,20 @@ func attrString(a resourceapi.DeviceAttribute) string {
 	}
 	return ""
 }
+
+func TestNoSubrequestsRefusesOnlyAnAlternativesDevice(t *testing.T) {
+	p := partitionableAgent(t, fakegpu.SharingNone, 2)
+	sub := claim("gpu-4")
+	sub.Status.Allocation.Devices.Results[0].Request = "gpus/one"
+	if res := p.prepareClaim(sub); res.Err != nil || len(res.Devices) != 1 || res.Devices[0].Requests[0] != "gpus/one" {
+		t.Fatalf("a sub-request's device without the fault: %+v", res)
+	}
+	p.SetFaultsFromAnnotation(string(FaultDRANoSubrequests))
+	res := p.prepareClaim(sub)
+	if res.Err == nil || !strings.Contains(res.Err.Error(), `has no request "gpus/one"`) {
+		t.Errorf("under %s a sub-request's device was prepared: %+v", FaultDRANoSubrequests, res)
+	}
+	if res := p.prepareClaim(claim("gpu-4")); res.Err != nil {
+		t.Errorf("under %s a plain request's device was refused: %v", FaultDRANoSubrequests, res.Err)
+	}
+}

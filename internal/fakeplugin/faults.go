@@ -147,6 +147,12 @@ const (
 	// limited to its own namespace: a monitoring system that never discovers the workloads. Cluster
 	// fault. Caught by the service metrics scenario (the workload's counter never reaches the query API).
 	FaultMonitoringOwnNamespaceOnly Fault = "monitoring-own-namespace-only"
+	// FaultDRANoSubrequests makes the DRA half refuse to prepare a device allocated for a sub-request of a
+	// prioritized list (a result whose request is "request/alternative"): a driver written before
+	// DRAPrioritizedList, which looks a result's request up among the claim's top-level requests (for its
+	// configuration) and finds none. Claims without alternatives are prepared as before. Caught by the
+	// prioritized-list scenario (its pod never starts; the diagnosis is DRAPrepareFailed).
+	FaultDRANoSubrequests Fault = "dra-no-subrequests"
 )
 
 // SlowGPUFactor is how far below their maximum FaultSlowGPU holds the GPUs' core clocks.
@@ -186,7 +192,7 @@ func AllFaults() []Fault {
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
-		FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly}
+		FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that
