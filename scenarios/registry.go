@@ -27,6 +27,7 @@ var Registry = []*Scenario{
 	Metrics,
 	ServiceMetrics,
 	Prioritized,
+	AdminAccess,
 	Operator,
 	Platform,
 }

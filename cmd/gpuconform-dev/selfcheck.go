@@ -115,6 +115,9 @@ func selfcheckTable() []selfcheckRow {
 		// A driver that cannot prepare the device of a prioritized list's alternative (scenarios/prioritized.go).
 		{Fault: fakeplugin.FaultDRANoSubrequests, Focus: "allocates the first alternative that fits", Catcher: "allocates the first alternative that fits",
 			Because: because(`Reason: +DRAPrepareFailed`, `has no request "gpus/one"`)},
+		// A driver that refuses a monitor's admin-access claim on a held device (scenarios/adminaccess.go).
+		{Fault: fakeplugin.FaultDRANoAdminAccess, Focus: "gives a monitor a held device only in an admin-access namespace", Catcher: "gives a monitor a held device only in an admin-access namespace",
+			Because: because(`Reason: +DRAPrepareFailed`, `is in use by another claim: refusing to hand it out twice`)},
 		{Fault: fakeplugin.FaultPhantomSliceDevice, Focus: "full node", Catcher: "on the dra path",
 			Because: because(`Reason: +DRAPrepareFailed`, `does not exist on this node`)},
 		{Fault: fakeplugin.FaultNoReregister, Focus: "after its kubelet restarts", Catcher: "device-plugin path advertises a node's devices again after its kubelet restarts", RestartAgents: true,

@@ -53,6 +53,10 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"  Reason:  DRAPrepareFailed: The kubelet could not prepare the allocated devices through the DRA driver.\n  Evidence:\n" +
 			"    - Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim prio-gpus-7x: fake GPU driver on gpuconform-worker: " +
 			"claim prio-x/prio-gpus-7x has no request \"gpus/one\" for device gpu-2 (its requests: gpus; alternative \"one\" ignored; fault injection dra-no-subrequests)\n",
+		fakeplugin.FaultDRANoAdminAccess: "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod gpuconform-admin-mon-x/monitor to run\n\nDiagnosis of Pod gpuconform-admin-mon-x/monitor:\n" +
+			"  Reason:  DRAPrepareFailed: The kubelet could not prepare the allocated devices through the DRA driver.\n  Evidence:\n" +
+			"    - Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim monitor-gpus-7x: fake GPU driver on gpuconform-worker: " +
+			"device gpu-2 of claim gpuconform-admin-mon-x/monitor-gpus-7x is in use by another claim: refusing to hand it out twice (admin access not supported; fault injection dra-no-admin-access)\n",
 		fakeplugin.FaultPhantomSliceDevice: "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod isol-x/fill-4 to run\n\nDiagnosis of Pod isol-x/fill-4:\n" +
 			"  Reason:  DRAPrepareFailed: The kubelet could not prepare the allocated devices through the DRA driver.\n  Evidence:\n" +
 			"    - Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim fill-4-gpu-2b: fake GPU driver on gpuconform-worker: device gpu-8 of claim isol-x/fill-4-gpu-2b does not exist on this node (it has gpu-4..gpu-7)\n",
@@ -159,6 +163,7 @@ func TestSelfcheckBecauseMatchesTheChecksMessages(t *testing.T) {
 		fakeplugin.FaultDRAPrepareFail: fakeplugin.FaultPhantomSliceDevice, fakeplugin.FaultPhantomSliceDevice: fakeplugin.FaultDRAPrepareFail,
 		fakeplugin.FaultNoReregister: fakeplugin.FaultStaleAfterReboot, fakeplugin.FaultIgnoreHealth: fakeplugin.FaultNoReregister,
 		fakeplugin.FaultDRANoRepublish: fakeplugin.FaultNoReregister, fakeplugin.FaultDRANoSubrequests: fakeplugin.FaultDRAPrepareFail,
+		fakeplugin.FaultDRANoAdminAccess: fakeplugin.FaultDRANoSubrequests,
 	} {
 		if said, ok := matchAll(rows[a].Because, failureOf[b]); ok {
 			t.Errorf("%s's Because matches the failure %s causes (%q)", a, b, said)

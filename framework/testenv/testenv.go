@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"strings"
@@ -294,6 +295,21 @@ func (e *Env) stopTimeline(r *timeline.Recorder) {
 // waits for it); a failed spec's namespace is dumped before that.
 func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespace {
 	ginkgo.GinkgoHelper()
+	return e.newNamespace(ctx, purpose, nil)
+}
+
+// NewLabelledNamespace is NewNamespace for a namespace that carries labels besides the run's (the DRA
+// admin-access label, say). In team-namespace mode the suite labels no namespace: it returns nil there.
+func (e *Env) NewLabelledNamespace(ctx context.Context, purpose string, labels map[string]string) *corev1.Namespace {
+	ginkgo.GinkgoHelper()
+	if e.Namespace != "" {
+		return nil
+	}
+	return e.newNamespace(ctx, purpose, labels)
+}
+
+func (e *Env) newNamespace(ctx context.Context, purpose string, labels map[string]string) *corev1.Namespace {
+	ginkgo.GinkgoHelper()
 	if e.Namespace != "" {
 		return e.useTeamNamespace(purpose)
 	}
@@ -302,6 +318,7 @@ func (e *Env) NewNamespace(ctx context.Context, purpose string) *corev1.Namespac
 	}
 	end := e.endTimeline()
 	created := e.Factory.Namespace("")
+	maps.Copy(created.Labels, labels)
 	// The API server appends the random suffix (the prefix ends in one dash) and picks a free name.
 	created.GenerateName = e.NamespacePrefix + "-" + purpose + "-"
 	err := e.Clients.Resources.Create(ctx, created)

@@ -309,6 +309,11 @@ func (p *Plugin) prepareClaim(claim *resourceapi.ResourceClaim) kubeletplugin.Pr
 			return kubeletplugin.PrepareResult{Err: fmt.Errorf("fake GPU driver on %s: claim %s has no request %q for device %s (its requests: %s; alternative %q ignored; fault injection %s)",
 				p.cfg.NodeName, ref, r.Request, r.Device, top, sub, FaultDRANoSubrequests)}
 		}
+		if r.AdminAccess != nil && *r.AdminAccess && p.hasFault(FaultDRANoAdminAccess) {
+			p.log.Warn("FAULT INJECTION: refusing an admin-access device", "fault", string(FaultDRANoAdminAccess), "claim", ref, "device", r.Device)
+			return kubeletplugin.PrepareResult{Err: fmt.Errorf("fake GPU driver on %s: device %s of claim %s is in use by another claim: refusing to hand it out twice (admin access not supported; fault injection %s)",
+				p.cfg.NodeName, r.Device, ref, FaultDRANoAdminAccess)}
+		}
 		m := ours{request: r.Request, device: r.Device, share: r.ShareID}
 		i, pl, isPartition := draPartition(r.Device)
 		if isPartition {

@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
 	"k8s.io/dynamic-resource-allocation/resourceslice"
+	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
 )
@@ -495,5 +496,21 @@ func TestNoSubrequestsRefusesOnlyAnAlternativesDevice(t *testing.T) {
 	}
 	if res := p.prepareClaim(claim("gpu-4")); res.Err != nil {
 		t.Errorf("under %s a plain request's device was refused: %v", FaultDRANoSubrequests, res.Err)
+	}
+}
+
+func TestNoAdminAccessRefusesOnlyAnAdminAccessDevice(t *testing.T) {
+	p := partitionableAgent(t, fakegpu.SharingNone, 2)
+	admin := claim("gpu-4")
+	admin.Status.Allocation.Devices.Results[0].AdminAccess = ptr.To(true)
+	if res := p.prepareClaim(admin); res.Err != nil {
+		t.Fatalf("an admin-access device without the fault: %v", res.Err)
+	}
+	p.SetFaultsFromAnnotation(string(FaultDRANoAdminAccess))
+	if res := p.prepareClaim(admin); res.Err == nil || !strings.Contains(res.Err.Error(), "is in use by another claim") {
+		t.Errorf("under %s an admin-access device was prepared: %+v", FaultDRANoAdminAccess, res)
+	}
+	if res := p.prepareClaim(claim("gpu-4")); res.Err != nil {
+		t.Errorf("under %s a plain claim's device was refused: %v", FaultDRANoAdminAccess, res.Err)
 	}
 }

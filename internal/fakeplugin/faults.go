@@ -153,6 +153,11 @@ const (
 	// configuration) and finds none. Claims without alternatives are prepared as before. Caught by the
 	// prioritized-list scenario (its pod never starts; the diagnosis is DRAPrepareFailed).
 	FaultDRANoSubrequests Fault = "dra-no-subrequests"
+	// FaultDRANoAdminAccess makes the DRA half refuse to prepare a device allocated with administrative
+	// access (DRAAdminAccess) as one in use by another claim: a driver that does not support admin access
+	// and treats a monitor's claim on a held device as a double allocation. Caught by the admin-access
+	// scenario (the monitor's pod never starts; the diagnosis is DRAPrepareFailed).
+	FaultDRANoAdminAccess Fault = "dra-no-admin-access"
 )
 
 // SlowGPUFactor is how far below their maximum FaultSlowGPU holds the GPUs' core clocks.
@@ -192,7 +197,8 @@ func AllFaults() []Fault {
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
-		FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests}
+		FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
+		FaultDRANoAdminAccess}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that
