@@ -61,21 +61,13 @@ func AdminAccessSpec(input func() AdminAccessInput) {
 func monitorSharesHeldDevice(ctx context.Context, s *Spec[AdminAccessInput], node string) {
 	env := s.Env
 	dra := s.Path.(*gpu.DRA)
-	w := env.Factory.GPUPod("workload", s.NS).Path(s.Path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
-	workload := w.Obj()
-	for _, pre := range w.Prerequisites() {
-		env.Create(ctx, pre)
-	}
-	env.Create(ctx, workload)
-	pods.ExpectPodRunning(ctx, env, s.NS, workload.Name)
-	held := pods.ExpectProbeReport(ctx, env, s.NS, workload.Name)
-	gomega.Expect(held.Devices).To(gomega.HaveLen(1), "pod %s asked for 1 device and sees %s (%s)", workload.Name, gpu.FormatDevices(held.Devices), held.Message)
-	device := held.Devices[0]
-	ginkgo.AddReportEntry("evidence: held", fmt.Sprintf("pod %s/%s holds %s on %s", s.NS, workload.Name, device, node))
+	workload := startHeldPod(ctx, env, s.Path, s.NS, "workload", node)
+	held, device := workload.report, workload.report.Devices[0]
+	ginkgo.AddReportEntry("evidence: held", fmt.Sprintf("pod %s/%s holds %s on %s", s.NS, workload.name, device, node))
 
 	monitorClaim := func(ns string) *resourcev1.ResourceClaimTemplate {
 		return env.Factory.ResourceClaimTemplate("monitor", ns).ExactCount(gpu.DRAClaimName, dra.DeviceClass, 1).
-			Selector(gpu.DRAClaimName, uuidSelector(dra, device)).AdminAccess(gpu.DRAClaimName).Obj()
+			Selector(gpu.DRAClaimName, dra.UUIDSelector(device)).AdminAccess(gpu.DRAClaimName).Obj()
 	}
 	ginkgo.By("an admin-access claim in namespace " + s.NS + ", which is not labelled for it")
 	err := env.TryCreate(ctx, monitorClaim(s.NS))
@@ -94,14 +86,14 @@ func monitorSharesHeldDevice(ctx context.Context, s *Spec[AdminAccessInput], nod
 	pods.ExpectPodRunning(ctx, env, admin.Name, monitor.Name)
 	seen := pods.ExpectProbeReport(ctx, env, admin.Name, monitor.Name)
 	gomega.Expect(seen.Devices).To(gomega.Equal([]string{device}), "the monitor's admin-access claim selects %s, held by pod %s; the monitor sees %s (%s)",
-		device, workload.Name, gpu.FormatDevices(seen.Devices), seen.Message)
+		device, workload.name, gpu.FormatDevices(seen.Devices), seen.Message)
 	evidenceSeen("the monitor with admin access", seen)
 
-	now, err := env.Clients.Kube.CoreV1().Pods(s.NS).Get(ctx, workload.Name, metav1.GetOptions{})
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the workload %s", workload.Name)
-	gomega.Expect(now.Status.Phase).To(gomega.Equal(corev1.PodRunning), "the workload %s holding %s is %s after the monitor was given its device", workload.Name, device, now.Status.Phase)
+	now, err := env.Clients.Kube.CoreV1().Pods(s.NS).Get(ctx, workload.name, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the workload %s", workload.name)
+	gomega.Expect(now.Status.Phase).To(gomega.Equal(corev1.PodRunning), "the workload %s holding %s is %s after the monitor was given its device", workload.name, device, now.Status.Phase)
 	given, err := s.Path.Given(ctx, givenInput(env, now, nil))
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the workload's allocation from %s", s.Path.Authority())
 	expectSameDevices(held, given)
-	ginkgo.AddReportEntry("evidence: workload kept", fmt.Sprintf("pod %s/%s still Running with %s", s.NS, workload.Name, device))
+	ginkgo.AddReportEntry("evidence: workload kept", fmt.Sprintf("pod %s/%s still Running with %s", s.NS, workload.name, device))
 }

@@ -64,33 +64,13 @@ func PrioritizedSpec(input func() PrioritizedInput) {
 			ginkgo.It("falls to the next alternative while the first one's device is held", labels.Of(labels.OnNode), func(ctx context.Context) {
 				ginkgo.By("the first alternative asks for the one device another pod holds")
 				node := s.lease(ctx, two)[0]
-				held := holdOneDevice(ctx, s, node)
-				allocatedAlternative(ctx, s, node, held, fixtures.Alternative{Name: "the-held-device", DeviceClass: s.Path.(*gpu.DRA).DeviceClass, Count: 1,
-					Selector: uuidSelector(s.Path.(*gpu.DRA), held)})
+				held := startHeldPod(ctx, s.Env, s.Path, s.NS, "holder", node).report.Devices[0]
+				ginkgo.AddReportEntry("evidence: held", fmt.Sprintf("pod %s/holder holds %s on %s", s.NS, held, node))
+				dra := s.Path.(*gpu.DRA)
+				allocatedAlternative(ctx, s, node, held, fixtures.Alternative{Name: "the-held-device", DeviceClass: dra.DeviceClass, Count: 1, Selector: dra.UUIDSelector(held)})
 			})
 		})
 	}
-}
-
-// holdOneDevice runs a pod holding one device of the path on node and returns the device it sees.
-func holdOneDevice(ctx context.Context, s *Spec[PrioritizedInput], node string) string {
-	w := s.Env.Factory.GPUPod("holder", s.NS).Path(s.Path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
-	pod := w.Obj()
-	for _, pre := range w.Prerequisites() {
-		s.Env.Create(ctx, pre)
-	}
-	s.Env.Create(ctx, pod)
-	pods.ExpectPodRunning(ctx, s.Env, s.NS, pod.Name)
-	report := pods.ExpectProbeReport(ctx, s.Env, s.NS, pod.Name)
-	gomega.Expect(report.Devices).To(gomega.HaveLen(1), "pod %s asked for 1 device and sees %s (%s)", pod.Name, gpu.FormatDevices(report.Devices), report.Message)
-	ginkgo.AddReportEntry("evidence: held", fmt.Sprintf("pod %s/%s holds %s on %s", s.NS, pod.Name, report.Devices[0], node))
-	return report.Devices[0]
-}
-
-// uuidSelector selects the device whose uuid attribute (NVIDIA's driver's, and the fake's) is uuid.
-func uuidSelector(dra *gpu.DRA, uuid string) string {
-	driver, _, _ := strings.Cut(dra.Driver, ",")
-	return fmt.Sprintf("device.driver == %q && device.attributes[%q].uuid == %q", driver, driver, uuid)
 }
 
 // allocatedAlternative runs a pod on node whose claim lists first, then one device of the path's class,

@@ -45,6 +45,13 @@ var _ Path = (*DRA)(nil)
 // Name implements Path.
 func (p *DRA) Name() string { return config.PathDRA }
 
+// UUIDSelector is a CEL selector for the one device of the path's driver whose uuid attribute (NVIDIA's
+// driver's, and the fake's) is uuid.
+func (p *DRA) UUIDSelector(uuid string) string {
+	driver, _, _ := strings.Cut(p.Driver, ",")
+	return fmt.Sprintf("device.driver == %q && device.attributes[%q].uuid == %q", driver, driver, uuid)
+}
+
 // Authority implements Path.
 func (p *DRA) Authority() string { return "the ResourceClaim" }
 

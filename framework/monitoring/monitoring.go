@@ -151,8 +151,7 @@ func API(cfg *rest.Config, e Endpoint) (promv1.API, string, error) {
 		if err != nil {
 			return nil, "", err
 		}
-		base := strings.TrimSuffix(cfg.Host, "/") + cmp.Or(strings.TrimSuffix(cfg.APIPath, "/"), "") +
-			fmt.Sprintf("/api/v1/namespaces/%s/services/%s:%s/proxy", e.Namespace, e.Name, e.Port)
+		base := strings.TrimSuffix(cfg.Host, "/") + fmt.Sprintf("/api/v1/namespaces/%s/services/%s:%s/proxy", e.Namespace, e.Name, e.Port)
 		c, err := promapi.NewClient(promapi.Config{Address: base, RoundTripper: rt})
 		if err != nil {
 			return nil, "", err
