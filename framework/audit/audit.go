@@ -301,10 +301,17 @@ func (a Auditor) deleteObject(ctx context.Context, f Finding) error {
 func deleteNodeMark(ctx context.Context, kube kubernetes.Interface, f Finding) (isMark bool, err error) {
 	switch f.Kind {
 	case "NodeFault":
-		if slices.Contains(faults.ParseMarks(f.Detail), string(faults.StopNode)) {
+		// The finding's detail is the marks as listed; a restore (the leftover check's, before it deletes)
+		// may have undone and removed some since, so the node's marks now decide.
+		n, err := kube.CoreV1().Nodes().Get(ctx, f.Name, metav1.GetOptions{})
+		if err != nil {
+			return true, err
+		}
+		marks := faults.ParseMarks(n.Annotations[faults.FaultsAnnotation])
+		if slices.Contains(marks, string(faults.StopNode)) {
 			return true, fmt.Errorf("node %s was stopped by run %s: start it (a run with the same fault provider and --cleanup-leftovers does), then clear the mark", f.Name, f.Run)
 		}
-		if slices.Contains(faults.ParseMarks(f.Detail), string(faults.OutOfService)) {
+		if slices.Contains(marks, string(faults.OutOfService)) {
 			if err := faults.RemoveOutOfService(ctx, kube, f.Name); err != nil {
 				return true, err
 			}

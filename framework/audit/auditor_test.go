@@ -16,6 +16,7 @@ import (
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/audit/audittest"
+	"gpuconform.io/gpuconform/framework/faults"
 )
 
 // auditor serves objs: nodes from a typed fake (their marks are updated there), the rest from the
@@ -155,6 +156,31 @@ func TestAuditorFindsAndClearsAnInterruptedRunsDeviceFault(t *testing.T) {
 		t.Fatal(err)
 	}
 	n, _ := kube.CoreV1().Nodes().Get(t.Context(), "w1", metav1.GetOptions{})
+	if len(n.Annotations) != 0 {
+		t.Errorf("annotations left: %v", n.Annotations)
+	}
+}
+
+// A stopped node is not deleted as a mark while it stays stopped; once the leftover check's restore has
+// started it and removed the record (as before it deletes), the finding listed earlier clears.
+func TestAuditorClearsAStoppedNodeOnlyOnceRestored(t *testing.T) {
+	ctx := t.Context()
+	a, kube := auditor(t, false, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "w1",
+		Annotations: map[string]string{faults.FaultsAnnotation: string(faults.StopNode), FaultRunAnnotation: "run-old"}}})
+	res := a.Run(ctx, "run-a")
+	if len(res.Others) != 1 || res.Others[0].Kind != "NodeFault" {
+		t.Fatalf("others = %v, want run-old's stopped node", res.Others)
+	}
+	if err := a.Delete(ctx, res.Others); err == nil || !strings.Contains(err.Error(), "was stopped by run run-old") {
+		t.Fatalf("deleting a node still stopped: %v, want the error that says to start it", err)
+	}
+	if err := faults.Mark(ctx, kube, "w1", "run-old", string(faults.StopNode), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Delete(ctx, res.Others); err != nil {
+		t.Fatalf("deleting the finding of a restored node: %v", err)
+	}
+	n, _ := kube.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
 	if len(n.Annotations) != 0 {
 		t.Errorf("annotations left: %v", n.Annotations)
 	}
