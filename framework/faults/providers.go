@@ -77,8 +77,9 @@ func (l *Local) SetHealth(ctx context.Context, dev Device, healthy bool) error {
 	})
 }
 
-// Evicts implements DeviceProvider: the fake agent withholds an unhealthy device, like NVIDIA's device
-// plugin; it does not evict the pod using it.
+// Evicts implements DeviceProvider: the fake agent withholds an unhealthy device, as NVIDIA's device plugin
+// does (ListAndWatch Unhealthy) and as NVIDIA's DRA driver does on a critical XID (a NoSchedule device
+// taint in its slice); neither evicts the pod using it.
 func (l *Local) Evicts() bool { return false }
 
 // Command is the provider that runs the user's script: `SCRIPT ACTION NODE [DEVICE]`, with the device's

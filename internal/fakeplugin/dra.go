@@ -184,27 +184,53 @@ func (p *Plugin) startSliceController(ctx context.Context, client kubernetes.Int
 	})
 }
 
-// sliceDeviceGroupsLocked lists the devices to publish, by GPU: every healthy DRA GPU (an unhealthy one is
-// left out, so the scheduler stops allocating it; its name and UUID stay the same when it comes back), in
-// the MIG modes with its partitions (dra_partitions.go), in time-slicing and MPS shared by its memory
-// capacity (dra_shared.go), plus the phantom under FaultPhantomSliceDevice.
+// XIDTaintKey is the device taint key the DRA half puts on an unhealthy GPU's devices: NVIDIA's DRA driver
+// taints a device on a critical XID with "<driver>/xid", the XID as value, NoSchedule (its NVML health
+// monitor; a non-critical XID gets effect None). The fake's health fault is XID 79, "GPU has fallen off the
+// bus", which NVIDIA classifies as critical.
+func XIDTaintKey(driver string) string { return driver + "/xid" }
+
+// HealthFaultXID is the XID the fake reports for a GPU marked unhealthy.
+const HealthFaultXID = "79"
+
+// healthTaint is the taint on the devices of an unhealthy GPU: NoSchedule, or None under FaultDRAXIDIgnored
+// (a driver told to treat the XID as non-critical, as NVIDIA's additionalXidsToIgnore does).
+func (p *Plugin) healthTaintLocked() resourceapi.DeviceTaint {
+	effect := resourceapi.DeviceTaintEffectNoSchedule
+	if p.faults[FaultDRAXIDIgnored] {
+		effect = resourceapi.DeviceTaintEffectNone
+	}
+	return resourceapi.DeviceTaint{Key: XIDTaintKey(p.cfg.DRADriverName), Value: HealthFaultXID, Effect: effect}
+}
+
+// sliceDeviceGroupsLocked lists the devices to publish, by GPU: every DRA GPU, an unhealthy one with its
+// devices tainted (healthTaintLocked: the scheduler stops allocating them, and the slice says why; the name
+// and UUID stay, and the taint goes when it recovers), in the MIG modes with its partitions
+// (dra_partitions.go), in time-slicing and MPS shared by its memory capacity (dra_shared.go), plus the
+// phantom under FaultPhantomSliceDevice.
 // Each group holds one GPU and its partitions, so they can be kept in one ResourceSlice. The phantom is a
 // whole GPU only, consuming no counters: it has no counter set, and a reference to a missing one would make
 // the whole pool invalid instead of one device unpreparable.
 func (p *Plugin) sliceDeviceGroupsLocked() ([][]resourceapi.Device, <-chan struct{}) {
 	var groups [][]resourceapi.Device
 	for i := p.table.dp; i < len(p.table.uuids); i++ {
-		if p.unhealthy[i] && !p.faults[FaultIgnoreHealth] {
-			continue
-		}
+		var group []resourceapi.Device
 		switch {
 		case p.draPartitionable():
-			groups = append(groups, p.partitionableGPULocked(i))
+			group = p.partitionableGPULocked(i)
 		case p.draShared():
-			groups = append(groups, []resourceapi.Device{p.sharedDevice(p.sliceDevice(i), p.faults[FaultDRACapacityOverstated])})
+			group = []resourceapi.Device{p.sharedDevice(p.sliceDevice(i), p.faults[FaultDRACapacityOverstated])}
 		default:
-			groups = append(groups, []resourceapi.Device{p.sliceDevice(i)})
+			group = []resourceapi.Device{p.sliceDevice(i)}
 		}
+		if p.unhealthy[i] && !p.faults[FaultIgnoreHealth] {
+			// A GPU-wide XID affects the GPU and every partition of it (NVIDIA resolves a full-GPU event to
+			// all of the GPU's devices).
+			for k := range group {
+				group[k].Taints = []resourceapi.DeviceTaint{p.healthTaintLocked()}
+			}
+		}
+		groups = append(groups, group)
 	}
 	if p.faults[FaultPhantomSliceDevice] {
 		groups = append(groups, []resourceapi.Device{p.sliceDevice(len(p.table.uuids))})

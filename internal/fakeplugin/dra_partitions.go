@@ -193,9 +193,8 @@ const (
 // draSlices lays out the node's pool. Outside the MIG modes it is one slice of devices, as always. In them,
 // the counter sets of every DRA GPU come first, in slices of their own (at most 8 each), then the devices,
 // each GPU's devices kept together in one slice (14 of them; at most 64 per slice), so a slice shows the
-// whole of a GPU and the partitions that consume its counters. Counter sets are published for every DRA
-// GPU, also one withheld as unhealthy: a counter set nothing consumes is harmless, and the set stays put
-// while health changes.
+// whole of a GPU and the partitions that consume its counters. An unhealthy GPU's devices stay, tainted, so
+// the counter sets never change with health.
 func (p *Plugin) draSlices(groups [][]resourceapi.Device) []resourceslice.Slice {
 	if !p.draPartitionable() {
 		var devs []resourceapi.Device

@@ -336,8 +336,8 @@ func TestPartitionNoCountersFault(t *testing.T) {
 	}
 }
 
-// Many DRA GPUs spread over several slices within the API's limits; an unhealthy GPU takes its partitions
-// with it; the phantom consumes nothing.
+// Many DRA GPUs spread over several slices within the API's limits; an unhealthy GPU's partitions are
+// tainted with it; the phantom consumes nothing.
 func TestPartitionablePoolStaysWithinTheAPIsLimits(t *testing.T) {
 	p := partitionableAgent(t, fakegpu.SharingMIGMixed, 10)
 	p.SetUnhealthyFromAnnotation("6")
@@ -346,14 +346,16 @@ func TestPartitionablePoolStaysWithinTheAPIsLimits(t *testing.T) {
 	p.mu.Unlock()
 	pool := poolOf(p)
 	devs, sets := checkPool(t, pool)
-	if len(sets) != 10 || len(devs) != 9*14+1 {
-		t.Errorf("%d counter sets and %d devices, want 10 and %d", len(sets), len(devs), 9*14+1)
+	if len(sets) != 10 || len(devs) != 10*14+1 {
+		t.Errorf("%d counter sets and %d devices, want 10 and %d", len(sets), len(devs), 10*14+1)
 	}
-	if _, ok := devs["gpu-6"]; ok {
-		t.Error("unhealthy gpu-6 is published")
+	for _, name := range []string{"gpu-6", "gpu-6-mig-1g10gb-0"} {
+		if d := devs[name]; len(d.Taints) != 1 || d.Taints[0].Effect != resourceapi.DeviceTaintEffectNoSchedule {
+			t.Errorf("%s of unhealthy gpu-6 has taints %v, want one NoSchedule", name, d.Taints)
+		}
 	}
-	if _, ok := devs["gpu-6-mig-1g10gb-0"]; ok {
-		t.Error("a partition of unhealthy gpu-6 is published")
+	if d := devs["gpu-5"]; len(d.Taints) != 0 {
+		t.Errorf("healthy gpu-5 has taints %v", d.Taints)
 	}
 	if d, ok := devs[DRADeviceName(14)]; !ok || len(d.ConsumesCounters) > 0 {
 		t.Errorf("phantom gpu-14: published %v, consumes %v; want published, consuming nothing", ok, d.ConsumesCounters)

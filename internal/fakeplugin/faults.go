@@ -29,8 +29,8 @@ const (
 	// still uses it. Plays a broken allocator (or time-slicing reported as exclusive). Caught by running
 	// GPU pods side by side: two of them see the same GPU.
 	FaultDoubleAllocate Fault = "double-allocate"
-	// FaultIgnoreHealth keeps a GPU marked unhealthy advertised as healthy (device plugin) and in the
-	// ResourceSlice (DRA), so it is still handed out. Caught by the health check: the unhealthy GPU
+	// FaultIgnoreHealth keeps a GPU marked unhealthy advertised as healthy (device plugin) and untainted in
+	// the ResourceSlice (DRA), so it is still handed out. Caught by the health check: the unhealthy GPU
 	// must be withheld.
 	FaultIgnoreHealth Fault = "ignore-health"
 	// FaultLeakAll shows every container on the node every GPU, including containers that asked for none
@@ -158,6 +158,16 @@ const (
 	// and treats a monitor's claim on a held device as a double allocation. Caught by the admin-access
 	// scenario (the monitor's pod never starts; the diagnosis is DRAPrepareFailed).
 	FaultDRANoAdminAccess Fault = "dra-no-admin-access"
+	// FaultDRAXIDIgnored makes the DRA half taint an unhealthy GPU's devices with effect None instead of
+	// NoSchedule: a driver told to treat the critical XID as harmless (NVIDIA's DRA driver's
+	// additionalXidsToIgnore), whose slice shows the fault but keeps the device allocatable. Caught by the
+	// DRA device-health check: the device is never withdrawn, and the failure quotes its taint.
+	FaultDRAXIDIgnored Fault = "dra-xid-ignored"
+	// FaultDRANoTaintEviction restarts kube-controller-manager without its device-taint-eviction-controller
+	// (--controllers=*,-device-taint-eviction-controller): a control plane that honours device taints in
+	// scheduling but never evicts the pods on a device tainted NoExecute. Cluster fault. Caught by the
+	// failed-device check on a DRA path (the training pod keeps running on the failed device).
+	FaultDRANoTaintEviction Fault = "dra-no-taint-eviction"
 )
 
 // SlowGPUFactor is how far below their maximum FaultSlowGPU holds the GPUs' core clocks.
@@ -180,7 +190,7 @@ func VersionFaults(version string) []Fault {
 func (f Fault) Cluster() bool {
 	switch f {
 	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultAutoscalerUnhealthy, FaultGatewayNoController,
-		FaultMonitoringOwnNamespaceOnly:
+		FaultMonitoringOwnNamespaceOnly, FaultDRANoTaintEviction:
 		return true
 	}
 	return false
@@ -198,7 +208,7 @@ func AllFaults() []Fault {
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
 		FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
-		FaultDRANoAdminAccess}
+		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that

@@ -143,8 +143,20 @@ func TestIgnoreHealthKeepsAnUnhealthyGPUAdvertised(t *testing.T) {
 	p.mu.Lock()
 	slice, _ := p.sliceDevicesLocked()
 	p.mu.Unlock()
-	if names := sliceNames(slice); !slices.Equal(names, []string{"gpu-4"}) {
-		t.Errorf("slice = %v, want gpu-4 only: unhealthy gpu-5 is withdrawn", names)
+	if names := sliceNames(slice); !slices.Equal(names, []string{"gpu-4", "gpu-5"}) {
+		t.Errorf("slice = %v, want both: unhealthy gpu-5 stays, tainted", names)
+	}
+	want := resourceapi.DeviceTaint{Key: "gpu.nvidia.com/xid", Value: "79", Effect: resourceapi.DeviceTaintEffectNoSchedule}
+	if len(slice[0].Taints) != 0 || len(slice[1].Taints) != 1 || slice[1].Taints[0] != want {
+		t.Errorf("taints gpu-4 %v, gpu-5 %v; want none, and %v on gpu-5 (NVIDIA's critical-XID taint)", slice[0].Taints, slice[1].Taints, want)
+	}
+	// A driver told to ignore the XID keeps the taint but without a scheduling effect.
+	p.SetFaultsFromAnnotation(string(FaultDRAXIDIgnored))
+	p.mu.Lock()
+	slice, _ = p.sliceDevicesLocked()
+	p.mu.Unlock()
+	if len(slice[1].Taints) != 1 || slice[1].Taints[0].Effect != resourceapi.DeviceTaintEffectNone {
+		t.Errorf("with dra-xid-ignored gpu-5 has taints %v, want one with effect None", slice[1].Taints)
 	}
 	// The fault, switched on at run time through the node annotation.
 	p.SetFaultsFromAnnotation(string(FaultIgnoreHealth))
@@ -154,8 +166,8 @@ func TestIgnoreHealthKeepsAnUnhealthyGPUAdvertised(t *testing.T) {
 	p.mu.Lock()
 	slice, _ = p.sliceDevicesLocked()
 	p.mu.Unlock()
-	if names := sliceNames(slice); !slices.Equal(names, []string{"gpu-4", "gpu-5"}) {
-		t.Errorf("slice with ignore-health = %v, want both", names)
+	if names := sliceNames(slice); !slices.Equal(names, []string{"gpu-4", "gpu-5"}) || len(slice[1].Taints) != 0 {
+		t.Errorf("slice with ignore-health = %v, gpu-5 tainted %v; want both, untainted", names, slice[1].Taints)
 	}
 	// Removing the annotation switches it off again; unknown names are ignored, not fatal.
 	p.SetFaultsFromAnnotation("explode")
