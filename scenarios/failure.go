@@ -533,7 +533,7 @@ func failedDevice(ctx context.Context, s *Spec[FailureInput], evictor faults.Dev
 	undo, err := inj.MarkDeviceUnhealthy(ctx, evictor, victim)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	unhealthy := testenv.DeferUndo(undo)
-	expectLiveCapacity(ctx, env, path, node, capacity-withdrawn, victim.ID+" withdrawn", env.Timeouts.Release)
+	expectWithdrawn(ctx, env, path, node, capacity-withdrawn, victim, evictor.Name(), env.Timeouts.Release)
 	env.Note(t.job.Name, timeline.DeviceWithdrawn, "Device/"+victim.ID, "")
 	ginkgo.AddReportEntry("device unhealthy → withdrawn", since(faultAt))
 
@@ -545,7 +545,22 @@ func failedDevice(ctx context.Context, s *Spec[FailureInput], evictor faults.Dev
 				return
 			}
 			g.Expect(err).NotTo(gomega.HaveOccurred())
-			g.Expect(p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed).To(gomega.BeTrue(), "pod %s still runs on the unhealthy device %s", pod.Name, victim.ID)
+			if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodFailed {
+				return
+			}
+			// Who evicts says whether it saw the fault: a DeviceTaintRule's status is the eviction
+			// controller's.
+			why := ""
+			if rule, ok := evictor.(*faults.TaintRule); ok {
+				if st, err := rule.Status(ctx, victim); err == nil {
+					why = ": " + st
+				}
+			}
+			if p.Status.Phase == corev1.PodSucceeded {
+				// Its work is done on the bad device: no eviction can come any more.
+				gomega.StopTrying(fmt.Sprintf("pod %s was not evicted from the unhealthy device %s (phase %s: it finished there)%s", pod.Name, victim.ID, p.Status.Phase, why)).Now()
+			}
+			g.Expect(p.Status.Phase).To(gomega.Equal(corev1.PodFailed), "pod %s was not evicted from the unhealthy device %s (phase %s)%s", pod.Name, victim.ID, p.Status.Phase, why)
 		})
 		ginkgo.AddReportEntry("device unhealthy → pod evicted", since(faultAt))
 	} else {

@@ -25,11 +25,45 @@ import (
 // expectLiveCapacity waits until node offers want devices on path.
 func expectLiveCapacity(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64, why string, timeout time.Duration) {
 	ginkgo.GinkgoHelper()
+	waitLiveCapacity(ctx, env, path, node, want, why, timeout, nil)
+}
+
+// waitLiveCapacity is expectLiveCapacity whose failure also quotes explain's answer (nil: nothing more).
+func waitLiveCapacity(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64, why string, timeout time.Duration, explain func(context.Context) (string, error)) {
+	ginkgo.GinkgoHelper()
 	env.Wait.For(ctx, fmt.Sprintf("%s to offer %d devices on the %s path (%s)", node, want, path.Name(), why), wait.Target{Kind: "Node", Name: node}, timeout, func(g gomega.Gomega) {
 		got, err := gpu.LiveCapacity(ctx, env.Clients.Kube, path, node)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
-		g.Expect(got).To(gomega.Equal(want), "%s offers %d devices on the %s path", node, got, path.Name())
+		more := ""
+		if explain != nil && got != want {
+			s, err := explain(ctx)
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			more = "; " + s
+		}
+		g.Expect(got).To(gomega.Equal(want), "%s offers %d devices on the %s path%s", node, got, path.Name(), more)
 	})
+}
+
+// expectWithdrawn waits until node offers want devices once dev was reported unhealthy through provider.
+// On a DRA path the failure quotes how the ResourceSlices show the device (a driver that tainted it without
+// a scheduling effect, or not at all), and a pass records it: the health signal the scheduler was given
+// (NVIDIA's driver taints the device in its slice; others withdraw it; a DeviceTaintRule leaves the slice
+// as it was).
+func expectWithdrawn(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64, dev faults.Device, provider string, timeout time.Duration) {
+	ginkgo.GinkgoHelper()
+	dra, ok := path.(*gpu.DRA)
+	if !ok || dev.Name == "" {
+		expectLiveCapacity(ctx, env, path, node, want, dev.ID+" withdrawn", timeout)
+		return
+	}
+	signal := func(ctx context.Context) (string, error) {
+		s, err := dra.DeviceSignal(ctx, env.Clients.Kube, dev.Pool, dev.Name)
+		return fmt.Sprintf("%s (%s/%s), reported unhealthy through %s, is %s", dev.ID, dev.Pool, dev.Name, provider, s), err
+	}
+	waitLiveCapacity(ctx, env, path, node, want, dev.ID+" withdrawn", timeout, signal)
+	if s, err := signal(ctx); err == nil {
+		ginkgo.AddReportEntry("health signal", s)
+	}
 }
 
 // publishedBefore reads the ResourceSlices node has on path before its kubelet or the node restarts
@@ -114,7 +148,7 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, d
 	unhealthy := testenv.DeferUndo(undo)
 	start := time.Now()
 	healthy := n - withdrawn
-	expectLiveCapacity(ctx, env, path, node, healthy, victim+" withdrawn", env.Timeouts.Release)
+	expectWithdrawn(ctx, env, path, node, healthy, dev, devices.Name(), env.Timeouts.Release)
 	ginkgo.AddReportEntry("unhealthy → withdrawn", time.Since(start).Round(100*time.Millisecond).String())
 
 	ginkgo.By(fmt.Sprintf("filling the %d healthy devices of %s: none of the pods may see %s", healthy, node, victim))

@@ -81,6 +81,37 @@ func (t *TaintRule) SetHealth(ctx context.Context, dev Device, healthy bool) err
 	return rc.Post().Resource("devicetaintrules").Body(body).SetHeader("Content-Type", "application/json").Do(ctx).Error()
 }
 
+// Status describes what kube-controller-manager's device-taint-eviction-controller wrote on dev's rule:
+// its conditions (EvictionInProgress, with the count of pods pending and evicted), or that it wrote none,
+// which is what a control plane without that controller shows.
+func (t *TaintRule) Status(ctx context.Context, dev Device) (string, error) {
+	rc, ok := restClient(t.Kube)
+	if !ok {
+		return "", errors.New("no REST client for resource.k8s.io/v1")
+	}
+	name := RuleName(t.RunID, dev)
+	raw, err := rc.Get().Resource("devicetaintrules").Name(name).Do(ctx).Raw()
+	if err != nil {
+		return "", err
+	}
+	var rule struct {
+		Status struct {
+			Conditions []struct{ Type, Status, Reason, Message string } `json:"conditions"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal(raw, &rule); err != nil {
+		return "", err
+	}
+	if len(rule.Status.Conditions) == 0 {
+		return fmt.Sprintf("DeviceTaintRule %s has no status condition: kube-controller-manager's device-taint-eviction-controller has not processed it", name), nil
+	}
+	var conds []string
+	for _, c := range rule.Status.Conditions {
+		conds = append(conds, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return fmt.Sprintf("DeviceTaintRule %s: %s", name, strings.Join(conds, "; ")), nil
+}
+
 // restClient returns the REST client of resource.k8s.io/v1, which also serves DeviceTaintRules (the
 // typed client of this client-go predates their v1).
 func restClient(kube kubernetes.Interface) (*rest.RESTClient, bool) {

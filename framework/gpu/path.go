@@ -257,7 +257,7 @@ func LiveCapacity(ctx context.Context, kube kubernetes.Interface, p Path, node s
 			return 0, err
 		}
 		drivers := strings.Split(p.Driver, ",")
-		rules := taintRuleSelectors(ctx, kube)
+		rules := taintRules(ctx, kube)
 		selected := p.selectedNow(ctx, kube, list.Items)
 		var count int64
 		for _, s := range list.Items {
@@ -272,6 +272,47 @@ func LiveCapacity(ctx context.Context, kube kubernetes.Interface, p Path, node s
 		return count, nil
 	}
 	return 0, fmt.Errorf("no live capacity for path %s", p.Name())
+}
+
+// DeviceSignal says how the published ResourceSlices show one device of the path (pool and name as in an
+// allocation result): absent (a driver that withdraws an unhealthy device), or in which slice with which
+// taints ("key=value:Effect"; a driver that reports health by device taints, as NVIDIA's does). It is the
+// evidence a health check quotes: what the scheduler was shown.
+func (p *DRA) DeviceSignal(ctx context.Context, kube kubernetes.Interface, pool, name string) (string, error) {
+	list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	drivers := strings.Split(p.Driver, ",")
+	rules := taintRules(ctx, kube)
+	for _, s := range list.Items {
+		if !slices.Contains(drivers, s.Spec.Driver) || s.Spec.Pool.Name != pool {
+			continue
+		}
+		for _, dev := range s.Spec.Devices {
+			if dev.Name != name {
+				continue
+			}
+			var by []string
+			for _, r := range rules {
+				if r.selects(s.Spec.Driver, pool, name) {
+					by = append(by, fmt.Sprintf("DeviceTaintRule %s taints it %s=%s:%s", r.name, r.key, r.value, r.effect))
+				}
+			}
+			where := "in ResourceSlice " + s.Name
+			if len(dev.Taints) == 0 {
+				where += ", untainted"
+			} else {
+				taints := make([]string, len(dev.Taints))
+				for i, t := range dev.Taints {
+					taints[i] = fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+				}
+				where += " with taint " + strings.Join(taints, ", ")
+			}
+			return strings.Join(append([]string{where}, by...), "; "), nil
+		}
+	}
+	return fmt.Sprintf("in no ResourceSlice of pool %s (withdrawn)", pool), nil
 }
 
 // selectedNow returns whether the path's DeviceClass selects a node's device by name in the published
@@ -294,13 +335,26 @@ func (p *DRA) selectedNow(ctx context.Context, kube kubernetes.Interface, publis
 	return func(node, device string) bool { return sets[node][device] }
 }
 
-// taintSelector is a DeviceTaintRule's device selector (empty fields match any) with a scheduling effect.
-type taintSelector struct{ driver, pool, device string }
+// taintRule is a DeviceTaintRule: its name, its device selector (empty fields match any) and its taint.
+type taintRule struct {
+	name                 string
+	driver, pool, device string
+	key, value, effect   string
+}
 
-// taintRuleSelectors lists the DeviceTaintRules that keep devices from new allocations (NoSchedule,
-// NoExecute). The typed client of this client-go predates their v1, so they are read raw; a server that
-// does not serve them has none.
-func taintRuleSelectors(ctx context.Context, kube kubernetes.Interface) []taintSelector {
+// selects reports whether the rule's selector matches a device of driver and pool.
+func (r taintRule) selects(driver, pool, device string) bool {
+	return (r.driver == "" || r.driver == driver) && (r.pool == "" || r.pool == pool) && (r.device == "" || r.device == device)
+}
+
+// schedulingEffect reports whether the rule keeps devices from new allocations (NoSchedule, NoExecute).
+func (r taintRule) schedulingEffect() bool {
+	return r.effect == "NoSchedule" || r.effect == "NoExecute"
+}
+
+// taintRules lists the DeviceTaintRules. The typed client of this client-go predates their v1, so they are
+// read raw; a server that does not serve them has none.
+func taintRules(ctx context.Context, kube kubernetes.Interface) []taintRule {
 	rc, ok := kube.ResourceV1().RESTClient().(*rest.RESTClient)
 	if !ok || rc == nil {
 		return nil
@@ -311,39 +365,37 @@ func taintRuleSelectors(ctx context.Context, kube kubernetes.Interface) []taintS
 	}
 	var list struct {
 		Items []struct {
-			Spec struct {
+			Metadata struct{ Name string } `json:"metadata"`
+			Spec     struct {
 				DeviceSelector *struct{ Driver, Pool, Device string } `json:"deviceSelector"`
-				Taint          struct{ Effect string }                `json:"taint"`
+				Taint          struct{ Key, Value, Effect string }    `json:"taint"`
 			} `json:"spec"`
 		} `json:"items"`
 	}
 	if json.Unmarshal(raw, &list) != nil {
 		return nil
 	}
-	var out []taintSelector
+	var out []taintRule
 	for _, it := range list.Items {
-		if e := it.Spec.Taint.Effect; e != "NoSchedule" && e != "NoExecute" {
-			continue
-		}
-		sel := taintSelector{}
+		r := taintRule{name: it.Metadata.Name, key: it.Spec.Taint.Key, value: it.Spec.Taint.Value, effect: it.Spec.Taint.Effect}
 		if d := it.Spec.DeviceSelector; d != nil {
-			sel = taintSelector{driver: d.Driver, pool: d.Pool, device: d.Device}
+			r.driver, r.pool, r.device = d.Driver, d.Pool, d.Device
 		}
-		out = append(out, sel)
+		out = append(out, r)
 	}
 	return out
 }
 
 // deviceTainted reports whether d is kept from new allocations: a NoSchedule or NoExecute taint in the
-// slice (a driver's own health report) or a DeviceTaintRule selecting it.
-func deviceTainted(d resourcev1.Device, driver, pool string, rules []taintSelector) bool {
+// slice (a driver's own health report) or a DeviceTaintRule with such an effect selecting it.
+func deviceTainted(d resourcev1.Device, driver, pool string, rules []taintRule) bool {
 	for _, t := range d.Taints {
 		if t.Effect == resourcev1.DeviceTaintEffectNoSchedule || t.Effect == resourcev1.DeviceTaintEffectNoExecute {
 			return true
 		}
 	}
 	for _, r := range rules {
-		if (r.driver == "" || r.driver == driver) && (r.pool == "" || r.pool == pool) && (r.device == "" || r.device == d.Name) {
+		if r.schedulingEffect() && r.selects(driver, pool, d.Name) {
 			return true
 		}
 	}
