@@ -107,6 +107,15 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(identity + `|a device was handed out twice`)},
 		{Fault: fakeplugin.FaultIgnoreHealth, Focus: "withdraws exactly the device reported unhealthy", Catcher: "withdraws exactly the device reported unhealthy",
 			Because: because(capacity(`[^)]* withdrawn`) + `|which is reported unhealthy`)},
+		// A DRA driver that taints the failed GPU without a scheduling effect (effect None): the health
+		// check's capacity wait quotes the device's taint from its ResourceSlice (scenarios expectWithdrawn).
+		{Fault: fakeplugin.FaultDRAXIDIgnored, Focus: "withdraws exactly the device reported unhealthy", Catcher: "dra path withdraws exactly the device reported unhealthy",
+			Because: because(capacity(`[^)]* withdrawn`), `is in ResourceSlice \S+ with taint gpu\.nvidia\.com/xid=79:None`)},
+		// kube-controller-manager without its device-taint-eviction-controller (cmd/gpuconform-dev/
+		// selfcheck_kcm.go): the training pod on the device a NoExecute DeviceTaintRule taints is never
+		// evicted, and the rule carries no status from the controller.
+		{Fault: fakeplugin.FaultDRANoTaintEviction, Focus: "keeps a failed device from a training job's replacement", Catcher: "dra path keeps a failed device from a training job's replacement",
+			Because: because(`pod \S+ was not evicted from the unhealthy device \S+ \(phase [^)]*\): DeviceTaintRule \S+ has no status condition`)},
 		// The init container runs first and fails its probe; the per-container check speaks if it did not.
 		{Fault: fakeplugin.FaultLeakAll, Focus: "second container", Catcher: "second container",
 			Because: because(`expected 0 devices, container sees [1-9]|asked for no device (sees \[[^\]]|has GPU device nodes)`)},

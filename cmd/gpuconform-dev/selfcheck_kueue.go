@@ -47,6 +47,8 @@ func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplug
 		return createObjects(ctx, clients.Dynamic, gatewayAPIWithoutController()...)
 	case fakeplugin.FaultMonitoringOwnNamespaceOnly:
 		return monitoringOwnNamespaceOnly(ctx, clients.Kube)
+	case fakeplugin.FaultDRANoTaintEviction:
+		return kcmWithoutTaintEviction(ctx, clients.Kube)
 	}
 	return nil, fmt.Errorf("fault %s is not a cluster fault", f)
 }

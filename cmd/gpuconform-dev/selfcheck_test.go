@@ -53,6 +53,11 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"  Reason:  DRAPrepareFailed: The kubelet could not prepare the allocated devices through the DRA driver.\n  Evidence:\n" +
 			"    - Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim prio-gpus-7x: fake GPU driver on gpuconform-worker: " +
 			"claim prio-x/prio-gpus-7x has no request \"gpus/one\" for device gpu-2 (its requests: gpus; alternative \"one\" ignored; fault injection dra-no-subrequests)\n",
+		fakeplugin.FaultDRAXIDIgnored: "Timed out after 61.237s.\ntimed out after 1m1s waiting for gpuconform-worker to offer 3 devices on the dra path (GPU-648a1326-9e54-58a0-b0c0-22201bb54997 withdrawn)\n\nDiagnosis of Node /gpuconform-worker:\n" +
+			"gpuconform-worker offers 4 devices on the dra path; GPU-648a1326-9e54-58a0-b0c0-22201bb54997 (gpuconform-worker/gpu-4), reported unhealthy through local (docker, fake GPU agent), " +
+			"is in ResourceSlice gpuconform-worker-gpu.nvidia.com-r6pkx with taint gpu.nvidia.com/xid=79:None\nExpected\n    <int64>: 4\nto equal\n    <int64>: 3",
+		fakeplugin.FaultDRANoTaintEviction: "Told to stop trying after 41.022s.\npod train-cnd7b was not evicted from the unhealthy device GPU-8ea81920-660a-552a-a8b0-f9bf418d6fd0 (phase Succeeded: it finished there): " +
+			"DeviceTaintRule gpuconform-20261206-203404-4083be-gpuconform-worker3-gpu-4 has no status condition: kube-controller-manager's device-taint-eviction-controller has not processed it",
 		fakeplugin.FaultDRANoAdminAccess: "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod gpuconform-admin-mon-x/monitor to run\n\nDiagnosis of Pod gpuconform-admin-mon-x/monitor:\n" +
 			"  Reason:  DRAPrepareFailed: The kubelet could not prepare the allocated devices through the DRA driver.\n  Evidence:\n" +
 			"    - Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim monitor-gpus-7x: fake GPU driver on gpuconform-worker: " +
@@ -163,7 +168,7 @@ func TestSelfcheckBecauseMatchesTheChecksMessages(t *testing.T) {
 		fakeplugin.FaultDRAPrepareFail: fakeplugin.FaultPhantomSliceDevice, fakeplugin.FaultPhantomSliceDevice: fakeplugin.FaultDRAPrepareFail,
 		fakeplugin.FaultNoReregister: fakeplugin.FaultStaleAfterReboot, fakeplugin.FaultIgnoreHealth: fakeplugin.FaultNoReregister,
 		fakeplugin.FaultDRANoRepublish: fakeplugin.FaultNoReregister, fakeplugin.FaultDRANoSubrequests: fakeplugin.FaultDRAPrepareFail,
-		fakeplugin.FaultDRANoAdminAccess: fakeplugin.FaultDRANoSubrequests,
+		fakeplugin.FaultDRANoAdminAccess: fakeplugin.FaultDRANoSubrequests, fakeplugin.FaultDRAXIDIgnored: fakeplugin.FaultIgnoreHealth,
 	} {
 		if said, ok := matchAll(rows[a].Because, failureOf[b]); ok {
 			t.Errorf("%s's Because matches the failure %s causes (%q)", a, b, said)
