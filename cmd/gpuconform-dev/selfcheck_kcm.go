@@ -14,14 +14,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+
+	"gpuconform.io/gpuconform/infra/localcluster"
 )
 
 // kube-controller-manager on the local (kubeadm) control plane: a static pod whose manifest the kubelet
-// watches; the fault's copy of the original sits beside the manifests directory (the kubelet would run
-// any manifest inside it), so an interrupted selfcheck's fault is undone by the next one.
+// watches; the fault's copy of the original sits beside the manifests directory, so an interrupted
+// selfcheck's fault is undone by the next one, or by `make cluster` (localcluster restoreControlPlane).
 const (
-	kcmManifest       = "/etc/kubernetes/manifests/kube-controller-manager.yaml"
-	kcmOriginal       = "/etc/kubernetes/kube-controller-manager.yaml.gpuconform-original"
+	kcmManifest       = localcluster.KCMManifest
+	kcmOriginal       = localcluster.KCMManifestBackup
 	kcmControllerFlag = "--controllers="
 	// taintEvictionController is the controller's name in kube-controller-manager's --controllers
 	// (cmd/kube-controller-manager/names: DeviceTaintEvictionController).

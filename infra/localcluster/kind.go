@@ -227,3 +227,29 @@ func (c *Cluster) Logs(ctx context.Context, dir string) error {
 	}
 	return c.provider().CollectLogs(c.opts.Name, dir)
 }
+
+// The controller-manager's manifest on the control plane, and where `make selfcheck`'s
+// dra-no-taint-eviction fault keeps the original while its own runs (outside the manifests directory:
+// the kubelet would run any manifest inside it).
+const (
+	KCMManifest       = "/etc/kubernetes/manifests/kube-controller-manager.yaml"
+	KCMManifestBackup = "/etc/kubernetes/kube-controller-manager.yaml.gpuconform-original"
+)
+
+// restoreControlPlane puts back the controller-manager manifest a selfcheck fault replaced, when the
+// selfcheck was interrupted before its undo (its original is still beside the manifests directory); the
+// kubelet restarts the controller-manager with it. It reports whether it restored anything.
+func (c *Cluster) restoreControlPlane() (bool, error) {
+	cp, err := c.controlPlane()
+	if err != nil {
+		return false, err
+	}
+	if cp.Command("test", "-e", KCMManifestBackup).Run() != nil {
+		return false, nil
+	}
+	var errOut bytes.Buffer
+	if err := cp.Command("mv", KCMManifestBackup, KCMManifest).SetStderr(&errOut).Run(); err != nil {
+		return false, fmt.Errorf("restoring %s from %s: %w: %s", KCMManifest, KCMManifestBackup, err, strings.TrimSpace(errOut.String()))
+	}
+	return true, nil
+}

@@ -60,6 +60,12 @@ func (c *Cluster) Up(ctx context.Context) error {
 		healthy, why := c.revive(ctx)
 		if revived = healthy; healthy {
 			c.logf("cluster %s found: every node Ready (%s)", c.opts.Name, time.Since(began).Round(100*time.Millisecond))
+			// An interrupted `make selfcheck` may have left a control-plane fault on.
+			if restored, err := c.restoreControlPlane(); err != nil {
+				return err
+			} else if restored {
+				c.logf("  kube-controller-manager's manifest restored from %s (an interrupted selfcheck's fault)", KCMManifestBackup)
+			}
 		}
 		if !healthy {
 			c.logf("cluster %s exists but is not healthy (%s): recreating it", c.opts.Name, why)
