@@ -240,6 +240,29 @@ func sliceDeviceNames(ctx context.Context, g Gomega, node string) []string {
 	return out
 }
 
+// sliceDeviceTaints are the taints ("key=value:Effect") of each device the DRA half publishes for node.
+func sliceDeviceTaints(ctx context.Context, g Gomega, node string) map[string][]string {
+	list, err := cs.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	out := map[string][]string{}
+	for _, s := range list.Items {
+		if s.Spec.Driver == localcluster.DRADriverName && s.Spec.NodeName != nil && *s.Spec.NodeName == node {
+			for _, d := range s.Spec.Devices {
+				out[d.Name] = []string{}
+				for _, t := range d.Taints {
+					out[d.Name] = append(out[d.Name], fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect))
+				}
+			}
+		}
+	}
+	return out
+}
+
+// xidTaint is the taint the fake's DRA half puts on an unhealthy GPU, with effect.
+func xidTaint(effect string) string {
+	return fakeplugin.XIDTaintKey(localcluster.DRADriverName) + "=" + fakeplugin.HealthFaultXID + ":" + effect
+}
+
 var _ = Describe("The fake GPU agent", func() {
 	It("gives a device-plugin container exactly its GPU as a device node and in nvidia-smi, and its other containers nothing", func(ctx SpecContext) {
 		ns := testNamespace(ctx)
@@ -284,20 +307,21 @@ var _ = Describe("The fake GPU agent", func() {
 		Expect(r["c0"].Sources.NvidiaSMI).To(BeNil(), "nvidia-smi is mounted only into GPU containers")
 	})
 
-	It("withdraws an unhealthy DRA GPU from the ResourceSlice and publishes it again, same name, when it recovers", Serial, func(ctx SpecContext) {
+	It("taints an unhealthy DRA GPU in the ResourceSlice as NVIDIA's driver does on a critical XID, and lifts the taint, same name, when it recovers", Serial, func(ctx SpecContext) {
 		node := poolNodes(ctx)[0].Name
 		bad := fakeplugin.DRADeviceName(*devices) // the first GPU of the DRA half
 		DeferCleanup(func(ctx SpecContext) { annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, nil) })
 		start := time.Now()
 		annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, ptr.To(strconv.Itoa(*devices)))
-		Eventually(func(g Gomega) []string { return sliceDeviceNames(ctx, g, node) }).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).
-			ShouldNot(ContainElement(bad), "unhealthy %s still published on %s", bad, node)
-		AddReportEntry("DRA unhealthy → withdrawn", time.Since(start).Round(100*time.Millisecond).String())
+		Eventually(func(g Gomega) []string { return sliceDeviceTaints(ctx, g, node)[bad] }).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).
+			Should(Equal([]string{xidTaint("NoSchedule")}), "unhealthy %s on %s is not tainted as NVIDIA's driver taints a critical XID", bad, node)
+		AddReportEntry("DRA unhealthy → tainted", time.Since(start).Round(100*time.Millisecond).String())
 		start = time.Now()
 		annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, nil)
-		Eventually(func(g Gomega) []string { return sliceDeviceNames(ctx, g, node) }).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).
-			Should(ContainElement(bad), "recovered %s not published again on %s", bad, node)
-		AddReportEntry("DRA healthy → published", time.Since(start).Round(100*time.Millisecond).String())
+		Eventually(func(g Gomega) []string { return sliceDeviceTaints(ctx, g, node)[bad] }).WithTimeout(time.Minute).WithPolling(250*time.Millisecond).
+			Should(BeEmpty(), "recovered %s on %s is still tainted (or gone)", bad, node)
+		Expect(sliceDeviceNames(ctx, Default, node)).To(ContainElement(bad), "recovered %s is published under its name", bad)
+		AddReportEntry("DRA healthy → untainted", time.Since(start).Round(100*time.Millisecond).String())
 	})
 })
 
@@ -348,8 +372,17 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		waitAgentLogged(ctx, node, start, "device health changed", "index=0")
 		Consistently(func(g Gomega) {
 			g.Expect(allocatable(ctx, node)).To(BeEquivalentTo(*devices))
-			g.Expect(sliceDeviceNames(ctx, g, node)).To(ContainElement(fakeplugin.DRADeviceName(*devices)))
+			g.Expect(sliceDeviceTaints(ctx, g, node)).To(HaveKeyWithValue(fakeplugin.DRADeviceName(*devices), BeEmpty()))
 		}).WithTimeout(15 * time.Second).WithPolling(time.Second).Should(Succeed())
+	})
+
+	It("dra-xid-ignored: an unhealthy DRA GPU is tainted with effect None, so it stays allocatable", func(ctx SpecContext) {
+		withFault(ctx, node, fakeplugin.FaultDRAXIDIgnored)
+		DeferCleanup(func(ctx SpecContext) { annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, nil) })
+		bad := fakeplugin.DRADeviceName(*devices)
+		annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, ptr.To(strconv.Itoa(*devices)))
+		Eventually(func(g Gomega) []string { return sliceDeviceTaints(ctx, g, node)[bad] }).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).
+			Should(Equal([]string{xidTaint("None")}))
 	})
 
 	It("leak-all: a container that asked for no GPU sees every GPU of the node", func(ctx SpecContext) {
