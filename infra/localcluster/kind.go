@@ -244,7 +244,8 @@ func (c *Cluster) restoreControlPlane() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if cp.Command("test", "-e", KCMManifestBackup).Run() != nil {
+	// test fails when there is no original: nothing to restore.
+	if left := cp.Command("test", "-e", KCMManifestBackup).Run() == nil; !left {
 		return false, nil
 	}
 	var errOut bytes.Buffer
