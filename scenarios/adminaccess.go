@@ -41,9 +41,8 @@ func AdminAccessSpec(input func() AdminAccessInput) {
 		if _, ok := regPath.(*gpu.DRA); !ok {
 			continue
 		}
-		nodes := reg.eligible(regPath, 1)
+		nodes := reg.withDevices(regPath, "admin access")
 		if len(nodes) == 0 {
-			reg.notExercised(regPath.Name()+": admin access", "no node in the GPU pool has a device on this path")
 			continue
 		}
 		describePath(input, regPath, "DRA admin access", "admin", []any{labels.Of(labels.Scenario(adminAccessName))}, func(s *Spec[AdminAccessInput]) {

@@ -105,9 +105,7 @@ func AllocationSpec(input func() AllocationInput) {
 					})
 			}
 
-			if nodes := reg.eligible(regPath, 1); len(nodes) == 0 {
-				reg.notExercised(pathName+": the vendor's device test", "no node in the GPU pool has a device on this path")
-			} else {
+			if nodes := reg.withDevices(regPath, "the vendor's device test"); len(nodes) > 0 {
 				ginkgo.It("runs the vendor's device test in a pod with one device", labels.Of(labels.OnNode), func(ctx context.Context) {
 					deviceTest(ctx, s.Env, s.Path, s.NS, s.lease(ctx, nodes), s.In.DeviceTest)
 				})

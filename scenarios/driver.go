@@ -57,9 +57,8 @@ var Driver = Define(Scenario{Name: driverName, Title: "the driver and CUDA versi
 func DriverSpec(input func() DriverInput) {
 	reg := input()
 	for _, regPath := range reg.Paths {
-		nodes := reg.eligible(regPath, 1)
+		nodes := reg.withDevices(regPath, "driver version agreement")
 		if len(nodes) == 0 {
-			reg.notExercised(regPath.Name()+": driver version agreement", "no node in the GPU pool has a device on this path")
 			continue
 		}
 		describePath(input, regPath, "GPU driver and runtime versions", "driver", []any{labels.Of(labels.Scenario(driverName))}, func(s *Spec[DriverInput]) {

@@ -109,9 +109,8 @@ func FailureSpec(input func() FailureInput) {
 			reg.notExercised(pathName+": failed worker and failed device", "they change nodes of the GPU pool; run with --disruptive to include them")
 			continue
 		}
-		nodes := reg.eligible(regPath, 1)
+		nodes := reg.withDevices(regPath, "failed worker and failed device")
 		if len(nodes) == 0 {
-			reg.notExercised(pathName+": failed worker and failed device", "no node in the GPU pool has a device on this path")
 			continue
 		}
 		devices, devicesWhy := reg.Faults.DevicesFor(regPath.ClaimBased())

@@ -111,9 +111,8 @@ func GangSpec(input func() GangInput) {
 		if !reg.queued(true, pathName) {
 			continue // recorded: the team's ClusterQueue does not cover the path's Kueue resource
 		}
-		one, across := reg.eligible(regPath, 2), reg.eligible(regPath, 1)
+		one, across := reg.eligible(regPath, 2), reg.withDevices(regPath, "gang")
 		if len(across) == 0 {
-			reg.notExercised(pathName+": gang", "no node in the GPU pool has a device on this path")
 			continue
 		}
 		devices, devicesWhy := reg.Faults.DevicesFor(regPath.ClaimBased())

@@ -30,9 +30,8 @@ const holdFor = "30m"
 func IsolationSpec(input func() AllocationInput) {
 	reg := input()
 	for _, regPath := range reg.Paths {
-		nodes := reg.eligible(regPath, 1)
+		nodes := reg.withDevices(regPath, "exclusivity and isolation")
 		if len(nodes) == 0 {
-			reg.notExercised(regPath.Name()+": exclusivity and isolation", "no node in the GPU pool has a device on this path")
 			continue
 		}
 		describePath(input, regPath, "GPU exclusivity and isolation", "isol", []any{labels.Of(labels.Scenario(allocationName))}, func(s *Spec[AllocationInput]) {

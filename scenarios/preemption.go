@@ -94,8 +94,7 @@ func PreemptionSpec(input func() PreemptionInput) {
 		if !reg.queued(true, pathName) {
 			continue // recorded: the team's ClusterQueue does not cover the path's Kueue resource
 		}
-		if len(reg.eligible(regPath, 1)) == 0 {
-			reg.notExercised(pathName+": preemption", "no node in the GPU pool has a device on this path")
+		if len(reg.withDevices(regPath, "preemption")) == 0 {
 			continue
 		}
 		first := i == 0

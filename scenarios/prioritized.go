@@ -44,9 +44,8 @@ func PrioritizedSpec(input func() PrioritizedInput) {
 		if _, ok := regPath.(*gpu.DRA); !ok {
 			continue
 		}
-		one, two := reg.eligible(regPath, 1), reg.eligible(regPath, 2)
+		one, two := reg.withDevices(regPath, "prioritized alternatives"), reg.eligible(regPath, 2)
 		if len(one) == 0 {
-			reg.notExercised(regPath.Name()+": prioritized alternatives", "no node in the GPU pool has a device on this path")
 			continue
 		}
 		describePath(input, regPath, "DRA prioritized alternatives", "prio", []any{labels.Of(labels.Scenario(prioritizedName))}, func(s *Spec[PrioritizedInput]) {

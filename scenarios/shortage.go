@@ -87,8 +87,8 @@ func ShortageSpec(input func() ShortageInput) {
 				reg.notExercised(pathName+": Kueue quota shortage", "Kueue is absent")
 			case !ownQueues:
 				reg.notExercised(pathName+": Kueue quota shortage", "queues.mode=existing: the suite cannot size the ClusterQueue's quota")
-			case len(eligibleNodes(regPath, 1, reg.GPUPool)) == 0:
-				reg.notExercised(pathName+": Kueue quota shortage", "no node in the GPU pool has a device on this path")
+			case len(reg.eligible(regPath, 1)) == 0:
+				reg.notExercised(pathName+": Kueue quota shortage", noDevicesWhy)
 			default:
 				ginkgo.It("holds a Job over its ClusterQueue's quota as QueueQuotaExhausted, then admits it",
 					labels.Of(labels.NeedsKueue, labels.OnNode), func(ctx context.Context) {

@@ -60,6 +60,19 @@ func (b Base) notExercised(what, why string) {
 // eligible are the GPU pool's nodes with at least n devices on path.
 func (b Base) eligible(path gpu.Path, n int) []string { return eligibleNodes(path, n, b.GPUPool) }
 
+// noDevicesWhy is why a path's specs are not registered where no pool node has a device on it.
+const noDevicesWhy = "no node in the GPU pool has a device on this path"
+
+// withDevices are the GPU pool's nodes with a device on path; with none, what (on the path) is recorded
+// as not exercised, with the reason.
+func (b Base) withDevices(path gpu.Path, what string) []string {
+	nodes := b.eligible(path, 1)
+	if len(nodes) == 0 {
+		b.notExercised(path.Name()+": "+what, noDevicesWhy)
+	}
+	return nodes
+}
+
 // scenarioInput is any scenario input (it embeds Base).
 type scenarioInput interface{ base() Base }
 
