@@ -183,6 +183,42 @@ type DRAPath struct {
 	DriverVersion string
 	// Model is a model/productName attribute from the slices, when present.
 	Model string
+	// Tainted lists per node the devices the class selects that a NoSchedule or NoExecute taint in their
+	// slice keeps from new allocations (a driver's health report, as NVIDIA's on a critical XID), as
+	// "name key=value:Effect": they are not in Devices, so no spec counts on them.
+	Tainted map[string][]string
+}
+
+// schedulingTaints maps "node/device" of the drivers' node-local devices to their NoSchedule and NoExecute
+// taints ("key=value:Effect", joined): what keeps a device from new allocations at discovery.
+func schedulingTaints(published []resourcev1.ResourceSlice, drivers []string) map[string]string {
+	out := map[string]string{}
+	for _, s := range published {
+		if s.Spec.NodeName == nil || !slices.Contains(drivers, s.Spec.Driver) {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			var ts []string
+			for _, t := range d.Taints {
+				if t.Effect == resourcev1.DeviceTaintEffectNoSchedule || t.Effect == resourcev1.DeviceTaintEffectNoExecute {
+					ts = append(ts, fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect))
+				}
+			}
+			if len(ts) > 0 {
+				out[*s.Spec.NodeName+"/"+d.Name] = strings.Join(ts, ",")
+			}
+		}
+	}
+	return out
+}
+
+// DescribeTainted renders DRAPath.Tainted for messages: node by node, sorted.
+func DescribeTainted(tainted map[string][]string) string {
+	var out []string
+	for _, node := range slices.Sorted(maps.Keys(tainted)) {
+		out = append(out, node+": "+strings.Join(tainted[node], ", "))
+	}
+	return strings.Join(out, "; ")
 }
 
 // KueueInfo describes Kueue.
@@ -554,9 +590,20 @@ func discoverDRA(s Snapshot, configured string) (*DRAPath, string, string) {
 		return nil, "", why
 	}
 	p := &DRAPath{DeviceClass: class.Name, Driver: driver, Devices: map[string][]string{}, Published: map[string]int{}}
+	taints := schedulingTaints(s.ResourceSlices, strings.Split(driver, ","))
 	for node, names := range match.Matched {
-		if node != "" {
-			p.Devices[node] = names
+		if node == "" {
+			continue
+		}
+		for _, n := range names {
+			if t := taints[node+"/"+n]; t != "" {
+				if p.Tainted == nil {
+					p.Tainted = map[string][]string{}
+				}
+				p.Tainted[node] = append(p.Tainted[node], n+" "+t)
+				continue
+			}
+			p.Devices[node] = append(p.Devices[node], n)
 		}
 	}
 	for node, n := range match.Published {
@@ -565,6 +612,9 @@ func discoverDRA(s Snapshot, configured string) (*DRAPath, string, string) {
 		}
 	}
 	p.DriverVersion, p.Model = draModel(s.ResourceSlices, strings.Split(driver, ","))
+	if len(p.Devices) == 0 && len(p.Tainted) > 0 {
+		return nil, fmt.Sprintf("every device DeviceClass %q selects is kept from new allocations by a taint in its ResourceSlice: %s", class.Name, DescribeTainted(p.Tainted)), ""
+	}
 	if len(p.Devices) == 0 {
 		return nil, fmt.Sprintf("DeviceClass %q selects driver %s, but no node-local ResourceSlice of it has devices", class.Name, driver), ""
 	}

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -273,5 +274,42 @@ func TestStaleResourceAfterReconfigurationIsNotBroken(t *testing.T) {
 	// The configured resource is judged as it always was.
 	if why := brokenDevicePlugin([]corev1.Node{*reconfigured}, "nvidia.com/mig-3g.40gb"); !strings.Contains(why, "w1 report capacity for nvidia.com/mig-3g.40gb") {
 		t.Errorf("configured resource with 0 allocatable: %q", why)
+	}
+}
+
+// A device its driver taints NoSchedule (NVIDIA's driver on a critical XID) is not counted: a spec that
+// fills a node must not wait for it. A None taint is information only. With every device tainted the path
+// is absent, and the reason names the taints.
+func TestDRADiscoveryLeavesOutTaintedDevices(t *testing.T) {
+	snap, err := Collect(t.Context(), localCluster(), "kueue-system")
+	if err != nil {
+		t.Fatal(err)
+	}
+	taint := func(node, device string, effect resourcev1.DeviceTaintEffect) {
+		for i := range snap.ResourceSlices {
+			s := &snap.ResourceSlices[i]
+			for j := range s.Spec.Devices {
+				if *s.Spec.NodeName == node && s.Spec.Devices[j].Name == device {
+					s.Spec.Devices[j].Taints = append(s.Spec.Devices[j].Taints, resourcev1.DeviceTaint{Key: "gpu.example.com/xid", Value: "79", Effect: effect})
+				}
+			}
+		}
+	}
+	taint("w1", "gpu-1", resourcev1.DeviceTaintEffectNoSchedule)
+	taint("w2", "gpu-0", resourcev1.DeviceTaintEffectNone)
+	caps := Discover(snap, config.Default())
+	if caps.DRA == nil || !slices.Equal(caps.DRA.Devices["w1"], []string{"gpu-0"}) || len(caps.DRA.Devices["w2"]) != 2 {
+		t.Fatalf("dra devices: %+v (%v)", caps.DRA, caps.NotExercised)
+	}
+	if got := DescribeTainted(caps.DRA.Tainted); got != "w1: gpu-1 gpu.example.com/xid=79:NoSchedule" {
+		t.Errorf("tainted: %q", got)
+	}
+	for _, d := range []string{"gpu-0", "gpu-1"} {
+		taint("w1", d, resourcev1.DeviceTaintEffectNoExecute)
+		taint("w2", d, resourcev1.DeviceTaintEffectNoExecute)
+	}
+	caps = Discover(snap, config.Default())
+	if caps.DRA != nil || !strings.Contains(caps.NotExercised["dra"], "kept from new allocations by a taint in its ResourceSlice: w1: gpu-0 gpu.example.com/xid=79:NoExecute") {
+		t.Errorf("every device tainted: %+v, %q", caps.DRA, caps.NotExercised["dra"])
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"gpuconform.io/gpuconform/fixtures"
+	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/labels"
 )
@@ -38,6 +39,9 @@ type DRA struct {
 	Devices map[string][]string
 	// Published counts per node the devices the driver publishes, selected by the class or not.
 	Published map[string]int
+	// Tainted is what discovery left out of Devices: per node, selected devices a NoSchedule or NoExecute
+	// taint in their slice kept from new allocations ("name key=value:Effect").
+	Tainted map[string][]string
 }
 
 var _ Path = (*DRA)(nil)
@@ -79,8 +83,12 @@ func (p *DRA) Describe() string {
 	for _, n := range p.Published {
 		published += n
 	}
-	return fmt.Sprintf("DRA: DeviceClass %s matches %d of %d published devices, driver %s (%d nodes; Kueue quota as %s)",
+	d := fmt.Sprintf("DRA: DeviceClass %s matches %d of %d published devices, driver %s (%d nodes; Kueue quota as %s)",
 		p.DeviceClass, sum(p.Capacity()), published, p.Driver, len(p.Devices), p.KueueResource)
+	if len(p.Tainted) > 0 {
+		d += "; not counted, tainted in their slices: " + cluster.DescribeTainted(p.Tainted)
+	}
+	return d
 }
 
 // TemplateName is the ResourceClaimTemplate name for an owner (Job or Pod) name.

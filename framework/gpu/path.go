@@ -139,7 +139,7 @@ func Paths(caps cluster.Capabilities, cfg config.Config) []Path {
 	if caps.DRA != nil {
 		out = append(out, &DRA{
 			DeviceClass: caps.DRA.DeviceClass, Driver: caps.DRA.Driver, KueueResource: corev1.ResourceName(cfg.DRA.KueueResourceName),
-			Devices: caps.DRA.Devices, Published: caps.DRA.Published,
+			Devices: caps.DRA.Devices, Published: caps.DRA.Published, Tainted: caps.DRA.Tainted,
 		})
 	}
 	return out
