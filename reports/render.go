@@ -16,6 +16,7 @@ import (
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/framework/upgrade"
+	"gpuconform.io/gpuconform/internal/textcut"
 )
 
 // ReadGinkgoJSON reads a report written by --json-report (an array of suite reports).
@@ -226,10 +227,9 @@ func cell(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ")
 }
 
-func firstLine(s string) string {
-	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
-	return l
-}
+// firstLine is what a failure message says first (textcut.FirstLine): a setup failure's list shows its
+// first item, not only its heading.
+func firstLine(s string) string { return textcut.FirstLine(s) }
 
 // Count tallies the leaf specs of the suites: passed, failed (any failure state) and skipped (skipped or
 // pending; specs filtered out by labels are not counted).

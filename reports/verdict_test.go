@@ -64,6 +64,14 @@ func TestVerdictSetupFailureIsNoGo(t *testing.T) {
 	expectOutcome(t, nil, rec, OutcomeNoGo, "stopped before its specs: Kueue's webhook does not answer")
 }
 
+// A failed suite node whose message is a list names its first item in the NO-GO line, not only the heading.
+func TestVerdictSuiteNodeFailureQuotesTheListsFirstItem(t *testing.T) {
+	s, rec := passing()
+	s[0].SpecReports = append(s[0].SpecReports, types.SpecReport{LeafNodeType: types.NodeTypeSynchronizedBeforeSuite, State: types.SpecStateFailed,
+		Failure: types.Failure{Message: "could not delete 1 leftover(s):\n  - NodeFault w1 (run r): stop-node: node w1 was stopped by run r"}})
+	expectOutcome(t, s, rec, OutcomeNoGo, "SynchronizedBeforeSuite failed: could not delete 1 leftover(s): - NodeFault w1 (run r): stop-node")
+}
+
 func TestVerdictFilteredRunIsIncomplete(t *testing.T) {
 	s, rec := passing()
 	s[0].SuiteConfig.LabelFilter = "path:dra"

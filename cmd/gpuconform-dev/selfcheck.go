@@ -28,6 +28,7 @@ import (
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
+	"gpuconform.io/gpuconform/internal/textcut"
 	"gpuconform.io/gpuconform/reports"
 )
 
@@ -440,32 +441,12 @@ func matchAll(exprs []*regexp.Regexp, msg string) (string, bool) {
 	return strings.Join(said, " + "), true
 }
 
-// firstLine is the first line of a failure message that says something: blank lines and the line Gomega
-// puts before an async assertion's own message ("Timed out after 91.000s.", "Told to stop trying after
-// 12.004s.") are skipped. A line that ends in a colon introduces a list ("could not delete 1
-// leftover(s):"), so the list's first item joins it: the heading alone says nothing.
+// firstLine is textcut.FirstLine cut to a table cell, or says there was no message.
 func firstLine(msg string) string {
-	preamble := regexp.MustCompile(`^[A-Z][^.]* after [0-9.]+s\.$`)
-	said := ""
-	for line := range strings.SplitSeq(msg, "\n") {
-		line = strings.TrimSpace(line)
-		if line == "" || (said == "" && preamble.MatchString(line)) {
-			continue
-		}
-		if said == "" {
-			said = line
-			if strings.HasSuffix(line, ":") {
-				continue
-			}
-			break
-		}
-		said += " " + line
-		break
+	if said := textcut.FirstLine(msg); said != "" {
+		return cell(said)
 	}
-	if said == "" {
-		return "(no failure message)"
-	}
-	return cell(said)
+	return "(no failure message)"
 }
 
 // cell cuts s to a table cell's width.

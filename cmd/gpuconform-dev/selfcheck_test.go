@@ -295,17 +295,3 @@ func regexpLine(s, expr string) bool {
 	}
 	return false
 }
-
-// A setup failure that lists what it could not do shows its first item, not only the heading (CI of
-// 9b18aae printed "could not delete 1 leftover(s):" and nothing of what).
-func TestFirstLineJoinsAListsHeadingWithItsFirstItem(t *testing.T) {
-	for msg, want := range map[string]string{
-		"could not delete 1 leftover(s):\n  - NodeFault w1 (run r): stop-node: node w1 was stopped": "could not delete 1 leftover(s): - NodeFault w1 (run r): stop-node: node w1 was stopped",
-		"Timed out after 91.000s.\ntimed out waiting for pod x\n\nDiagnosis:":                       "timed out waiting for pod x",
-		"\n\n": "(no failure message)",
-	} {
-		if got := firstLine(msg); got != want {
-			t.Errorf("firstLine(%q) = %q, want %q", msg, got, want)
-		}
-	}
-}

@@ -22,3 +22,19 @@ func TestCuts(t *testing.T) {
 		}
 	}
 }
+
+// A failure's first words skip Gomega's preamble, and a list's heading takes its first item along (CI of
+// 9b18aae printed "could not delete 1 leftover(s):" and nothing of what).
+func TestFirstLine(t *testing.T) {
+	for msg, want := range map[string]string{
+		"could not delete 1 leftover(s):\n  - NodeFault w1 (run r): stop-node: node w1 was stopped\n  - Namespace x": "could not delete 1 leftover(s): - NodeFault w1 (run r): stop-node: node w1 was stopped",
+		"Timed out after 91.000s.\ntimed out waiting for pod x\n\nDiagnosis:":                                        "timed out waiting for pod x",
+		"not applicable: no autoscaler": "not applicable: no autoscaler",
+		"heading only:\n\n":             "heading only:",
+		"\n\n":                          "",
+	} {
+		if got := FirstLine(msg); got != want {
+			t.Errorf("FirstLine(%q) = %q, want %q", msg, got, want)
+		}
+	}
+}
