@@ -200,8 +200,8 @@ func schedulingTaints(published []resourcev1.ResourceSlice, drivers []string) ma
 		for _, d := range s.Spec.Devices {
 			var ts []string
 			for _, t := range d.Taints {
-				if t.Effect == resourcev1.DeviceTaintEffectNoSchedule || t.Effect == resourcev1.DeviceTaintEffectNoExecute {
-					ts = append(ts, fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect))
+				if KeepsFromAllocation(t.Effect) {
+					ts = append(ts, FormatDeviceTaint(t))
 				}
 			}
 			if len(ts) > 0 {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 
 	"gpuconform.io/gpuconform/framework/diagnose"
 )
@@ -45,6 +46,18 @@ func FormatTaint(t corev1.Taint) string {
 		return t.Key + ":" + string(t.Effect)
 	}
 	return fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+}
+
+// FormatDeviceTaint renders a DRA device taint as FormatTaint renders a node's: key=value:Effect.
+func FormatDeviceTaint(t resourcev1.DeviceTaint) string {
+	return FormatTaint(corev1.Taint{Key: t.Key, Value: t.Value, Effect: corev1.TaintEffect(t.Effect)})
+}
+
+// KeepsFromAllocation reports whether a device taint effect keeps the scheduler from allocating the device
+// to a claim that does not tolerate it: NoSchedule and NoExecute; None and unknown effects do not (the
+// API's rule for consumers).
+func KeepsFromAllocation(effect resourcev1.DeviceTaintEffect) bool {
+	return effect == resourcev1.DeviceTaintEffectNoSchedule || effect == resourcev1.DeviceTaintEffectNoExecute
 }
 
 // discoverTaints decides the pool's dedication taints, which of them test pods tolerate, and which pool

@@ -296,7 +296,7 @@ func (p *DRA) DeviceSignal(ctx context.Context, kube kubernetes.Interface, pool,
 			var by []string
 			for _, r := range rules {
 				if r.selects(s.Spec.Driver, pool, name) {
-					by = append(by, fmt.Sprintf("DeviceTaintRule %s taints it %s=%s:%s", r.name, r.key, r.value, r.effect))
+					by = append(by, fmt.Sprintf("DeviceTaintRule %s taints it %s", r.name, cluster.FormatDeviceTaint(r.taint)))
 				}
 			}
 			where := "in ResourceSlice " + s.Name
@@ -305,7 +305,7 @@ func (p *DRA) DeviceSignal(ctx context.Context, kube kubernetes.Interface, pool,
 			} else {
 				taints := make([]string, len(dev.Taints))
 				for i, t := range dev.Taints {
-					taints[i] = fmt.Sprintf("%s=%s:%s", t.Key, t.Value, t.Effect)
+					taints[i] = cluster.FormatDeviceTaint(t)
 				}
 				where += " with taint " + strings.Join(taints, ", ")
 			}
@@ -339,17 +339,12 @@ func (p *DRA) selectedNow(ctx context.Context, kube kubernetes.Interface, publis
 type taintRule struct {
 	name                 string
 	driver, pool, device string
-	key, value, effect   string
+	taint                resourcev1.DeviceTaint
 }
 
 // selects reports whether the rule's selector matches a device of driver and pool.
 func (r taintRule) selects(driver, pool, device string) bool {
 	return (r.driver == "" || r.driver == driver) && (r.pool == "" || r.pool == pool) && (r.device == "" || r.device == device)
-}
-
-// schedulingEffect reports whether the rule keeps devices from new allocations (NoSchedule, NoExecute).
-func (r taintRule) schedulingEffect() bool {
-	return r.effect == "NoSchedule" || r.effect == "NoExecute"
 }
 
 // taintRules lists the DeviceTaintRules. The typed client of this client-go predates their v1, so they are
@@ -368,7 +363,7 @@ func taintRules(ctx context.Context, kube kubernetes.Interface) []taintRule {
 			Metadata struct{ Name string } `json:"metadata"`
 			Spec     struct {
 				DeviceSelector *struct{ Driver, Pool, Device string } `json:"deviceSelector"`
-				Taint          struct{ Key, Value, Effect string }    `json:"taint"`
+				Taint          resourcev1.DeviceTaint                 `json:"taint"`
 			} `json:"spec"`
 		} `json:"items"`
 	}
@@ -377,7 +372,7 @@ func taintRules(ctx context.Context, kube kubernetes.Interface) []taintRule {
 	}
 	var out []taintRule
 	for _, it := range list.Items {
-		r := taintRule{name: it.Metadata.Name, key: it.Spec.Taint.Key, value: it.Spec.Taint.Value, effect: it.Spec.Taint.Effect}
+		r := taintRule{name: it.Metadata.Name, taint: it.Spec.Taint}
 		if d := it.Spec.DeviceSelector; d != nil {
 			r.driver, r.pool, r.device = d.Driver, d.Pool, d.Device
 		}
@@ -390,12 +385,12 @@ func taintRules(ctx context.Context, kube kubernetes.Interface) []taintRule {
 // slice (a driver's own health report) or a DeviceTaintRule with such an effect selecting it.
 func deviceTainted(d resourcev1.Device, driver, pool string, rules []taintRule) bool {
 	for _, t := range d.Taints {
-		if t.Effect == resourcev1.DeviceTaintEffectNoSchedule || t.Effect == resourcev1.DeviceTaintEffectNoExecute {
+		if cluster.KeepsFromAllocation(t.Effect) {
 			return true
 		}
 	}
 	for _, r := range rules {
-		if r.schedulingEffect() && r.selects(driver, pool, d.Name) {
+		if cluster.KeepsFromAllocation(r.taint.Effect) && r.selects(driver, pool, d.Name) {
 			return true
 		}
 	}
