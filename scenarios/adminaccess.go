@@ -37,10 +37,7 @@ var AdminAccess = Define(Scenario{Name: adminAccessName, Title: "a monitor's adm
 // AdminAccessSpec registers the check on each DRA path.
 func AdminAccessSpec(input func() AdminAccessInput) {
 	reg := input()
-	for _, regPath := range reg.Paths {
-		if _, ok := regPath.(*gpu.DRA); !ok {
-			continue
-		}
+	for _, regPath := range reg.draPaths() {
 		nodes := reg.withDevices(regPath, "admin access")
 		if len(nodes) == 0 {
 			continue

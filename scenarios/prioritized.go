@@ -40,10 +40,7 @@ var Prioritized = Define(Scenario{Name: prioritizedName, Title: "a claim with pr
 // whose only device another pod holds, each followed by one device of the class.
 func PrioritizedSpec(input func() PrioritizedInput) {
 	reg := input()
-	for _, regPath := range reg.Paths {
-		if _, ok := regPath.(*gpu.DRA); !ok {
-			continue
-		}
+	for _, regPath := range reg.draPaths() {
 		one, two := reg.withDevices(regPath, "prioritized alternatives"), reg.eligible(regPath, 2)
 		if len(one) == 0 {
 			continue

@@ -60,6 +60,11 @@ func (b Base) notExercised(what, why string) {
 // eligible are the GPU pool's nodes with at least n devices on path.
 func (b Base) eligible(path gpu.Path, n int) []string { return eligibleNodes(path, n, b.GPUPool) }
 
+// draPaths are the run's DRA paths, for a scenario that exists only where devices are claimed.
+func (b Base) draPaths() []gpu.Path {
+	return slices.DeleteFunc(slices.Clone(b.Paths), func(p gpu.Path) bool { _, ok := p.(*gpu.DRA); return !ok })
+}
+
 // noDevicesWhy is why a path's specs are not registered where no pool node has a device on it.
 const noDevicesWhy = "no node in the GPU pool has a device on this path"
 
