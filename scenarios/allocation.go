@@ -167,7 +167,7 @@ func queuedJobGetsItsDevices(ctx context.Context, env *testenv.Env, in Allocatio
 	pod, report := pods.ExpectJobProbeReport(ctx, env, job, pod)
 	gomega.Expect(report.Devices).To(gomega.HaveLen(n), "container saw %s, asked for %d (%s)", gpu.FormatDevices(report.Devices), n, report.Message)
 
-	if dra, ok := path.(*gpu.DRA); ok {
+	if dra, ok := path.(gpu.SliceChecker); ok {
 		ginkgo.By("comparing with the devices the ResourceClaim allocated")
 		given, err := path.Given(ctx, givenInput(env, pod, recorder))
 		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the pod's allocation")
@@ -210,7 +210,7 @@ func runningPodSeesGivenDevices(ctx context.Context, env *testenv.Env, path gpu.
 		ginkgo.AddReportEntry("evidence: allocated by "+path.Authority(), strings.Join(given.Allocated(), " "))
 	}
 	evidenceSeen(fmt.Sprintf("a pod that asked for %s", plural(n)), report)
-	if dra, ok := path.(*gpu.DRA); ok {
+	if dra, ok := path.(gpu.SliceChecker); ok {
 		gomega.Expect(dra.CheckFromNodeSlices(ctx, env.Clients.Kube, given)).To(gomega.Succeed())
 		for _, c := range given.Claims {
 			gomega.Expect(c.ReservedFor).To(gomega.ContainElement(string(pod.UID)), "claim %s is not reserved for the running pod %s", c.Name, pod.Name)

@@ -116,7 +116,7 @@ type advertised struct{ driver, cuda, where string }
 // device attributes for DRA (every device of the path's driver on the node must agree).
 func advertisedVersions(ctx context.Context, env *testenv.Env, path gpu.Path, node, versionLabel string) advertised {
 	ginkgo.GinkgoHelper()
-	dra, ok := path.(*gpu.DRA)
+	dra, ok := gpu.ClaimPath(path)
 	if !ok {
 		n, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		gomega.Expect(err).NotTo(gomega.HaveOccurred())

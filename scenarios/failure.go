@@ -65,7 +65,8 @@ const failureName = "failure"
 
 // Failure is the failed-worker and failed-device scenario (FailureSpec).
 var Failure = Define(Scenario{Name: failureName, Title: "a failed worker or device is withdrawn, and the work resumes elsewhere from its checkpoint",
-	Required: true, Measured: true, Needs: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true}, Uses: suite.Needs{Kueue: true}},
+	NotOnExtendedDRA: "its device faults (the device plugin's health, a DeviceTaintRule on the claim a pod carries) are not built for the claim the scheduler creates yet",
+	Required:         true, Measured: true, Needs: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true}, Uses: suite.Needs{Kueue: true}},
 	func(r *suite.Run) FailureInput {
 		return FailureInput{Base: baseOf(r), FaultNeeds: faultNeedsOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue()}
 	},

@@ -57,7 +57,8 @@ const gangName = "gang"
 
 // Gang is the multi-worker job scenario (GangSpec).
 var Gang = Define(Scenario{Name: gangName, Title: "a multi-worker GPU job is admitted and started whole, holds nothing while it cannot be, and comes back whole from its checkpoint when a worker fails",
-	Required: true, Measured: true, Needs: suite.Needs{Kueue: true}, Uses: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true},
+	NotOnExtendedDRA: "its gangs and their failed worker have not been built against the claims the scheduler creates yet",
+	Required:         true, Measured: true, Needs: suite.Needs{Kueue: true}, Uses: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true},
 	Proves: []conformance.Proof{{Requirement: conformance.GangScheduling,
 		How: "Kueue admits a multi-worker Indexed Job as one Workload charged for every worker at once and starts all workers, which rendezvous " +
 			"and step together; a gang larger than the free devices never keeps part of it running (Kueue's waitForPodsReady evicts and " +

@@ -50,6 +50,10 @@ type Scenario struct {
 	// Proves are the AI Conformance requirements some of its specs prove; those specs carry the
 	// requirement's label (proves), which --profile ai-conformance selects.
 	Proves []conformance.Proof
+	// NotOnExtendedDRA, when set, says why the scenario's specs do not run on the extended-resource-dra
+	// path: none is registered there, and the record lists the path's scenario as not exercised with
+	// this reason. Empty: they run there as on every other path.
+	NotOnExtendedDRA string
 
 	label    string
 	register func(*suite.Run)
@@ -58,6 +62,9 @@ type Scenario struct {
 // declaredProofs are the requirements each scenario declared, by name: what proves checks a spec's
 // label against (a map, not the Registry, which the spec functions cannot refer to at initialisation).
 var declaredProofs = map[string][]conformance.ID{}
+
+// notOnExtendedDRA are the scenarios' NotOnExtendedDRA, by name.
+var notOnExtendedDRA = map[string]string{}
 
 // proves is the label of a spec of scenario that proves requirement id; a requirement the scenario does
 // not declare in Proves panics, so the evidence never cites a spec its scenario does not stand behind.
@@ -93,6 +100,9 @@ func Define[I scenarioInput](s Scenario, input func(*suite.Run) I, spec func(fun
 	for _, p := range s.Proves {
 		labels.Requirement(p.Requirement) // an unknown requirement panics here, at start
 		declaredProofs[s.Name] = append(declaredProofs[s.Name], p.Requirement)
+	}
+	if s.NotOnExtendedDRA != "" {
+		notOnExtendedDRA[s.Name] = s.NotOnExtendedDRA
 	}
 	s.register = func(r *suite.Run) {
 		spec(sync.OnceValue(func() I { return input(r) }))

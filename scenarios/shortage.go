@@ -103,6 +103,12 @@ func ShortageSpec(input func() ShortageInput) {
 				if over > maxDevicesPerClaimRequest {
 					reg.notExercised(pathName+": a claim no node can satisfy", fmt.Sprintf("a node has %d devices; a claim may ask for at most %d", over-1, maxDevicesPerClaimRequest))
 				} else {
+					// The pod's own claim is there to read, unallocated; the claim the scheduler creates for an
+					// extended resource (extended-resource-dra) exists only once a node fits.
+					messages := []string{"cannot allocate all claims", "not allocated (status.allocation is empty)"}
+					if _, ext := regPath.(*gpu.ExtendedDRA); ext {
+						messages = messages[:1]
+					}
 					// devices:none here and below: the pod can never get a device, and the diagnosis reads capacity,
 					// taints and labels, not which devices are free.
 					ginkgo.It("diagnoses a claim for more devices than any node has as DRAAllocationFailed",
@@ -111,7 +117,7 @@ func ShortageSpec(input func() ShortageInput) {
 							ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
 							deviceShortage(ctx, s.Env, s.In, s.Path, s.NS, over, expectation{
 								stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
-								messages: []string{"cannot allocate all claims", "not allocated (status.allocation is empty)"},
+								messages: messages,
 							})
 						})
 				}

@@ -12,6 +12,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
 
+	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/poollock"
@@ -111,7 +112,7 @@ func (s *Spec[I]) lease(ctx context.Context, candidates []string) []string {
 	if len(candidates) == 0 {
 		ginkgo.Fail(fmt.Sprintf("no node of the %s path to lease", s.Path.Name()))
 	}
-	release, name, waited, err := poollock.HoldAny(ctx, poollock.Dir(s.Env.Factory.RunID), nodeLocks(s.Path.Name(), candidates), poollock.Shared)
+	release, name, waited, err := poollock.HoldAny(ctx, poollock.Dir(s.Env.Factory.RunID), nodeLocks(gpu.DeviceDomain(s.Path), candidates), poollock.Shared)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing one node of %v", candidates)
 	s.unlease = release
 	s.Node = lockedNode(name)
@@ -134,7 +135,7 @@ func (s *Spec[I]) leaseNodes(ctx context.Context, candidates []string, n int) []
 	if len(candidates) < n {
 		ginkgo.Fail(fmt.Sprintf("the spec needs %d nodes of the %s path and has %d candidates (%v)", n, s.Path.Name(), len(candidates), candidates))
 	}
-	release, chosen, waited, err := poollock.HoldSome(ctx, poollock.Dir(s.Env.Factory.RunID), nodeLocks(s.Path.Name(), candidates), n, poollock.Exclusive)
+	release, chosen, waited, err := poollock.HoldSome(ctx, poollock.Dir(s.Env.Factory.RunID), nodeLocks(gpu.DeviceDomain(s.Path), candidates), n, poollock.Exclusive)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "leasing %d nodes of %v", n, candidates)
 	s.unlease = release
 	nodes := make([]string, len(chosen))
@@ -176,9 +177,9 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 	lockOf := func(node string) []string {
 		names := make([]string, 0, len(paths))
 		for _, p := range paths {
-			names = append(names, nodeLock(p.Name(), node))
+			names = append(names, nodeLock(gpu.DeviceDomain(p), node))
 		}
-		return names
+		return slices.Compact(slices.Sorted(slices.Values(names)))
 	}
 	// A spec that stops a node it knows (the kubelet restart) reserves that node ahead: its holders
 	// finish while the stopper ahead of it in the chain still runs, not after it (bench of 0fa9de5: the
@@ -337,6 +338,10 @@ func (s *Spec[I]) usable(candidates []string) []string {
 // state from s inside them.
 func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPrefix string, decorators []any, body func(s *Spec[I])) {
 	pathName := regPath.Name()
+	if why := notOnPath(regPath, decorators); why != "" {
+		input().base().notExercised(fmt.Sprintf("%s: %s", pathName, title), why)
+		return
+	}
 	args := append([]any{ginkgo.Label(labels.ForPath(pathName))}, decorators...)
 	s := &Spec[I]{}
 	args = append(args, func() {
@@ -377,6 +382,40 @@ func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPr
 		body(s)
 	})
 	ginkgo.Describe(fmt.Sprintf("%s on the %s path", title, pathName), args...)
+}
+
+// notOnPath is why the scenario named in decorators' labels registers no spec on path (its
+// NotOnExtendedDRA on that path), "" when it does.
+func notOnPath(path gpu.Path, decorators []any) string {
+	if path.Name() != config.PathExtendedDRA {
+		return ""
+	}
+	for _, d := range decorators {
+		if l, ok := d.(ginkgo.Labels); ok {
+			for _, name := range l {
+				if scenario, ok := strings.CutPrefix(name, labels.ScenarioPrefix); ok && notOnExtendedDRA[scenario] != "" {
+					return notOnExtendedDRA[scenario]
+				}
+			}
+		}
+	}
+	return ""
+}
+
+// pathsFor are the paths a scenario that registers no per-path container (the upgrade rehearsal) uses: b's
+// paths less extended-resource-dra where the scenario says it does not run there (recorded, with why).
+func (b Base) pathsFor(scenario string) []gpu.Path {
+	why := notOnExtendedDRA[scenario]
+	if why == "" {
+		return b.Paths
+	}
+	return slices.DeleteFunc(slices.Clone(b.Paths), func(p gpu.Path) bool {
+		if p.Name() != config.PathExtendedDRA {
+			return false
+		}
+		b.notExercised(p.Name()+": "+scenario, why)
+		return true
+	})
 }
 
 func pathByName(paths []gpu.Path, name string) gpu.Path {
@@ -481,12 +520,18 @@ func poolHold(specLabels []string, path string, b Base) poolPlan {
 
 // pathHold is poolHold without the faults lock.
 func pathHold(specLabels []string, path string, b Base) poolPlan {
-	pathLock := "path-" + path
+	domain := path
+	if p := pathByName(b.Paths, path); p != nil {
+		domain = gpu.DeviceDomain(p)
+	}
+	pathLock := "path-" + domain
 	has := func(l string) bool { return slices.Contains(specLabels, l) }
 	every := func(mode poollock.Mode) []poollock.Lock {
 		var out []poollock.Lock
 		for _, p := range b.Paths {
-			out = append(out, poollock.Lock{Name: "path-" + p.Name(), Mode: mode})
+			if l := (poollock.Lock{Name: "path-" + gpu.DeviceDomain(p), Mode: mode}); !slices.Contains(out, l) {
+				out = append(out, l)
+			}
 		}
 		return out
 	}
@@ -511,7 +556,7 @@ func pathHold(specLabels []string, path string, b Base) poolPlan {
 	// saw them (every process of the run discovered the same).
 	var locks []string
 	if p := pathByName(b.Paths, path); p != nil {
-		locks = nodeLocks(path, b.eligible(p, 1))
+		locks = nodeLocks(domain, b.eligible(p, 1))
 	}
 	if has(labels.HoldsNode) {
 		if len(locks) == 0 { // no node has a device on the path (the spec will say so): hold the path
@@ -520,6 +565,21 @@ func pathHold(specLabels []string, path string, b Base) poolPlan {
 		return poolPlan{locks: []poollock.Lock{{Name: pathLock, Mode: poollock.Shared}}, lease: locks}
 	}
 	return poolPlan{locks: poollock.Each(append([]string{pathLock}, locks...), poollock.Shared)}
+}
+
+// uniqueLocks keeps each lock name once, at its first place, in the strongest mode it was asked in.
+func uniqueLocks(locks []poollock.Lock) []poollock.Lock {
+	var out []poollock.Lock
+	for _, l := range locks {
+		i := slices.IndexFunc(out, func(o poollock.Lock) bool { return o.Name == l.Name })
+		switch {
+		case i < 0:
+			out = append(out, l)
+		case l.Mode == poollock.Exclusive:
+			out[i].Mode = poollock.Exclusive
+		}
+	}
+	return out
 }
 
 // canaryPlan is how the upgrade rehearsal holds the pool locks: locks, and the known-good nodes its pods
@@ -575,21 +635,30 @@ func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
 				have += c[n]
 				if slices.Contains(pool, n) {
 					nodes = append(nodes, n)
-					plan.early = append(plan.early, nodeLock(p.Name(), n))
+					plan.early = append(plan.early, nodeLock(gpu.DeviceDomain(p), n))
 				}
 			}
 		}
 		if len(nodes) == 0 {
 			continue
 		}
-		plan.locks = append(plan.locks, poollock.Lock{Name: "path-" + p.Name(), Mode: poollock.Shared})
+		plan.locks = append(plan.locks, poollock.Lock{Name: "path-" + gpu.DeviceDomain(p), Mode: poollock.Shared})
 		if !canaryHere {
-			plan.early = append(plan.early, "path-"+p.Name())
+			plan.early = append(plan.early, "path-"+gpu.DeviceDomain(p))
 		}
 		for _, n := range nodes {
-			plan.locks = append(plan.locks, poollock.Lock{Name: nodeLock(p.Name(), n), Mode: poollock.Exclusive})
+			plan.locks = append(plan.locks, poollock.Lock{Name: nodeLock(gpu.DeviceDomain(p), n), Mode: poollock.Exclusive})
 		}
 	}
+	// A path that hands out another's devices (extended-resource-dra) names that path's locks again.
+	plan.locks = uniqueLocks(plan.locks)
+	var early []string
+	for _, l := range plan.early {
+		if !slices.Contains(early, l) {
+			early = append(early, l)
+		}
+	}
+	plan.early = early
 	return plan
 }
 
@@ -607,7 +676,7 @@ func holdCanary(ctx context.Context, env *testenv.Env, b Base, canary, good []st
 	heldAt := time.Now()
 	counted := ""
 	if len(plan.good) > 0 {
-		if first := nodeLock(b.Paths[0].Name(), plan.good[0]); slices.ContainsFunc(plan.locks, func(l poollock.Lock) bool { return l.Name == first }) {
+		if first := nodeLock(gpu.DeviceDomain(b.Paths[0]), plan.good[0]); slices.ContainsFunc(plan.locks, func(l poollock.Lock) bool { return l.Name == first }) {
 			counted = first
 		}
 	}

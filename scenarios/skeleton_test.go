@@ -2,8 +2,10 @@ package scenarios
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
+	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/poollock"
@@ -69,6 +71,37 @@ func TestPoolHoldFollowsTheSpecsLabels(t *testing.T) {
 	// No node with a device on the path: nothing to lease, the holder holds the path.
 	if got := poolHold([]string{labels.HoldsNode}, "device-plugin", b); !slices.Equal(got.locks, []poollock.Lock{lk("path-device-plugin", ex)}) || len(got.lease) != 0 {
 		t.Errorf("holds:node without an eligible node: %+v, want the path exclusive", got)
+	}
+}
+
+// The extended-resource-dra path hands out the DRA path's devices: its specs hold the DRA path's locks, and
+// a spec holding every path names them once.
+func TestExtendedDRAHoldsTheDRAPathsLocks(t *testing.T) {
+	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"gpu-0"}, "w2": {"gpu-0"}}}
+	ext := &gpu.ExtendedDRA{DRA: &gpu.DRA{Devices: map[string][]string{"w2": {"gpu-0"}}}, Resource: "nvidia.com/gpu"}
+	b := Base{Paths: []gpu.Path{&gpu.DevicePlugin{Resource: "nvidia.com/gpu"}, dra, ext}, GPUPool: []string{"w1", "w2"}}
+	sh, ex := poollock.Shared, poollock.Exclusive
+	lk := func(name string, m poollock.Mode) poollock.Lock { return poollock.Lock{Name: name, Mode: m} }
+	if got := poolHold([]string{labels.HoldsNode}, config.PathExtendedDRA, b); !slices.Equal(got.locks, []poollock.Lock{lk("path-dra", sh)}) || !slices.Equal(got.lease, []string{"path-dra@w2"}) {
+		t.Errorf("holds:node on the third path: %+v", got)
+	}
+	if got := poolHold([]string{labels.HoldsNodes}, config.PathExtendedDRA, b); !slices.Equal(got.locks, []poollock.Lock{lk("path-device-plugin", ex), lk("path-dra", ex)}) {
+		t.Errorf("holds:nodes: %+v", got)
+	}
+	// A scenario that declares it does not run there registers nothing on the path, and says why.
+	var recorded []string
+	b.NotExercised = func(what, why string) { recorded = append(recorded, what+": "+why) }
+	if got := b.pathsFor(sharingName); len(got) != 2 || len(recorded) != 1 || !strings.Contains(recorded[0], "extended-resource-dra: sharing: sharing is configured") {
+		t.Errorf("pathsFor(sharing) = %v, recorded %q", got, recorded)
+	}
+	if got := b.pathsFor(allocationName); len(got) != 3 {
+		t.Errorf("pathsFor(allocation) = %v", got)
+	}
+	if why := notOnPath(ext, []any{labels.Of(labels.Scenario(failureName))}); !strings.Contains(why, "not built for the claim the scheduler creates") {
+		t.Errorf("notOnPath(failure) = %q", why)
+	}
+	if why := notOnPath(dra, []any{labels.Of(labels.Scenario(failureName))}); why != "" {
+		t.Errorf("notOnPath(failure, dra) = %q", why)
 	}
 }
 

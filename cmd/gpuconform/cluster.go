@@ -31,6 +31,7 @@ func clusterCommand(ctx context.Context, args []string, stderr io.Writer) int {
 		fs.StringVar(&opts.NodeImage, "node-image", "", "use this kind node image instead of building one")
 		fs.IntVar(&opts.GPUWorkers, "gpu-workers", opts.GPUWorkers, "workers in the GPU pool")
 		fs.IntVar(&opts.CanaryWorkers, "canary-workers", opts.CanaryWorkers, "workers in the canary pool")
+		fs.IntVar(&opts.DRAOnlyWorkers, "dra-only-workers", opts.DRAOnlyWorkers, "of the GPU pool's workers, how many (the last) run no device plugin, their GPUs served to nvidia.com/gpu requests by the DRA driver through the DeviceClass's extendedResourceName (the extended-resource-dra path); 0 turns the mapping off; changing it recreates the cluster")
 		fs.IntVar(&opts.DevicesPerNode, "devices", opts.DevicesPerNode, "fake devices per node on each allocation path")
 		fs.IntVar(&opts.Replicas, "replicas", opts.Replicas, "time-slicing replicas per fake GPU on the device-plugin path (1 = whole GPUs; default from "+localcluster.EnvReplicas+"); changing it rolls only the fake GPU agent")
 		fs.StringVar(&opts.Sharing, "sharing", opts.Sharing, "sharing mode of the fake GPUs: "+strings.Join(fakegpu.SharingModes, ", ")+" (default from "+localcluster.EnvSharing+"; unset: time-slicing when --replicas is above 1, else none); time-slicing and mps need --replicas 2 or more; changing it rolls only the fake GPU agent")

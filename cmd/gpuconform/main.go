@@ -16,7 +16,7 @@ import (
 const usage = `gpuconform: GPU-scheduling conformance for Kubernetes
 
 Usage:
-  gpuconform cluster up [--node-image IMG] [--gpu-workers N] [--canary-workers N] [--devices N]
+  gpuconform cluster up [--node-image IMG] [--gpu-workers N] [--canary-workers N] [--dra-only-workers N] [--devices N]
                                        bring up (or revive) the local offline kind cluster
   gpuconform cluster down              delete the local cluster (caches and images stay)
   gpuconform cluster logs DIR          collect node, kubelet, containerd and control-plane logs

@@ -308,7 +308,7 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 		c.DevicePlugin, c.NotExercised[config.PathDevicePlugin] = discoverDevicePlugin(s.Nodes, cfg.DevicePlugin.ResourceName)
 		// Broken also when the path works elsewhere: a GPU node whose plugin stopped serving is advertised
 		// capacity the cluster cannot use, and the specs would silently avoid it.
-		if why := brokenDevicePlugin(s.Nodes, cfg.DevicePlugin.ResourceName); why != "" {
+		if why := brokenDevicePlugin(s.Nodes, cfg.DevicePlugin.ResourceName, publishingNodes(s.ResourceSlices)); why != "" {
 			c.Broken[config.PathDevicePlugin], c.NotExercised[config.PathDevicePlugin] = why, ""
 		}
 	} else {
@@ -327,11 +327,12 @@ func Discover(s Snapshot, cfg config.Config) Capabilities {
 	} else {
 		c.NotExercised[config.PathDRA] = "not selected by allocationPaths"
 	}
-	// The third path is discovered and recorded; no scenario runs on it yet.
-	if p, why := discoverExtendedDRA(s); p != nil {
+	switch p, why := discoverExtendedDRA(s); {
+	case !cfg.WantsPath(config.PathExtendedDRA):
+		c.NotExercised[ExtendedDRAPathName] = "not selected by allocationPaths"
+	case p != nil:
 		c.ExtendedDRA = p
-		c.NotExercised[ExtendedDRAPathName] = "present (" + p.Served() + "), but gpuconform does not run specs on this path yet"
-	} else {
+	default:
 		c.NotExercised[ExtendedDRAPathName] = "not present: " + why
 	}
 	c.Kueue = discoverKueue(s)
@@ -435,7 +436,7 @@ var gpuNodeLabels = []string{"nvidia.com/gpu.count", "nvidia.com/gpu.present"}
 // brokenDevicePlugin tells a device-plugin path that is present but not working from an absent one: nodes
 // that report capacity for a GPU resource with nothing allocatable (the kubelet keeps the capacity of a
 // plugin that stopped serving), or nodes labelled as GPU nodes with no GPU resource at all. "" when neither.
-func brokenDevicePlugin(nodes []corev1.Node, configured string) string {
+func brokenDevicePlugin(nodes []corev1.Node, configured string, dra map[string][]string) string {
 	var capOnly, labelled []string
 	resource := ""
 	for _, n := range nodes {
@@ -463,7 +464,8 @@ func brokenDevicePlugin(nodes []corev1.Node, configured string) string {
 			hasGPUResource = hasGPUResource || q.Value() > 0 && isExtendedGPUResource(name)
 		}
 		for _, l := range gpuNodeLabels {
-			if v, ok := n.Labels[l]; ok && v != "0" && v != "false" && !hasGPUResource {
+			// A GPU node whose devices a DRA driver publishes (and no device plugin) is served, not broken.
+			if v, ok := n.Labels[l]; ok && v != "0" && v != "false" && !hasGPUResource && !servedByDRA(dra, n.Name) {
 				labelled = append(labelled, n.Name)
 				break
 			}
@@ -481,6 +483,16 @@ func brokenDevicePlugin(nodes []corev1.Node, configured string) string {
 			strings.Join(firstN(labelled, 5), ", "), strings.Join(gpuNodeLabels, " or "))
 	}
 	return ""
+}
+
+// servedByDRA reports whether some driver publishes devices on node (byDriver: publishingNodes).
+func servedByDRA(byDriver map[string][]string, node string) bool {
+	for _, nodes := range byDriver {
+		if slices.Contains(nodes, node) {
+			return true
+		}
+	}
+	return false
 }
 
 // brokenDRA tells a DRA path that is present but not working from an absent one: a DeviceClass that

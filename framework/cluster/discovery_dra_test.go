@@ -272,9 +272,21 @@ func TestDiscoverExtendedResourceDRA(t *testing.T) {
 			if got := slices.Sorted(maps.Keys(p.PluginNodes)); !slices.Equal(got, tc.plugin) {
 				t.Errorf("plugin-served nodes %v, want %v", got, tc.plugin)
 			}
-			if !strings.Contains(p.Served(), tc.present) || !strings.Contains(why, "does not run specs on this path yet") {
-				t.Errorf("Served %q / not exercised %q, want %q", p.Served(), why, tc.present)
+			if !strings.Contains(p.Served(), tc.present) || why != "" {
+				t.Errorf("Served %q / not exercised %q, want %q and nothing not exercised", p.Served(), why, tc.present)
+			}
+			if p.Driver != "gpu.nvidia.com" || len(p.Devices[tc.dra[0]]) != p.DRANodes[tc.dra[0]] {
+				t.Errorf("driver %q, devices %v: want the class's driver and the devices counted", p.Driver, p.Devices)
+			}
+			// The labelled GPU node without a device plugin is the DRA driver's, not a broken plugin.
+			if why := caps.Broken[config.PathDevicePlugin]; why != "" {
+				t.Errorf("device-plugin path broken: %s", why)
 			}
 		})
+	}
+	cfg := config.Default()
+	cfg.AllocationPaths = []string{config.PathDevicePlugin, config.PathDRA}
+	if caps := Discover(snap(mapped, "w1"), cfg); caps.ExtendedDRA != nil || caps.NotExercised[ExtendedDRAPathName] != "not selected by allocationPaths" {
+		t.Errorf("path left out by allocationPaths: %+v, %q", caps.ExtendedDRA, caps.NotExercised[ExtendedDRAPathName])
 	}
 }

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 
+	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/diagnose"
 )
 
@@ -19,16 +20,19 @@ import (
 // claim the scheduler creates (pod.status.extendedResourceClaimStatus). On a node where a device plugin
 // advertises the name as well, the device plugin serves it: the scheduler considers DRA for an extended
 // resource only on nodes whose allocatable does not list it.
-const ExtendedDRAPathName = "extended-resource-dra"
+const ExtendedDRAPathName = config.PathExtendedDRA
 
 // ExtendedDRAPath is the discovered extended-resource mapping and which nodes serve it which way.
 type ExtendedDRAPath struct {
 	// DeviceClass maps ResourceName to its devices.
 	DeviceClass  string
 	ResourceName corev1.ResourceName
+	// Driver is the driver the class names (comma-separated when several), "" when it names none.
+	Driver string
 	// DRANodes are the nodes where the class's devices serve the name (no device plugin advertises it
-	// there), with how many devices the class selects on each.
+	// there), with how many devices the class selects on each; Devices names them.
 	DRANodes map[string]int
+	Devices  map[string][]string
 	// PluginNodes are the nodes with devices of the class where a device plugin advertises the name (it
 	// serves pods there), with its allocatable.
 	PluginNodes map[string]int64
@@ -78,7 +82,8 @@ func discoverExtendedDRA(s Snapshot) (*ExtendedDRAPath, string) {
 		name := corev1.ResourceName(*class.Spec.ExtendedResourceName)
 		// Discovery is pure and each evaluation is bounded by the API's CEL cost limit: no context to honour.
 		match := diagnose.MatchDeviceClass(context.Background(), class, s.ResourceSlices)
-		p := &ExtendedDRAPath{DeviceClass: class.Name, ResourceName: name, DRANodes: map[string]int{}, PluginNodes: map[string]int64{}}
+		p := &ExtendedDRAPath{DeviceClass: class.Name, ResourceName: name, Driver: strings.Join(match.Drivers, ","),
+			DRANodes: map[string]int{}, Devices: map[string][]string{}, PluginNodes: map[string]int64{}}
 		for node, devices := range match.Matched {
 			if node == "" || len(devices) == 0 {
 				continue
@@ -88,6 +93,7 @@ func discoverExtendedDRA(s Snapshot) (*ExtendedDRAPath, string) {
 				continue
 			}
 			p.DRANodes[node] = len(devices)
+			p.Devices[node] = slices.Clone(devices)
 		}
 		switch {
 		case len(p.DRANodes) > 0:

@@ -261,19 +261,32 @@ func TestStaleResourceAfterReconfigurationIsNotBroken(t *testing.T) {
 	reconfigured := gpuNode("w1", nil, map[string]int64{"nvidia.com/gpu": 4, "nvidia.com/mig-3g.40gb": 0, "nvidia.com/mig-1g.10gb": 0})
 	reconfigured.Status.Capacity = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("4"),
 		"nvidia.com/mig-3g.40gb": resource.MustParse("2"), "nvidia.com/mig-1g.10gb": resource.MustParse("1")}
-	if why := brokenDevicePlugin([]corev1.Node{*reconfigured}, ""); why != "" {
+	if why := brokenDevicePlugin([]corev1.Node{*reconfigured}, "", nil); why != "" {
 		t.Errorf("a node serving nvidia.com/gpu with stale MIG capacity called broken: %s", why)
 	}
 	stopped := gpuNode("w2", nil, map[string]int64{"nvidia.com/mig-3g.40gb": 0, "nvidia.com/mig-1g.10gb": 0})
 	stopped.Status.Capacity = reconfigured.Status.Capacity.DeepCopy()
 	stopped.Status.Capacity["nvidia.com/gpu"] = resource.MustParse("0")
-	why := brokenDevicePlugin([]corev1.Node{*reconfigured, *stopped}, "")
+	why := brokenDevicePlugin([]corev1.Node{*reconfigured, *stopped}, "", nil)
 	if !strings.Contains(why, "node(s) w2 report capacity for nvidia.com/mig-") || strings.Contains(why, "w1") {
 		t.Errorf("a node serving nothing must be broken, once: %q", why)
 	}
 	// The configured resource is judged as it always was.
-	if why := brokenDevicePlugin([]corev1.Node{*reconfigured}, "nvidia.com/mig-3g.40gb"); !strings.Contains(why, "w1 report capacity for nvidia.com/mig-3g.40gb") {
+	if why := brokenDevicePlugin([]corev1.Node{*reconfigured}, "nvidia.com/mig-3g.40gb", nil); !strings.Contains(why, "w1 report capacity for nvidia.com/mig-3g.40gb") {
 		t.Errorf("configured resource with 0 allocatable: %q", why)
+	}
+}
+
+// A node labelled as a GPU node that advertises no GPU resource has a broken device plugin, unless a DRA
+// driver publishes its devices (a node migrated to DRA, its device plugin off).
+func TestLabelledNodeServedByDRAIsNotBroken(t *testing.T) {
+	labelled := gpuNode("w3", map[string]string{"nvidia.com/gpu.present": "true"}, nil)
+	serving := gpuNode("w1", nil, map[string]int64{"nvidia.com/gpu": 4})
+	if why := brokenDevicePlugin([]corev1.Node{*serving, *labelled}, "", publishingNodes([]resourcev1.ResourceSlice{*slice("w3", "gpu-0")})); why != "" {
+		t.Errorf("a DRA-served GPU node called a broken device plugin: %s", why)
+	}
+	if why := brokenDevicePlugin([]corev1.Node{*serving, *labelled}, "", publishingNodes([]resourcev1.ResourceSlice{*slice("w1", "gpu-0")})); !strings.Contains(why, "node(s) w3 are labelled as GPU nodes") {
+		t.Errorf("a labelled node nothing serves: %q", why)
 	}
 }
 

@@ -44,7 +44,7 @@ func flagTable() []flagDef {
 		{name: "kubeconfig", usage: "kubeconfig file (default $KUBECONFIG or ~/.kube/config)", apply: func(c *Config, v string) error { c.Kubeconfig = v; return nil }},
 		{name: "context", usage: "kubeconfig context (default: the current context)", apply: func(c *Config, v string) error { c.Context = v; return nil }},
 		{name: "namespace-prefix", usage: "prefix of every namespace the suite creates", apply: func(c *Config, v string) error { c.NamespacePrefix = v; return nil }},
-		{name: "allocation-paths", usage: "auto, or a comma-separated subset of device-plugin,dra", apply: func(c *Config, v string) error { c.AllocationPaths = splitList(v); return nil }},
+		{name: "allocation-paths", usage: "auto, or a comma-separated subset of device-plugin,dra,extended-resource-dra", apply: func(c *Config, v string) error { c.AllocationPaths = splitList(v); return nil }},
 		{name: "device-plugin-resource", usage: "extended resource of the device-plugin path (default: discovered, preferring nvidia.com/gpu)", apply: func(c *Config, v string) error { c.DevicePlugin.ResourceName = v; return nil }},
 		{name: "dra-device-class", usage: "DeviceClass of the DRA path (default: one whose driver publishes ResourceSlices)", apply: func(c *Config, v string) error { c.DRA.DeviceClass = v; return nil }},
 		{name: "dra-kueue-resource", usage: "resource name Kueue accounts DRA devices as", apply: func(c *Config, v string) error { c.DRA.KueueResourceName = v; return nil }},

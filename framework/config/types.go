@@ -29,6 +29,9 @@ const (
 	PathDevicePlugin = "device-plugin"
 	// PathDRA is the Dynamic Resource Allocation path (DeviceClass, ResourceClaimTemplate).
 	PathDRA = "dra"
+	// PathExtendedDRA is an extended resource (nvidia.com/gpu limits) served by a DRA driver through a
+	// DeviceClass's spec.extendedResourceName, on nodes where no device plugin advertises it.
+	PathExtendedDRA = "extended-resource-dra"
 )
 
 // Queue modes.

@@ -80,7 +80,9 @@ func rules() []rule {
 				return fmt.Sprintf("dedicationTaints: %q: not taint keys (give the key alone, e.g. nvidia.com/gpu)", badTaintKeys(c))
 			}},
 		{"allocation-paths-empty", func(c Config) bool { return len(c.AllocationPaths) > 0 },
-			func(Config) string { return "allocationPaths: empty; use [auto] or a subset of [device-plugin, dra]" }},
+			func(Config) string {
+				return "allocationPaths: empty; use [auto] or a subset of [device-plugin, dra, extended-resource-dra]"
+			}},
 		{"allocation-paths-auto-alone", func(c Config) bool {
 			return !slices.Contains(c.AllocationPaths, PathAuto) || len(c.AllocationPaths) == 1
 		}, func(c Config) string {
@@ -92,7 +94,7 @@ func rules() []rule {
 				for _, p := range unknownPaths(c) {
 					msgs = append(msgs, fmt.Sprintf("unknown path %q", p))
 				}
-				return "allocationPaths: " + strings.Join(msgs, ", ") + "; use auto, device-plugin or dra"
+				return "allocationPaths: " + strings.Join(msgs, ", ") + "; use auto, device-plugin, dra or extended-resource-dra"
 			}},
 		selectorRule("gpu", "gpu-pool", func(c Config) string { return c.Pools.GPU }),
 		selectorRule("canary", "canary-pool", func(c Config) string { return c.Pools.Canary }),
@@ -362,7 +364,7 @@ func badTaintKeys(c Config) []string {
 func unknownPaths(c Config) []string {
 	var bad []string
 	for _, p := range c.AllocationPaths {
-		if !slices.Contains([]string{PathAuto, PathDevicePlugin, PathDRA}, p) {
+		if !slices.Contains([]string{PathAuto, PathDevicePlugin, PathDRA, PathExtendedDRA}, p) {
 			bad = append(bad, p)
 		}
 	}

@@ -41,6 +41,10 @@ type DevicePlugin struct {
 	Resource corev1.ResourceName
 	// Allocatable is the devices per node.
 	Allocatable map[string]int64
+	// ServedByDRA are the nodes where a DeviceClass maps Resource to a DRA driver's devices (no device
+	// plugin advertises it there): a pod of this path could be given a DRA device there, so its pods are
+	// kept off them.
+	ServedByDRA []string
 }
 
 var _ Path = (*DevicePlugin)(nil)
@@ -68,8 +72,16 @@ func (p *DevicePlugin) Describe() string {
 	return fmt.Sprintf("device plugin: extended resource %s (%d nodes, %d devices)", p.Resource, len(p.Allocatable), sum(p.Allocatable))
 }
 
-// RequestDevices implements fixtures.DeviceRequester: limit = request = count on the container.
+// RequestDevices implements fixtures.DeviceRequester: limit = request = count on the container, kept off
+// the nodes where a DRA driver serves the same name (ServedByDRA).
 func (p *DevicePlugin) RequestDevices(_ fixtures.Factory, spec *corev1.PodSpec, container string, count int, _ metav1.ObjectMeta) []fixtures.Object {
+	requestExtended(spec, container, p.Resource, count)
+	fixtures.KeepOffNodes(spec, p.ServedByDRA)
+	return nil
+}
+
+// requestExtended asks for count of the extended resource on the container, request equal to limit.
+func requestExtended(spec *corev1.PodSpec, container string, resourceName corev1.ResourceName, count int) {
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
 		if c.Name != container {
@@ -82,10 +94,9 @@ func (p *DevicePlugin) RequestDevices(_ fixtures.Factory, spec *corev1.PodSpec, 
 		if c.Resources.Requests == nil {
 			c.Resources.Requests = corev1.ResourceList{}
 		}
-		c.Resources.Limits[p.Resource] = q
-		c.Resources.Requests[p.Resource] = q
+		c.Resources.Limits[resourceName] = q
+		c.Resources.Requests[resourceName] = q
 	}
-	return nil
 }
 
 // Given implements Path. The kubelet is the authority: a helper pod on the pod's node reads the

@@ -107,13 +107,17 @@ func (p *DRA) RequestDevices(f fixtures.Factory, spec *corev1.PodSpec, container
 	return []fixtures.Object{tmpl}
 }
 
-// ClaimNames returns the generated claim names of pod for the DRA path's entry.
+// ClaimNames returns the generated claim names of pod for the DRA path's entry, and the claim the
+// scheduler created for its extended resources (the extended-resource-dra path's).
 func ClaimNames(pod *corev1.Pod) []string {
 	var out []string
 	for _, s := range pod.Status.ResourceClaimStatuses {
 		if s.Name == DRAClaimName && s.ResourceClaimName != nil {
 			out = append(out, *s.ResourceClaimName)
 		}
+	}
+	if ext := pod.Status.ExtendedResourceClaimStatus; ext != nil && ext.ResourceClaimName != "" {
+		out = append(out, ext.ResourceClaimName)
 	}
 	return out
 }
@@ -124,7 +128,7 @@ func (p *DRA) Given(ctx context.Context, in GivenInput) (Allocation, error) {
 	pod := in.Pod
 	names := ClaimNames(pod)
 	if len(names) == 0 {
-		return Allocation{}, fmt.Errorf("pod %s/%s has no generated ResourceClaim for %q in status.resourceClaimStatuses", pod.Namespace, pod.Name, DRAClaimName)
+		return Allocation{}, fmt.Errorf("pod %s/%s has no generated ResourceClaim for %q in status.resourceClaimStatuses, nor one in status.extendedResourceClaimStatus", pod.Namespace, pod.Name, DRAClaimName)
 	}
 	a := Allocation{Node: pod.Spec.NodeName, Devices: []string{}}
 	drivers := strings.Split(p.Driver, ",")
@@ -205,6 +209,12 @@ func (p *DRA) identities(ctx context.Context, kube kubernetes.Interface, refs []
 		}
 	}
 	return out, nil
+}
+
+// SliceChecker is a path whose allocations come from ResourceSlices (DRA, and extended-resource-dra
+// through its DRA).
+type SliceChecker interface {
+	CheckFromNodeSlices(ctx context.Context, kube kubernetes.Interface, a Allocation) error
 }
 
 // CheckFromNodeSlices verifies that every device of a came from a ResourceSlice of the driver that is

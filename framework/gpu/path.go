@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -28,7 +29,7 @@ import (
 type Path interface {
 	fixtures.DeviceRequester
 
-	// Name is "device-plugin" or "dra".
+	// Name is "device-plugin", "dra" or "extended-resource-dra".
 	Name() string
 	// Label is the Ginkgo label of specs on this path.
 	Label() string
@@ -133,14 +134,22 @@ type ClaimInfo struct {
 // Paths returns the discovered paths, in a stable order.
 func Paths(caps cluster.Capabilities, cfg config.Config) []Path {
 	var out []Path
+	ext := caps.ExtendedDRA
 	if caps.DevicePlugin != nil {
-		out = append(out, &DevicePlugin{Resource: caps.DevicePlugin.ResourceName, Allocatable: caps.DevicePlugin.Allocatable})
+		dp := &DevicePlugin{Resource: caps.DevicePlugin.ResourceName, Allocatable: caps.DevicePlugin.Allocatable}
+		if ext != nil && ext.ResourceName == dp.Resource {
+			dp.ServedByDRA = slices.Sorted(maps.Keys(ext.DRANodes))
+		}
+		out = append(out, dp)
 	}
 	if caps.DRA != nil {
 		out = append(out, &DRA{
 			DeviceClass: caps.DRA.DeviceClass, Driver: caps.DRA.Driver, KueueResource: corev1.ResourceName(cfg.DRA.KueueResourceName),
 			Devices: caps.DRA.Devices, Published: caps.DRA.Published, Tainted: caps.DRA.Tainted,
 		})
+	}
+	if ext != nil {
+		out = append(out, NewExtendedDRA(ext, caps.DRA, caps.DevicePlugin))
 	}
 	return out
 }
@@ -222,6 +231,9 @@ func FormatDevices(d []string) string { return "[" + strings.Join(d, " ") + "]" 
 // slices published anew, under other UIDs.
 func PublishedSlices(ctx context.Context, kube kubernetes.Interface, p Path, node string) (map[string]string, error) {
 	d, ok := p.(*DRA)
+	if ext, isExt := p.(*ExtendedDRA); isExt {
+		d, ok = ext.DRA, true
+	}
 	if !ok {
 		return nil, nil
 	}
@@ -251,6 +263,16 @@ func LiveCapacity(ctx context.Context, kube kubernetes.Interface, p Path, node s
 		}
 		q := n.Status.Allocatable[p.Resource]
 		return q.Value(), nil
+	case *ExtendedDRA:
+		// A device plugin advertising the name on node serves it there, not the DRA driver.
+		n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return 0, err
+		}
+		if q := n.Status.Allocatable[p.Resource]; q.Value() > 0 {
+			return 0, nil
+		}
+		return LiveCapacity(ctx, kube, p.DRA, node)
 	case *DRA:
 		list, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
 		if err != nil {

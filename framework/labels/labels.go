@@ -72,6 +72,8 @@ const (
 	PathDevicePlugin = "path:device-plugin"
 	// PathDRA marks specs exercising the DRA allocation path.
 	PathDRA = "path:dra"
+	// PathExtendedDRA marks specs exercising an extended resource served by a DRA driver.
+	PathExtendedDRA = "path:extended-resource-dra"
 
 	// NeedsKueue marks specs that submit through a Kueue LocalQueue.
 	NeedsKueue = "needs:kueue"
@@ -123,7 +125,7 @@ func Scenario(name string) string {
 
 func known(l string) bool {
 	switch l {
-	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, LeasesNodes, NoDevices, HoldsNodes, StopsNode, FaultsDevice, HoldsCanary, Slow, PathDevicePlugin, PathDRA, NeedsKueue:
+	case Disruptive, Serial, HoldsPath, HoldsNode, OnNode, LeasesNodes, NoDevices, HoldsNodes, StopsNode, FaultsDevice, HoldsCanary, Slow, PathDevicePlugin, PathDRA, PathExtendedDRA, NeedsKueue:
 		return true
 	}
 	if id, ok := strings.CutPrefix(l, RequirementPrefix); ok {

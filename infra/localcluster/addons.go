@@ -43,6 +43,10 @@ const MIGDeviceClass = "mig.nvidia.com"
 // GPUResource is the extended resource the fake GPU agent's device plugin advertises.
 const GPUResource = "nvidia.com/gpu"
 
+// DevicePluginOffLabel is the GPU Operator's node label the agent honours: "false" keeps its device plugin
+// off on the node (fakeplugin.DevicePluginDeployLabel). The DRA-only workers carry it from creation.
+const DevicePluginOffLabel = fakegpu.DevicePluginDeployLabel
+
 // ExampleDRADriverName is the driver (and DeviceClass) of the community dra-example-driver, the other
 // choice for the DRA half (Options.DRADriver = DRADriverExample).
 const ExampleDRADriverName = "gpu.example.com"
@@ -124,6 +128,9 @@ type GPUStackOptions struct {
 	ExampleDRADriver bool
 	// DRAImage is the dra-example-driver's content-keyed image (loadExampleDRADriver), when ExampleDRADriver.
 	DRAImage string
+	// ExtendedResource, when set, is the extended resource the agent's DeviceClass maps its GPUs to
+	// (spec.extendedResourceName): pods asking for it on the DRA-only workers get the DRA driver's GPUs.
+	ExtendedResource string
 }
 
 // loadTools builds the project's tools image and loads it into every node (it changes with the code, so it
@@ -390,17 +397,31 @@ func (s GPUStackOptions) draDevicesPerNode() int {
 
 // allocatableMismatch reads `kubectl get nodes -o json` and says which node does not advertise want (and
 // which still advertises a MIG resource want does not list); "" when all do.
+//
+// A node labelled DevicePluginOffLabel=false runs no device plugin (its GPUs are the DRA driver's alone):
+// there every resource of want must be absent or 0.
 func allocatableMismatch(raw []byte, want map[string]int) string {
 	var list struct {
 		Items []struct {
-			Metadata struct{ Name string }
-			Status   struct{ Allocatable map[string]string }
+			Metadata struct {
+				Name   string
+				Labels map[string]string
+			}
+			Status struct{ Allocatable map[string]string }
 		}
 	}
 	if err := json.Unmarshal(raw, &list); err != nil {
 		return "cannot read the nodes: " + err.Error()
 	}
 	for _, n := range list.Items {
+		if n.Metadata.Labels[DevicePluginOffLabel] == "false" {
+			for _, r := range slices.Sorted(maps.Keys(want)) {
+				if v := n.Status.Allocatable[r]; v != "" && v != "0" {
+					return fmt.Sprintf("node %s (%s=false: no device plugin) still allocates %s = %s", n.Metadata.Name, DevicePluginOffLabel, r, v)
+				}
+			}
+			continue
+		}
 		for _, r := range slices.Sorted(maps.Keys(want)) {
 			if got, _ := strconv.Atoi(n.Status.Allocatable[r]); got != want[r] {
 				return fmt.Sprintf("node %s allocatable %s = %q, want %d", n.Metadata.Name, r, n.Status.Allocatable[r], want[r])

@@ -37,6 +37,11 @@ type Options struct {
 	NodeImage string
 	// GPUWorkers and CanaryWorkers size the two pools.
 	GPUWorkers, CanaryWorkers int
+	// DRAOnlyWorkers of the GPU workers (the last ones) run no device plugin (DevicePluginOffLabel=false
+	// from creation): the agent's DRA driver alone serves their GPUs, and its DeviceClass maps nvidia.com/gpu
+	// to them (extendedResourceName), so unchanged pods asking for nvidia.com/gpu get DRA devices there: the
+	// extended-resource-dra path. 0: no such worker and no mapping.
+	DRAOnlyWorkers int
 	// DevicesPerNode is how many fake devices each GPU/canary node advertises on each allocation path.
 	DevicesPerNode int
 	// Replicas is the time-slicing factor of the device-plugin half: each fake GPU is advertised Replicas
@@ -84,6 +89,7 @@ func DefaultOptions(repoRoot string) Options {
 		// 6m11s and 7m54s); with two, the CPUs were idle 39% of the run, waiting on the locks.
 		GPUWorkers:     3,
 		CanaryWorkers:  1,
+		DRAOnlyWorkers: 1,
 		DevicesPerNode: 4,
 		Replicas:       replicasFromEnv(os.Getenv(EnvReplicas)),
 		Sharing:        strings.TrimSpace(os.Getenv(EnvSharing)),
@@ -125,6 +131,10 @@ func (o Options) Validate() error {
 	switch {
 	case o.GPUWorkers < 1 || o.CanaryWorkers < 0:
 		return fmt.Errorf("need at least 1 GPU worker and 0 or more canary workers (got %d, %d)", o.GPUWorkers, o.CanaryWorkers)
+	case o.DRAOnlyWorkers < 0 || o.DRAOnlyWorkers >= o.GPUWorkers:
+		return fmt.Errorf("--dra-only-workers %d: from 0 to one less than the GPU workers (%d), so the device-plugin path keeps a GPU worker of its own", o.DRAOnlyWorkers, o.GPUWorkers)
+	case o.DRAOnlyWorkers > 0 && o.DRADriver == DRADriverExample:
+		return fmt.Errorf("--dra-only-workers %d maps nvidia.com/gpu to the fake agent's DRA GPUs, which --dra-driver=%s replaces; pass --dra-only-workers 0 with it", o.DRAOnlyWorkers, DRADriverExample)
 	case o.Replicas < 1:
 		return fmt.Errorf("time-slicing replicas must be a number of at least 1 (--replicas, or %s in the environment); got %d", EnvReplicas, o.Replicas)
 	case !slices.Contains(fakegpu.SharingModes, mode):
@@ -149,6 +159,9 @@ func (o Options) gpuStack(tools string) GPUStackOptions {
 		DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: o.DevicesPerNode}
 	if o.DRADriver == DRADriverExample {
 		s.DriverName, s.DRADevices, s.ExampleDRADriver = ExampleDRADriverName, 0, true
+	}
+	if o.DRAOnlyWorkers > 0 {
+		s.ExtendedResource = GPUResource
 	}
 	return s
 }

@@ -54,19 +54,22 @@ func KindConfig(opts Options, q HostQuirks) string {
 		b.WriteString("containerdConfigPatches:\n- |-\n  [plugins.\"io.containerd.grpc.v1.cri\"]\n    restrict_oom_score_adj = true\n")
 	}
 	b.WriteString("nodes:\n- role: control-plane\n")
-	worker := func(pool string) {
+	worker := func(pool string, draOnly bool) {
 		fmt.Fprintf(&b, "- role: worker\n  labels:\n    %s: %s\n", PoolLabel, pool)
+		if draOnly {
+			fmt.Fprintf(&b, "    %s: \"false\"\n", DevicePluginOffLabel)
+		}
 		if opts.SharedDir != "" {
 			// One host directory in every worker: checkpoint storage that outlives any one node (the
 			// failure and preemption scenarios resume from it on another node).
 			fmt.Fprintf(&b, "  extraMounts:\n  - hostPath: %s\n    containerPath: %s\n", opts.SharedDir, NodeSharedDir)
 		}
 	}
-	for range opts.GPUWorkers {
-		worker(GPUPool)
+	for i := range opts.GPUWorkers {
+		worker(GPUPool, i >= opts.GPUWorkers-opts.DRAOnlyWorkers)
 	}
 	for range opts.CanaryWorkers {
-		worker(CanaryPool)
+		worker(CanaryPool, false)
 	}
 	return b.String()
 }

@@ -4,8 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
+
+	"sigs.k8s.io/kind/pkg/apis/config/v1alpha4"
+	"sigs.k8s.io/yaml"
 
 	"gpuconform.io/gpuconform/internal/fakegpu"
 )
@@ -324,5 +328,52 @@ func TestKueueAndExampleDRADriverAreLoadedNotPreloaded(t *testing.T) {
 	}
 	if !bytes.Contains(b, []byte("image: "+exampleDRAImageRepo+":k1")) || bytes.Contains(b, []byte(ImageDRADriver)) {
 		t.Errorf("the driver's manifest does not name the keyed image:\n%s", b)
+	}
+}
+
+// --dra-only-workers labels the last GPU workers so that the agent runs no device plugin there, maps
+// nvidia.com/gpu to the agent's DeviceClass, and the stack's wait wants those nodes to advertise none.
+func TestDRAOnlyWorkers(t *testing.T) {
+	o := DefaultOptions(t.TempDir())
+	if o.DRAOnlyWorkers != 1 {
+		t.Fatalf("default DRA-only workers %d, want 1", o.DRAOnlyWorkers)
+	}
+	var cfg v1alpha4.Cluster
+	if err := yaml.UnmarshalStrict([]byte(KindConfig(o, HostQuirks{})), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	var off []int
+	for i, n := range cfg.Nodes {
+		if n.Labels[DevicePluginOffLabel] == "false" {
+			off = append(off, i)
+		}
+	}
+	if !slices.Equal(off, []int{o.GPUWorkers}) || cfg.Nodes[o.GPUWorkers].Labels[PoolLabel] != GPUPool {
+		t.Errorf("labelled nodes %v, want the last GPU worker (%d)", off, o.GPUWorkers)
+	}
+	b, err := render("fake-device-plugin.yaml", o.gpuStack("tools:1"))
+	if err != nil || !strings.Contains(string(b), "extendedResourceName: nvidia.com/gpu") {
+		t.Errorf("the DeviceClass does not map nvidia.com/gpu (%v)", err)
+	}
+	o.DRAOnlyWorkers = 0
+	if b, _ := render("fake-device-plugin.yaml", o.gpuStack("tools:1")); strings.Contains(string(b), "extendedResourceName") || strings.Contains(KindConfig(o, HostQuirks{}), DevicePluginOffLabel) {
+		t.Error("0 DRA-only workers still maps the resource or labels a node")
+	}
+	for _, bad := range []Options{{GPUWorkers: 2, DRAOnlyWorkers: 2, Replicas: 1}, {GPUWorkers: 3, DRAOnlyWorkers: -1, Replicas: 1}, {GPUWorkers: 3, DRAOnlyWorkers: 1, Replicas: 1, DRADriver: DRADriverExample}} {
+		if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "--dra-only-workers") {
+			t.Errorf("%+v: %v, want a usage error naming --dra-only-workers", bad, err)
+		}
+	}
+	node := func(name, off string, alloc map[string]string) string {
+		b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"name": name, "labels": map[string]string{DevicePluginOffLabel: off}}, "status": map[string]any{"allocatable": alloc}})
+		return string(b)
+	}
+	list := func(items ...string) []byte { return []byte(`{"items":[` + strings.Join(items, ",") + `]}`) }
+	want := map[string]int{"nvidia.com/gpu": 4}
+	if why := allocatableMismatch(list(node("w1", "", map[string]string{"nvidia.com/gpu": "4"}), node("w3", "false", map[string]string{"cpu": "8"})), want); why != "" {
+		t.Errorf("a DRA-only node without the resource: %s", why)
+	}
+	if why := allocatableMismatch(list(node("w3", "false", map[string]string{"nvidia.com/gpu": "4"})), want); !strings.Contains(why, "w3") {
+		t.Errorf("a DRA-only node that still allocates: %q", why)
 	}
 }

@@ -20,6 +20,12 @@ import (
 	"slices"
 )
 
+// DevicePluginDeployLabel is the NVIDIA GPU Operator's node label that decides whether its device plugin
+// runs on a node: "false" keeps it off (a node whose GPUs a DRA driver alone serves). The fake agent reads
+// it when it starts and then serves no device-plugin resource there, only its DRA devices; a change takes
+// effect when the agent restarts, as the operator's DaemonSet leaves or comes back on a relabelled node.
+const DevicePluginDeployLabel = "nvidia.com/gpu.deploy.device-plugin"
+
 // Device numbers of the NVIDIA driver. 195 is NVIDIA's registered character major; nvidiactl is its
 // minor 255. nvidia-uvm gets a dynamic major on a real node; the fake uses a fixed one.
 const (

@@ -130,3 +130,31 @@ func TestServeDRANoRepublishLeavesADeletedSliceGoneUntilSwitchedOff(t *testing.T
 		return err == nil && len(list.Items) == 1 && list.Items[0].Name != first && len(list.Items[0].Spec.Devices) == 2
 	})
 }
+
+// On a node labelled nvidia.com/gpu.deploy.device-plugin=false the agent serves its DRA devices only: it
+// never registers a device plugin with the kubelet, and is ready once its DRA half is.
+func TestDevicePluginOffByNodeLabel(t *testing.T) {
+	dir := shortDir(t)
+	cfg := testConfig(t, dir, "node-a")
+	cfg.DRADevices, cfg.DRAUnregistered = 2, true
+	cfg.KubeletRegistryDir, cfg.KubeletPluginsDir = shortDir(t), shortDir(t)
+	cfg.ReadyFile = dir + "/serving"
+	kubelet := startFakeKubelet(t, dir)
+	p := mustNew(t, cfg)
+	kube := fake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", UID: "node-a-uid",
+		Labels: map[string]string{DevicePluginDeployLabel: "false"}}})
+	var n atomic.Int64
+	kube.PrependReactor("create", "resourceslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if s, ok := a.(k8stesting.CreateAction).GetObject().(*resourceapi.ResourceSlice); ok && s.Name == "" {
+			s.Name = s.GenerateName + strconv.FormatInt(n.Add(1), 10)
+		}
+		return false, nil, nil
+	})
+	startPlugin(t, func(ctx context.Context) error { return p.Run(ctx, kube) })
+	theSlice(t, kube)
+	eventually(t, "ready with the DRA half alone", func() bool { return CheckReady(cfg.ReadyFile) == nil })
+	time.Sleep(200 * time.Millisecond)
+	if got := kubelet.requests(); len(got) != 0 {
+		t.Errorf("the device plugin registered with the kubelet on a node that turns it off: %v", got)
+	}
+}

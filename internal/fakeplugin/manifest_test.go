@@ -39,6 +39,8 @@ type manifestValues struct {
 	Fault         string
 	DRADevices    int
 	DriverName    string
+	// ExtendedResource is what the DeviceClass maps (spec.extendedResourceName); "" none.
+	ExtendedResource string
 }
 
 var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
@@ -174,6 +176,21 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 		"--pod-resources-socket=" + podresources.DefaultSocket}
 	if !slices.Equal(c.Args, wantArgs) {
 		t.Errorf("args = %v, want %v (no --fault when Fault is empty)", c.Args, wantArgs)
+	}
+	// The DeviceClass maps the extended resource to the agent's DRA GPUs only when asked to, as a valid
+	// resource.k8s.io/v1 field.
+	mapped := v
+	mapped.ExtendedResource = "nvidia.com/gpu"
+	for _, vals := range []manifestValues{v, mapped} {
+		for _, u := range renderManifest(t, vals) {
+			if u.GetKind() != "DeviceClass" || u.GetName() != "gpu.nvidia.com" {
+				continue
+			}
+			got, _, _ := unstructured.NestedString(u.Object, "spec", "extendedResourceName")
+			if got != vals.ExtendedResource {
+				t.Errorf("DeviceClass extendedResourceName %q, want %q", got, vals.ExtendedResource)
+			}
+		}
 	}
 	// renameByDefault reaches the agent as --rename-shared, and only then.
 	renamed := v

@@ -299,6 +299,7 @@ func (p *Plugin) onNode(obj any) {
 	p.SetFaultsFromAnnotation(node.Annotations[FaultsAnnotation])
 	p.mu.Lock()
 	p.versionOverride = node.Annotations[DriverVersionAnnotation]
+	p.noPluginSeen = node.Labels[DevicePluginDeployLabel] == "false"
 	p.mu.Unlock()
 	if !p.cfg.labelsCurrent(node.Labels) {
 		select {
@@ -307,6 +308,9 @@ func (p *Plugin) onNode(obj any) {
 		}
 	}
 }
+
+// DevicePluginDeployLabel is the NVIDIA GPU Operator's label read at start (fakegpu.DevicePluginDeployLabel).
+const DevicePluginDeployLabel = fakegpu.DevicePluginDeployLabel
 
 // DriverVersionAnnotation on a node sets the fake driver version the agent reports there, read when the
 // agent starts: a pool-scoped driver upgrade (framework/upgrade's local provider) sets it on the pool's

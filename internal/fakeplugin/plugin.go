@@ -47,6 +47,8 @@ type Plugin struct {
 	lastGiven     []int         // physical indexes of the latest Allocate or Prepare (the double-allocate fault hands them out again)
 	lastGivenMIG  []migDevice   // MIG devices of the latest MIG allocation (the same, for MIG resources)
 	draReady      bool          // the DRA half is registered with the kubelet (or turned off)
+	noPlugin      bool          // the node's DevicePluginDeployLabel says "false" (read at start): the device-plugin half stays off
+	noPluginSeen  bool          // the label's value as WatchNode last saw it
 
 	streams   int            // open ListAndWatch streams, of every resource
 	streamsOf map[string]int // open ListAndWatch streams per resource; ReadyFile exists while each resource has one

@@ -41,12 +41,12 @@ func (p *Plugin) streamClosed(resource string) {
 }
 
 // updateReadyLocked makes the marker follow both halves: ready while the kubelet holds a ListAndWatch
-// stream on every resource served (mig-mixed serves several) and, with DRA on, while the kubelet has
-// registered the DRA plugin.
+// stream on every resource served (mig-mixed serves several; none with the device-plugin half off) and,
+// with DRA on, while the kubelet has registered the DRA plugin.
 func (p *Plugin) updateReadyLocked() {
 	streaming := true
 	for _, res := range p.table.resources {
-		streaming = streaming && p.streamsOf[res.name] > 0
+		streaming = streaming && (p.noPlugin || p.streamsOf[res.name] > 0)
 	}
 	p.setReadyLocked(streaming && p.draReady)
 }

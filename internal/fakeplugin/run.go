@@ -62,6 +62,12 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 			p.setVersionFaults(fs)
 		}
 		wg.Go(func() { p.SyncLabels(ctx, client) })
+		p.mu.Lock()
+		p.noPlugin = p.noPluginSeen
+		p.mu.Unlock()
+		if p.noPlugin {
+			p.log.Info("device plugin off on this node: only the DRA devices are served", "label", DevicePluginDeployLabel+"=false")
+		}
 	}
 	if strings.HasSuffix(p.cfg.DriverVersion, BrokenVersionSuffix) {
 		p.log.Warn("FAULT INJECTION: this driver version's plugin does not come up (no registration, no ResourceSlice)", "version", p.cfg.DriverVersion)
@@ -99,6 +105,16 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 	wg.Go(func() { p.KeepInventory(ctx) })
 	wg.Go(func() { p.KeepCDISpec(ctx) })
 	wg.Go(func() { p.KeepMPSDaemon(ctx) })
+	if p.noPlugin {
+		if p.cfg.DRADevices == 0 {
+			return fmt.Errorf("%s=false leaves nothing to serve: the agent runs without DRA devices (--dra-devices=0)", DevicePluginDeployLabel)
+		}
+		p.mu.Lock()
+		p.updateReadyLocked()
+		p.mu.Unlock()
+		<-ctx.Done()
+		return nil
+	}
 	return p.ServeKubelet(ctx)
 }
 

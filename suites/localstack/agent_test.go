@@ -283,6 +283,35 @@ var _ = Describe("The fake GPU agent", func() {
 		AddReportEntry("device-plugin container view", r["c0"])
 	})
 
+	It("serves nvidia.com/gpu through the DRA driver on a worker without the device plugin", func(ctx SpecContext) {
+		dra := draOnlyNodes(ctx)
+		if len(dra) == 0 {
+			Skip(fmt.Sprintf("no worker carries %s=false (make cluster --dra-only-workers 0)", localcluster.DevicePluginOffLabel))
+		}
+		node := dra[0]
+		By("the node advertises no device-plugin GPU and publishes its GPUs in a ResourceSlice")
+		q := node.Status.Allocatable[resourceName]
+		Expect(q.Value()).To(BeZero(), "allocatable %s on %s, whose device plugin is off", resourceName, node.Name)
+		ns := testNamespace(ctx)
+		pod := podSpec(ns, node.Name, 1)
+		withDPGPUs(&pod.Spec.Containers[0])
+		By("an unchanged nvidia.com/gpu pod gets a claim the scheduler created, and sees exactly its device")
+		pod, r := runProbes(ctx, pod)
+		ext := pod.Status.ExtendedResourceClaimStatus
+		Expect(ext).NotTo(BeNil(), "pod %s has no status.extendedResourceClaimStatus", pod.Name)
+		claim, err := cs.ResourceV1().ResourceClaims(ns).Get(ctx, ext.ResourceClaimName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(claim.Status.Allocation).NotTo(BeNil(), "claim %s is not allocated", claim.Name)
+		Expect(claim.Status.Allocation.Devices.Results).To(HaveLen(1))
+		res := claim.Status.Allocation.Devices.Results[0]
+		Expect(res.Driver).To(Equal(localcluster.DRADriverName))
+		Expect(r["c0"].Sources.NvidiaSMI).To(HaveLen(1), "probe: %+v", r["c0"])
+		m := minorOf(node.Name, r["c0"].Sources.NvidiaSMI[0])
+		Expect(m).To(BeNumerically(">=", *devices), "the container got GPU %d, which belongs to the (off) device-plugin half", m)
+		expectSeesExactly(r["c0"], node.Name, m)
+		AddReportEntry("extended resource through DRA", fmt.Sprintf("claim %s: %s/%s/%s", claim.Name, res.Driver, res.Pool, res.Device))
+	})
+
 	It("gives a DRA container exactly its claim's GPU as a device node and in nvidia-smi, and a container not referencing the claim nothing", func(ctx SpecContext) {
 		ns := testNamespace(ctx)
 		node := poolNodes(ctx)[0].Name

@@ -59,12 +59,20 @@ var _ = BeforeSuite(func() {
 	cs = kubernetes.NewForConfigOrDie(cfg)
 })
 
-// poolNodes returns the GPU and canary nodes.
+// poolNodes returns the GPU and canary nodes that run the device plugin (all but the DRA-only workers).
 func poolNodes(ctx context.Context) []corev1.Node {
 	GinkgoHelper()
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: localcluster.PoolLabel})
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: localcluster.PoolLabel + "," + localcluster.DevicePluginOffLabel + "!=false"})
 	Expect(err).NotTo(HaveOccurred())
-	Expect(nodes.Items).NotTo(BeEmpty(), "no node carries %s", localcluster.PoolLabel)
+	Expect(nodes.Items).NotTo(BeEmpty(), "no node carries %s without %s=false", localcluster.PoolLabel, localcluster.DevicePluginOffLabel)
+	return nodes.Items
+}
+
+// draOnlyNodes returns the GPU workers that run no device plugin (make cluster's --dra-only-workers).
+func draOnlyNodes(ctx context.Context) []corev1.Node {
+	GinkgoHelper()
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: localcluster.PoolLabel + "," + localcluster.DevicePluginOffLabel + "=false"})
+	Expect(err).NotTo(HaveOccurred())
 	return nodes.Items
 }
 
