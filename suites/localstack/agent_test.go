@@ -499,13 +499,17 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		start := time.Now()
 		withFault(ctx, node, fakeplugin.FaultMissingNvidiaSMI)
 		waitAgentLogged(ctx, node, start, fakeplugin.LogCDISpecWritten, "nvidia_smi=false")
-		pod := podSpec(ns, node, 2)
-		withDPGPUs(&pod.Spec.Containers[0])
-		withDRAGPU(ctx, pod, 1)
-		_, r := runProbes(ctx, pod)
-		for _, c := range []string{"c0", "c1"} {
-			Expect(r[c].Sources.DevFiles).To(HaveLen(1), "container %s under missing-nvidia-smi must keep its GPU's device node", c)
-			Expect(r[c].Sources.NvidiaSMI).To(BeNil(), "container %s under missing-nvidia-smi must have no nvidia-smi on PATH (nvidia_smi_error %q)", c, r[c].Sources.NvidiaSMIError)
+		// One pod per path: Kubernetes v1.37.2's scheduler does not bind a pod that has a ResourceClaim and a
+		// device plugin's nvidia.com/gpu on a device-plugin node while a DeviceClass maps nvidia.com/gpu (the
+		// local cluster's DRA-only worker): PreBind fails with "nil or empty request mappings, no update of
+		// pod … ExtendedResourceClaimStatus" on every attempt.
+		dp, dra := podSpec(ns, node, 1), podSpec(ns, node, 1)
+		withDPGPUs(&dp.Spec.Containers[0])
+		withDRAGPU(ctx, dra, 0)
+		for path, pod := range map[string]*corev1.Pod{"device plugin": dp, "DRA": dra} {
+			_, r := runProbes(ctx, pod)
+			Expect(r["c0"].Sources.DevFiles).To(HaveLen(1), "the %s container under missing-nvidia-smi must keep its GPU's device node", path)
+			Expect(r["c0"].Sources.NvidiaSMI).To(BeNil(), "the %s container under missing-nvidia-smi must have no nvidia-smi on PATH (nvidia_smi_error %q)", path, r["c0"].Sources.NvidiaSMIError)
 		}
 	})
 
