@@ -22,6 +22,7 @@ func TestCollectReads(t *testing.T) {
 		{"dra-allocation-failed.yaml", pod(podName), []string{"get pods", "list events", "get resourceclaims", "get deviceclasses"}},
 		{"dra-class-selects-nothing.yaml", pod(podName), []string{"get pods", "list events", "get resourceclaims", "get deviceclasses", "list resourceslices"}},
 		{"dra-not-registered.yaml", pod(podName), []string{"get pods", "list events", "get resourceclaims"}},
+		{"dra-extended-resource.yaml", pod(podName), []string{"get pods", "list events", "list deviceclasses", "list resourceslices"}},
 		{"queue-quota-exhausted.yaml", job("train"), []string{"get jobs", "list pods", "list workloads", "get localqueues"}},
 		{"queue-pending.yaml", workload(wlName), []string{"get workloads", "list events", "get localqueues", "get clusterqueues"}},
 		{"workload-preempted.yaml", job("train"), []string{"get jobs", "list pods", "list workloads"}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -41,13 +42,49 @@ func (s *Snapshot) deviceClassesOf(pod *corev1.Pod) []string {
 			add(s.ResourceClaimTemplates[i].Spec.Spec.Devices)
 		}
 	}
+	for _, dc := range s.DeviceClasses {
+		if mapsRequest(&dc, pod) != "" {
+			out = appendUnique(out, dc.Name)
+		}
+	}
+	return out
+}
+
+// implicitExtendedPrefix starts the extended resource name every DeviceClass serves without
+// spec.extendedResourceName (the scheduler's implicit one: deviceclass.resource.kubernetes.io/<class>).
+const implicitExtendedPrefix = "deviceclass.resource.kubernetes.io/"
+
+// mapsRequest is the extended resource of pod's requests that class serves through DRA (its
+// spec.extendedResourceName, or its implicit name), "" when it serves none of them.
+func mapsRequest(class *resourcev1.DeviceClass, pod *corev1.Pod) string {
+	for _, name := range extendedRequests(pod) {
+		if class.Spec.ExtendedResourceName != nil && *class.Spec.ExtendedResourceName == string(name) || string(name) == implicitExtendedPrefix+class.Name {
+			return string(name)
+		}
+	}
+	return ""
+}
+
+// extendedRequests are the extended resources (a domain-prefixed name outside kubernetes.io) the pod's
+// containers ask for, sorted: what a device plugin, or a DeviceClass mapping the name, may serve.
+func extendedRequests(pod *corev1.Pod) []corev1.ResourceName {
+	var out []corev1.ResourceName
+	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
+		for name, q := range c.Resources.Limits {
+			domain, _, ok := strings.Cut(string(name), "/")
+			if ok && !q.IsZero() && !strings.HasSuffix(domain, "kubernetes.io") && !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+	slices.Sort(out)
 	return out
 }
 
 // allocationFailed reports a pod the scheduler cannot place because its claims cannot be allocated (the
 // primary cause of its message is DRA's).
 func allocationFailed(pod *corev1.Pod, evs []corev1.Event) bool {
-	if pod.Spec.NodeName != "" || len(pod.Spec.ResourceClaims) == 0 {
+	if pod.Spec.NodeName != "" || len(pod.Spec.ResourceClaims) == 0 && len(extendedRequests(pod)) == 0 {
 		return false
 	}
 	c, ok := ParseSchedulerMessage(schedulerSaid(pod, evs)).PrimaryCause()
@@ -55,8 +92,9 @@ func allocationFailed(pod *corev1.Pod, evs []corev1.Event) bool {
 }
 
 // readDeviceClasses reads, for a pod whose claims cannot be allocated, the DeviceClasses they ask for
-// and the ResourceSlices (of the drivers the classes name, when they name one). It reads nothing after a
-// failed read of the claims.
+// (and, for a pod asking for extended resources, the classes that serve one of them through DRA: the claim
+// the scheduler would create for them) and the ResourceSlices (of the drivers the classes name, when they
+// name one). It reads nothing after a failed read of the claims.
 func (col *collector) readDeviceClasses(ctx context.Context) {
 	pod, evs := col.waitingPod()
 	if pod == nil || !allocationFailed(pod, evs) ||
@@ -66,15 +104,27 @@ func (col *collector) readDeviceClasses(ctx context.Context) {
 	rc := col.c.Kube.ResourceV1()
 	var drivers []string
 	anyDriver := false // a class that names no driver may select any driver's devices
-	for _, name := range col.s.deviceClassesOf(pod) {
-		dc, err := rc.DeviceClasses().Get(ctx, name, metav1.GetOptions{})
-		if !col.got(getRead("deviceclasses", resourcev1.GroupName, "", name), err) {
-			continue
-		}
+	keep := func(dc *resourcev1.DeviceClass) {
 		col.s.DeviceClasses = append(col.s.DeviceClasses, *dc)
 		named := ClassDrivers(dc)
 		anyDriver = anyDriver || len(named) == 0
 		drivers = appendUnique(drivers, named...)
+	}
+	for _, name := range col.s.deviceClassesOf(pod) {
+		dc, err := rc.DeviceClasses().Get(ctx, name, metav1.GetOptions{})
+		if col.got(getRead("deviceclasses", resourcev1.GroupName, "", name), err) {
+			keep(dc)
+		}
+	}
+	if len(extendedRequests(pod)) > 0 {
+		list, err := rc.DeviceClasses().List(ctx, metav1.ListOptions{})
+		if col.got(listRead("deviceclasses", resourcev1.GroupName, ""), err) {
+			for i := range list.Items {
+				if mapsRequest(&list.Items[i], pod) != "" && !slices.ContainsFunc(col.s.DeviceClasses, func(d resourcev1.DeviceClass) bool { return d.Name == list.Items[i].Name }) {
+					keep(&list.Items[i])
+				}
+			}
+		}
 	}
 	if len(col.s.DeviceClasses) == 0 {
 		return
@@ -111,6 +161,9 @@ func (v *verdict) classesSelect(pod *corev1.Pod, res *Result) {
 		// Decide reads no API; each evaluation is bounded by the API's CEL cost limit.
 		m := MatchDeviceClass(context.Background(), class, v.s.ResourceSlices)
 		why := m.SelectsNothing()
+		if name := mapsRequest(class, pod); name != "" {
+			res.Messages = append(res.Messages, fmt.Sprintf("the pod's %s is served through DRA by DeviceClass %s (spec.extendedResourceName) on nodes where no device plugin advertises it: the scheduler creates a claim for it once a node fits", name, class.Name))
+		}
 		if why == "" {
 			res.Messages = append(res.Messages, m.Summary())
 			continue
