@@ -83,11 +83,11 @@ func DefaultOptions(repoRoot string) Options {
 		RepoRoot:  repoRoot,
 		CacheDir:  cache,
 		OutputDir: filepath.Join(repoRoot, "_output"),
-		// Three: the specs that hold one node of a path, the gangs (which lease one or two) and the node
-		// stoppers spread over three nodes instead of two. Measured with the same suite (gpuconform run, 9
-		// processes, after the gangs leased their nodes): 8m28s with three, 11m23s with two (lock floors
-		// 6m11s and 7m54s); with two, the CPUs were idle 39% of the run, waiting on the locks.
-		GPUWorkers:     3,
+		// Four, the last of them DRA-only (DRAOnlyWorkers): the specs that hold one node of a path, the gangs
+		// (which lease one or two) and the node stoppers spread over three device-plugin nodes instead of two.
+		// Measured with the same suite (gpuconform run, 9 processes): with three GPU workers, one of them
+		// DRA-only, the device-plugin path's holders set the lock floor at 8m38s and the run took 12m0s.
+		GPUWorkers:     4,
 		CanaryWorkers:  1,
 		DRAOnlyWorkers: 1,
 		DevicesPerNode: 4,
