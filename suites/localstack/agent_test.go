@@ -115,8 +115,8 @@ func withDPGPUs(c *corev1.Container) {
 	c.Resources.Limits = corev1.ResourceList{resourceName: resource.MustParse("1")}
 }
 
-// withDRAGPU makes pod claim one GPU of the agent's DRA half through a template, for container c only.
-func withDRAGPU(ctx context.Context, pod *corev1.Pod, c int) {
+// withDRAGPU makes pod claim one GPU of the agent's DRA half through a template, for its first container only.
+func withDRAGPU(ctx context.Context, pod *corev1.Pod) {
 	GinkgoHelper()
 	const name = "gpus-1"
 	tmpl := &resourcev1.ResourceClaimTemplate{
@@ -130,7 +130,7 @@ func withDRAGPU(ctx context.Context, pod *corev1.Pod, c int) {
 		Expect(err).NotTo(HaveOccurred())
 	}
 	pod.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpus", ResourceClaimTemplateName: ptr.To(name)}}
-	pod.Spec.Containers[c].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
+	pod.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpus"}}
 }
 
 // runProbes creates pod, waits until every container has printed its probe report, and returns the
@@ -316,7 +316,7 @@ var _ = Describe("The fake GPU agent", func() {
 		ns := testNamespace(ctx)
 		node := poolNodes(ctx)[0].Name
 		pod := podSpec(ns, node, 2)
-		withDRAGPU(ctx, pod, 0)
+		withDRAGPU(ctx, pod)
 		pod, r := runProbes(ctx, pod)
 		devs := claimDevices(ctx, pod)
 		Expect(devs).To(HaveLen(1))
@@ -364,7 +364,7 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 	It("wrong-ids: a DRA container sees another GPU than its claim's", func(ctx SpecContext) {
 		withFault(ctx, node, fakeplugin.FaultWrongIDs)
 		pod := podSpec(ns, node, 1)
-		withDRAGPU(ctx, pod, 0)
+		withDRAGPU(ctx, pod)
 		pod, r := runProbes(ctx, pod)
 		devs := claimDevices(ctx, pod)
 		var m int
@@ -424,7 +424,7 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 	It("dra-prepare-fail: a DRA pod never starts and the kubelet reports the failed prepare", func(ctx SpecContext) {
 		withFault(ctx, node, fakeplugin.FaultDRAPrepareFail)
 		pod := podSpec(ns, node, 1)
-		withDRAGPU(ctx, pod, 0)
+		withDRAGPU(ctx, pod)
 		pod = createPod(ctx, pod)
 		Eventually(func(g Gomega) {
 			evs, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + pod.Name})
@@ -505,7 +505,7 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		// pod … ExtendedResourceClaimStatus" on every attempt.
 		dp, dra := podSpec(ns, node, 1), podSpec(ns, node, 1)
 		withDPGPUs(&dp.Spec.Containers[0])
-		withDRAGPU(ctx, dra, 0)
+		withDRAGPU(ctx, dra)
 		for path, pod := range map[string]*corev1.Pod{"device plugin": dp, "DRA": dra} {
 			_, r := runProbes(ctx, pod)
 			Expect(r["c0"].Sources.DevFiles).To(HaveLen(1), "the %s container under missing-nvidia-smi must keep its GPU's device node", path)
