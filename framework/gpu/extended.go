@@ -19,8 +19,8 @@ import (
 // resource (nvidia.com/gpu) exactly as on the device-plugin path; on a node where no device plugin
 // advertises it, the scheduler creates a ResourceClaim for the pod from the DeviceClass whose
 // spec.extendedResourceName names the resource (DRAExtendedResource), allocates it, and names it in
-// pod.status.extendedResourceClaimStatus; the driver prepares it like any claim. The pods are pinned to the
-// nodes where DRA serves the name: on the others a device plugin does.
+// pod.status.extendedResourceClaimStatus; the driver prepares it like any claim. The pods are kept off the
+// nodes where a device plugin advertises the name: it serves them there.
 //
 // It reads allocations like the DRA path (the embedded DRA, whose DeviceClass is the mapping's and whose
 // Devices are those on the nodes DRA serves the name on), from the claim the scheduler created.

@@ -230,10 +230,7 @@ func FormatDevices(d []string) string { return "[" + strings.Join(d, " ") + "]" 
 // driver has registered yet), so after a kubelet or node restart the node's devices are back only in
 // slices published anew, under other UIDs.
 func PublishedSlices(ctx context.Context, kube kubernetes.Interface, p Path, node string) (map[string]string, error) {
-	d, ok := p.(*DRA)
-	if ext, isExt := p.(*ExtendedDRA); isExt {
-		d, ok = ext.DRA, true
-	}
+	d, ok := ClaimPath(p)
 	if !ok {
 		return nil, nil
 	}
