@@ -116,7 +116,7 @@ func hardeningTable() []hardeningRow {
 			}},
 		// A driver upgrade whose plugin never comes up on the canary pool: the rehearsal must be NO-GO naming
 		// the canary node and what it no longer offers, and its rollback must restore the pool.
-		{Name: "broken-upgrade", Want: "NO-GO", Failures: []string{"after the upgrade to 560.35.03-broken", "gpuconform-worker3"},
+		{Name: "broken-upgrade", Want: "NO-GO", Failures: []string{"after the upgrade to 560.35.03-broken", localcluster.DefaultOptions("").CanaryNodes()[0]},
 			Apply: func(ctx context.Context, h hardeningEnv) ([]string, string, localcluster.Undo, error) {
 				none := func(context.Context) error { return nil } // the rehearsal rolls back itself
 				return []string{"--disruptive", "--upgrade-to=560.35.03-broken", "--ginkgo.label-filter=scenario:upgrade"}, "", none, nil

@@ -74,6 +74,21 @@ func KindConfig(opts Options, q HostQuirks) string {
 	return b.String()
 }
 
+// CanaryNodes are the names kind gives the canary workers: they follow the GPU workers, and kind numbers
+// workers from the second on (<name>-worker, <name>-worker2, …).
+func (o Options) CanaryNodes() []string {
+	var out []string
+	for i := range o.CanaryWorkers {
+		n := o.GPUWorkers + i + 1
+		if n == 1 {
+			out = append(out, o.Name+"-worker")
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s-worker%d", o.Name, n))
+	}
+	return out
+}
+
 // provider returns kind's cluster provider on Docker, logging through kind's own logger.
 func (c *Cluster) provider() *cluster.Provider {
 	return cluster.NewProvider(cluster.ProviderWithDocker(), cluster.ProviderWithLogger(cmd.NewLogger()))

@@ -377,3 +377,14 @@ func TestDRAOnlyWorkers(t *testing.T) {
 		t.Errorf("a DRA-only node that still allocates: %q", why)
 	}
 }
+
+// The canary workers' names follow the GPU workers' in kind's numbering.
+func TestCanaryNodes(t *testing.T) {
+	o := DefaultOptions(t.TempDir())
+	if got := o.CanaryNodes(); !slices.Equal(got, []string{"gpuconform-worker5"}) {
+		t.Errorf("default canary %v, want gpuconform-worker5", got)
+	}
+	if got := (Options{Name: "c", GPUWorkers: 0, CanaryWorkers: 2}).CanaryNodes(); !slices.Equal(got, []string{"c-worker", "c-worker2"}) {
+		t.Errorf("canary only: %v", got)
+	}
+}
