@@ -79,6 +79,8 @@ func run(log *slog.Logger) error {
 		}
 		return nil
 	}
+	// The pod's UID, from the DaemonSet's downward API: the DRA half's rolling-update registration.
+	cfg.PodUID = os.Getenv("POD_UID")
 	faults, err := fakeplugin.ParseFaults(fault)
 	if err != nil {
 		return fmt.Errorf("--fault: %w", err)

@@ -120,7 +120,10 @@ type GPUStackOptions struct {
 	// UpgradeTo is the driver version the stack can be upgraded to (the rehearsal's target here).
 	UpgradeTo     string
 	PluginVersion string
-	Fault         string
+	// PluginUpgradeTo is the plugin version the canary pool's agent can be rolled to (the DRA driver's
+	// rolling-upgrade rehearsal's target here).
+	PluginUpgradeTo string
+	Fault           string
 	// DriverName is the DRA driver (and DeviceClass) of the stack's DRA half; DRADevices the GPUs the
 	// agent serves on it (0 when ExampleDRADriver puts the dra-example-driver there instead).
 	DriverName       string
@@ -253,7 +256,7 @@ func (c *Cluster) installGPUStack(ctx context.Context, s GPUStackOptions) error 
 			return err
 		}
 	}
-	daemonSets, podsPerNode, podNames := []string{"fake-device-plugin"}, 1, "fake-device-plugin"
+	daemonSets, podsPerNode, podNames := []string{PluginDaemonSet, CanaryPluginDaemonSet}, 1, "fake-device-plugin"
 	if s.ExampleDRADriver {
 		daemonSets, podsPerNode, podNames = append(daemonSets, "dra-example-driver-kubeletplugin"), 2, "fake-device-plugin,dra-example-driver"
 	}
@@ -341,6 +344,33 @@ func (c *Cluster) waitGPUStack(ctx context.Context, s GPUStackOptions, podsPerNo
 
 // partitionable reports whether the agent publishes MIG partitions on the DRA path (a MIG mode, and the
 // agent serving DRA GPUs).
+// CanaryPluginDaemonSet is the fake GPU agent's DaemonSet on the canary pool (PluginDaemonSet runs it on
+// the GPU pool). The canary's is its own, as a per-pool Helm release of a DRA driver is, so that a
+// rehearsal can roll it on the canary alone, and it rolls with a surge (maxSurge 1, maxUnavailable 0):
+// the new agent runs beside the old one until it is Ready, which is how NVIDIA's DRA driver rolls its
+// kubelet plugin without a gap.
+const CanaryPluginDaemonSet = "fake-device-plugin-canary"
+
+// AgentDaemonSet is one DaemonSet of the fake GPU agent (manifests/fake-device-plugin.yaml).
+type AgentDaemonSet struct {
+	Name string
+	// Agent is the pods' gpuconform.io/agent label and part of the selector; "" for PluginDaemonSet, whose
+	// selector (immutable) predates the canary's DaemonSet.
+	Agent string
+	// Pools are the gpuconform.io/pool values it runs on, as a YAML flow list's items.
+	Pools string
+	// Surge rolls it with maxSurge 1 and maxUnavailable 0 (else maxUnavailable 1).
+	Surge bool
+}
+
+// Agents are the agent's DaemonSets: the GPU pool's and the canary pool's.
+func (GPUStackOptions) Agents() []AgentDaemonSet {
+	return []AgentDaemonSet{
+		{Name: PluginDaemonSet, Pools: `"gpu"`},
+		{Name: CanaryPluginDaemonSet, Agent: "canary", Pools: `"canary"`, Surge: true},
+	}
+}
+
 func (s GPUStackOptions) partitionable() bool { return s.DRADevices > 0 && fakegpu.IsMIG(s.Sharing) }
 
 // allocatable is what every pool node must advertise once the agent serves, per extended resource: the

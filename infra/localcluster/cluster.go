@@ -156,7 +156,7 @@ func (o Options) SharingMode() string { return fakegpu.ModeOf(o.Sharing, o.Repli
 // gpuStack is the fake GPU stack these options ask for, its agent running tools (the tools image).
 func (o Options) gpuStack(tools string) GPUStackOptions {
 	s := GPUStackOptions{Image: tools, Devices: o.DevicesPerNode, ResourceName: GPUResource, Replicas: o.Replicas, Sharing: o.SharingMode(), RenameShared: o.RenameShared,
-		DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v1", DriverName: DRADriverName, DRADevices: o.DevicesPerNode}
+		DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v1", PluginUpgradeTo: "v2", DriverName: DRADriverName, DRADevices: o.DevicesPerNode}
 	if o.DRADriver == DRADriverExample {
 		s.DriverName, s.DRADevices, s.ExampleDRADriver = ExampleDRADriverName, 0, true
 	}

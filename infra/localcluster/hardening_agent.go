@@ -8,7 +8,9 @@ import (
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -45,15 +47,17 @@ func ApplyAgentScheduledNowhere(ctx context.Context, kube kubernetes.Interface) 
 }
 
 func (a agentNowhere) apply(ctx context.Context) (Undo, error) {
-	ds, err := a.kube.AppsV1().DaemonSets(SystemNamespace).Get(ctx, fakeAgentDaemonSet, metav1.GetOptions{})
+	dss, err := agentDaemonSets(ctx, a.kube)
 	if err != nil {
-		return nil, fmt.Errorf("reading DaemonSet %s/%s: %w", SystemNamespace, fakeAgentDaemonSet, err)
+		return nil, err
 	}
-	if _, ok := ds.Spec.Template.Spec.NodeSelector[AgentNowhereLabel]; ok {
-		return nil, fmt.Errorf("DaemonSet %s/%s already selects nodes by %s: a previous run was not undone", SystemNamespace, fakeAgentDaemonSet, AgentNowhereLabel)
-	}
-	if why := daemonSetUnavailable(ds); why != "" {
-		return nil, fmt.Errorf("the fake agent must be settled before it is scheduled nowhere: %s", why)
+	for _, ds := range dss {
+		if _, ok := ds.Spec.Template.Spec.NodeSelector[AgentNowhereLabel]; ok {
+			return nil, fmt.Errorf("DaemonSet %s/%s already selects nodes by %s: a previous run was not undone", SystemNamespace, ds.Name, AgentNowhereLabel)
+		}
+		if why := daemonSetUnavailable(&ds); why != "" {
+			return nil, fmt.Errorf("the fake agent must be settled before it is scheduled nowhere: %s", why)
+		}
 	}
 	serving, err := a.servingNodes(ctx)
 	if err != nil {
@@ -98,8 +102,14 @@ func (a agentNowhere) apply(ctx context.Context) (Undo, error) {
 // JSON value; null removes it), leaving the template's other entries.
 func (a agentNowhere) patchSelector(ctx context.Context, value string) error {
 	patch := fmt.Sprintf(`{"spec":{"template":{"spec":{"nodeSelector":{%q:%s}}}}}`, AgentNowhereLabel, value)
-	if _, err := a.kube.AppsV1().DaemonSets(SystemNamespace).Patch(ctx, fakeAgentDaemonSet, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("patching the nodeSelector of DaemonSet %s/%s: %w", SystemNamespace, fakeAgentDaemonSet, err)
+	dss, err := agentDaemonSets(ctx, a.kube)
+	if err != nil {
+		return err
+	}
+	for _, ds := range dss {
+		if _, err := a.kube.AppsV1().DaemonSets(SystemNamespace).Patch(ctx, ds.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("patching the nodeSelector of DaemonSet %s/%s: %w", SystemNamespace, ds.Name, err)
+		}
 	}
 	return nil
 }
@@ -123,23 +133,25 @@ func (a agentNowhere) servingNodes(ctx context.Context) ([]string, error) {
 // notGone says what of the agent is still there ("" when nothing is): its controller schedules pods, a
 // pod of it is left, a node of serving serves devices, or one of publishing publishes slices.
 func (a agentNowhere) notGone(ctx context.Context, serving, publishing []string) string {
-	ds, err := a.kube.AppsV1().DaemonSets(SystemNamespace).Get(ctx, fakeAgentDaemonSet, metav1.GetOptions{})
+	dss, err := agentDaemonSets(ctx, a.kube)
 	if err != nil {
 		return err.Error()
 	}
-	if st := ds.Status; st.ObservedGeneration < ds.Generation || st.DesiredNumberScheduled > 0 {
-		return fmt.Sprintf("DaemonSet %s/%s: generation %d observed %d, %d pods desired", SystemNamespace, fakeAgentDaemonSet, ds.Generation, st.ObservedGeneration, st.DesiredNumberScheduled)
-	}
-	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
-	if err != nil {
-		return err.Error()
-	}
-	pods, err := a.kube.CoreV1().Pods(SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
-	if err != nil {
-		return err.Error()
-	}
-	if n := len(pods.Items); n > 0 {
-		return fmt.Sprintf("%d pod(s) of DaemonSet %s/%s left", n, SystemNamespace, fakeAgentDaemonSet)
+	for _, ds := range dss {
+		if st := ds.Status; st.ObservedGeneration < ds.Generation || st.DesiredNumberScheduled > 0 {
+			return fmt.Sprintf("DaemonSet %s/%s: generation %d observed %d, %d pods desired", SystemNamespace, ds.Name, ds.Generation, st.ObservedGeneration, st.DesiredNumberScheduled)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+		if err != nil {
+			return err.Error()
+		}
+		pods, err := a.kube.CoreV1().Pods(SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+		if err != nil {
+			return err.Error()
+		}
+		if n := len(pods.Items); n > 0 {
+			return fmt.Sprintf("%d pod(s) of DaemonSet %s/%s left", n, SystemNamespace, ds.Name)
+		}
 	}
 	now, err := a.servingNodes(ctx)
 	if err != nil {
@@ -161,12 +173,14 @@ func (a agentNowhere) notGone(ctx context.Context, serving, publishing []string)
 // notBack says what of the agent has not come back ("" when all has): the DaemonSet fully available, the
 // nodes it served on serving devices again, those it published on publishing slices again.
 func (a agentNowhere) notBack(ctx context.Context, serving, publishing []string) string {
-	ds, err := a.kube.AppsV1().DaemonSets(SystemNamespace).Get(ctx, fakeAgentDaemonSet, metav1.GetOptions{})
+	dss, err := agentDaemonSets(ctx, a.kube)
 	if err != nil {
 		return err.Error()
 	}
-	if why := daemonSetUnavailable(ds); why != "" {
-		return why
+	for _, ds := range dss {
+		if why := daemonSetUnavailable(&ds); why != "" {
+			return why
+		}
 	}
 	now, err := a.servingNodes(ctx)
 	if err != nil {
@@ -183,4 +197,22 @@ func (a agentNowhere) notBack(ctx context.Context, serving, publishing []string)
 		return fmt.Sprintf("node(s) %s publish no ResourceSlice of %s yet", strings.Join(missing, ", "), DRADriverName)
 	}
 	return ""
+}
+
+// agentDaemonSets are the fake agent's DaemonSets in SystemNamespace (GPUStackOptions.Agents): the GPU
+// pool's, which must exist, and the canary pool's where the cluster has it (one brought up before the
+// canary's own DaemonSet runs the agent in one).
+func agentDaemonSets(ctx context.Context, kube kubernetes.Interface) ([]appsv1.DaemonSet, error) {
+	var out []appsv1.DaemonSet
+	for _, a := range (GPUStackOptions{}).Agents() {
+		ds, err := kube.AppsV1().DaemonSets(SystemNamespace).Get(ctx, a.Name, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err) && a.Name != PluginDaemonSet:
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reading DaemonSet %s/%s: %w", SystemNamespace, a.Name, err)
+		}
+		out = append(out, *ds)
+	}
+	return out, nil
 }

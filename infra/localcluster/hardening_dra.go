@@ -25,8 +25,9 @@ import (
 const NeverPublishedProduct = "gpuconform-never-published"
 
 const (
-	// fakeAgentDaemonSet and fakeAgentContainer are the fake GPU agent's (manifests/fake-device-plugin.yaml).
-	fakeAgentDaemonSet = "fake-device-plugin"
+	// fakeAgentDaemonSet and fakeAgentContainer are the fake GPU agent's GPU-pool DaemonSet and its container
+	// (manifests/fake-device-plugin.yaml; agentDaemonSets lists the canary pool's too).
+	fakeAgentDaemonSet = PluginDaemonSet
 	fakeAgentContainer = "fake-device-plugin"
 	// draUnregisteredFlag is the agent's start-up switch (internal/fakeplugin Config.DRAUnregistered).
 	draUnregisteredFlag = "--dra-unregistered"
@@ -171,47 +172,54 @@ func missingNodes(want, have []string) []string {
 
 // setFlag switches --dra-unregistered on or off in the agent container's arguments, leaving the others.
 func (d draUnregistered) setFlag(ctx context.Context, on bool) error {
-	daemonSets := d.kube.AppsV1().DaemonSets(SystemNamespace)
-	ds, err := daemonSets.Get(ctx, fakeAgentDaemonSet, metav1.GetOptions{})
+	dss, err := agentDaemonSets(ctx, d.kube)
 	if err != nil {
-		return fmt.Errorf("reading DaemonSet %s/%s: %w", SystemNamespace, fakeAgentDaemonSet, err)
+		return err
 	}
-	i := slices.IndexFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == fakeAgentContainer })
-	if i < 0 {
-		return fmt.Errorf("DaemonSet %s/%s has no container %s", SystemNamespace, fakeAgentDaemonSet, fakeAgentContainer)
-	}
-	c := &ds.Spec.Template.Spec.Containers[i]
-	has := slices.Contains(c.Args, draUnregisteredFlag)
-	switch {
-	case on && has:
-		return fmt.Errorf("DaemonSet %s/%s already runs the agent with %s: a previous run was not undone", SystemNamespace, fakeAgentDaemonSet, draUnregisteredFlag)
-	case on:
-		c.Args = append(c.Args, draUnregisteredFlag)
-	case !has:
-		return nil
-	default:
-		c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return a == draUnregisteredFlag })
-	}
-	if _, err := daemonSets.Update(ctx, ds, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("updating DaemonSet %s/%s: %w", SystemNamespace, fakeAgentDaemonSet, err)
+	for _, ds := range dss {
+		i := slices.IndexFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == fakeAgentContainer })
+		if i < 0 {
+			return fmt.Errorf("DaemonSet %s/%s has no container %s", SystemNamespace, ds.Name, fakeAgentContainer)
+		}
+		c := &ds.Spec.Template.Spec.Containers[i]
+		has := slices.Contains(c.Args, draUnregisteredFlag)
+		switch {
+		case on && has:
+			return fmt.Errorf("DaemonSet %s/%s already runs the agent with %s: a previous run was not undone", SystemNamespace, ds.Name, draUnregisteredFlag)
+		case on:
+			c.Args = append(c.Args, draUnregisteredFlag)
+		case !has:
+			continue
+		default:
+			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return a == draUnregisteredFlag })
+		}
+		if _, err := d.kube.AppsV1().DaemonSets(SystemNamespace).Update(ctx, &ds, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("updating DaemonSet %s/%s: %w", SystemNamespace, ds.Name, err)
+		}
 	}
 	return nil
 }
 
-// waitRolled waits until the agent's DaemonSet runs its current template, Ready, on every node.
+// waitRolled waits until each of the agent's DaemonSets runs its current template, Ready, on every node.
 func (d draUnregistered) waitRolled(ctx context.Context) error {
 	var last *appsv1.DaemonSet
 	err := wait.PollUntilContextTimeout(ctx, d.poll, d.rollout, true, func(ctx context.Context) (bool, error) {
-		ds, err := d.kube.AppsV1().DaemonSets(SystemNamespace).Get(ctx, fakeAgentDaemonSet, metav1.GetOptions{})
-		if err == nil {
-			last = ds
+		dss, err := agentDaemonSets(ctx, d.kube)
+		if err != nil {
+			return false, nil // a failed read is tried again
 		}
-		return err == nil && rolledOut(ds), nil // a failed read is tried again
+		for _, ds := range dss {
+			if !rolledOut(&ds) {
+				last = &ds
+				return false, nil
+			}
+		}
+		return true, nil
 	})
 	if err != nil && last != nil {
 		st := last.Status
 		return fmt.Errorf("DaemonSet %s/%s did not roll out within %s (generation %d observed %d; %d desired, %d updated, %d ready): %w",
-			SystemNamespace, fakeAgentDaemonSet, d.rollout, last.Generation, st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberReady, err)
+			SystemNamespace, last.Name, d.rollout, last.Generation, st.ObservedGeneration, st.DesiredNumberScheduled, st.UpdatedNumberScheduled, st.NumberReady, err)
 	}
 	return err
 }

@@ -101,6 +101,11 @@ type Config struct {
 	// PluginVersion is published as a node label so an upgrade rehearsal can see which revision of the
 	// plugin serves a node.
 	PluginVersion string
+	// PodUID is the agent pod's UID (downward API). Set, the DRA half registers with the kubelet for a
+	// rolling update (kubeletplugin.RollingUpdate): its sockets carry the UID, so a DaemonSet with maxSurge
+	// runs the old and the new agent side by side on a node and the kubelet keeps calling the old one until
+	// the new one has registered. Empty: the fixed socket names of a single instance.
+	PodUID string
 
 	// SocketPollInterval is how often the plugin checks that its socket still exists; the kubelet
 	// deletes every socket in PluginDir when it restarts, and a vanished socket is our cue to re-register.
@@ -224,7 +229,19 @@ func (c Config) AdvertisedResource() string {
 
 // SocketName is the file name of our gRPC socket in PluginDir for the configured resource. It is derived
 // from the resource name so that two fake plugins for different resources can share a node.
-func (c Config) SocketName() string { return socketName(c.ResourceName) }
+func (c Config) SocketName() string { return c.socketFor(c.ResourceName) }
+
+// socketFor is the socket of resource's device-plugin server: with PodUID, one of this pod's own, so that
+// during a DaemonSet's surge the old and the new agent both serve and the kubelet (which keeps one
+// endpoint per socket path and refuses a second registration on a path it is connected to) moves to the
+// new one and falls back to the other when one goes.
+func (c Config) socketFor(resource string) string {
+	if c.PodUID == "" {
+		return socketName(resource)
+	}
+	uid, _, _ := strings.Cut(c.PodUID, "-")
+	return strings.TrimSuffix(socketName(resource), ".sock") + "-" + uid + ".sock"
+}
 
 // socketName is the socket of the device-plugin server of resource (mig-mixed serves one per resource).
 func socketName(resource string) string {

@@ -44,7 +44,7 @@ func (p *Plugin) ServeKubelet(ctx context.Context) error {
 // serveKubelet is ServeKubelet for one resource's server.
 func (s *resourceServer) serveKubelet(ctx context.Context, dir string) error {
 	p := s.p
-	sock := filepath.Join(dir, socketName(s.res.name))
+	sock := filepath.Join(dir, s.p.cfg.socketFor(s.res.name))
 	kubelet := filepath.Join(dir, filepath.Base(pluginapi.KubeletSocket))
 	for generation := 1; ; generation++ {
 		srv, info, served, err := s.startServer(ctx, sock)

@@ -36,12 +36,24 @@ type manifestValues struct {
 	DriverVersion string
 	UpgradeTo     string
 	PluginVersion string
-	Fault         string
-	DRADevices    int
-	DriverName    string
+	// PluginUpgradeTo is the canary agent's rolling-upgrade target.
+	PluginUpgradeTo string
+	Fault           string
+	DRADevices      int
+	DriverName      string
 	// ExtendedResource is what the DeviceClass maps (spec.extendedResourceName); "" none.
 	ExtendedResource string
+	// Agents are the DaemonSets (localcluster.AgentDaemonSet's fields).
+	Agents []agentValues
 }
+
+type agentValues struct {
+	Name, Agent, Pools string
+	Surge              bool
+}
+
+// localAgents are the local cluster's two agent DaemonSets (localcluster GPUStackOptions.Agents).
+var localAgents = []agentValues{{Name: "fake-device-plugin", Pools: `"gpu"`}, {Name: "fake-device-plugin-canary", Agent: "canary", Pools: `"canary"`, Surge: true}}
 
 var docSeparator = regexp.MustCompile(`(?m)^---\s*$`)
 
@@ -145,7 +157,7 @@ func service(t *testing.T, objs []*unstructured.Unstructured) *corev1.Service {
 
 func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	v := manifestValues{Image: "gpuconform/fake-device-plugin:dev", Devices: 8, ResourceName: "nvidia.com/gpu",
-		Replicas: 2, DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v2", DRADevices: 4, DriverName: "gpu.nvidia.com"}
+		Replicas: 2, DriverVersion: "550.54.15", UpgradeTo: "560.35.03", PluginVersion: "v2", PluginUpgradeTo: "v3", DRADevices: 4, DriverName: "gpu.nvidia.com", Agents: localAgents}
 	objs := renderManifest(t, v)
 
 	var kinds []string
@@ -208,13 +220,48 @@ func TestManifestTemplateRendersValidObjects(t *testing.T) {
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.MountPath == "/run/fake-device-plugin" }) {
 		t.Errorf("no volume mounted at the ready file's directory: %+v", c.VolumeMounts)
 	}
-	if len(c.Env) != 1 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" {
-		t.Errorf("NODE_NAME must come from spec.nodeName: %+v", c.Env)
+	if len(c.Env) != 2 || c.Env[0].Name != "NODE_NAME" || c.Env[0].ValueFrom.FieldRef.FieldPath != "spec.nodeName" ||
+		c.Env[1].Name != "POD_UID" || c.Env[1].ValueFrom.FieldRef.FieldPath != "metadata.uid" {
+		t.Errorf("NODE_NAME must come from spec.nodeName, POD_UID from metadata.uid: %+v", c.Env)
 	}
 	terms := ds.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	expr := terms[0].MatchExpressions[0]
-	if expr.Key != "gpuconform.io/pool" || expr.Operator != corev1.NodeSelectorOpIn || !slices.Equal(expr.Values, []string{"gpu", "canary"}) {
+	if expr.Key != "gpuconform.io/pool" || expr.Operator != corev1.NodeSelectorOpIn || !slices.Equal(expr.Values, []string{"gpu"}) {
 		t.Errorf("node affinity = %+v", expr)
+	}
+	if ds.Spec.UpdateStrategy.RollingUpdate.MaxSurge != nil || ds.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable.IntValue() != 1 {
+		t.Errorf("the GPU pool's agent rolls one node at a time without surge: %+v", ds.Spec.UpdateStrategy)
+	}
+	// The canary pool's agent: its own DaemonSet, selected apart from the GPU pool's, rolled with a surge so
+	// that the DRA kubelet plugin's old and new instances overlap; its pods say their version.
+	var canary *appsv1.DaemonSet
+	for _, u := range objs {
+		if u.GetKind() == "DaemonSet" && u.GetName() == "fake-device-plugin-canary" {
+			canary = &appsv1.DaemonSet{}
+			b, _ := yaml.Marshal(u.Object)
+			if err := yaml.UnmarshalStrict(b, canary); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if canary == nil {
+		t.Fatal("no DaemonSet fake-device-plugin-canary")
+	}
+	cterms := canary.Spec.Template.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if got := cterms[0].MatchExpressions[0].Values; !slices.Equal(got, []string{"canary"}) {
+		t.Errorf("canary agent runs on pools %v, want [canary]", got)
+	}
+	if canary.Spec.Selector.MatchLabels["gpuconform.io/agent"] != "canary" || canary.Spec.Template.Labels["gpuconform.io/agent"] != "canary" {
+		t.Errorf("canary agent's selector %v and pod labels %v must carry gpuconform.io/agent=canary", canary.Spec.Selector.MatchLabels, canary.Spec.Template.Labels)
+	}
+	if ru := canary.Spec.UpdateStrategy.RollingUpdate; ru == nil || ru.MaxSurge.IntValue() != 1 || ru.MaxUnavailable.IntValue() != 0 {
+		t.Errorf("canary agent must roll with maxSurge 1, maxUnavailable 0: %+v", canary.Spec.UpdateStrategy)
+	}
+	if got := canary.Annotations["gpuconform.io/fake-plugin-upgrade-to"]; got != v.PluginUpgradeTo || ds.Annotations["gpuconform.io/fake-plugin-upgrade-to"] != "" {
+		t.Errorf("the canary agent declares its rolling-upgrade target %q (want %q), and only it", got, v.PluginUpgradeTo)
+	}
+	if got := canary.Spec.Template.Labels["app.kubernetes.io/version"]; got != v.PluginVersion {
+		t.Errorf("canary agent's pods say version %q, want %q", got, v.PluginVersion)
 	}
 	if !slices.ContainsFunc(ds.Spec.Template.Spec.Volumes, func(vol corev1.Volume) bool {
 		return vol.HostPath != nil && vol.HostPath.Path == "/var/lib/kubelet/device-plugins"
