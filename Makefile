@@ -103,10 +103,11 @@ cluster-down: build ## delete the local cluster (caches stay)
 cluster-logs: build ## collect the local cluster's logs into $(ARTIFACTS)/cluster-logs
 	$(GPUCONFORM) cluster logs $(ARTIFACTS)/cluster-logs
 
-# The upgrade rehearsal of make e2e and make bench goes through the command provider and the shipped script
-# for the local cluster (fixtures/upgrade/local-fake.sh), so the script contract is exercised on every run;
+# The upgrade rehearsals of make e2e and make bench go through the command provider and the shipped scripts
+# for the local cluster (fixtures/upgrade/local-fake.sh for the driver, local-fake-dra.sh for the DRA
+# driver's kubelet plugin), so the script contract is exercised on every run;
 # its kubectl is the one the cluster build made (_output/bin). UPGRADE_ARGS= uses the built-in provider.
-UPGRADE_ARGS ?= --upgrade-command=$(CURDIR)/fixtures/upgrade/local-fake.sh
+UPGRADE_ARGS ?= --upgrade-command=$(CURDIR)/fixtures/upgrade/local-fake.sh --dra-upgrade-command=$(CURDIR)/fixtures/upgrade/local-fake-dra.sh
 
 e2e: cluster ## run the suites against the local cluster and write the signoff report into $(ARTIFACTS)
 	@mkdir -p $(ARTIFACTS)

@@ -20,6 +20,7 @@ var Registry = []*Scenario{
 	Failure,
 	Preemption,
 	Upgrade,
+	DRAUpgrade,
 	Shortage,
 	Driver,
 	Sharing,

@@ -55,6 +55,10 @@ type selfcheckRow struct {
 	// rehearsal to the local stack's target with "-<fault>" appended (fakeplugin.VersionFaults), so that only
 	// the upgraded canary pool has it and the known-good pool is the reference it is measured against.
 	Upgrade bool
+	// DRAUpgrade carries the fault on a plugin version: the row runs the DRA driver's rolling-upgrade
+	// rehearsal to the local canary agent's target with "-<fault>" appended, so that only the new plugin
+	// pods on the canary have it.
+	DRAUpgrade bool
 	// Sharing is the sharing mode the fake GPUs must be in for the fault to mean anything (a MIG fault
 	// on whole GPUs changes nothing); the zero value is the cluster's exclusive default. The table keeps
 	// rows of one mode together so that the cluster switches modes as few times as it can.
@@ -173,6 +177,14 @@ func selfcheckTable() []selfcheckRow {
 		// pool's (framework/upgrade Load.ClockFinding).
 		{Fault: fakeplugin.FaultSlowGPU, Upgrade: true, Focus: "upgrades the canary pool", Catcher: "upgrades the canary pool",
 			Because: because(`representative load: the upgraded canary \S+ runs its GPU at \d+ of \d+ MHz`, `clocks\.sm below [\d.]+ of clocks\.max\.sm on the canary only`)},
+		// A DRA driver release that cannot start, rolled on the canary pool with a surge (scenarios/
+		// dra_upgrade.go): the new plugin pod crash-loops, the old one keeps serving, and the rehearsal names both.
+		{Fault: fakeplugin.FaultDRAPluginNoStart, DRAUpgrade: true, Focus: "rolls the DRA kubelet plugin", Catcher: "rolls the DRA kubelet plugin",
+			Because: because(`the new plugin pod \S+ \(DaemonSet \S+, version \S+-dra-plugin-no-start\) cannot start \(CrashLoopBackOff`,
+				`still there from before the roll: \S+ \(DaemonSet \S+, version \S+\) Ready=true`)},
+		// A DRA driver release that deletes its node's slices at start: the rehearsal's slice watch.
+		{Fault: fakeplugin.FaultDRASliceChurn, DRAUpgrade: true, Focus: "rolls the DRA kubelet plugin", Catcher: "rolls the DRA kubelet plugin",
+			Because: because(`ResourceSlice \S+ of \S+ \(\d+ devices\) deleted`, `\S+ offered 0 of its \d+ devices of \S+`)},
 		// A cluster fault (cmd/gpuconform-dev/selfcheck_kueue.go): Kueue restarted without waitForPodsReady.
 		{Fault: fakeplugin.FaultKueueNoPodsReady, Focus: "never keeps part of a gang running", Catcher: "never keeps part of a gang running",
 			Because: because(`gang \S+ started partly and stayed so for \S+: worker \d+ on \S+.* run; .*wait; Kueue waitForPodsReady off`)},
@@ -301,6 +313,15 @@ func runSelfcheckRow(ctx context.Context, clients *cluster.Clients, bin shipped,
 		}
 		// The rehearsal rolls the canary back itself, also when it fails.
 		return runSelfcheckSpecs(ctx, bin, kubeconfig, dir, res, stderr, "--upgrade-to="+target+"-"+string(row.Fault))
+	}
+	if row.DRAUpgrade {
+		target, err := (&upgrade.LocalDRA{Kube: kube, Namespace: localcluster.SystemNamespace}).LocalTarget(ctx)
+		if err != nil || target == "" {
+			res.Note = fmt.Sprintf("the local canary agent declares no plugin upgrade target (%v)", err)
+			return res
+		}
+		// The rehearsal rolls the plugin back itself, also when it fails.
+		return runSelfcheckSpecs(ctx, bin, kubeconfig, dir, res, stderr, "--dra-upgrade-to="+target+"-"+string(row.Fault))
 	}
 	if row.Fault.Cluster() {
 		undo, err := applyClusterFault(ctx, clients, row.Fault)

@@ -95,6 +95,11 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			`get_default_active_thread_percentage answered "100.0" (the daemon's default: no limit), want 50 (100 divided among 2 replicas); get_default_device_pinned_mem_limit 0 answered "0" (no limit), want 40779M (81559 MiB divided among 2 replicas)`,
 		fakeplugin.FaultMIGWithParent:          "GPU GPU-9d3a is held whole by pod mig-0-2 while pod mig-1-0 holds its MIG device MIG-4e1c-aa (3g.40gb), both running on gpuconform-worker: a MIG device's parent was handed out with it (1 MIG device(s) of it held in all)",
 		fakeplugin.FaultDRAPartitionNoCounters: "Told to stop trying after 3.001s.\nGPU GPU-7a1b and its partition gpuconform-worker-gpu.nvidia.com-1/gpu-4-mig-1g10gb-0 were handed out together",
+		fakeplugin.FaultDRAPluginNoStart: "the DRA driver's rolling upgrade on the canary pool failed: on gpuconform-worker5 the new plugin pod gpuconform-system/fake-device-plugin-canary-8xf4w " +
+			"(DaemonSet fake-device-plugin-canary, version v2-dra-plugin-no-start) cannot start (CrashLoopBackOff: back-off 20s restarting failed container=fake-device-plugin; last exit: Error, exit code 1, 2 restarts); " +
+			"still there from before the roll: gpuconform-system/fake-device-plugin-canary-jmmjx (DaemonSet fake-device-plugin-canary, version v1) Ready=true",
+		fakeplugin.FaultDRASliceChurn: "the DRA driver's rolling upgrade on the canary pool failed: 02:40:14.968: ResourceSlice gpuconform-worker5-gpu.nvidia.com-vs4n8 of gpuconform-worker5 (4 devices) deleted; " +
+			"02:40:14.968: gpuconform-worker5 offered 0 of its 4 devices of gpu.nvidia.com; 02:40:16.805: ResourceSlice gpuconform-worker5-gpu.nvidia.com-597mh of gpuconform-worker5 (4 devices) created",
 		fakeplugin.FaultSlowGPU: "representative load: the upgraded canary gpuconform-worker3 runs its GPU at 495 of 1980 MHz (pstate P8, HW Slowdown active, clocks_event_reasons.active 0x0000000000000008, power.draw 86.25 of 700.00 W); " +
 			"the known-good gpuconform-worker at 1980 of 1980 MHz (pstate P0, no clock event reason active, clocks_event_reasons.active 0x0000000000000000, power.draw 412.38 of 700.00 W): " +
 			"clocks.sm below 0.80 of clocks.max.sm on the canary only; HW Slowdown active on the canary only",

@@ -34,7 +34,7 @@ func (c Config) resolveFiles(abs func(string) string) Config {
 	for _, file := range []*string{&c.Kubeconfig, &c.ArtifactsDir, &c.Signoff.Baseline} {
 		*file = abs(*file)
 	}
-	for _, script := range []*string{&c.Faults.Command, &c.Upgrade.Command} {
+	for _, script := range []*string{&c.Faults.Command, &c.Upgrade.Command, &c.DRAUpgrade.Command} {
 		if strings.Contains(*script, "/") {
 			*script = abs(*script)
 		}

@@ -122,6 +122,9 @@ type Config struct {
 	Checkpoints CheckpointConfig `json:"checkpoints,omitempty"`
 	// Upgrade configures the driver-upgrade rehearsal on the canary pool (with Disruptive only).
 	Upgrade UpgradeConfig `json:"upgrade,omitempty"`
+	// DRAUpgrade configures the DRA driver's rolling-upgrade rehearsal on the canary pool (with
+	// Disruptive only).
+	DRAUpgrade DRAUpgradeConfig `json:"draUpgrade,omitzero"`
 	// Preemption names what the preemption scenario uses on an existing installation (queues.mode
 	// existing): the WorkloadPriorityClasses of the preemptible and of the urgent job.
 	Preemption PreemptionConfig `json:"preemption,omitempty"`
@@ -292,6 +295,16 @@ type UpgradeConfig struct {
 	Load UpgradeLoadConfig `json:"load,omitzero"`
 	// Serving is the serving reserve the drain of the canary pool must keep.
 	Serving ServingReserveConfig `json:"serving,omitzero"`
+}
+
+// DRAUpgradeConfig configures the DRA driver's rolling-upgrade rehearsal.
+type DRAUpgradeConfig struct {
+	// To is the version the DRA kubelet plugin rolls to; on the project's local cluster the default is
+	// the one its canary agent declares (v2).
+	To string `json:"to,omitempty"`
+	// Command is the user's script that rolls the DRA driver's kubelet plugin on the given nodes:
+	// `SCRIPT upgrade|rollback VERSION NODE...` (a Helm upgrade of the canary pool's release, say).
+	Command string `json:"command,omitempty"`
 }
 
 // UpgradeLoadConfig is the rehearsal's representative load. Its progress is the largest "step" of the JSON

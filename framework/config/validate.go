@@ -297,6 +297,10 @@ func rules() []rule {
 			func(c Config) string {
 				return fmt.Sprintf("upgrade.command %q: not an executable file (or a name on PATH); give the script's path", c.Upgrade.Command)
 			}},
+		{"dra-upgrade-command-executable", func(c Config) bool { return c.DRAUpgrade.Command == "" || isExecutable(c.DRAUpgrade.Command) },
+			func(c Config) string {
+				return fmt.Sprintf("draUpgrade.command %q: not an executable file (or a name on PATH); give the script's path", c.DRAUpgrade.Command)
+			}},
 	}
 }
 

@@ -64,6 +64,8 @@ type Run struct {
 	Notes                  []string
 	// Upgrade is what an upgrade rehearsal would use.
 	Upgrade Upgrade
+	// DRAUpgrade is what the DRA driver's rolling-upgrade rehearsal would use.
+	DRAUpgrade Upgrade
 	// Metrics is the accelerator metrics endpoint (a DCGM exporter, or a Prometheus); MetricsWhy says why
 	// there is none.
 	Metrics    accelmetrics.Endpoint
@@ -114,6 +116,7 @@ func Prepare(ctx context.Context, cfg config.Config, runID string, say func(line
 	r.FeatureGates, r.Notes = gates, append(r.Notes, notes...)
 	r.NodeMonitorGracePeriod = cluster.ReadNodeMonitorGracePeriod(ctx, r.Clients.Kube)
 	r.Upgrade = r.planUpgrade(ctx)
+	r.DRAUpgrade = r.planDRAUpgrade(ctx)
 	r.Metrics, r.MetricsWhy = accelmetrics.Discover(ctx, r.Clients.Kube, cfg.AcceleratorMetrics)
 	r.Monitoring, r.MonitoringWhy = monitoring.Discover(ctx, r.Clients.Kube, cfg.Monitoring, r.Metrics)
 	r.faults = sync.OnceValue(r.newInjector)
@@ -200,8 +203,10 @@ func (r *Run) Start(runID string) {
 	r.RunID = runID
 	r.Env.Factory.RunID = runID
 	// The upgrade script was planned with this process's own ID: it must label with the run's.
-	if c, ok := r.Upgrade.Provider.(*upgrade.Command); ok {
-		c.RunID = runID
+	for _, p := range []upgrade.Provider{r.Upgrade.Provider, r.DRAUpgrade.Provider} {
+		if c, ok := p.(*upgrade.Command); ok {
+			c.RunID = runID
+		}
 	}
 }
 

@@ -62,3 +62,42 @@ func (r *Run) planUpgrade(ctx context.Context) Upgrade {
 	}
 	return u
 }
+
+// DRAUpgradeCommandLog is the file in the artifacts directory that holds every call of the DRA upgrade
+// script with its output.
+const DRAUpgradeCommandLog = "dra-upgrade-command.log"
+
+// planDRAUpgrade decides the DRA driver rehearsal's provider and target: the user's command, else the local
+// cluster's provider where its canary agent runs in a DaemonSet of its own; the target is --dra-upgrade-to,
+// else the version the local canary agent declares.
+func (r *Run) planDRAUpgrade(ctx context.Context) Upgrade {
+	u := Upgrade{To: r.Config.DRAUpgrade.To}
+	local := &upgrade.LocalDRA{Kube: r.Clients.Kube, Namespace: upgrade.LocalNamespace}
+	var lbls []map[string]string
+	for _, n := range r.Nodes {
+		if slices.Contains(r.Caps.Pools.Canary.Nodes, n.Name) {
+			lbls = append(lbls, n.Labels)
+		}
+	}
+	localServes := upgrade.LocalServes(lbls) && local.LocalDRAServes(ctx)
+	if u.To == "" && localServes {
+		to, err := local.LocalTarget(ctx)
+		if err != nil {
+			r.Notes = append(r.Notes, fmt.Sprintf("the local canary agent's plugin upgrade target could not be read: %v", err))
+		}
+		u.To = to
+	}
+	switch {
+	case r.Config.DRAUpgrade.Command != "":
+		u.Provider = &upgrade.Command{
+			Path: r.Config.DRAUpgrade.Command, RunID: r.RunID,
+			Kubeconfig: r.Config.Kubeconfig, KubeContext: r.Config.Context,
+			LogPath: filepath.Join(r.Config.ArtifactsDir, DRAUpgradeCommandLog),
+		}
+	case localServes:
+		u.Provider = local
+	default:
+		u.Why = "no provider rolls this cluster's DRA kubelet plugin: give --dra-upgrade-command SCRIPT (called as SCRIPT upgrade|rollback VERSION NODE...)"
+	}
+	return u
+}

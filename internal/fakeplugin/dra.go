@@ -2,6 +2,7 @@ package fakeplugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,6 +56,9 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 	if err := os.MkdirAll(dataDir, 0o750); err != nil {
 		return fmt.Errorf("DRA plugin directory: %w", err)
 	}
+	// With the pod's UID the sockets are the pod's own, so that during a DaemonSet's surge the kubelet
+	// holds both instances and moves to the new one once it registered (the old one's calls still
+	// answered): the overlap NVIDIA's driver relies on for its rolling upgrade.
 	helper, err := kubeletplugin.Start(ctx, draPlugin{p},
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.NodeName(p.cfg.NodeName),
@@ -62,6 +66,7 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 		kubeletplugin.RegistrarDirectoryPath(p.cfg.KubeletRegistryDir),
 		kubeletplugin.PluginDataDirectoryPath(dataDir),
 		kubeletplugin.RegistrationService(!p.cfg.DRAUnregistered),
+		kubeletplugin.RollingUpdate(types.UID(p.cfg.PodUID)),
 	)
 	if err != nil {
 		return fmt.Errorf("start DRA kubelet plugin %s: %w", name, err)
@@ -70,7 +75,10 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 	if p.cfg.DRAUnregistered {
 		p.log.Warn("FAULT INJECTION: the DRA kubelet plugin does not register with the kubelet; its ResourceSlices are published all the same", "driver", name)
 	}
-	p.log.Info("DRA kubelet plugin started", "driver", name, "devices", p.cfg.DRADevices)
+	p.log.Info("DRA kubelet plugin started", "driver", name, "devices", p.cfg.DRADevices, "rolling_update_uid", p.cfg.PodUID)
+	if p.hasFault(FaultDRASliceChurn) {
+		p.wipeSlices(ctx, client, name)
+	}
 	var publisher *resourceslice.Controller
 	defer func() {
 		if publisher != nil {
@@ -415,6 +423,20 @@ func (d draPlugin) UnprepareResourceClaims(_ context.Context, claims []kubeletpl
 // errors (slice publishing) are logged; the helper and the controller retry on their own.
 func (d draPlugin) HandleError(_ context.Context, err error, msg string) {
 	d.p.log.Error("DRA kubelet plugin: "+msg, "err", err)
+}
+
+// wipeSlices deletes this node's ResourceSlices of driver (FaultDRASliceChurn): what a driver release that
+// does not adopt the slices its previous instance published does at start.
+func (p *Plugin) wipeSlices(ctx context.Context, client kubernetes.Interface, driver string) {
+	list, err := client.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + p.cfg.NodeName + ",spec.driver=" + driver})
+	var names []string
+	if err == nil {
+		for _, sl := range list.Items {
+			names = append(names, sl.Name)
+			err = errors.Join(err, client.ResourceV1().ResourceSlices().Delete(ctx, sl.Name, metav1.DeleteOptions{}))
+		}
+	}
+	p.log.Warn("FAULT INJECTION: deleted this node's ResourceSlices at start; publishing them anew", "fault", string(FaultDRASliceChurn), "driver", driver, "slices", names, "err", err)
 }
 
 // sliceExists reports whether the API holds a ResourceSlice of driver for this node (true when it cannot

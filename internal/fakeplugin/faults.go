@@ -168,6 +168,18 @@ const (
 	// scheduling but never evicts the pods on a device tainted NoExecute. Cluster fault. Caught by the
 	// failed-device check on a DRA path (the training pod keeps running on the failed device).
 	FaultDRANoTaintEviction Fault = "dra-no-taint-eviction"
+	// FaultDRAPluginNoStart makes the agent's DRA kubelet plugin fail to start: the agent exits with an
+	// error before it registers anything, so its container restarts and ends in CrashLoopBackOff. Carried
+	// on a plugin version ("v2-dra-plugin-no-start", VersionFaults): plays a new DRA driver release that
+	// cannot start on the node (a missing host library, an incompatible kubelet). Caught by the DRA
+	// driver's rolling-upgrade rehearsal: the new plugin pod never becomes Ready, the old one keeps serving,
+	// and the rehearsal says NO-GO naming the pod.
+	FaultDRAPluginNoStart Fault = "dra-plugin-no-start"
+	// FaultDRASliceChurn makes the DRA half delete its node's ResourceSlices when it starts and publish them
+	// anew, instead of adopting the slices the previous instance published. Carried on a plugin version:
+	// plays a driver release that wipes its pool at start. For a moment the node offers no DRA device, and
+	// every slice is a new object. Caught by the DRA driver's rolling-upgrade rehearsal's slice watch.
+	FaultDRASliceChurn Fault = "dra-slice-churn"
 )
 
 // SlowGPUFactor is how far below their maximum FaultSlowGPU holds the GPUs' core clocks.
@@ -208,7 +220,7 @@ func AllFaults() []Fault {
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
 		FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
-		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction}
+		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction, FaultDRAPluginNoStart, FaultDRASliceChurn}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that

@@ -57,8 +57,12 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 			p.log.Info("driver version of this node", "version", v, "configured", p.cfg.DriverVersion, "annotation", DriverVersionAnnotation)
 			p.cfg.DriverVersion = v
 		}
-		if fs := VersionFaults(p.cfg.DriverVersion); len(fs) > 0 {
-			p.log.Warn("FAULT INJECTION: this driver version carries faults", "version", p.cfg.DriverVersion, "faults", JoinFaults(fs))
+		// A driver version and a plugin version (the DRA driver's rolling upgrade changes the latter) can
+		// each carry faults.
+		fs := VersionFaults(p.cfg.DriverVersion)
+		fs = append(fs, VersionFaults(p.cfg.PluginVersion)...)
+		if len(fs) > 0 {
+			p.log.Warn("FAULT INJECTION: this driver or plugin version carries faults", "driver_version", p.cfg.DriverVersion, "plugin_version", p.cfg.PluginVersion, "faults", JoinFaults(fs))
 			p.setVersionFaults(fs)
 		}
 		wg.Go(func() { p.SyncLabels(ctx, client) })
@@ -73,6 +77,9 @@ func (p *Plugin) Run(ctx context.Context, client kubernetes.Interface) error {
 		p.log.Warn("FAULT INJECTION: this driver version's plugin does not come up (no registration, no ResourceSlice)", "version", p.cfg.DriverVersion)
 		<-ctx.Done()
 		return nil
+	}
+	if p.cfg.DRADevices > 0 && p.hasFault(FaultDRAPluginNoStart) {
+		return fmt.Errorf("FAULT INJECTION %s: DRA kubelet plugin %s version %s cannot start on %s", FaultDRAPluginNoStart, p.cfg.DRADriverName, p.cfg.PluginVersion, p.cfg.NodeName)
 	}
 	rebooted, ranBefore := p.bootState()
 	if err := p.InstallDriver(); err != nil {
