@@ -63,7 +63,7 @@ var Sharing = Define(Scenario{Name: sharingName,
 // is configured. Every check it cannot make here is recorded as not exercised, with the evidence.
 func SharingSpec(input func() SharingInput) {
 	reg := input()
-	for _, regPath := range reg.Paths {
+	for _, regPath := range reg.pathsFor(sharingName) {
 		pathName := regPath.Name()
 		chosen, exclusive := sharingModesOn(reg.Modes, pathName, reg.GPUPool)
 		if len(chosen) == 0 {
