@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+
+	"gpuconform.io/gpuconform/internal/resname"
 )
 
 // The scheduler says only "cannot allocate all claims" when a claim's DeviceClass selects none of the
@@ -50,15 +51,12 @@ func (s *Snapshot) deviceClassesOf(pod *corev1.Pod) []string {
 	return out
 }
 
-// implicitExtendedPrefix starts the extended resource name every DeviceClass serves without
-// spec.extendedResourceName (the scheduler's implicit one: deviceclass.resource.kubernetes.io/<class>).
-const implicitExtendedPrefix = "deviceclass.resource.kubernetes.io/"
-
 // mapsRequest is the extended resource of pod's requests that class serves through DRA (its
-// spec.extendedResourceName, or its implicit name), "" when it serves none of them.
+// spec.extendedResourceName, or the implicit deviceclass.resource.kubernetes.io/<class> the scheduler gives
+// every class), "" when it serves none of them.
 func mapsRequest(class *resourcev1.DeviceClass, pod *corev1.Pod) string {
 	for _, name := range extendedRequests(pod) {
-		if class.Spec.ExtendedResourceName != nil && *class.Spec.ExtendedResourceName == string(name) || string(name) == implicitExtendedPrefix+class.Name {
+		if class.Spec.ExtendedResourceName != nil && *class.Spec.ExtendedResourceName == string(name) || string(name) == resourcev1.ResourceDeviceClassPrefix+class.Name {
 			return string(name)
 		}
 	}
@@ -71,8 +69,7 @@ func extendedRequests(pod *corev1.Pod) []corev1.ResourceName {
 	var out []corev1.ResourceName
 	for _, c := range slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers) {
 		for name, q := range c.Resources.Limits {
-			domain, _, ok := strings.Cut(string(name), "/")
-			if ok && !q.IsZero() && !strings.HasSuffix(domain, "kubernetes.io") && !slices.Contains(out, name) {
+			if !q.IsZero() && resname.Extended(name) && !slices.Contains(out, name) {
 				out = append(out, name)
 			}
 		}

@@ -13,8 +13,9 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation"
 	resourcehelper "k8s.io/component-helpers/resource"
+
+	"gpuconform.io/gpuconform/internal/resname"
 )
 
 // Charge is what one object costs the namespace's quotas, in quota resource names. Scoped quotas charge
@@ -68,24 +69,11 @@ func PodCharge(pod *corev1.Pod) Charge {
 		switch {
 		case strings.HasPrefix(string(name), corev1.ResourceHugePagesPrefix):
 			usage[name], usage[corev1.DefaultResourceRequestsPrefix+name] = q.DeepCopy(), q.DeepCopy()
-		case extendedResource(name):
+		case resname.Extended(name):
 			usage[corev1.DefaultResourceRequestsPrefix+name] = q.DeepCopy()
 		}
 	}
 	return Charge{Usage: usage, Pod: pod}
-}
-
-// extendedResource reports an extended resource (nvidia.com/gpu) or an implicit DRA extended resource
-// (deviceclass.resource.kubernetes.io/<class>), which the pod evaluator charges as requests.<name>
-// (the scheduler's IsDRAExtendedResourceName).
-func extendedResource(name corev1.ResourceName) bool {
-	s := string(name)
-	if strings.HasPrefix(s, resourcev1.ResourceDeviceClassPrefix) {
-		return true
-	}
-	native := !strings.Contains(s, "/") || strings.Contains(s, corev1.ResourceDefaultNamespacePrefix)
-	return !native && !strings.HasPrefix(s, corev1.DefaultResourceRequestsPrefix) &&
-		len(validation.IsQualifiedName(corev1.DefaultResourceRequestsPrefix+s)) == 0
 }
 
 // ClaimCharge is what the resource claim evaluator charges a claim generated from spec: one claim, and
