@@ -285,7 +285,7 @@ func waitRoll(ctx context.Context, env *testenv.Env, before map[string][]upgrade
 		now, err := upgrade.PluginPods(ctx, env.Clients.Kube, nodes)
 		if err != nil {
 			why = err.Error()
-			return false, nil
+			return false, nil //nolint:nilerr // a failed read is tried again until the deadline; why says it
 		}
 		done, terminal, progress := state(before, now, version)
 		if terminal != "" {
@@ -370,7 +370,7 @@ func devicesBack(ctx context.Context, env *testenv.Env, driver string, nodes []s
 		list, err := env.Clients.Kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{FieldSelector: "spec.driver=" + driver})
 		if err != nil {
 			why = err.Error()
-			return false, nil
+			return false, nil //nolint:nilerr // a failed list is tried again until the deadline; why says it
 		}
 		have := map[string]int{}
 		for _, s := range list.Items {
@@ -503,7 +503,7 @@ func runDRAProbe(ctx context.Context, env *testenv.Env, pod *corev1.Pod, node st
 	_ = k8swait.PollUntilContextCancel(wctx, 500*time.Millisecond, false, func(ctx context.Context) (bool, error) {
 		got, err := kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
-			return false, nil
+			return false, nil //nolint:nilerr // a failed read is tried again until draProbeRun
 		}
 		r.phase = string(got.Status.Phase)
 		r.waiting = ""

@@ -17,7 +17,8 @@ import (
 )
 
 // pluginPod is a DaemonSet's pod on node that mounts the kubelet's plugin registry.
-func pluginPod(name, node, ds, version string, ready bool) *corev1.Pod {
+func pluginPod(name, ds, version string, ready bool) *corev1.Pod {
+	const node = "n1"
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "nvidia-dra-driver-gpu", Name: name, UID: types.UID(name), Labels: map[string]string{VersionLabel: version},
 			OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: ds, Controller: ptr.To(true), APIVersion: "apps/v1"}}},
@@ -33,22 +34,22 @@ func pluginPod(name, node, ds, version string, ready bool) *corev1.Pod {
 }
 
 func TestPluginPodOf(t *testing.T) {
-	p := pluginPod("a", "n1", "dra-plugin", "", true)
+	p := pluginPod("a", "dra-plugin", "", true)
 	got, ok := pluginPodOf(p)
 	if !ok || got.DaemonSet != "dra-plugin" || got.Version != "v25.8.0" || !got.Ready {
 		t.Errorf("a DaemonSet pod mounting the plugin registry: %+v %t, want version from the image tag", got, ok)
 	}
-	noRegistry := pluginPod("b", "n1", "dp", "1", true)
+	noRegistry := pluginPod("b", "dp", "1", true)
 	noRegistry.Spec.Volumes[0].HostPath.Path = "/var/lib/kubelet/device-plugins"
 	if _, ok := pluginPodOf(noRegistry); ok {
 		t.Error("a pod without the plugin registry is no kubelet plugin's")
 	}
-	notDS := pluginPod("c", "n1", "x", "1", true)
+	notDS := pluginPod("c", "x", "1", true)
 	notDS.OwnerReferences[0].Kind = "ReplicaSet"
 	if _, ok := pluginPodOf(notDS); ok {
 		t.Error("a ReplicaSet's pod is no kubelet plugin's")
 	}
-	crashing := pluginPod("d", "n1", "dra-plugin", "v2", false)
+	crashing := pluginPod("d", "dra-plugin", "v2", false)
 	crashing.Status.ContainerStatuses = []corev1.ContainerStatus{{RestartCount: 2,
 		State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off 20s"}},
 		LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1, Message: "cannot start\n"}}}}
@@ -83,11 +84,11 @@ func plugins(ps ...*corev1.Pod) map[string][]PluginPod {
 }
 
 func TestRollState(t *testing.T) {
-	old := pluginPod("old", "n1", "dra", "v1", true)
-	csi := pluginPod("csi", "n1", "csi-node", "1.0", true)
+	old := pluginPod("old", "dra", "v1", true)
+	csi := pluginPod("csi", "csi-node", "1.0", true)
 	before := plugins(old, csi)
-	newReady := pluginPod("new", "n1", "dra", "v2", true)
-	newNotReady := pluginPod("new", "n1", "dra", "v2", false)
+	newReady := pluginPod("new", "dra", "v2", true)
+	newNotReady := pluginPod("new", "dra", "v2", false)
 
 	if done, term, _ := RollState(before, before, "v2"); done || term != "" {
 		t.Errorf("nothing rolled yet: done=%t terminal=%q", done, term)
@@ -101,7 +102,7 @@ func TestRollState(t *testing.T) {
 	if done, term, progress := RollState(before, plugins(csi, newReady), "v2"); !done || term != "" {
 		t.Errorf("rolled (the CSI plugin, untouched, does not count): done=%t terminal=%q progress=%q", done, term, progress)
 	}
-	crashing := pluginPod("new", "n1", "dra", "v2", false)
+	crashing := pluginPod("new", "dra", "v2", false)
 	crashing.Status.ContainerStatuses = []corev1.ContainerStatus{{RestartCount: 3, State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}}}}
 	_, term, _ := RollState(before, plugins(old, csi, crashing), "v2")
 	if !strings.Contains(term, "the new plugin pod nvidia-dra-driver-gpu/new (DaemonSet dra, version v2) cannot start") || !strings.Contains(term, "old (DaemonSet dra, version v1) Ready=true") {
@@ -110,8 +111,8 @@ func TestRollState(t *testing.T) {
 }
 
 func TestRollbackState(t *testing.T) {
-	old := pluginPod("old", "n1", "dra", "v1", true)
-	crashing := pluginPod("new", "n1", "dra", "v2", false)
+	old := pluginPod("old", "dra", "v1", true)
+	crashing := pluginPod("new", "dra", "v2", false)
 	// After a failed roll the old pod kept serving: the rollback is done once the crashing pod is gone.
 	began := plugins(old, crashing)
 	if done, _, progress := RollbackState(began, began, "v1"); done || !strings.Contains(progress, "still left") {
@@ -121,11 +122,11 @@ func TestRollbackState(t *testing.T) {
 		t.Errorf("back on the pod that served through: done=%t %q", done, term)
 	}
 	// After a roll that passed, a new pod of the old version replaces the new one.
-	rolled := plugins(pluginPod("v2pod", "n1", "dra", "v2", true))
+	rolled := plugins(pluginPod("v2pod", "dra", "v2", true))
 	if done, _, _ := RollbackState(rolled, rolled, "v1"); done {
 		t.Error("not rolled back while only v2 runs")
 	}
-	if done, _, _ := RollbackState(rolled, plugins(pluginPod("back", "n1", "dra", "v1", true)), "v1"); !done {
+	if done, _, _ := RollbackState(rolled, plugins(pluginPod("back", "dra", "v1", true)), "v1"); !done {
 		t.Error("a Ready v1 pod and no v2 pod is rolled back")
 	}
 }
@@ -163,7 +164,7 @@ func TestSliceWatchObserve(t *testing.T) {
 
 func TestWatchSlicesNeedsDevices(t *testing.T) {
 	kube := fake.NewClientset(slice("s1", "n1", 2))
-	if _, err := WatchSlices(context.Background(), kube, "gpu.nvidia.com", []string{"n1", "n2"}); err == nil || !strings.Contains(err.Error(), "node n2 publishes no device of gpu.nvidia.com") {
+	if _, err := WatchSlices(t.Context(), kube, "gpu.nvidia.com", []string{"n1", "n2"}); err == nil || !strings.Contains(err.Error(), "node n2 publishes no device of gpu.nvidia.com") {
 		t.Errorf("a node without devices has nothing to keep through a roll: %v", err)
 	}
 }
@@ -177,7 +178,7 @@ func TestLocalDRASet(t *testing.T) {
 		OwnerReferences: []metav1.OwnerReference{{Kind: "DaemonSet", Name: ds.Name, UID: "ds", Controller: ptr.To(true)}}}, Spec: corev1.PodSpec{NodeName: "canary"}}
 	kube := fake.NewClientset(ds, pod)
 	l := &LocalDRA{Kube: kube, Namespace: LocalNamespace}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if to, err := l.LocalTarget(ctx); err != nil || to != "v2" || !l.LocalDRAServes(ctx) {
 		t.Fatalf("LocalTarget = %q, %v", to, err)

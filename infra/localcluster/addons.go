@@ -342,8 +342,6 @@ func (c *Cluster) waitGPUStack(ctx context.Context, s GPUStackOptions, podsPerNo
 	})
 }
 
-// partitionable reports whether the agent publishes MIG partitions on the DRA path (a MIG mode, and the
-// agent serving DRA GPUs).
 // CanaryPluginDaemonSet is the fake GPU agent's DaemonSet on the canary pool (PluginDaemonSet runs it on
 // the GPU pool). The canary's is its own, as a per-pool Helm release of a DRA driver is, so that a
 // rehearsal can roll it on the canary alone, and it rolls with a surge (maxSurge 1, maxUnavailable 0):
@@ -371,6 +369,8 @@ func (GPUStackOptions) Agents() []AgentDaemonSet {
 	}
 }
 
+// partitionable reports whether the agent publishes MIG partitions on the DRA path (a MIG mode, and the
+// agent serving DRA GPUs).
 func (s GPUStackOptions) partitionable() bool { return s.DRADevices > 0 && fakegpu.IsMIG(s.Sharing) }
 
 // allocatable is what every pool node must advertise once the agent serves, per extended resource: the

@@ -206,7 +206,7 @@ func (d draUnregistered) waitRolled(ctx context.Context) error {
 	err := wait.PollUntilContextTimeout(ctx, d.poll, d.rollout, true, func(ctx context.Context) (bool, error) {
 		dss, err := agentDaemonSets(ctx, d.kube)
 		if err != nil {
-			return false, nil // a failed read is tried again
+			return false, nil //nolint:nilerr // a failed read is tried again
 		}
 		for _, ds := range dss {
 			if !rolledOut(&ds) {
