@@ -77,11 +77,15 @@ func DRAUpgradeSpec(input func() DRAUpgradeInput) {
 	reg := input()
 	what := "DRA driver rolling-upgrade rehearsal on the canary pool"
 	dra, _ := pathByName(reg.Paths, config.PathDRA).(*gpu.DRA)
-	var nodes []string
+	// A node needs a device for its holder and one for the probes.
+	var nodes, tooSmall []string
 	if dra != nil {
 		for _, n := range reg.Canary {
-			if len(dra.Devices[n]) > 0 {
+			switch d := len(dra.Devices[n]); {
+			case d >= 2:
 				nodes = append(nodes, n)
+			case d == 1:
+				tooSmall = append(tooSmall, n)
 			}
 		}
 	}
@@ -95,6 +99,9 @@ func DRAUpgradeSpec(input func() DRAUpgradeInput) {
 	case dra == nil:
 		reg.notExercised(what, "no dra path: no DRA driver publishes GPUs on this cluster")
 		return
+	case len(nodes) == 0 && len(tooSmall) > 0:
+		reg.notExercised(what, fmt.Sprintf("the canary nodes %v publish one device of DeviceClass %s each: the rehearsal needs two on a node (one held through the roll, one for the pods started during it)", tooSmall, dra.DeviceClass))
+		return
 	case len(nodes) == 0:
 		reg.notExercised(what, fmt.Sprintf("no canary node %v publishes a device of DeviceClass %s", reg.Canary, dra.DeviceClass))
 		return
@@ -104,6 +111,9 @@ func DRAUpgradeSpec(input func() DRAUpgradeInput) {
 	case reg.To == "":
 		reg.notExercised(what, "no target version of the DRA kubelet plugin: give --dra-upgrade-to VERSION")
 		return
+	}
+	if len(tooSmall) > 0 {
+		reg.notExercised(what+" on "+strings.Join(tooSmall, ", "), "one device of DeviceClass "+dra.DeviceClass+" each: the rehearsal needs two on a node")
 	}
 	ginkgo.Describe("DRA driver rolling upgrade on the canary pool", labels.Of(labels.Scenario(draUpgradeName), labels.Disruptive, labels.HoldsCanary), func() {
 		ginkgo.It(fmt.Sprintf("rolls the DRA kubelet plugin on %v to %s and back while pods with claims keep starting", nodes, reg.To), func(ctx context.Context) {
@@ -427,7 +437,10 @@ func startDRAProbes(ctx context.Context, env *testenv.Env, dra *gpu.DRA, ns stri
 	}
 	pctx, cancel := context.WithCancel(ctx)
 	p := &draProbes{halt: make(chan struct{}), cancel: cancel}
-	inFlight := make([]int, len(nodes))
+	inFlight, most := make([]int, len(nodes)), make([]int, len(nodes))
+	for i, n := range nodes {
+		most[i] = min(draProbesInFlight, len(dra.Devices[n])-1) // the holder keeps one
+	}
 	count := 0
 	p.wg.Go(func() {
 		tick := time.NewTicker(draProbeEvery)
@@ -442,7 +455,7 @@ func startDRAProbes(ctx context.Context, env *testenv.Env, dra *gpu.DRA, ns stri
 			}
 			for i, n := range nodes {
 				p.mu.Lock()
-				busy := inFlight[i] >= draProbesInFlight
+				busy := inFlight[i] >= most[i]
 				if !busy {
 					inFlight[i]++
 				}

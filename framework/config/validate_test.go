@@ -176,8 +176,9 @@ func TestRules(t *testing.T) {
 		"checkpoints-host-path-absolute": {func(c *Config) { c.Checkpoints.HostPath = "mnt/nfs" }, func(c *Config) { c.Checkpoints.HostPath = "/mnt/nfs" }},
 		"checkpoints-host-path-not-team": {func(c *Config) { c.Namespace, c.Checkpoints.HostPath = "team-a", "/mnt/nfs" },
 			func(c *Config) { c.Namespace, c.Checkpoints.StorageClass = "team-a", "efs" }},
-		"keep-or-cleanup":            {func(c *Config) { c.KeepResources, c.CleanupLeftovers = true, true }, func(c *Config) { c.KeepResources = true }},
-		"upgrade-command-executable": {func(c *Config) { c.Upgrade.Command = notExecutable }, func(c *Config) { c.Upgrade.Command = script }},
+		"keep-or-cleanup":                {func(c *Config) { c.KeepResources, c.CleanupLeftovers = true, true }, func(c *Config) { c.KeepResources = true }},
+		"upgrade-command-executable":     {func(c *Config) { c.Upgrade.Command = notExecutable }, func(c *Config) { c.Upgrade.Command = script }},
+		"dra-upgrade-command-executable": {func(c *Config) { c.DRAUpgrade.Command = notExecutable }, func(c *Config) { c.DRAUpgrade.Command = script }},
 	}
 	seen := map[string]bool{}
 	for _, r := range rules() {
