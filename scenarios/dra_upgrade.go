@@ -18,6 +18,7 @@ import (
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
@@ -189,7 +190,18 @@ func rollDRAPlugin(ctx context.Context, in DRAUpgradeInput, dra *gpu.DRA, nodes 
 	ginkgo.By(fmt.Sprintf("rolling the DRA kubelet plugin to %s (%s)", in.To, in.Upgrader.Name()))
 	start := time.Now()
 	var findings []string
-	rolledBack, from := false, ""
+	// The version before, as the plugin pods say it where one DaemonSet runs plugin pods on every canary
+	// node; otherwise it is read from the DaemonSet whose pods the roll replaced.
+	rolledBack, from := false, upgrade.DriverPluginVersion(before, nodes)
+	gomega.Expect(from).NotTo(gomega.Equal(in.To), "the canary's DRA kubelet plugin already runs %s: nothing to roll (a run interrupted before its rollback? `gpuconform cleanup` rolls it back)", in.To)
+	marked := ""
+	// Each node is recorded as rolled (faults.DRAUpgradedMark) before anything changes, so that a run
+	// interrupted mid-roll is found and rolled back by the next run's leftover cleanup.
+	mark := func(ctx context.Context, on bool) {
+		for _, n := range nodes {
+			gomega.Expect(faults.Mark(ctx, kube, n, env.Factory.RunID, faults.DRAUpgradedMark+marked, on)).To(gomega.Succeed())
+		}
+	}
 	// rollback brings the old version back, also after a failed roll, and says what went wrong ("" nothing).
 	rollback := func(ctx context.Context) string {
 		rolledBack = true
@@ -204,7 +216,11 @@ func rollDRAPlugin(ctx context.Context, in DRAUpgradeInput, dra *gpu.DRA, nodes 
 		if why := waitRoll(ctx, env, began, nodes, from, upgrade.RollbackState); why != "" {
 			return "the rollback to " + from + ": " + why
 		}
-		return devicesBack(ctx, env, driver, nodes, watch.Initial())
+		why := devicesBack(ctx, env, driver, nodes, watch.Initial())
+		if why == "" && marked != "" {
+			mark(ctx, false)
+		}
+		return why
 	}
 	ginkgo.DeferCleanup(func(ctx context.Context) {
 		if from != "" && !rolledBack {
@@ -213,20 +229,32 @@ func rollDRAPlugin(ctx context.Context, in DRAUpgradeInput, dra *gpu.DRA, nodes 
 			}
 		}
 	})
+	if from != "" {
+		marked = from
+		mark(ctx, true)
+	}
 	applyErr := in.Upgrader.Apply(ctx, nodes, in.To)
 	var rolled time.Duration
 	if applyErr != nil {
 		findings = append(findings, fmt.Sprintf("the upgrade provider failed: %v", applyErr))
 	}
 	now, _ := upgrade.PluginPods(ctx, kube, nodes)
-	from = fromVersion(before, now, in.To)
+	if from == "" {
+		from = fromVersion(before, now, in.To)
+	}
+	if from != "" && marked == "" {
+		marked = from
+		mark(ctx, true)
+	}
 	if applyErr == nil {
 		if why := waitRoll(ctx, env, before, nodes, in.To, upgrade.RollState); why != "" {
 			findings = append(findings, why)
 		}
 		rolled = time.Since(start)
-		now, _ = upgrade.PluginPods(ctx, kube, nodes)
-		from = fromVersion(before, now, in.To)
+		if from == "" {
+			now, _ = upgrade.PluginPods(ctx, kube, nodes)
+			from = fromVersion(before, now, in.To)
+		}
 	}
 	rollEnd := time.Now()
 	if applyErr == nil {

@@ -167,6 +167,13 @@ func (i *Injector) Restore(ctx context.Context, node string) error {
 			err = RemoveOutOfService(ctx, i.Kube, node)
 		case strings.HasPrefix(m, "upgraded-from="):
 			err = i.restoreUpgrade(ctx, node, run, strings.TrimPrefix(m, "upgraded-from="))
+		case strings.HasPrefix(m, DRAUpgradedMark):
+			from := strings.TrimPrefix(m, DRAUpgradedMark)
+			if i.DRAUpgradeRollback == nil {
+				err = fmt.Errorf("run %s rolled the DRA kubelet plugin of %s from %s and was interrupted, and this run has no DRA upgrade provider to roll it back (--dra-upgrade-command): roll it back by hand, then --cleanup-leftovers clears the mark", run, node, from)
+			} else if err = i.DRAUpgradeRollback(ctx, node, from); err != nil {
+				err = fmt.Errorf("rolling the DRA kubelet plugin of %s back to %s (run %s rolled it and was interrupted): %w", node, from, run, err)
+			}
 		case strings.HasPrefix(m, string(DeviceUnhealthy)+"="):
 			err = i.restoreDevice(ctx, node, strings.TrimPrefix(m, string(DeviceUnhealthy)+"="))
 		default:
@@ -182,6 +189,10 @@ func (i *Injector) Restore(ctx context.Context, node string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// DRAUpgradedMark starts the fault record of a node whose DRA kubelet plugin a DRA driver rehearsal rolled
+// ("dra-upgraded-from=<version>"), removed once it is rolled back.
+const DRAUpgradedMark = "dra-upgraded-from="
 
 // restoreUpgrade undoes what an interrupted upgrade rehearsal left on node: nothing is left to do once
 // its driver version reads from again (rolled back by hand, or by the provider); otherwise the run's

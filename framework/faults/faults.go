@@ -126,6 +126,9 @@ type Injector struct {
 	// label the rehearsal reads the driver version from: a node that reads from again is rolled back.
 	UpgradeRollback    func(ctx context.Context, node, from string) error
 	DriverVersionLabel string
+	// DRAUpgradeRollback moves the DRA kubelet plugin of a node that an interrupted DRA driver rehearsal
+	// left on the new version back to from (the run's DRA upgrade provider); nil where the run has none.
+	DRAUpgradeRollback func(ctx context.Context, node, from string) error
 	// RollbackTimeout bounds the wait for a rolled-back node's version (default 5 minutes).
 	RollbackTimeout time.Duration
 }

@@ -373,3 +373,33 @@ func TestRestoreAnInterruptedUpgrade(t *testing.T) {
 		t.Errorf("a rollback that does not take: %v (cleared %t)", err, cleared(kube))
 	}
 }
+
+// An interrupted DRA driver rehearsal's mark: rolled back through the run's DRA upgrade provider, refused
+// with what to do without one.
+func TestRestoreAnInterruptedDRAUpgrade(t *testing.T) {
+	ctx := t.Context()
+	marked := func() *fake.Clientset {
+		kube := fake.NewClientset(node("w1", "", true))
+		if err := Mark(ctx, kube, "w1", "run-1", DRAUpgradedMark+"v1", true); err != nil {
+			t.Fatal(err)
+		}
+		return kube
+	}
+	cleared := func(kube *fake.Clientset) bool {
+		n, _ := kube.CoreV1().Nodes().Get(ctx, "w1", metav1.GetOptions{})
+		return n.Annotations[FaultsAnnotation] == ""
+	}
+	kube := marked()
+	if err := (&Injector{Kube: kube}).Restore(ctx, "w1"); err == nil || !strings.Contains(err.Error(), "no DRA upgrade provider") || cleared(kube) {
+		t.Errorf("without a provider: %v (cleared %t)", err, cleared(kube))
+	}
+	kube = marked()
+	var calls []string
+	inj := &Injector{Kube: kube, DRAUpgradeRollback: func(_ context.Context, node, from string) error {
+		calls = append(calls, node+"→"+from)
+		return nil
+	}}
+	if err := inj.Restore(ctx, "w1"); err != nil || !cleared(kube) || strings.Join(calls, ",") != "w1→v1" {
+		t.Errorf("through the provider: %v (cleared %t, calls %q)", err, cleared(kube), calls)
+	}
+}

@@ -145,6 +145,7 @@ func PrepareCleanup(ctx context.Context, cfg config.Config, runID string) (*Run,
 		return r, err
 	}
 	r.Upgrade = r.planUpgrade(ctx)
+	r.DRAUpgrade = r.planDRAUpgrade(ctx)
 	r.faults = sync.OnceValue(r.newInjector)
 	r.Env = r.newEnv()
 	return r, nil
@@ -248,6 +249,9 @@ func (r *Run) newInjector() *faults.Injector {
 	inj.DriverVersionLabel = r.Upgrade.VersionLabel
 	if p := r.Upgrade.Provider; p != nil {
 		inj.UpgradeRollback = func(ctx context.Context, node, from string) error { return p.Rollback(ctx, []string{node}, from) }
+	}
+	if p := r.DRAUpgrade.Provider; p != nil {
+		inj.DRAUpgradeRollback = func(ctx context.Context, node, from string) error { return p.Rollback(ctx, []string{node}, from) }
 	}
 	return inj
 }

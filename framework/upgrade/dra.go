@@ -251,6 +251,42 @@ func serving(now []PluginPod, old map[types.UID]PluginPod) string {
 	return "still there from before the roll: " + strings.Join(s, ", ")
 }
 
+// DriverPluginVersion is the version the plugin pods of one DaemonSet run on every one of nodes, when
+// exactly one DaemonSet has kubelet plugin pods on all of them and they agree ("" otherwise): the DRA
+// driver's version before a roll, known before anything changed.
+func DriverPluginVersion(pods map[string][]PluginPod, nodes []string) string {
+	versions := map[string]map[string]bool{} // namespace/DaemonSet → versions
+	count := map[string]int{}
+	for _, n := range nodes {
+		seen := map[string]bool{}
+		for _, p := range pods[n] {
+			k := p.Namespace + "/" + p.DaemonSet
+			if versions[k] == nil {
+				versions[k] = map[string]bool{}
+			}
+			versions[k][p.Version] = true
+			if !seen[k] {
+				seen[k] = true
+				count[k]++
+			}
+		}
+	}
+	found := ""
+	for k, c := range count {
+		if c != len(nodes) {
+			continue
+		}
+		if found != "" || len(versions[k]) != 1 {
+			return ""
+		}
+		found = k
+	}
+	for v := range versions[found] {
+		return v
+	}
+	return ""
+}
+
 // Versions are the plugin versions of the DaemonSets whose pods run on every one of nodes (the DRA
 // driver's, and whatever other kubelet plugin runs there), as "DaemonSet=version" sorted; the rehearsal
 // names the version it moved from with them.
@@ -441,17 +477,18 @@ func (l *LocalDRA) Name() string {
 
 // Apply implements Provider.
 func (l *LocalDRA) Apply(ctx context.Context, nodes []string, target string) error {
-	return l.set(ctx, nodes, target)
+	return l.set(ctx, nodes, target, false)
 }
 
-// Rollback implements Provider.
+// Rollback implements Provider: the DaemonSet goes back whole (nodes may be some of its nodes: the
+// leftover cleanup rolls back node by node).
 func (l *LocalDRA) Rollback(ctx context.Context, nodes []string, from string) error {
-	return l.set(ctx, nodes, from)
+	return l.set(ctx, nodes, from, true)
 }
 
 // set puts version into the canary DaemonSet's pod template; it refuses when the DaemonSet's pods are not
-// exactly on nodes (it would roll others, or miss some).
-func (l *LocalDRA) set(ctx context.Context, nodes []string, version string) error {
+// exactly on nodes (it would roll others, or miss some), or, for a rollback, some node is not one of its.
+func (l *LocalDRA) set(ctx context.Context, nodes []string, version string, back bool) error {
 	dss := l.Kube.AppsV1().DaemonSets(l.Namespace)
 	ds, err := dss.Get(ctx, localCanaryDaemonSet, metav1.GetOptions{})
 	if err != nil {
@@ -473,7 +510,8 @@ func (l *LocalDRA) set(ctx context.Context, nodes []string, version string) erro
 	}
 	slices.Sort(on)
 	want := slices.Sorted(slices.Values(nodes))
-	if !slices.Equal(on, want) {
+	covered := !slices.ContainsFunc(want, func(n string) bool { return !slices.Contains(on, n) })
+	if back && !covered || !back && !slices.Equal(on, want) {
 		return fmt.Errorf("DaemonSet %s/%s runs on %v, not on exactly the nodes to roll %v: rolling it would not be a roll of those nodes", l.Namespace, localCanaryDaemonSet, on, want)
 	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {

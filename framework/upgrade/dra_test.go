@@ -194,3 +194,21 @@ func TestLocalDRASet(t *testing.T) {
 		t.Errorf("after Apply: args %v, labels %v", args, got.Spec.Template.Labels)
 	}
 }
+
+func TestDriverPluginVersion(t *testing.T) {
+	dra1 := PluginPod{Namespace: "ns", DaemonSet: "dra", Node: "n1", Version: "v1"}
+	dra2 := PluginPod{Namespace: "ns", DaemonSet: "dra", Node: "n2", Version: "v1"}
+	csi1 := PluginPod{Namespace: "ns", DaemonSet: "csi", Node: "n1", Version: "1.0"}
+	if got := DriverPluginVersion(map[string][]PluginPod{"n1": {dra1, csi1}, "n2": {dra2}}, []string{"n1", "n2"}); got != "v1" {
+		t.Errorf("one DaemonSet on every node: %q, want v1", got)
+	}
+	csi2 := csi1
+	csi2.Node = "n2"
+	if got := DriverPluginVersion(map[string][]PluginPod{"n1": {dra1, csi1}, "n2": {dra2, csi2}}, []string{"n1", "n2"}); got != "" {
+		t.Errorf("two DaemonSets on every node cannot be told apart: %q", got)
+	}
+	dra2.Version = "v0"
+	if got := DriverPluginVersion(map[string][]PluginPod{"n1": {dra1}, "n2": {dra2}}, []string{"n1", "n2"}); got != "" {
+		t.Errorf("versions that disagree: %q", got)
+	}
+}
