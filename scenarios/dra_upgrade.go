@@ -170,6 +170,10 @@ func rollDRAPlugin(ctx context.Context, in DRAUpgradeInput, dra *gpu.DRA, nodes 
 			"no kubelet plugin pod on %s (a DaemonSet's pod that mounts %s): the rehearsal cannot tell whether the DRA driver's plugin was rolled", n, upgrade.PluginRegistryDir)
 	}
 	ginkgo.AddReportEntry("kubelet plugins before the roll", strings.Join(upgrade.Versions(before), ", "))
+	// The version before, as the plugin pods say it where one DaemonSet runs plugin pods on every canary
+	// node; otherwise it is read from the DaemonSet whose pods the roll replaces.
+	from := upgrade.DriverPluginVersion(before, nodes)
+	gomega.Expect(from).NotTo(gomega.Equal(in.To), "the canary's DRA kubelet plugin already runs %s: nothing to roll (a run interrupted before its rollback? `gpuconform cleanup` rolls it back)", in.To)
 
 	ginkgo.By("a pod with a claim holds a device on each canary node through the roll")
 	holders := make([]draHolder, len(nodes))
@@ -190,10 +194,7 @@ func rollDRAPlugin(ctx context.Context, in DRAUpgradeInput, dra *gpu.DRA, nodes 
 	ginkgo.By(fmt.Sprintf("rolling the DRA kubelet plugin to %s (%s)", in.To, in.Upgrader.Name()))
 	start := time.Now()
 	var findings []string
-	// The version before, as the plugin pods say it where one DaemonSet runs plugin pods on every canary
-	// node; otherwise it is read from the DaemonSet whose pods the roll replaced.
-	rolledBack, from := false, upgrade.DriverPluginVersion(before, nodes)
-	gomega.Expect(from).NotTo(gomega.Equal(in.To), "the canary's DRA kubelet plugin already runs %s: nothing to roll (a run interrupted before its rollback? `gpuconform cleanup` rolls it back)", in.To)
+	rolledBack := false
 	marked := ""
 	// Each node is recorded as rolled (faults.DRAUpgradedMark) before anything changes, so that a run
 	// interrupted mid-roll is found and rolled back by the next run's leftover cleanup.
