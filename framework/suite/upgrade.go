@@ -28,14 +28,8 @@ const UpgradeCommandLog = "upgrade-command.log"
 // local fake stack declares it can be upgraded to.
 func (r *Run) planUpgrade(ctx context.Context) Upgrade {
 	u := Upgrade{To: r.Config.Upgrade.To, VersionLabel: cmp.Or(r.Config.Upgrade.VersionLabel, upgrade.DriverVersionLabel)}
-	var lbls []map[string]string
-	for _, n := range r.Nodes {
-		if slices.Contains(r.Caps.Pools.Canary.Nodes, n.Name) {
-			lbls = append(lbls, n.Labels)
-		}
-	}
 	local := &upgrade.Local{Kube: r.Clients.Kube, Namespace: upgrade.LocalNamespace}
-	localServes := upgrade.LocalServes(lbls)
+	localServes := upgrade.LocalServes(r.canaryLabels())
 	if u.To == "" && localServes {
 		// The local fake stack declares its target, whichever provider applies it (the built-in one, or
 		// the shipped script through the command provider).
@@ -47,14 +41,10 @@ func (r *Run) planUpgrade(ctx context.Context) Upgrade {
 	}
 	switch {
 	case r.Config.Upgrade.Command != "":
-		// The script talks to the cluster the suite talks to (same kubeconfig and context), and its whole
-		// output lands next to the reports.
-		u.Provider = &upgrade.Command{
-			Path: r.Config.Upgrade.Command, RunID: r.RunID,
-			Kubeconfig: r.Config.Kubeconfig, KubeContext: r.Config.Context,
-			LogPath: filepath.Join(r.Config.ArtifactsDir, UpgradeCommandLog),
-			Kube:    r.Clients.Kube, VersionLabel: u.VersionLabel,
-		}
+		// The pool's driver version before the upgrade is read for the script (GPUCONFORM_UPGRADE_FROM).
+		c := r.upgradeCommand(r.Config.Upgrade.Command, UpgradeCommandLog)
+		c.Kube, c.VersionLabel = r.Clients.Kube, u.VersionLabel
+		u.Provider = c
 	case localServes:
 		u.Provider = local
 	default:
@@ -73,13 +63,7 @@ const DRAUpgradeCommandLog = "dra-upgrade-command.log"
 func (r *Run) planDRAUpgrade(ctx context.Context) Upgrade {
 	u := Upgrade{To: r.Config.DRAUpgrade.To}
 	local := &upgrade.LocalDRA{Kube: r.Clients.Kube, Namespace: upgrade.LocalNamespace}
-	var lbls []map[string]string
-	for _, n := range r.Nodes {
-		if slices.Contains(r.Caps.Pools.Canary.Nodes, n.Name) {
-			lbls = append(lbls, n.Labels)
-		}
-	}
-	localServes := upgrade.LocalServes(lbls) && local.LocalDRAServes(ctx)
+	localServes := upgrade.LocalServes(r.canaryLabels()) && local.LocalDRAServes(ctx)
 	if u.To == "" && localServes {
 		to, err := local.LocalTarget(ctx)
 		if err != nil {
@@ -89,15 +73,29 @@ func (r *Run) planDRAUpgrade(ctx context.Context) Upgrade {
 	}
 	switch {
 	case r.Config.DRAUpgrade.Command != "":
-		u.Provider = &upgrade.Command{
-			Path: r.Config.DRAUpgrade.Command, RunID: r.RunID,
-			Kubeconfig: r.Config.Kubeconfig, KubeContext: r.Config.Context,
-			LogPath: filepath.Join(r.Config.ArtifactsDir, DRAUpgradeCommandLog),
-		}
+		u.Provider = r.upgradeCommand(r.Config.DRAUpgrade.Command, DRAUpgradeCommandLog)
 	case localServes:
 		u.Provider = local
 	default:
 		u.Why = "no provider rolls this cluster's DRA kubelet plugin: give --dra-upgrade-command SCRIPT (called as SCRIPT upgrade|rollback VERSION NODE...)"
 	}
 	return u
+}
+
+// upgradeCommand is the command provider of script: it talks to the cluster the suite talks to (same
+// kubeconfig and context), and its whole output lands next to the reports, in log.
+func (r *Run) upgradeCommand(script, log string) *upgrade.Command {
+	return &upgrade.Command{Path: script, RunID: r.RunID, Kubeconfig: r.Config.Kubeconfig, KubeContext: r.Config.Context,
+		LogPath: filepath.Join(r.Config.ArtifactsDir, log)}
+}
+
+// canaryLabels are the labels of the canary pool's nodes.
+func (r *Run) canaryLabels() []map[string]string {
+	var out []map[string]string
+	for _, n := range r.Nodes {
+		if slices.Contains(r.Caps.Pools.Canary.Nodes, n.Name) {
+			out = append(out, n.Labels)
+		}
+	}
+	return out
 }
