@@ -239,30 +239,41 @@ var _ = Describe("The fake device plugin", func() {
 func setPluginArgs(ctx context.Context, mutate func(args []string) []string) {
 	GinkgoHelper()
 	dsc := cs.AppsV1().DaemonSets(localcluster.SystemNamespace)
-	ds, err := dsc.Get(ctx, "fake-device-plugin", metav1.GetOptions{})
-	Expect(err).NotTo(HaveOccurred())
-	orig := append([]string(nil), ds.Spec.Template.Spec.Containers[0].Args...)
-	apply := func(ctx context.Context, args []string) {
+	// Every agent DaemonSet (the GPU pool's and the canary pool's): the change reaches every pool node.
+	orig := map[string][]string{}
+	for _, a := range (localcluster.GPUStackOptions{}).Agents() {
+		ds, err := dsc.Get(ctx, a.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) && a.Name != localcluster.PluginDaemonSet {
+			continue
+		}
+		Expect(err).NotTo(HaveOccurred())
+		orig[a.Name] = append([]string(nil), ds.Spec.Template.Spec.Containers[0].Args...)
+	}
+	apply := func(ctx context.Context, args func(name string) []string) {
 		GinkgoHelper()
-		Eventually(func() error {
-			ds, err := dsc.Get(ctx, "fake-device-plugin", metav1.GetOptions{})
-			if err != nil {
+		for name := range orig {
+			Eventually(func() error {
+				ds, err := dsc.Get(ctx, name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				ds.Spec.Template.Spec.Containers[0].Args = args(name)
+				_, err = dsc.Update(ctx, ds, metav1.UpdateOptions{})
 				return err
-			}
-			ds.Spec.Template.Spec.Containers[0].Args = args
-			_, err = dsc.Update(ctx, ds, metav1.UpdateOptions{})
-			return err
-		}).WithTimeout(30 * time.Second).Should(Succeed())
-		Eventually(func(g Gomega) {
-			ds, err := dsc.Get(ctx, "fake-device-plugin", metav1.GetOptions{})
-			g.Expect(err).NotTo(HaveOccurred())
-			g.Expect(ds.Status.ObservedGeneration).To(Equal(ds.Generation))
-			g.Expect(ds.Status.UpdatedNumberScheduled).To(Equal(ds.Status.DesiredNumberScheduled))
-			g.Expect(ds.Status.NumberAvailable).To(Equal(ds.Status.DesiredNumberScheduled))
-		}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), "fake-device-plugin rollout")
+			}).WithTimeout(30 * time.Second).Should(Succeed())
+		}
+		for name := range orig {
+			Eventually(func(g Gomega) {
+				ds, err := dsc.Get(ctx, name, metav1.GetOptions{})
+				g.Expect(err).NotTo(HaveOccurred())
+				g.Expect(ds.Status.ObservedGeneration).To(Equal(ds.Generation))
+				g.Expect(ds.Status.UpdatedNumberScheduled).To(Equal(ds.Status.DesiredNumberScheduled))
+				g.Expect(ds.Status.NumberAvailable).To(Equal(ds.Status.DesiredNumberScheduled))
+			}).WithTimeout(3*time.Minute).WithPolling(time.Second).Should(Succeed(), name+" rollout")
+		}
 	}
 	DeferCleanup(func(ctx SpecContext) {
-		apply(ctx, orig)
+		apply(ctx, func(name string) []string { return orig[name] })
 		// The rollout is done when the pods are; the kubelets report the restored devices a little later.
 		// The next spec must find the steady state.
 		Eventually(func(g Gomega) {
@@ -271,7 +282,7 @@ func setPluginArgs(ctx context.Context, mutate func(args []string) []string) {
 			}
 		}).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(Succeed())
 	})
-	apply(ctx, mutate(append([]string(nil), orig...)))
+	apply(ctx, func(name string) []string { return mutate(append([]string(nil), orig[name]...)) })
 }
 
 // withArg replaces (or adds) one --name=value argument.
@@ -306,19 +317,29 @@ var _ = Describe("The fake device plugin's layers", Serial, func() {
 			GinkgoHelper()
 			pods, err := cs.CoreV1().Pods(localcluster.SystemNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=fake-device-plugin"})
 			Expect(err).NotTo(HaveOccurred())
+			// Per DaemonSet (the GPU pool's and the canary pool's agents), its revisions.
 			seen := map[string]int{}
 			for _, p := range pods.Items {
 				if p.DeletionTimestamp == nil {
-					seen[p.Labels["controller-revision-hash"]]++
+					seen[metav1.GetControllerOf(&p).Name+"@"+p.Labels["controller-revision-hash"]]++
 				}
 			}
 			return seen
 		}
-		before := revisions()
+		agents := func() int {
+			GinkgoHelper()
+			owners := map[string]bool{}
+			for k := range revisions() {
+				owner, _, _ := strings.Cut(k, "@")
+				owners[owner] = true
+			}
+			return len(owners)
+		}
+		before, daemonSets := revisions(), agents()
 		setPluginArgs(ctx, func(a []string) []string {
 			return withArg(withArg(a, "driver-version", "560.35.03"), "version", "v2")
 		})
-		Eventually(revisions).WithTimeout(time.Minute).Should(HaveLen(1), "plugin pods of more than one revision after the rollout")
+		Eventually(revisions).WithTimeout(time.Minute).Should(HaveLen(daemonSets), "an agent DaemonSet's pods of more than one revision after the rollout")
 		for hash := range revisions() {
 			Expect(before).NotTo(HaveKey(hash), "the version change did not produce a new DaemonSet revision")
 		}
