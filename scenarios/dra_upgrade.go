@@ -517,7 +517,7 @@ func (p *draProbes) stop() []draProbe {
 	select {
 	case <-done:
 	case <-time.After(draProbeRun + time.Minute):
-		p.cancel()
+		p.cancel() // the probes still waiting end now
 		<-done
 	}
 	p.cancel()

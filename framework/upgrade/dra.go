@@ -287,8 +287,8 @@ func DriverPluginVersion(pods map[string][]PluginPod, nodes []string) string {
 	return ""
 }
 
-// Versions are the plugin versions of the DaemonSets whose pods run on every one of nodes (the DRA
-// driver's, and whatever other kubelet plugin runs there), as "DaemonSet=version" sorted; the rehearsal
+// Versions are the plugin versions of every kubelet-plugin DaemonSet with a pod on any of the nodes (the
+// DRA driver's, and whatever other kubelet plugin runs there), as "DaemonSet=version" sorted; the rehearsal
 // names the version it moved from with them.
 func Versions(pods map[string][]PluginPod) []string {
 	var out []string
@@ -440,17 +440,6 @@ func (w *SliceWatch) Initial() map[string]int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return maps.Clone(w.initial)
-}
-
-// Now is how many devices of the driver each node offers in the slices the watch has seen.
-func (w *SliceWatch) Now() map[string]int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := map[string]int{}
-	for _, c := range w.current {
-		out[c.node] += c.devices
-	}
-	return out
 }
 
 // Local DaemonSet and annotation of the project's fake GPU agent on the canary pool (localcluster
