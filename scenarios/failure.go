@@ -65,8 +65,7 @@ const failureName = "failure"
 
 // Failure is the failed-worker and failed-device scenario (FailureSpec).
 var Failure = Define(Scenario{Name: failureName, Title: "a failed worker or device is withdrawn, and the work resumes elsewhere from its checkpoint",
-	NotOnExtendedDRA: "its device faults (the device plugin's health, a DeviceTaintRule on the claim a pod carries) are not built for the claim the scheduler creates yet",
-	Required:         true, Measured: true, Needs: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true}, Uses: suite.Needs{Kueue: true}},
+	Required: true, Measured: true, Needs: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true}, Uses: suite.Needs{Kueue: true}},
 	func(r *suite.Run) FailureInput {
 		return FailureInput{Base: baseOf(r), FaultNeeds: faultNeedsOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue()}
 	},
@@ -606,10 +605,11 @@ func resourceHealth(p *corev1.Pod) string {
 	return fmt.Sprintf("phase %s; %s", p.Status.Phase, strings.Join(out, "; "))
 }
 
-// victimDevice is the one device a pod was given, as a fault names it (on DRA also its pool and name).
+// victimDevice is the one device a pod was given, as a fault names it (on a claim-based path also its pool
+// and name: the scheduler's claim on extended-resource-dra names them as a pod's own claim does).
 func victimDevice(path gpu.Path, node string, given gpu.Allocation) faults.Device {
 	victim := faults.Device{Node: node, ID: given.Devices[0]}
-	if dra, ok := path.(*gpu.DRA); ok && len(given.DeviceRefs) == 1 {
+	if dra, ok := gpu.ClaimPath(path); ok && len(given.DeviceRefs) == 1 {
 		pool, name, _ := strings.Cut(given.DeviceRefs[0], "/")
 		victim.Pool, victim.Name = pool, name
 		if !strings.Contains(dra.Driver, ",") {

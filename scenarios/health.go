@@ -51,7 +51,7 @@ func waitLiveCapacity(ctx context.Context, env *testenv.Env, path gpu.Path, node
 // as it was).
 func expectWithdrawn(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64, dev faults.Device, provider string, timeout time.Duration) {
 	ginkgo.GinkgoHelper()
-	dra, ok := path.(*gpu.DRA)
+	dra, ok := gpu.ClaimPath(path)
 	if !ok || dev.Name == "" {
 		expectLiveCapacity(ctx, env, path, node, want, dev.ID+" withdrawn", timeout)
 		return
@@ -138,7 +138,7 @@ func deviceHealth(ctx context.Context, env *testenv.Env, inj *faults.Injector, d
 	dev := faults.Device{Node: node, ID: victim}
 	if len(probe.given.DeviceRefs) == 1 {
 		dev.Pool, dev.Name, _ = strings.Cut(probe.given.DeviceRefs[0], "/")
-		if dra, ok := path.(*gpu.DRA); ok && !strings.Contains(dra.Driver, ",") {
+		if dra, ok := gpu.ClaimPath(path); ok && !strings.Contains(dra.Driver, ",") {
 			dev.Driver = dra.Driver
 		}
 	}

@@ -97,11 +97,13 @@ func TestExtendedDRAHoldsTheDRAPathsLocks(t *testing.T) {
 	if got := b.pathsFor(allocationName); len(got) != 3 {
 		t.Errorf("pathsFor(allocation) = %v", got)
 	}
-	if why := notOnPath(ext, []any{labels.Of(labels.Scenario(failureName))}); !strings.Contains(why, "not built for the claim the scheduler creates") {
-		t.Errorf("notOnPath(failure) = %q", why)
+	if why := notOnPath(ext, []any{labels.Of(labels.Scenario(sharingName))}); !strings.Contains(why, "a DRA-served extended resource has none of its own") {
+		t.Errorf("notOnPath(sharing) = %q", why)
 	}
-	if why := notOnPath(dra, []any{labels.Of(labels.Scenario(failureName))}); why != "" {
-		t.Errorf("notOnPath(failure, dra) = %q", why)
+	for _, p := range []gpu.Path{dra, ext} {
+		if why := notOnPath(p, []any{labels.Of(labels.Scenario(failureName))}); why != "" {
+			t.Errorf("notOnPath(failure, %s) = %q", p.Name(), why)
+		}
 	}
 }
 
