@@ -57,8 +57,7 @@ const gangName = "gang"
 
 // Gang is the multi-worker job scenario (GangSpec).
 var Gang = Define(Scenario{Name: gangName, Title: "a multi-worker GPU job is admitted and started whole, holds nothing while it cannot be, and comes back whole from its checkpoint when a worker fails",
-	NotOnExtendedDRA: "its gangs and their failed worker have not been built against the claims the scheduler creates yet",
-	Required:         true, Measured: true, Needs: suite.Needs{Kueue: true}, Uses: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true},
+	Required: true, Measured: true, Needs: suite.Needs{Kueue: true}, Uses: suite.Needs{Disruptive: true, FaultProvider: true, CheckpointStorage: true},
 	Proves: []conformance.Proof{{Requirement: conformance.GangScheduling,
 		How: "Kueue admits a multi-worker Indexed Job as one Workload charged for every worker at once and starts all workers, which rendezvous " +
 			"and step together; a gang larger than the free devices never keeps part of it running (Kueue's waitForPodsReady evicts and " +
@@ -708,8 +707,13 @@ func (b GangInput) hostTopology(path gpu.Path) (cluster.Topology, string) {
 		return cluster.Topology{}, "queues.mode=existing: a topology-aware flavor is the ClusterQueue's, which the suite does not own"
 	case path.ClaimBased():
 		// Kueue's TAS sizes each domain from the nodes' allocatable (pkg/cache/scheduler/tas_flavor_snapshot.go in
-		// Kueue 0.17): DRA devices are not in it, so a TAS flavor has no capacity for a DRA gang.
-		return cluster.Topology{}, "Kueue's topology-aware scheduling counts node allocatable, where DRA devices are not (Kueue 0.17)"
+		// Kueue 0.17): DRA devices are not in it, so a TAS flavor has no capacity for a DRA gang; nor for one
+		// that asks for a DRA-served extended resource, which the nodes DRA serves it on advertise none of.
+		why := "Kueue's topology-aware scheduling counts node allocatable, where DRA devices are not (Kueue 0.17)"
+		if ext, ok := path.(*gpu.ExtendedDRA); ok {
+			why = fmt.Sprintf("Kueue's topology-aware scheduling counts node allocatable, and the nodes DRA serves %s on advertise none (Kueue 0.17)", ext.Resource)
+		}
+		return cluster.Topology{}, why
 	case len(b.Topologies) == 0:
 		return cluster.Topology{}, b.TopologiesWhy
 	case len(b.eligible(path, 2*tasDevices)) == 0:

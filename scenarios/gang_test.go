@@ -7,6 +7,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/gpu"
 )
 
 func TestPartialPlacement(t *testing.T) {
@@ -25,5 +28,22 @@ func TestPartialPlacement(t *testing.T) {
 	}
 	if got := partialPlacement(map[int]*corev1.Pod{0: running, 1: running}, 2); got != "" {
 		t.Errorf("every worker runs: not a partial placement, got %q", got)
+	}
+}
+
+// Kueue's TAS counts node allocatable: a claim-based gang has no capacity there, and the reason names the
+// extended resource on the path that maps one.
+func TestHostTopologyOnEachPath(t *testing.T) {
+	topo := cluster.Topology{Name: "hosts", Levels: []string{corev1.LabelHostname}}
+	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"a", "b", "c", "d"}}}
+	b := GangInput{Base: Base{GPUPool: []string{"w1"}}, Topologies: []cluster.Topology{topo}}
+	if got, why := b.hostTopology(&gpu.DevicePlugin{Resource: "nvidia.com/gpu", Allocatable: map[string]int64{"w1": 4}}); why != "" || got.Name != "hosts" {
+		t.Errorf("device plugin: %+v, %q", got, why)
+	}
+	if _, why := b.hostTopology(dra); !strings.Contains(why, "where DRA devices are not") {
+		t.Errorf("dra: %q", why)
+	}
+	if _, why := b.hostTopology(&gpu.ExtendedDRA{DRA: dra, Resource: "nvidia.com/gpu"}); !strings.Contains(why, "the nodes DRA serves nvidia.com/gpu on advertise none") {
+		t.Errorf("extended-resource-dra: %q", why)
 	}
 }
