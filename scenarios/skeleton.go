@@ -402,8 +402,7 @@ func notOnPath(path gpu.Path, decorators []any) string {
 	return ""
 }
 
-// pathsFor are the paths a scenario that registers no per-path container (the upgrade rehearsal) uses: b's
-// paths less extended-resource-dra where the scenario says it does not run there (recorded, with why).
+// pathsFor are the paths a scenario that loops over the paths itself (sharing) uses: b's paths less extended-resource-dra where the scenario says it does not run there (recorded, with why).
 func (b Base) pathsFor(scenario string) []gpu.Path {
 	why := notOnExtendedDRA[scenario]
 	if why == "" {

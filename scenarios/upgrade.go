@@ -70,14 +70,11 @@ const upgradeName = "upgrade"
 
 // Upgrade is the driver-upgrade rehearsal on the canary pool (UpgradeSpec).
 var Upgrade = Define(Scenario{Name: upgradeName, Title: "an upgrade rehearsed on the canary pool leaves it working and the known-good pool untouched",
-	NotOnExtendedDRA: "the rehearsal's application checks on the upgraded canary are not built for this path yet",
-	Required:         true, Measured: true, Needs: suite.Needs{Disruptive: true, CanaryPool: true}},
+	Required: true, Measured: true, Needs: suite.Needs{Disruptive: true, CanaryPool: true}},
 	func(r *suite.Run) UpgradeInput {
 		u := r.Upgrade
 		replicas, minAvailable := r.Config.Upgrade.ServingReplicas()
-		b := baseOf(r)
-		b.Paths = b.pathsFor(upgradeName)
-		return UpgradeInput{Base: b, Disruptive: r.Config.Disruptive, Canary: r.Caps.Pools.Canary.Nodes, KnownGood: r.KnownGood(),
+		return UpgradeInput{Base: baseOf(r), Disruptive: r.Config.Disruptive, Canary: r.Caps.Pools.Canary.Nodes, KnownGood: r.KnownGood(),
 			Upgrader: u.Provider, UpgraderWhy: u.Why, To: u.To, VersionLabel: u.VersionLabel, Checkpoints: r.Checkpoints,
 			KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue(), SharingModes: r.Caps.SharingModes,
 			Load: loadOf(r), ServingReplicas: replicas, ServingMin: minAvailable, KeepUpgraded: r.Config.Upgrade.KeepUpgraded}

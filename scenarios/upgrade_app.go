@@ -79,10 +79,13 @@ func (l *rehearsalLog) failedCheck() string {
 // job must resume. Each check runs in its own namespace, whose pods are gone before the next check
 // starts, so that each finds the canary's devices free.
 //
-// The paths' checks run at once, one goroutine each: each path has devices of its own (as the pool locks
-// assume, framework/poollock), and the rehearsal holds the canary's nodes on every path (holdCanary). A
-// failed check ends the other path's checks too (their context is cancelled) and the rehearsal with
-// them; the rows are the paths' in order, each path's as it ran them.
+// The paths' checks run at once, one goroutine per device domain: paths with devices of their own run
+// beside each other (as the pool locks assume, framework/poollock), and a path that hands out another's
+// devices (extended-resource-dra, the DRA driver's) runs after that path, in the same goroutine: the
+// exclusivity check fills a node, which two paths on one set of devices cannot do at once. The rehearsal
+// holds the canary's nodes on every path (holdCanary). A failed check ends the other paths' checks too
+// (their context is cancelled) and the rehearsal with them; the rows are the paths' in order, each
+// path's as it ran them.
 func canaryApplicationCheck(ctx context.Context, in UpgradeInput, log *rehearsalLog, resumePath gpu.Path) {
 	env := in.Env
 	log.at("application checks on the upgraded canary, every path's at once")
@@ -92,12 +95,15 @@ func canaryApplicationCheck(ctx context.Context, in UpgradeInput, log *rehearsal
 	var mu sync.Mutex
 	first := -1 // the path whose check failed (or skipped) first; the others' were stopped by it
 	var wg sync.WaitGroup
-	for i, p := range in.Paths {
+	for i := range in.Paths {
 		logs[i] = &rehearsalLog{}
+	}
+	for _, group := range byDeviceDomain(in.Paths) {
 		wg.Go(func() {
+			i := group[0] // the path whose checks run now
 			// Ginkgo's Fail and Skip record the outcome, then panic to leave the check: GinkgoRecover (deferred
 			// first, so it runs last) takes the panic; the function before it notes which path ended first
-			// and stops the other path's checks.
+			// and stops the other paths' checks.
 			defer ginkgo.GinkgoRecover()
 			defer func() {
 				if r := recover(); r != nil {
@@ -110,7 +116,9 @@ func canaryApplicationCheck(ctx context.Context, in UpgradeInput, log *rehearsal
 					panic(r)
 				}
 			}()
-			canaryPathChecks(ctx, in, logs[i], p)
+			for _, i = range group {
+				canaryPathChecks(ctx, in, logs[i], in.Paths[i])
+			}
 		})
 	}
 	wg.Wait()
@@ -124,6 +132,23 @@ func canaryApplicationCheck(ctx context.Context, in UpgradeInput, log *rehearsal
 		canaryResume(ctx, in, ns, resumePath, in.Canary)
 		deleteAllPods(ctx, env, ns)
 	})
+}
+
+// byDeviceDomain groups the indices of paths by the devices they hand out (gpu.DeviceDomain), each group in
+// the paths' order and the groups in the order of their first path.
+func byDeviceDomain(paths []gpu.Path) [][]int {
+	var groups [][]int
+	at := map[string]int{}
+	for i, p := range paths {
+		d := gpu.DeviceDomain(p)
+		if g, ok := at[d]; ok {
+			groups[g] = append(groups[g], i)
+			continue
+		}
+		at[d] = len(groups)
+		groups = append(groups, []int{i})
+	}
+	return groups
 }
 
 // mergePathChecks lists the paths' rows in the paths' order. When the checks of path first failed (first

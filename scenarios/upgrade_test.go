@@ -167,3 +167,16 @@ func TestCanaryGangPlacement(t *testing.T) {
 		t.Errorf("without Kueue: why %q", why)
 	}
 }
+
+// Paths on one set of devices run their canary checks one after the other; paths on devices of their own
+// run beside each other.
+func TestByDeviceDomain(t *testing.T) {
+	dra := &gpu.DRA{}
+	paths := []gpu.Path{&gpu.DevicePlugin{}, dra, &gpu.ExtendedDRA{DRA: dra}}
+	if got := byDeviceDomain(paths); len(got) != 2 || !slices.Equal(got[0], []int{0}) || !slices.Equal(got[1], []int{1, 2}) {
+		t.Errorf("byDeviceDomain = %v, want [[0] [1 2]]", got)
+	}
+	if got := byDeviceDomain(paths[:2]); len(got) != 2 {
+		t.Errorf("two paths of their own: %v", got)
+	}
+}
