@@ -290,6 +290,13 @@ func runCases() []runCase {
 				"DeviceClass gpu.nvidia.com matches 2 of 2 published devices",
 			},
 			wantObject: "DeviceClass gpu.nvidia.com"},
+		{name: "a pod asking both ways on Kubernetes v1.37: the scheduler's known PreBind defect", file: "known-defect-extended-mapping.yaml", target: pod(podName),
+			terminal: true, stage: StageScheduling, layer: LayerDRA, reason: KnownDefect,
+			wantMsgs: []string{
+				`running PreBind plugin "DynamicResources": nil or empty request mappings, no update of pod ml/train-0-x7k2p ExtendedResourceClaimStatus`,
+				"known defect of kube-scheduler v1.37 (DynamicResources plugin, PreBind; seen on v1.37.2): a pod with a ResourceClaim of its own that also asks for an extended resource a DeviceClass maps",
+			},
+			onceMsgs: []string{`running PreBind plugin "DynamicResources": nil or empty request mappings`}},
 		{name: "template missing", file: "dra-claim-missing.yaml", target: pod(podName),
 			stage: StageScheduling, layer: LayerDRA, reason: DRAClaimMissing,
 			wantMsgs: []string{`PodResourceClaim gpu: resource claim template "single-gpu": resourceclaimtemplate.resource.k8s.io "single-gpu" not found`}},

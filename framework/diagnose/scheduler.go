@@ -57,6 +57,10 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 		res.Messages = appendUnique(res.Messages, e.Message)
 	}
 
+	if d, ok := knownDefectIn(res.Messages); ok {
+		return v.knownDefectResult(pod, StageScheduling, res.Messages, d), nil
+	}
+
 	var claims *claimState
 	if len(pod.Spec.ResourceClaims) > 0 {
 		if claims, err = v.claims(pod); err != nil {

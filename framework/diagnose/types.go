@@ -152,6 +152,10 @@ const (
 	// Unknown: a component said why the workload waits, in a message the
 	// classifier does not know; the raw text is the evidence.
 	Unknown Reason = "Unknown"
+	// KnownDefect: a component said it in the words of a known defect of its
+	// own (known.go): the defect, its versions and the way round it are in the
+	// messages; final, since every retry fails alike.
+	KnownDefect Reason = "KnownDefect"
 )
 
 // Admission reasons.
@@ -258,6 +262,7 @@ var reasonDescriptions = map[Reason]string{
 	UnboundVolume:              "The pod's PersistentVolumeClaims are unbound or cannot be bound on any node.",
 	SchedulingPending:          "The pod is not bound to a node yet and the scheduler has not said why.",
 	Unknown:                    "A component said why the workload waits, in a message this suite does not classify; the evidence quotes it.",
+	KnownDefect:                "A component fails the workload through a known defect of its own; the evidence names it and the way round it.",
 	AdmissionDenied:            "The API server's admission (Pod Security, a webhook, a policy) refuses to create the workload's pods.",
 	QuotaExceeded:              "A ResourceQuota in the namespace refuses the workload's pods: they would exceed it, or a container does not set a resource it constrains.",
 	LimitRangeViolated:         "A LimitRange in the namespace refuses the workload's pods: a container or the pod is outside its minimum, maximum or limit-to-request ratio.",
