@@ -206,6 +206,11 @@ func selfcheckTable() []selfcheckRow {
 		{Fault: fakeplugin.FaultDRAPartitionNoCounters, Sharing: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1},
 			Focus: "does not allocate a partition of a GPU whose whole device", Catcher: "does not allocate a partition of a GPU whose whole device",
 			Because: because(`GPU GPU-\S+ and its partition .+ were handed out together`)},
+		// The prioritized list's MIG-else-whole claim: with no counters, a partition of the GPU another pod
+		// holds whole still "fits", and the claim never falls to a whole GPU.
+		{Fault: fakeplugin.FaultDRAPartitionNoCounters, Check: "mig-else-whole", Sharing: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1},
+			Focus: "allocates a MIG partition first", Catcher: "allocates a MIG partition first",
+			Because: because(`was allocated alternative gpus/mig \(.+\), where gpus/whole must be`)},
 	}
 }
 

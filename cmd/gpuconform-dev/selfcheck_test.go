@@ -135,6 +135,8 @@ func TestSelfcheckBecauseMatchesTheChecksMessages(t *testing.T) {
 	failureOf := sampleFailures()
 	// A fault's second row quotes another check's message.
 	secondRows := map[string]string{
+		"dra-partition-no-counters/mig-else-whole": "claim gpuconform-prio-x/whole-next-gpus-2b was allocated alternative gpus/mig (gpus/mig → gpu.nvidia.com/gpuconform-worker3/gpu-4-mig-1g10gb-0), " +
+			"where gpus/whole must be: the alternatives are mig (mig.nvidia.com, 1, device.attributes['gpu.nvidia.com'].parentUUID == 'GPU-8ea8') then whole (gpu.nvidia.com, 1)",
 		"no-reregister/every-path": "Timed out after 180.001s.\ntimed out after 3m0s waiting for gpuconform-worker2 to offer 4 devices on the device-plugin path (before the spec returns it to the other specs)\n\nDiagnosis of Node /gpuconform-worker2:\n" +
 			"Node gpuconform-worker2:\n  nvidia.com/gpu: capacity 0, allocatable 0\n",
 	}

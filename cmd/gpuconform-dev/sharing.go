@@ -71,7 +71,9 @@ func sharingTable() []sharingRow {
 		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2}, Scenarios: both},
 		{Mode: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2}, Scenarios: []string{"sharing"}},
 		{Mode: sharingMode{Mode: fakegpu.SharingMIGSingle, Replicas: 1}, Scenarios: []string{"sharing"}},
-		{Mode: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1}, Scenarios: both},
+		// The DRA path's GPUs are published whole and as partitions: the prioritized list's MIG-else-whole
+		// claim has what it needs.
+		{Mode: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1}, Scenarios: append(slices.Clone(both), "prioritized")},
 		// NVIDIA's renameByDefault: the replicas as nvidia.com/gpu.shared, nvidia.com/gpu at 0, the product
 		// without -SHARED; discovery must read the mode from the renamed resource.
 		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2, Renamed: true}, Scenarios: both},
