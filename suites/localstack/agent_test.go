@@ -20,6 +20,7 @@ import (
 
 	"gpuconform.io/gpuconform/framework/accelmetrics"
 	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
@@ -310,6 +311,39 @@ var _ = Describe("The fake GPU agent", func() {
 		Expect(m).To(BeNumerically(">=", *devices), "the container got GPU %d, which belongs to the (off) device-plugin half", m)
 		expectSeesExactly(r["c0"], node.Name, m)
 		AddReportEntry("extended resource through DRA", fmt.Sprintf("claim %s: %s/%s/%s", claim.Name, res.Driver, res.Pool, res.Device))
+	})
+
+	It("leaves a pod asking both ways on a device-plugin node unbound through Kubernetes v1.37's known PreBind defect, which the diagnosis names", func(ctx SpecContext) {
+		class, err := cs.ResourceV1().DeviceClasses().Get(ctx, localcluster.DRADriverName, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		if class.Spec.ExtendedResourceName == nil {
+			Skip(fmt.Sprintf("DeviceClass %s maps no extended resource (make cluster --dra-only-workers 0)", class.Name))
+		}
+		v, err := cs.Discovery().ServerVersion()
+		Expect(err).NotTo(HaveOccurred())
+		if v.Major != "1" || strings.TrimSuffix(v.Minor, "+") != "37" {
+			Skip(fmt.Sprintf("the defect is known in Kubernetes v1.37; this cluster runs %s", v.GitVersion))
+		}
+		ns := testNamespace(ctx)
+		node := poolNodes(ctx)[0].Name
+		pod := podSpec(ns, node, 1)
+		withDPGPUs(&pod.Spec.Containers[0])
+		withDRAGPU(ctx, pod)
+		By(fmt.Sprintf("a pod on %s (device plugin) with a claim of its own and %s, which DeviceClass %s maps", node, resourceName, class.Name))
+		pod = createPod(ctx, pod)
+		var res *diagnose.Result
+		Eventually(func(g Gomega) {
+			r, err := diagnose.Run(ctx, diagnose.Clients{Kube: cs}, diagnose.Target{Kind: "Pod", Namespace: ns, Name: pod.Name})
+			g.Expect(err).NotTo(HaveOccurred())
+			res = r
+			g.Expect(r.Reason).To(Equal(diagnose.KnownDefect), "%s", r)
+		}).WithTimeout(time.Minute).WithPolling(2 * time.Second).Should(Succeed())
+		Expect(res.Terminal).To(BeTrue(), "%s", res)
+		Expect(strings.Join(res.Messages, "\n")).To(ContainSubstring(`running PreBind plugin "DynamicResources"`), "%s", res)
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		Expect(err).NotTo(HaveOccurred())
+		Expect(p.Spec.NodeName).To(BeEmpty(), "pod %s was bound to %s", p.Name, p.Spec.NodeName)
+		AddReportEntry("diagnosis", res.String())
 	})
 
 	It("gives a DRA container exactly its claim's GPU as a device node and in nvidia-smi, and a container not referencing the claim nothing", func(ctx SpecContext) {
