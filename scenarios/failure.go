@@ -12,6 +12,7 @@ import (
 	"github.com/onsi/gomega"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -163,6 +164,21 @@ func FailureSpec(input func() FailureInput) {
 				ginkgo.It("keeps a failed device from a training job's replacement, which resumes", labels.Of(labels.HoldsNode, labels.FaultsDevice), func(ctx context.Context) {
 					ginkgo.By("the replacement resumes from the last checkpoint on a healthy device")
 					failedDevice(ctx, s, evictor, s.on(nodes))
+				})
+			}
+			rule, _ := reg.Faults.DRAEvict.(*faults.TaintRule)
+			switch _, ownClaims := regPath.(*gpu.DRA); {
+			case !regPath.ClaimBased():
+				// Device-plugin devices have no taints to tolerate.
+			case !ownClaims:
+				reg.notExercised(pathName+": a device taint a pod's claim tolerates", "the claim the scheduler creates for an extended resource carries none of the pod's tolerations: a pod on this path cannot tolerate a device taint")
+			case rule == nil:
+				reg.notExercised(pathName+": a device taint a pod's claim tolerates", reg.Faults.DRAEvictWhy)
+			default:
+				// holds:node: the pod and its device are the leased node's; faults:device as every device fault.
+				ginkgo.It("keeps a pod whose claim tolerates a device's NoExecute taint running on that device", labels.Of(labels.HoldsNode, labels.FaultsDevice), func(ctx context.Context) {
+					ginkgo.By("kube-controller-manager judges the taint and evicts nothing")
+					toleratedTaint(ctx, s, rule, s.on(nodes)[0])
 				})
 			}
 		})
@@ -617,4 +633,118 @@ func victimDevice(path gpu.Path, node string, given gpu.Allocation) faults.Devic
 		}
 	}
 	return victim
+}
+
+// toleratedTaint runs a pod on node whose claim tolerates the taint the device-taint-rule provider puts
+// (key faults.DeviceTaintKey, effect NoExecute), taints the pod's device NoExecute through rule, and
+// requires the pod to stay: kube-controller-manager's device-taint-eviction-controller must judge the rule
+// as it is (its EvictionInProgress condition for the rule's generation: False, NotStarted, no pod to
+// evict) while the pod still runs, unrestarted, its claim still allocated that device. The toleration
+// must reach the claim generated from the template: where something between them drops it (a mutating
+// admission policy or webhook on resourceclaims), the pod is evicted and the failure says so.
+func toleratedTaint(ctx context.Context, s *Spec[FailureInput], rule *faults.TaintRule, node string) {
+	failingDevices()
+	env, ns, path := s.Env, s.NS, s.Path
+	dra := path.(*gpu.DRA)
+	tol := resourcev1.DeviceToleration{Key: faults.DeviceTaintKey, Operator: resourcev1.DeviceTolerationOpExists, Effect: resourcev1.DeviceTaintEffectNoExecute}
+	tmpl := env.Factory.ResourceClaimTemplate("tolerant-gpus", ns).ExactCount(gpu.DRAClaimName, dra.DeviceClass, 1).Toleration(gpu.DRAClaimName, tol).Obj()
+	env.Create(ctx, tmpl)
+	pod := env.Factory.GPUPod("tolerant", ns).ClaimTemplate(gpu.DRAClaimName, tmpl).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node).Obj()
+	env.Create(ctx, pod)
+	running := pods.ExpectPodRunning(ctx, env, ns, pod.Name)
+	pods.ExpectProbeReport(ctx, env, ns, pod.Name)
+	given, err := path.Given(ctx, givenInput(env, running, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading pod %s's device from %s", pod.Name, path.Authority())
+	gomega.Expect(given.DeviceRefs).To(gomega.HaveLen(1), "pod %s's claim asked for one device", pod.Name)
+	gomega.Expect(given.Claims).To(gomega.HaveLen(1), "pod %s's generated claim", pod.Name)
+	victim := victimDevice(path, node, given)
+	tolerated := fmt.Sprintf("%s (%s:NoExecute)", tol.Key, tol.Operator)
+	dropped := claimDropsToleration(ctx, env, ns, given.Claims[0].Name, tmpl.Name, tol)
+	restarts := podRestarts(running)
+
+	ginkgo.By(fmt.Sprintf("tainting %s, used by %s, whose claim tolerates %s, through %s", victim, pod.Name, tolerated, rule.Name()))
+	undo, err := s.In.Faults.MarkDeviceUnhealthy(ctx, rule, victim)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	testenv.DeferUndo(undo)
+	at := time.Now()
+	var cond faults.EvictionCondition
+	env.Wait.For(ctx, fmt.Sprintf("kube-controller-manager to judge the taint on %s, which pod %s/%s tolerates", victim.ID, ns, pod.Name), wait.Target{Kind: "Pod", Namespace: ns, Name: pod.Name},
+		env.Timeouts.Release, func(g gomega.Gomega) {
+			p, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || err == nil && evictedPod(p) != "" {
+				why := "it is gone"
+				if err == nil {
+					why = evictedPod(p)
+				}
+				gomega.StopTrying(fmt.Sprintf("pod %s/%s, whose claim's template tolerates %s, was evicted from %s when the device was tainted NoExecute (%s)%s", ns, pod.Name, tolerated, victim.ID, why, dropped)).Now()
+			}
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			c, found, err := rule.EvictionInProgress(ctx, victim)
+			g.Expect(err).NotTo(gomega.HaveOccurred())
+			if !found {
+				st, _ := rule.Status(ctx, victim)
+				g.Expect(found).To(gomega.BeTrue(), "%s", st)
+			}
+			g.Expect(c.Current).To(gomega.BeTrue(), "the EvictionInProgress condition (%s %s: %s) is not for the rule's generation yet", c.Status, c.Reason, c.Message)
+			cond = c
+			g.Expect(c.Status).To(gomega.Equal(string(metav1.ConditionFalse)), "the controller has pods to evict (%s: %s)", c.Reason, c.Message)
+		})
+	ginkgo.AddReportEntry("taint → judged", since(at))
+	gomega.Expect(cond.Reason).To(gomega.Equal("NotStarted"), "DeviceTaintRule for %s: EvictionInProgress=False reason %s (%s): the controller evicted a pod using the device, which only %s, tolerating it, uses", victim.ID, cond.Reason, cond.Message, pod.Name)
+	now, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "pod %s, which tolerates the taint, is gone", pod.Name)
+	gomega.Expect(evictedPod(now)).To(gomega.BeEmpty(), "pod %s tolerates the taint on %s", pod.Name, victim.ID)
+	gomega.Expect(now.Status.Phase).To(gomega.Equal(corev1.PodRunning), "pod %s, which tolerates the taint on %s", pod.Name, victim.ID)
+	gomega.Expect(podRestarts(now)).To(gomega.Equal(restarts), "pod %s restarted after its device was tainted", pod.Name)
+	still, err := path.Given(ctx, givenInput(env, now, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred())
+	gomega.Expect(still.DeviceRefs).To(gomega.Equal(given.DeviceRefs), "pod %s's claim no longer holds the device it tolerates the taint of", pod.Name)
+	ginkgo.AddReportEntry("evidence: tolerated", fmt.Sprintf("pod %s/%s keeps %s (%s), tainted %s through %s; the controller: EvictionInProgress=%s %s", ns, pod.Name, victim.ID, given.DeviceRefs[0], tolerated, rule.Name(), cond.Status, cond.Reason))
+}
+
+// claimDropsToleration says, as a clause to append to a failure, that the claim generated from template
+// carries no toleration like tol although the template has it; "" when it does (or cannot be read: the
+// eviction it would explain is the finding either way).
+func claimDropsToleration(ctx context.Context, env *testenv.Env, ns, claim, template string, tol resourcev1.DeviceToleration) string {
+	c, err := env.Clients.Kube.ResourceV1().ResourceClaims(ns).Get(ctx, claim, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	for _, r := range c.Spec.Devices.Requests {
+		if r.Exactly == nil {
+			continue
+		}
+		for _, t := range r.Exactly.Tolerations {
+			if t.Key == tol.Key {
+				return ""
+			}
+		}
+	}
+	return fmt.Sprintf("; its claim %s, generated from template %s, which has the toleration, carries none: something between them dropped it "+
+		"(a mutating admission policy or webhook on resourceclaims: kubectl get mutatingadmissionpolicies,mutatingwebhookconfigurations)", claim, template)
+}
+
+// evictedPod says how a pod was evicted (deleted, failed, or a DisruptionTarget condition), "" while it was not.
+func evictedPod(p *corev1.Pod) string {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.DisruptionTarget && c.Status == corev1.ConditionTrue {
+			return fmt.Sprintf("DisruptionTarget: %s: %s", c.Reason, c.Message)
+		}
+	}
+	switch {
+	case p.DeletionTimestamp != nil:
+		return "being deleted"
+	case p.Status.Phase == corev1.PodFailed:
+		return "phase Failed: " + p.Status.Reason
+	}
+	return ""
+}
+
+// podRestarts is the restarts of a pod's containers, together.
+func podRestarts(p *corev1.Pod) int32 {
+	var n int32
+	for _, cs := range p.Status.ContainerStatuses {
+		n += cs.RestartCount
+	}
+	return n
 }

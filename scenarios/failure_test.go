@@ -1,7 +1,11 @@
 package scenarios
 
 import (
+	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
@@ -25,5 +29,28 @@ func TestVictimDeviceNamesTheClaimsDeviceOnEveryClaimPath(t *testing.T) {
 	}
 	if got := victimDevice(&gpu.DevicePlugin{Resource: "nvidia.com/gpu"}, "w2", given); got != (faults.Device{Node: "w2", ID: "GPU-1"}) {
 		t.Errorf("device plugin: victimDevice = %+v", got)
+	}
+}
+
+// A pod counts as evicted once the eviction controller marked it (DisruptionTarget), it is being deleted,
+// or it failed; a running pod is not.
+func TestEvictedPod(t *testing.T) {
+	running := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodRunning}}
+	if got := evictedPod(running); got != "" {
+		t.Errorf("running pod: %q", got)
+	}
+	marked := running.DeepCopy()
+	marked.Status.Conditions = []corev1.PodCondition{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue, Reason: "DeletionByDeviceTaintManager", Message: "Device Taint manager: deleting due to NoExecute taint"}}
+	if got := evictedPod(marked); !strings.Contains(got, "DeletionByDeviceTaintManager") {
+		t.Errorf("marked pod: %q", got)
+	}
+	deleting := running.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{}
+	if got := evictedPod(deleting); got != "being deleted" {
+		t.Errorf("deleting pod: %q", got)
+	}
+	failed := &corev1.Pod{Status: corev1.PodStatus{Phase: corev1.PodFailed, Reason: "Evicted"}}
+	if got := evictedPod(failed); got != "phase Failed: Evicted" {
+		t.Errorf("failed pod: %q", got)
 	}
 }

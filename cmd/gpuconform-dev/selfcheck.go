@@ -121,6 +121,10 @@ func selfcheckTable() []selfcheckRow {
 		// evicted, and the rule carries no status from the controller.
 		{Fault: fakeplugin.FaultDRANoTaintEviction, Focus: "keeps a failed device from a training job's replacement", Catcher: "dra path keeps a failed device from a training job's replacement",
 			Because: because(`pod \S+ was not evicted from the unhealthy device \S+ \(phase [^)]*\): DeviceTaintRule \S+ has no status condition`)},
+		// A MutatingAdmissionPolicy that strips a claim's device tolerations (selfcheck_platform.go): the pod
+		// whose template tolerates the NoExecute taint is evicted, and its claim shows the toleration gone.
+		{Fault: fakeplugin.FaultDRATolerationsStripped, Focus: "keeps a pod whose claim tolerates a device's NoExecute taint", Catcher: "dra path keeps a pod whose claim tolerates a device's NoExecute taint",
+			Because: because(`was evicted from \S+ when the device was tainted NoExecute`, `carries none: something between them dropped it`)},
 		// The init container runs first and fails its probe; the per-container check speaks if it did not.
 		{Fault: fakeplugin.FaultLeakAll, Focus: "second container", Catcher: "second container",
 			Because: because(`expected 0 devices, container sees [1-9]|asked for no device (sees \[[^\]]|has GPU device nodes)`)},

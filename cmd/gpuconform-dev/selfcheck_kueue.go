@@ -49,6 +49,8 @@ func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplug
 		return monitoringOwnNamespaceOnly(ctx, clients.Kube)
 	case fakeplugin.FaultDRANoTaintEviction:
 		return kcmWithoutTaintEviction(ctx, clients.Kube)
+	case fakeplugin.FaultDRATolerationsStripped:
+		return stripDeviceTolerations(ctx, clients)
 	}
 	return nil, fmt.Errorf("fault %s is not a cluster fault", f)
 }

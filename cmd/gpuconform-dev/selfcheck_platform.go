@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"gpuconform.io/gpuconform/framework/cluster"
 )
 
 // The cluster faults of the operator and platform checks: each plays a component a real cluster can
@@ -166,4 +169,59 @@ func gatewayAPIWithoutController() []clusterObject {
 		{gvr: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, obj: crd, ready: established},
 		{gvr: schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gatewayclasses"}, obj: class},
 	}
+}
+
+// stripDeviceTolerationsPolicy names the MutatingAdmissionPolicy and its binding of
+// FaultDRATolerationsStripped.
+const stripDeviceTolerationsPolicy = "gpuconform-selfcheck-strip-device-tolerations"
+
+// stripDeviceTolerations installs a MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in
+// Kubernetes 1.36) that removes the tolerations of a ResourceClaim's first request as the claim is created,
+// bound cluster-wide, and waits until the API server applies it (a server-side dry run of a claim with a
+// toleration comes back without it). The undo deletes both.
+func stripDeviceTolerations(ctx context.Context, clients *cluster.Clients) (func(context.Context) error, error) {
+	gvr := func(r string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: r}
+	}
+	policy := object("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", "", stripDeviceTolerationsPolicy, map[string]any{"spec": map[string]any{
+		"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+			"apiGroups": []any{"resource.k8s.io"}, "apiVersions": []any{"*"}, "operations": []any{"CREATE"}, "resources": []any{"resourceclaims"},
+		}}},
+		"matchConditions": []any{map[string]any{"name": "first-request-tolerates",
+			"expression": "has(object.spec.devices) && has(object.spec.devices.requests) && size(object.spec.devices.requests) > 0 && " +
+				"has(object.spec.devices.requests[0].exactly) && has(object.spec.devices.requests[0].exactly.tolerations)"}},
+		"failurePolicy":      "Fail",
+		"reinvocationPolicy": "Never",
+		"mutations": []any{map[string]any{"patchType": "JSONPatch", "jsonPatch": map[string]any{
+			"expression": `[JSONPatch{op: "remove", path: "/spec/devices/requests/0/exactly/tolerations"}]`,
+		}}},
+	}})
+	binding := object("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding", "", stripDeviceTolerationsPolicy, map[string]any{"spec": map[string]any{
+		"policyName": stripDeviceTolerationsPolicy,
+	}})
+	undo, err := createObjects(ctx, clients.Dynamic, clusterObject{gvr: gvr("mutatingadmissionpolicies"), obj: policy}, clusterObject{gvr: gvr("mutatingadmissionpolicybindings"), obj: binding})
+	if err != nil {
+		return nil, err
+	}
+	probe := &resourcev1.ResourceClaim{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "gpuconform-selfcheck-probe-", Namespace: "default"},
+		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
+			DeviceClassName: "gpu.nvidia.com", AllocationMode: resourcev1.DeviceAllocationModeExactCount, Count: 1,
+			Tolerations: []resourcev1.DeviceToleration{{Key: "gpuconform.io/selfcheck", Operator: resourcev1.DeviceTolerationOpExists}},
+		}}}}},
+	}
+	var last string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := clients.Kube.ResourceV1().ResourceClaims("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		last = fmt.Sprintf("a dry-run claim keeps %d toleration(s)", len(got.Spec.Devices.Requests[0].Exactly.Tolerations))
+		return len(got.Spec.Devices.Requests[0].Exactly.Tolerations) == 0, nil
+	})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("MutatingAdmissionPolicy %s is not applied: %s: %w", stripDeviceTolerationsPolicy, last, err), undo(ctx))
+	}
+	return undo, nil
 }

@@ -56,6 +56,9 @@ func sampleFailures() map[fakeplugin.Fault]string {
 		fakeplugin.FaultDRAXIDIgnored: "Timed out after 61.237s.\ntimed out after 1m1s waiting for gpuconform-worker to offer 3 devices on the dra path (GPU-648a1326-9e54-58a0-b0c0-22201bb54997 withdrawn)\n\nDiagnosis of Node /gpuconform-worker:\n" +
 			"gpuconform-worker offers 4 devices on the dra path; GPU-648a1326-9e54-58a0-b0c0-22201bb54997 (gpuconform-worker/gpu-4), reported unhealthy through local (docker, fake GPU agent), " +
 			"is in ResourceSlice gpuconform-worker-gpu.nvidia.com-r6pkx with taint gpu.nvidia.com/xid=79:None\nExpected\n    <int64>: 4\nto equal\n    <int64>: 3",
+		fakeplugin.FaultDRATolerationsStripped: "Told to stop trying after 1.204s.\npod gpuconform-fail-x/tolerant, whose claim's template tolerates gpuconform.io/unhealthy (Exists:NoExecute), was evicted from GPU-8ea8 " +
+			"when the device was tainted NoExecute (DisruptionTarget: DeletionByDeviceTaintManager: Device Taint manager: deleting due to NoExecute taint); its claim tolerant-gpus-7x, " +
+			"generated from template tolerant-gpus, which has the toleration, carries none: something between them dropped it (a mutating admission policy or webhook on resourceclaims: kubectl get mutatingadmissionpolicies,mutatingwebhookconfigurations)",
 		fakeplugin.FaultDRANoTaintEviction: "Told to stop trying after 41.022s.\npod train-cnd7b was not evicted from the unhealthy device GPU-8ea81920-660a-552a-a8b0-f9bf418d6fd0 (phase Succeeded: it finished there): " +
 			"DeviceTaintRule gpuconform-20261206-203404-4083be-gpuconform-worker3-gpu-4 has no status condition: kube-controller-manager's device-taint-eviction-controller has not processed it",
 		fakeplugin.FaultDRANoAdminAccess: "Timed out after 91.000s.\ntimed out after 1m31s waiting for pod gpuconform-admin-mon-x/monitor to run\n\nDiagnosis of Pod gpuconform-admin-mon-x/monitor:\n" +

@@ -85,31 +85,71 @@ func (t *TaintRule) SetHealth(ctx context.Context, dev Device, healthy bool) err
 // its conditions (EvictionInProgress, with the count of pods pending and evicted), or that it wrote none,
 // which is what a control plane without that controller shows.
 func (t *TaintRule) Status(ctx context.Context, dev Device) (string, error) {
-	rc, ok := restClient(t.Kube)
-	if !ok {
-		return "", errors.New("no REST client for resource.k8s.io/v1")
-	}
-	name := RuleName(t.RunID, dev)
-	raw, err := rc.Get().Resource("devicetaintrules").Name(name).Do(ctx).Raw()
+	rule, err := t.read(ctx, dev)
 	if err != nil {
 		return "", err
 	}
-	var rule struct {
-		Status struct {
-			Conditions []struct{ Type, Status, Reason, Message string } `json:"conditions"`
-		} `json:"status"`
-	}
-	if err := json.Unmarshal(raw, &rule); err != nil {
-		return "", err
-	}
 	if len(rule.Status.Conditions) == 0 {
-		return fmt.Sprintf("DeviceTaintRule %s has no status condition: kube-controller-manager's device-taint-eviction-controller has not processed it", name), nil
+		return fmt.Sprintf("DeviceTaintRule %s has no status condition: kube-controller-manager's device-taint-eviction-controller has not processed it", rule.Metadata.Name), nil
 	}
 	var conds []string
 	for _, c := range rule.Status.Conditions {
 		conds = append(conds, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message))
 	}
-	return fmt.Sprintf("DeviceTaintRule %s: %s", name, strings.Join(conds, "; ")), nil
+	return fmt.Sprintf("DeviceTaintRule %s: %s", rule.Metadata.Name, strings.Join(conds, "; ")), nil
+}
+
+// EvictionCondition is the EvictionInProgress condition kube-controller-manager's
+// device-taint-eviction-controller writes on a DeviceTaintRule (resourceapi.DeviceTaintConditionEvictionInProgress):
+// for NoExecute, True with reason PodsPendingEviction while pods using the device wait to be evicted, else
+// False with reason Completed (it evicted some) or NotStarted (none needed it).
+type EvictionCondition struct {
+	Status, Reason, Message string
+	// Current says it was written for the rule as it is now (observedGeneration = generation).
+	Current bool
+}
+
+// EvictionInProgress is the condition on dev's rule; false when the controller wrote none.
+func (t *TaintRule) EvictionInProgress(ctx context.Context, dev Device) (EvictionCondition, bool, error) {
+	rule, err := t.read(ctx, dev)
+	if err != nil {
+		return EvictionCondition{}, false, err
+	}
+	for _, c := range rule.Status.Conditions {
+		if c.Type == "EvictionInProgress" {
+			return EvictionCondition{Status: c.Status, Reason: c.Reason, Message: c.Message, Current: c.ObservedGeneration == rule.Metadata.Generation}, true, nil
+		}
+	}
+	return EvictionCondition{}, false, nil
+}
+
+// taintRuleObject is the part of a DeviceTaintRule the provider reads.
+type taintRuleObject struct {
+	Metadata struct {
+		Name       string `json:"name"`
+		Generation int64  `json:"generation"`
+	} `json:"metadata"`
+	Status struct {
+		Conditions []struct {
+			Type, Status, Reason, Message string
+			ObservedGeneration            int64 `json:"observedGeneration"`
+		} `json:"conditions"`
+	} `json:"status"`
+}
+
+// read reads dev's rule.
+func (t *TaintRule) read(ctx context.Context, dev Device) (taintRuleObject, error) {
+	var rule taintRuleObject
+	rc, ok := restClient(t.Kube)
+	if !ok {
+		return rule, errors.New("no REST client for resource.k8s.io/v1")
+	}
+	raw, err := rc.Get().Resource("devicetaintrules").Name(RuleName(t.RunID, dev)).Do(ctx).Raw()
+	if err != nil {
+		return rule, err
+	}
+	err = json.Unmarshal(raw, &rule)
+	return rule, err
 }
 
 // restClient returns the REST client of resource.k8s.io/v1, which also serves DeviceTaintRules (the

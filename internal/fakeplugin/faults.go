@@ -180,6 +180,11 @@ const (
 	// plays a driver release that wipes its pool at start. For a moment the node offers no DRA device, and
 	// every slice is a new object. Caught by the DRA driver's rolling-upgrade rehearsal's slice watch.
 	FaultDRASliceChurn Fault = "dra-slice-churn"
+	// FaultDRATolerationsStripped installs a MutatingAdmissionPolicy that removes the device tolerations
+	// of every ResourceClaim's first request as the claim is created: a platform's admission policy that
+	// rewrites claims, so the toleration a pod's template declares never reaches its claim. Cluster fault.
+	// Caught by the tolerated-taint check on the DRA path (the tolerating pod is evicted).
+	FaultDRATolerationsStripped Fault = "dra-tolerations-stripped"
 )
 
 // SlowGPUFactor is how far below their maximum FaultSlowGPU holds the GPUs' core clocks.
@@ -202,7 +207,7 @@ func VersionFaults(version string) []Fault {
 func (f Fault) Cluster() bool {
 	switch f {
 	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultAutoscalerUnhealthy, FaultGatewayNoController,
-		FaultMonitoringOwnNamespaceOnly, FaultDRANoTaintEviction:
+		FaultMonitoringOwnNamespaceOnly, FaultDRANoTaintEviction, FaultDRATolerationsStripped:
 		return true
 	}
 	return false
@@ -220,7 +225,7 @@ func AllFaults() []Fault {
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
 		FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
-		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction, FaultDRAPluginNoStart, FaultDRASliceChurn}
+		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction, FaultDRATolerationsStripped, FaultDRAPluginNoStart, FaultDRASliceChurn}
 }
 
 // MismatchedDriverVersion is the driver version nvidia-smi reports under FaultDriverMismatch on a node that
