@@ -266,12 +266,12 @@ func expectOneWorkload(ctx context.Context, env *testenv.Env, job *batchv1.Job, 
 }
 
 // gangWorkers are a gang's live pods by completion index (the newest pod of each index).
-func gangWorkers(ctx context.Context, env *testenv.Env, job *batchv1.Job, skip ...string) (map[int]*corev1.Pod, error) {
+func gangWorkers(ctx context.Context, env *testenv.Env, job *batchv1.Job) (map[int]*corev1.Pod, error) {
 	list, err := pods.OfJob(ctx, env, job)
 	if err != nil {
 		return nil, err
 	}
-	return workersOf(list, skip), nil
+	return workersOf(list, nil), nil
 }
 
 // waitingGangWorkers is gangWorkers inside a wait: from the spec's informers (testenv.Env.ListPods).
@@ -542,9 +542,13 @@ func withdrawGang(ctx context.Context, env *testenv.Env, job *batchv1.Job) {
 		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "deleting the gang's Job %s/%s", job.Namespace, job.Name)
 	}
 	env.Wait.For(ctx, fmt.Sprintf("every worker of the withdrawn gang %s/%s to be gone", job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name}, env.Timeouts.Release, func(g gomega.Gomega) {
-		left, err := gangWorkers(ctx, env, job)
+		left, err := pods.OfJob(ctx, env, job)
 		g.Expect(err).NotTo(gomega.HaveOccurred())
-		g.Expect(left).To(gomega.BeEmpty(), "workers of the withdrawn gang still exist: %s", describeWorkers(left))
+		names := make([]string, len(left))
+		for i, p := range left {
+			names[i] = p.Name
+		}
+		g.Expect(names).To(gomega.BeEmpty(), "pods of the withdrawn gang still exist")
 	})
 }
 

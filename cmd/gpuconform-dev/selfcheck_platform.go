@@ -211,14 +211,18 @@ func stripDeviceTolerations(ctx context.Context, clients *cluster.Clients) (func
 		}}}}},
 	}
 	var last string
-	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+	stripped := func(ctx context.Context) (bool, string) {
 		got, err := clients.Kube.ResourceV1().ResourceClaims("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
-			last = err.Error()
-			return false, nil
+			return false, err.Error()
 		}
-		last = fmt.Sprintf("a dry-run claim keeps %d toleration(s)", len(got.Spec.Devices.Requests[0].Exactly.Tolerations))
-		return len(got.Spec.Devices.Requests[0].Exactly.Tolerations) == 0, nil
+		n := len(got.Spec.Devices.Requests[0].Exactly.Tolerations)
+		return n == 0, fmt.Sprintf("a dry-run claim keeps %d toleration(s)", n)
+	}
+	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
+		var done bool
+		done, last = stripped(ctx)
+		return done, nil
 	})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("MutatingAdmissionPolicy %s is not applied: %s: %w", stripDeviceTolerationsPolicy, last, err), undo(ctx))
