@@ -125,11 +125,21 @@ func DRAUpgradeSpec(input func() DRAUpgradeInput) {
 	})
 }
 
-// holdCanaryNodes takes the canary nodes exclusive on every path whose pool has them (and those paths
-// shared): the suite's other pods stay off the nodes whose plugin rolls.
+// holdCanaryNodes takes the DRA roll's locks (draCanaryLocks) until its cleanup is done.
 func holdCanaryNodes(ctx context.Context, env *testenv.Env, b Base, nodes []string) {
 	ginkgo.GinkgoHelper()
-	var locks []poollock.Lock
+	locks := draCanaryLocks(b, nodes)
+	held, waited, err := poollock.HoldSet(ctx, poollock.Dir(env.Factory.RunID), locks)
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the pool locks %v", locks)
+	ginkgo.DeferCleanup(held.Release)
+	recordWait(waited)
+}
+
+// draCanaryLocks are the canary pool's lock (the driver upgrade rehearsal does not run beside the roll)
+// and the canary nodes exclusive on every path whose pool has them (and those paths shared): the suite's
+// other pods stay off the nodes whose plugin rolls.
+func draCanaryLocks(b Base, nodes []string) []poollock.Lock {
+	locks := []poollock.Lock{{Name: canaryLock, Mode: poollock.Exclusive}}
 	for _, p := range b.Paths {
 		pool := b.eligible(p, 1)
 		for _, n := range nodes {
@@ -139,14 +149,7 @@ func holdCanaryNodes(ctx context.Context, env *testenv.Env, b Base, nodes []stri
 			}
 		}
 	}
-	locks = uniqueLocks(locks)
-	if len(locks) == 0 {
-		return
-	}
-	held, waited, err := poollock.HoldSet(ctx, poollock.Dir(env.Factory.RunID), locks)
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "taking the pool locks %v", locks)
-	ginkgo.DeferCleanup(held.Release)
-	recordWait(waited)
+	return uniqueLocks(locks)
 }
 
 // draHolder is a pod that holds a device through the roll, and what it saw and was given before.

@@ -1,10 +1,13 @@
 package scenarios
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/poollock"
 	"gpuconform.io/gpuconform/framework/upgrade"
 )
 
@@ -43,5 +46,24 @@ func TestFromVersion(t *testing.T) {
 	}
 	if got := fromVersion(before, before, "v2"); got != "" {
 		t.Errorf("nothing changed: fromVersion = %q", got)
+	}
+}
+
+// The DRA roll and the driver upgrade rehearsal share the canary pool's lock, also where the canary is
+// not in the GPU pool and no node lock keeps them apart; where it is, the roll holds its nodes too.
+func TestDRACanaryLocksTakeTheCanaryPool(t *testing.T) {
+	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"gpu-0"}, "c1": {"gpu-0"}}}
+	ex, sh := poollock.Exclusive, poollock.Shared
+	outside := Base{Paths: []gpu.Path{dra}, GPUPool: []string{"w1"}}
+	if got := draCanaryLocks(outside, []string{"c1"}); !slices.Equal(got, []poollock.Lock{{Name: canaryLock, Mode: ex}}) {
+		t.Errorf("canary outside the GPU pool: %v", got)
+	}
+	inside := Base{Paths: []gpu.Path{dra, &gpu.ExtendedDRA{DRA: dra}}, GPUPool: []string{"w1", "c1"}}
+	want := []poollock.Lock{{Name: canaryLock, Mode: ex}, {Name: "path-dra", Mode: sh}, {Name: "path-dra@c1", Mode: ex}}
+	if got := draCanaryLocks(inside, []string{"c1"}); !slices.Equal(got, want) {
+		t.Errorf("canary in the GPU pool: %v, want %v", got, want)
+	}
+	if !slices.ContainsFunc(canaryHold(inside, []string{"c1"}, []string{"w1"}, 1).locks, func(l poollock.Lock) bool { return l == poollock.Lock{Name: canaryLock, Mode: ex} }) {
+		t.Error("the driver upgrade rehearsal does not take the canary pool's lock")
 	}
 }

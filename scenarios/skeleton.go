@@ -481,6 +481,14 @@ const stopsLock = "node-stops"
 // through them, 284-471 s).
 const faultsLock = "node-unhealthy-devices"
 
+// canaryLock is the lock of the canary pool's rehearsals (holds:canary, exclusive, until the rollback):
+// the driver upgrade drains and upgrades the canary and fills its nodes in its application checks, and the
+// DRA driver's roll keeps pods with claims starting there. Where the canary is not in the GPU pool (the
+// local cluster's gpuconform-worker5) no node lock keeps them apart (make e2e of ddde269: the upgrade's
+// "exclusivity (a filled node)" check on the canary found two devices held by the DRA roll's holder and
+// probe).
+const canaryLock = "canary-pool"
+
 // poolPlan is how a spec holds the pool locks: locks, each in its mode, then (holds:node) one of lease
 // exclusive.
 type poolPlan struct {
@@ -610,7 +618,7 @@ type canaryPlan struct {
 // (canaryPlan): the rehearsal needs them until it has compared the known-good pool, not through the
 // canary's application checks and rollback.
 func canaryHold(b Base, canary, good []string, need int64) canaryPlan {
-	plan := canaryPlan{locks: []poollock.Lock{{Name: faultsLock, Mode: poollock.Exclusive}, {Name: stopsLock, Mode: poollock.Exclusive}},
+	plan := canaryPlan{locks: []poollock.Lock{{Name: faultsLock, Mode: poollock.Exclusive}, {Name: stopsLock, Mode: poollock.Exclusive}, {Name: canaryLock, Mode: poollock.Exclusive}},
 		early: []string{faultsLock, stopsLock}}
 	for i, p := range b.Paths {
 		pool := b.eligible(p, 1)

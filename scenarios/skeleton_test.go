@@ -110,7 +110,7 @@ func TestExtendedDRAHoldsTheDRAPathsLocks(t *testing.T) {
 func TestCanaryHoldTakesTheCanaryAndEnoughKnownGoodDevices(t *testing.T) {
 	sh, ex := poollock.Shared, poollock.Exclusive
 	lk := func(name string, m poollock.Mode) poollock.Lock { return poollock.Lock{Name: name, Mode: m} }
-	first := []poollock.Lock{lk(faultsLock, ex), lk(stopsLock, ex)}
+	first := []poollock.Lock{lk(faultsLock, ex), lk(stopsLock, ex), lk(canaryLock, ex)}
 	// The local cluster: the canary (c1) is a pool of its own; w2 has more devices on the first path.
 	dp := &gpu.DevicePlugin{Resource: "nvidia.com/gpu", Allocatable: map[string]int64{"w1": 2, "w2": 4, "c1": 4}}
 	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"gpu-0"}, "w2": {"gpu-0"}, "c1": {"gpu-0"}}}
