@@ -27,6 +27,7 @@ var Registry = []*Scenario{
 	Gang,
 	Metrics,
 	ServiceMetrics,
+	PodAutoscaling,
 	Prioritized,
 	AdminAccess,
 	Operator,

@@ -40,7 +40,9 @@ func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplug
 	case fakeplugin.FaultKueueWebhookSkipsValidation:
 		return webhookSkipsResourceFlavors(ctx, clients.Kube)
 	case fakeplugin.FaultMetricsAPIUnavailable:
-		return createObjects(ctx, clients.Dynamic, unavailableMetricsAPI())
+		return metricsAdapterGone(ctx, clients)
+	case fakeplugin.FaultHPAMetricUnserved:
+		return hpaMetricRenamed(ctx, clients)
 	case fakeplugin.FaultAutoscalerUnhealthy:
 		return createObjects(ctx, clients.Dynamic, unhealthyAutoscalerStatus())
 	case fakeplugin.FaultGatewayNoController:

@@ -4,11 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/infra/localcluster"
 )
 
@@ -67,4 +72,86 @@ func restartPrometheusWith(ctx context.Context, kube kubernetes.Interface, confi
 	d := configuredDeployment{Namespace: localcluster.MonitoringNamespace, Name: prometheusDeployment, ConfigMap: prometheusConfigMap,
 		Key: prometheusConfigKey, Annotation: prometheusConfigAnnotation, What: "the local Prometheus"}
 	return d.restartWith(ctx, kube, config, nil)
+}
+
+// The local custom metrics API (infra/localcluster/manifests/prometheus-adapter.yaml).
+const (
+	adapterConfigKey = "config.yaml"
+	// adapterConfigAnnotation on the pod template rolls prometheus-adapter when its rules change.
+	adapterConfigAnnotation = "gpuconform.io/adapter-config"
+	// customMetricsAPI is the APIService the adapter serves the HPA through.
+	customMetricsAPI = "v1beta1.custom.metrics.k8s.io"
+	// adapterRateName is how the local adapter's rule names a counter's rate; the fault renames it.
+	adapterRateName = `as: "${1}_per_second"`
+)
+
+var adapterDeployment = configuredDeployment{Namespace: localcluster.MonitoringNamespace, Name: localcluster.MetricsAdapterDeployment,
+	ConfigMap: localcluster.MetricsAdapterConfigMap, Key: adapterConfigKey, Annotation: adapterConfigAnnotation, What: "the local prometheus-adapter"}
+
+// hpaMetricRenamed restarts the local prometheus-adapter with its rule serving a counter's rate as X_rate
+// instead of X_per_second: an adapter whose rules do not serve the metric the HPA is written for. The undo
+// restarts it with the rules it had.
+func hpaMetricRenamed(ctx context.Context, clients *cluster.Clients) (func(context.Context) error, error) {
+	cm, err := clients.Kube.CoreV1().ConfigMaps(adapterDeployment.Namespace).Get(ctx, adapterDeployment.ConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading the local prometheus-adapter's rules: %w", err)
+	}
+	before := cm.Data[adapterConfigKey]
+	if !strings.Contains(before, adapterRateName) {
+		return nil, fmt.Errorf("the local prometheus-adapter's rules have no %s to rename", adapterRateName)
+	}
+	after := strings.ReplaceAll(before, adapterRateName, `as: "${1}_rate"`)
+	ready := func(ctx context.Context) (bool, string) { return apiServiceIs(ctx, clients, "True") }
+	if err := adapterDeployment.restartWith(ctx, clients.Kube, after, ready); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		return adapterDeployment.restartWith(ctx, clients.Kube, before, ready)
+	}, nil
+}
+
+// metricsAdapterGone scales the local prometheus-adapter to zero replicas and waits until the aggregator
+// finds the custom metrics API unavailable: an adapter that is gone. The undo scales it back to one and
+// waits until the API is Available again.
+func metricsAdapterGone(ctx context.Context, clients *cluster.Clients) (func(context.Context) error, error) {
+	scale := func(ctx context.Context, replicas int32, want string) error {
+		deps := clients.Kube.AppsV1().Deployments(adapterDeployment.Namespace)
+		s, err := deps.GetScale(ctx, adapterDeployment.Name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading %s's scale: %w", adapterDeployment.What, err)
+		}
+		s.Spec.Replicas = replicas
+		if _, err := deps.UpdateScale(ctx, adapterDeployment.Name, s, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("scaling %s to %d: %w", adapterDeployment.What, replicas, err)
+		}
+		last := ""
+		err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			done, why := apiServiceIs(ctx, clients, want)
+			last = why
+			return done, nil
+		})
+		if err != nil {
+			return fmt.Errorf("APIService %s did not become Available=%s after scaling %s to %d: %s", customMetricsAPI, want, adapterDeployment.What, replicas, last)
+		}
+		return nil
+	}
+	if err := scale(ctx, 0, "False"); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return scale(ctx, 1, "True") }, nil
+}
+
+// apiServiceIs reports whether the custom metrics APIService's Available condition has status want.
+func apiServiceIs(ctx context.Context, clients *cluster.Clients, want string) (bool, string) {
+	svc, err := clients.Dynamic.Resource(apiServicesGVR).Get(ctx, customMetricsAPI, metav1.GetOptions{})
+	if err != nil {
+		return false, err.Error()
+	}
+	conds, _, _ := unstructured.NestedSlice(svc.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Available" {
+			return m["status"] == want, fmt.Sprintf("APIService %s: Available=%v %v", customMetricsAPI, m["status"], m["message"])
+		}
+	}
+	return false, "APIService " + customMetricsAPI + " has no Available condition"
 }

@@ -123,15 +123,7 @@ func object(apiVersion, kind, namespace, name string, fields map[string]any) *un
 	return u
 }
 
-// unavailableMetricsAPI registers the custom metrics API in front of a Service that does not exist.
-func unavailableMetricsAPI() clusterObject {
-	return clusterObject{gvr: schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"},
-		obj: object("apiregistration.k8s.io/v1", "APIService", "", "v1beta1.custom.metrics.k8s.io", map[string]any{"spec": map[string]any{
-			"group": "custom.metrics.k8s.io", "version": "v1beta1", "insecureSkipTLSVerify": true,
-			"groupPriorityMinimum": int64(100), "versionPriority": int64(100),
-			"service": map[string]any{"namespace": "gpuconform-selfcheck-absent", "name": "custom-metrics-adapter"},
-		}})}
-}
+var apiServicesGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
 // unhealthyAutoscalerStatus is cluster-autoscaler's status ConfigMap, in the YAML form it writes, with
 // its cluster-wide health Unhealthy.

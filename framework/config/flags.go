@@ -139,6 +139,7 @@ func flagTable() []flagDef {
 			return err
 		}},
 		{name: "monitoring", usage: "the monitoring system asked whether it collects a workload's metrics: auto (the accelerator metrics' Prometheus, else a Service labelled as a Prometheus server), none, service:NAMESPACE/NAME[:PORT] or prometheus:URL", apply: func(c *Config, v string) error { c.Monitoring = v; return nil }},
+		{name: "hpa-metric", usage: "pods metric of the custom metrics API an HPA scales the pod autoscaling scenario's GPU Deployment on (default " + DefaultHPAMetric + ": the rate of the workload's request counter under prometheus-adapter's X_total → X_per_second rule)", apply: func(c *Config, v string) error { c.HPAMetric = v; return nil }},
 		{name: "accelerator-metrics", usage: "where per-device metrics are read: auto (a Service labelled as the DCGM exporter), none, service:NAMESPACE/NAME[:PORT] or prometheus:URL", apply: func(c *Config, v string) error { c.AcceleratorMetrics = v; return nil }},
 		{name: "pod-cpu", usage: "CPU every container the suite runs requests and is limited to, a quantity (default 100m)", apply: func(c *Config, v string) error { c.PodResources.CPU = v; return nil }},
 		{name: "pod-memory", usage: "memory every container the suite runs requests and is limited to, a quantity (default 128Mi)", apply: func(c *Config, v string) error { c.PodResources.Memory = v; return nil }},

@@ -151,10 +151,21 @@ type Config struct {
 	// Service labelled as a Prometheus server's), "none", "service:NAMESPACE/NAME[:PORT]" (a Prometheus
 	// Service, queried through the API server's service proxy) or "prometheus:URL".
 	Monitoring string `json:"monitoring,omitempty"`
+	// HPAMetric is the pods metric of the custom metrics API (custom.metrics.k8s.io) on which the pod
+	// autoscaling scenario's HPA scales a GPU Deployment of the model-server stand-in (default
+	// DefaultHPAMetric: the rate of its request counter, the name prometheus-adapter's documented rule
+	// X_total → X_per_second gives it). Name the metric the platform's adapter serves for it.
+	HPAMetric string `json:"hpaMetric,omitempty"`
 	// Product is the AI Conformance submission's metadata (who certifies which product), written into
 	// PRODUCT.yaml; a field left out stays blank there with a TODO.
 	Product conformance.Metadata `json:"product,omitempty"`
 }
+
+// DefaultHPAMetric is HPAMetric's default.
+const DefaultHPAMetric = "gpuconform_inference_requests_per_second"
+
+// HPAMetricName is the configured HPA metric, or its default.
+func (c Config) HPAMetricName() string { return cmp.Or(c.HPAMetric, DefaultHPAMetric) }
 
 // MetricsEndpoint is a parsed AcceleratorMetrics value.
 type MetricsEndpoint struct {

@@ -209,6 +209,10 @@ func rules() []rule {
 				_, err := ParseMetricsEndpoint(c.Monitoring)
 				return "monitoring (--monitoring): " + err.Error()
 			}},
+		{"hpa-metric", func(c Config) bool { return !strings.ContainsAny(c.HPAMetric, "/?# \t\n") },
+			func(c Config) string {
+				return fmt.Sprintf("hpaMetric (--hpa-metric) %q: a custom metrics API metric name is one path segment, without '/', '?', '#' or white space", c.HPAMetric)
+			}},
 		{"artifacts-dir", func(c Config) bool { return c.ArtifactsDir != "" },
 			func(Config) string {
 				return "artifactsDir: empty; name the directory for reports and dumps (--artifacts DIR)"

@@ -150,6 +150,8 @@ func TestRules(t *testing.T) {
 			func(c *Config) { c.AcceleratorMetrics = "service:gpu-operator/nvidia-dcgm-exporter:9400" }},
 		"monitoring": {func(c *Config) { c.Monitoring = "prometheus:monitoring:9090" },
 			func(c *Config) { c.Monitoring = "service:monitoring/prometheus:9090" }},
+		"hpa-metric": {func(c *Config) { c.HPAMetric = "pods/DCGM_FI_DEV_GPU_UTIL" },
+			func(c *Config) { c.HPAMetric = "DCGM_FI_DEV_GPU_UTIL" }},
 		"namespace-not-disruptive": {func(c *Config) { c.Namespace, c.Disruptive = "team-a", true },
 			func(c *Config) { c.Disruptive = true }},
 		"faults.nodeProvider":      {func(c *Config) { c.Faults.NodeProvider = "ssh" }, func(c *Config) { c.Faults.NodeProvider = FaultProviderKubeletStop }},

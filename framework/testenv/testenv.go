@@ -16,6 +16,8 @@ import (
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -506,8 +508,10 @@ func (e *Env) kueueOrNil() kueueclient.Interface {
 }
 
 // labelledKinds are the namespaced kinds the suite creates that deleteLabelled removes. Generated
-// ResourceClaims go with their pods; Kueue's Workloads with their Jobs.
+// ResourceClaims go with their pods; Kueue's Workloads with their Jobs; ReplicaSets with their Deployments.
 var labelledKinds = []func() k8s.ObjectList{
+	func() k8s.ObjectList { return &autoscalingv2.HorizontalPodAutoscalerList{} },
+	func() k8s.ObjectList { return &appsv1.DeploymentList{} },
 	func() k8s.ObjectList { return &batchv1.JobList{} },
 	func() k8s.ObjectList { return &corev1.PodList{} },
 	func() k8s.ObjectList { return &resourcev1.ResourceClaimTemplateList{} },

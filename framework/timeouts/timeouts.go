@@ -56,6 +56,10 @@ type Timeouts struct {
 	// a Prometheus in between adds its scrape interval (30–60 s); the local fake answers at each scrape. It
 	// also bounds a workload's own counter growing between two of the monitoring system's scrapes.
 	Metrics time.Duration
+	// Autoscale waits for the custom metrics API to serve a new workload's metric and the HPA to act on
+	// it: prometheus-adapter finds new series at its relist (every 10 min by default; 15 s on the local
+	// cluster), and the HPA controller reads its metrics every 15 s.
+	Autoscale time.Duration
 	// Rejection waits for the API server to answer a create that must be rejected.
 	Rejection time.Duration
 	// Cleanup bounds deleting one spec's objects, namespace included: pods terminate with their grace
@@ -82,6 +86,7 @@ func Local() Timeouts {
 		Release:     60 * time.Second,
 		HelperPod:   60 * time.Second,
 		Metrics:     30 * time.Second,
+		Autoscale:   2 * time.Minute,
 		Rejection:   15 * time.Second,
 		Cleanup:     2 * time.Minute,
 		NodeLost:    3 * time.Minute,
@@ -103,6 +108,7 @@ func Real() Timeouts {
 		Release:     3 * time.Minute,
 		HelperPod:   5 * time.Minute,
 		Metrics:     3 * time.Minute,
+		Autoscale:   15 * time.Minute,
 		Rejection:   30 * time.Second,
 		Cleanup:     10 * time.Minute,
 		NodeLost:    10 * time.Minute,

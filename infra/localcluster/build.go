@@ -64,6 +64,10 @@ var (
 	compPrometheus = goComponent{Name: "prometheus", Module: "infra/modules/prometheus", Output: "prometheus",
 		Tags: "remove_all_sd enable_kubernetes_sd", LDFlags: "-s -w -X github.com/prometheus/common/version.Version=" + PrometheusVersion,
 		Packages: []string{"github.com/prometheus/prometheus/cmd/prometheus"}}
+	// compMetricsAdapter is prometheus-adapter, which serves the custom metrics API (custom.metrics.k8s.io)
+	// from the local Prometheus, the way a platform gives the HPA its workloads' own metrics.
+	compMetricsAdapter = goComponent{Name: "prometheus-adapter", Module: "infra/modules/prometheus-adapter", Output: "adapter", LDFlags: "-s -w", GCFlags: noDWARF,
+		Packages: []string{"sigs.k8s.io/prometheus-adapter/cmd/adapter"}}
 	compDRA = goComponent{Name: "dra-example-driver", Module: "infra/modules/dra-example-driver", LDFlags: "-s -w", GCFlags: noDWARF, Packages: []string{
 		"sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"}}
 	// compRuntime is the capability-stripping runc wrapper for the project's own dockerd (host.go).

@@ -106,6 +106,8 @@ const wrapperModulesDir = "infra/modules"
 var ownGraph = map[string]string{
 	"prometheus": "Prometheus v0.316.0 pins newer OpenTelemetry, gRPC and golang.org/x libraries than Kubernetes v1.37.2; " +
 		"raising them in the shared graph would rebuild Kubernetes for a component that shares little more than client-go with it",
+	"prometheus-adapter": "prometheus-adapter v0.12.0 is an aggregated API server built on custom-metrics-apiserver v1.30 and the k8s.io " +
+		"v0.30 generic API server; it keeps the graph its release was tested with rather than Kubernetes v1.37.2's",
 	"dra-example-driver": "dra-example-driver v0.4.0 pins k8s.io v0.36, and its CPU profile sets resource/v1 " +
 		"Device.NodeAllocatableResourceMappings, an alpha field that v0.37 does not have",
 }

@@ -61,6 +61,12 @@ func (c *Cluster) prometheusImage() imageSpec {
 		Dirs: []string{"prometheus", "tmp"}, User: "65534:65534", Entrypoint: []string{"/bin/prometheus"}}
 }
 
+// metricsAdapterImage is prometheus-adapter's image; it writes its self-signed serving certificate to /tmp.
+func (c *Cluster) metricsAdapterImage() imageSpec {
+	return imageSpec{Ref: ImageMetricsAdapter, Files: map[string]string{"adapter": c.binary("prometheus-adapter", "adapter")},
+		Dirs: []string{"tmp"}, User: "65534:65534", Entrypoint: []string{"/adapter"}}
+}
+
 // exampleDRAImage is the dra-example-driver's image. It is not preloaded: only a cluster brought up with
 // --dra-driver=example runs it, so it is built and loaded into the nodes then (loadExampleDRADriver),
 // and a bring-up with the project's own agent never compiles it.

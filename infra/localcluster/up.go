@@ -53,6 +53,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 		c.rootfs.cancel() // a cluster that revives needs no rootfs; one that is recreated builds it below
 		c.startBuild(ctx, compKueue)
 		c.startBuild(ctx, compPrometheus)
+		c.startBuild(ctx, compMetricsAdapter)
 	}
 	revived := false
 	if exists {
@@ -85,6 +86,8 @@ func (c *Cluster) Up(ctx context.Context) error {
 			c.logf("using the node image given: %s (Kueue's image is loaded after creation)", nodeImage)
 			c.startBuild(ctx, compKueue)
 			c.startBuild(ctx, compPrometheus)
+			c.startBuild(ctx, compMetricsAdapter)
+			c.startBuild(ctx, compMetricsAdapter)
 			c.startBuild(ctx, compTools)
 		}
 		if err := c.prepareSharedDir(); err != nil {
@@ -148,6 +151,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := c.step("custom metrics API", "wait for prometheus-adapter's build, load its image and serve custom.metrics.k8s.io from Prometheus", func() error {
+		return c.installMetricsAdapter(ctx, c.startBuild(ctx, compMetricsAdapter))
+	}); err != nil {
+		return err
+	}
 	c.logf("cluster %s ready in %s; kubeconfig: %s; kubectl: %s", c.opts.Name, time.Since(start).Round(time.Second), c.Kubeconfig(), c.Kubectl())
 	return nil
 }
@@ -163,6 +171,7 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 	// mostly disk and waiting (the system images, the node image, kind's creation, the nodes' start).
 	c.startBuild(ctx, compKueue)
 	c.startBuild(ctx, compPrometheus)
+	c.startBuild(ctx, compMetricsAdapter)
 	c.startBuild(ctx, compTools)
 	compNet := goComponent{Name: "net", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-net"}}
 	if _, err := c.buildGoStep(ctx, compNet); err != nil {
@@ -293,7 +302,7 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 		started = true
 		go func() {
 			defer close(modules.done)
-			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue, compPrometheus}))
+			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue, compPrometheus, compMetricsAdapter}))
 		}()
 		dir, image, err := c.rootfsStep(bctx)
 		if err != nil {

@@ -13,33 +13,37 @@ const (
 	// PrometheusVersion is the release the module github.com/prometheus/prometheus v0.316.0 is (its VERSION
 	// file; the module's v0.3MM.P tags are releases 3.MM.P).
 	PrometheusVersion = "3.16.0"
-	DebianSuite       = "bookworm"
+	// MetricsAdapterVersion is prometheus-adapter's release (the module sigs.k8s.io/prometheus-adapter).
+	MetricsAdapterVersion = "v0.12.0"
+	DebianSuite           = "bookworm"
 )
 
 // Image names inside the nodes. The control-plane names must be exactly what kubeadm v1.37.2 asks for, and
 // containerd's sandbox_image must name the same pause image: any mismatch turns into a registry pull, which
 // fails offline after a silent multi-minute kubeadm timeout.
 const (
-	ImageAPIServer  = "registry.k8s.io/kube-apiserver:" + KubernetesVersion
-	ImageController = "registry.k8s.io/kube-controller-manager:" + KubernetesVersion
-	ImageScheduler  = "registry.k8s.io/kube-scheduler:" + KubernetesVersion
-	ImageProxy      = "registry.k8s.io/kube-proxy:" + KubernetesVersion
-	ImageEtcd       = "registry.k8s.io/etcd:3.7.0-0" // kubeadm's default tag; etcd v3.7.3 is shipped under it
-	ImagePause      = "registry.k8s.io/pause:3.10.2"
-	ImageCoreDNS    = "registry.k8s.io/coredns/coredns:v1.14.6"
-	ImageKueue      = "gpuconform.local/kueue:" + KueueVersion
-	ImageDRADriver  = "gpuconform.local/dra-example-driver:" + DRADriverVersion
-	ImagePrometheus = "gpuconform.local/prometheus:v" + PrometheusVersion
-	ImageNet        = "gpuconform.local/gpuconform-net:dev"
-	ImageWorkload   = "gpuconform.local/gpu-workload:dev"
-	NodeImageRepo   = "gpuconform.local/kind-node"
-	rootfsImageRepo = "gpuconform.local/rootfs"
-	toolsImageRepo  = "gpuconform.local/tools"
+	ImageAPIServer      = "registry.k8s.io/kube-apiserver:" + KubernetesVersion
+	ImageController     = "registry.k8s.io/kube-controller-manager:" + KubernetesVersion
+	ImageScheduler      = "registry.k8s.io/kube-scheduler:" + KubernetesVersion
+	ImageProxy          = "registry.k8s.io/kube-proxy:" + KubernetesVersion
+	ImageEtcd           = "registry.k8s.io/etcd:3.7.0-0" // kubeadm's default tag; etcd v3.7.3 is shipped under it
+	ImagePause          = "registry.k8s.io/pause:3.10.2"
+	ImageCoreDNS        = "registry.k8s.io/coredns/coredns:v1.14.6"
+	ImageKueue          = "gpuconform.local/kueue:" + KueueVersion
+	ImageDRADriver      = "gpuconform.local/dra-example-driver:" + DRADriverVersion
+	ImagePrometheus     = "gpuconform.local/prometheus:v" + PrometheusVersion
+	ImageMetricsAdapter = "gpuconform.local/prometheus-adapter:" + MetricsAdapterVersion
+	ImageNet            = "gpuconform.local/gpuconform-net:dev"
+	ImageWorkload       = "gpuconform.local/gpu-workload:dev"
+	NodeImageRepo       = "gpuconform.local/kind-node"
+	rootfsImageRepo     = "gpuconform.local/rootfs"
+	toolsImageRepo      = "gpuconform.local/tools"
 	// exampleDRAImageRepo and kueueImageRepo hold ImageDRADriver and ImageKueue under their content keys,
 	// the references the manifests name.
-	exampleDRAImageRepo = "gpuconform.local/dra-example-kubeletplugin"
-	kueueImageRepo      = "gpuconform.local/kueue-manager"
-	prometheusImageRepo = "gpuconform.local/prometheus-server"
+	exampleDRAImageRepo     = "gpuconform.local/dra-example-kubeletplugin"
+	kueueImageRepo          = "gpuconform.local/kueue-manager"
+	prometheusImageRepo     = "gpuconform.local/prometheus-server"
+	metricsAdapterImageRepo = "gpuconform.local/prometheus-adapter-server"
 	// MonitoringNamespace holds the local cluster's Prometheus (manifests/prometheus.yaml).
 	MonitoringNamespace = "monitoring"
 	PoolLabel           = "gpuconform.io/pool"

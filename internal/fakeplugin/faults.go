@@ -131,10 +131,15 @@ const (
 	// selector nothing matches, so the API server stores a flavor Kueue would deny: a webhook configuration
 	// that lost its rule. Cluster fault. Caught by the operator scenario's webhook check.
 	FaultKueueWebhookSkipsValidation Fault = "kueue-webhook-skips-validation"
-	// FaultMetricsAPIUnavailable registers the custom metrics API (APIService
-	// v1beta1.custom.metrics.k8s.io) in front of a Service that does not exist: an adapter that is gone.
-	// Cluster fault. Caught by the platform scenario's metrics API check (never not applicable).
+	// FaultMetricsAPIUnavailable scales the local custom metrics API's adapter (prometheus-adapter) to zero,
+	// so the aggregator finds APIService v1beta1.custom.metrics.k8s.io without endpoints: an adapter that
+	// is gone. Cluster fault. Caught by the platform scenario's metrics API check (never not applicable).
 	FaultMetricsAPIUnavailable Fault = "metrics-api-unavailable"
+	// FaultHPAMetricUnserved restarts the local prometheus-adapter with its rule naming a counter's rate
+	// X_rate instead of X_per_second: a custom metrics API that serves the workload's series, but not under
+	// the name the HPA is written for. Cluster fault. Caught by the pod autoscaling scenario (the pods
+	// metric is never served for its pod, so no HPA is created).
+	FaultHPAMetricUnserved Fault = "hpa-metric-unserved"
 	// FaultAutoscalerUnhealthy writes cluster-autoscaler's status ConfigMap with its cluster-wide health
 	// Unhealthy: an autoscaler that cannot scale. Cluster fault. Caught by the platform scenario's
 	// autoscaler check.
@@ -206,7 +211,7 @@ func VersionFaults(version string) []Fault {
 // Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
 func (f Fault) Cluster() bool {
 	switch f {
-	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultAutoscalerUnhealthy, FaultGatewayNoController,
+	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultAutoscalerUnhealthy, FaultGatewayNoController,
 		FaultMonitoringOwnNamespaceOnly, FaultDRANoTaintEviction, FaultDRATolerationsStripped:
 		return true
 	}
@@ -224,7 +229,7 @@ func AllFaults() []Fault {
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
-		FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
+		FaultHPAMetricUnserved, FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
 		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction, FaultDRATolerationsStripped, FaultDRAPluginNoStart, FaultDRASliceChurn}
 }
 
