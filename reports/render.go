@@ -13,6 +13,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 	corev1 "k8s.io/api/core/v1"
 
+	"gpuconform.io/gpuconform/framework/audit"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/timeline"
 	"gpuconform.io/gpuconform/framework/upgrade"
@@ -32,78 +33,98 @@ func ReadGinkgoJSON(path string) ([]types.Report, error) {
 	return reports, nil
 }
 
-// RenderMarkdown renders the signoff report.
+// RenderMarkdown renders the signoff report, section by section in the order a reader needs them: the
+// verdict and its reasons, the compatibility record, the results, the timings and evidence, what was not
+// exercised, and the failures' evidence.
 func RenderMarkdown(suites []types.Report, rec Record) string {
 	var b strings.Builder
 	v := Decide(suites, rec)
-	fmt.Fprintf(&b, "# GPU scheduling signoff: **%s**\n\n", v.Outcome)
-	fmt.Fprintf(&b, "Run `%s` against context `%s` (%s), %s. Exit code %d.\n\n", rec.RunID, rec.Context, rec.Server, rec.GeneratedAt.Format(time.RFC3339), v.ExitCode())
-	if s := v.StandInSummary(); s != "" {
-		fmt.Fprintf(&b, "**%s:**\n\n", s)
-		for _, l := range v.StandIns {
-			fmt.Fprintf(&b, "- stand-in: %s\n", l)
-		}
-		b.WriteString("\n")
-	}
-	for _, r := range v.NoGo {
-		fmt.Fprintf(&b, "- %s\n", r)
-	}
-	for _, r := range v.Incomplete {
-		allowed := ""
-		if rec.Signoff.AllowIncomplete {
-			allowed = " (allowed by the signoff policy)"
-		}
-		fmt.Fprintf(&b, "- incomplete: %s%s\n", r, allowed)
-	}
-	for _, r := range v.NotApplicable {
-		fmt.Fprintf(&b, "- not applicable: %s\n", r)
-	}
-	if len(v.NoGo)+len(v.Incomplete)+len(v.NotApplicable) > 0 {
-		b.WriteString("\n")
-	}
-	if len(rec.Signoff.Require) > 0 {
-		fmt.Fprintf(&b, "Required: %s, and every discovered allocation path.\n\n", strings.Join(rec.Signoff.Require, ", "))
-	}
-	if bl := rec.Signoff.Baseline; bl != nil {
-		fmt.Fprintf(&b, "## Compared with baseline run `%s` (%s)\n\n", bl.RunID, bl.Source)
-		if len(v.Baseline) == 0 {
-			b.WriteString("Everything that passed in the baseline passes now.\n\n")
-		}
-		for _, d := range v.Baseline {
-			fmt.Fprintf(&b, "- %s\n", d)
-		}
-		if len(v.Baseline) > 0 {
-			b.WriteString("\n")
-		}
-	}
-
+	renderVerdict(&b, v, rec)
 	for _, u := range UpgradeVerdicts(suites) {
 		fmt.Fprintf(&b, "**%s**\n\n", u)
 	}
 	renderRehearsals(&b, suites)
+	renderRecord(&b, rec, suites)
+	renderSharing(&b, rec, suites)
+	renderFeatureGates(&b, rec.FeatureGates)
+	renderParameters(&b, rec, Filters(suites))
+	failures := renderResults(&b, suites)
+	renderTimings(&b, rec.Timelines)
+	renderSteps(&b, suites, rec.Signoff.Measured)
+	renderEvidence(&b, ConformanceEvidence(suites, rec))
+	renderNotExercised(&b, rec)
+	renderLeakAudit(&b, rec.LeakAudit)
+	renderFailures(&b, failures)
+	return b.String()
+}
+
+// renderVerdict writes the title with the outcome, the run, the stand-ins, every reason, the required
+// labels and the comparison with the baseline.
+func renderVerdict(b *strings.Builder, v Verdict, rec Record) {
+	fmt.Fprintf(b, "# GPU scheduling signoff: **%s**\n\n", v.Outcome)
+	fmt.Fprintf(b, "Run `%s` against context `%s` (%s), %s. Exit code %d.\n\n", rec.RunID, rec.Context, rec.Server, rec.GeneratedAt.Format(time.RFC3339), v.ExitCode())
+	if s := v.StandInSummary(); s != "" {
+		fmt.Fprintf(b, "**%s:**\n\n", s)
+		for _, l := range v.StandIns {
+			fmt.Fprintf(b, "- stand-in: %s\n", l)
+		}
+		b.WriteString("\n")
+	}
+	allowed := ""
+	if rec.Signoff.AllowIncomplete {
+		allowed = " (allowed by the signoff policy)"
+	}
+	lines := slices.Clone(v.NoGo)
+	for _, r := range v.Incomplete {
+		lines = append(lines, "incomplete: "+r+allowed)
+	}
+	for _, r := range v.NotApplicable {
+		lines = append(lines, "not applicable: "+r)
+	}
+	writeList(b, lines)
+	if len(rec.Signoff.Require) > 0 {
+		fmt.Fprintf(b, "Required: %s, and every discovered allocation path.\n\n", strings.Join(rec.Signoff.Require, ", "))
+	}
+	if bl := rec.Signoff.Baseline; bl != nil {
+		fmt.Fprintf(b, "## Compared with baseline run `%s` (%s)\n\n", bl.RunID, bl.Source)
+		if len(v.Baseline) == 0 {
+			b.WriteString("Everything that passed in the baseline passes now.\n\n")
+		}
+		writeList(b, v.Baseline)
+	}
+}
+
+// writeList writes lines as a list followed by a blank line (nothing for none).
+func writeList(b *strings.Builder, lines []string) {
+	for _, l := range lines {
+		fmt.Fprintf(b, "- %s\n", l)
+	}
+	if len(lines) > 0 {
+		b.WriteString("\n")
+	}
+}
+
+// renderRecord writes the compatibility record: versions, paths, sharing, feature gates, and one row per node.
+func renderRecord(b *strings.Builder, rec Record, suites []types.Report) {
 	b.WriteString("## Compatibility record\n\n| | |\n|---|---|\n")
-	row := func(k, v string) { fmt.Fprintf(&b, "| %s | %s |\n", k, cell(v)) }
+	row := func(k, v string) { fmt.Fprintf(b, "| %s | %s |\n", k, cell(v)) }
+	// optional rows are written only when the record has them.
+	optional := func(k, v string) {
+		if v != "" {
+			row(k, v)
+		}
+	}
 	row("Kubernetes", rec.KubernetesVersion)
 	kueue := "absent"
 	if rec.Kueue.Present {
 		kueue = rec.Kueue.Version
 	}
 	row("Kueue", kueue)
-	if rec.Kueue.WaitForPodsReady != "" {
-		row("Kueue waitForPodsReady", rec.Kueue.WaitForPodsReady)
-	}
-	if rec.Kueue.TAS != "" {
-		row("Kueue topology-aware scheduling", rec.Kueue.TAS)
-	}
-	if rec.AcceleratorMetrics != "" {
-		row("Accelerator metrics", rec.AcceleratorMetrics)
-	}
-	if rec.Monitoring != "" {
-		row("Monitoring", rec.Monitoring)
-	}
-	if rec.NodeMonitorGracePeriod != "" {
-		row("Node monitor grace period", rec.NodeMonitorGracePeriod)
-	}
+	optional("Kueue waitForPodsReady", rec.Kueue.WaitForPodsReady)
+	optional("Kueue topology-aware scheduling", rec.Kueue.TAS)
+	optional("Accelerator metrics", rec.AcceleratorMetrics)
+	optional("Monitoring", rec.Monitoring)
+	optional("Node monitor grace period", rec.NodeMonitorGracePeriod)
 	for _, p := range rec.Paths {
 		desc := p.Description
 		if p.DriverVersion != "" {
@@ -120,83 +141,80 @@ func RenderMarkdown(suites []types.Report, rec Record) string {
 	if len(rec.Nodes) > 0 {
 		b.WriteString("\n| Node | Accelerator | Driver | OS | Kernel | Runtime | Kubelet | Devices (plugin/DRA) |\n|---|---|---|---|---|---|---|---|\n")
 		for _, n := range rec.Nodes {
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %d/%d |\n", n.Name, cell(n.Accelerator), cell(n.Driver), cell(n.OSImage), cell(n.Kernel), cell(n.ContainerRuntime), cell(n.Kubelet), n.DevicePluginDevices, n.DRADevices)
+			fmt.Fprintf(b, "| %s | %s | %s | %s | %s | %s | %s | %d/%d |\n", n.Name, cell(n.Accelerator), cell(n.Driver), cell(n.OSImage), cell(n.Kernel), cell(n.ContainerRuntime), cell(n.Kubelet), n.DevicePluginDevices, n.DRADevices)
 		}
 	}
-	renderSharing(&b, rec, suites)
-	renderFeatureGates(&b, rec.FeatureGates)
-	renderParameters(&b, rec, Filters(suites))
+}
 
+// renderResults writes one row per spec (by path) and returns the failed nodes, specs and others.
+func renderResults(b *strings.Builder, suites []types.Report) []types.SpecReport {
 	b.WriteString("\n## Results\n\n| Path | Spec | Result | Time |\n|---|---|---|---|\n")
 	var failures []types.SpecReport
 	for _, s := range suites {
-		specs := append([]types.SpecReport(nil), s.SpecReports...)
+		specs := slices.Clone(s.SpecReports)
 		slices.SortStableFunc(specs, func(a, b types.SpecReport) int { return cmp.Compare(pathOf(a), pathOf(b)) })
 		for _, sp := range specs {
-			if sp.LeafNodeType != types.NodeTypeIt {
-				if sp.State.Is(types.SpecStateFailureStates) {
-					failures = append(failures, sp)
-				}
-				continue
-			}
-			if sp.State == types.SpecStateSkipped && sp.Failure.Message == "" && len(sp.ContainerHierarchyTexts) == 0 {
-				continue
-			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", cell(pathOf(sp)), cell(sp.FullText()), stateText(sp.State), sp.RunTime.Round(time.Second))
 			if sp.State.Is(types.SpecStateFailureStates) {
 				failures = append(failures, sp)
 			}
+			// Not a spec (a setup or cleanup node), or one that never came to run: no row.
+			if sp.LeafNodeType != types.NodeTypeIt || sp.State == types.SpecStateSkipped && sp.Failure.Message == "" && len(sp.ContainerHierarchyTexts) == 0 {
+				continue
+			}
+			fmt.Fprintf(b, "| %s | %s | %s | %s |\n", cell(pathOf(sp)), cell(sp.FullText()), stateText(sp.State), sp.RunTime.Round(time.Second))
 		}
 	}
+	return failures
+}
 
-	renderTimings(&b, rec.Timelines)
-	renderSteps(&b, suites, rec.Signoff.Measured)
-	renderEvidence(&b, ConformanceEvidence(suites, rec))
-
+// renderNotExercised writes what the run did not exercise and the notes of discovery.
+func renderNotExercised(b *strings.Builder, rec Record) {
 	b.WriteString("\n## Not exercised\n\n")
 	if len(rec.NotExercised) == 0 {
 		b.WriteString("Everything the suite knows how to check was exercised.\n")
 	}
 	for _, n := range rec.NotExercised {
-		fmt.Fprintf(&b, "- **%s**: %s\n", n.What, n.Why)
+		fmt.Fprintf(b, "- **%s**: %s\n", n.What, n.Why)
 	}
-
 	if len(rec.Notes) > 0 {
 		b.WriteString("\n## Notes\n\nWhat discovery could not read or waited for, and why:\n\n")
 		for _, n := range rec.Notes {
-			fmt.Fprintf(&b, "- %s\n", n)
+			fmt.Fprintf(b, "- %s\n", n)
 		}
 	}
+}
 
-	if rec.LeakAudit != nil {
-		b.WriteString("\n## Leak audit\n\n")
-		if rec.LeakAudit.Clean() {
-			b.WriteString("Nothing labelled by this run is left on the cluster.\n")
-		} else {
-			for _, f := range rec.LeakAudit.Ours {
-				fmt.Fprintf(&b, "- left behind: %s\n", f)
-			}
-		}
-		for _, f := range rec.LeakAudit.Others {
-			fmt.Fprintf(&b, "- another run's object: %s\n", f)
-		}
+// renderLeakAudit writes what the leak audit found (nothing when it did not run).
+func renderLeakAudit(b *strings.Builder, leaks *audit.Result) {
+	if leaks == nil {
+		return
 	}
+	b.WriteString("\n## Leak audit\n\n")
+	if leaks.Clean() {
+		b.WriteString("Nothing labelled by this run is left on the cluster.\n")
+	}
+	for _, f := range leaks.Ours {
+		fmt.Fprintf(b, "- left behind: %s\n", f)
+	}
+	for _, f := range leaks.Others {
+		fmt.Fprintf(b, "- another run's object: %s\n", f)
+	}
+}
 
-	if len(failures) > 0 {
-		b.WriteString("\n## Evidence for failures\n")
-		for _, sp := range failures {
-			name := sp.FullText()
-			if name == "" {
-				name = sp.LeafNodeType.String()
-			}
-			fmt.Fprintf(&b, "\n### %s\n\n", name)
-			fmt.Fprintf(&b, "At `%s`:\n\n```\n%s\n```\n", sp.Failure.Location, strings.TrimSpace(sp.Failure.Message))
-			for _, e := range sp.ReportEntries {
-				fmt.Fprintf(&b, "- %s: %s\n", e.Name, e.StringRepresentation())
-			}
+// renderFailures writes each failure's message, where it failed, and its report entries.
+func renderFailures(b *strings.Builder, failures []types.SpecReport) {
+	if len(failures) == 0 {
+		return
+	}
+	b.WriteString("\n## Evidence for failures\n")
+	for _, sp := range failures {
+		name := cmp.Or(sp.FullText(), sp.LeafNodeType.String())
+		fmt.Fprintf(b, "\n### %s\n\n", name)
+		fmt.Fprintf(b, "At `%s`:\n\n```\n%s\n```\n", sp.Failure.Location, strings.TrimSpace(sp.Failure.Message))
+		for _, e := range sp.ReportEntries {
+			fmt.Fprintf(b, "- %s: %s\n", e.Name, e.StringRepresentation())
 		}
 	}
-	return b.String()
 }
 
 func pathOf(sp types.SpecReport) string {

@@ -3,6 +3,7 @@ package reports
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -256,80 +257,123 @@ func (v Verdict) Reasons() []string {
 }
 
 // Decide applies the verdict policy to a run: its Ginkgo reports and its record (which carries the policy).
+// It reads straight down, one pass per part of the policy: how the run started, what each spec found,
+// the leak audit, the required labels, the pre-upgrade rehearsal, the baseline, then the outcome.
 func Decide(suites []types.Report, rec Record) Verdict {
 	v := Verdict{FakeGPUs: rec.GPUsFake()}
-	switch {
-	case rec.SetupFailure != "" && rec.SetupRefused:
-		v.Incomplete = append(v.Incomplete, "the run refused to start: "+rec.SetupFailure)
-	case rec.SetupFailure != "":
-		v.NoGo = append(v.NoGo, "the run stopped before its specs: "+rec.SetupFailure)
-	}
 	refused := refusals(suites)
-	for _, r := range refused {
-		v.Incomplete = append(v.Incomplete, "the run refused to start: "+r)
-	}
+	v.setup(rec, refused)
 	stop := interruptionOf(suites)
 	// A run that stopped early lists why once, not every requirement its stop left unexercised.
-	stopped := rec.SetupFailure != "" || len(refused) > 0 || stop.cause != ""
-	passedLabels := map[string]bool{}
-	// notApplicable are the labels of specs that found the cluster without what they test: a required
-	// scenario or requirement label they carry is answered (listed as not applicable), a path label is not.
-	notApplicable := map[string]bool{}
-	ran := 0
+	found := specFindings{stopped: rec.SetupFailure != "" || len(refused) > 0 || stop.cause != "",
+		passed: map[string]bool{}, notApplicable: map[string]bool{}}
 	for _, s := range suites {
-		if !s.SuiteSucceeded && !explained(s.SpecialSuiteFailureReasons, len(refused) > 0) {
-			v.NoGo = append(v.NoGo, fmt.Sprintf("suite %q did not succeed", s.SuiteDescription))
-		}
-		if f := userFilterOf(s.SuiteConfig, rec.Signoff); f != "" {
-			v.Incomplete = append(v.Incomplete, "filtered run ("+f+"): the signoff covers only the selected specs")
-		}
+		v.suite(s, rec, len(refused) > 0)
 		for _, sp := range s.SpecReports {
-			if stop.cut(sp) {
-				continue // the interruption's doing, not a finding: counted in its reason
-			}
-			if sp.LeafNodeType != types.NodeTypeIt {
-				if sp.State.Is(types.SpecStateFailureStates) {
-					v.NoGo = append(v.NoGo, fmt.Sprintf("%s failed: %s", sp.LeafNodeType, firstLine(sp.Failure.Message)))
-				}
-				continue
-			}
-			if sp.State.Is(types.SpecStateFailureStates) {
-				v.NoGo = append(v.NoGo, "failed: "+sp.FullText())
-			}
-			if SpecResult(sp) == ResultSkipped && !stopped && required(sp, rec) {
-				v.skippedRequired(sp)
-			}
-			if SpecResult(sp) == ResultSkipped && strings.HasPrefix(firstLine(sp.Failure.Message), NotApplicablePrefix) {
-				for _, l := range sp.Labels() {
-					notApplicable[l] = !strings.HasPrefix(l, "path:")
-				}
-			}
-			if sp.State != types.SpecStatePassed {
-				continue
-			}
-			ran++
-			for _, l := range sp.Labels() {
-				passedLabels[l] = true
-			}
-			for _, e := range sp.ReportEntries {
-				if after, ok := strings.CutPrefix(e.Name, "not exercised:"); ok {
-					v.Incomplete = append(v.Incomplete, fmt.Sprintf("runtime fallback in %q: %s: %s", sp.FullText(), strings.TrimSpace(after), e.StringRepresentation()))
-				}
-				if check, ok := strings.CutPrefix(e.Name, run.StandInPrefix); ok {
-					v.standIn(fmt.Sprintf("%s in %q: %s", check, sp.FullText(), e.StringRepresentation()))
-				}
-				if e.Name == upgrade.AppCheckEntry {
-					v.NotApplicable = append(v.NotApplicable, notApplicableChecks(e.StringRepresentation())...)
-				}
+			if !stop.cut(sp) { // a spec the interruption cut is its doing, not a finding: counted in its reason
+				v.spec(sp, rec, &found)
 			}
 		}
 	}
 	if stop.cause != "" {
 		v.Incomplete = append(v.Incomplete, stop.reason(rec))
 	}
-	if ran == 0 && !stopped && stop.cause == "" {
+	if found.ran == 0 && !found.stopped {
 		v.NoGo = append(v.NoGo, "no spec passed (nothing was exercised)")
 	}
+	v.leakAudit(rec, found.ran)
+	if !found.stopped {
+		v.requirements(rec, found)
+	}
+	if b := rec.Signoff.Baseline; b != nil {
+		v.baseline(b, suites, rec, stop.cause != "")
+	}
+	v.Outcome = outcome(v, rec.Signoff.AllowIncomplete)
+	return v
+}
+
+// specFindings is what the passes over the specs found, for the requirement pass.
+type specFindings struct {
+	// stopped: the run stopped early (setup failed or was refused, or the run was interrupted).
+	stopped bool
+	// ran counts the specs that passed.
+	ran int
+	// passed are the labels of passed specs.
+	passed map[string]bool
+	// notApplicable are the labels of specs that found the cluster without what they test: a required
+	// scenario or requirement label they carry is answered (listed as not applicable), a path label is not.
+	notApplicable map[string]bool
+}
+
+// setup: a run that refused to start is INCOMPLETE, one that stopped before its specs NO-GO.
+func (v *Verdict) setup(rec Record, refused []string) {
+	switch {
+	case rec.SetupFailure != "" && rec.SetupRefused:
+		v.Incomplete = append(v.Incomplete, "the run refused to start: "+rec.SetupFailure)
+	case rec.SetupFailure != "":
+		v.NoGo = append(v.NoGo, "the run stopped before its specs: "+rec.SetupFailure)
+	}
+	for _, r := range refused {
+		v.Incomplete = append(v.Incomplete, "the run refused to start: "+r)
+	}
+}
+
+// suite: a suite that did not succeed for an unexplained reason is NO-GO; a filtered one INCOMPLETE.
+func (v *Verdict) suite(s types.Report, rec Record, refused bool) {
+	if !s.SuiteSucceeded && !explained(s.SpecialSuiteFailureReasons, refused) {
+		v.NoGo = append(v.NoGo, fmt.Sprintf("suite %q did not succeed", s.SuiteDescription))
+	}
+	if f := userFilterOf(s.SuiteConfig, rec.Signoff); f != "" {
+		v.Incomplete = append(v.Incomplete, "filtered run ("+f+"): the signoff covers only the selected specs")
+	}
+}
+
+// spec: a failed node is NO-GO; a skipped required spec is INCOMPLETE unless not applicable; a passed
+// spec's labels count, and its report entries may say it fell back or ran as a stand-in.
+func (v *Verdict) spec(sp types.SpecReport, rec Record, found *specFindings) {
+	failed := sp.State.Is(types.SpecStateFailureStates)
+	if sp.LeafNodeType != types.NodeTypeIt {
+		if failed {
+			v.NoGo = append(v.NoGo, fmt.Sprintf("%s failed: %s", sp.LeafNodeType, firstLine(sp.Failure.Message)))
+		}
+		return
+	}
+	if failed {
+		v.NoGo = append(v.NoGo, "failed: "+sp.FullText())
+	}
+	if SpecResult(sp) == ResultSkipped {
+		if !found.stopped && required(sp, rec) {
+			v.skippedRequired(sp)
+		}
+		if strings.HasPrefix(firstLine(sp.Failure.Message), NotApplicablePrefix) {
+			for _, l := range sp.Labels() {
+				found.notApplicable[l] = !strings.HasPrefix(l, "path:")
+			}
+		}
+	}
+	if sp.State != types.SpecStatePassed {
+		return
+	}
+	found.ran++
+	for _, l := range sp.Labels() {
+		found.passed[l] = true
+	}
+	for _, e := range sp.ReportEntries {
+		if after, ok := strings.CutPrefix(e.Name, "not exercised:"); ok {
+			v.Incomplete = append(v.Incomplete, fmt.Sprintf("runtime fallback in %q: %s: %s", sp.FullText(), strings.TrimSpace(after), e.StringRepresentation()))
+		}
+		if check, ok := strings.CutPrefix(e.Name, run.StandInPrefix); ok {
+			v.standIn(fmt.Sprintf("%s in %q: %s", check, sp.FullText(), e.StringRepresentation()))
+		}
+		if e.Name == upgrade.AppCheckEntry {
+			v.NotApplicable = append(v.NotApplicable, notApplicableChecks(e.StringRepresentation())...)
+		}
+	}
+}
+
+// leakAudit: objects of the run left on the cluster are NO-GO; an audit that did not run or could not
+// list a kind, INCOMPLETE.
+func (v *Verdict) leakAudit(rec Record, ran int) {
 	switch {
 	case rec.LeakAudit == nil && rec.SetupFailure == "" && ran > 0:
 		v.Incomplete = append(v.Incomplete, "the leak audit did not run: the cluster was not checked for objects this run left")
@@ -338,63 +382,63 @@ func Decide(suites []types.Report, rec Record) Verdict {
 	case rec.LeakAudit != nil && len(rec.LeakAudit.Errors) > 0:
 		v.Incomplete = append(v.Incomplete, "leak audit could not list "+strings.Join(rec.LeakAudit.Errors, "; ")+": nothing is known about those kinds")
 	}
+}
 
-	// Requirements: each required label, and each discovered path, needs a passed spec.
+// requirements: each required label, and each discovered path, needs a passed spec (or, for a scenario
+// or requirement label, one that found it not applicable); a pre-upgrade signoff needs its rehearsal.
+func (v *Verdict) requirements(rec Record, found specFindings) {
 	require := slices.Clone(rec.Signoff.Require)
 	for _, p := range rec.Paths {
 		require = append(require, "path:"+p.Name)
 	}
 	slices.Sort(require)
 	for _, r := range slices.Compact(require) {
-		if !passedLabels[r] && !notApplicable[r] && !stopped {
+		if !found.passed[r] && !found.notApplicable[r] {
 			v.Incomplete = append(v.Incomplete, fmt.Sprintf("required %s was not exercised (no passed spec carries the label)%s", r, whyNotExercised(rec, r)))
 		}
 	}
-
-	if l := rec.Signoff.PreUpgrade; l != "" && !passedLabels[l] && !stopped {
+	if l := rec.Signoff.PreUpgrade; l != "" && !found.passed[l] {
 		v.Incomplete = append(v.Incomplete, "pre-upgrade signoff without an upgrade rehearsal that passed: "+rehearsalMissing(rec))
 	}
+}
 
-	if b := rec.Signoff.Baseline; b != nil {
-		now := map[string]bool{}
-		for _, p := range rec.Paths {
-			now[p.Name] = true
-		}
-		for _, p := range b.Paths {
-			if !now[p] {
-				v.Baseline = append(v.Baseline, fmt.Sprintf("path %s was exercised in baseline run %s and is absent now", p, b.RunID))
-			}
-		}
-		filtered := slices.ContainsFunc(suites, func(s types.Report) bool { return filterOf(s.SuiteConfig) != "" })
-		names := make([]string, 0, len(b.Results))
-		for n := range b.Results {
-			names = append(names, n)
-		}
-		slices.Sort(names)
-		for _, name := range names {
-			if b.Results[name] != ResultPassed {
-				continue
-			}
-			switch got, ok := rec.Results[name]; {
-			case got == ResultFailed:
-				v.Baseline = append(v.Baseline, fmt.Sprintf("passed in baseline run %s, fails now: %s", b.RunID, name))
-			case (!ok || got == ResultSkipped || got == ResultInterrupted) && !filtered && stop.cause == "":
-				v.Baseline = append(v.Baseline, fmt.Sprintf("passed in baseline run %s, not run now: %s", b.RunID, name))
-			}
-		}
-		v.Baseline = append(v.Baseline, sharingChanges(b, rec.SharingModes)...)
-		v.NoGo = append(v.NoGo, v.Baseline...)
+// baseline: a path or a passed spec of the baseline run that is gone or fails now, or a sharing mode that
+// changed, is NO-GO. A spec not run now counts only in an unfiltered, uninterrupted run.
+func (v *Verdict) baseline(b *Baseline, suites []types.Report, rec Record, interrupted bool) {
+	now := map[string]bool{}
+	for _, p := range rec.Paths {
+		now[p.Name] = true
 	}
+	for _, p := range b.Paths {
+		if !now[p] {
+			v.Baseline = append(v.Baseline, fmt.Sprintf("path %s was exercised in baseline run %s and is absent now", p, b.RunID))
+		}
+	}
+	filtered := slices.ContainsFunc(suites, func(s types.Report) bool { return filterOf(s.SuiteConfig) != "" })
+	for _, name := range slices.Sorted(maps.Keys(b.Results)) {
+		if b.Results[name] != ResultPassed {
+			continue
+		}
+		switch got, ok := rec.Results[name]; {
+		case got == ResultFailed:
+			v.Baseline = append(v.Baseline, fmt.Sprintf("passed in baseline run %s, fails now: %s", b.RunID, name))
+		case (!ok || got == ResultSkipped || got == ResultInterrupted) && !filtered && !interrupted:
+			v.Baseline = append(v.Baseline, fmt.Sprintf("passed in baseline run %s, not run now: %s", b.RunID, name))
+		}
+	}
+	v.Baseline = append(v.Baseline, sharingChanges(b, rec.SharingModes)...)
+	v.NoGo = append(v.NoGo, v.Baseline...)
+}
 
+// outcome: any NO-GO reason is NO-GO; any INCOMPLETE one is INCOMPLETE unless the policy allows it.
+func outcome(v Verdict, allowIncomplete bool) Outcome {
 	switch {
 	case len(v.NoGo) > 0:
-		v.Outcome = OutcomeNoGo
-	case len(v.Incomplete) > 0 && !rec.Signoff.AllowIncomplete:
-		v.Outcome = OutcomeIncomplete
-	default:
-		v.Outcome = OutcomeGo
+		return OutcomeNoGo
+	case len(v.Incomplete) > 0 && !allowIncomplete:
+		return OutcomeIncomplete
 	}
-	return v
+	return OutcomeGo
 }
 
 // standIn records a check that ran as a stand-in: never evidence on real GPUs.

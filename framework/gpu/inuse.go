@@ -31,97 +31,127 @@ func (u Usage) Free() int64 { return max(u.Capacity-u.Devices, 0) }
 // cluster the suite was not built beside runs other GPU work; a check that needs a whole node must count
 // only what is free. One list per kind serves every node.
 func InUse(ctx context.Context, kube kubernetes.Interface, p Path, nodes ...string) (map[string]Usage, error) {
-	out := make(map[string]Usage, len(nodes))
+	u := usages(make(map[string]Usage, len(nodes)))
 	for _, n := range nodes {
-		out[n] = Usage{}
+		u[n] = Usage{}
 	}
-	hold := func(node string, n int64, holder string) {
-		u := out[node]
-		u.Devices += n
-		u.Holders = append(u.Holders, holder)
-		out[node] = u
-	}
+	var err error
 	switch p := p.(type) {
 	case *DevicePlugin:
-		list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("listing nodes: %w", err)
-		}
-		for _, n := range list.Items {
-			if u, ok := out[n.Name]; ok {
-				q := n.Status.Allocatable[p.Resource]
-				u.Capacity = q.Value()
-				out[n.Name] = u
-			}
-		}
-		sel := fields.AndSelectors(fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
-			fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
-		pods, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err != nil {
-			return nil, fmt.Errorf("listing pods: %w", err)
-		}
-		for _, pod := range pods.Items {
-			if _, ok := out[pod.Spec.NodeName]; !ok || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-				continue
-			}
-			var n int64
-			for _, c := range pod.Spec.Containers {
-				q, ok := c.Resources.Requests[p.Resource]
-				if !ok {
-					q = c.Resources.Limits[p.Resource]
-				}
-				n += q.Value()
-			}
-			if n > 0 {
-				hold(pod.Spec.NodeName, n, pod.Namespace+"/"+pod.Name)
-			}
-		}
+		err = u.devicePlugin(ctx, kube, p)
 	case *DRA:
-		slicesList, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("listing ResourceSlices: %w", err)
-		}
-		drivers := strings.Split(p.Driver, ",")
-		selected := p.selectedNow(ctx, kube, slicesList.Items)
-		poolNode := map[string]string{} // driver/pool → node
-		for _, s := range slicesList.Items {
-			if !slices.Contains(drivers, s.Spec.Driver) || s.Spec.NodeName == nil {
-				continue
-			}
-			if u, ok := out[*s.Spec.NodeName]; ok {
-				for _, d := range s.Spec.Devices {
-					if selected(*s.Spec.NodeName, d.Name) {
-						u.Capacity++
-					}
-				}
-				out[*s.Spec.NodeName] = u
-				poolNode[s.Spec.Driver+"/"+s.Spec.Pool.Name] = *s.Spec.NodeName
-			}
-		}
-		claims, err := kube.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("listing ResourceClaims: %w", err)
-		}
-		for _, c := range claims.Items {
-			if c.Status.Allocation == nil {
-				continue
-			}
-			per := map[string]int64{}
-			for _, r := range c.Status.Allocation.Devices.Results {
-				if node, ok := poolNode[r.Driver+"/"+r.Pool]; ok {
-					per[node]++
-				}
-			}
-			for node, n := range per {
-				hold(node, n, c.Namespace+"/"+c.Name)
-			}
-		}
+		err = u.dra(ctx, kube, p)
 	default:
-		return nil, fmt.Errorf("no usage reading for path %s", p.Name())
+		err = fmt.Errorf("no usage reading for path %s", p.Name())
 	}
-	for n, u := range out {
-		slices.Sort(u.Holders)
-		out[n] = u
+	if err != nil {
+		return nil, err
 	}
-	return out, nil
+	for n, v := range u {
+		slices.Sort(v.Holders)
+		u[n] = v
+	}
+	return u, nil
+}
+
+// usages are the nodes' usages InUse fills in.
+type usages map[string]Usage
+
+// hold counts n devices of node as held by holder.
+func (u usages) hold(node string, n int64, holder string) {
+	v := u[node]
+	v.Devices += n
+	v.Holders = append(v.Holders, holder)
+	u[node] = v
+}
+
+// devicePlugin: the nodes' allocatable, and the requests of their pods that have not ended.
+func (u usages) devicePlugin(ctx context.Context, kube kubernetes.Interface, p *DevicePlugin) error {
+	list, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing nodes: %w", err)
+	}
+	for _, n := range list.Items {
+		if v, ok := u[n.Name]; ok {
+			q := n.Status.Allocatable[p.Resource]
+			v.Capacity = q.Value()
+			u[n.Name] = v
+		}
+	}
+	sel := fields.AndSelectors(fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
+	pods, err := kube.CoreV1().Pods("").List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return fmt.Errorf("listing pods: %w", err)
+	}
+	for _, pod := range pods.Items {
+		if _, ok := u[pod.Spec.NodeName]; !ok || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if n := podRequest(pod, p.Resource); n > 0 {
+			u.hold(pod.Spec.NodeName, n, pod.Namespace+"/"+pod.Name)
+		}
+	}
+	return nil
+}
+
+// podRequest is how many of resource the pod's containers request (their limit where no request is given).
+func podRequest(pod corev1.Pod, resource corev1.ResourceName) int64 {
+	var n int64
+	for _, c := range pod.Spec.Containers {
+		q, ok := c.Resources.Requests[resource]
+		if !ok {
+			q = c.Resources.Limits[resource]
+		}
+		n += q.Value()
+	}
+	return n
+}
+
+// dra: the devices of the nodes' ResourceSlices the path selects, and the allocated devices of
+// ResourceClaims from their pools.
+func (u usages) dra(ctx context.Context, kube kubernetes.Interface, p *DRA) error {
+	slicesList, err := kube.ResourceV1().ResourceSlices().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing ResourceSlices: %w", err)
+	}
+	drivers := strings.Split(p.Driver, ",")
+	selected := p.selectedNow(ctx, kube, slicesList.Items)
+	poolNode := map[string]string{} // driver/pool → node
+	for _, s := range slicesList.Items {
+		if !slices.Contains(drivers, s.Spec.Driver) || s.Spec.NodeName == nil {
+			continue
+		}
+		node := *s.Spec.NodeName
+		v, ok := u[node]
+		if !ok {
+			continue
+		}
+		for _, d := range s.Spec.Devices {
+			if selected(node, d.Name) {
+				v.Capacity++
+			}
+		}
+		u[node] = v
+		poolNode[s.Spec.Driver+"/"+s.Spec.Pool.Name] = node
+	}
+	claims, err := kube.ResourceV1().ResourceClaims("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("listing ResourceClaims: %w", err)
+	}
+	for _, c := range claims.Items {
+		if c.Status.Allocation == nil {
+			continue
+		}
+		per := map[string]int64{}
+		for _, r := range c.Status.Allocation.Devices.Results {
+			if node, ok := poolNode[r.Driver+"/"+r.Pool]; ok {
+				per[node]++
+			}
+		}
+		for node, n := range per {
+			u.hold(node, n, c.Namespace+"/"+c.Name)
+		}
+	}
+	return nil
 }
