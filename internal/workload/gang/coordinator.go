@@ -53,6 +53,8 @@ var errGangLost = errors.New("gang aborted")
 
 // run serves the gang until every worker has the last step's result and has hung up, the gang is
 // aborted, or ctx ends. It always closes the listener and every connection before it returns.
+//
+//nolint:gocognit // the gang protocol's state machine: one select case per event, the phase transitions side by side
 func (c *coordinator) run(ctx context.Context) error {
 	conns := map[*peer]bool{}
 	defer func() {
