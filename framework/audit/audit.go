@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
@@ -141,6 +143,8 @@ var (
 	jobKind                   = batchv1.SchemeGroupVersion.WithKind("Job")
 	pvcKind                   = corev1.SchemeGroupVersion.WithKind("PersistentVolumeClaim")
 	serviceKind               = corev1.SchemeGroupVersion.WithKind("Service")
+	deploymentKind            = appsv1.SchemeGroupVersion.WithKind("Deployment")
+	hpaKind                   = autoscalingv2.SchemeGroupVersion.WithKind("HorizontalPodAutoscaler")
 	claimTemplateKind         = resourcev1.SchemeGroupVersion.WithKind("ResourceClaimTemplate")
 	claimKind                 = resourcev1.SchemeGroupVersion.WithKind("ResourceClaim")
 	namespaceKind             = corev1.SchemeGroupVersion.WithKind("Namespace")
@@ -152,7 +156,7 @@ var (
 	workloadPriorityClassKind = kueue.GroupVersion.WithKind("WorkloadPriorityClass")
 
 	// namespacedKinds are listed in a team namespace.
-	namespacedKinds = []schema.GroupVersionKind{podKind, jobKind, pvcKind, serviceKind, claimTemplateKind, claimKind}
+	namespacedKinds = []schema.GroupVersionKind{podKind, jobKind, pvcKind, serviceKind, claimTemplateKind, claimKind, deploymentKind, hpaKind}
 	// clusterKinds are listed when the suite creates its own namespaces (claims across all of them).
 	clusterKinds = []schema.GroupVersionKind{namespaceKind, claimKind, pvKind, deviceClassKind}
 	// kueueKinds are listed where Kueue is installed.
