@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -321,9 +320,6 @@ func deleteAllJobs(ctx context.Context, env *testenv.Env, ns string) {
 	deleteAllPods(ctx, env, ns)
 }
 
-// servingLabel selects the serving reserve's pods.
-const servingLabel = "gpuconform.io/serving"
-
 // servingReserve is the serving Deployment the rehearsal keeps through the drain, and its watch.
 type servingReserve struct {
 	name   string // the Deployment's, in the rehearsal's namespace
@@ -343,22 +339,14 @@ func startServingReserve(ctx context.Context, in UpgradeInput, ns string, path g
 		return nil
 	}
 	env := in.Env
-	w := env.Factory.GPUPod("serving", ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).RestartAlways()
+	w := env.Factory.GPUPod("serving", ns).Path(path).Devices(1).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...)
 	pod := w.Obj()
 	for _, pre := range w.Prerequisites() {
 		env.Create(ctx, pre)
 	}
-	sel := map[string]string{servingLabel: pod.Name}
-	tmplLabels := map[string]string{servingLabel: pod.Name}
-	maps.Copy(tmplLabels, pod.Labels)
-	spec := pod.Spec
-	spec.Affinity = servingAffinity(in.Canary, in.GoodForPods)
-	dep := &appsv1.Deployment{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns, Labels: pod.Labels, Annotations: pod.Annotations},
-		Spec: appsv1.DeploymentSpec{Replicas: ptr.To(int32(replicas)), Selector: &metav1.LabelSelector{MatchLabels: sel},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: tmplLabels, Annotations: pod.Annotations}, Spec: spec}},
-	}
+	dep := fixtures.Deployment(pod, int32(replicas))
+	dep.Spec.Template.Spec.Affinity = servingAffinity(in.Canary, in.GoodForPods)
+	sel := dep.Spec.Selector.MatchLabels
 	pdb := &policyv1.PodDisruptionBudget{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
 		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: ns, Labels: pod.Labels},
@@ -376,7 +364,7 @@ func startServingReserve(ctx context.Context, in UpgradeInput, ns string, path g
 		g.Expect(p.Status.ObservedGeneration).To(gomega.Equal(p.Generation), "the disruption controller has not observed the budget yet")
 		g.Expect(p.Status.ExpectedPods).To(gomega.BeEquivalentTo(replicas))
 	})
-	list, err := env.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: servingLabel + "=" + pod.Name})
+	list, err := env.Clients.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: fixtures.DeploymentLabel + "=" + dep.Name})
 	gomega.Expect(err).NotTo(gomega.HaveOccurred())
 	r := &servingReserve{name: dep.Name, res: upgrade.Reserve{Deployment: ns + "/" + dep.Name, Budget: ns + "/" + pdb.Name, Replicas: int32(replicas), MinAvailable: int32(minAvailable)},
 		start: time.Now(), done: make(chan struct{})}
