@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/onsi/ginkgo/v2"
@@ -75,21 +74,20 @@ func PodAutoscalingSpec(input func() PodAutoscalingInput) {
 // served, then the HPA's rescale to hpaMaxReplicas with every replica running.
 func hpaScales(ctx context.Context, s *Spec[PodAutoscalingInput], candidates []string) {
 	env, metric := s.Env, s.In.Metric
-	apis := readMetricsAPIs(ctx, s.In.Base)
-	if !slices.ContainsFunc(apis.registered, func(l string) bool { return strings.Contains(l, ".custom.metrics.k8s.io ") }) {
-		if len(apis.registered) > 0 {
-			ginkgo.Skip("not exercised: only " + strings.Join(apis.registered, "; ") + "; gpuconform scales on a pods metric of the custom metrics API")
+	apis := readMetricsAPIs(ctx, env)
+	if !slices.ContainsFunc(apis, monitoring.MetricsAPI.Custom) {
+		if len(apis) > 0 {
+			ginkgo.Skip("not exercised: only " + joinLines(apis) + "; gpuconform scales on a pods metric of the custom metrics API")
 		}
-		notApplicable("no custom or external metrics API is registered (APIServices " + strings.Join(metricsAPINames, ", ") + " not found): the HPA can scale on resource metrics only")
+		notApplicable(noMetricsAPI)
 	}
-	ginkgo.AddReportEntry("evidence: metrics APIs", strings.Join(apis.registered, "\n"))
-	gomega.Expect(apis.broken).To(gomega.BeEmpty(), "a metrics API is registered but not available: the HPA cannot read metrics through it")
+	ginkgo.AddReportEntry("evidence: metrics APIs", joinLines(apis))
+	gomega.Expect(unavailable(apis)).To(gomega.BeEmpty(), "a metrics API is registered but not available: the HPA cannot read metrics through it")
 	reader, err := monitoring.NewCustomMetrics(env.Clients.REST)
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "a client of the custom metrics API")
 
 	nodes := s.lease(ctx, candidates)
-	w := env.Factory.GPUPod("serve", s.NS).Path(s.Path).Devices(1).
-		Args("serve", "--nonce", newNonce(), "--port", strconv.Itoa(servingPort)).OnNodes(nodes...).Scraped(servingPort)
+	w := env.Factory.ModelServer("serve", s.NS, serve.NewNonce(), serve.Port).Path(s.Path).Devices(1).OnNodes(nodes...)
 	for _, pre := range w.Prerequisites() {
 		env.Create(ctx, pre)
 	}

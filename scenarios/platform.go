@@ -59,81 +59,15 @@ func PlatformSpec(input func() PlatformInput) {
 	})
 }
 
-// notApplicable ends a spec whose requirement the cluster evidently does not offer (reports' prefix).
-func notApplicable(why string) { ginkgo.Skip("not applicable: " + why) }
-
-// mayRead ends a spec the suite's credentials may not read for: it cannot tell, which is not the
-// cluster's failure (the shipped roles in fixtures/rbac grant it).
-func mayRead(err error, permission string) {
-	if apierrors.IsForbidden(err) {
-		ginkgo.Skip("not exercised: the suite may not " + permission + " (" + err.Error() + "); the shipped roles in fixtures/rbac grant it")
-	}
-}
-
-// notExercisedYet ends a spec where the cluster offers the thing and gpuconform does not drive it.
-func notExercisedYet(found, missing string) {
-	ginkgo.AddReportEntry("evidence: found", found)
-	ginkgo.Skip("not exercised: " + found + "; " + missing)
-}
-
-var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
-
-// metricsAPINames are the APIServices through which the HPA reads custom and external metrics.
-var metricsAPINames = []string{"v1beta1.custom.metrics.k8s.io", "v1beta2.custom.metrics.k8s.io", "v1beta1.external.metrics.k8s.io"}
-
-// metricsAPIState is what the aggregator says of the metrics APIs: one line per registered APIService,
-// and those of them that are not Available.
-type metricsAPIState struct{ registered, broken []string }
-
-func readMetricsAPIs(ctx context.Context, in Base) metricsAPIState {
-	ginkgo.GinkgoHelper()
-	var st metricsAPIState
-	for _, name := range metricsAPINames {
-		svc, err := in.Env.Clients.Dynamic.Resource(apiServiceGVR).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		mayRead(err, "get apiregistration.k8s.io apiservices")
-		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading APIService %s", name)
-		status, reason, message := apiServiceAvailable(svc)
-		line := fmt.Sprintf("APIService %s (service %s): Available=%s %s %s", name, serviceOf(svc), status, reason, message)
-		st.registered = append(st.registered, line)
-		if status != "True" {
-			st.broken = append(st.broken, line)
-		}
-	}
-	return st
-}
-
 // metricsAPIs: none registered is not applicable; every one registered must be Available. The
 // autoscaling scenario drives an HPA through them.
 func metricsAPIs(ctx context.Context, in PlatformInput) {
-	st := readMetricsAPIs(ctx, in.Base)
-	if len(st.registered) == 0 {
-		notApplicable("no custom or external metrics API is registered (APIServices " + strings.Join(metricsAPINames, ", ") + " not found): the HPA can scale on resource metrics only")
+	apis := readMetricsAPIs(ctx, in.Env)
+	if len(apis) == 0 {
+		notApplicable(noMetricsAPI)
 	}
-	ginkgo.AddReportEntry("evidence: metrics APIs", strings.Join(st.registered, "\n"))
-	gomega.Expect(st.broken).To(gomega.BeEmpty(), "a metrics API is registered but not available: the HPA cannot read AI metrics through it")
-}
-
-func apiServiceAvailable(svc *unstructured.Unstructured) (status, reason, message string) {
-	conds, _, _ := unstructured.NestedSlice(svc.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Available" {
-			return fmt.Sprint(m["status"]), fmt.Sprint(m["reason"]), fmt.Sprint(m["message"])
-		}
-	}
-	return "Unknown", "NoCondition", "the aggregator has set no Available condition"
-}
-
-func serviceOf(svc *unstructured.Unstructured) string {
-	ns, _, _ := unstructured.NestedString(svc.Object, "spec", "service", "namespace")
-	name, _, _ := unstructured.NestedString(svc.Object, "spec", "service", "name")
-	if name == "" {
-		return "local"
-	}
-	return ns + "/" + name
+	ginkgo.AddReportEntry("evidence: metrics APIs", joinLines(apis))
+	gomega.Expect(unavailable(apis)).To(gomega.BeEmpty(), "a metrics API is registered but not available: the HPA cannot read AI metrics through it")
 }
 
 // clusterAutoscaler looks for what an autoscaler leaves on a cluster it runs on: cluster-autoscaler

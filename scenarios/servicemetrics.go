@@ -2,11 +2,7 @@ package scenarios
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
@@ -30,9 +26,6 @@ type ServiceMetricsInput struct {
 }
 
 const serviceMetricsName = "servicemetrics"
-
-// servingPort is where the model-server stand-in serves /metrics.
-const servingPort = 8080
 
 // ServiceMetrics proves the AI Conformance requirement ai_service_metrics: a workload that holds a GPU and
 // exposes its own metrics in the Prometheus format is discovered and collected by the cluster's
@@ -84,9 +77,8 @@ func serviceMetricsCollected(ctx context.Context, s *Spec[ServiceMetricsInput], 
 	mayRead(err, "list monitoring.coreos.com prometheuses")
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the Prometheus Operator's API")
 
-	nonce := newNonce()
-	w := env.Factory.GPUPod("serve", s.NS).Path(s.Path).Devices(1).
-		Args("serve", "--nonce", nonce, "--port", strconv.Itoa(servingPort)).RestartAlways().OnNodes(nodes...).Scraped(servingPort)
+	nonce := serve.NewNonce()
+	w := env.Factory.ModelServer("serve", s.NS, nonce, serve.Port).Path(s.Path).Devices(1).RestartAlways().OnNodes(nodes...)
 	pod := w.Obj()
 	for _, pre := range w.Prerequisites() {
 		env.Create(ctx, pre)
@@ -100,7 +92,7 @@ func serviceMetricsCollected(ctx context.Context, s *Spec[ServiceMetricsInput], 
 	ginkgo.AddReportEntry("evidence: discovery", op.String())
 	running := pods.ExpectPodRunning(ctx, env, s.NS, pod.Name)
 	ginkgo.AddReportEntry("evidence: workload", fmt.Sprintf("pod %s/%s on %s holds 1 device on the %s path, serves /metrics on port %d, found by %s",
-		s.NS, pod.Name, running.Spec.NodeName, s.Path.Name(), servingPort, how))
+		s.NS, pod.Name, running.Spec.NodeName, s.Path.Name(), serve.Port, how))
 
 	query := fmt.Sprintf(`%s{%s=%q}`, serve.RequestsTotal, serve.NonceLabel, nonce)
 	ginkgo.By("querying " + from + ": " + query)
@@ -132,10 +124,4 @@ func collectionWords(c monitoring.Collection) string {
 		return "one sample, not grown since: " + c.Last.String()
 	}
 	return "grown"
-}
-
-func newNonce() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return strings.ToLower(hex.EncodeToString(b))
 }

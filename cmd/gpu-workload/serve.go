@@ -13,7 +13,7 @@ import (
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("serve", "--nonce N [--port P] [--interval D]", stderr)
 	nonce := fs.String("nonce", "", "value of the "+serve.NonceLabel+" label on every series (required)")
-	port := fs.Int("port", 8080, "port of /metrics and /v1/infer")
+	port := fs.Int("port", serve.Port, "port of /metrics and /v1/infer")
 	interval := fs.Duration("interval", time.Second, "how often the server sends itself an inference request")
 	if code, done := parseFlags(fs, args, stderr); done {
 		return code

@@ -8,6 +8,8 @@ package serve
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,7 +30,16 @@ const (
 	NonceLabel    = "gpuconform_nonce"
 	// Model is the model name the requests are labelled with.
 	Model = "gpuconform-echo"
+	// Port is where the workload serves /metrics and /v1/infer unless told otherwise.
+	Port = 8080
 )
+
+// NewNonce is a random value for NonceLabel: a run's workload and no other carries it.
+func NewNonce() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
 
 // Options configure Run.
 type Options struct {
