@@ -118,8 +118,10 @@ func hpaScales(ctx context.Context, s *Spec[PodAutoscalingInput], candidates []s
 	env.Create(ctx, hpa)
 	replicas := waitReplicas(ctx, s, dep.Name, hpaMaxReplicas, func() string { return hpaState(ctx, s, hpa.Name) })
 	rescale := hpaRescale(ctx, s, hpa.Name)
-	gomega.Expect(rescale).NotTo(gomega.BeEmpty(), "Deployment %s/%s runs %d replicas, but HPA %s has no SuccessfulRescale event: something else scaled it (%s)",
-		s.NS, dep.Name, hpaMaxReplicas, hpa.Name, hpaState(ctx, s, hpa.Name))
+	// The HPA controller's event (pkg/controller/podautoscaler): "New size: N; reason: pods metric M above target".
+	gomega.Expect(rescale).To(gomega.And(gomega.ContainSubstring(fmt.Sprintf("New size: %d;", hpaMaxReplicas)), gomega.ContainSubstring(metric)),
+		"Deployment %s/%s runs %d replicas, but HPA %s has no SuccessfulRescale event to %d on %s: something else scaled it (%s)",
+		s.NS, dep.Name, hpaMaxReplicas, hpa.Name, hpaMaxReplicas, metric, hpaState(ctx, s, hpa.Name))
 	ginkgo.AddReportEntry("evidence: rescale", rescale)
 	ginkgo.AddReportEntry("evidence: hpa", hpaState(ctx, s, hpa.Name))
 	ginkgo.AddReportEntry("evidence: replicas", strings.Join(replicas, ", "))
