@@ -170,6 +170,8 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`a metrics API is registered but not available`, `APIService v1beta1\.custom\.metrics\.k8s\.io \(service monitoring/prometheus-adapter\): Available=False`)},
 		{Fault: fakeplugin.FaultHPAMetricUnserved, Focus: "scales a GPU Deployment with an HPA", Catcher: "scales a GPU Deployment with an HPA",
 			Because: because(`the custom metrics API does not serve gpuconform_inference_requests_per_second for pod \S+`)},
+		{Fault: fakeplugin.FaultHPAControllerOff, Focus: "scales a GPU Deployment with an HPA", Catcher: "scales a GPU Deployment with an HPA",
+			Because: because(`waiting for 2 running replicas of Deployment \S+`, `HPA serve: current 0, desired 0 replicas`)},
 		{Fault: fakeplugin.FaultAutoscalerUnhealthy, Focus: "shows a cluster autoscaler", Catcher: "shows a cluster autoscaler",
 			Because: because(`cluster-autoscaler's status \(ConfigMap kube-system/cluster-autoscaler-status\) gives its cluster-wide health as Unhealthy`)},
 		{Fault: fakeplugin.FaultGatewayNoController, Focus: "serves the Gateway API", Catcher: "serves the Gateway API",

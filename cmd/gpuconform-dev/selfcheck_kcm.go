@@ -25,15 +25,18 @@ const (
 	kcmManifest       = localcluster.KCMManifest
 	kcmOriginal       = localcluster.KCMManifestBackup
 	kcmControllerFlag = "--controllers="
-	// taintEvictionController is the controller's name in kube-controller-manager's --controllers
-	// (cmd/kube-controller-manager/names: DeviceTaintEvictionController).
+	// taintEvictionController and hpaController are the controllers' names in kube-controller-manager's
+	// --controllers (cmd/kube-controller-manager/names: DeviceTaintEvictionController,
+	// HorizontalPodAutoscalerController).
 	taintEvictionController = "device-taint-eviction-controller"
+	hpaController           = "horizontal-pod-autoscaler-controller"
 )
 
-// kcmWithoutTaintEviction restarts kube-controller-manager with its device-taint-eviction-controller
-// disabled: device taints still keep new pods off a device, but nothing evicts the pods on a device
-// tainted NoExecute. The undo restarts it with the manifest it had.
-func kcmWithoutTaintEviction(ctx context.Context, kube kubernetes.Interface) (func(context.Context) error, error) {
+// kcmWithout restarts kube-controller-manager with controller disabled; the undo restarts it with the
+// manifest it had. Without the device-taint-eviction-controller, device taints still keep new pods off a
+// device, but nothing evicts the pods on a device tainted NoExecute; without the
+// horizontal-pod-autoscaler-controller, HPAs are accepted and never act.
+func kcmWithout(ctx context.Context, kube kubernetes.Interface, controller string) (func(context.Context) error, error) {
 	node, err := controlPlaneNode(ctx, kube)
 	if err != nil {
 		return nil, err
@@ -48,7 +51,7 @@ func kcmWithoutTaintEviction(ctx context.Context, kube kubernetes.Interface) (fu
 	if err != nil {
 		return nil, err
 	}
-	after, err := withoutTaintEviction(before)
+	after, err := withoutController(before, controller)
 	if err != nil {
 		return nil, err
 	}
@@ -61,11 +64,10 @@ func kcmWithoutTaintEviction(ctx context.Context, kube kubernetes.Interface) (fu
 	return func(ctx context.Context) error { return restoreKCM(ctx, kube, node) }, nil
 }
 
-// withoutTaintEviction adds -device-taint-eviction-controller to the manifest's --controllers flag
-// (kubeadm writes "--controllers=*,bootstrapsigner,tokencleaner"), or adds the flag with every default
-// controller but it.
-func withoutTaintEviction(manifest []byte) ([]byte, error) {
-	off := ",-" + taintEvictionController
+// withoutController adds -controller to the manifest's --controllers flag (kubeadm writes
+// "--controllers=*,bootstrapsigner,tokencleaner"), or adds the flag with every default controller but it.
+func withoutController(manifest []byte, controller string) ([]byte, error) {
+	off := ",-" + controller
 	lines := strings.Split(string(manifest), "\n")
 	for i, l := range lines {
 		if strings.Contains(l, kcmControllerFlag) && strings.HasPrefix(strings.TrimSpace(l), "- ") {

@@ -50,7 +50,9 @@ func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplug
 	case fakeplugin.FaultMonitoringOwnNamespaceOnly:
 		return monitoringOwnNamespaceOnly(ctx, clients.Kube)
 	case fakeplugin.FaultDRANoTaintEviction:
-		return kcmWithoutTaintEviction(ctx, clients.Kube)
+		return kcmWithout(ctx, clients.Kube, taintEvictionController)
+	case fakeplugin.FaultHPAControllerOff:
+		return kcmWithout(ctx, clients.Kube, hpaController)
 	case fakeplugin.FaultDRATolerationsStripped:
 		return stripDeviceTolerations(ctx, clients)
 	}

@@ -88,6 +88,8 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"webhooks with a rule on resourceflavors: kueue-validating-webhook-configuration/vresourceflavor.kb.io",
 		fakeplugin.FaultMetricsAPIUnavailable: "a metrics API is registered but not available: the HPA cannot read AI metrics through it\nExpected\n    <[]string | len:1, cap:1>: [\n" +
 			"        \"APIService v1beta1.custom.metrics.k8s.io (service monitoring/prometheus-adapter): Available=False MissingEndpoints endpointslices for service/prometheus-adapter in \\\"monitoring\\\" have no addresses with port name \\\"https\\\"\",\n    ]\nto be empty",
+		fakeplugin.FaultHPAControllerOff: "Timed out after 210.001s.\ntimed out after 3m30s waiting for 2 running replicas of Deployment gpuconform-hpa-x/serve\n" +
+			"pods of Deployment gpuconform-hpa-x/serve: serve-5d8f-abcde Running on \"gpuconform-worker2\"; HPA serve: current 0, desired 0 replicas\nExpected\n    <[]string | len:1, cap:1>: [\"serve-5d8f-abcde\"]\nto have length 2",
 		fakeplugin.FaultHPAMetricUnserved: "Timed out after 120.001s.\ntimed out after 2m0s waiting for the custom metrics API to serve gpuconform_inference_requests_per_second for pod hpa-x/serve-5d8f-abcde above zero\n" +
 			"the custom metrics API does not serve gpuconform_inference_requests_per_second for pod hpa-x/serve-5d8f-abcde: its adapter has no rule that maps the pod's series to that name, " +
 			"or has not relisted since the pod's first scrape (name the metric it serves with --hpa-metric)\nUnexpected error:\n    <*errors.StatusError>: the server could not find the metric gpuconform_inference_requests_per_second for pods",

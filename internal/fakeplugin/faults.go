@@ -140,6 +140,10 @@ const (
 	// the name the HPA is written for. Cluster fault. Caught by the pod autoscaling scenario (the pods
 	// metric is never served for its pod, so no HPA is created).
 	FaultHPAMetricUnserved Fault = "hpa-metric-unserved"
+	// FaultHPAControllerOff restarts kube-controller-manager with its horizontal-pod-autoscaler-controller
+	// disabled: HPAs are accepted and never act. Cluster fault. Caught by the pod autoscaling scenario (the
+	// Deployment stays at one replica; the HPA's status is never written).
+	FaultHPAControllerOff Fault = "hpa-controller-off"
 	// FaultAutoscalerUnhealthy writes cluster-autoscaler's status ConfigMap with its cluster-wide health
 	// Unhealthy: an autoscaler that cannot scale. Cluster fault. Caught by the platform scenario's
 	// autoscaler check.
@@ -211,7 +215,7 @@ func VersionFaults(version string) []Fault {
 // Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
 func (f Fault) Cluster() bool {
 	switch f {
-	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultAutoscalerUnhealthy, FaultGatewayNoController,
+	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultGatewayNoController,
 		FaultMonitoringOwnNamespaceOnly, FaultDRANoTaintEviction, FaultDRATolerationsStripped:
 		return true
 	}
@@ -229,7 +233,7 @@ func AllFaults() []Fault {
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
-		FaultHPAMetricUnserved, FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
+		FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
 		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction, FaultDRATolerationsStripped, FaultDRAPluginNoStart, FaultDRASliceChurn}
 }
 
