@@ -75,22 +75,21 @@ var Failure = Define(Scenario{Name: failureName, Title: "a failed worker or devi
 // The failure scenario's training job: long enough to be interrupted after a checkpoint and to finish
 // soon after it resumes. Steps are seconds of simulated work; a checkpoint every trainEvery steps.
 const (
-	trainSteps    = 30
+	// trainSteps outlasts the fault: the device-plugin device-fault spec fails the pod only after it read
+	// the pod's device (a helper pod) and saw the device withdrawn. In the clean-clone CI of 8610b6a that
+	// took until 32 s into the work (withdrawal 7.1 s under load), so a 30-step job had finished and its
+	// replacement resumed from the last step with nothing left to run. 60 steps leave twice the margin.
+	trainSteps    = 60
 	trainEvery    = 5
 	trainStepTime = time.Second
-	// trainResumedStepTime paces the replacement once it resumed: long enough for its devices to be read
-	// from its kubelet while it runs (a helper pod on its node; the kubelet lists active pods only). At
-	// 500 ms its 20 steps were 10 s, and under 14 processes the read took 12 s and found it finished
-	// (bench of cb9d0d7).
-	trainResumedStepTime = time.Second
+	// trainResumedStepTime paces the replacement once it resumed; trainResumedMinTime below is what keeps
+	// it running long enough to be read.
+	trainResumedStepTime = 500 * time.Millisecond
 	// trainResumedMinTime is the least the replacement runs once it resumed, however late the fault landed:
-	// on the device-plugin path the device-fault spec reads the training pod's device (a helper pod) and
-	// waits for its withdrawal before it fails the pod, so the fault landed at step 17 to 22 of 30 and left
-	// the replacement 8 to 13 s, against a helper's 3 s on a quiet cluster and 12 s under load (CI of
-	// 43c2203 failed this spec once; its message did not come back). The other specs resumed from step 10
-	// to 13 and ran 17 to 19 s. 20 s was short too: in the clean-clone CI of f2b7b88 (93 specs, 9 processes)
-	// the replacement was seen running 20 s after the fault's pod was deleted and its kubelet read 12 s after
-	// that, by when it had finished ("the kubelet does not list pod …"). 45 s covers both delays again.
+	// its devices are read from its kubelet (a helper pod on its node; the kubelet lists active pods only)
+	// after it is seen running. In the clean-clone CI of f2b7b88 (93 specs, 9 processes) the replacement
+	// was seen running 20 s after the fault and its kubelet read 12 s after that; 45 s covers both delays
+	// again.
 	trainResumedMinTime = 45 * time.Second
 	trainDir            = "/checkpoints"
 )
