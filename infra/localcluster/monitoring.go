@@ -1,10 +1,12 @@
 package localcluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"maps"
+	"slices"
 	"strings"
 )
 
@@ -17,20 +19,26 @@ const prometheusDeployment = "prometheus"
 // answers its readiness probe. Unchanged since the last bring-up, nothing is re-applied.
 func (c *Cluster) installMonitoring(ctx context.Context, build *background) error {
 	return c.installAddon(ctx, build, keyedAddon{part: "monitoring", what: "Prometheus's Deployment, configuration and Service",
-		image: c.prometheusImage(), repo: prometheusImageRepo, manifest: "prometheus.yaml",
+		image: c.prometheusImage, repo: prometheusImageRepo, manifest: "prometheus.yaml",
 		kinds: "deployments,configmaps,services,serviceaccounts",
 		prove: func() error {
 			return c.kubectl(ctx, "rollout prometheus", "-n", MonitoringNamespace, "rollout", "status", "deploy/"+prometheusDeployment, "--timeout=180s")
 		}})
 }
 
-// keyedAddon is a component the bring-up runs from a content-keyed image with one manifest in
-// MonitoringNamespace.
+// keyedAddon is a component the bring-up runs from a content-keyed image with one manifest in its
+// namespace (MonitoringNamespace unless named).
 type keyedAddon struct {
+	// namespace holds its namespaced objects; "" is MonitoringNamespace.
+	namespace string
+	// extra are YAML documents applied with the manifest but not rendered as a template (they hold
+	// templates of their own, KWOK's stages); the manifest's digest covers them.
+	extra []byte
 	// part and what name it for the unchanged check.
 	part, what string
-	image      imageSpec
-	repo       string
+	// image is called once the build is done: an image's files are the build's outputs.
+	image func() imageSpec
+	repo  string
 	// manifest is its file under manifests/, rendered with values, Namespace, Image and ConfigDigest (the
 	// manifest's digest, which rolls its pods when the manifest changes).
 	manifest string
@@ -47,7 +55,7 @@ func (c *Cluster) installAddon(ctx context.Context, build *background, a keyedAd
 	if err := build.wait(); err != nil {
 		return err
 	}
-	image, err := c.loadKeyed(ctx, a.image, a.repo)
+	image, err := c.loadKeyed(ctx, a.image(), a.repo)
 	if err != nil {
 		return err
 	}
@@ -55,14 +63,18 @@ func (c *Cluster) installAddon(ctx context.Context, build *background, a keyedAd
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(raw)
-	values := map[string]string{"Namespace": MonitoringNamespace, "Image": image, "ConfigDigest": hex.EncodeToString(sum[:8])}
+	ns := cmp.Or(a.namespace, MonitoringNamespace)
+	sum := sha256.Sum256(append(raw, a.extra...))
+	values := map[string]string{"Namespace": ns, "Image": image, "ConfigDigest": hex.EncodeToString(sum[:8])}
 	maps.Copy(values, a.values)
 	doc, err := render(a.manifest, values)
 	if err != nil {
 		return err
 	}
-	fp := func() string { return c.objectsFingerprint(ctx, string(doc), "-n", MonitoringNamespace, a.kinds) }
+	if len(a.extra) > 0 {
+		doc = slices.Concat(doc, []byte("\n---\n"), a.extra)
+	}
+	fp := func() string { return c.objectsFingerprint(ctx, string(doc), "-n", ns, a.kinds) }
 	return c.unlessUnchanged(a.part, a.what, fp,
 		func() error { return c.applyManifest(ctx, strings.TrimSuffix(a.manifest, ".yaml"), doc) },
 		func(bool) error { return a.prove() })
@@ -80,7 +92,7 @@ const (
 // APIServices Available. Unchanged since the last bring-up, nothing is re-applied.
 func (c *Cluster) installMetricsAdapter(ctx context.Context, build *background) error {
 	return c.installAddon(ctx, build, keyedAddon{part: "custom metrics API", what: "prometheus-adapter's Deployment, rules, Service and APIServices",
-		image: c.metricsAdapterImage(), repo: metricsAdapterImageRepo, manifest: "prometheus-adapter.yaml",
+		image: c.metricsAdapterImage, repo: metricsAdapterImageRepo, manifest: "prometheus-adapter.yaml",
 		values: map[string]string{"Deployment": MetricsAdapterDeployment, "ConfigMap": MetricsAdapterConfigMap},
 		kinds:  "deployments,configmaps,services,serviceaccounts,apiservices",
 		prove: func() error {
