@@ -68,6 +68,13 @@ var (
 	// from the local Prometheus, the way a platform gives the HPA its workloads' own metrics.
 	compMetricsAdapter = goComponent{Name: "prometheus-adapter", Module: "infra/modules/prometheus-adapter", Output: "adapter", LDFlags: "-s -w", GCFlags: noDWARF,
 		Packages: []string{"sigs.k8s.io/prometheus-adapter/cmd/adapter"}}
+	// compKarpenter is Karpenter's controller with its KWOK cloud provider, the local node autoscaler; it
+	// shares the main module's graph (withMain), so it compiles on what `make build` compiled.
+	compKarpenter = goComponent{Name: "karpenter", Module: "infra/modules/karpenter", Output: "controller", LDFlags: "-s -w",
+		Packages: []string{"sigs.k8s.io/karpenter/kwok"}}
+	// compKWOK is KWOK's controller, the kubelet of the node autoscaler's simulated nodes.
+	compKWOK = goComponent{Name: "kwok", Module: "infra/modules/kwok", Output: "kwok", LDFlags: "-s -w", GCFlags: noDWARF,
+		Packages: []string{"sigs.k8s.io/kwok/cmd/kwok"}}
 	compDRA = goComponent{Name: "dra-example-driver", Module: "infra/modules/dra-example-driver", LDFlags: "-s -w", GCFlags: noDWARF, Packages: []string{
 		"sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"}}
 	// compRuntime is the capability-stripping runc wrapper for the project's own dockerd (host.go).

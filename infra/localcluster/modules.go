@@ -110,6 +110,8 @@ var ownGraph = map[string]string{
 		"v0.30 generic API server; it keeps the graph its release was tested with rather than Kubernetes v1.37.2's",
 	"dra-example-driver": "dra-example-driver v0.4.0 pins k8s.io v0.36, and its CPU profile sets resource/v1 " +
 		"Device.NodeAllocatableResourceMappings, an alpha field that v0.37 does not have",
+	"kwok": "KWOK v0.8.0 is built on the k8s.io v0.36 libraries and controller-runtime v0.24; it plays the kubelet of the " +
+		"autoscaler's simulated nodes only, so it keeps the graph its release was tested with",
 }
 
 // withMain are the wrapper modules that share the main module's graph instead of the other wrappers', and
@@ -120,6 +122,8 @@ var withMain = map[string]string{
 	"kueue": "Kueue v0.17.0 is the release whose API and clientset gpuconform itself builds on, with the same k8s.io " +
 		"v0.35 libraries and controller-runtime v0.23.3: 779 of the 1,628 packages its build compiles are the main " +
 		"module's, at the same versions",
+	"karpenter": "Karpenter v1.13.0 (its KWOK provider, the local node autoscaler) builds on the same k8s.io v0.35 libraries " +
+		"and controller-runtime v0.23 as gpuconform itself",
 }
 
 // readWrapperModules parses the go.mod of every wrapper module that shares its versions with the others (not

@@ -123,6 +123,8 @@ func TestWrapperVersionSkewFindsALowerRequire(t *testing.T) {
 	// wrappers' higher k8s.io/api is not, and above the main module's is allowed (a note when aligning).
 	must(t, os.WriteFile(filepath.Join(root, "go.mod"), []byte("module x/main\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.35.3\n\tgolang.org/x/sys v0.49.0\n\tgolang.org/x/net v0.61.0\n)\n"), 0o644))
 	write("kueue", "module x/kueue\n\ngo 1.26\n\nrequire (\n\tk8s.io/api v0.35.3\n\tgolang.org/x/sys v0.40.0\n\tgolang.org/x/net v0.62.0\n)\n")
+	// Every withMain wrapper has its go.mod; this one agrees with the main module.
+	write("karpenter", "module x/karpenter\n\ngo 1.26\n\nrequire k8s.io/api v0.35.3\n")
 	skew, err := WrapperVersionSkew(root)
 	must(t, err)
 	if want := []string{"dra: golang.org/x/sys@v0.41.0 < v0.49.0", "kueue: golang.org/x/sys@v0.40.0 < v0.49.0 (the main module's)"}; !slices.Equal(skew, want) {

@@ -67,6 +67,18 @@ func (c *Cluster) metricsAdapterImage() imageSpec {
 		Dirs: []string{"tmp"}, User: "65534:65534", Entrypoint: []string{"/adapter"}}
 }
 
+// karpenterImage is the local node autoscaler's image (Karpenter with its KWOK provider).
+func (c *Cluster) karpenterImage() imageSpec {
+	return imageSpec{Ref: ImageKarpenter, Files: map[string]string{"controller": c.binary("karpenter", "controller")},
+		User: "65534:65534", Entrypoint: []string{"/controller"}}
+}
+
+// kwokImage is KWOK's controller's image.
+func (c *Cluster) kwokImage() imageSpec {
+	return imageSpec{Ref: ImageKWOK, Files: map[string]string{"kwok": c.binary("kwok", "kwok")},
+		Dirs: []string{"tmp"}, User: "65534:65534", Entrypoint: []string{"/kwok"}}
+}
+
 // exampleDRAImage is the dra-example-driver's image. It is not preloaded: only a cluster brought up with
 // --dra-driver=example runs it, so it is built and loaded into the nodes then (loadExampleDRADriver),
 // and a bring-up with the project's own agent never compiles it.

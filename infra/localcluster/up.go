@@ -54,6 +54,8 @@ func (c *Cluster) Up(ctx context.Context) error {
 		c.startBuild(ctx, compKueue)
 		c.startBuild(ctx, compPrometheus)
 		c.startBuild(ctx, compMetricsAdapter)
+		c.startBuild(ctx, compKWOK)
+		c.startBuild(ctx, compKarpenter)
 	}
 	revived := false
 	if exists {
@@ -87,7 +89,8 @@ func (c *Cluster) Up(ctx context.Context) error {
 			c.startBuild(ctx, compKueue)
 			c.startBuild(ctx, compPrometheus)
 			c.startBuild(ctx, compMetricsAdapter)
-			c.startBuild(ctx, compMetricsAdapter)
+			c.startBuild(ctx, compKWOK)
+			c.startBuild(ctx, compKarpenter)
 			c.startBuild(ctx, compTools)
 		}
 		if err := c.prepareSharedDir(); err != nil {
@@ -156,6 +159,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := c.step("node autoscaler", "wait for KWOK's and Karpenter's builds, load their images and run Karpenter's KWOK provider over the autoscaled GPU pool", func() error {
+		return c.installNodeAutoscaler(ctx, c.startBuild(ctx, compKWOK), c.startBuild(ctx, compKarpenter))
+	}); err != nil {
+		return err
+	}
 	c.logf("cluster %s ready in %s; kubeconfig: %s; kubectl: %s", c.opts.Name, time.Since(start).Round(time.Second), c.Kubeconfig(), c.Kubectl())
 	return nil
 }
@@ -172,6 +180,8 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 	c.startBuild(ctx, compKueue)
 	c.startBuild(ctx, compPrometheus)
 	c.startBuild(ctx, compMetricsAdapter)
+	c.startBuild(ctx, compKWOK)
+	c.startBuild(ctx, compKarpenter)
 	c.startBuild(ctx, compTools)
 	compNet := goComponent{Name: "net", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-net"}}
 	if _, err := c.buildGoStep(ctx, compNet); err != nil {
@@ -302,7 +312,7 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 		started = true
 		go func() {
 			defer close(modules.done)
-			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue, compPrometheus, compMetricsAdapter}))
+			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue, compPrometheus, compMetricsAdapter, compKWOK, compKarpenter}))
 		}()
 		dir, image, err := c.rootfsStep(bctx)
 		if err != nil {

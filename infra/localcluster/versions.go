@@ -15,7 +15,11 @@ const (
 	PrometheusVersion = "3.16.0"
 	// MetricsAdapterVersion is prometheus-adapter's release (the module sigs.k8s.io/prometheus-adapter).
 	MetricsAdapterVersion = "v0.12.0"
-	DebianSuite           = "bookworm"
+	// KarpenterVersion is the release of sigs.k8s.io/karpenter whose KWOK provider is the local node
+	// autoscaler, and KWOKVersion that of sigs.k8s.io/kwok, the kubelet of its simulated nodes.
+	KarpenterVersion = "v1.13.0"
+	KWOKVersion      = "v0.8.0"
+	DebianSuite      = "bookworm"
 )
 
 // Image names inside the nodes. The control-plane names must be exactly what kubeadm v1.37.2 asks for, and
@@ -33,6 +37,8 @@ const (
 	ImageDRADriver      = "gpuconform.local/dra-example-driver:" + DRADriverVersion
 	ImagePrometheus     = "gpuconform.local/prometheus:v" + PrometheusVersion
 	ImageMetricsAdapter = "gpuconform.local/prometheus-adapter:" + MetricsAdapterVersion
+	ImageKarpenter      = "gpuconform.local/karpenter:" + KarpenterVersion
+	ImageKWOK           = "gpuconform.local/kwok:" + KWOKVersion
 	ImageNet            = "gpuconform.local/gpuconform-net:dev"
 	ImageWorkload       = "gpuconform.local/gpu-workload:dev"
 	NodeImageRepo       = "gpuconform.local/kind-node"
@@ -44,6 +50,8 @@ const (
 	kueueImageRepo          = "gpuconform.local/kueue-manager"
 	prometheusImageRepo     = "gpuconform.local/prometheus-server"
 	metricsAdapterImageRepo = "gpuconform.local/prometheus-adapter-server"
+	karpenterImageRepo      = "gpuconform.local/karpenter-controller"
+	kwokImageRepo           = "gpuconform.local/kwok-controller"
 	// MonitoringNamespace holds the local cluster's Prometheus (manifests/prometheus.yaml).
 	MonitoringNamespace = "monitoring"
 	PoolLabel           = "gpuconform.io/pool"
