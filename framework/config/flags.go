@@ -51,6 +51,15 @@ func flagTable() []flagDef {
 		{name: "gpu-pool", usage: "label selector of the GPU pool", apply: func(c *Config, v string) error { c.Pools.GPU = v; c.Pools.markExplicit("gpu"); return nil }},
 		{name: "canary-pool", usage: "label selector of the canary pool", apply: func(c *Config, v string) error { c.Pools.Canary = v; c.Pools.markExplicit("canary"); return nil }},
 		{name: "known-good-pool", usage: "label selector of the known-good pool", apply: func(c *Config, v string) error { c.Pools.KnownGood = v; c.Pools.markExplicit("knownGood"); return nil }},
+		{name: "autoscaling-pool", usage: "label selector of a node group the cluster autoscaler grows for a pending GPU pod and shrinks once idle (the cluster autoscaling scenario; default: none, and that scenario does not run)", apply: func(c *Config, v string) error { c.Pools.Autoscaling = v; return nil }},
+		{name: "autoscaling-toleration", usage: "toleration for the cluster autoscaling scenario's pod only, key[=value]:Effect or key:Effect (Exists), for the autoscaled pool's taints; repeatable", apply: func(c *Config, v string) error {
+			t, err := ParseToleration(v)
+			if err != nil {
+				return err
+			}
+			c.Pools.AutoscalingTolerations = append(c.Pools.AutoscalingTolerations, t)
+			return nil
+		}},
 		{name: "queues", usage: "own (create queues per spec) or existing", apply: func(c *Config, v string) error { c.Queues.Mode = v; return nil }},
 		{name: "local-queue", usage: "existing LocalQueue to submit to, NS/NAME (implies --namespace NS) or NAME with --namespace; implies --queues=existing", apply: func(c *Config, v string) error {
 			c.Queues.LocalQueue = v

@@ -450,6 +450,12 @@ type PoolsConfig struct {
 	Canary string `json:"canary,omitempty"`
 	// KnownGood selects nodes on the last known-good stack, for comparison.
 	KnownGood string `json:"knownGood,omitempty"`
+	// Autoscaling selects the nodes of a node group a cluster autoscaler grows for pending GPU pods (the
+	// cluster autoscaling scenario); empty: none named, and the scenario does not run.
+	Autoscaling string `json:"autoscaling,omitempty"`
+	// AutoscalingTolerations are added to the cluster autoscaling scenario's pod only: the taints of the
+	// autoscaled pool, which the suite cannot read from a pool that has no node yet.
+	AutoscalingTolerations []corev1.Toleration `json:"autoscalingTolerations,omitempty"`
 
 	// explicit records which selectors the user set, so discovery only falls back for defaults.
 	explicit map[string]bool

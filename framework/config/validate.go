@@ -98,6 +98,17 @@ var ruleTable = []rule{
 	selectorRule("gpu", "gpu-pool", func(c Config) string { return c.Pools.GPU }),
 	selectorRule("canary", "canary-pool", func(c Config) string { return c.Pools.Canary }),
 	selectorRule("knownGood", "known-good-pool", func(c Config) string { return c.Pools.KnownGood }),
+	selectorRule("autoscaling", "autoscaling-pool", func(c Config) string { return c.Pools.Autoscaling }),
+	{"autoscaling-tolerations-need-pool", func(c Config) bool { return len(c.Pools.AutoscalingTolerations) == 0 || c.Pools.Autoscaling != "" },
+		func(Config) string {
+			return "pools.autoscalingTolerations (--autoscaling-toleration) without pools.autoscaling: name the autoscaled pool with --autoscaling-pool SELECTOR"
+		}},
+	{"autoscaling-pool-not-everything", func(c Config) bool {
+		sel, err := labels.Parse(c.Pools.Autoscaling)
+		return c.Pools.Autoscaling == "" || err != nil || !sel.Empty()
+	}, func(c Config) string {
+		return fmt.Sprintf("pools.autoscaling %q (--autoscaling-pool): selects every node; name the autoscaled node group's label, e.g. karpenter.sh/nodepool=gpu", c.Pools.Autoscaling)
+	}},
 	{"queues-mode", func(c Config) bool { return c.Queues.Mode == QueuesOwn || c.Queues.Mode == QueuesExisting },
 		func(c Config) string {
 			return fmt.Sprintf("queues.mode %q: use %q or %q", c.Queues.Mode, QueuesOwn, QueuesExisting)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 )
 
@@ -82,10 +83,18 @@ func TestRules(t *testing.T) {
 		"allocation-paths-empty": {func(c *Config) { c.AllocationPaths = nil }, func(c *Config) { c.AllocationPaths = []string{PathDRA} }},
 		"allocation-paths-auto-alone": {func(c *Config) { c.AllocationPaths = []string{PathAuto, PathDRA} },
 			func(c *Config) { c.AllocationPaths = []string{PathDevicePlugin, PathDRA} }},
-		"allocation-paths-known":           {func(c *Config) { c.AllocationPaths = []string{"mig"} }, func(c *Config) { c.AllocationPaths = []string{PathDevicePlugin} }},
-		"pools.gpu":                        {func(c *Config) { c.Pools.GPU = "a=b=c" }, func(c *Config) { c.Pools.GPU = "team=ml" }},
-		"pools.canary":                     {func(c *Config) { c.Pools.Canary = "a=b=c" }, func(c *Config) { c.Pools.Canary = "pool in (canary)" }},
-		"pools.knownGood":                  {func(c *Config) { c.Pools.KnownGood = "a=b=c" }, func(c *Config) { c.Pools.KnownGood = "" }},
+		"allocation-paths-known":          {func(c *Config) { c.AllocationPaths = []string{"mig"} }, func(c *Config) { c.AllocationPaths = []string{PathDevicePlugin} }},
+		"pools.gpu":                       {func(c *Config) { c.Pools.GPU = "a=b=c" }, func(c *Config) { c.Pools.GPU = "team=ml" }},
+		"pools.canary":                    {func(c *Config) { c.Pools.Canary = "a=b=c" }, func(c *Config) { c.Pools.Canary = "pool in (canary)" }},
+		"pools.knownGood":                 {func(c *Config) { c.Pools.KnownGood = "a=b=c" }, func(c *Config) { c.Pools.KnownGood = "" }},
+		"pools.autoscaling":               {func(c *Config) { c.Pools.Autoscaling = "a=b=c" }, func(c *Config) { c.Pools.Autoscaling = "karpenter.sh/nodepool=gpu" }},
+		"autoscaling-pool-not-everything": {func(c *Config) { c.Pools.Autoscaling = "  " }, func(c *Config) { c.Pools.Autoscaling = "" }},
+		"autoscaling-tolerations-need-pool": {func(c *Config) {
+			c.Pools.AutoscalingTolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		}, func(c *Config) {
+			c.Pools.Autoscaling = "karpenter.sh/nodepool=gpu"
+			c.Pools.AutoscalingTolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		}},
 		"queues-mode":                      {func(c *Config) { c.Queues.Mode = "shared" }, existingQueue},
 		"existing-queues-need-local-queue": {func(c *Config) { existingQueue(c); c.Queues.LocalQueue = "" }, existingQueue},
 		"local-queue-needs-existing-mode":  {func(c *Config) { existingQueue(c); c.Queues.Mode = QueuesOwn }, existingQueue},

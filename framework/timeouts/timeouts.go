@@ -60,6 +60,11 @@ type Timeouts struct {
 	// it: prometheus-adapter finds new series at its relist (every 10 min by default; 15 s on the local
 	// cluster), and the HPA controller reads its metrics every 15 s.
 	Autoscale time.Duration
+	// NodeScale waits for a node autoscaler to add a node for a pending pod (the cloud's provisioning and the
+	// kubelet's registration: minutes for a GPU instance), and again to remove the node once it is empty
+	// (cluster-autoscaler's --scale-down-unneeded-time and --scale-down-delay-after-add are 10 min each by
+	// default; Karpenter's consolidateAfter is the NodePool's).
+	NodeScale time.Duration
 	// Rejection waits for the API server to answer a create that must be rejected.
 	Rejection time.Duration
 	// Cleanup bounds deleting one spec's objects, namespace included: pods terminate with their grace
@@ -87,6 +92,7 @@ func Local() Timeouts {
 		HelperPod:   60 * time.Second,
 		Metrics:     30 * time.Second,
 		Autoscale:   2 * time.Minute,
+		NodeScale:   3 * time.Minute,
 		Rejection:   15 * time.Second,
 		Cleanup:     2 * time.Minute,
 		NodeLost:    3 * time.Minute,
@@ -109,6 +115,7 @@ func Real() Timeouts {
 		HelperPod:   5 * time.Minute,
 		Metrics:     3 * time.Minute,
 		Autoscale:   15 * time.Minute,
+		NodeScale:   30 * time.Minute,
 		Rejection:   30 * time.Second,
 		Cleanup:     10 * time.Minute,
 		NodeLost:    10 * time.Minute,
