@@ -17,6 +17,7 @@ import (
 	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/suite"
+	"gpuconform.io/gpuconform/framework/testenv"
 )
 
 // PlatformInput is the input of PlatformSpec.
@@ -30,13 +31,16 @@ const platformName = "platform"
 // accepted a GatewayClass (inference traffic). Where the cluster evidently has none, the spec is not
 // applicable, with the evidence, and the requirement N/A; where it has one that is broken (a metrics API
 // registered but unavailable, Gateway CRDs no controller serves), the spec fails; where it has a working
-// one, the spec says gpuconform does not exercise it yet and the requirement is left to the participant.
+// one, the spec passes with the evidence and a scenario of its own drives it (autoscaling, cluster
+// autoscaling), or says gpuconform does not exercise it yet (the inference gateway) and the requirement is
+// left to the participant.
 var Platform = Define(Scenario{Name: platformName, Title: "the cluster's autoscalers and inference gateway: present and working, or evidently absent",
 	Proves: []conformance.Proof{
 		{Requirement: conformance.PodAutoscaling, How: "the custom and external metrics APIs (APIServices v1beta1/v1beta2.custom.metrics.k8s.io, v1beta1.external.metrics.k8s.io): " +
 			"none registered is not applicable; one registered must be Available"},
 		{Requirement: conformance.ClusterAutoscaling, How: "a cluster autoscaler's evidence (cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status, " +
-			"Karpenter's karpenter.sh API): none is not applicable; cluster-autoscaler's cluster-wide health must be Healthy"},
+			"Karpenter's karpenter.sh API): none is not applicable; cluster-autoscaler's cluster-wide health must be Healthy (the cluster autoscaling " +
+			"scenario grows its node group)"},
 		{Requirement: conformance.AIInference, How: "the Gateway API (gateway.networking.k8s.io): not served is not applicable; served, a controller must have accepted a GatewayClass"},
 	}},
 	func(r *suite.Run) PlatformInput { return PlatformInput{Base: baseOf(r)} },
@@ -70,11 +74,26 @@ func metricsAPIs(ctx context.Context, in PlatformInput) {
 	gomega.Expect(unavailable(apis)).To(gomega.BeEmpty(), "a metrics API is registered but not available: the HPA cannot read AI metrics through it")
 }
 
-// clusterAutoscaler looks for what an autoscaler leaves on a cluster it runs on: cluster-autoscaler
-// writes its status to a ConfigMap in kube-system; Karpenter serves its karpenter.sh API.
+// clusterAutoscaler looks for a cluster autoscaler (autoscalers): none is not applicable; one found
+// passes with its evidence, and the cluster autoscaling scenario grows its node group.
 func clusterAutoscaler(ctx context.Context, in PlatformInput) {
+	found := autoscalers(ctx, in.Env)
+	if len(found) == 0 {
+		notApplicable(noClusterAutoscaler)
+	}
+	ginkgo.AddReportEntry("evidence: found", strings.Join(found, "; "))
+}
+
+// noClusterAutoscaler is why cluster autoscaling is not applicable where autoscalers finds none.
+const noClusterAutoscaler = "no cluster autoscaler: no ConfigMap kube-system/cluster-autoscaler-status, no karpenter.sh API served"
+
+// autoscalers are what a node autoscaler leaves on a cluster it runs on: cluster-autoscaler writes its
+// status to a ConfigMap in kube-system (whose cluster-wide health must be Healthy); Karpenter serves its
+// karpenter.sh API.
+func autoscalers(ctx context.Context, env *testenv.Env) []string {
+	ginkgo.GinkgoHelper()
 	var found []string
-	cm, err := in.Env.Clients.Kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "cluster-autoscaler-status", metav1.GetOptions{})
+	cm, err := env.Clients.Kube.CoreV1().ConfigMaps("kube-system").Get(ctx, "cluster-autoscaler-status", metav1.GetOptions{})
 	switch {
 	case err == nil:
 		health := autoscalerHealth(cm.Data["status"])
@@ -85,13 +104,10 @@ func clusterAutoscaler(ctx context.Context, in PlatformInput) {
 		mayRead(err, "get configmaps kube-system/cluster-autoscaler-status")
 		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading ConfigMap kube-system/cluster-autoscaler-status")
 	}
-	if g, ok := servedGroup(in, "karpenter.sh"); ok {
+	if g, ok := servedGroup(env, "karpenter.sh"); ok {
 		found = append(found, "the karpenter.sh API ("+g.PreferredVersion.GroupVersion+")")
 	}
-	if len(found) == 0 {
-		notApplicable("no cluster autoscaler: no ConfigMap kube-system/cluster-autoscaler-status, no karpenter.sh API served")
-	}
-	notExercisedYet(strings.Join(found, "; "), "gpuconform does not yet grow a GPU node group with a pending pod and watch it shrink")
+	return found
 }
 
 // autoscalerHealthRE finds the cluster-wide health in cluster-autoscaler's status, in both of the forms it
@@ -109,8 +125,8 @@ func autoscalerHealth(status string) string {
 }
 
 // servedGroup is the API group the cluster serves under name, if it does.
-func servedGroup(in PlatformInput, name string) (metav1.APIGroup, bool) {
-	groups, err := in.Env.Clients.Kube.Discovery().ServerGroups()
+func servedGroup(env *testenv.Env, name string) (metav1.APIGroup, bool) {
+	groups, err := env.Clients.Kube.Discovery().ServerGroups()
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the API groups the cluster serves")
 	i := slices.IndexFunc(groups.Groups, func(g metav1.APIGroup) bool { return g.Name == name })
 	if i < 0 {
@@ -124,7 +140,7 @@ const gatewayGroup = "gateway.networking.k8s.io"
 // gatewayAPI: the Gateway API not served is not applicable; served, some GatewayClass must be accepted
 // by its controller (status condition Accepted=True), or no implementation serves it.
 func gatewayAPI(ctx context.Context, in PlatformInput) {
-	group, ok := servedGroup(in, gatewayGroup)
+	group, ok := servedGroup(in.Env, gatewayGroup)
 	if !ok {
 		notApplicable("the Gateway API is not installed (" + gatewayGroup + " is not served)")
 	}

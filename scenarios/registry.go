@@ -28,6 +28,7 @@ var Registry = []*Scenario{
 	Metrics,
 	ServiceMetrics,
 	PodAutoscaling,
+	ClusterAutoscaling,
 	Prioritized,
 	AdminAccess,
 	Operator,
