@@ -38,7 +38,9 @@ E2E_ORDER = $(if $(filter-out 1,$(E2E_PROCS)),--ginkgo.randomize-all)
 # refusing to start. Against a cluster of yours the suite refuses unless you pass --cleanup-leftovers yourself.
 # The failed-worker pods tolerate their node's NotReady 2s instead of the default 10s: a wait that only the
 # local runs shorten (each node stopper is in the one-at-a-time chain), listed in the record's parameters.
-LOCAL_RUN_ARGS ?= --cleanup-leftovers --eviction-toleration=2s
+# The local node autoscaler's pool and taint (infra/localcluster/autoscaler.go, AutoscalingRunArgs) name the
+# node group the cluster autoscaling scenario grows.
+LOCAL_RUN_ARGS ?= --cleanup-leftovers --eviction-toleration=2s --autoscaling-pool=gpuconform.io/pool=autoscaled --autoscaling-toleration=gpuconform.io/autoscaled:NoSchedule
 # The AI Conformance metadata make e2e writes into the local run's PRODUCT.yaml.
 PRODUCT_METADATA ?= $(CURDIR)/fixtures/conformance/local-product.yaml
 

@@ -174,6 +174,8 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`waiting for 2 running replicas of Deployment \S+`, `HPA serve: current 0, desired 0 replicas`)},
 		{Fault: fakeplugin.FaultAutoscalerUnhealthy, Focus: "shows a cluster autoscaler", Catcher: "shows a cluster autoscaler",
 			Because: because(`cluster-autoscaler's status \(ConfigMap kube-system/cluster-autoscaler-status\) gives its cluster-wide health as Unhealthy`)},
+		{Fault: fakeplugin.FaultAutoscalerDown, Focus: "grows the autoscaled GPU node group", Catcher: "grows the autoscaled GPU node group",
+			Because: because(`waiting for the autoscaler to add a node to gpuconform\.io/pool=autoscaled for pod \S+`, `pod \S+ is not bound: PodScheduled=False Unschedulable`)},
 		{Fault: fakeplugin.FaultGatewayNoController, Focus: "serves the Gateway API", Catcher: "serves the Gateway API",
 			Because: because(`the Gateway API is served but no controller accepted a GatewayClass`)},
 		// The local Prometheus restarted with its pod discovery limited to its own namespace
@@ -394,8 +396,8 @@ func runSelfcheckSpecs(ctx context.Context, bin shipped, kubeconfig, dir string,
 		defer f.Close()
 		log = f
 	}
-	runErr := bin.run(ctx, log, append([]string{"--timeout=30m", "--kubeconfig=" + kubeconfig, "--artifacts=" + dir, "--disruptive",
-		"--ginkgo.no-color", "--ginkgo.focus=" + regexp.QuoteMeta(row.Focus)}, extra...)...)
+	runErr := bin.run(ctx, log, slices.Concat([]string{"--timeout=30m", "--kubeconfig=" + kubeconfig, "--artifacts=" + dir, "--disruptive",
+		"--ginkgo.no-color", "--ginkgo.focus=" + regexp.QuoteMeta(row.Focus)}, localcluster.AutoscalingRunArgs, extra)...)
 	suites, err := reports.ReadGinkgoJSON(filepath.Join(dir, "gpuconform-report.json"))
 	if err != nil {
 		res.Note = fmt.Sprintf("no report from the run (%v; run error %v; log %s.log)", err, runErr, dir)

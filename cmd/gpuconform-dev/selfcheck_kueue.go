@@ -45,6 +45,8 @@ func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplug
 		return hpaMetricRenamed(ctx, clients)
 	case fakeplugin.FaultAutoscalerUnhealthy:
 		return createObjects(ctx, clients.Dynamic, unhealthyAutoscalerStatus())
+	case fakeplugin.FaultAutoscalerDown:
+		return nodeAutoscalerGone(ctx, clients.Kube)
 	case fakeplugin.FaultGatewayNoController:
 		return createObjects(ctx, clients.Dynamic, gatewayAPIWithoutController()...)
 	case fakeplugin.FaultMonitoringOwnNamespaceOnly:

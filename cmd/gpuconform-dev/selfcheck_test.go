@@ -94,6 +94,10 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"the custom metrics API does not serve gpuconform_inference_requests_per_second for pod hpa-x/serve-5d8f-abcde: its adapter has no rule that maps the pod's series to that name, " +
 			"or has not relisted since the pod's first scrape (name the metric it serves with --hpa-metric)\nUnexpected error:\n    <*errors.StatusError>: the server could not find the metric gpuconform_inference_requests_per_second for pods",
 		fakeplugin.FaultAutoscalerUnhealthy: "cluster-autoscaler's status (ConfigMap kube-system/cluster-autoscaler-status) gives its cluster-wide health as Unhealthy: it cannot scale node groups\nExpected\n    <string>: Unhealthy\nto equal\n    <string>: Healthy",
+		fakeplugin.FaultAutoscalerDown: "Timed out after 180.227s.\ntimed out after 3m0s waiting for the autoscaler to add a node to gpuconform.io/pool=autoscaled for pod gpuconform-nodescale-rzfv2/grow\n\n" +
+			"Expected success, but got an error:\n    pod gpuconform-nodescale-rzfv2/grow is not bound: PodScheduled=False Unschedulable since 12:06:50: 0/6 nodes are available: 1 node(s) had untolerated taint(s), " +
+			"5 node(s) didn't match Pod's node affinity/selector. preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling.; the pod's events: FailedScheduling Warning (default-scheduler ×1): " +
+			"0/6 nodes are available: 1 node(s) had untolerated taint(s), 5 node(s) didn't match Pod's node affinity/selector.",
 		fakeplugin.FaultGatewayNoController: "the Gateway API is served but no controller accepted a GatewayClass (1 GatewayClass(es)): no implementation serves it\nExpected\n    <[]string | len:0, cap:0>: nil\nnot to be empty",
 		fakeplugin.FaultMonitoringOwnNamespaceOnly: "Timed out after 30.001s.\ntimed out after 30s waiting for pod svcmetrics-x/serve's metrics collected by Prometheus Service monitoring/prometheus:web through the API server's service proxy\n" +
 			"Prometheus Service monitoring/prometheus:web through the API server's service proxy has not collected pod svcmetrics-x/serve's gpuconform_inference_requests_total (no series): " +

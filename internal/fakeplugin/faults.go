@@ -148,6 +148,9 @@ const (
 	// Unhealthy: an autoscaler that cannot scale. Cluster fault. Caught by the platform scenario's
 	// autoscaler check.
 	FaultAutoscalerUnhealthy Fault = "autoscaler-unhealthy"
+	// FaultAutoscalerDown scales the local node autoscaler (Karpenter's Deployment) to zero: a node group
+	// nobody grows. Cluster fault. Caught by the cluster autoscaling scenario (its pending pod gets no node).
+	FaultAutoscalerDown Fault = "autoscaler-down"
 	// FaultGatewayNoController installs the GatewayClass API of the Gateway API and one GatewayClass no
 	// controller accepts: CRDs without an implementation. Cluster fault. Caught by the platform scenario's
 	// Gateway API check.
@@ -215,7 +218,7 @@ func VersionFaults(version string) []Fault {
 // Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
 func (f Fault) Cluster() bool {
 	switch f {
-	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultGatewayNoController,
+	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultGatewayNoController,
 		FaultMonitoringOwnNamespaceOnly, FaultDRANoTaintEviction, FaultDRATolerationsStripped:
 		return true
 	}
@@ -233,7 +236,7 @@ func AllFaults() []Fault {
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
-		FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
+		FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
 		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction, FaultDRATolerationsStripped, FaultDRAPluginNoStart, FaultDRASliceChurn}
 }
 
