@@ -704,12 +704,12 @@ func toleratedTaint(ctx context.Context, s *Spec[FailureInput], rule *faults.Tai
 }
 
 // claimDropsToleration says, as a clause to append to a failure, that the claim generated from template
-// carries no toleration like tol although the template has it; "" when it does (or cannot be read: the
-// eviction it would explain is the finding either way).
+// carries no toleration like tol although the template has it, or that the claim could not be read to
+// tell; "" when it carries it.
 func claimDropsToleration(ctx context.Context, env *testenv.Env, ns, claim, template string, tol resourcev1.DeviceToleration) string {
 	c, err := env.Clients.Kube.ResourceV1().ResourceClaims(ns).Get(ctx, claim, metav1.GetOptions{})
 	if err != nil {
-		return ""
+		return fmt.Sprintf("; its claim %s could not be read to see whether it kept template %s's toleration: %v", claim, template, err)
 	}
 	for _, r := range c.Spec.Devices.Requests {
 		if r.Exactly == nil {

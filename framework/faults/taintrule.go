@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	resourcev1alpha3 "k8s.io/api/resource/v1alpha3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -116,7 +117,7 @@ func (t *TaintRule) EvictionInProgress(ctx context.Context, dev Device) (Evictio
 		return EvictionCondition{}, false, err
 	}
 	for _, c := range rule.Status.Conditions {
-		if c.Type == "EvictionInProgress" {
+		if c.Type == resourcev1alpha3.DeviceTaintConditionEvictionInProgress {
 			return EvictionCondition{Status: c.Status, Reason: c.Reason, Message: c.Message, Current: c.ObservedGeneration == rule.Metadata.Generation}, true, nil
 		}
 	}
