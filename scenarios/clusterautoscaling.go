@@ -122,16 +122,38 @@ func poolGrows(ctx context.Context, s *Spec[ClusterAutoscalingInput]) {
 	ginkgo.By(fmt.Sprintf("deleting pod %s/%s: node %s must be removed once it is empty", s.NS, pod.Name, nodeName))
 	deleted := time.Now()
 	gomega.Expect(env.Clients.Kube.CoreV1().Pods(s.NS).Delete(ctx, pod.Name, metav1.DeleteOptions{})).To(gomega.Succeed(), "deleting pod %s/%s", s.NS, pod.Name)
-	env.Wait.For(ctx, fmt.Sprintf("the autoscaler to remove node %s from %s once empty", nodeName, s.In.Pool), wait.Target{}, env.Timeouts.NodeScale, func(g gomega.Gomega) {
-		n, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return
-		}
-		g.Expect(err).NotTo(gomega.HaveOccurred(), "reading node %s", nodeName)
-		g.Expect(n).To(gomega.BeNil(), "node %s is still there (taints %s, unschedulable %t, deleting %t): the autoscaler did not remove it once empty; %s",
-			nodeName, taintList(n.Spec.Taints), n.Spec.Unschedulable, n.DeletionTimestamp != nil, nodeEvents(ctx, s, nodeName))
-	})
+	env.Wait.ForJudged(ctx, fmt.Sprintf("the autoscaler to remove node %s from %s once empty", nodeName, s.In.Pool), wait.Target{Kind: "Node", Name: nodeName}, env.Timeouts.NodeScale,
+		func(ctx context.Context, _ wait.Target) (string, bool) {
+			n, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if err != nil {
+				return "node " + nodeName + ": " + err.Error(), false
+			}
+			why := scaleDownBlocked(n.Annotations)
+			return "node " + nodeName + ": " + cmp.Or(why, "no annotation keeps it"), why != ""
+		}, func(g gomega.Gomega) {
+			n, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return
+			}
+			g.Expect(err).NotTo(gomega.HaveOccurred(), "reading node %s", nodeName)
+			g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "node %s is still there (taints %s, unschedulable %t, deleting %t): the autoscaler did not remove it once empty; %s",
+				nodeName, taintList(n.Spec.Taints), n.Spec.Unschedulable, n.DeletionTimestamp != nil, nodeEvents(ctx, s, nodeName))
+		})
 	ginkgo.AddReportEntry("evidence: scale-down", fmt.Sprintf("node %s removed from %s within %s of its last pod's deletion", nodeName, s.In.Pool, time.Since(deleted).Round(time.Second)))
+}
+
+// scaleDownDisabled are the node annotations with which an autoscaler never removes a node, from their
+// sources: cluster-autoscaler's (its FAQ and utils/annotations) and Karpenter's v1 API (karpenter.sh).
+var scaleDownDisabled = []string{"cluster-autoscaler.kubernetes.io/scale-down-disabled", "karpenter.sh/do-not-disrupt"}
+
+// scaleDownBlocked says which annotation keeps the autoscaler from removing a node ("" for none).
+func scaleDownBlocked(annotations map[string]string) string {
+	for _, key := range scaleDownDisabled {
+		if annotations[key] == "true" {
+			return fmt.Sprintf("annotated %s=true: the autoscaler never removes it; whoever set it must remove the node", key)
+		}
+	}
+	return ""
 }
 
 // poolNodes are the nodes the pool selector selects now, each with the value of its hostname label (the

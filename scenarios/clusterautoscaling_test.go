@@ -69,3 +69,19 @@ func TestRefusedOnly(t *testing.T) {
 		}
 	}
 }
+
+func TestScaleDownBlocked(t *testing.T) {
+	for _, c := range []struct {
+		annotations map[string]string
+		blocked     bool
+	}{
+		{nil, false},
+		{map[string]string{"cluster-autoscaler.kubernetes.io/scale-down-disabled": "true"}, true},
+		{map[string]string{"cluster-autoscaler.kubernetes.io/scale-down-disabled": "false"}, false},
+		{map[string]string{"karpenter.sh/do-not-disrupt": "true"}, true},
+	} {
+		if got := scaleDownBlocked(c.annotations) != ""; got != c.blocked {
+			t.Errorf("%v: blocked %t, want %t", c.annotations, got, c.blocked)
+		}
+	}
+}

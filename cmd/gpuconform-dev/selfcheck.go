@@ -176,6 +176,8 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`cluster-autoscaler's status \(ConfigMap kube-system/cluster-autoscaler-status\) gives its cluster-wide health as Unhealthy`)},
 		{Fault: fakeplugin.FaultAutoscalerDown, Focus: "grows the autoscaled GPU node group", Catcher: "grows the autoscaled GPU node group",
 			Because: because(`waiting for the autoscaler to add a node to gpuconform\.io/pool=autoscaled for pod \S+`, `pod \S+ is not bound: PodScheduled=False Unschedulable`)},
+		{Fault: fakeplugin.FaultAutoscalerNoScaleDown, Focus: "grows the autoscaled GPU node group", Catcher: "grows the autoscaled GPU node group",
+			Because: because(`waiting for the autoscaler to remove node \S+ from gpuconform\.io/pool=autoscaled once empty`, `node \S+ is still there`)},
 		{Fault: fakeplugin.FaultGatewayNoController, Focus: "serves the Gateway API", Catcher: "serves the Gateway API",
 			Because: because(`the Gateway API is served but no controller accepted a GatewayClass`)},
 		// The local Prometheus restarted with its pod discovery limited to its own namespace

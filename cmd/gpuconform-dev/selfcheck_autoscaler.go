@@ -6,7 +6,11 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"gpuconform.io/gpuconform/infra/localcluster"
@@ -44,4 +48,48 @@ func nodeAutoscalerGone(ctx context.Context, kube kubernetes.Interface) (func(co
 		return nil, err
 	}
 	return func(ctx context.Context) error { return scale(ctx, 1) }, nil
+}
+
+// nodePoolsGVR are Karpenter's NodePools.
+var nodePoolsGVR = schema.GroupVersionResource{Group: "karpenter.sh", Version: "v1", Resource: "nodepools"}
+
+// nodePoolNeverConsolidates sets the local NodePool's consolidateAfter to Never; the undo restores the value
+// it had and waits until the node the row left is consolidated away, so that the next row finds the pool
+// empty.
+func nodePoolNeverConsolidates(ctx context.Context, kube kubernetes.Interface, dyn dynamic.Interface) (func(context.Context) error, error) {
+	pools := dyn.Resource(nodePoolsGVR)
+	np, err := pools.Get(ctx, localcluster.AutoscalingNodePool, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("reading NodePool %s: %w", localcluster.AutoscalingNodePool, err)
+	}
+	before, _, _ := unstructured.NestedString(np.Object, "spec", "disruption", "consolidateAfter")
+	set := func(ctx context.Context, v string) error {
+		patch := fmt.Sprintf(`{"spec":{"disruption":{"consolidateAfter":%q}}}`, v)
+		if _, err := pools.Patch(ctx, localcluster.AutoscalingNodePool, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("setting NodePool %s's consolidateAfter to %s: %w", localcluster.AutoscalingNodePool, v, err)
+		}
+		return nil
+	}
+	if err := set(ctx, "Never"); err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error {
+		if err := set(ctx, before); err != nil {
+			return err
+		}
+		left := ""
+		err := wait.PollUntilContextTimeout(ctx, 2*time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			nodes, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: localcluster.AutoscalingPoolSelector})
+			if err == nil {
+				left = fmt.Sprintf("%d node(s)", len(nodes.Items))
+				return len(nodes.Items) == 0, nil
+			}
+			left = err.Error() // listed again at the next poll
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("the autoscaled pool %s still has nodes after consolidateAfter was restored to %s: %s", localcluster.AutoscalingPoolSelector, before, left)
+		}
+		return nil
+	}, nil
 }

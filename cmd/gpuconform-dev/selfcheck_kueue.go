@@ -47,6 +47,8 @@ func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplug
 		return createObjects(ctx, clients.Dynamic, unhealthyAutoscalerStatus())
 	case fakeplugin.FaultAutoscalerDown:
 		return nodeAutoscalerGone(ctx, clients.Kube)
+	case fakeplugin.FaultAutoscalerNoScaleDown:
+		return nodePoolNeverConsolidates(ctx, clients.Kube, clients.Dynamic)
 	case fakeplugin.FaultGatewayNoController:
 		return createObjects(ctx, clients.Dynamic, gatewayAPIWithoutController()...)
 	case fakeplugin.FaultMonitoringOwnNamespaceOnly:

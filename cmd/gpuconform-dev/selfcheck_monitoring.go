@@ -8,12 +8,12 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"gpuconform.io/gpuconform/framework/cluster"
+	"gpuconform.io/gpuconform/framework/monitoring"
 	"gpuconform.io/gpuconform/infra/localcluster"
 )
 
@@ -141,17 +141,17 @@ func metricsAdapterGone(ctx context.Context, clients *cluster.Clients) (func(con
 	return func(ctx context.Context) error { return scale(ctx, 1, "True") }, nil
 }
 
-// apiServiceIs reports whether the custom metrics APIService's Available condition has status want.
+// apiServiceIs reports whether the custom metrics APIService's Available condition has status want, read
+// as the platform scenario reads it (monitoring.MetricsAPIs).
 func apiServiceIs(ctx context.Context, clients *cluster.Clients, want string) (bool, string) {
-	svc, err := clients.Dynamic.Resource(apiServicesGVR).Get(ctx, customMetricsAPI, metav1.GetOptions{})
+	apis, err := monitoring.MetricsAPIs(ctx, clients.Dynamic)
 	if err != nil {
 		return false, err.Error()
 	}
-	conds, _, _ := unstructured.NestedSlice(svc.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == "Available" {
-			return m["status"] == want, fmt.Sprintf("APIService %s: Available=%v %v", customMetricsAPI, m["status"], m["message"])
+	for _, a := range apis {
+		if a.Name == customMetricsAPI {
+			return a.Status == want, a.String()
 		}
 	}
-	return false, "APIService " + customMetricsAPI + " has no Available condition"
+	return false, "APIService " + customMetricsAPI + " is not registered"
 }

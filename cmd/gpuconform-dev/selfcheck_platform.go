@@ -123,8 +123,6 @@ func object(apiVersion, kind, namespace, name string, fields map[string]any) *un
 	return u
 }
 
-var apiServicesGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
-
 // unhealthyAutoscalerStatus is cluster-autoscaler's status ConfigMap, in the YAML form it writes, with
 // its cluster-wide health Unhealthy.
 func unhealthyAutoscalerStatus() clusterObject {

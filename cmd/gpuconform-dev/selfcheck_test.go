@@ -98,6 +98,10 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"Expected success, but got an error:\n    pod gpuconform-nodescale-rzfv2/grow is not bound: PodScheduled=False Unschedulable since 12:06:50: 0/6 nodes are available: 1 node(s) had untolerated taint(s), " +
 			"5 node(s) didn't match Pod's node affinity/selector. preemption: 0/6 nodes are available: 6 Preemption is not helpful for scheduling.; the pod's events: FailedScheduling Warning (default-scheduler ×1): " +
 			"0/6 nodes are available: 1 node(s) had untolerated taint(s), 5 node(s) didn't match Pod's node affinity/selector.",
+		fakeplugin.FaultAutoscalerNoScaleDown: "Timed out after 180.966s.\ntimed out after 3m1s waiting for the autoscaler to remove node kwok-gpuconform-gpu-hn9mf-razorlake-2-ofsrqawkfg-3287889685 from gpuconform.io/pool=autoscaled once empty\n\n" +
+			"Expected success, but got an error:\n    node kwok-gpuconform-gpu-hn9mf-razorlake-2-ofsrqawkfg-3287889685 is still there (taints [gpuconform.io/autoscaled=true:NoSchedule], unschedulable false, deleting false): " +
+			"the autoscaler did not remove it once empty; its events: RegisteredNode: Node kwok-gpuconform-gpu-hn9mf-razorlake-2-ofsrqawkfg-3287889685 event: Registered Node in Controller | " +
+			"DisruptionBlocked: Node is nominated for a pending pod | Unconsolidatable: NodePool \"gpuconform-gpu\" has consolidation disabled",
 		fakeplugin.FaultGatewayNoController: "the Gateway API is served but no controller accepted a GatewayClass (1 GatewayClass(es)): no implementation serves it\nExpected\n    <[]string | len:0, cap:0>: nil\nnot to be empty",
 		fakeplugin.FaultMonitoringOwnNamespaceOnly: "Timed out after 30.001s.\ntimed out after 30s waiting for pod svcmetrics-x/serve's metrics collected by Prometheus Service monitoring/prometheus:web through the API server's service proxy\n" +
 			"Prometheus Service monitoring/prometheus:web through the API server's service proxy has not collected pod svcmetrics-x/serve's gpuconform_inference_requests_total (no series): " +

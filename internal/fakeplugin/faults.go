@@ -151,6 +151,10 @@ const (
 	// FaultAutoscalerDown scales the local node autoscaler (Karpenter's Deployment) to zero: a node group
 	// nobody grows. Cluster fault. Caught by the cluster autoscaling scenario (its pending pod gets no node).
 	FaultAutoscalerDown Fault = "autoscaler-down"
+	// FaultAutoscalerNoScaleDown sets the local NodePool's consolidateAfter to Never: a node autoscaler
+	// configured never to remove an empty node, which keeps paying for idle GPUs. Cluster fault. Caught by
+	// the cluster autoscaling scenario (the added node stays after its pod is gone).
+	FaultAutoscalerNoScaleDown Fault = "autoscaler-no-scale-down"
 	// FaultGatewayNoController installs the GatewayClass API of the Gateway API and one GatewayClass no
 	// controller accepts: CRDs without an implementation. Cluster fault. Caught by the platform scenario's
 	// Gateway API check.
@@ -218,7 +222,7 @@ func VersionFaults(version string) []Fault {
 // Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
 func (f Fault) Cluster() bool {
 	switch f {
-	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultGatewayNoController,
+	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController,
 		FaultMonitoringOwnNamespaceOnly, FaultDRANoTaintEviction, FaultDRATolerationsStripped:
 		return true
 	}
@@ -236,7 +240,8 @@ func AllFaults() []Fault {
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
-		FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly, FaultDRANoSubrequests,
+		FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly,
+		FaultDRANoSubrequests,
 		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction, FaultDRATolerationsStripped, FaultDRAPluginNoStart, FaultDRASliceChurn}
 }
 
