@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 
 	"gpuconform.io/gpuconform/framework/conformance"
+	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/suite"
@@ -214,19 +215,8 @@ func podEvents(ctx context.Context, s *Spec[ClusterAutoscalingInput], kind, name
 	if err != nil {
 		return nil
 	}
-	slices.SortFunc(evs.Items, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b)) })
+	slices.SortFunc(evs.Items, func(a, b corev1.Event) int { return diagnose.EventTime(a).Compare(diagnose.EventTime(b)) })
 	return evs.Items
-}
-
-// eventTime is when an event last happened.
-func eventTime(e corev1.Event) time.Time {
-	switch {
-	case !e.LastTimestamp.IsZero():
-		return e.LastTimestamp.Time
-	case !e.EventTime.IsZero():
-		return e.EventTime.Time
-	}
-	return e.CreationTimestamp.Time
 }
 
 // scalingEvents are the pod's events in a line each: the scheduler's and the autoscaler's.
