@@ -63,21 +63,50 @@ func (bin shipped) switchSharing(ctx context.Context, log io.Writer, m sharingMo
 type sharingRow struct {
 	Mode      sharingMode
 	Scenarios []string
+	// Specs are the specs the mode exists to exercise, each a part of its text: each must have passed. A
+	// scenario label with some spec passed is not enough (the mode's own spec could be skipped).
+	Specs []string
 }
+
+// The specs each mode must pass (their texts in scenarios/sharing.go and prioritized.go).
+const (
+	specReplicas   = "replica of a full node to one physical GPU"
+	specMIGFill    = "node with MIG devices, never beside its whole parent GPU"
+	specMIGOrWhole = "allocates a MIG partition first, and a whole GPU once"
+)
 
 func sharingTable() []sharingRow {
 	both := []string{"sharing", "allocation"}
 	return []sharingRow{
-		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2}, Scenarios: both},
-		{Mode: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2}, Scenarios: []string{"sharing"}},
-		{Mode: sharingMode{Mode: fakegpu.SharingMIGSingle, Replicas: 1}, Scenarios: []string{"sharing"}},
+		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2}, Scenarios: both, Specs: []string{specReplicas}},
+		{Mode: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2}, Scenarios: []string{"sharing"}, Specs: []string{specReplicas}},
+		{Mode: sharingMode{Mode: fakegpu.SharingMIGSingle, Replicas: 1}, Scenarios: []string{"sharing"}, Specs: []string{specMIGFill}},
 		// The DRA path's GPUs are published whole and as partitions: the prioritized list's MIG-else-whole
 		// claim has what it needs.
-		{Mode: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1}, Scenarios: append(slices.Clone(both), "prioritized")},
+		{Mode: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1}, Scenarios: append(slices.Clone(both), "prioritized"), Specs: []string{specMIGFill, specMIGOrWhole}},
 		// NVIDIA's renameByDefault: the replicas as nvidia.com/gpu.shared, nvidia.com/gpu at 0, the product
 		// without -SHARED; discovery must read the mode from the renamed resource.
-		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2, Renamed: true}, Scenarios: both},
+		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2, Renamed: true}, Scenarios: both, Specs: []string{specReplicas}},
 	}
+}
+
+// unpassed are the row's required specs (parts of a spec's text) that no passed spec of the run carries.
+func unpassed(row sharingRow, suites []types.Report) []string {
+	var out []string
+	for _, want := range row.Specs {
+		found := false
+		for _, s := range suites {
+			for _, sp := range s.SpecReports {
+				if sp.LeafNodeType == types.NodeTypeIt && reports.SpecResult(sp) == reports.ResultPassed && strings.Contains(sp.FullText(), want) {
+					found = true
+				}
+			}
+		}
+		if !found {
+			out = append(out, strconv.Quote(want))
+		}
+	}
+	return out
 }
 
 // sharingResult is one row's outcome: the run's verdict and its specs per path and scenario.
@@ -180,6 +209,10 @@ func runSharingRow(ctx context.Context, bin shipped, kubeconfig, dir string, row
 	res.OK = onlyFiltered(reports.Decide(suites, rec))
 	if !res.OK {
 		res.Note = "want GO, or INCOMPLETE for the label filter alone (see " + dir + "/signoff.md)"
+	}
+	if missing := unpassed(row, suites); len(missing) > 0 {
+		res.OK = false
+		res.Note = strings.TrimPrefix(res.Note+"; ", "; ") + "the mode's own spec did not pass (skipped, failed or not registered): " + strings.Join(missing, ", ")
 	}
 	return res
 }

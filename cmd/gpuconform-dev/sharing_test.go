@@ -85,3 +85,33 @@ func TestOnlyFiltered(t *testing.T) {
 		}
 	}
 }
+
+// Each mode names the spec it exists for, and a row whose spec did not pass is not OK although its
+// scenario label has a passed spec.
+func TestSharingRowNeedsItsOwnSpec(t *testing.T) {
+	for _, r := range sharingTable() {
+		if len(r.Specs) == 0 {
+			t.Errorf("row %s names no spec it must pass", r.Mode)
+		}
+		mig := r.Mode.Mode == fakegpu.SharingMIGSingle || r.Mode.Mode == fakegpu.SharingMIGMixed
+		if mig != slices.Contains(r.Specs, specMIGFill) {
+			t.Errorf("row %s: MIG fill required %t, want %t", r.Mode, slices.Contains(r.Specs, specMIGFill), mig)
+		}
+	}
+	row := sharingRow{Mode: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1}, Specs: []string{specMIGFill, specMIGOrWhole}}
+	spec := func(text string, state types.SpecState) types.SpecReport {
+		return types.SpecReport{LeafNodeType: types.NodeTypeIt, LeafNodeText: text, State: state, ContainerHierarchyTexts: []string{"Sharing"}}
+	}
+	suites := []types.Report{{SpecReports: []types.SpecReport{
+		spec("maps every mig-mixed replica of a full node to one physical GPU", types.SpecStatePassed),
+		spec("fills a mig-mixed "+specMIGFill, types.SpecStateSkipped),
+		spec(specMIGOrWhole+" that GPU's partitions cannot be had", types.SpecStatePassed),
+	}}}
+	if got := unpassed(row, suites); !slices.Equal(got, []string{`"` + specMIGFill + `"`}) {
+		t.Errorf("unpassed = %q, want the skipped MIG fill only", got)
+	}
+	suites[0].SpecReports[1].State = types.SpecStatePassed
+	if got := unpassed(row, suites); len(got) != 0 {
+		t.Errorf("unpassed = %q, want none", got)
+	}
+}
