@@ -145,18 +145,6 @@ func WriteJSON(dir, name string, v any) (string, error) {
 	return path, os.WriteFile(path, data, 0o644)
 }
 
-// WriteObject writes one object as YAML into dir/name.
-func WriteObject(dir, name string, obj any) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	data, err := yaml.Marshal(obj)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, name), data, 0o644)
-}
-
 // stripManaged drops managedFields, which triple a dump's size and help nobody read it.
 func stripManaged(list runtime.Object) runtime.Object {
 	if l, ok := list.(*corev1.PodList); ok {

@@ -22,9 +22,6 @@ func NewID(now time.Time) string {
 	return fmt.Sprintf("%s-%s", now.UTC().Format("20060102-150405"), hex.EncodeToString(b))
 }
 
-// Selector selects this run's objects.
-func Selector(id string) string { return Label + "=" + id }
-
 // Refusal is why a run would not start (or stopped early) for a reason that is not a finding about the
 // cluster's GPU scheduling: another live run holds what it needs, an earlier run's leftovers, the run's
 // own namespace settings. Its verdict is INCOMPLETE with Fix, never NO-GO: nothing was tested and found

@@ -207,9 +207,6 @@ func New(opts Options) (*Cluster, error) {
 // Kubeconfig is where the cluster's kubeconfig is written.
 func (c *Cluster) Kubeconfig() string { return filepath.Join(c.opts.OutputDir, "kubeconfig") }
 
-// Quirks returns the detected host quirks.
-func (c *Cluster) Quirks() HostQuirks { return c.quirks }
-
 // logf writes one progress line; a running step's heartbeats write from another goroutine.
 func (c *Cluster) logf(format string, args ...any) {
 	c.progress.mu.Lock()
