@@ -199,8 +199,9 @@ func poolAffinity(sel k8slabels.Selector, hostnames []string) *corev1.Affinity {
 }
 
 // The autoscalers' event reasons on a pod, from their sources: cluster-autoscaler's TriggeredScaleUp and
-// NotTriggerScaleUp (core/scaleup), Karpenter's Nominated and its FailedScheduling, whose message starts
-// "Failed to schedule pod, " (kube-scheduler's FailedScheduling starts "0/N nodes are available").
+// NotTriggerScaleUp (processors/status/eventing_scale_up_processor.go: "pod didn't trigger scale-up: …",
+// only in a loop that attempted no scale-up), Karpenter's Nominated and its FailedScheduling, whose message
+// starts "Failed to schedule pod, " (kube-scheduler's FailedScheduling starts "0/N nodes are available").
 const (
 	eventTriggeredScaleUp  = "TriggeredScaleUp"
 	eventNotTriggerScaleUp = "NotTriggerScaleUp"
