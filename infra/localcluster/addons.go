@@ -667,8 +667,7 @@ func renderedKueueOverlay(image string) string {
 // renderKueue renders Kueue's manifests from its module with the overlay, its manager running image, cached
 // by content.
 func (c *Cluster) renderKueue(ctx context.Context, image string) ([]byte, error) {
-	modDir := filepath.Join(c.opts.RepoRoot, compKueue.Module)
-	src, err := output(ctx, "go", "-C", modDir, "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue")
+	src, err := c.moduleDir(ctx, compKueue, "sigs.k8s.io/kueue")
 	if err != nil {
 		return nil, err
 	}

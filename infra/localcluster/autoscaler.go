@@ -125,15 +125,6 @@ func nodeClassReady() string {
 		time.Now().UTC().Format(time.RFC3339))
 }
 
-// moduleDir is the directory of module in comp's wrapper module graph.
-func (c *Cluster) moduleDir(ctx context.Context, comp goComponent, module string) (string, error) {
-	out, err := output(ctx, "go", "-C", filepath.Join(c.opts.RepoRoot, comp.Module), "list", "-m", "-f", "{{.Dir}}", module)
-	if err != nil {
-		return "", fmt.Errorf("locating %s in %s: %w", module, comp.Module, err)
-	}
-	return string(bytes.TrimSpace([]byte(out))), nil
-}
-
 // concatYAML joins the YAML files of dirs (kustomization.yaml aside) into one multi-document manifest.
 func concatYAML(dirs ...string) ([]byte, error) {
 	var docs [][]byte

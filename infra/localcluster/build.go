@@ -83,6 +83,16 @@ var (
 	compTools = goComponent{Name: "tools", LDFlags: "-s -w", Packages: []string{"./cmd/fake-device-plugin", "./cmd/gpu-workload", "./cmd/gpuconform-net", "./cmd/nvidia-smi"}}
 )
 
+// moduleDir is the directory, in the module cache, of module as comp's wrapper module selects it: where a
+// component's data (manifests, CRDs, C sources) is read from.
+func (c *Cluster) moduleDir(ctx context.Context, comp goComponent, module string) (string, error) {
+	dir, err := output(ctx, "go", "-C", filepath.Join(c.opts.RepoRoot, comp.Module), "list", "-m", "-f", "{{.Dir}}", module)
+	if err != nil {
+		return "", fmt.Errorf("locating %s in %s: %w", module, comp.Module, err)
+	}
+	return dir, nil
+}
+
 func isTestFile(rel string) bool { return strings.HasSuffix(rel, "_test.go") }
 
 // key derives the component's content key.

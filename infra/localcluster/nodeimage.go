@@ -93,8 +93,7 @@ func (c *Cluster) exampleDRAImage() imageSpec {
 func (c *Cluster) buildPauseStep(ctx context.Context) error {
 	var pausec, key string
 	probe := func() (string, bool, error) {
-		modDir := filepath.Join(c.opts.RepoRoot, compKubernetes.Module)
-		src, err := output(ctx, "go", "-C", modDir, "list", "-m", "-f", "{{.Dir}}", "k8s.io/kubernetes")
+		src, err := c.moduleDir(ctx, compKubernetes, "k8s.io/kubernetes")
 		if err != nil {
 			return "", false, err
 		}
