@@ -222,8 +222,13 @@ func podEvents(ctx context.Context, s *Spec[ClusterAutoscalingInput], kind, name
 
 // scalingEvents are the pod's events in a line each: the scheduler's and the autoscaler's.
 func scalingEvents(ctx context.Context, s *Spec[ClusterAutoscalingInput], name string) string {
+	return eventLines(podEvents(ctx, s, "Pod", name))
+}
+
+// eventLines are events in a line each, with who wrote them and how often.
+func eventLines(evs []corev1.Event) string {
 	var lines []string
-	for _, e := range podEvents(ctx, s, "Pod", name) {
+	for _, e := range evs {
 		lines = append(lines, fmt.Sprintf("%s %s (%s ×%d): %s", e.Reason, e.Type, cmp.Or(e.Source.Component, e.ReportingController), max(e.Count, 1), e.Message))
 	}
 	if len(lines) == 0 {
@@ -236,7 +241,7 @@ func scalingEvents(ctx context.Context, s *Spec[ClusterAutoscalingInput], name s
 // none said it would (refusedOnly).
 func autoscalerVerdict(ctx context.Context, s *Spec[ClusterAutoscalingInput], name string) (string, bool) {
 	evs := podEvents(ctx, s, "Pod", name)
-	text := scalingEvents(ctx, s, name)
+	text := eventLines(evs)
 	if refusedOnly(evs) {
 		return "the node autoscaler will not add a node for the pod (its own event says why; the pool's taints need --autoscaling-toleration, " +
 			"its limits or instance types may not fit one device): " + text, true

@@ -16,33 +16,45 @@ import (
 	"gpuconform.io/gpuconform/infra/localcluster"
 )
 
+// scaleDeployment sets a Deployment's replicas through its scale subresource and polls ready (up to
+// limit) until the change shows where it must; last says what ready saw last.
+func scaleDeployment(ctx context.Context, kube kubernetes.Interface, ns, name string, replicas int32, limit time.Duration,
+	ready func(ctx context.Context) (bool, string),
+) error {
+	deps := kube.AppsV1().Deployments(ns)
+	s, err := deps.GetScale(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading Deployment %s/%s's scale: %w", ns, name, err)
+	}
+	s.Spec.Replicas = replicas
+	if _, err := deps.UpdateScale(ctx, name, s, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("scaling Deployment %s/%s to %d: %w", ns, name, replicas, err)
+	}
+	last := ""
+	err = wait.PollUntilContextTimeout(ctx, time.Second, limit, true, func(ctx context.Context) (bool, error) {
+		done, why := ready(ctx)
+		last = why
+		return done, nil
+	})
+	if err != nil {
+		return fmt.Errorf("after scaling Deployment %s/%s to %d: %s", ns, name, replicas, last)
+	}
+	return nil
+}
+
 // nodeAutoscalerGone scales the local node autoscaler (Karpenter) to zero and waits until its pod is gone;
 // the undo scales it back to one and waits until it is available again.
 func nodeAutoscalerGone(ctx context.Context, kube kubernetes.Interface) (func(context.Context) error, error) {
-	deps := kube.AppsV1().Deployments(localcluster.AutoscalerNamespace)
 	scale := func(ctx context.Context, replicas int32) error {
-		s, err := deps.GetScale(ctx, localcluster.KarpenterDeployment, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading the node autoscaler's scale: %w", err)
-		}
-		s.Spec.Replicas = replicas
-		if _, err := deps.UpdateScale(ctx, localcluster.KarpenterDeployment, s, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("scaling the node autoscaler to %d: %w", replicas, err)
-		}
-		last := ""
-		err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
-			d, err := deps.Get(ctx, localcluster.KarpenterDeployment, metav1.GetOptions{})
-			if err == nil {
-				last = fmt.Sprintf("%d replicas, %d available", d.Status.Replicas, d.Status.AvailableReplicas)
-				return d.Status.Replicas == replicas && d.Status.AvailableReplicas == replicas, nil
-			}
-			last = err.Error() // read again at the next poll
-			return false, nil
-		})
-		if err != nil {
-			return fmt.Errorf("the node autoscaler %s/%s did not reach %d replicas: %s", localcluster.AutoscalerNamespace, localcluster.KarpenterDeployment, replicas, last)
-		}
-		return nil
+		return scaleDeployment(ctx, kube, localcluster.AutoscalerNamespace, localcluster.KarpenterDeployment, replicas, 3*time.Minute,
+			func(ctx context.Context) (bool, string) {
+				d, err := kube.AppsV1().Deployments(localcluster.AutoscalerNamespace).Get(ctx, localcluster.KarpenterDeployment, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				return d.Status.Replicas == replicas && d.Status.AvailableReplicas == replicas,
+					fmt.Sprintf("%d replicas, %d available, want %d", d.Status.Replicas, d.Status.AvailableReplicas, replicas)
+			})
 	}
 	if err := scale(ctx, 0); err != nil {
 		return nil, err

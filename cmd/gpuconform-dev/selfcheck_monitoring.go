@@ -8,7 +8,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
@@ -115,25 +114,11 @@ func hpaMetricRenamed(ctx context.Context, clients *cluster.Clients) (func(conte
 // waits until the API is Available again.
 func metricsAdapterGone(ctx context.Context, clients *cluster.Clients) (func(context.Context) error, error) {
 	scale := func(ctx context.Context, replicas int32, want string) error {
-		deps := clients.Kube.AppsV1().Deployments(adapterDeployment.Namespace)
-		s, err := deps.GetScale(ctx, adapterDeployment.Name, metav1.GetOptions{})
-		if err != nil {
-			return fmt.Errorf("reading %s's scale: %w", adapterDeployment.What, err)
-		}
-		s.Spec.Replicas = replicas
-		if _, err := deps.UpdateScale(ctx, adapterDeployment.Name, s, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("scaling %s to %d: %w", adapterDeployment.What, replicas, err)
-		}
-		last := ""
-		err = wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-			done, why := apiServiceIs(ctx, clients, want)
-			last = why
-			return done, nil
-		})
-		if err != nil {
-			return fmt.Errorf("APIService %s did not become Available=%s after scaling %s to %d: %s", customMetricsAPI, want, adapterDeployment.What, replicas, last)
-		}
-		return nil
+		return scaleDeployment(ctx, clients.Kube, adapterDeployment.Namespace, adapterDeployment.Name, replicas, 2*time.Minute,
+			func(ctx context.Context) (bool, string) {
+				done, why := apiServiceIs(ctx, clients, want)
+				return done, fmt.Sprintf("APIService %s not yet Available=%s: %s", customMetricsAPI, want, why)
+			})
 	}
 	if err := scale(ctx, 0, "False"); err != nil {
 		return nil, err
