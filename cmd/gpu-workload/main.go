@@ -11,6 +11,7 @@
 //	gpu-workload noisy [--role probe|memory-heavy|compute-heavy] [--samples N]
 //	gpu-workload smoke [--load-duration D] [--out FILE]
 //	gpu-workload serve --nonce N [--port P] [--interval D]
+//	gpu-workload ask --url URL [--requests N] [--header 'Name: value'] [--ready-within D]
 //
 // Every subcommand prints JSON lines on stdout. Exit codes: 0 success, 1 failed check or runtime error,
 // 2 usage error, 143 (128+SIGTERM) train or gang interrupted by SIGTERM after it saved its final
@@ -66,6 +67,8 @@ commands:
   smoke         run on a GPU host: device test, a load, the latency probe; one JSON transcript
   serve         a model server's stand-in: answers /v1/infer, sends itself a request every --interval
                 and exposes what it served on /metrics (Prometheus text format)
+  ask           a client of model servers behind a gateway: send requests (and as many with --header)
+                and tally which server answered each
   host-signal   freeze (SIGSTOP, then SIGCONT) or signal a host process by name (needs hostPID; the
                 kubelet-stop fault provider)
 
@@ -106,6 +109,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runSmoke(ctx, args[1:], stdout, stderr)
 	case "serve":
 		return runServe(ctx, args[1:], stdout, stderr)
+	case "ask":
+		return runAsk(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return exitOK

@@ -16,6 +16,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -71,8 +72,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// The server's name in every answer is its host name: the pod's name in a pod.
+	name, _ := os.Hostname()
 	mux.Handle("/v1/infer", promhttp.InstrumentHandlerDuration(latency.MustCurryWith(prometheus.Labels{"model": Model}),
-		promhttp.InstrumentHandlerCounter(requests.MustCurryWith(prometheus.Labels{"model": Model}), http.HandlerFunc(infer))))
+		promhttp.InstrumentHandlerCounter(requests.MustCurryWith(prometheus.Labels{"model": Model}), infer(name))))
 	ln, err := net.Listen("tcp", ":"+strconv.Itoa(o.Port))
 	if err != nil {
 		return err
@@ -95,34 +98,26 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		case err := <-done:
 			return err
 		case <-tick.C:
-			if err := request(ctx, url); err != nil && ctx.Err() == nil {
+			if _, err := askOnce(ctx, url, nil); err != nil && ctx.Err() == nil {
 				_ = enc.Encode(Event{Event: "request-failed", Message: err.Error()})
 			}
 		}
 	}
 }
 
-// infer answers a request with its body echoed back as the model's output.
-func infer(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(map[string]string{"model": Model, "output": string(body)})
+// Answer is what /v1/infer answers: the request's body echoed back as the model's output, and which
+// server answered (what a client counts to see where a gateway sent its requests).
+type Answer struct {
+	Model  string `json:"model"`
+	Server string `json:"server"`
+	Output string `json:"output"`
 }
 
-func request(ctx context.Context, url string) error {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, nil)
-	if err != nil {
-		return err
+// infer answers a request as server.
+func infer(server string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(io.LimitReader(r.Body, 1<<16))
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(Answer{Model: Model, Server: server, Output: string(body)})
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("%s answered %s", url, resp.Status)
-	}
-	return nil
 }
