@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -119,9 +120,7 @@ func askOnce(ctx context.Context, url string, h http.Header) (Answer, error) {
 	if err != nil {
 		return Answer{}, err
 	}
-	for k, v := range h {
-		req.Header[k] = v
-	}
+	maps.Copy(req.Header, h)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -133,8 +132,11 @@ func askOnce(ctx context.Context, url string, h http.Header) (Answer, error) {
 		return Answer{}, fmt.Errorf("%s answered %s: %.200s", url, resp.Status, body)
 	}
 	var a Answer
-	if err := json.Unmarshal(body, &a); err != nil || a.Server == "" {
-		return Answer{}, fmt.Errorf("%s answered 200 but not as the model server does (%v): %.200s", url, err, body)
+	if err := json.Unmarshal(body, &a); err != nil {
+		return Answer{}, fmt.Errorf("%s answered 200 but not as the model server does: %w: %.200s", url, err, body)
+	}
+	if a.Server == "" {
+		return Answer{}, fmt.Errorf("%s answered 200 but not as the model server does (no server named): %.200s", url, body)
 	}
 	return a, nil
 }
