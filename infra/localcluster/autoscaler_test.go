@@ -46,8 +46,9 @@ func TestConcatYAML(t *testing.T) {
 }
 
 // The versions the record and the image names carry are the ones the wrapper modules build.
-func TestAutoscalerVersionsAreTheWrappers(t *testing.T) {
-	for dir, want := range map[string][2]string{"karpenter": {"sigs.k8s.io/karpenter", KarpenterVersion}, "kwok": {"sigs.k8s.io/kwok", KWOKVersion}} {
+func TestAddonVersionsAreTheWrappers(t *testing.T) {
+	for dir, want := range map[string][2]string{"karpenter": {"sigs.k8s.io/karpenter", KarpenterVersion}, "kwok": {"sigs.k8s.io/kwok", KWOKVersion},
+		"traefik": {"github.com/traefik/traefik/v3", TraefikVersion}} {
 		f, err := readGoMod("../../" + wrapperModulesDir + "/" + dir)
 		if err != nil {
 			t.Fatal(err)

@@ -75,6 +75,10 @@ var (
 	// compKWOK is KWOK's controller, the kubelet of the node autoscaler's simulated nodes.
 	compKWOK = goComponent{Name: "kwok", Module: "infra/modules/kwok", Output: "kwok", LDFlags: "-s -w", GCFlags: noDWARF,
 		Packages: []string{"sigs.k8s.io/kwok/cmd/kwok"}}
+	// compTraefik is Traefik Proxy, the local cluster's Gateway API implementation (controller and data
+	// plane in one process).
+	compTraefik = goComponent{Name: "traefik", Module: "infra/modules/traefik", Output: "traefik", LDFlags: "-s -w", GCFlags: noDWARF,
+		Packages: []string{"github.com/traefik/traefik/v3/cmd/traefik"}}
 	compDRA = goComponent{Name: "dra-example-driver", Module: "infra/modules/dra-example-driver", LDFlags: "-s -w", GCFlags: noDWARF, Packages: []string{
 		"sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin"}}
 	// compRuntime is the capability-stripping runc wrapper for the project's own dockerd (host.go).

@@ -112,6 +112,8 @@ var ownGraph = map[string]string{
 		"Device.NodeAllocatableResourceMappings, an alpha field that v0.37 does not have",
 	"kwok": "KWOK v0.8.0 is built on the k8s.io v0.36 libraries and controller-runtime v0.24; it plays the kubelet of the " +
 		"autoscaler's simulated nodes only, so it keeps the graph its release was tested with",
+	"traefik": "Traefik v3.6.12 is built on the k8s.io v0.34 libraries and Gateway API v1.4.0, with three forks its release " +
+		"replaces; it is the local cluster's Gateway API implementation only, so it keeps the graph its release was tested with",
 }
 
 // withMain are the wrapper modules that share the main module's graph instead of the other wrappers', and

@@ -79,6 +79,12 @@ func (c *Cluster) kwokImage() imageSpec {
 		Dirs: []string{"tmp"}, User: "65534:65534", Entrypoint: []string{"/kwok"}}
 }
 
+// traefikImage is Traefik Proxy's image, the local Gateway API implementation.
+func (c *Cluster) traefikImage() imageSpec {
+	return imageSpec{Ref: ImageTraefik, Files: map[string]string{"traefik": c.binary("traefik", "traefik")},
+		Dirs: []string{"tmp"}, User: "65534:65534", Entrypoint: []string{"/traefik"}}
+}
+
 // exampleDRAImage is the dra-example-driver's image. It is not preloaded: only a cluster brought up with
 // --dra-driver=example runs it, so it is built and loaded into the nodes then (loadExampleDRADriver),
 // and a bring-up with the project's own agent never compiles it.

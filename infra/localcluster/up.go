@@ -56,6 +56,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 		c.startBuild(ctx, compMetricsAdapter)
 		c.startBuild(ctx, compKWOK)
 		c.startBuild(ctx, compKarpenter)
+		c.startBuild(ctx, compTraefik)
 	}
 	revived := false
 	if exists {
@@ -91,6 +92,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 			c.startBuild(ctx, compMetricsAdapter)
 			c.startBuild(ctx, compKWOK)
 			c.startBuild(ctx, compKarpenter)
+			c.startBuild(ctx, compTraefik)
 			c.startBuild(ctx, compTools)
 		}
 		if err := c.prepareSharedDir(); err != nil {
@@ -164,6 +166,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := c.step("gateway", "wait for Traefik's build, load its image, install the Gateway API and run Traefik as its implementation", func() error {
+		return c.installGateway(ctx, c.startBuild(ctx, compTraefik))
+	}); err != nil {
+		return err
+	}
 	c.logf("cluster %s ready in %s; kubeconfig: %s; kubectl: %s", c.opts.Name, time.Since(start).Round(time.Second), c.Kubeconfig(), c.Kubectl())
 	return nil
 }
@@ -182,6 +189,7 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 	c.startBuild(ctx, compMetricsAdapter)
 	c.startBuild(ctx, compKWOK)
 	c.startBuild(ctx, compKarpenter)
+	c.startBuild(ctx, compTraefik)
 	c.startBuild(ctx, compTools)
 	compNet := goComponent{Name: "net", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-net"}}
 	if _, err := c.buildGoStep(ctx, compNet); err != nil {
@@ -312,7 +320,7 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 		started = true
 		go func() {
 			defer close(modules.done)
-			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue, compPrometheus, compMetricsAdapter, compKWOK, compKarpenter}))
+			c.fetchModules(bctx, slices.Concat(nodeImageComponents, []goComponent{compKueue, compPrometheus, compMetricsAdapter, compKWOK, compKarpenter, compTraefik}))
 		}()
 		dir, image, err := c.rootfsStep(bctx)
 		if err != nil {

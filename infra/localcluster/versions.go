@@ -19,7 +19,9 @@ const (
 	// autoscaler, and KWOKVersion that of sigs.k8s.io/kwok, the kubelet of its simulated nodes.
 	KarpenterVersion = "v1.13.0"
 	KWOKVersion      = "v0.8.0"
-	DebianSuite      = "bookworm"
+	// TraefikVersion is the release of Traefik Proxy that is the local cluster's Gateway API implementation.
+	TraefikVersion = "v3.6.12"
+	DebianSuite    = "bookworm"
 )
 
 // Image names inside the nodes. The control-plane names must be exactly what kubeadm v1.37.2 asks for, and
@@ -39,6 +41,7 @@ const (
 	ImageMetricsAdapter = "gpuconform.local/prometheus-adapter:" + MetricsAdapterVersion
 	ImageKarpenter      = "gpuconform.local/karpenter:" + KarpenterVersion
 	ImageKWOK           = "gpuconform.local/kwok:" + KWOKVersion
+	ImageTraefik        = "gpuconform.local/traefik:" + TraefikVersion
 	ImageNet            = "gpuconform.local/gpuconform-net:dev"
 	ImageWorkload       = "gpuconform.local/gpu-workload:dev"
 	NodeImageRepo       = "gpuconform.local/kind-node"
@@ -52,6 +55,7 @@ const (
 	metricsAdapterImageRepo = "gpuconform.local/prometheus-adapter-server"
 	karpenterImageRepo      = "gpuconform.local/karpenter-controller"
 	kwokImageRepo           = "gpuconform.local/kwok-controller"
+	traefikImageRepo        = "gpuconform.local/traefik-proxy"
 	// MonitoringNamespace holds the local cluster's Prometheus (manifests/prometheus.yaml).
 	MonitoringNamespace = "monitoring"
 	PoolLabel           = "gpuconform.io/pool"
