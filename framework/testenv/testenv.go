@@ -626,6 +626,9 @@ func DiagnoseExplainer(c *cluster.Clients, kueuePresent bool) wait.Explainer {
 		if t.Kind == "Node" {
 			return explainNode(ctx, c, t.Name)
 		}
+		if _, err := diagnose.ParseKind(t.Kind); err != nil {
+			return "" // a kind the diagnosis does not read (a Gateway API object): its wait's check says its state
+		}
 		return diagnose.Explain(ctx, dc, diagnose.Target{Kind: t.Kind, Namespace: t.Namespace, Name: t.Name})
 	}
 }

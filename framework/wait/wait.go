@@ -275,7 +275,11 @@ func (w Waiter) Message(what string, target Target, elapsed time.Duration) strin
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return msg + "\n\nDiagnosis of " + target.String() + ":\n" + explain(ctx, target)
+	text := explain(ctx, target)
+	if text == "" { // nothing to add to what the wait's own check said
+		return msg
+	}
+	return msg + "\n\nDiagnosis of " + target.String() + ":\n" + text
 }
 
 // Consistently checks that check keeps succeeding for d (e.g. "stays suspended").

@@ -33,6 +33,10 @@ func TestMessageCarriesTheDiagnosis(t *testing.T) {
 	if got := w.Message("namespace to be deleted", Target{}, time.Second); strings.Contains(got, "Diagnosis") {
 		t.Errorf("a wait without a target has nothing to diagnose: %s", got)
 	}
+	quiet := Waiter{Explain: func(context.Context, Target) string { return "" }}
+	if got := quiet.Message("x", Target{Kind: "HTTPRoute", Namespace: "ns", Name: "r"}, time.Second); strings.Contains(got, "Diagnosis") {
+		t.Errorf("an explainer with nothing to add must leave no empty Diagnosis section: %s", got)
+	}
 }
 
 // failingCheck never passes.
