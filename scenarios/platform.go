@@ -2,7 +2,6 @@ package scenarios
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,7 +12,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 
+	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/suite"
@@ -32,8 +33,7 @@ const platformName = "platform"
 // applicable, with the evidence, and the requirement N/A; where it has one that is broken (a metrics API
 // registered but unavailable, Gateway CRDs no controller serves), the spec fails; where it has a working
 // one, the spec passes with the evidence and a scenario of its own drives it (autoscaling, cluster
-// autoscaling), or says gpuconform does not exercise it yet (the inference gateway) and the requirement is
-// left to the participant.
+// autoscaling, inference gateway).
 var Platform = Define(Scenario{Name: platformName, Title: "the cluster's autoscalers and inference gateway: present and working, or evidently absent",
 	Proves: []conformance.Proof{
 		{Requirement: conformance.PodAutoscaling, How: "the custom and external metrics APIs (APIServices v1beta1/v1beta2.custom.metrics.k8s.io, v1beta1.external.metrics.k8s.io): " +
@@ -41,7 +41,8 @@ var Platform = Define(Scenario{Name: platformName, Title: "the cluster's autosca
 		{Requirement: conformance.ClusterAutoscaling, How: "a cluster autoscaler's evidence (cluster-autoscaler's status ConfigMap kube-system/cluster-autoscaler-status, " +
 			"Karpenter's karpenter.sh API): none is not applicable; cluster-autoscaler's cluster-wide health must be Healthy (the cluster autoscaling " +
 			"scenario grows its node group)"},
-		{Requirement: conformance.AIInference, How: "the Gateway API (gateway.networking.k8s.io): not served is not applicable; served, a controller must have accepted a GatewayClass"},
+		{Requirement: conformance.AIInference, How: "the Gateway API (gateway.networking.k8s.io): not served is not applicable; served, a controller must have accepted a " +
+			"GatewayClass (the inference gateway scenario routes through it)"},
 	}},
 	func(r *suite.Run) PlatformInput { return PlatformInput{Base: baseOf(r)} },
 	PlatformSpec)
@@ -135,40 +136,45 @@ func servedGroup(env *testenv.Env, name string) (metav1.APIGroup, bool) {
 	return groups.Groups[i], true
 }
 
-const gatewayGroup = "gateway.networking.k8s.io"
+const gatewayGroup = fixtures.GatewayGroup
+
+// noGatewayAPI is why inference traffic through a gateway is not applicable where the Gateway API is not served.
+const noGatewayAPI = "the Gateway API is not installed (" + gatewayGroup + " is not served)"
 
 // gatewayAPI: the Gateway API not served is not applicable; served, some GatewayClass must be accepted
-// by its controller (status condition Accepted=True), or no implementation serves it.
+// by its controller (status condition Accepted=True), or no implementation serves it. The inference
+// gateway scenario routes through it.
 func gatewayAPI(ctx context.Context, in PlatformInput) {
 	group, ok := servedGroup(in.Env, gatewayGroup)
 	if !ok {
-		notApplicable("the Gateway API is not installed (" + gatewayGroup + " is not served)")
+		notApplicable(noGatewayAPI)
 	}
 	// The group's preferred version: a cluster with only v1beta1 (an older Gateway API) is read as it is.
 	gvr := schema.GroupVersionResource{Group: gatewayGroup, Version: group.PreferredVersion.Version, Resource: "gatewayclasses"}
-	list, err := in.Env.Clients.Dynamic.Resource(gvr).List(ctx, metav1.ListOptions{})
-	mayRead(err, "list gateway.networking.k8s.io gatewayclasses")
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "listing GatewayClasses (%s)", gvr.GroupVersion())
-	var classes, accepted []string
-	for _, gc := range list.Items {
-		controller, _, _ := unstructured.NestedString(gc.Object, "spec", "controllerName")
-		status := conditionStatus(gc, "Accepted")
-		classes = append(classes, fmt.Sprintf("%s (controller %s, Accepted=%s)", gc.GetName(), controller, status))
-		if status == "True" {
-			accepted = append(accepted, gc.GetName())
+	classes := listGatewayClasses(ctx, in.Env.Clients.Dynamic.Resource(gvr))
+	var all, accepted []string
+	for _, c := range classes {
+		all = append(all, c.String())
+		if c.Accepted == "True" {
+			accepted = append(accepted, c.Name)
 		}
 	}
-	ginkgo.AddReportEntry("evidence: GatewayClasses", strings.Join(classes, "\n"))
-	gomega.Expect(accepted).NotTo(gomega.BeEmpty(), "the Gateway API is served but no controller accepted a GatewayClass (%d GatewayClass(es)): no implementation serves it", len(classes))
-	notExercisedYet("GatewayClass(es) accepted: "+strings.Join(accepted, ", "), "gpuconform does not yet route weighted and header-matched traffic to GPU pods through a Gateway")
+	ginkgo.AddReportEntry("evidence: GatewayClasses", strings.Join(all, "\n"))
+	gomega.Expect(accepted).NotTo(gomega.BeEmpty(), "the Gateway API is served but no controller accepted a GatewayClass (%d GatewayClass(es)): no implementation serves it", len(all))
 }
 
-func conditionStatus(obj unstructured.Unstructured, typ string) string {
-	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == typ {
-			return fmt.Sprint(m["status"])
-		}
+// listGatewayClasses reads every GatewayClass through gcs.
+func listGatewayClasses(ctx context.Context, gcs dynamic.ResourceInterface) []gatewayClass {
+	ginkgo.GinkgoHelper()
+	list, err := gcs.List(ctx, metav1.ListOptions{})
+	mayRead(err, "list gateway.networking.k8s.io gatewayclasses")
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "listing GatewayClasses")
+	classes := make([]gatewayClass, 0, len(list.Items))
+	for _, gc := range list.Items {
+		controller, _, _ := unstructured.NestedString(gc.Object, "spec", "controllerName")
+		conds, _, _ := unstructured.NestedSlice(gc.Object, "status", "conditions")
+		accepted, _, _ := findCondition(conds, "Accepted")
+		classes = append(classes, gatewayClass{Name: gc.GetName(), Controller: controller, Accepted: accepted})
 	}
-	return "Unknown"
+	return classes
 }

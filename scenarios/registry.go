@@ -29,6 +29,7 @@ var Registry = []*Scenario{
 	ServiceMetrics,
 	PodAutoscaling,
 	ClusterAutoscaling,
+	InferenceGateway,
 	Prioritized,
 	AdminAccess,
 	Operator,

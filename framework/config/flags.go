@@ -60,6 +60,7 @@ func flagTable() []flagDef {
 			c.Pools.AutoscalingTolerations = append(c.Pools.AutoscalingTolerations, t)
 			return nil
 		}},
+		{name: "gateway-class", usage: "GatewayClass of the inference gateway scenario's Gateway (default: the one GatewayClass a controller accepted)", apply: func(c *Config, v string) error { c.Gateway.Class = v; return nil }},
 		{name: "queues", usage: "own (create queues per spec) or existing", apply: func(c *Config, v string) error { c.Queues.Mode = v; return nil }},
 		{name: "local-queue", usage: "existing LocalQueue to submit to, NS/NAME (implies --namespace NS) or NAME with --namespace; implies --queues=existing", apply: func(c *Config, v string) error {
 			c.Queues.LocalQueue = v

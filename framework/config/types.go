@@ -71,6 +71,8 @@ type Config struct {
 	Queues QueuesConfig `json:"queues,omitempty"`
 	// Kueue locates the Kueue installation.
 	Kueue KueueConfig `json:"kueue,omitempty"`
+	// Gateway says which Gateway API implementation the inference gateway scenario routes through.
+	Gateway GatewayConfig `json:"gateway,omitempty"`
 	// Disruptive opts in to specs that change nodes. Off by default.
 	Disruptive bool `json:"disruptive,omitempty"`
 	// Image is the workload image.
@@ -471,6 +473,13 @@ type QueuesConfig struct {
 	// LocalQueue is the existing LocalQueue when Mode is "existing": NS/NAME, which sets Namespace to NS,
 	// or NAME with Namespace set. It cannot be in the fresh namespaces the suite makes per spec.
 	LocalQueue string `json:"localQueue,omitempty"`
+}
+
+// GatewayConfig names the Gateway API implementation to use.
+type GatewayConfig struct {
+	// Class is the GatewayClass of the inference gateway scenario's Gateway; empty: the one GatewayClass a
+	// controller accepted (with several, the scenario is not exercised until one is named).
+	Class string `json:"class,omitempty"`
 }
 
 // KueueConfig locates Kueue.

@@ -65,6 +65,9 @@ type Timeouts struct {
 	// (cluster-autoscaler's --scale-down-unneeded-time and --scale-down-delay-after-add are 10 min each by
 	// default; Karpenter's consolidateAfter is the NodePool's).
 	NodeScale time.Duration
+	// Gateway waits for a Gateway API implementation to program a new Gateway (a cloud's load balancer
+	// takes minutes) and to accept a route attached to it.
+	Gateway time.Duration
 	// Rejection waits for the API server to answer a create that must be rejected.
 	Rejection time.Duration
 	// Cleanup bounds deleting one spec's objects, namespace included: pods terminate with their grace
@@ -93,6 +96,7 @@ func Local() Timeouts {
 		Metrics:     30 * time.Second,
 		Autoscale:   2 * time.Minute,
 		NodeScale:   3 * time.Minute,
+		Gateway:     2 * time.Minute,
 		Rejection:   15 * time.Second,
 		Cleanup:     2 * time.Minute,
 		NodeLost:    3 * time.Minute,
@@ -116,6 +120,7 @@ func Real() Timeouts {
 		Metrics:     3 * time.Minute,
 		Autoscale:   15 * time.Minute,
 		NodeScale:   30 * time.Minute,
+		Gateway:     10 * time.Minute,
 		Rejection:   30 * time.Second,
 		Cleanup:     10 * time.Minute,
 		NodeLost:    10 * time.Minute,
