@@ -180,6 +180,8 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`waiting for the autoscaler to remove node \S+ from gpuconform\.io/pool=autoscaled once empty`, `node \S+ is still there`)},
 		{Fault: fakeplugin.FaultGatewayNoController, Focus: "serves the Gateway API", Catcher: "serves the Gateway API",
 			Because: because(`the Gateway API is served but no controller accepted a GatewayClass`)},
+		{Fault: fakeplugin.FaultGatewayDown, Focus: "routes inference traffic to GPU model servers", Catcher: "routes inference traffic to GPU model servers",
+			Because: because(`waiting for Gateway \S+ programmed and HTTPRoute \S+ accepted by traefik\.io/gateway-controller`, `the Gateway is not programmed \(Programmed=Unknown Pending`)},
 		// The local Prometheus restarted with its pod discovery limited to its own namespace
 		// (cmd/gpuconform-dev/selfcheck_monitoring.go); the service metrics scenario reads its target list.
 		{Fault: fakeplugin.FaultMonitoringOwnNamespaceOnly, Focus: "own metrics collected by the cluster's monitoring", Catcher: "own metrics collected by the cluster's monitoring",

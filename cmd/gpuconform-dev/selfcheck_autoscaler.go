@@ -42,18 +42,32 @@ func scaleDeployment(ctx context.Context, kube kubernetes.Interface, ns, name st
 	return nil
 }
 
-// nodeAutoscalerGone scales the local node autoscaler (Karpenter) to zero and waits until its pod is gone;
-// the undo scales it back to one and waits until it is available again.
+// nodeAutoscalerGone scales the local node autoscaler (Karpenter) to zero.
 func nodeAutoscalerGone(ctx context.Context, kube kubernetes.Interface) (func(context.Context) error, error) {
+	return deploymentGone(ctx, kube, localcluster.AutoscalerNamespace, localcluster.KarpenterDeployment)
+}
+
+// deploymentGone scales a component's Deployment to zero and waits until its pod is gone, terminating
+// ones included (a terminating controller still acts); the undo scales it back to one and waits until it
+// is available again.
+func deploymentGone(ctx context.Context, kube kubernetes.Interface, ns, name string) (func(context.Context) error, error) {
 	scale := func(ctx context.Context, replicas int32) error {
-		return scaleDeployment(ctx, kube, localcluster.AutoscalerNamespace, localcluster.KarpenterDeployment, replicas, 3*time.Minute,
+		return scaleDeployment(ctx, kube, ns, name, replicas, 3*time.Minute,
 			func(ctx context.Context) (bool, string) {
-				d, err := kube.AppsV1().Deployments(localcluster.AutoscalerNamespace).Get(ctx, localcluster.KarpenterDeployment, metav1.GetOptions{})
+				d, err := kube.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
 					return false, err.Error()
 				}
-				return d.Status.Replicas == replicas && d.Status.AvailableReplicas == replicas,
-					fmt.Sprintf("%d replicas, %d available, want %d", d.Status.Replicas, d.Status.AvailableReplicas, replicas)
+				sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+				if err != nil {
+					return false, err.Error()
+				}
+				pods, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+				if err != nil {
+					return false, err.Error()
+				}
+				return len(pods.Items) == int(replicas) && d.Status.AvailableReplicas == replicas,
+					fmt.Sprintf("%d pod(s), %d available, want %d", len(pods.Items), d.Status.AvailableReplicas, replicas)
 			})
 	}
 	if err := scale(ctx, 0); err != nil {

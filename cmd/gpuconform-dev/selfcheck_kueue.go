@@ -50,7 +50,9 @@ func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplug
 	case fakeplugin.FaultAutoscalerNoScaleDown:
 		return nodePoolNeverConsolidates(ctx, clients.Kube, clients.Dynamic)
 	case fakeplugin.FaultGatewayNoController:
-		return createObjects(ctx, clients.Dynamic, gatewayAPIWithoutController()...)
+		return gatewayClassUnaccepted(ctx, clients.Kube, clients.Dynamic)
+	case fakeplugin.FaultGatewayDown:
+		return gatewayGone(ctx, clients.Kube)
 	case fakeplugin.FaultMonitoringOwnNamespaceOnly:
 		return monitoringOwnNamespaceOnly(ctx, clients.Kube)
 	case fakeplugin.FaultDRANoTaintEviction:

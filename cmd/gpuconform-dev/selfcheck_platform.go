@@ -71,8 +71,6 @@ func webhookSkipsResourceFlavors(ctx context.Context, kube kubernetes.Interface)
 type clusterObject struct {
 	gvr schema.GroupVersionResource
 	obj *unstructured.Unstructured
-	// ready, when set, is polled after the create until it holds (a CRD established).
-	ready func(*unstructured.Unstructured) bool
 }
 
 // createObjects creates objs in order; the undo deletes them in reverse order and waits until they are gone.
@@ -99,16 +97,6 @@ func createObjects(ctx context.Context, dyn dynamic.Interface, objs ...clusterOb
 			return nil, errors.Join(fmt.Errorf("creating %s %s: %w", o.gvr.Resource, o.obj.GetName(), err), undo(ctx))
 		}
 		made = append(made, o)
-		if o.ready == nil {
-			continue
-		}
-		err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err := api.Get(ctx, o.obj.GetName(), metav1.GetOptions{})
-			return err == nil && o.ready(got), nil
-		})
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("%s %s did not become ready: %w", o.gvr.Resource, o.obj.GetName(), err), undo(ctx))
-		}
 	}
 	return undo, nil
 }
@@ -131,34 +119,6 @@ func unhealthyAutoscalerStatus() clusterObject {
 			"status": "time: 2026-12-06 10:00:00.000000000 +0000 UTC\nautoscalerStatus: Running\nclusterWide:\n  health:\n    status: Unhealthy\n" +
 				"    nodeCounts:\n      registered:\n        total: 4\n        ready: 1\n  scaleUp:\n    status: NoActivity\n",
 		}})}
-}
-
-// gatewayAPIWithoutController installs the GatewayClass CRD (a schema that keeps any field) and one
-// GatewayClass whose controller does not run.
-func gatewayAPIWithoutController() []clusterObject {
-	crd := object("apiextensions.k8s.io/v1", "CustomResourceDefinition", "", "gatewayclasses.gateway.networking.k8s.io", map[string]any{"spec": map[string]any{
-		"group": "gateway.networking.k8s.io", "scope": "Cluster",
-		"names": map[string]any{"plural": "gatewayclasses", "singular": "gatewayclass", "kind": "GatewayClass", "listKind": "GatewayClassList"},
-		"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true, "subresources": map[string]any{"status": map[string]any{}},
-			"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}},
-	}})
-	// A CRD in a *.k8s.io group needs the approval annotation the Gateway API's own CRDs carry.
-	crd.SetAnnotations(map[string]string{"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/1538"})
-	established := func(u *unstructured.Unstructured) bool {
-		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, _ := c.(map[string]any); m["type"] == "Established" && m["status"] == "True" {
-				return true
-			}
-		}
-		return false
-	}
-	class := object("gateway.networking.k8s.io/v1", "GatewayClass", "", "gpuconform-selfcheck", map[string]any{"spec": map[string]any{
-		"controllerName": "gpuconform.io/no-such-controller"}})
-	return []clusterObject{
-		{gvr: schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}, obj: crd, ready: established},
-		{gvr: schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gatewayclasses"}, obj: class},
-	}
 }
 
 // stripDeviceTolerationsPolicy names the MutatingAdmissionPolicy and its binding of

@@ -155,10 +155,14 @@ const (
 	// configured never to remove an empty node, which keeps paying for idle GPUs. Cluster fault. Caught by
 	// the cluster autoscaling scenario (the added node stays after its pod is gone).
 	FaultAutoscalerNoScaleDown Fault = "autoscaler-no-scale-down"
-	// FaultGatewayNoController installs the GatewayClass API of the Gateway API and one GatewayClass no
-	// controller accepts: CRDs without an implementation. Cluster fault. Caught by the platform scenario's
-	// Gateway API check.
+	// FaultGatewayNoController stops the local Gateway API implementation (Traefik scaled to zero) and
+	// creates its GatewayClass anew, which nobody then accepts: the Gateway API's CRDs and a class without an
+	// implementation. Cluster fault. Caught by the platform scenario's Gateway API check.
 	FaultGatewayNoController Fault = "gateway-no-controller"
+	// FaultGatewayDown stops the local Gateway API implementation (Traefik scaled to zero): its GatewayClass
+	// stays accepted, as one whose controller stopped does, and no new Gateway is programmed. Cluster
+	// fault. Caught by the inference gateway scenario (its Gateway is never programmed).
+	FaultGatewayDown Fault = "gateway-down"
 	// FaultMonitoringOwnNamespaceOnly restarts the local Prometheus with its Kubernetes pod discovery
 	// limited to its own namespace: a monitoring system that never discovers the workloads. Cluster
 	// fault. Caught by the service metrics scenario (the workload's counter never reaches the query API).
@@ -222,7 +226,7 @@ func VersionFaults(version string) []Fault {
 // Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
 func (f Fault) Cluster() bool {
 	switch f {
-	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController,
+	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController, FaultGatewayDown,
 		FaultMonitoringOwnNamespaceOnly, FaultDRANoTaintEviction, FaultDRATolerationsStripped:
 		return true
 	}
@@ -240,7 +244,7 @@ func AllFaults() []Fault {
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
-		FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController, FaultMonitoringOwnNamespaceOnly,
+		FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController, FaultGatewayDown, FaultMonitoringOwnNamespaceOnly,
 		FaultDRANoSubrequests,
 		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction, FaultDRATolerationsStripped, FaultDRAPluginNoStart, FaultDRASliceChurn}
 }
