@@ -54,20 +54,17 @@ var PodAutoscaling = Define(Scenario{Name: podAutoscalingName, Title: "an HPA sc
 // the HPA and the metrics API are the cluster's, not a path's.
 func PodAutoscalingSpec(input func() PodAutoscalingInput) {
 	reg := input()
-	for _, regPath := range reg.Paths {
-		nodes := reg.eligible(regPath, hpaMaxReplicas)
-		if len(nodes) == 0 {
-			continue
-		}
-		describePath(input, regPath, "Pod autoscaling", "hpa", []any{labels.Of(labels.Scenario(podAutoscalingName))}, func(s *Spec[PodAutoscalingInput]) {
-			ginkgo.It("scales a GPU Deployment with an HPA on its custom metric", proves(podAutoscalingName, conformance.PodAutoscaling),
-				labels.Of(labels.OnNode), func(ctx context.Context) {
-					hpaScales(ctx, s, nodes)
-				})
-		})
+	regPath, nodes := reg.firstPathWith(hpaMaxReplicas)
+	if regPath == nil {
+		reg.notExercised("pod autoscaling", fmt.Sprintf("no node in the GPU pool has %d devices on one path", hpaMaxReplicas))
 		return
 	}
-	reg.notExercised("pod autoscaling", fmt.Sprintf("no node in the GPU pool has %d devices on one path", hpaMaxReplicas))
+	describePath(input, regPath, "Pod autoscaling", "hpa", []any{labels.Of(labels.Scenario(podAutoscalingName))}, func(s *Spec[PodAutoscalingInput]) {
+		ginkgo.It("scales a GPU Deployment with an HPA on its custom metric", proves(podAutoscalingName, conformance.PodAutoscaling),
+			labels.Of(labels.OnNode), func(ctx context.Context) {
+				hpaScales(ctx, s, nodes)
+			})
+	})
 }
 
 // hpaScales runs the check: the metrics API registered and Available, one replica running, its metric

@@ -72,20 +72,17 @@ var InferenceGateway = Define(Scenario{Name: inferenceGatewayName, Title: "a Gat
 // the cluster's, not a path's.
 func InferenceGatewaySpec(input func() InferenceGatewayInput) {
 	reg := input()
-	for _, regPath := range reg.Paths {
-		nodes := reg.eligible(regPath, 2)
-		if len(nodes) == 0 {
-			continue
-		}
-		describePath(input, regPath, "Inference gateway", "gateway", []any{labels.Of(labels.Scenario(inferenceGatewayName))}, func(s *Spec[InferenceGatewayInput]) {
-			ginkgo.It("routes inference traffic to GPU model servers by weight and by header", proves(inferenceGatewayName, conformance.AIInference),
-				labels.Of(labels.OnNode), func(ctx context.Context) {
-					gatewayRoutes(ctx, s, s.lease(ctx, nodes))
-				})
-		})
+	regPath, nodes := reg.firstPathWith(2)
+	if regPath == nil {
+		reg.notExercised("inference gateway", "no node in the GPU pool has two devices on any path")
 		return
 	}
-	reg.notExercised("inference gateway", "no node in the GPU pool has two devices on any path")
+	describePath(input, regPath, "Inference gateway", "gateway", []any{labels.Of(labels.Scenario(inferenceGatewayName))}, func(s *Spec[InferenceGatewayInput]) {
+		ginkgo.It("routes inference traffic to GPU model servers by weight and by header", proves(inferenceGatewayName, conformance.AIInference),
+			labels.Of(labels.OnNode), func(ctx context.Context) {
+				gatewayRoutes(ctx, s, s.lease(ctx, nodes))
+			})
+	})
 }
 
 // gatewayRoutes runs the check: the class, the servers, the Gateway and its route, and the requests.

@@ -50,21 +50,18 @@ func ServiceMetricsSpec(input func() ServiceMetricsInput) {
 		reg.notExercised("service metrics: the cluster's monitoring", reg.Why)
 		return
 	}
-	for _, regPath := range reg.Paths {
-		nodes := reg.eligible(regPath, 1)
-		if len(nodes) == 0 {
-			continue
-		}
-		describePath(input, regPath, "Service metrics", "svcmetrics", []any{labels.Of(labels.Scenario(serviceMetricsName))}, func(s *Spec[ServiceMetricsInput]) {
-			ginkgo.It("has a GPU workload's own metrics collected by the cluster's monitoring", proves(serviceMetricsName, conformance.AIServiceMetrics),
-				labels.Of(labels.OnNode), func(ctx context.Context) {
-					ginkgo.By("discovered by its annotations or a PodMonitor, and scraped twice")
-					serviceMetricsCollected(ctx, s, s.lease(ctx, nodes))
-				})
-		})
+	regPath, nodes := reg.firstPathWith(1)
+	if regPath == nil {
+		reg.notExercised("service metrics: the cluster's monitoring", "no node in the GPU pool has a device on any path")
 		return
 	}
-	reg.notExercised("service metrics: the cluster's monitoring", "no node in the GPU pool has a device on any path")
+	describePath(input, regPath, "Service metrics", "svcmetrics", []any{labels.Of(labels.Scenario(serviceMetricsName))}, func(s *Spec[ServiceMetricsInput]) {
+		ginkgo.It("has a GPU workload's own metrics collected by the cluster's monitoring", proves(serviceMetricsName, conformance.AIServiceMetrics),
+			labels.Of(labels.OnNode), func(ctx context.Context) {
+				ginkgo.By("discovered by its annotations or a PodMonitor, and scraped twice")
+				serviceMetricsCollected(ctx, s, s.lease(ctx, nodes))
+			})
+	})
 }
 
 // serviceMetricsCollected runs the model-server stand-in on a GPU and waits until the monitoring system

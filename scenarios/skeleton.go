@@ -61,6 +61,18 @@ func (b Base) notExercised(what, why string) {
 // eligible are the GPU pool's nodes with at least n devices on path.
 func (b Base) eligible(path gpu.Path, n int) []string { return eligibleNodes(path, n, b.GPUPool) }
 
+// firstPathWith is the first of the run's paths on which a GPU pool node has n devices, and those nodes:
+// where a check of the cluster's, not a path's (its monitoring, its HPA, its gateway), runs once. None:
+// a nil path.
+func (b Base) firstPathWith(n int) (gpu.Path, []string) {
+	for _, p := range b.Paths {
+		if nodes := b.eligible(p, n); len(nodes) > 0 {
+			return p, nodes
+		}
+	}
+	return nil, nil
+}
+
 // draPaths are the run's DRA paths, for a scenario that exists only where devices are claimed.
 func (b Base) draPaths() []gpu.Path {
 	return slices.DeleteFunc(slices.Clone(b.Paths), func(p gpu.Path) bool { _, ok := p.(*gpu.DRA); return !ok })
