@@ -129,7 +129,7 @@ func gatewayRoutes(ctx context.Context, s *Spec[InferenceGatewayInput], nodes []
 			state = read(ctx)
 			g.Expect(state.Ready).To(gomega.BeTrue(), state.Why)
 		})
-	ginkgo.AddReportEntry("evidence: gateway", fmt.Sprintf("Gateway %s/%s of class %s (controller %s) programmed at %s, its route accepted, %s after its creation",
+	ginkgo.AddReportEntry("evidence: gateway", fmt.Sprintf("Gateway %s/%s of class %s (controller %s) programmed at %s and its route accepted, seen %s after the Gateway's creation",
 		s.NS, gw.GetName(), class.Name, class.Controller, state.Address, time.Since(began).Round(time.Second)))
 
 	url := "http://" + net.JoinHostPort(state.Address, strconv.Itoa(gatewayPort)) + "/v1/infer"
@@ -230,20 +230,23 @@ func readGateway(gw, route *unstructured.Unstructured) gatewayState {
 	addrs, _, _ := unstructured.NestedSlice(gw.Object, "status", "addresses")
 	var addr string
 	if len(addrs) > 0 {
-		addr, _, _ = unstructured.NestedString(addrs[0].(map[string]any), "value")
+		first, _ := addrs[0].(map[string]any)
+		addr, _, _ = unstructured.NestedString(first, "value")
 	}
 	if addr == "" {
 		return gatewayState{Why: "the Gateway is programmed but has no address in its status"}
 	}
 	parents, _, _ := unstructured.NestedSlice(route.Object, "status", "parents")
 	i := slices.IndexFunc(parents, func(p any) bool {
-		name, _, _ := unstructured.NestedString(p.(map[string]any), "parentRef", "name")
+		m, _ := p.(map[string]any)
+		name, _, _ := unstructured.NestedString(m, "parentRef", "name")
 		return name == gw.GetName()
 	})
 	if i < 0 {
 		return gatewayState{Address: addr, Why: "no controller has written the HTTPRoute's status for Gateway " + gw.GetName()}
 	}
-	conds, _, _ := unstructured.NestedSlice(parents[i].(map[string]any), "conditions")
+	parent, _ := parents[i].(map[string]any)
+	conds, _, _ := unstructured.NestedSlice(parent, "conditions")
 	if st, reason, msg := findCondition(conds, "Accepted"); st != "True" {
 		return gatewayState{Address: addr, Final: st == "False" && !slices.Contains(pendingReasons, reason),
 			Why: fmt.Sprintf("the HTTPRoute is not accepted by Gateway %s (Accepted=%s %s: %s)", gw.GetName(), st, reason, msg)}
