@@ -182,6 +182,8 @@ func selfcheckTable() []selfcheckRow {
 			Because: because(`the Gateway API is served but no controller accepted a GatewayClass`)},
 		{Fault: fakeplugin.FaultGatewayDown, Focus: "routes inference traffic to GPU model servers", Catcher: "routes inference traffic to GPU model servers",
 			Because: because(`waiting for Gateway \S+ programmed and HTTPRoute \S+ accepted by traefik\.io/gateway-controller`, `the Gateway is not programmed \(Programmed=Unknown Pending`)},
+		{Fault: fakeplugin.FaultGatewayWeightsStripped, Focus: "routes inference traffic to GPU model servers", Catcher: "routes inference traffic to GPU model servers",
+			Because: because(`plain requests were split map\[\S+:\d+ \S+:\d+\], want \S+:\S+ 3:1`)},
 		// The local Prometheus restarted with its pod discovery limited to its own namespace
 		// (cmd/gpuconform-dev/selfcheck_monitoring.go); the service metrics scenario reads its target list.
 		{Fault: fakeplugin.FaultMonitoringOwnNamespaceOnly, Focus: "own metrics collected by the cluster's monitoring", Catcher: "own metrics collected by the cluster's monitoring",

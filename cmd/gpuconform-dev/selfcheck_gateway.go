@@ -76,3 +76,42 @@ func acceptedClass(u *unstructured.Unstructured) bool {
 	}
 	return false
 }
+
+// stripRouteWeightsPolicy names the MutatingAdmissionPolicy and its binding of FaultGatewayWeightsStripped.
+const stripRouteWeightsPolicy = "gpuconform-selfcheck-strip-route-weights"
+
+// stripRouteWeights installs a MutatingAdmissionPolicy that rebuilds every rule of an HTTPRoute as it is
+// created with its matches and its backends' names and ports only: each backend's weight falls to the
+// Gateway API's default, 1, and a weighted split becomes an even one. It waits until the API server
+// applies it (a server-side dry run of a weighted route comes back without the weight).
+func stripRouteWeights(ctx context.Context, dyn dynamic.Interface) (func(context.Context) error, error) {
+	routes := dyn.Resource(schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}).Namespace("default")
+	probe := object("gateway.networking.k8s.io/v1", "HTTPRoute", "default", "gpuconform-selfcheck-probe", map[string]any{"spec": map[string]any{
+		"parentRefs": []any{map[string]any{"name": "none"}},
+		"rules": []any{map[string]any{"matches": []any{map[string]any{"path": map[string]any{"type": "PathPrefix", "value": "/"}}},
+			"backendRefs": []any{map[string]any{"name": "a", "port": int64(80), "weight": int64(3)}}}},
+	}})
+	return mutatingPolicy(ctx, dyn, stripRouteWeightsPolicy, map[string]any{
+		"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+			"apiGroups": []any{"gateway.networking.k8s.io"}, "apiVersions": []any{"*"}, "operations": []any{"CREATE"}, "resources": []any{"httproutes"},
+		}}},
+		"matchConditions": []any{map[string]any{"name": "weighted-rules",
+			"expression": "has(object.spec.rules) && object.spec.rules.all(r, has(r.matches) && has(r.backendRefs))"}},
+		"mutations": []any{map[string]any{"patchType": "JSONPatch", "jsonPatch": map[string]any{
+			"expression": `[JSONPatch{op: "replace", path: "/spec/rules", value: object.spec.rules.map(r, Object.spec.rules{matches: r.matches, ` +
+				`backendRefs: r.backendRefs.map(b, Object.spec.rules.backendRefs{name: b.name, port: b.port})})}]`,
+		}}},
+	}, func(ctx context.Context) (bool, string) {
+		got, err := routes.Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		rules, _, _ := unstructured.NestedSlice(got.Object, "spec", "rules")
+		if len(rules) == 0 {
+			return false, "a dry-run route has no rules"
+		}
+		refs, _, _ := unstructured.NestedSlice(rules[0].(map[string]any), "backendRefs")
+		weight, _, _ := unstructured.NestedInt64(refs[0].(map[string]any), "weight")
+		return weight == 1, fmt.Sprintf("a dry-run route's backend keeps weight %d", weight)
+	})
+}

@@ -53,6 +53,8 @@ func applyClusterFault(ctx context.Context, clients *cluster.Clients, f fakeplug
 		return gatewayClassUnaccepted(ctx, clients.Kube, clients.Dynamic)
 	case fakeplugin.FaultGatewayDown:
 		return gatewayGone(ctx, clients.Kube)
+	case fakeplugin.FaultGatewayWeightsStripped:
+		return stripRouteWeights(ctx, clients.Dynamic)
 	case fakeplugin.FaultMonitoringOwnNamespaceOnly:
 		return monitoringOwnNamespaceOnly(ctx, clients.Kube)
 	case fakeplugin.FaultDRANoTaintEviction:

@@ -127,32 +127,9 @@ const stripDeviceTolerationsPolicy = "gpuconform-selfcheck-strip-device-tolerati
 
 // stripDeviceTolerations installs a MutatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in
 // Kubernetes 1.36) that removes the tolerations of a ResourceClaim's first request as the claim is created,
-// bound cluster-wide, and waits until the API server applies it (a server-side dry run of a claim with a
-// toleration comes back without it). The undo deletes both.
+// and waits until the API server applies it (a server-side dry run of a claim with a toleration comes back
+// without it).
 func stripDeviceTolerations(ctx context.Context, clients *cluster.Clients) (func(context.Context) error, error) {
-	gvr := func(r string) schema.GroupVersionResource {
-		return schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: r}
-	}
-	policy := object("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", "", stripDeviceTolerationsPolicy, map[string]any{"spec": map[string]any{
-		"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
-			"apiGroups": []any{"resource.k8s.io"}, "apiVersions": []any{"*"}, "operations": []any{"CREATE"}, "resources": []any{"resourceclaims"},
-		}}},
-		"matchConditions": []any{map[string]any{"name": "first-request-tolerates",
-			"expression": "has(object.spec.devices) && has(object.spec.devices.requests) && size(object.spec.devices.requests) > 0 && " +
-				"has(object.spec.devices.requests[0].exactly) && has(object.spec.devices.requests[0].exactly.tolerations)"}},
-		"failurePolicy":      "Fail",
-		"reinvocationPolicy": "Never",
-		"mutations": []any{map[string]any{"patchType": "JSONPatch", "jsonPatch": map[string]any{
-			"expression": `[JSONPatch{op: "remove", path: "/spec/devices/requests/0/exactly/tolerations"}]`,
-		}}},
-	}})
-	binding := object("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding", "", stripDeviceTolerationsPolicy, map[string]any{"spec": map[string]any{
-		"policyName": stripDeviceTolerationsPolicy,
-	}})
-	undo, err := createObjects(ctx, clients.Dynamic, clusterObject{gvr: gvr("mutatingadmissionpolicies"), obj: policy}, clusterObject{gvr: gvr("mutatingadmissionpolicybindings"), obj: binding})
-	if err != nil {
-		return nil, err
-	}
 	probe := &resourcev1.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{GenerateName: "gpuconform-selfcheck-probe-", Namespace: "default"},
 		Spec: resourcev1.ResourceClaimSpec{Devices: resourcev1.DeviceClaim{Requests: []resourcev1.DeviceRequest{{Name: "gpus", Exactly: &resourcev1.ExactDeviceRequest{
@@ -160,22 +137,47 @@ func stripDeviceTolerations(ctx context.Context, clients *cluster.Clients) (func
 			Tolerations: []resourcev1.DeviceToleration{{Key: "gpuconform.io/selfcheck", Operator: resourcev1.DeviceTolerationOpExists}},
 		}}}}},
 	}
-	var last string
-	stripped := func(ctx context.Context) (bool, string) {
+	return mutatingPolicy(ctx, clients.Dynamic, stripDeviceTolerationsPolicy, map[string]any{
+		"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+			"apiGroups": []any{"resource.k8s.io"}, "apiVersions": []any{"*"}, "operations": []any{"CREATE"}, "resources": []any{"resourceclaims"},
+		}}},
+		"matchConditions": []any{map[string]any{"name": "first-request-tolerates",
+			"expression": "has(object.spec.devices) && has(object.spec.devices.requests) && size(object.spec.devices.requests) > 0 && " +
+				"has(object.spec.devices.requests[0].exactly) && has(object.spec.devices.requests[0].exactly.tolerations)"}},
+		"mutations": []any{map[string]any{"patchType": "JSONPatch", "jsonPatch": map[string]any{
+			"expression": `[JSONPatch{op: "remove", path: "/spec/devices/requests/0/exactly/tolerations"}]`,
+		}}},
+	}, func(ctx context.Context) (bool, string) {
 		got, err := clients.Kube.ResourceV1().ResourceClaims("default").Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil {
 			return false, err.Error()
 		}
 		n := len(got.Spec.Devices.Requests[0].Exactly.Tolerations)
 		return n == 0, fmt.Sprintf("a dry-run claim keeps %d toleration(s)", n)
+	})
+}
+
+// mutatingPolicy installs the MutatingAdmissionPolicy name with spec (failing closed, never reinvoked),
+// bound cluster-wide, and polls applied until the API server applies it; the undo deletes both.
+func mutatingPolicy(ctx context.Context, dyn dynamic.Interface, name string, spec map[string]any, applied func(context.Context) (bool, string)) (func(context.Context) error, error) {
+	gvr := func(r string) schema.GroupVersionResource {
+		return schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: r}
 	}
+	spec["failurePolicy"], spec["reinvocationPolicy"] = "Fail", "Never"
+	policy := object("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicy", "", name, map[string]any{"spec": spec})
+	binding := object("admissionregistration.k8s.io/v1", "MutatingAdmissionPolicyBinding", "", name, map[string]any{"spec": map[string]any{"policyName": name}})
+	undo, err := createObjects(ctx, dyn, clusterObject{gvr: gvr("mutatingadmissionpolicies"), obj: policy}, clusterObject{gvr: gvr("mutatingadmissionpolicybindings"), obj: binding})
+	if err != nil {
+		return nil, err
+	}
+	var last string
 	err = wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
 		var done bool
-		done, last = stripped(ctx)
+		done, last = applied(ctx)
 		return done, nil
 	})
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("MutatingAdmissionPolicy %s is not applied: %s: %w", stripDeviceTolerationsPolicy, last, err), undo(ctx))
+		return nil, errors.Join(fmt.Errorf("MutatingAdmissionPolicy %s is not applied: %s: %w", name, last, err), undo(ctx))
 	}
 	return undo, nil
 }

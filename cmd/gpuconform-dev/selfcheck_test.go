@@ -105,6 +105,8 @@ func sampleFailures() map[fakeplugin.Fault]string {
 		fakeplugin.FaultGatewayNoController: "the Gateway API is served but no controller accepted a GatewayClass (1 GatewayClass(es)): no implementation serves it\nExpected\n    <[]string | len:0, cap:0>: nil\nnot to be empty",
 		fakeplugin.FaultGatewayDown: "Timed out after 120.826s.\ntimed out after 2m1s waiting for Gateway gpuconform-gateway-4j4cr/inference programmed and HTTPRoute gpuconform-gateway-4j4cr/inference accepted by traefik.io/gateway-controller\n" +
 			"Expected success, but got an error:\n    <*errors.errorString | 0xb73d57be70>: \n    the Gateway is not programmed (Programmed=Unknown Pending: Waiting for controller); listeners: none in the status",
+		fakeplugin.FaultGatewayWeightsStripped: "through Gateway gpuconform-gateway-6xnwm/inference (traefik.io/gateway-controller)\nExpected success, but got an error:\n    <*errors.joinError | 0x26f11dcdb1a0>: \n" +
+			"    plain requests were split map[model-a:200 model-b:200], want model-a:model-b 3:1 (model-a about 300 of 400, within 43)",
 		fakeplugin.FaultMonitoringOwnNamespaceOnly: "Timed out after 30.001s.\ntimed out after 30s waiting for pod svcmetrics-x/serve's metrics collected by Prometheus Service monitoring/prometheus:web through the API server's service proxy\n" +
 			"Prometheus Service monitoring/prometheus:web through the API server's service proxy has not collected pod svcmetrics-x/serve's gpuconform_inference_requests_total (no series): " +
 			"gpuconform_inference_requests_total{gpuconform_nonce=\"1f2e\"}; it has no target, active or dropped, for pod svcmetrics-x/serve: its discovery does not see the pod's namespace (active scrape pools: kubernetes-pods)",

@@ -163,6 +163,11 @@ const (
 	// stays accepted, as one whose controller stopped does, and no new Gateway is programmed. Cluster
 	// fault. Caught by the inference gateway scenario (its Gateway is never programmed).
 	FaultGatewayDown Fault = "gateway-down"
+	// FaultGatewayWeightsStripped installs a MutatingAdmissionPolicy that rebuilds every HTTPRoute's rules
+	// as it is created without its backends' weights: a platform's admission policy that rewrites routes, so
+	// that the Gateway splits traffic evenly whatever the route asks. Cluster fault. Caught by the inference
+	// gateway scenario's split check.
+	FaultGatewayWeightsStripped Fault = "gateway-weights-stripped"
 	// FaultMonitoringOwnNamespaceOnly restarts the local Prometheus with its Kubernetes pod discovery
 	// limited to its own namespace: a monitoring system that never discovers the workloads. Cluster
 	// fault. Caught by the service metrics scenario (the workload's counter never reaches the query API).
@@ -226,7 +231,7 @@ func VersionFaults(version string) []Fault {
 // Cluster reports whether the fault is applied to the cluster's components rather than to the agent.
 func (f Fault) Cluster() bool {
 	switch f {
-	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController, FaultGatewayDown,
+	case FaultKueueNoPodsReady, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable, FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController, FaultGatewayDown, FaultGatewayWeightsStripped,
 		FaultMonitoringOwnNamespaceOnly, FaultDRANoTaintEviction, FaultDRATolerationsStripped:
 		return true
 	}
@@ -244,7 +249,7 @@ func AllFaults() []Fault {
 		FaultDRAPrepareFail, FaultPhantomSliceDevice, FaultNoReregister, FaultDRANoRepublish, FaultStaleAfterReboot, FaultDriverMismatch,
 		FaultMissingNvidiaSMI, FaultMetricsMissingDevice, FaultMetricsWrongPod, FaultExtraReplica, FaultMPSNoLimits, FaultMIGWithParent, FaultDRAPartitionNoCounters,
 		FaultDRACapacityOverstated, FaultKueueNoPodsReady, FaultSlowGPU, FaultKueueWebhookSkipsValidation, FaultMetricsAPIUnavailable,
-		FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController, FaultGatewayDown, FaultMonitoringOwnNamespaceOnly,
+		FaultHPAMetricUnserved, FaultHPAControllerOff, FaultAutoscalerUnhealthy, FaultAutoscalerDown, FaultAutoscalerNoScaleDown, FaultGatewayNoController, FaultGatewayDown, FaultGatewayWeightsStripped, FaultMonitoringOwnNamespaceOnly,
 		FaultDRANoSubrequests,
 		FaultDRANoAdminAccess, FaultDRAXIDIgnored, FaultDRANoTaintEviction, FaultDRATolerationsStripped, FaultDRAPluginNoStart, FaultDRASliceChurn}
 }
