@@ -96,8 +96,10 @@ func FileName(version string) string { return "AIConformance-" + version + ".yam
 
 // outside GPU scheduling: the reasons a requirement is not this suite's to prove.
 const (
-	notScheduling = "a networking/serving requirement outside GPU scheduling: gpuconform runs no Gateway, inference server or network driver"
-	noVGPU        = "vGPU and sandbox runtimes are not modelled by gpuconform's allocation paths"
+	notScheduling = "a networking/serving requirement outside GPU scheduling: gpuconform runs no network driver and no disaggregated inference server"
+	noGAIE        = "gpuconform routes inference traffic through the Gateway API's own weighted and header-matched rules (ai_inference), " +
+		"not through the Inference Extension's InferencePool and endpoint picker"
+	noVGPU = "vGPU and sandbox runtimes are not modelled by gpuconform's allocation paths"
 )
 
 // ours is this project's word on each requirement: a summary, and why it is out of scope where it is.
@@ -107,7 +109,7 @@ var ours = map[ID][2]string{
 	GPUSharing:               {"at least one GPU sharing strategy (partitions as schedulable resources, or time-slicing oversubscription)", ""},
 	VirtualizedAccelerator:   {"virtualized accelerators (e.g. vGPU) exposed and managed consistently with physical fractions", noVGPU},
 	AIInference:              {"Gateway API with an implementation for advanced inference traffic management", ""},
-	AdvancedInferenceIngress: {"the Gateway API Inference Extension routing to models", notScheduling},
+	AdvancedInferenceIngress: {"the Gateway API Inference Extension routing to models", noGAIE},
 	HighPerformanceNetwork:   {"specialised pod-to-pod network resources managed and discoverable, through DRA", notScheduling},
 	DisaggregatedInference:   {"a disaggregated inference solution (separate prefill and decode) installed and running", notScheduling},
 	GangScheduling:           {"at least one gang scheduling solution with all-or-nothing placement of distributed workloads", ""},
