@@ -120,7 +120,7 @@ func gatewayRoutes(ctx context.Context, s *Spec[InferenceGatewayInput], nodes []
 	ginkgo.By(fmt.Sprintf("waiting for %s to program Gateway %s/%s and accept HTTPRoute %s/%s", class.Controller, s.NS, gw.GetName(), s.NS, route.GetName()))
 	var state gatewayState
 	read := func(ctx context.Context) gatewayState {
-		return readGateway(gatewayObject(ctx, s, version, "gateways", gw.GetName()), gatewayObject(ctx, s, version, "httproutes", route.GetName()))
+		return readGateway(gatewayObject(ctx, s, version, "gateways", gw.GetName()), gatewayObject(ctx, s, version, "httproutes", route.GetName()), time.Now())
 	}
 	env.Wait.ForJudged(ctx, fmt.Sprintf("Gateway %s/%s programmed and HTTPRoute %s/%s accepted by %s", s.NS, gw.GetName(), s.NS, route.GetName(), class.Controller),
 		wait.Target{Kind: "HTTPRoute", Namespace: s.NS, Name: route.GetName()}, env.Timeouts.Gateway,
@@ -214,12 +214,28 @@ var (
 	routeRefsWaiting  = []string{"BackendNotFound"} // the Services exist before the route: an implementation's cache catches up
 )
 
-// readGateway judges the Gateway and the HTTPRoute attached to it from their status (nil: not readable).
-func readGateway(gw, route *unstructured.Unstructured) gatewayState {
+// apiDefaultTransition is the lastTransitionTime of the conditions the Gateway API's CRDs default a new
+// Gateway's status to ("Waiting for controller"): a Gateway whose conditions all carry it has not been
+// read by any controller.
+const apiDefaultTransition = "1970-01-01T00:00:00Z"
+
+// untouchedGrace is how long a Gateway may keep its API defaults before the wait gives up on its
+// controller: a running controller writes its Accepted condition within seconds of the create, even where
+// its load balancer takes minutes.
+const untouchedGrace = time.Minute
+
+// readGateway judges, at now, the Gateway and the HTTPRoute attached to it from their status (nil: not
+// readable).
+func readGateway(gw, route *unstructured.Unstructured, now time.Time) gatewayState {
 	if gw == nil || route == nil {
 		return gatewayState{Why: "the Gateway or the HTTPRoute cannot be read"}
 	}
 	gwConds, _, _ := unstructured.NestedSlice(gw.Object, "status", "conditions")
+	if untouched(gwConds) {
+		age := now.Sub(gw.GetCreationTimestamp().Time)
+		return gatewayState{Final: age >= untouchedGrace, Why: fmt.Sprintf("no controller has written the Gateway's status in %s: its conditions are the API's defaults "+
+			"(Waiting for controller); the GatewayClass's controller is not running or does not serve this namespace", age.Round(time.Second))}
+	}
 	if st, reason, msg := findCondition(gwConds, "Accepted"); st == "False" && !slices.Contains(pendingReasons, reason) {
 		return gatewayState{Final: true, Why: fmt.Sprintf("the Gateway is not accepted: %s: %s; listeners: %s", reason, msg, listenerWords(gw))}
 	}
@@ -256,6 +272,14 @@ func readGateway(gw, route *unstructured.Unstructured) gatewayState {
 			Why: fmt.Sprintf("the HTTPRoute's backends are not resolved (ResolvedRefs=%s %s: %s)", st, reason, msg)}
 	}
 	return gatewayState{Ready: true, Address: addr, Why: "programmed and accepted"}
+}
+
+// untouched reports whether conds are all the API's defaults (and there is one at least).
+func untouched(conds []any) bool {
+	return len(conds) > 0 && !slices.ContainsFunc(conds, func(c any) bool {
+		m, _ := c.(map[string]any)
+		return m["lastTransitionTime"] != apiDefaultTransition
+	})
 }
 
 // findCondition is the status, reason and message of the condition of type typ ("Unknown" when absent).

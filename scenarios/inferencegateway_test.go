@@ -3,14 +3,21 @@ package scenarios
 import (
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"gpuconform.io/gpuconform/internal/workload/serve"
 )
 
 func cond(typ, status, reason string) any {
-	return map[string]any{"type": typ, "status": status, "reason": reason, "message": reason + " says so"}
+	return map[string]any{"type": typ, "status": status, "reason": reason, "message": reason + " says so", "lastTransitionTime": "2026-12-07T15:00:00Z"}
+}
+
+// apiDefault is a condition as the Gateway API's CRD defaults a new Gateway's status to.
+func apiDefault(typ string) any {
+	return map[string]any{"type": typ, "status": "Unknown", "reason": "Pending", "message": "Waiting for controller", "lastTransitionTime": apiDefaultTransition}
 }
 
 func gatewayWith(conds []any, addr string) *unstructured.Unstructured {
@@ -21,6 +28,7 @@ func gatewayWith(conds []any, addr string) *unstructured.Unstructured {
 	}
 	u := &unstructured.Unstructured{Object: map[string]any{"status": status}}
 	u.SetName("inference")
+	u.SetCreationTimestamp(metav1.NewTime(created))
 	return u
 }
 
@@ -31,6 +39,9 @@ func routeWith(parent string, conds ...any) *unstructured.Unstructured {
 	}
 	return &unstructured.Unstructured{Object: map[string]any{"status": map[string]any{"parents": parents}}}
 }
+
+// created is when every test Gateway was created.
+var created = time.Date(2026, 12, 7, 15, 0, 0, 0, time.UTC)
 
 func TestReadGateway(t *testing.T) {
 	programmed := []any{cond("Accepted", "True", "Accepted"), cond("Programmed", "True", "Programmed")}
@@ -43,8 +54,10 @@ func TestReadGateway(t *testing.T) {
 	}{
 		{name: "ready", gw: gatewayWith(programmed, "gw.example"), route: routeWith("inference", accepted...), ready: true, addr: "gw.example"},
 		{name: "unreadable", gw: nil, route: routeWith("inference"), whyContains: "cannot be read"},
-		{name: "new Gateway: the CRD's default Pending", gw: gatewayWith([]any{cond("Accepted", "Unknown", "Pending"), cond("Programmed", "Unknown", "Pending")}, ""),
+		{name: "pending, written by its controller", gw: gatewayWith([]any{cond("Accepted", "Unknown", "Pending"), cond("Programmed", "Unknown", "Pending")}, ""),
 			route: routeWith(""), whyContains: "not programmed"},
+		{name: "new Gateway: the API's defaults", gw: gatewayWith([]any{apiDefault("Accepted"), apiDefault("Programmed")}, ""),
+			route: routeWith(""), whyContains: "no controller has written the Gateway's status in 10s"},
 		{name: "Gateway refused", gw: gatewayWith([]any{cond("Accepted", "False", "InvalidParameters")}, ""), route: routeWith(""), final: true, whyContains: "InvalidParameters"},
 		{name: "Gateway invalid", gw: gatewayWith([]any{cond("Accepted", "True", "Accepted"), cond("Programmed", "False", "Invalid")}, ""), route: routeWith(""), final: true, whyContains: "http: Accepted=True"},
 		{name: "address coming", gw: gatewayWith([]any{cond("Accepted", "True", "Accepted"), cond("Programmed", "False", "AddressNotAssigned")}, ""), route: routeWith(""), whyContains: "AddressNotAssigned"},
@@ -56,10 +69,26 @@ func TestReadGateway(t *testing.T) {
 		{name: "backend kind refused", gw: gatewayWith(programmed, "a"), route: routeWith("inference", cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "False", "InvalidKind")), addr: "a", final: true, whyContains: "InvalidKind"},
 		{name: "backend not found yet", gw: gatewayWith(programmed, "a"), route: routeWith("inference", cond("Accepted", "True", "Accepted"), cond("ResolvedRefs", "False", "BackendNotFound")), addr: "a", whyContains: "BackendNotFound"},
 	} {
-		got := readGateway(c.gw, c.route)
+		got := readGateway(c.gw, c.route, created.Add(10*time.Second))
 		if got.Ready != c.ready || got.Final != c.final || got.Address != c.addr || !strings.Contains(got.Why, c.whyContains) {
 			t.Errorf("%s: %+v, want ready %v final %v address %q and a reason with %q", c.name, got, c.ready, c.final, c.addr, c.whyContains)
 		}
+	}
+}
+
+// A Gateway no controller has read for untouchedGrace ends the wait: its controller is not running.
+func TestReadGatewayGivesUpOnAnUntouchedGateway(t *testing.T) {
+	gw := gatewayWith([]any{apiDefault("Accepted"), apiDefault("Programmed")}, "")
+	if got := readGateway(gw, routeWith(""), created.Add(untouchedGrace-time.Second)); got.Final {
+		t.Errorf("final %s after the create: %+v", untouchedGrace-time.Second, got)
+	}
+	if got := readGateway(gw, routeWith(""), created.Add(untouchedGrace)); !got.Final || !strings.Contains(got.Why, "controller is not running") {
+		t.Errorf("after %s: %+v, want final: no controller has read it", untouchedGrace, got)
+	}
+	// One condition its controller wrote: touched, whatever the others say.
+	touched := gatewayWith([]any{cond("Accepted", "True", "Accepted"), apiDefault("Programmed")}, "")
+	if got := readGateway(touched, routeWith(""), created.Add(time.Hour)); got.Final || strings.Contains(got.Why, "no controller") {
+		t.Errorf("a Gateway its controller accepted: %+v", got)
 	}
 }
 

@@ -181,7 +181,7 @@ func selfcheckTable() []selfcheckRow {
 		{Fault: fakeplugin.FaultGatewayNoController, Focus: "serves the Gateway API", Catcher: "serves the Gateway API",
 			Because: because(`the Gateway API is served but no controller accepted a GatewayClass`)},
 		{Fault: fakeplugin.FaultGatewayDown, Focus: "routes inference traffic to GPU model servers", Catcher: "routes inference traffic to GPU model servers",
-			Because: because(`waiting for Gateway \S+ programmed and HTTPRoute \S+ accepted by traefik\.io/gateway-controller`, `the Gateway is not programmed \(Programmed=Unknown Pending`)},
+			Because: because(`waiting for Gateway \S+ programmed and HTTPRoute \S+ accepted by traefik\.io/gateway-controller`, `no controller has written the Gateway's status in \S+`)},
 		{Fault: fakeplugin.FaultGatewayWeightsStripped, Focus: "routes inference traffic to GPU model servers", Catcher: "routes inference traffic to GPU model servers",
 			Because: because(`plain requests were split map\[\S+:\d+ \S+:\d+\], want \S+:\S+ 3:1`)},
 		// The local Prometheus restarted with its pod discovery limited to its own namespace

@@ -103,8 +103,9 @@ func sampleFailures() map[fakeplugin.Fault]string {
 			"the autoscaler did not remove it once empty; its events: RegisteredNode: Node kwok-gpuconform-gpu-hn9mf-razorlake-2-ofsrqawkfg-3287889685 event: Registered Node in Controller | " +
 			"DisruptionBlocked: Node is nominated for a pending pod | Unconsolidatable: NodePool \"gpuconform-gpu\" has consolidation disabled",
 		fakeplugin.FaultGatewayNoController: "the Gateway API is served but no controller accepted a GatewayClass (1 GatewayClass(es)): no implementation serves it\nExpected\n    <[]string | len:0, cap:0>: nil\nnot to be empty",
-		fakeplugin.FaultGatewayDown: "Timed out after 120.826s.\ntimed out after 2m1s waiting for Gateway gpuconform-gateway-4j4cr/inference programmed and HTTPRoute gpuconform-gateway-4j4cr/inference accepted by traefik.io/gateway-controller\n" +
-			"Expected success, but got an error:\n    <*errors.errorString | 0xb73d57be70>: \n    the Gateway is not programmed (Programmed=Unknown Pending: Waiting for controller); listeners: none in the status",
+		fakeplugin.FaultGatewayDown: "gave up after 1m5s waiting for Gateway gpuconform-gateway-p56vr/inference programmed and HTTPRoute gpuconform-gateway-p56vr/inference accepted by traefik.io/gateway-controller: " +
+			"the diagnosis of HTTPRoute gpuconform-gateway-p56vr/inference is final (no controller has written the Gateway's status in 1m7s: its conditions are the API's defaults (Waiting for controller); " +
+			"the GatewayClass's controller is not running or does not serve this namespace\nExpected\n    <bool>: false\nto be true)",
 		fakeplugin.FaultGatewayWeightsStripped: "through Gateway gpuconform-gateway-6xnwm/inference (traefik.io/gateway-controller)\nExpected success, but got an error:\n    <*errors.joinError | 0x26f11dcdb1a0>: \n" +
 			"    plain requests were split map[model-a:200 model-b:200], want model-a:model-b 3:1 (model-a about 300 of 400, within 43)",
 		fakeplugin.FaultMonitoringOwnNamespaceOnly: "Timed out after 30.001s.\ntimed out after 30s waiting for pod svcmetrics-x/serve's metrics collected by Prometheus Service monitoring/prometheus:web through the API server's service proxy\n" +
