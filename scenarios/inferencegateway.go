@@ -25,6 +25,7 @@ import (
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/wait"
+	"gpuconform.io/gpuconform/internal/objcond"
 	"gpuconform.io/gpuconform/internal/workload/serve"
 )
 
@@ -120,7 +121,15 @@ func gatewayRoutes(ctx context.Context, s *Spec[InferenceGatewayInput], nodes []
 	ginkgo.By(fmt.Sprintf("waiting for %s to program Gateway %s/%s and accept HTTPRoute %s/%s", class.Controller, s.NS, gw.GetName(), s.NS, route.GetName()))
 	var state gatewayState
 	read := func(ctx context.Context) gatewayState {
-		return readGateway(gatewayObject(ctx, s, version, "gateways", gw.GetName()), gatewayObject(ctx, s, version, "httproutes", route.GetName()), time.Now())
+		gwNow, err := gatewayObject(ctx, s, version, "gateways", gw.GetName())
+		if err != nil {
+			return gatewayState{Why: err.Error()}
+		}
+		routeNow, err := gatewayObject(ctx, s, version, "httproutes", route.GetName())
+		if err != nil {
+			return gatewayState{Why: err.Error()}
+		}
+		return readGateway(gwNow, routeNow, time.Now())
 	}
 	env.Wait.ForJudged(ctx, fmt.Sprintf("Gateway %s/%s programmed and HTTPRoute %s/%s accepted by %s", s.NS, gw.GetName(), s.NS, route.GetName(), class.Controller),
 		wait.Target{Kind: "HTTPRoute", Namespace: s.NS, Name: route.GetName()}, env.Timeouts.Gateway,
@@ -183,14 +192,14 @@ func chooseGatewayClass(ctx context.Context, s *Spec[InferenceGatewayInput], ver
 	return accepted[0]
 }
 
-// gatewayObject reads one of the check's Gateway API objects; nil while it cannot be read.
-func gatewayObject(ctx context.Context, s *Spec[InferenceGatewayInput], version, resource, name string) *unstructured.Unstructured {
+// gatewayObject reads one of the check's Gateway API objects.
+func gatewayObject(ctx context.Context, s *Spec[InferenceGatewayInput], version, resource, name string) (*unstructured.Unstructured, error) {
 	gvr := schema.GroupVersionResource{Group: gatewayGroup, Version: version, Resource: resource}
 	u, err := s.Env.Clients.Dynamic.Resource(gvr).Namespace(s.NS).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("reading %s %s/%s: %w", resource, s.NS, name, err)
 	}
-	return u
+	return u, nil
 }
 
 // gatewayState is how far the implementation got with the Gateway and its route.
@@ -215,31 +224,27 @@ var (
 )
 
 // apiDefaultTransition is the lastTransitionTime of the conditions the Gateway API's CRDs default a new
-// Gateway's status to ("Waiting for controller"): a Gateway whose conditions all carry it has not been
-// read by any controller.
-const apiDefaultTransition = "1970-01-01T00:00:00Z"
+// Gateway's status to ("1970-01-01T00:00:00Z", "Waiting for controller"): a Gateway whose conditions all
+// carry it has not been read by any controller.
+var apiDefaultTransition = time.Unix(0, 0)
 
 // untouchedGrace is how long a Gateway may keep its API defaults before the wait gives up on its
 // controller: a running controller writes its Accepted condition within seconds of the create, even where
 // its load balancer takes minutes.
 const untouchedGrace = time.Minute
 
-// readGateway judges, at now, the Gateway and the HTTPRoute attached to it from their status (nil: not
-// readable).
+// readGateway judges, at now, the Gateway and the HTTPRoute attached to it from their status.
 func readGateway(gw, route *unstructured.Unstructured, now time.Time) gatewayState {
-	if gw == nil || route == nil {
-		return gatewayState{Why: "the Gateway or the HTTPRoute cannot be read"}
-	}
-	gwConds, _, _ := unstructured.NestedSlice(gw.Object, "status", "conditions")
+	gwConds := objcond.Of(gw.Object, "status", "conditions")
 	if untouched(gwConds) {
 		age := now.Sub(gw.GetCreationTimestamp().Time)
 		return gatewayState{Final: age >= untouchedGrace, Why: fmt.Sprintf("no controller has written the Gateway's status in %s: its conditions are the API's defaults "+
 			"(Waiting for controller); the GatewayClass's controller is not running or does not serve this namespace", age.Round(time.Second))}
 	}
-	if st, reason, msg := findCondition(gwConds, "Accepted"); st == "False" && !slices.Contains(pendingReasons, reason) {
+	if st, reason, msg := objcond.Status(gwConds, "Accepted"); st == "False" && !slices.Contains(pendingReasons, reason) {
 		return gatewayState{Final: true, Why: fmt.Sprintf("the Gateway is not accepted: %s: %s; listeners: %s", reason, msg, listenerWords(gw))}
 	}
-	if st, reason, msg := findCondition(gwConds, "Programmed"); st != "True" {
+	if st, reason, msg := objcond.Status(gwConds, "Programmed"); st != "True" {
 		return gatewayState{Final: st == "False" && !slices.Contains(gatewayWaitReason, reason),
 			Why: fmt.Sprintf("the Gateway is not programmed (Programmed=%s %s: %s); listeners: %s", st, reason, msg, listenerWords(gw))}
 	}
@@ -262,12 +267,12 @@ func readGateway(gw, route *unstructured.Unstructured, now time.Time) gatewaySta
 		return gatewayState{Address: addr, Why: "no controller has written the HTTPRoute's status for Gateway " + gw.GetName()}
 	}
 	parent, _ := parents[i].(map[string]any)
-	conds, _, _ := unstructured.NestedSlice(parent, "conditions")
-	if st, reason, msg := findCondition(conds, "Accepted"); st != "True" {
+	conds := objcond.Of(parent, "conditions")
+	if st, reason, msg := objcond.Status(conds, "Accepted"); st != "True" {
 		return gatewayState{Address: addr, Final: st == "False" && !slices.Contains(pendingReasons, reason),
 			Why: fmt.Sprintf("the HTTPRoute is not accepted by Gateway %s (Accepted=%s %s: %s)", gw.GetName(), st, reason, msg)}
 	}
-	if st, reason, msg := findCondition(conds, "ResolvedRefs"); st != "True" {
+	if st, reason, msg := objcond.Status(conds, "ResolvedRefs"); st != "True" {
 		return gatewayState{Address: addr, Final: st == "False" && !slices.Contains(routeRefsWaiting, reason),
 			Why: fmt.Sprintf("the HTTPRoute's backends are not resolved (ResolvedRefs=%s %s: %s)", st, reason, msg)}
 	}
@@ -275,21 +280,8 @@ func readGateway(gw, route *unstructured.Unstructured, now time.Time) gatewaySta
 }
 
 // untouched reports whether conds are all the API's defaults (and there is one at least).
-func untouched(conds []any) bool {
-	return len(conds) > 0 && !slices.ContainsFunc(conds, func(c any) bool {
-		m, _ := c.(map[string]any)
-		return m["lastTransitionTime"] != apiDefaultTransition
-	})
-}
-
-// findCondition is the status, reason and message of the condition of type typ ("Unknown" when absent).
-func findCondition(conds []any, typ string) (status, reason, message string) {
-	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == typ {
-			return fmt.Sprint(m["status"]), fmt.Sprint(m["reason"]), fmt.Sprint(m["message"])
-		}
-	}
-	return "Unknown", "", "no such condition"
+func untouched(conds []metav1.Condition) bool {
+	return len(conds) > 0 && !slices.ContainsFunc(conds, func(c metav1.Condition) bool { return !c.LastTransitionTime.Time.Equal(apiDefaultTransition) })
 }
 
 // listenerWords are the Gateway's listeners' conditions, for a failure.
@@ -301,11 +293,9 @@ func listenerWords(gw *unstructured.Unstructured) string {
 	var out []string
 	for _, l := range listeners {
 		m, _ := l.(map[string]any)
-		conds, _, _ := unstructured.NestedSlice(m, "conditions")
 		var cs []string
-		for _, c := range conds {
-			cm, _ := c.(map[string]any)
-			cs = append(cs, fmt.Sprintf("%v=%v (%v)", cm["type"], cm["status"], cm["reason"]))
+		for _, c := range objcond.Of(m, "conditions") {
+			cs = append(cs, fmt.Sprintf("%s=%s (%s)", c.Type, c.Status, c.Reason))
 		}
 		out = append(out, fmt.Sprintf("%v: %s", m["name"], strings.Join(cs, ", ")))
 	}

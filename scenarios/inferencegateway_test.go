@@ -17,7 +17,7 @@ func cond(typ, status, reason string) any {
 
 // apiDefault is a condition as the Gateway API's CRD defaults a new Gateway's status to.
 func apiDefault(typ string) any {
-	return map[string]any{"type": typ, "status": "Unknown", "reason": "Pending", "message": "Waiting for controller", "lastTransitionTime": apiDefaultTransition}
+	return map[string]any{"type": typ, "status": "Unknown", "reason": "Pending", "message": "Waiting for controller", "lastTransitionTime": "1970-01-01T00:00:00Z"}
 }
 
 func gatewayWith(conds []any, addr string) *unstructured.Unstructured {
@@ -53,7 +53,6 @@ func TestReadGateway(t *testing.T) {
 		addr, whyContains string
 	}{
 		{name: "ready", gw: gatewayWith(programmed, "gw.example"), route: routeWith("inference", accepted...), ready: true, addr: "gw.example"},
-		{name: "unreadable", gw: nil, route: routeWith("inference"), whyContains: "cannot be read"},
 		{name: "pending, written by its controller", gw: gatewayWith([]any{cond("Accepted", "Unknown", "Pending"), cond("Programmed", "Unknown", "Pending")}, ""),
 			route: routeWith(""), whyContains: "not programmed"},
 		{name: "new Gateway: the API's defaults", gw: gatewayWith([]any{apiDefault("Accepted"), apiDefault("Programmed")}, ""),

@@ -19,6 +19,7 @@ import (
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/testenv"
+	"gpuconform.io/gpuconform/internal/objcond"
 )
 
 // PlatformInput is the input of PlatformSpec.
@@ -172,8 +173,7 @@ func listGatewayClasses(ctx context.Context, gcs dynamic.ResourceInterface) []ga
 	classes := make([]gatewayClass, 0, len(list.Items))
 	for _, gc := range list.Items {
 		controller, _, _ := unstructured.NestedString(gc.Object, "spec", "controllerName")
-		conds, _, _ := unstructured.NestedSlice(gc.Object, "status", "conditions")
-		accepted, _, _ := findCondition(conds, "Accepted")
+		accepted, _, _ := objcond.Status(objcond.Of(gc.Object, "status", "conditions"), "Accepted")
 		classes = append(classes, gatewayClass{Name: gc.GetName(), Controller: controller, Accepted: accepted})
 	}
 	return classes

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"gpuconform.io/gpuconform/infra/localcluster"
+	"gpuconform.io/gpuconform/internal/objcond"
 )
 
 // gatewayClassesGVR are the Gateway API's GatewayClasses.
@@ -68,13 +70,7 @@ func gatewayClassUnaccepted(ctx context.Context, kube kubernetes.Interface, dyn 
 
 // acceptedClass reports whether a GatewayClass's controller accepted it.
 func acceptedClass(u *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == "Accepted" && m["status"] == "True" {
-			return true
-		}
-	}
-	return false
+	return meta.IsStatusConditionTrue(objcond.Of(u.Object, "status", "conditions"), "Accepted")
 }
 
 // stripRouteWeightsPolicy names the MutatingAdmissionPolicy and its binding of FaultGatewayWeightsStripped.

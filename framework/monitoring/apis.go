@@ -7,10 +7,13 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"gpuconform.io/gpuconform/internal/objcond"
 )
 
 // MetricsAPINames are the APIServices through which the HPA reads custom and external metrics.
@@ -52,11 +55,8 @@ func MetricsAPIs(ctx context.Context, dyn dynamic.Interface) ([]MetricsAPI, erro
 		ns, _, _ := unstructured.NestedString(svc.Object, "spec", "service", "namespace")
 		n, _, _ := unstructured.NestedString(svc.Object, "spec", "service", "name")
 		api.Service = cmp.Or(strings.Trim(ns+"/"+n, "/"), "local")
-		conds, _, _ := unstructured.NestedSlice(svc.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, _ := c.(map[string]any); m["type"] == "Available" {
-				api.Status, api.Reason, api.Message = fmt.Sprint(m["status"]), fmt.Sprint(m["reason"]), fmt.Sprint(m["message"])
-			}
+		if c := meta.FindStatusCondition(objcond.Of(svc.Object, "status", "conditions"), "Available"); c != nil {
+			api.Status, api.Reason, api.Message = string(c.Status), c.Reason, c.Message
 		}
 		out = append(out, api)
 	}
