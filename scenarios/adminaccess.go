@@ -43,7 +43,7 @@ func AdminAccessSpec(input func() AdminAccessInput) {
 			continue
 		}
 		describePath(input, regPath, "DRA admin access", "admin", []any{labels.Of(labels.Scenario(adminAccessName))}, func(s *Spec[AdminAccessInput]) {
-			ginkgo.It("gives a monitor a held device only in an admin-access namespace", labels.Of(labels.OnNode), func(ctx context.Context) {
+			ginkgo.It("gives a monitor a held device only in an admin-access namespace", takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 				ginkgo.By("the workload keeps its device; outside the labelled namespace the claim is refused")
 				monitorSharesHeldDevice(ctx, s, s.lease(ctx, nodes)[0])
 			})

@@ -88,7 +88,7 @@ func AllocationSpec(input func() AllocationInput) {
 
 				if reg.queued(reg.KueuePresent, pathName) {
 					ginkgo.It(fmt.Sprintf("admits a Job for %s through a LocalQueue and completes it", plural(n)),
-						labels.Of(labels.NeedsKueue, labels.OnNode), func(ctx context.Context) {
+						labels.Of(labels.NeedsKueue), takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 							ginkgo.By("the Job is placed on a node with the devices and sees exactly the devices it was given")
 							queuedJobGetsItsDevices(ctx, s.Env, s.In, s.Path, s.NS, n, s.lease(ctx, nodes))
 						})
@@ -99,19 +99,19 @@ func AllocationSpec(input func() AllocationInput) {
 					proof = append(proof, proves(allocationName, conformance.DRASupport)...)
 				}
 				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it", plural(n), regPath.Authority()),
-					proof, labels.Of(labels.OnNode), func(ctx context.Context) {
+					proof, takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 						ginkgo.By("the devices are freed when the pod is deleted")
 						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, s.lease(ctx, nodes))
 					})
 			}
 
 			if nodes := reg.withDevices(regPath, "the vendor's device test"); len(nodes) > 0 {
-				ginkgo.It("runs the vendor's device test in a pod with one device", labels.Of(labels.OnNode), func(ctx context.Context) {
+				ginkgo.It("runs the vendor's device test in a pod with one device", takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 					deviceTest(ctx, s.Env, s.Path, s.NS, s.lease(ctx, nodes), s.In.DeviceTest)
 				})
 			}
 
-			ginkgo.It("shows no device to a pod that asks for none", proves(allocationName, conformance.SecureAcceleratorAccess), labels.Of(labels.OnNode), func(ctx context.Context) {
+			ginkgo.It("shows no device to a pod that asks for none", proves(allocationName, conformance.SecureAcceleratorAccess), takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 				pod := s.Env.Factory.GPUPod("no-gpu", s.NS).Args(fixtures.ProbeArgs(0)...).OnNodes(s.lease(ctx, s.In.eligible(s.Path, 1))...).Obj()
 				s.Env.Create(ctx, pod)
 				report := pods.ExpectProbeReport(ctx, s.Env, s.NS, pod.Name)
@@ -121,7 +121,7 @@ func AllocationSpec(input func() AllocationInput) {
 			})
 
 			if dp, ok := regPath.(*gpu.DevicePlugin); ok {
-				ginkgo.It("rejects a pod whose GPU request differs from its limit", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+				ginkgo.It("rejects a pod whose GPU request differs from its limit", takes(Takes{Devices: NoDevice}), func(ctx context.Context) {
 					pod := s.Env.Factory.GPUPod("request-ne-limit", s.NS).Args(fixtures.ProbeArgs(1)...).Resources(corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{dp.Resource: resource.MustParse("1")},
 						Limits:   corev1.ResourceList{dp.Resource: resource.MustParse("2")},

@@ -61,7 +61,7 @@ func PodAutoscalingSpec(input func() PodAutoscalingInput) {
 	}
 	describePath(input, regPath, "Pod autoscaling", "hpa", []any{labels.Of(labels.Scenario(podAutoscalingName))}, func(s *Spec[PodAutoscalingInput]) {
 		ginkgo.It("scales a GPU Deployment with an HPA on its custom metric", proves(podAutoscalingName, conformance.PodAutoscaling),
-			labels.Of(labels.OnNode), func(ctx context.Context) {
+			takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 				hpaScales(ctx, s, nodes)
 			})
 	})

@@ -60,7 +60,7 @@ func ClusterAutoscalingSpec(input func() ClusterAutoscalingInput) {
 		if _, ok := regPath.(*gpu.DevicePlugin); !ok {
 			continue
 		}
-		describePath(input, regPath, "Cluster autoscaling", "nodescale", []any{labels.Of(labels.Scenario(clusterAutoscalingName)), ginkgo.Serial},
+		describePath(input, regPath, "Cluster autoscaling", "nodescale", []any{labels.Of(labels.Scenario(clusterAutoscalingName)), takes(Takes{AddsNodes: true})},
 			func(s *Spec[ClusterAutoscalingInput]) {
 				ginkgo.It("grows the autoscaled GPU node group for a pending pod and removes the idle node", proves(clusterAutoscalingName, conformance.ClusterAutoscaling),
 					func(ctx context.Context) {

@@ -16,15 +16,15 @@
 //     <Name>Spec)`. Needs says what must be there for the scenario to be required and run; Uses what
 //     some specs use where the run offers it (the preflight asks for both).
 //  2. <Name>Spec(input func() <Name>Input): for each path in input().Paths, describePath(...) with
-//     labels.Of(labels.Scenario(<name>Name), …), plus labels.HoldsNode where it needs every device of its
-//     path on one node (it then puts its pods on Spec.Node, through Spec.on), labels.LeasesNodes where its
-//     pods need the devices of a few nodes (it leases them with Spec.leaseNodes and pins its pods there),
-//     labels.HoldsPath where it needs the path whole, labels.StopsNode where it stops a node or its kubelet (it calls
-//     Spec.stopping with the node before it does), labels.HoldsNodes where it measures a node, and
-//     labels.FaultsDevice beside them where it fails a device (framework/poollock; a spec of no path,
-//     such as the upgrade rehearsal, plans its own locks, as canaryHold does; ginkgo.Serial for none); each
-//     It reads the live state from the *Spec it is handed. Call NotExercised with the reason for
-//     every check it does not register.
+//     labels.Of(labels.Scenario(<name>Name), …). Each spec (or container) says what it needs of the
+//     cluster while it runs as data, takes(Takes{...}) (kit.go): how much of its path's devices
+//     (Devices: a few anywhere, the default; a few on each node; none; a few of one node, which it
+//     leases with Spec.lease; every device of one node, Spec.Node; of a few nodes, Spec.leaseNodes; the
+//     whole path; the whole pool; the canary pool), whether it stops a node (it calls Spec.stopping with
+//     the node before it does) or fails a device, and whether it adds nodes. The kit derives its pool
+//     locks (framework/poollock), its lock labels and its place in the run's order; scenario code names no
+//     lock. Each It reads the live state from the *Spec it is handed. Call NotExercised with the reason
+//     for every check it does not register.
 //  3. One line in Registry (registry.go).
 //  4. A fault of the fake GPU stack that one of its checks catches, and that row in `make selfcheck`;
 //     new fixtures (builders) in fixtures/ if the workload shape is new.

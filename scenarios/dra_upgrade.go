@@ -116,7 +116,7 @@ func DRAUpgradeSpec(input func() DRAUpgradeInput) {
 	if len(tooSmall) > 0 {
 		reg.notExercised(what+" on "+strings.Join(tooSmall, ", "), "one device of DeviceClass "+dra.DeviceClass+" each: the rehearsal needs two on a node")
 	}
-	ginkgo.Describe("DRA driver rolling upgrade on the canary pool", labels.Of(labels.Scenario(draUpgradeName), labels.Disruptive, labels.HoldsCanary), func() {
+	ginkgo.Describe("DRA driver rolling upgrade on the canary pool", labels.Of(labels.Scenario(draUpgradeName)), takes(Takes{Devices: CanaryPool}), func() {
 		ginkgo.It(fmt.Sprintf("rolls the DRA kubelet plugin on %v to %s and back while pods with claims keep starting", nodes, reg.To), func(ctx context.Context) {
 			in := input()
 			holdCanaryNodes(ctx, in.Env, in.Base, nodes)

@@ -62,7 +62,7 @@ func DriverSpec(input func() DriverInput) {
 			continue
 		}
 		describePath(input, regPath, "GPU driver and runtime versions", "driver", []any{labels.Of(labels.Scenario(driverName))}, func(s *Spec[DriverInput]) {
-			ginkgo.It("shows a pod on each GPU node the driver and CUDA versions the node advertises", proves(driverName, conformance.DriverRuntimeManagement), poolReadersFirst, func(ctx context.Context) {
+			ginkgo.It("shows a pod on each GPU node the driver and CUDA versions the node advertises", proves(driverName, conformance.DriverRuntimeManagement), takes(Takes{Devices: EachNode}), func(ctx context.Context) {
 				ginkgo.By("on every GPU node of this path")
 				driverAgreement(ctx, s, nodes)
 			})

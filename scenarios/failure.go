@@ -134,7 +134,7 @@ func FailureSpec(input func() FailureInput) {
 				// holds:node: a device fault is the device's (the provider's contract), and the spec fills the
 				// path's healthy devices of its node; the other path's specs, and holders of other nodes, go on
 				// beside it. faults:device: not the upgrade rehearsal, which compares what nodes offer.
-				ginkgo.It("withdraws exactly the device reported unhealthy, then offers it again", labels.Of(labels.HoldsNode, labels.FaultsDevice), func(ctx context.Context) {
+				ginkgo.It("withdraws exactly the device reported unhealthy, then offers it again", takes(Takes{Devices: OneWholeNode, FailsDevice: true}), func(ctx context.Context) {
 					ginkgo.By("the device is never handed out while unhealthy, and handed out again after it recovers")
 					deviceHealth(ctx, s.Env, s.In.Faults, devices, s.Path, s.NS, s.on(nodes)[0])
 				})
@@ -144,7 +144,7 @@ func FailureSpec(input func() FailureInput) {
 			} else {
 				// stops:node: a kubelet restart, or a node that fails, takes every path's devices there; the
 				// other nodes' specs go on.
-				ginkgo.It("advertises a node's devices again after its kubelet restarts", labels.Of(labels.StopsNode), chainFirst, func(ctx context.Context) {
+				ginkgo.It("advertises a node's devices again after its kubelet restarts", takes(Takes{StopsNode: true}), func(ctx context.Context) {
 					ginkgo.By("then a new pod is given one of them")
 					s.stopping(ctx, []string{restartNode}, s.Env.Timeouts.StackReady)
 					kubeletRestart(ctx, s.Env, s.In.Faults, s.Path, s.NS, restartNode)
@@ -152,7 +152,7 @@ func FailureSpec(input func() FailureInput) {
 				if len(nodes) < 2 {
 					reg.notExercised(pathName+": failed worker", "the GPU pool has one node with a device on this path; the replacement needs another")
 				} else {
-					ginkgo.It("reschedules a training job whose GPU node fails, which resumes and completes", labels.Of(labels.StopsNode, labels.HoldsPath), chainFirst, func(ctx context.Context) {
+					ginkgo.It("reschedules a training job whose GPU node fails, which resumes and completes", takes(Takes{Devices: WholePath, StopsNode: true}), func(ctx context.Context) {
 						ginkgo.By("the job moves to another GPU node and resumes from its last checkpoint; the node comes back with its devices")
 						failedWorker(ctx, s, nodes)
 					})
@@ -162,7 +162,7 @@ func FailureSpec(input func() FailureInput) {
 				reg.notExercised(pathName+": failed device under a running job", evictorWhy)
 			} else {
 				// holds:node: the job and its replacement stay on the leased node, whose other devices are healthy.
-				ginkgo.It("keeps a failed device from a training job's replacement, which resumes", labels.Of(labels.HoldsNode, labels.FaultsDevice), func(ctx context.Context) {
+				ginkgo.It("keeps a failed device from a training job's replacement, which resumes", takes(Takes{Devices: OneWholeNode, FailsDevice: true}), func(ctx context.Context) {
 					ginkgo.By("the replacement resumes from the last checkpoint on a healthy device")
 					failedDevice(ctx, s, evictor, s.on(nodes))
 				})
@@ -177,7 +177,7 @@ func FailureSpec(input func() FailureInput) {
 				reg.notExercised(pathName+": a device taint a pod's claim tolerates", reg.Faults.DRAEvictWhy)
 			default:
 				// holds:node: the pod and its device are the leased node's; faults:device as every device fault.
-				ginkgo.It("keeps a pod whose claim tolerates a device's NoExecute taint running on that device", labels.Of(labels.HoldsNode, labels.FaultsDevice), func(ctx context.Context) {
+				ginkgo.It("keeps a pod whose claim tolerates a device's NoExecute taint running on that device", takes(Takes{Devices: OneWholeNode, FailsDevice: true}), func(ctx context.Context) {
 					ginkgo.By("kube-controller-manager judges the taint and evicts nothing")
 					toleratedTaint(ctx, s, rule, s.on(nodes)[0])
 				})

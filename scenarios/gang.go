@@ -128,7 +128,7 @@ func GangSpec(input func() GangInput) {
 			if len(one) == 0 {
 				reg.notExercised(pathName+": gang on one node", "no node in the GPU pool has 2 devices on this path")
 			} else {
-				ginkgo.It("runs a 2-worker gang admitted as one Workload on one node", labels.Of(labels.LeasesNodes), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+				ginkgo.It("runs a 2-worker gang admitted as one Workload on one node", takes(Takes{Devices: WholeNodes}), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					ginkgo.By("both workers start on one node, step together and complete")
 					gangFits(ctx, s, fixtures.OneNode, s.leaseNodes(ctx, one, 1))
 				})
@@ -136,7 +136,7 @@ func GangSpec(input func() GangInput) {
 			if len(across) < 2 {
 				reg.notExercised(pathName+": gang across nodes", "the GPU pool has one node with a device on this path")
 			} else {
-				ginkgo.It("runs a 2-worker gang admitted as one Workload across two nodes", labels.Of(labels.LeasesNodes), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+				ginkgo.It("runs a 2-worker gang admitted as one Workload across two nodes", takes(Takes{Devices: WholeNodes}), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					ginkgo.By("each worker starts on a node of its own; they step together and complete")
 					gangFits(ctx, s, fixtures.AcrossNodes, s.leaseNodes(ctx, across, 2))
 				})
@@ -148,7 +148,7 @@ func GangSpec(input func() GangInput) {
 				// Two nodes that each fit the whole gang, where the path has them: Kueue must pick one (a
 				// placement that ignored the required topology could split it across both).
 				fit := reg.eligible(regPath, 2*tasDevices)
-				ginkgo.It("places a 2-worker gang in one node through Kueue's topology-aware scheduling", labels.Of(labels.LeasesNodes), func(ctx context.Context) {
+				ginkgo.It("places a 2-worker gang in one node through Kueue's topology-aware scheduling", takes(Takes{Devices: WholeNodes}), func(ctx context.Context) {
 					ginkgo.By("required topology kubernetes.io/hostname")
 					gangTAS(ctx, s, tas, s.leaseNodes(ctx, fit, min(2, len(fit))))
 				})
@@ -156,11 +156,11 @@ func GangSpec(input func() GangInput) {
 			if reg.ExistingLocalQueue != "" {
 				reg.notExercised(pathName+": gang that does not fit, gang short of quota", "queues.mode=existing: they need a ClusterQueue of their own, sized to the gang")
 			} else {
-				ginkgo.It("never keeps part of a gang running while the rest waits for devices", labels.Of(labels.LeasesNodes), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+				ginkgo.It("never keeps part of a gang running while the rest waits for devices", takes(Takes{Devices: WholeNodes}), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					ginkgo.By("a gang larger than the free devices must be evicted and requeued whole")
 					gangDoesNotFit(ctx, s, s.leaseNodes(ctx, across, min(2, len(across))))
 				})
-				ginkgo.It("keeps a gang short of quota suspended with no pod", labels.Of(labels.NoDevices), noDevicesFirst, proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
+				ginkgo.It("keeps a gang short of quota suspended with no pod", takes(Takes{Devices: NoDevice}), proves(gangName, conformance.GangScheduling), func(ctx context.Context) {
 					gangShortOfQuota(ctx, s, across)
 				})
 			}
@@ -180,7 +180,7 @@ func GangSpec(input func() GangInput) {
 				if len(one) < 2 {
 					candidates, need = across, min(3, len(across))
 				}
-				ginkgo.It("restarts a whole gang from its last common checkpoint when one device fails", labels.Of(labels.Disruptive, labels.FaultsDevice, labels.LeasesNodes), func(ctx context.Context) {
+				ginkgo.It("restarts a whole gang from its last common checkpoint when one device fails", takes(Takes{Devices: WholeNodes, FailsDevice: true}), func(ctx context.Context) {
 					ginkgo.By("the survivor is stopped when one worker's device fails, and the gang restarts on healthy devices")
 					gangFailedWorker(ctx, s, devices, s.leaseNodes(ctx, candidates, need))
 				})

@@ -80,7 +80,7 @@ func InferenceGatewaySpec(input func() InferenceGatewayInput) {
 	}
 	describePath(input, regPath, "Inference gateway", "gateway", []any{labels.Of(labels.Scenario(inferenceGatewayName))}, func(s *Spec[InferenceGatewayInput]) {
 		ginkgo.It("routes inference traffic to GPU model servers by weight and by header", proves(inferenceGatewayName, conformance.AIInference),
-			labels.Of(labels.OnNode), func(ctx context.Context) {
+			takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 				gatewayRoutes(ctx, s, s.lease(ctx, nodes))
 			})
 	})

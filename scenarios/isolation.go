@@ -38,12 +38,12 @@ func IsolationSpec(input func() AllocationInput) {
 			// holds:node: it needs every device of the path on one node, which another spec's pods would hold.
 			ginkgo.It("gives each device of a full node to exactly one pod, and one more pod waits",
 				proves(allocationName, conformance.SecureAcceleratorAccess),
-				labels.Of(labels.HoldsNode), func(ctx context.Context) {
+				takes(Takes{Devices: OneWholeNode}), func(ctx context.Context) {
 					ginkgo.By("every device goes to one of the pods running side by side, all of them")
 					fillNode(ctx, s.Env, s.Path, s.NS, s.on(nodes))
 				})
 
-			ginkgo.It("hides a pod's devices from its second container, init container and neighbour", proves(allocationName, conformance.SecureAcceleratorAccess), labels.Of(labels.OnNode), func(ctx context.Context) {
+			ginkgo.It("hides a pod's devices from its second container, init container and neighbour", proves(allocationName, conformance.SecureAcceleratorAccess), takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 				ginkgo.By("a GPU pod's second container, its init container and a pod beside it see none of its devices")
 				isolation(ctx, s.Env, s.Path, s.NS, s.lease(ctx, nodes)[0])
 			})

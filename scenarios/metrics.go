@@ -63,7 +63,7 @@ func MetricsSpec(input func() MetricsInput) {
 		}
 		describePath(input, regPath, "Accelerator metrics", "metrics", []any{labels.Of(labels.Scenario(metricsName))}, func(s *Spec[MetricsInput]) {
 			ginkgo.It("exposes utilisation and memory metrics for every device a running pod holds", proves(metricsName, conformance.AcceleratorMetrics),
-				labels.Of(labels.OnNode), func(ctx context.Context) {
+				takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 					ginkgo.By("attributed to that pod")
 					heldDevicesOnMetrics(ctx, s, n, s.lease(ctx, nodes))
 				})

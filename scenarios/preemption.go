@@ -101,7 +101,7 @@ func PreemptionSpec(input func() PreemptionInput) {
 		// holds:node: its timings (time to preempt, to resume) must not include a scheduling wait for devices
 		// another spec's pods hold, and its preemptor must find the devices its victim frees: its jobs stay
 		// on the node it leased, which no other spec on the path uses meanwhile.
-		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.Scenario(preemptionName), labels.NeedsKueue, labels.HoldsNode)}, func(s *Spec[PreemptionInput]) {
+		describePath(input, regPath, "Kueue preemption with checkpoint recovery", "preempt", []any{labels.Of(labels.Scenario(preemptionName), labels.NeedsKueue), takes(Takes{Devices: OneWholeNode})}, func(s *Spec[PreemptionInput]) {
 			ginkgo.It("evicts a low-priority training Job for a high-priority one; the low one resumes", func(ctx context.Context) {
 				ginkgo.By("the high one runs on the freed quota; the low one checkpoints on SIGTERM, is re-admitted and resumes where it stopped")
 				priorityPreemption(ctx, s)

@@ -58,7 +58,7 @@ func PrioritizedSpec(input func() PrioritizedInput) {
 		}
 		partitionable := partitionableWithWhole(reg.Modes, regPath.Name(), reg.GPUPool)
 		describePath(input, regPath, "DRA prioritized alternatives", "prio", []any{labels.Of(labels.Scenario(prioritizedName))}, func(s *Spec[PrioritizedInput]) {
-			ginkgo.It("allocates the first alternative that fits and names it in the result", labels.Of(labels.OnNode), func(ctx context.Context) {
+			ginkgo.It("allocates the first alternative that fits and names it in the result", takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 				ginkgo.By("the first alternative asks for one device more than the node has")
 				node := s.lease(ctx, one)[0]
 				dra := s.Path.(*gpu.DRA)
@@ -68,7 +68,7 @@ func PrioritizedSpec(input func() PrioritizedInput) {
 			if len(two) == 0 {
 				reg.notExercised(regPath.Name()+": prioritized alternatives, the first one's device held", "no node in the GPU pool has 2 devices on this path")
 			} else {
-				ginkgo.It("falls to the next alternative while the first one's device is held", labels.Of(labels.OnNode), func(ctx context.Context) {
+				ginkgo.It("falls to the next alternative while the first one's device is held", takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 					ginkgo.By("the first alternative asks for the one device another pod holds")
 					node := s.lease(ctx, two)[0]
 					held := startHeldPod(ctx, s.Env, s.Path, s.NS, "holder", node).report.Devices[0]
@@ -84,7 +84,7 @@ func PrioritizedSpec(input func() PrioritizedInput) {
 			}
 			// leases:nodes: the spec needs one partitionable GPU of the node free throughout, whole and in part:
 			// it leases the node alone.
-			ginkgo.It("allocates a MIG partition first, and a whole GPU once that GPU's partitions cannot be had", labels.Of(labels.LeasesNodes), func(ctx context.Context) {
+			ginkgo.It("allocates a MIG partition first, and a whole GPU once that GPU's partitions cannot be had", takes(Takes{Devices: WholeNodes}), func(ctx context.Context) {
 				ginkgo.By("the claim lists a partition of one GPU, then any whole GPU; the GPU is then held whole")
 				migElseWhole(ctx, s, partitionable)
 			})

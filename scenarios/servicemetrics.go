@@ -57,7 +57,7 @@ func ServiceMetricsSpec(input func() ServiceMetricsInput) {
 	}
 	describePath(input, regPath, "Service metrics", "svcmetrics", []any{labels.Of(labels.Scenario(serviceMetricsName))}, func(s *Spec[ServiceMetricsInput]) {
 		ginkgo.It("has a GPU workload's own metrics collected by the cluster's monitoring", proves(serviceMetricsName, conformance.AIServiceMetrics),
-			labels.Of(labels.OnNode), func(ctx context.Context) {
+			takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 				ginkgo.By("discovered by its annotations or a PodMonitor, and scraped twice")
 				serviceMetricsCollected(ctx, s, s.lease(ctx, nodes))
 			})

@@ -83,13 +83,13 @@ func SharingSpec(input func() SharingInput) {
 				case cluster.ModeTimeSlicing, cluster.ModeMPS:
 					// holds:path: it fills every free replica of the node.
 					ginkgo.It(fmt.Sprintf("maps every %s replica of a full node to one physical GPU", m.Mode),
-						labels.Of(labels.HoldsPath), pathHoldersLast, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
+						takes(Takes{Devices: WholePath}), proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
 							ginkgo.By("no GPU gets more holders than its replicas, the pods sharing each GPU are named, and one more pod waits")
 							sharedNodeFilled(ctx, s, m)
 						})
 				case cluster.ModeMIGSingle, cluster.ModeMIGMixed:
 					ginkgo.It(fmt.Sprintf("fills a %s node with MIG devices, never beside its whole parent GPU", m.Mode),
-						labels.Of(labels.HoldsPath), pathHoldersLast, proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
+						takes(Takes{Devices: WholePath}), proves(sharingName, conformance.GPUSharing), func(ctx context.Context) {
 							ginkgo.By("each pod gets one distinct MIG device of its resource's profile, and one more pod waits")
 							migNodeFilled(ctx, s, m)
 						})
@@ -103,7 +103,7 @@ func SharingSpec(input func() SharingInput) {
 				m := *noisyNode
 				// holds:nodes: a timing measured while another spec loads the node would measure that spec.
 				ginkgo.It(fmt.Sprintf("measures a probe's latency alone and beside noisy neighbours on one %s GPU", m.Mode),
-					labels.Of(labels.HoldsNodes), func(ctx context.Context) {
+					takes(Takes{Devices: WholePool}), func(ctx context.Context) {
 						ginkgo.By("the neighbours: a memory-heavy one and a compute-heavy one")
 						noisyNeighbours(ctx, s, m)
 					})

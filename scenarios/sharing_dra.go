@@ -18,7 +18,6 @@ import (
 	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/gpu"
-	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/testenv"
 )
@@ -41,7 +40,7 @@ func registerPartitionSpecs(reg SharingInput, s *Spec[SharingInput], m cluster.N
 	}
 	if slices.ContainsFunc(m.Partitions, func(g cluster.PartitionableGPU) bool { return g.Whole != "" }) {
 		ginkgo.It("does not allocate a partition of a GPU whose whole device a pod holds", proves(sharingName, conformance.GPUSharing),
-			labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
+			takes(Takes{Devices: WholePath}), func(ctx context.Context) {
 				ginkgo.By("the claim is diagnosed as waiting for the device")
 				partitionBesideWhole(ctx, s, m)
 			})
@@ -49,7 +48,7 @@ func registerPartitionSpecs(reg SharingInput, s *Spec[SharingInput], m cluster.N
 		reg.notExercised("dra: a partition beside its whole GPU on "+m.Node, "the node's partitionable GPUs publish no whole-GPU device, so there is nothing to allocate beside a partition")
 	}
 	ginkgo.It("runs as many partitions of one GPU as its shared counters allow", proves(sharingName, conformance.GPUSharing),
-		labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
+		takes(Takes{Devices: WholePath}), func(ctx context.Context) {
 			ginkgo.By("each a distinct MIG device of that GPU, and one more waits")
 			fillParentWithPartitions(ctx, s, m)
 		})

@@ -20,7 +20,6 @@ import (
 	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/gpu"
-	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/testenv"
 )
@@ -44,7 +43,7 @@ func registerCapacitySpecs(reg SharingInput, s *Spec[SharingInput], m cluster.No
 		reg.notExercised("dra: capacity sharing on "+m.Node, "discovery calls the node dra-shared but names no device that allows multiple allocations ("+strings.Join(m.Evidence, ", ")+")")
 		return
 	}
-	ginkgo.It(capacitySpecText, proves(sharingName, conformance.GPUSharing), labels.Of(labels.HoldsPath), pathHoldersLast, func(ctx context.Context) {
+	ginkgo.It(capacitySpecText, proves(sharingName, conformance.GPUSharing), takes(Takes{Devices: WholePath}), func(ctx context.Context) {
 		fillSharedGPU(ctx, s, m)
 	})
 }

@@ -91,7 +91,7 @@ func ShortageSpec(input func() ShortageInput) {
 				reg.notExercised(pathName+": Kueue quota shortage", noDevicesWhy)
 			default:
 				ginkgo.It("holds a Job over its ClusterQueue's quota as QueueQuotaExhausted, then admits it",
-					labels.Of(labels.NeedsKueue, labels.OnNode), func(ctx context.Context) {
+					labels.Of(labels.NeedsKueue), takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 						ginkgo.By("unadmitted and without a pod; admitted and completed once the first Job is deleted")
 						quotaShortage(ctx, s.Env, s.Path, s.NS, s.lease(ctx, eligibleNodes(s.Path, 1, s.In.GPUPool)))
 					})
@@ -112,7 +112,7 @@ func ShortageSpec(input func() ShortageInput) {
 					// devices:none here and below: the pod can never get a device, and the diagnosis reads capacity,
 					// taints and labels, not which devices are free.
 					ginkgo.It("diagnoses a claim for more devices than any node has as DRAAllocationFailed",
-						labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+						takes(Takes{Devices: NoDevice}), func(ctx context.Context) {
 							ginkgo.By("the pod stays Pending, with the scheduler's own message")
 							ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
 							deviceShortage(ctx, s.Env, s.In, s.Path, s.NS, over, expectation{
@@ -123,7 +123,7 @@ func ShortageSpec(input func() ShortageInput) {
 				}
 			} else {
 				ginkgo.It("diagnoses a pod wanting more devices than any node has as InsufficientDevice",
-					labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+					takes(Takes{Devices: NoDevice}), func(ctx context.Context) {
 						ginkgo.By("the pod stays Pending, with the scheduler's own message")
 						ginkgo.By(fmt.Sprintf("asking for %s; the most on one node is %d", plural(over), over-1))
 						deviceShortage(ctx, s.Env, s.In, s.Path, s.NS, over, expectation{
@@ -134,7 +134,7 @@ func ShortageSpec(input func() ShortageInput) {
 			}
 
 			if !regPath.ClaimBased() {
-				ginkgo.It("diagnoses a resource no node advertises as DeviceNotAdvertised", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+				ginkgo.It("diagnoses a resource no node advertises as DeviceNotAdvertised", takes(Takes{Devices: NoDevice}), func(ctx context.Context) {
 					ginkgo.By("a pod asks for an extended resource that no node advertises: not devices in use")
 					one := resource.MustParse("1")
 					w := s.Env.Factory.GPUPod("unadvertised", s.NS).Args(fixtures.ProbeArgs(0)...).Resources(corev1.ResourceRequirements{
@@ -157,7 +157,7 @@ func ShortageSpec(input func() ShortageInput) {
 				reg.notExercised(pathName+": untolerated taint", taintWhy)
 			} else {
 				ginkgo.It("diagnoses a pod selecting only tainted control-plane nodes as UntoleratedTaint",
-					labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+					takes(Takes{Devices: NoDevice}), func(ctx context.Context) {
 						ginkgo.By("not as a shortage")
 						ginkgo.By(fmt.Sprintf("selecting %s, which only %v carry", controlPlaneLabel, taintNodes))
 						w := s.Env.Factory.GPUPod("on-tainted", s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).
@@ -168,7 +168,7 @@ func ShortageSpec(input func() ShortageInput) {
 						})
 					})
 			}
-			ginkgo.It("diagnoses a node selector that matches no node as NodeSelectorMismatch", labels.Of(labels.NoDevices), noDevicesFirst, func(ctx context.Context) {
+			ginkgo.It("diagnoses a node selector that matches no node as NodeSelectorMismatch", takes(Takes{Devices: NoDevice}), func(ctx context.Context) {
 				ginkgo.By("not as a shortage")
 				value := "gpuconform-no-such-node-" + s.NS
 				for _, n := range s.In.Nodes {
@@ -202,7 +202,7 @@ func ShortageSpec(input func() ShortageInput) {
 					{"memory", corev1.ResourceMemory, mem, maxMem, memNode, diagnose.InsufficientMemory},
 				} {
 					ginkgo.It(fmt.Sprintf("diagnoses a device pod wanting more %s than any node has as %s", c.what, c.reason),
-						poolReadersFirst, func(ctx context.Context) {
+						takes(Takes{Devices: EachNode}), func(ctx context.Context) {
 							ginkgo.By("the pod asks for 1 device and more than any node's allocatable: not a device shortage")
 							ginkgo.By(fmt.Sprintf("requesting %s %s; the most any node has allocatable is %s (%s)", c.ask.String(), c.what, c.most.String(), c.node))
 							w := s.Env.Factory.GPUPod("too-much-"+string(c.resource), s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).Request(c.resource, c.ask)

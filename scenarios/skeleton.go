@@ -139,7 +139,7 @@ func (s *Spec[I]) lease(ctx context.Context, candidates []string) []string {
 func (s *Spec[I]) leaseNodes(ctx context.Context, candidates []string, n int) []string {
 	ginkgo.GinkgoHelper()
 	if !slices.Contains(ginkgo.CurrentSpecReport().Labels(), labels.LeasesNodes) {
-		ginkgo.Fail(fmt.Sprintf("the spec leases %d of %v but is not labelled %s: its path's other specs would not know", n, candidates, labels.LeasesNodes))
+		ginkgo.Fail(fmt.Sprintf("the spec leases %d of %v but does not declare takes(Takes{Devices: WholeNodes}) (label %s): its path's other specs would not know", n, candidates, labels.LeasesNodes))
 	}
 	if s.unlease != nil {
 		ginkgo.Fail("the spec leases nodes twice")
@@ -179,7 +179,7 @@ func (s *Spec[I]) leaseNodes(ctx context.Context, candidates []string, n int) []
 func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.Duration) (keep func(node string)) {
 	ginkgo.GinkgoHelper()
 	if !slices.Contains(ginkgo.CurrentSpecReport().Labels(), labels.StopsNode) {
-		ginkgo.Fail(fmt.Sprintf("the spec stops one of %v but is not labelled %s: the specs on the node's other paths would run beside it", candidates, labels.StopsNode))
+		ginkgo.Fail(fmt.Sprintf("the spec stops one of %v but does not declare takes(Takes{StopsNode: true}) (label %s): the specs on the node's other paths would run beside it", candidates, labels.StopsNode))
 	}
 	if len(candidates) == 0 {
 		ginkgo.Fail("no node to stop")
@@ -267,8 +267,8 @@ var rehearsalFirst = ginkgo.SpecPriority(2)
 // process idle until the whole chain is done. They run in the run's first seconds, the chain after them.
 var noDevicesFirst = ginkgo.SpecPriority(3)
 
-// poolReadersFirst is the priority of the plain specs (no holds:*, on:node or devices:none label), which
-// take every node of their path shared (pathHold): they need the whole path free of node holders at one
+// poolReadersFirst is the priority of the specs that put a pod on each node of their path (Takes'
+// EachNode), which take every node of their path shared (pathHold): they need the whole path free of node holders at one
 // moment, which under a stream of holds:node leases (each queued exclusive, first) comes only at the run's
 // end, so started later they each waited minutes and ended the run (bench of 452fd90: 11-156 s waits, the
 // last ending at 828 s of 835). They take seconds; they run in the run's first seconds, beside the
@@ -280,7 +280,7 @@ var poolReadersFirst = ginkgo.SpecPriority(2)
 func failingDevices() {
 	ginkgo.GinkgoHelper()
 	if !slices.Contains(ginkgo.CurrentSpecReport().Labels(), labels.FaultsDevice) {
-		ginkgo.Fail(fmt.Sprintf("the spec fails a device but is not labelled %s: the upgrade rehearsal would run beside it", labels.FaultsDevice))
+		ginkgo.Fail(fmt.Sprintf("the spec fails a device but does not declare takes(Takes{FailsDevice: true}) (label %s): the upgrade rehearsal would run beside it", labels.FaultsDevice))
 	}
 }
 
@@ -384,9 +384,9 @@ func describePath[I scenarioInput](input func() I, regPath gpu.Path, title, nsPr
 				}
 				switch l := report.Labels(); {
 				case slices.Contains(l, labels.OnNode):
-					ginkgo.Fail(fmt.Sprintf("the spec is labelled %s but never leased a node (Spec.lease) before it created pods, which then ran beside the holders of the path's nodes", labels.OnNode))
+					ginkgo.Fail(fmt.Sprintf("the spec declares takes(Takes{Devices: FewOnOneNode}) (label %s) but never leased a node (Spec.lease) before it created pods, which then ran beside the holders of the path's nodes", labels.OnNode))
 				case slices.Contains(l, labels.LeasesNodes):
-					ginkgo.Fail(fmt.Sprintf("the spec is labelled %s but never leased its nodes (Spec.leaseNodes) before it created pods, which then ran beside the holders of the path's nodes", labels.LeasesNodes))
+					ginkgo.Fail(fmt.Sprintf("the spec declares takes(Takes{Devices: WholeNodes}) (label %s) but never leased its nodes (Spec.leaseNodes) before it created pods, which then ran beside the holders of the path's nodes", labels.LeasesNodes))
 				}
 			})
 			s.NS = s.Env.NewNamespace(ctx, nsPrefix).Name

@@ -112,7 +112,7 @@ func UpgradeSpec(input func() UpgradeInput) {
 	}
 	// holds:canary: the rehearsal holds the canary's nodes, the known-good nodes its pods need, and keeps
 	// nodes from stopping and devices from failing (holdCanary); the other specs run beside it.
-	ginkgo.Describe("Driver upgrade rehearsal on the canary pool", labels.Of(labels.Scenario(upgradeName), labels.Disruptive, labels.HoldsCanary), func() {
+	ginkgo.Describe("Driver upgrade rehearsal on the canary pool", labels.Of(labels.Scenario(upgradeName)), takes(Takes{Devices: CanaryPool}), func() {
 		ginkgo.It(fmt.Sprintf("upgrades the canary pool %v to driver %s and back", reg.Canary, reg.To),
 			rehearsalFirst, func(ctx context.Context) {
 				ginkgo.By("alone: it comes back with its devices and runs GPU work, the known-good pool is untouched, and the rollback restores it")

@@ -1,0 +1,114 @@
+package scenarios
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/onsi/ginkgo/v2"
+
+	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
+)
+
+func TestTakesDerivesLocks(t *testing.T) {
+	cases := []struct {
+		takes    Takes
+		labels   []string
+		priority *ginkgo.SpecPriority
+	}{
+		{Takes{}, nil, nil},
+		{Takes{Devices: EachNode}, nil, &poolReadersFirst},
+		{Takes{Devices: NoDevice}, []string{labels.NoDevices}, &noDevicesFirst},
+		{Takes{Devices: FewOnOneNode}, []string{labels.OnNode}, nil},
+		{Takes{Devices: OneWholeNode}, []string{labels.HoldsNode}, nil},
+		{Takes{Devices: WholeNodes}, []string{labels.LeasesNodes}, nil},
+		{Takes{Devices: WholePath}, []string{labels.HoldsPath}, &pathHoldersLast},
+		{Takes{Devices: WholePool}, []string{labels.HoldsNodes}, nil},
+		{Takes{Devices: CanaryPool}, []string{labels.HoldsCanary, labels.Disruptive}, nil},
+		{Takes{StopsNode: true}, []string{labels.StopsNode, labels.Disruptive}, &chainFirst},
+		{Takes{Devices: WholePath, StopsNode: true}, []string{labels.HoldsPath, labels.StopsNode, labels.Disruptive}, &chainFirst},
+		{Takes{Devices: OneWholeNode, FailsDevice: true}, []string{labels.HoldsNode, labels.FaultsDevice, labels.Disruptive}, nil},
+		{Takes{Devices: WholeNodes, FailsDevice: true}, []string{labels.LeasesNodes, labels.FaultsDevice, labels.Disruptive}, nil},
+	}
+	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"gpu-0"}}}
+	b := Base{Paths: []gpu.Path{dra}, GPUPool: []string{"w1"}}
+	for _, c := range cases {
+		ls, priority := c.takes.labels()
+		if !slices.Equal(ls, c.labels) {
+			t.Errorf("%+v: labels %v, want %v", c.takes, ls, c.labels)
+		}
+		if (priority == nil) != (c.priority == nil) || (priority != nil && *priority != *c.priority) {
+			t.Errorf("%+v: priority %v, want %v", c.takes, priority, c.priority)
+		}
+		// What the kit derives is what poolHold plans from: every label it gives is one poolHold reads.
+		plan := poolHold(ls, "dra", b)
+		if len(plan.locks) == 0 && c.takes.Devices != CanaryPool {
+			t.Errorf("%+v: poolHold plans no lock from %v", c.takes, ls)
+		}
+	}
+	if d := takes(Takes{AddsNodes: true}); !slices.Contains(d, any(ginkgo.Serial)) {
+		t.Errorf("a spec that adds nodes is not Serial: %v", d)
+	}
+}
+
+func TestTakesRefusesWhatNoPlanServes(t *testing.T) {
+	for _, bad := range []Takes{
+		{Devices: OneWholeNode, StopsNode: true}, // it stops a node it does not hold alone
+		{Devices: NoDevice, StopsNode: true},
+		{Devices: AnyNodes, FailsDevice: true}, // a device fault needs the node held
+		{Devices: WholePath, FailsDevice: true},
+		{Devices: Devices(99)},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%+v was accepted", bad)
+				}
+			}()
+			takes(bad)
+		}()
+	}
+}
+
+// TestScenarioCodeNamesNoLock holds the kit's rule: outside the kit (kit.go, skeleton.go) no scenario file
+// names a pool-lock label, a lock priority or Serial; each says what it takes (Takes).
+func TestScenarioCodeNamesNoLock(t *testing.T) {
+	lockNames := map[string]bool{"HoldsNode": true, "HoldsNodes": true, "HoldsPath": true, "OnNode": true, "LeasesNodes": true,
+		"NoDevices": true, "StopsNode": true, "FaultsDevice": true, "HoldsCanary": true, "Serial": true}
+	priorities := map[string]bool{"chainFirst": true, "pathHoldersLast": true, "noDevicesFirst": true, "poolReadersFirst": true}
+	files, err := filepath.Glob("*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("listing the scenario files: %v (%d files)", err, len(files))
+	}
+	checked := 0
+	for _, f := range files {
+		if f == "kit.go" || f == "skeleton.go" || filepath.Ext(f) != ".go" || len(f) > 8 && f[len(f)-8:] == "_test.go" {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked++
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.SelectorExpr:
+				if x, ok := n.X.(*ast.Ident); ok && (x.Name == "labels" || x.Name == "ginkgo") && lockNames[n.Sel.Name] {
+					t.Errorf("%s names %s.%s: say what the spec takes with takes(Takes{...})", f, x.Name, n.Sel.Name)
+				}
+			case *ast.Ident:
+				if priorities[n.Name] {
+					t.Errorf("%s names the lock priority %s: the kit derives it from Takes", f, n.Name)
+				}
+			}
+			return true
+		})
+	}
+	if checked < 10 {
+		t.Fatalf("checked %d scenario files; the rule would hold on nothing", checked)
+	}
+}
