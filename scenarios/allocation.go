@@ -98,8 +98,9 @@ func AllocationSpec(input func() AllocationInput) {
 				if regPath.ClaimBased() {
 					proof = append(proof, proves(allocationName, conformance.DRASupport)...)
 				}
-				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s %s allocated to it", plural(n), regPath.Authority()),
+				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s allocated to it", plural(n)),
 					proof, takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
+						ginkgo.By(fmt.Sprintf("the devices the pod sees are those %s allocated", s.Path.Authority()))
 						ginkgo.By("the devices are freed when the pod is deleted")
 						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, s.lease(ctx, nodes))
 					})

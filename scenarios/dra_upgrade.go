@@ -117,7 +117,8 @@ func DRAUpgradeSpec(input func() DRAUpgradeInput) {
 		reg.notExercised(what+" on "+strings.Join(tooSmall, ", "), "one device of DeviceClass "+dra.DeviceClass+" each: the rehearsal needs two on a node")
 	}
 	ginkgo.Describe("DRA driver rolling upgrade on the canary pool", labels.Of(labels.Scenario(draUpgradeName)), takes(Takes{Devices: CanaryPool}), func() {
-		ginkgo.It(fmt.Sprintf("rolls the DRA kubelet plugin on %v to %s and back while pods with claims keep starting", nodes, reg.To), func(ctx context.Context) {
+		ginkgo.It(fmt.Sprintf("rolls the DRA kubelet plugin to %s and back while claimed pods start", reg.To), func(ctx context.Context) {
+			ginkgo.By(fmt.Sprintf("rolling it on the canary nodes that publish the dra path's devices: %v", nodes))
 			in := input()
 			holdCanaryNodes(ctx, in.Env, in.Base, nodes)
 			rollDRAPlugin(ctx, in, dra, nodes, in.Env.NewNamespace(ctx, "dra-upgrade").Name)

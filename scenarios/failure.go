@@ -177,7 +177,7 @@ func FailureSpec(input func() FailureInput) {
 				reg.notExercised(pathName+": a device taint a pod's claim tolerates", reg.Faults.DRAEvictWhy)
 			default:
 				// holds:node: the pod and its device are the leased node's; faults:device as every device fault.
-				ginkgo.It("keeps a pod whose claim tolerates a device's NoExecute taint running on that device", takes(Takes{Devices: OneWholeNode, FailsDevice: true}), func(ctx context.Context) {
+				ginkgo.It("keeps a pod whose claim tolerates a device's NoExecute taint on that device", takes(Takes{Devices: OneWholeNode, FailsDevice: true}), func(ctx context.Context) {
 					ginkgo.By("kube-controller-manager judges the taint and evicts nothing")
 					toleratedTaint(ctx, s, rule, s.on(nodes)[0])
 				})

@@ -6,6 +6,8 @@ import (
 	"go/token"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/onsi/ginkgo/v2"
@@ -111,4 +113,70 @@ func TestScenarioCodeNamesNoLock(t *testing.T) {
 	if checked < 10 {
 		t.Fatalf("checked %d scenario files; the rule would hold on nothing", checked)
 	}
+}
+
+// TestSpecTitlesAreShort holds the titles to 80 characters, detail going to By steps and report entries:
+// a literal title is measured as it is, a formatted one (fmt.Sprintf) by its format with each verb counted
+// as 12 characters (a mode, a count, a version).
+func TestSpecTitlesAreShort(t *testing.T) {
+	files, _ := filepath.Glob("*.go")
+	titles := 0
+	for _, f := range files {
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		consts := map[string]string{}
+		ast.Inspect(file, func(n ast.Node) bool {
+			if v, ok := n.(*ast.ValueSpec); ok {
+				for i, name := range v.Names {
+					if i < len(v.Values) {
+						if lit, ok := v.Values[i].(*ast.BasicLit); ok && lit.Kind == token.STRING {
+							consts[name.Name], _ = strconv.Unquote(lit.Value)
+						}
+					}
+				}
+			}
+			return true
+		})
+		ast.Inspect(file, func(n ast.Node) bool {
+			call, ok := n.(*ast.CallExpr)
+			if !ok || len(call.Args) == 0 {
+				return true
+			}
+			if sel, ok := call.Fun.(*ast.SelectorExpr); !ok || sel.Sel.Name != "It" {
+				return true
+			}
+			title, verbs := titleOf(call.Args[0], consts)
+			if title == "" {
+				return true
+			}
+			titles++
+			if n := len([]rune(title)) + 10*verbs; n > 80 {
+				t.Errorf("%s: the title %q is about %d characters; keep it to 80 and put the detail in a By step", f, title, n)
+			}
+			return true
+		})
+	}
+	if titles < 40 {
+		t.Fatalf("measured %d titles; the rule would hold on nothing", titles)
+	}
+}
+
+// titleOf is a title's text as written (a literal, a constant, or a Sprintf format) and its verbs.
+func titleOf(e ast.Expr, consts map[string]string) (string, int) {
+	switch e := e.(type) {
+	case *ast.BasicLit:
+		s, _ := strconv.Unquote(e.Value)
+		return s, 0
+	case *ast.Ident:
+		return consts[e.Name], 0
+	case *ast.CallExpr:
+		if sel, ok := e.Fun.(*ast.SelectorExpr); ok && sel.Sel.Name == "Sprintf" && len(e.Args) > 0 {
+			format, _ := titleOf(e.Args[0], consts)
+			verbs := strings.Count(format, "%") - 2*strings.Count(format, "%%")
+			return format, verbs
+		}
+	}
+	return "", 0
 }

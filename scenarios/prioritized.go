@@ -84,7 +84,7 @@ func PrioritizedSpec(input func() PrioritizedInput) {
 			}
 			// leases:nodes: the spec needs one partitionable GPU of the node free throughout, whole and in part:
 			// it leases the node alone.
-			ginkgo.It("allocates a MIG partition first, and a whole GPU once that GPU's partitions cannot be had", takes(Takes{Devices: WholeNodes}), func(ctx context.Context) {
+			ginkgo.It("allocates a MIG partition first, and a whole GPU once none can be had", takes(Takes{Devices: WholeNodes}), func(ctx context.Context) {
 				ginkgo.By("the claim lists a partition of one GPU, then any whole GPU; the GPU is then held whole")
 				migElseWhole(ctx, s, partitionable)
 			})

@@ -102,7 +102,7 @@ func SharingSpec(input func() SharingInput) {
 			if noisyNode != nil {
 				m := *noisyNode
 				// holds:nodes: a timing measured while another spec loads the node would measure that spec.
-				ginkgo.It(fmt.Sprintf("measures a probe's latency alone and beside noisy neighbours on one %s GPU", m.Mode),
+				ginkgo.It(fmt.Sprintf("measures a probe's latency alone and beside noisy neighbours (%s)", m.Mode),
 					takes(Takes{Devices: WholePool}), func(ctx context.Context) {
 						ginkgo.By("the neighbours: a memory-heavy one and a compute-heavy one")
 						noisyNeighbours(ctx, s, m)

@@ -31,7 +31,7 @@ import (
 // scheduler packs claims onto a GPU whose memory cannot hold them.
 
 // capacitySpecText is the spec that checks a dra-shared node (the selfcheck table focuses on it).
-const capacitySpecText = "shares one GPU among as many claims as its published capacity allows, each seeing that GPU, the capacity no more than the GPU's memory, and makes one more claim wait"
+const capacitySpecText = "shares one GPU among as many claims as its published capacity allows"
 
 // maxCapacityPods bounds the claims one shared GPU is filled with: each asks for more than the policy's
 // smallest share when that many would not fit otherwise, so the spec takes minutes, not an hour.
@@ -44,6 +44,7 @@ func registerCapacitySpecs(reg SharingInput, s *Spec[SharingInput], m cluster.No
 		return
 	}
 	ginkgo.It(capacitySpecText, proves(sharingName, conformance.GPUSharing), takes(Takes{Devices: WholePath}), func(ctx context.Context) {
+		ginkgo.By("each claim sees that GPU, the capacity is no more than the GPU's memory, and one more claim waits")
 		fillSharedGPU(ctx, s, m)
 	})
 }

@@ -201,7 +201,7 @@ func ShortageSpec(input func() ShortageInput) {
 					{"CPU", corev1.ResourceCPU, *resource.NewQuantity(maxCPU.Value()+1, resource.DecimalSI), maxCPU, cpuNode, diagnose.InsufficientCPU},
 					{"memory", corev1.ResourceMemory, mem, maxMem, memNode, diagnose.InsufficientMemory},
 				} {
-					ginkgo.It(fmt.Sprintf("diagnoses a device pod wanting more %s than any node has as %s", c.what, c.reason),
+					ginkgo.It(fmt.Sprintf("diagnoses a device pod needing more %s than any node as %s", c.what, c.reason),
 						takes(Takes{Devices: EachNode}), func(ctx context.Context) {
 							ginkgo.By("the pod asks for 1 device and more than any node's allocatable: not a device shortage")
 							ginkgo.By(fmt.Sprintf("requesting %s %s; the most any node has allocatable is %s (%s)", c.ask.String(), c.what, c.most.String(), c.node))

@@ -105,7 +105,7 @@ func TestSharingRowNeedsItsOwnSpec(t *testing.T) {
 	suites := []types.Report{{SpecReports: []types.SpecReport{
 		spec("maps every mig-mixed replica of a full node to one physical GPU", types.SpecStatePassed),
 		spec("fills a mig-mixed "+specMIGFill, types.SpecStateSkipped),
-		spec(specMIGOrWhole+" that GPU's partitions cannot be had", types.SpecStatePassed),
+		spec(specMIGOrWhole+" none can be had", types.SpecStatePassed),
 	}}}
 	if got := unpassed(row, suites); !slices.Equal(got, []string{`"` + specMIGFill + `"`}) {
 		t.Errorf("unpassed = %q, want the skipped MIG fill only", got)
