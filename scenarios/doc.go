@@ -9,6 +9,20 @@
 // the report (MeasuredLabels) and the preflight (Uses) read Registry; no scenario name appears anywhere
 // else.
 //
+// # Layers
+//
+// The package has three layers, and a test (kit_test.go) holds them:
+//   - the kit: kit.go (what a spec takes, Takes, and the locks derived from it), skeleton.go (Base, Spec,
+//     describePath, the pool locks), registry.go and outcomes.go;
+//   - the application checks, check_*.go: a pod sees exactly its devices (check_devices), a full node's
+//     devices go one to each pod and a GPU pod's neighbours see none (check_isolation), the vendor's device
+//     test, a gang's run, the sharing modes, a training job's resume, device health and recovery, a
+//     pending pod's diagnosis, the platform's autoscalers and gateway. Scenarios compose them; the upgrade
+//     rehearsal runs them on the upgraded canary;
+//   - the scenarios, each in <name>.go (and <name>_*.go where it needs more than one file).
+//
+// A scenario's file uses the kit, the checks and its own scenario's files, never another scenario's.
+//
 // # Adding a scenario
 //
 //  1. One file, scenarios/<name>.go: an input type embedding Base with exactly what the specs read, a

@@ -2,9 +2,7 @@ package scenarios
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gpuconform.io/gpuconform/fixtures"
-	"gpuconform.io/gpuconform/framework/checkpoints"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
@@ -30,28 +27,6 @@ import (
 	"gpuconform.io/gpuconform/framework/wait"
 	"gpuconform.io/gpuconform/internal/workload/train"
 )
-
-// FaultNeeds is what a spec that fails a node or a device and resumes the work needs: the failure
-// scenario's specs and the gang's failed-worker spec embed it.
-type FaultNeeds struct {
-	// Faults injects node and device faults; its providers are nil with the reason where the cluster
-	// has none.
-	Faults *faults.Injector
-	// Disruptive is the user's opt-in to specs that change nodes.
-	Disruptive bool
-	// Checkpoints is storage that outlives a node (none: CheckpointsWhy); without it the resume half of
-	// the checks is not exercised and the reschedule half still runs.
-	Checkpoints    checkpoints.Storage
-	CheckpointsWhy string
-	// EvictAfter is the training pods' tolerationSeconds for the not-ready and unreachable taints.
-	EvictAfter time.Duration
-}
-
-// faultNeedsOf reads the run's fault providers, opt-in, checkpoint storage and eviction toleration.
-func faultNeedsOf(r *suite.Run) FaultNeeds {
-	return FaultNeeds{Faults: r.Faults(), Disruptive: r.Config.Disruptive, Checkpoints: r.Checkpoints, CheckpointsWhy: r.CheckpointsWhy,
-		EvictAfter: r.Config.Faults.EvictionToleration.Duration}
-}
 
 // FailureInput is the input of FailureSpec.
 type FailureInput struct {
@@ -71,28 +46,6 @@ var Failure = Define(Scenario{Name: failureName, Title: "a failed worker or devi
 		return FailureInput{Base: baseOf(r), FaultNeeds: faultNeedsOf(r), KueuePresent: r.KueueUsable, ExistingLocalQueue: r.ExistingLocalQueue()}
 	},
 	FailureSpec)
-
-// The failure scenario's training job: long enough to be interrupted after a checkpoint and to finish
-// soon after it resumes. Steps are seconds of simulated work; a checkpoint every trainEvery steps.
-const (
-	// trainSteps outlasts the fault: the device-plugin device-fault spec fails the pod only after it read
-	// the pod's device (a helper pod) and saw the device withdrawn. In the clean-clone CI of 8610b6a that
-	// took until 32 s into the work (withdrawal 7.1 s under load), so a 30-step job had finished and its
-	// replacement resumed from the last step with nothing left to run. 60 steps leave twice the margin.
-	trainSteps    = 60
-	trainEvery    = 5
-	trainStepTime = time.Second
-	// trainResumedStepTime paces the replacement once it resumed; trainResumedMinTime below is what keeps
-	// it running long enough to be read.
-	trainResumedStepTime = 500 * time.Millisecond
-	// trainResumedMinTime is the least the replacement runs once it resumed, however late the fault landed:
-	// its devices are read from its kubelet (a helper pod on its node; the kubelet lists active pods only)
-	// after it is seen running. In the clean-clone CI of f2b7b88 (93 specs, 9 processes) the replacement
-	// was seen running 20 s after the fault and its kubelet read 12 s after that; 45 s covers both delays
-	// again.
-	trainResumedMinTime = 45 * time.Second
-	trainDir            = "/checkpoints"
-)
 
 // FailureSpec registers, per path, the checks that a GPU cluster survives a lost worker and a bad
 // device: the device reported unhealthy is withdrawn and never handed out, and handed out again after it
@@ -249,67 +202,6 @@ func awaitTrainingCheckpoint(ctx context.Context, env *testenv.Env, pod *corev1.
 	expectCheckpoint(ctx, env, pod.Namespace, pod.Name, 2*trainEvery)
 }
 
-// expectCheckpoint waits until the pod's training log shows a checkpoint at step atLeast or later and
-// returns the newest checkpointed step.
-func expectCheckpoint(ctx context.Context, env *testenv.Env, ns, pod string, atLeast int) int {
-	ginkgo.GinkgoHelper()
-	var step int
-	env.Wait.ForProgress(ctx, fmt.Sprintf("pod %s/%s to checkpoint step %d", ns, pod, atLeast), wait.Target{Kind: "Pod", Namespace: ns, Name: pod},
-		time.Duration(atLeast+trainEvery)*trainStepTime+env.Timeouts.PodStart, func(g gomega.Gomega) {
-			var err error
-			step, err = lastCheckpoint(ctx, env, ns, pod)
-			g.Expect(err).NotTo(gomega.HaveOccurred())
-			g.Expect(step).To(gomega.BeNumerically(">=", atLeast), "newest checkpoint")
-		})
-	return step
-}
-
-// lastCheckpoint reads the newest checkpointed step from the pod's log.
-func lastCheckpoint(ctx context.Context, env *testenv.Env, ns, pod string) (int, error) {
-	raw, err := env.Clients.Kube.CoreV1().Pods(ns).GetLogs(pod, &corev1.PodLogOptions{Container: fixtures.WorkloadContainer}).DoRaw(ctx)
-	if err != nil {
-		return 0, err
-	}
-	step := 0
-	for _, e := range timeline.ParseProgress(pod, string(raw)) {
-		if e.Kind != timeline.Checkpoint {
-			continue
-		}
-		var n int
-		if _, err := fmt.Sscanf(e.Detail, "step %d", &n); err == nil && n > step {
-			step = n
-		}
-	}
-	return step, nil
-}
-
-// expectReplacement waits for a pod of the Job other than the lost ones to start, and returns it.
-func expectReplacement(ctx context.Context, env *testenv.Env, job *batchv1.Job, lost ...string) *corev1.Pod {
-	ginkgo.GinkgoHelper()
-	var pod *corev1.Pod
-	env.Wait.ForProgress(ctx, fmt.Sprintf("a replacement pod of Job %s/%s to start", job.Namespace, job.Name), wait.Target{Kind: "Job", Namespace: job.Namespace, Name: job.Name},
-		env.Timeouts.PodStart, func(g gomega.Gomega) {
-			list, err := pods.OfJob(ctx, env, job)
-			g.Expect(err).NotTo(gomega.HaveOccurred())
-			pod = nil
-			for i := range list {
-				p := &list[i]
-				if slices.Contains(lost, p.Name) || p.DeletionTimestamp != nil {
-					continue
-				}
-				pod = p
-			}
-			g.Expect(pod).NotTo(gomega.BeNil(), "Job %s/%s has no pod besides %v", job.Namespace, job.Name, lost)
-			g.Expect(pod.Spec.NodeName).NotTo(gomega.BeEmpty(), "replacement %s is not scheduled", pod.Name)
-			started := false
-			for _, cs := range pod.Status.ContainerStatuses {
-				started = started || cs.Name == fixtures.WorkloadContainer && (cs.State.Running != nil || cs.State.Terminated != nil)
-			}
-			g.Expect(started).To(gomega.BeTrue(), "replacement %s has not started (phase %s)", pod.Name, pod.Status.Phase)
-		})
-	return pod
-}
-
 // expectResumedAndComplete waits for the Job to complete and checks what its last pod reports: resumed
 // from a checkpoint at or after lastSeen (lost work under one interval), one restart more, every step
 // done and the state digest of an uninterrupted run. Without storage that outlives a node it checks
@@ -335,30 +227,6 @@ func expectResumedAndComplete(ctx context.Context, env *testenv.Env, t trainingJ
 	return sum
 }
 
-// trainSummary reads the training summary from the pod's termination message.
-func trainSummary(ctx context.Context, env *testenv.Env, ns, pod string) train.Summary {
-	ginkgo.GinkgoHelper()
-	var sum train.Summary
-	env.Wait.For(ctx, fmt.Sprintf("the training summary of pod %s/%s", ns, pod), wait.Target{Kind: "Pod", Namespace: ns, Name: pod}, env.Timeouts.JobRun, func(g gomega.Gomega) {
-		p, err := env.Clients.Kube.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-		g.Expect(err).NotTo(gomega.HaveOccurred())
-		msg := ""
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name == fixtures.WorkloadContainer && cs.State.Terminated != nil {
-				msg = cs.State.Terminated.Message
-			}
-		}
-		g.Expect(msg).NotTo(gomega.BeEmpty(), "no termination message yet")
-		g.Expect(json.Unmarshal([]byte(lastLine(msg)), &sum)).To(gomega.Succeed(), "termination message: %s", msg)
-	})
-	return sum
-}
-
-func lastLine(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	return lines[len(lines)-1]
-}
-
 // nodeReady reads whether node is Ready.
 func nodeReady(ctx context.Context, env *testenv.Env, node string) (corev1.ConditionStatus, error) {
 	n, err := env.Clients.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -367,8 +235,6 @@ func nodeReady(ctx context.Context, env *testenv.Env, node string) (corev1.Condi
 	}
 	return cluster.NodeReady(*n), nil
 }
-
-func since(t time.Time) string { return time.Since(t).Round(100 * time.Millisecond).String() }
 
 func failedWorker(ctx context.Context, s *Spec[FailureInput], nodes []string) {
 	env, ns, path, inj := s.Env, s.NS, s.Path, s.In.Faults
@@ -620,20 +486,6 @@ func resourceHealth(p *corev1.Pod) string {
 		return fmt.Sprintf("phase %s; no allocatedResourcesStatus (the kubelet reports device health in pod status only with the ResourceHealthStatus feature)", p.Status.Phase)
 	}
 	return fmt.Sprintf("phase %s; %s", p.Status.Phase, strings.Join(out, "; "))
-}
-
-// victimDevice is the one device a pod was given, as a fault names it (on a claim-based path also its pool
-// and name: the scheduler's claim on extended-resource-dra names them as a pod's own claim does).
-func victimDevice(path gpu.Path, node string, given gpu.Allocation) faults.Device {
-	victim := faults.Device{Node: node, ID: given.Devices[0]}
-	if dra, ok := gpu.ClaimPath(path); ok && len(given.DeviceRefs) == 1 {
-		pool, name, _ := strings.Cut(given.DeviceRefs[0], "/")
-		victim.Pool, victim.Name = pool, name
-		if !strings.Contains(dra.Driver, ",") {
-			victim.Driver = dra.Driver
-		}
-	}
-	return victim
 }
 
 // toleratedTaint runs a pod on node whose claim tolerates the taint the device-taint-rule provider puts

@@ -154,15 +154,6 @@ func gatewayRoutes(ctx context.Context, s *Spec[InferenceGatewayInput], nodes []
 	gomega.Expect(splitProblems(tally, first, other)).To(gomega.Succeed(), "through Gateway %s/%s (%s)", s.NS, gw.GetName(), class.Controller)
 }
 
-// gatewayClass is a GatewayClass as the check reads it.
-type gatewayClass struct {
-	Name, Controller, Accepted string
-}
-
-func (c gatewayClass) String() string {
-	return fmt.Sprintf("%s (controller %s, Accepted=%s)", c.Name, c.Controller, c.Accepted)
-}
-
 // readGatewayClasses lists the cluster's GatewayClasses in the group's version.
 func readGatewayClasses(ctx context.Context, s *Spec[InferenceGatewayInput], version string) []gatewayClass {
 	return listGatewayClasses(ctx, s.Env.Clients.Dynamic.Resource(schema.GroupVersionResource{Group: gatewayGroup, Version: version, Resource: "gatewayclasses"}))

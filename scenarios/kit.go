@@ -13,26 +13,26 @@ import (
 type Devices int
 
 const (
-	// AnyNodes (the zero value, what a spec that declares nothing uses): a few devices, wherever the
+	// AnyNodes (the zero value, what a spec that declares nothing takes) is a few devices, wherever the
 	// scheduler or Kueue puts the pods on the path. It runs beside every spec that leaves a device free.
 	AnyNodes Devices = iota
-	// EachNode: a few devices on each of the path's nodes (a pod per node). Like AnyNodes, but it runs in
+	// EachNode is a few devices on each of the path's nodes (a pod per node). Like AnyNodes, but it runs in
 	// the run's first seconds, before node holders queue up for the whole run.
 	EachNode
-	// NoDevice: its pods never get a device (they stay Pending, or the API server refuses them), and the
+	// NoDevice means its pods never get a device (they stay Pending, or the API server refuses them), and the
 	// outcome reads every node's state: no node may stop under it.
 	NoDevice
-	// FewOnOneNode: a few devices of one node, which it leases (Spec.lease) once it knows which nodes fit.
+	// FewOnOneNode is a few devices of one node, which it leases (Spec.lease) once it knows which nodes fit.
 	FewOnOneNode
-	// OneWholeNode: every device of one node, leased before its body starts (Spec.Node).
+	// OneWholeNode is every device of one node, leased before its body starts (Spec.Node).
 	OneWholeNode
-	// WholeNodes: every device of a few nodes, as many as it asks for in its body (Spec.leaseNodes).
+	// WholeNodes is every device of a few nodes, as many as it asks for in its body (Spec.leaseNodes).
 	WholeNodes
-	// WholePath: every device of the path, on nodes it cannot name ahead (the scheduler or Kueue picks).
+	// WholePath is every device of the path, on nodes it cannot name ahead (the scheduler or Kueue picks).
 	WholePath
-	// WholePool: no other spec uses a device of any path beside it (it measures a node's timings).
+	// WholePool means no other spec uses a device of any path beside it (it measures a node's timings).
 	WholePool
-	// CanaryPool: the canary pool's nodes on every path, and one known-good node, for a rehearsal that
+	// CanaryPool is the canary pool's nodes on every path, and one known-good node, for a rehearsal that
 	// compares the known-good pool before and after (canaryHold plans its locks).
 	CanaryPool
 )

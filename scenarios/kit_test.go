@@ -180,3 +180,89 @@ func titleOf(e ast.Expr, consts map[string]string) (string, int) {
 	}
 	return "", 0
 }
+
+// TestScenariosUseOnlyTheKitAndTheChecks holds the package's layers: the kit (kit.go, skeleton.go,
+// registry.go, outcomes.go), the application checks (check_*.go), and the scenarios, each in <name>.go and
+// <name>_*.go. A scenario's file uses the kit, the checks and its own scenario's files; a check or kit file
+// uses no scenario's (registry.go, which lists them, aside). A reference is an identifier the parser left
+// unresolved in its file that another file declares at package level.
+func TestScenariosUseOnlyTheKitAndTheChecks(t *testing.T) {
+	files, _ := filepath.Glob("*.go")
+	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
+	layer := func(f string) string {
+		switch {
+		case f == "kit.go" || f == "skeleton.go" || f == "registry.go" || f == "outcomes.go" || f == "doc.go":
+			return "kit"
+		case strings.HasPrefix(f, "check_"):
+			return "checks"
+		}
+		scenario, _, _ := strings.Cut(strings.TrimSuffix(f, ".go"), "_")
+		return "scenario " + scenario
+	}
+	parsed := map[string]*ast.File{}
+	declaredIn := map[string]string{}
+	for _, f := range files {
+		file, err := parser.ParseFile(token.NewFileSet(), f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		parsed[f] = file
+		for _, d := range file.Decls {
+			for _, name := range declNames(d) {
+				declaredIn[name] = f
+			}
+		}
+	}
+	refs := 0
+	for f, file := range parsed {
+		keys := map[*ast.Ident]bool{}
+		ast.Inspect(file, func(n ast.Node) bool {
+			switch n := n.(type) {
+			case *ast.SelectorExpr:
+				keys[n.Sel] = true
+			case *ast.KeyValueExpr:
+				if id, ok := n.Key.(*ast.Ident); ok {
+					keys[id] = true
+				}
+			case *ast.Ident:
+				def, ok := declaredIn[n.Name]
+				if !ok || keys[n] || n.Obj != nil || def == f {
+					return true
+				}
+				refs++
+				from, to := layer(f), layer(def)
+				if f != "registry.go" && strings.HasPrefix(to, "scenario ") && from != to {
+					t.Errorf("%s (%s) uses %s of %s (%s): move it to a check_*.go file, or the kit", f, from, n.Name, def, to)
+				}
+			}
+			return true
+		})
+	}
+	if refs < 100 {
+		t.Fatalf("found %d references between the files; the rule would hold on nothing", refs)
+	}
+}
+
+// declNames are the package-level names a declaration declares (a method declares none: it travels
+// with its type).
+func declNames(d ast.Decl) []string {
+	var out []string
+	switch d := d.(type) {
+	case *ast.FuncDecl:
+		if d.Recv == nil {
+			out = append(out, d.Name.Name)
+		}
+	case *ast.GenDecl:
+		for _, s := range d.Specs {
+			switch s := s.(type) {
+			case *ast.TypeSpec:
+				out = append(out, s.Name.Name)
+			case *ast.ValueSpec:
+				for _, n := range s.Names {
+					out = append(out, n.Name)
+				}
+			}
+		}
+	}
+	return out
+}

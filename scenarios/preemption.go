@@ -54,19 +54,6 @@ var Preemption = Define(Scenario{Name: preemptionName, Title: "a preempted job r
 	},
 	PreemptionSpec)
 
-// The preempted training job: long enough to be preempted after a checkpoint and to finish soon after it
-// is re-admitted; the grace period leaves its SIGTERM checkpoint ample time.
-const (
-	preemptSteps = 30
-	preemptGrace = 30 * time.Second
-	// preemptStepTime keeps the preempted job short: it is not lost to a node, so its pace only sets how
-	// long it runs.
-	preemptStepTime = 500 * time.Millisecond
-	// preemptResumedStepTime paces the re-admitted job once it resumed from its checkpoint: nothing reads
-	// it while it runs, the resume is judged from its first step and its summary.
-	preemptResumedStepTime = 100 * time.Millisecond
-)
-
 // PreemptionSpec registers, per path, Kueue preemption with checkpoint recovery: a high-priority Job
 // takes the device quota a low-priority training Job fills; a serving ClusterQueue reclaims the quota it
 // lent to a training ClusterQueue of its cohort. Each time the preempted job must write its checkpoint

@@ -12,7 +12,9 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 	"github.com/onsi/gomega"
 
+	"gpuconform.io/gpuconform/framework/checkpoints"
 	"gpuconform.io/gpuconform/framework/config"
+	"gpuconform.io/gpuconform/framework/faults"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/poollock"
@@ -714,4 +716,26 @@ func holdCanary(ctx context.Context, env *testenv.Env, b Base, canary, good []st
 		return good, letGo
 	}
 	return plan.good, letGo
+}
+
+// FaultNeeds is what a spec that fails a node or a device and resumes the work needs: the failure
+// scenario's specs and the gang's failed-worker spec embed it.
+type FaultNeeds struct {
+	// Faults injects node and device faults; its providers are nil with the reason where the cluster
+	// has none.
+	Faults *faults.Injector
+	// Disruptive is the user's opt-in to specs that change nodes.
+	Disruptive bool
+	// Checkpoints is storage that outlives a node (none: CheckpointsWhy); without it the resume half of
+	// the checks is not exercised and the reschedule half still runs.
+	Checkpoints    checkpoints.Storage
+	CheckpointsWhy string
+	// EvictAfter is the training pods' tolerationSeconds for the not-ready and unreachable taints.
+	EvictAfter time.Duration
+}
+
+// faultNeedsOf reads the run's fault providers, opt-in, checkpoint storage and eviction toleration.
+func faultNeedsOf(r *suite.Run) FaultNeeds {
+	return FaultNeeds{Faults: r.Faults(), Disruptive: r.Config.Disruptive, Checkpoints: r.Checkpoints, CheckpointsWhy: r.CheckpointsWhy,
+		EvictAfter: r.Config.Faults.EvictionToleration.Duration}
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -523,26 +522,6 @@ func expectSliceDriverVersion(ctx context.Context, env *testenv.Env, dra *gpu.DR
 			}
 		})
 	}
-}
-
-// semverOf makes a driver version a semantic version as DRA version attributes carry it: three numeric
-// parts without leading zeros (560.35.03 → 560.35.3, 560.35 → 560.35.0); "" when it is not numeric.
-func semverOf(v string) string {
-	parts := strings.Split(v, ".")
-	if len(parts) > 3 {
-		return ""
-	}
-	for i, p := range parts {
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			return ""
-		}
-		parts[i] = strconv.Itoa(n)
-	}
-	for len(parts) < 3 {
-		parts = append(parts, "0")
-	}
-	return strings.Join(parts, ".")
 }
 
 func firstWith(p gpu.Path, nodes []string) string {

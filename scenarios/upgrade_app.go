@@ -198,8 +198,7 @@ func canaryPathChecks(ctx context.Context, in UpgradeInput, log *rehearsalLog, p
 		log.notApplicable("multi-worker job", name, why)
 	default:
 		run("multi-worker job ("+string(placement)+")", func(ns string) {
-			s := &Spec[GangInput]{In: GangInput{Base: in.Base, KueuePresent: in.KueuePresent, ExistingLocalQueue: in.ExistingLocalQueue}, Env: env, Path: p, NS: ns}
-			gangFits(ctx, s, placement, in.Canary)
+			gangFits(ctx, env, p, ns, in.ExistingLocalQueue, placement, in.Canary)
 		})
 	}
 	modes, exclusive := sharingModesOn(in.SharingModes, name, in.Canary)
@@ -212,14 +211,13 @@ func canaryPathChecks(ctx context.Context, in UpgradeInput, log *rehearsalLog, p
 	}
 	for _, m := range modes {
 		run("sharing ("+m.Mode+")", func(ns string) {
-			s := &Spec[SharingInput]{In: SharingInput{Base: in.Base, Modes: in.SharingModes}, Env: env, Path: p, NS: ns}
-			canarySharing(ctx, s, m)
+			canarySharing(ctx, &Spec[UpgradeInput]{In: in, Env: env, Path: p, NS: ns}, m)
 		})
 	}
 }
 
 // canarySharing runs the sharing scenario's check of mode m on the canary node that has it.
-func canarySharing(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSharingMode) {
+func canarySharing(ctx context.Context, s *Spec[UpgradeInput], m cluster.NodeSharingMode) {
 	switch m.Mode {
 	case cluster.ModeTimeSlicing, cluster.ModeMPS:
 		sharedNodeFilled(ctx, s, m)

@@ -15,7 +15,6 @@ import (
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/cluster"
-	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/pods"
@@ -26,74 +25,10 @@ import (
 // beside gpu.nvidia.com, which selects whole GPUs only.
 const migDeviceClass = "mig.nvidia.com"
 
-// maxPartitionPods bounds the pods one parent GPU is filled with: enough to show the counters at work
-// (three 2g.20gb on an H100), few enough for a spec of a few minutes.
-const maxPartitionPods = 4
-
-// registerPartitionSpecs registers the checks of a node whose DRA GPUs are partitionable through shared
-// counters: a whole GPU and a partition of it are never allocated together, and partitions of one parent
-// run exactly as many as its counters allow, never more.
-func registerPartitionSpecs(reg SharingInput, s *Spec[SharingInput], m cluster.NodeSharingMode) {
-	if len(m.Partitions) == 0 {
-		reg.notExercised("dra: partitions on "+m.Node, "discovery calls the node partitionable but names no parent GPU with partitions ("+strings.Join(m.Evidence, ", ")+")")
-		return
-	}
-	if slices.ContainsFunc(m.Partitions, func(g cluster.PartitionableGPU) bool { return g.Whole != "" }) {
-		ginkgo.It("does not allocate a partition of a GPU whose whole device a pod holds", proves(sharingName, conformance.GPUSharing),
-			takes(Takes{Devices: WholePath}), func(ctx context.Context) {
-				ginkgo.By("the claim is diagnosed as waiting for the device")
-				partitionBesideWhole(ctx, s, m)
-			})
-	} else {
-		reg.notExercised("dra: a partition beside its whole GPU on "+m.Node, "the node's partitionable GPUs publish no whole-GPU device, so there is nothing to allocate beside a partition")
-	}
-	ginkgo.It("runs as many partitions of one GPU as its shared counters allow", proves(sharingName, conformance.GPUSharing),
-		takes(Takes{Devices: WholePath}), func(ctx context.Context) {
-			ginkgo.By("each a distinct MIG device of that GPU, and one more waits")
-			fillParentWithPartitions(ctx, s, m)
-		})
-}
-
-// partitionBesideWhole: a claim for one parent's whole GPU runs; a claim for a partition of that parent must
-// then wait, since the whole device consumes every counter the partitions need.
-func partitionBesideWhole(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSharingMode) {
-	env, ns, node := s.Env, s.NS, m.Node
-	dra := draOf(s)
-	expectDeviceClass(ctx, env, migDeviceClass)
-	parent := freeParent(ctx, env, dra, m, true)
-	domain := driverDomain(dra)
-
-	ginkgo.By(fmt.Sprintf("running a pod that claims GPU %s (%s) whole", parent.UUID, parent.Whole))
-	wholeTmpl := env.Factory.ResourceClaimTemplate("whole-gpus", ns).ExactCount(gpu.DRAClaimName, dra.DeviceClass, 1).
-		Selector(gpu.DRAClaimName, attributeIs(domain, "uuid", parent.UUID)).Obj()
-	name := createPod(ctx, s, env.Factory.GPUPod("whole", ns).ClaimTemplate(gpu.DRAClaimName, wholeTmpl).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node))
-	pod := pods.ExpectPodRunning(ctx, env, ns, name)
-	report := pods.ExpectProbeReport(ctx, env, ns, name)
-	given, err := s.Path.Given(ctx, givenInput(env, pod, nil))
-	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading pod %s's allocation from its ResourceClaim", name)
-	expectSameDevices(report, given)
-	gomega.Expect(given.Devices).To(gomega.Equal([]string{parent.UUID}), "pod %s claimed GPU %s by its uuid and was allocated %s", name, parent.UUID, gpu.FormatDevices(given.Devices))
-	gomega.Expect(report.MIGDevices).To(gomega.BeEmpty(), "pod %s claimed GPU %s whole and its nvidia-smi lists MIG devices", name, parent.UUID)
-	ginkgo.AddReportEntry(gpu.SharingObservedEntry, gpu.SharingObservation{Node: node, Path: s.Path.Name(), Mode: m.Mode, Pod: name, Saw: parent.UUID + " whole"})
-
-	ginkgo.By(fmt.Sprintf("claiming a partition of the same GPU (DeviceClass %s)", migDeviceClass))
-	partTmpl := env.Factory.ResourceClaimTemplate("part-gpus", ns).ExactCount(gpu.DRAClaimName, migDeviceClass, 1).
-		Selector(gpu.DRAClaimName, attributeIs(domain, "parentUUID", parent.UUID)).Obj()
-	// Held: a partition handed out by mistake must still be allocated when the failure names it (the claim
-	// of a pod that completed is deleted with it).
-	w := env.Factory.GPUPod("part", ns).ClaimTemplate(gpu.DRAClaimName, partTmpl).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
-	pendingPodDiagnosed(ctx, env, w, expectation{
-		stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
-		messages: []string{"cannot allocate all claims"},
-		bound: func(ctx context.Context, pod *corev1.Pod) string {
-			return fmt.Sprintf("GPU %s and its partition %s were handed out together", parent.UUID, claimedDevices(ctx, env, pod))
-		}})
-}
-
 // fillParentWithPartitions fills one free parent GPU with claims for one profile's partitions: as many as
 // its published counters let run together (capacity against consumption), each seeing one distinct MIG
 // device of that parent, their counters never over capacity; one more then waits.
-func fillParentWithPartitions(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSharingMode) {
+func fillParentWithPartitions[I scenarioInput](ctx context.Context, s *Spec[I], m cluster.NodeSharingMode) {
 	env, ns, node := s.Env, s.NS, m.Node
 	dra := draOf(s)
 	expectDeviceClass(ctx, env, migDeviceClass)
@@ -158,7 +93,7 @@ func fillParentWithPartitions(ctx context.Context, s *Spec[SharingInput], m clus
 		}})
 }
 
-func draOf(s *Spec[SharingInput]) *gpu.DRA {
+func draOf[I scenarioInput](s *Spec[I]) *gpu.DRA {
 	ginkgo.GinkgoHelper()
 	dra, ok := s.Path.(*gpu.DRA)
 	gomega.Expect(ok).To(gomega.BeTrue(), "partitions are DRA devices; the %s path is not DRA", s.Path.Name())
@@ -283,4 +218,44 @@ func claimedDevices(ctx context.Context, env *testenv.Env, pod *corev1.Pod) stri
 		return "(its claim's allocation could not be read: " + strings.Join(why, "; ") + ")"
 	}
 	return strings.Join(out, ", ")
+}
+
+// maxPartitionPods bounds the pods one parent GPU is filled with: enough to show the counters at work
+// (three 2g.20gb on an H100), few enough for a spec of a few minutes.
+const maxPartitionPods = 4
+
+// partitionBesideWhole: a claim for one parent's whole GPU runs; a claim for a partition of that parent must
+// then wait, since the whole device consumes every counter the partitions need.
+func partitionBesideWhole[I scenarioInput](ctx context.Context, s *Spec[I], m cluster.NodeSharingMode) {
+	env, ns, node := s.Env, s.NS, m.Node
+	dra := draOf(s)
+	expectDeviceClass(ctx, env, migDeviceClass)
+	parent := freeParent(ctx, env, dra, m, true)
+	domain := driverDomain(dra)
+
+	ginkgo.By(fmt.Sprintf("running a pod that claims GPU %s (%s) whole", parent.UUID, parent.Whole))
+	wholeTmpl := env.Factory.ResourceClaimTemplate("whole-gpus", ns).ExactCount(gpu.DRAClaimName, dra.DeviceClass, 1).
+		Selector(gpu.DRAClaimName, attributeIs(domain, "uuid", parent.UUID)).Obj()
+	name := createPod(ctx, s, env.Factory.GPUPod("whole", ns).ClaimTemplate(gpu.DRAClaimName, wholeTmpl).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node))
+	pod := pods.ExpectPodRunning(ctx, env, ns, name)
+	report := pods.ExpectProbeReport(ctx, env, ns, name)
+	given, err := s.Path.Given(ctx, givenInput(env, pod, nil))
+	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading pod %s's allocation from its ResourceClaim", name)
+	expectSameDevices(report, given)
+	gomega.Expect(given.Devices).To(gomega.Equal([]string{parent.UUID}), "pod %s claimed GPU %s by its uuid and was allocated %s", name, parent.UUID, gpu.FormatDevices(given.Devices))
+	gomega.Expect(report.MIGDevices).To(gomega.BeEmpty(), "pod %s claimed GPU %s whole and its nvidia-smi lists MIG devices", name, parent.UUID)
+	ginkgo.AddReportEntry(gpu.SharingObservedEntry, gpu.SharingObservation{Node: node, Path: s.Path.Name(), Mode: m.Mode, Pod: name, Saw: parent.UUID + " whole"})
+
+	ginkgo.By(fmt.Sprintf("claiming a partition of the same GPU (DeviceClass %s)", migDeviceClass))
+	partTmpl := env.Factory.ResourceClaimTemplate("part-gpus", ns).ExactCount(gpu.DRAClaimName, migDeviceClass, 1).
+		Selector(gpu.DRAClaimName, attributeIs(domain, "parentUUID", parent.UUID)).Obj()
+	// Held: a partition handed out by mistake must still be allocated when the failure names it (the claim
+	// of a pod that completed is deleted with it).
+	w := env.Factory.GPUPod("part", ns).ClaimTemplate(gpu.DRAClaimName, partTmpl).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...).OnNodes(node)
+	pendingPodDiagnosed(ctx, env, w, expectation{
+		stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
+		messages: []string{"cannot allocate all claims"},
+		bound: func(ctx context.Context, pod *corev1.Pod) string {
+			return fmt.Sprintf("GPU %s and its partition %s were handed out together", parent.UUID, claimedDevices(ctx, env, pod))
+		}})
 }

@@ -11,10 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"gpuconform.io/gpuconform/fixtures"
-	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/gpu"
-	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/testenv"
 )
@@ -22,34 +20,6 @@ import (
 // holdFor keeps probe pods (and their devices) alive while the suite compares them; they are deleted
 // with the spec's namespace long before.
 const holdFor = "30m"
-
-// IsolationSpec registers, per path, the checks that one pod's devices are its own: a full node's devices
-// go one to each pod running side by side, all distinct and all of them, and one more pod waits; a GPU
-// pod's other containers, its init container and a pod beside it see none of its devices. They catch
-// over-advertising, double allocation and leaky isolation, which the single-pod allocation checks cannot.
-func IsolationSpec(input func() AllocationInput) {
-	reg := input()
-	for _, regPath := range reg.Paths {
-		nodes := reg.withDevices(regPath, "exclusivity and isolation")
-		if len(nodes) == 0 {
-			continue
-		}
-		describePath(input, regPath, "GPU exclusivity and isolation", "isol", []any{labels.Of(labels.Scenario(allocationName))}, func(s *Spec[AllocationInput]) {
-			// holds:node: it needs every device of the path on one node, which another spec's pods would hold.
-			ginkgo.It("gives each device of a full node to exactly one pod, and one more pod waits",
-				proves(allocationName, conformance.SecureAcceleratorAccess),
-				takes(Takes{Devices: OneWholeNode}), func(ctx context.Context) {
-					ginkgo.By("every device goes to one of the pods running side by side, all of them")
-					fillNode(ctx, s.Env, s.Path, s.NS, s.on(nodes))
-				})
-
-			ginkgo.It("hides a pod's devices from its second container, init container and neighbour", proves(allocationName, conformance.SecureAcceleratorAccess), takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
-				ginkgo.By("a GPU pod's second container, its init container and a pod beside it see none of its devices")
-				isolation(ctx, s.Env, s.Path, s.NS, s.lease(ctx, nodes)[0])
-			})
-		})
-	}
-}
 
 // fillNode fills the eligible node with the most free devices: on a shared cluster other workloads hold
 // some, and only the free ones can be handed out to the suite's pods.

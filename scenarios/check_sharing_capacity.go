@@ -17,37 +17,99 @@ import (
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/cluster"
-	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/diagnose"
 	"gpuconform.io/gpuconform/framework/gpu"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/testenv"
 )
 
-// DRA consumable capacity (KEP 5075): a device that allows multiple allocations is shared by claims that
-// each consume part of a capacity, its memory for a GPU, until the capacity is spent. What the mode
-// promises: the claims that fit run together on that one GPU, their consumption never exceeds the
-// capacity, and the next one waits. What the capacity must mean: no more memory than the GPU has, or the
-// scheduler packs claims onto a GPU whose memory cannot hold them.
+// fillSharedGPU fills one free shared GPU of the node with claims for a share of its capacity each, as many
+// as the capacity holds, and checks that each pod sees that GPU, that their allocations are distinct shares
+// whose consumption stays within the capacity, and that the capacity is no more memory than the GPU shows
+// in the container. One more claim then waits, diagnosed.
+func fillSharedGPU[I scenarioInput](ctx context.Context, s *Spec[I], m cluster.NodeSharingMode) {
+	env, ns, node := s.Env, s.NS, m.Node
+	dra := draOf(s)
+	dev := freeSharedGPU(ctx, env, dra, m)
+	if dev.UUID == "" {
+		ginkgo.Fail(fmt.Sprintf("device %s of %s allows multiple allocations but publishes no uuid attribute, so no claim can select it; publish the GPU's UUID as NVIDIA's driver does", dev.Name, node))
+	}
+	plan, err := planCapacity(dev, maxCapacityPods)
+	if err != nil {
+		ginkgo.Fail(err.Error())
+	}
+	domain := driverDomain(dra)
+	template := func(name string) *fixtures.GPUPodWrapper {
+		tmpl := env.Factory.ResourceClaimTemplate(name+"-gpus", ns).ExactCount(gpu.DRAClaimName, dra.DeviceClass, 1).
+			Selector(gpu.DRAClaimName, attributeIs(domain, "uuid", dev.UUID)).Obj()
+		askCapacity(tmpl, plan.Name, plan.Request)
+		return env.Factory.GPUPod(name, ns).ClaimTemplate(gpu.DRAClaimName, tmpl).OnNodes(node)
+	}
 
-// capacitySpecText is the spec that checks a dra-shared node (the selfcheck table focuses on it).
-const capacitySpecText = "shares one GPU among as many claims as its published capacity allows"
+	ginkgo.By(fmt.Sprintf("claiming %d shares of GPU %s (device %s), each asking for %s %s of its %s (consuming %s)",
+		plan.Count, dev.UUID, dev.Name, plan.Name, plan.Request.String(), plan.Total.String(), plan.Consumed.String()))
+	// One after another: each share is allocated before the next is asked for. Asked for at once, the
+	// local 1.37 scheduler refused the second share while the first one's allocation was in flight and did
+	// not try it again within the run's 91 s (no claim event it requeues on followed); what this spec
+	// proves is how many shares the capacity holds, not how the scheduler races.
+	var names []string
+	for i := range plan.Count {
+		name := createPod(ctx, s, template(fmt.Sprintf("cap-%d", i)).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...))
+		pods.ExpectPodRunning(ctx, env, ns, name)
+		names = append(names, name)
+	}
+	var shares []capacityShare
+	memoryChecked, memoryProblem := false, ""
+	for _, name := range names {
+		pod := pods.ExpectPodRunning(ctx, env, ns, name)
+		report := pods.ExpectProbeReport(ctx, env, ns, name)
+		given, err := s.Path.Given(ctx, givenInput(env, pod, nil))
+		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading pod %s's allocation from its ResourceClaim", name)
+		expectSameDevices(report, given)
+		gomega.Expect(given.Devices).To(gomega.Equal([]string{dev.UUID}), "pod %s claimed a share of GPU %s by its uuid and was allocated %s", name, dev.UUID, gpu.FormatDevices(given.Devices))
+		if isMemory(plan.Name) {
+			if seen, ok := report.MemoryOf(dev.UUID); ok {
+				if err := checkCapacityWithinMemory(node, dev.Name, dev.UUID, plan.Name, plan.Total, name, seen); err != nil {
+					ginkgo.Fail(err.Error())
+				}
+				memoryChecked = true
+			} else {
+				switch {
+				case report.GPUsError != "":
+					memoryProblem = report.GPUsError
+				case report.GPUs == nil:
+					memoryProblem = "nvidia-smi is not installed in the probe's container, or failed: " + cmp.Or(report.Sources.NvidiaSMIError, "not installed")
+				default:
+					memoryProblem = "nvidia-smi showed no memory for it"
+				}
+			}
+		}
+		share := claimShare(ctx, env, dra, pod, dev.Name, plan.Name)
+		shares = append(shares, share)
+		ginkgo.AddReportEntry(gpu.SharingObservedEntry, capacityObservation(node, s.Path.Name(), name, dev.UUID, share, plan.Name, plan.Total))
+	}
+	if !memoryChecked && isMemory(plan.Name) {
+		ginkgo.AddReportEntry("not compared: memory capacity of "+dev.Name+" on "+node,
+			fmt.Sprintf("no pod's nvidia-smi showed the memory of GPU %s (%s), so the published %s %s was not held against it", dev.UUID, memoryProblem, plan.Name, plan.Total.String()))
+	}
+
+	ginkgo.By(fmt.Sprintf("adding up the %s the claims sharing GPU %s consume", plan.Name, dev.UUID))
+	if err := checkShares(dev.Name, dev.UUID, plan.Name, plan.Total, shares); err != nil {
+		ginkgo.Fail(err.Error())
+	}
+
+	ginkgo.By(fmt.Sprintf("claiming one more share of GPU %s", dev.UUID))
+	pendingPodDiagnosed(ctx, env, template("cap-more").Args(fixtures.ProbeArgs(1)...), expectation{
+		stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
+		messages: []string{"cannot allocate all claims"},
+		bound: func(ctx context.Context, pod *corev1.Pod) string {
+			return fmt.Sprintf("GPU %s's %s capacity %s holds %d claims of %s, and %s was allocated beside them", dev.UUID, plan.Name, plan.Total.String(), plan.Count, plan.Consumed.String(), claimedDevices(ctx, env, pod))
+		}})
+}
 
 // maxCapacityPods bounds the claims one shared GPU is filled with: each asks for more than the policy's
 // smallest share when that many would not fit otherwise, so the spec takes minutes, not an hour.
 const maxCapacityPods = 8
-
-// registerCapacitySpecs registers the check of a node whose DRA GPUs several claims share by capacity.
-func registerCapacitySpecs(reg SharingInput, s *Spec[SharingInput], m cluster.NodeSharingMode) {
-	if len(m.Consumable) == 0 {
-		reg.notExercised("dra: capacity sharing on "+m.Node, "discovery calls the node dra-shared but names no device that allows multiple allocations ("+strings.Join(m.Evidence, ", ")+")")
-		return
-	}
-	ginkgo.It(capacitySpecText, proves(sharingName, conformance.GPUSharing), takes(Takes{Devices: WholePath}), func(ctx context.Context) {
-		ginkgo.By("each claim sees that GPU, the capacity is no more than the GPU's memory, and one more claim waits")
-		fillSharedGPU(ctx, s, m)
-	})
-}
 
 // capacityPlan is how one shared GPU is filled: each claim asks for Request of the capacity Name, consumes
 // Consumed of it (the request rounded up by the device's request policy), and Count of them fit in Total.
@@ -195,90 +257,6 @@ func shareOf(consumed, total resource.Quantity) string {
 		return fmt.Sprintf("%d MiB of %d MiB", consumed.Value()>>20, total.Value()>>20)
 	}
 	return consumed.String() + " of " + total.String()
-}
-
-// fillSharedGPU fills one free shared GPU of the node with claims for a share of its capacity each, as many
-// as the capacity holds, and checks that each pod sees that GPU, that their allocations are distinct shares
-// whose consumption stays within the capacity, and that the capacity is no more memory than the GPU shows
-// in the container. One more claim then waits, diagnosed.
-func fillSharedGPU(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSharingMode) {
-	env, ns, node := s.Env, s.NS, m.Node
-	dra := draOf(s)
-	dev := freeSharedGPU(ctx, env, dra, m)
-	if dev.UUID == "" {
-		ginkgo.Fail(fmt.Sprintf("device %s of %s allows multiple allocations but publishes no uuid attribute, so no claim can select it; publish the GPU's UUID as NVIDIA's driver does", dev.Name, node))
-	}
-	plan, err := planCapacity(dev, maxCapacityPods)
-	if err != nil {
-		ginkgo.Fail(err.Error())
-	}
-	domain := driverDomain(dra)
-	template := func(name string) *fixtures.GPUPodWrapper {
-		tmpl := env.Factory.ResourceClaimTemplate(name+"-gpus", ns).ExactCount(gpu.DRAClaimName, dra.DeviceClass, 1).
-			Selector(gpu.DRAClaimName, attributeIs(domain, "uuid", dev.UUID)).Obj()
-		askCapacity(tmpl, plan.Name, plan.Request)
-		return env.Factory.GPUPod(name, ns).ClaimTemplate(gpu.DRAClaimName, tmpl).OnNodes(node)
-	}
-
-	ginkgo.By(fmt.Sprintf("claiming %d shares of GPU %s (device %s), each asking for %s %s of its %s (consuming %s)",
-		plan.Count, dev.UUID, dev.Name, plan.Name, plan.Request.String(), plan.Total.String(), plan.Consumed.String()))
-	// One after another: each share is allocated before the next is asked for. Asked for at once, the
-	// local 1.37 scheduler refused the second share while the first one's allocation was in flight and did
-	// not try it again within the run's 91 s (no claim event it requeues on followed); what this spec
-	// proves is how many shares the capacity holds, not how the scheduler races.
-	var names []string
-	for i := range plan.Count {
-		name := createPod(ctx, s, template(fmt.Sprintf("cap-%d", i)).Args(append(fixtures.ProbeArgs(1), "--hold", holdFor)...))
-		pods.ExpectPodRunning(ctx, env, ns, name)
-		names = append(names, name)
-	}
-	var shares []capacityShare
-	memoryChecked, memoryProblem := false, ""
-	for _, name := range names {
-		pod := pods.ExpectPodRunning(ctx, env, ns, name)
-		report := pods.ExpectProbeReport(ctx, env, ns, name)
-		given, err := s.Path.Given(ctx, givenInput(env, pod, nil))
-		gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading pod %s's allocation from its ResourceClaim", name)
-		expectSameDevices(report, given)
-		gomega.Expect(given.Devices).To(gomega.Equal([]string{dev.UUID}), "pod %s claimed a share of GPU %s by its uuid and was allocated %s", name, dev.UUID, gpu.FormatDevices(given.Devices))
-		if isMemory(plan.Name) {
-			if seen, ok := report.MemoryOf(dev.UUID); ok {
-				if err := checkCapacityWithinMemory(node, dev.Name, dev.UUID, plan.Name, plan.Total, name, seen); err != nil {
-					ginkgo.Fail(err.Error())
-				}
-				memoryChecked = true
-			} else {
-				switch {
-				case report.GPUsError != "":
-					memoryProblem = report.GPUsError
-				case report.GPUs == nil:
-					memoryProblem = "nvidia-smi is not installed in the probe's container, or failed: " + cmp.Or(report.Sources.NvidiaSMIError, "not installed")
-				default:
-					memoryProblem = "nvidia-smi showed no memory for it"
-				}
-			}
-		}
-		share := claimShare(ctx, env, dra, pod, dev.Name, plan.Name)
-		shares = append(shares, share)
-		ginkgo.AddReportEntry(gpu.SharingObservedEntry, capacityObservation(node, s.Path.Name(), name, dev.UUID, share, plan.Name, plan.Total))
-	}
-	if !memoryChecked && isMemory(plan.Name) {
-		ginkgo.AddReportEntry("not compared: memory capacity of "+dev.Name+" on "+node,
-			fmt.Sprintf("no pod's nvidia-smi showed the memory of GPU %s (%s), so the published %s %s was not held against it", dev.UUID, memoryProblem, plan.Name, plan.Total.String()))
-	}
-
-	ginkgo.By(fmt.Sprintf("adding up the %s the claims sharing GPU %s consume", plan.Name, dev.UUID))
-	if err := checkShares(dev.Name, dev.UUID, plan.Name, plan.Total, shares); err != nil {
-		ginkgo.Fail(err.Error())
-	}
-
-	ginkgo.By(fmt.Sprintf("claiming one more share of GPU %s", dev.UUID))
-	pendingPodDiagnosed(ctx, env, template("cap-more").Args(fixtures.ProbeArgs(1)...), expectation{
-		stage: diagnose.StageScheduling, layer: diagnose.LayerDRA, reason: diagnose.DRAAllocationFailed,
-		messages: []string{"cannot allocate all claims"},
-		bound: func(ctx context.Context, pod *corev1.Pod) string {
-			return fmt.Sprintf("GPU %s's %s capacity %s holds %d claims of %s, and %s was allocated beside them", dev.UUID, plan.Name, plan.Total.String(), plan.Count, plan.Consumed.String(), claimedDevices(ctx, env, pod))
-		}})
 }
 
 // askCapacity makes the template's request ask for amount of the capacity name of the device it gets.

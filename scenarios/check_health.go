@@ -301,3 +301,17 @@ func deletePodAndWait(ctx context.Context, env *testenv.Env, ns, name string) {
 		g.Expect(apierrors.IsNotFound(err)).To(gomega.BeTrue(), "pod still exists (err=%v)", err)
 	})
 }
+
+// victimDevice is the one device a pod was given, as a fault names it (on a claim-based path also its pool
+// and name: the scheduler's claim on extended-resource-dra names them as a pod's own claim does).
+func victimDevice(path gpu.Path, node string, given gpu.Allocation) faults.Device {
+	victim := faults.Device{Node: node, ID: given.Devices[0]}
+	if dra, ok := gpu.ClaimPath(path); ok && len(given.DeviceRefs) == 1 {
+		pool, name, _ := strings.Cut(given.DeviceRefs[0], "/")
+		victim.Pool, victim.Name = pool, name
+		if !strings.Contains(dra.Driver, ",") {
+			victim.Driver = dra.Driver
+		}
+	}
+	return victim
+}
