@@ -21,7 +21,7 @@ import (
 // pods. It returns an error only when the snapshot cannot be classified: the target's kind is not
 // supported, a read the verdict needs failed for a reason other than access (the API server unreachable,
 // the context ended), or there is nothing to diagnose; a denied read or an unserved API is a verdict.
-func Decide(s *Snapshot) (res *Result, err error) {
+func Decide(s *Snapshot) (*Result, error) {
 	t, err := normalise(s.Target)
 	if err != nil {
 		return nil, err
@@ -30,90 +30,139 @@ func Decide(s *Snapshot) (res *Result, err error) {
 	snap.Target = t
 	v := &verdict{s: &snap}
 	v.ref(t.Kind, t.Namespace, t.Name)
-	// Every return below ends here: a verdict carried as an error becomes the Result.
-	// A gang's verdict also names each worker: which run, which wait and where (deferred first, so it
-	// runs last, on the Result the verdict below becomes).
-	defer func() {
-		if f, ferr := snap.frame(); ferr == nil && err == nil {
-			res = withWorkers(res, f.job, f.pods)
-		}
-	}()
-	defer func() { res, err = v.result(res, err) }()
-
 	f, err := snap.frame()
 	for _, r := range f.read {
 		v.ref(r.Kind, r.Namespace, r.Name)
 	}
 	if err != nil {
-		return nil, err
+		return v.result(nil, err) // a read the workload rests on failed, or the target is absent
 	}
-	job, wl, pods := f.job, f.wl, f.pods
-	// Pods that are all terminating after a Kueue eviction belong to the past; the Workload says what
-	// happens next.
-	if len(pods) > 0 && allTerminating(pods) && wl != nil && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
-		return v.workload(wl)
-	}
-	if len(pods) > 0 {
-		pod := representativePod(pods)
-		if res, err = v.pod(pod); err != nil {
-			return nil, err
-		}
-		// Pods held by a scheduling gate (Kueue's own gates, for instance) wait on the queue, not on the
-		// scheduler.
-		if res.Reason == SchedulingPending && len(pod.Spec.SchedulingGates) > 0 && wl != nil && !meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted) {
-			return v.workload(wl)
-		}
-		// A failed Job creates no more pods: whatever its last pod says is final.
-		if job != nil {
-			if jf := jobFinished(job); jf != nil && jf.Terminal && !res.Terminal {
-				res.Messages = append(res.Messages, jf.Messages...)
-				res.terminal(jf.TerminalWhy)
-			}
-		}
-		return res, nil
-	}
-	// An owner without pods and without a Workload waiting for admission: its controllers say why.
-	if isOwnerKind(t.Kind) && (wl == nil || meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)) {
-		return v.controllersWithoutPods(f)
-	}
-	if job != nil {
-		if jf := jobFinished(job); jf != nil {
-			return jf, nil
-		}
-	}
-	// An admitted Job without pods: the Job controller's refusals, if any, say why; else the Workload.
-	if wl != nil && job != nil && createsPods(job, wl) && v.s.failed(eventsRead(t.Namespace, "Job", job.Name)) == nil {
-		if evs := eventsOf(v.s.Events, "Job", job.Name, job.UID); latestEvent(evs, eventFailedCreate) != nil {
-			return v.noPodsYet(evs, "Job", job.Namespace, job.Name), nil
-		}
-	}
-	if wl != nil {
-		return v.workload(wl)
-	}
-	if job == nil {
-		return nil, errors.New("diagnose: nothing to diagnose")
-	}
-	if isSuspended(job) {
-		q := job.Labels[constants.QueueLabel]
-		if q != "" && f.kueueMissing != "" {
-			return nil, apiMissing(workloadsRead("list", job.Namespace, ""), StageQueued, f.kueueMissing)
-		}
-		msg := fmt.Sprintf("Job %s/%s has spec.suspend=true and no Kueue Workload owns it", job.Namespace, job.Name)
-		if q != "" {
-			msg += fmt.Sprintf(" (label %s=%s is set, so Kueue should have created one: check that Kueue manages Jobs and that its controller runs)", constants.QueueLabel, q)
-		} else {
-			msg += fmt.Sprintf(" (no %s label)", constants.QueueLabel)
-		}
-		return &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueNotManaged, Messages: []string{msg},
-			Next: fmt.Sprintf("kubectl get job -n %s %s -o jsonpath='{.metadata.labels}'", job.Namespace, job.Name)}, nil
-	}
-	// Not suspended and no pods: the Job controller has not created them, usually because the API server
-	// refused (quota, webhook, validation).
-	evs, err := v.events("Job", job.Name, job.UID)
+	res, err := v.result(v.decide(f))
 	if err != nil {
 		return nil, err
 	}
-	return v.noPodsYet(evs, "Job", job.Namespace, job.Name), nil
+	// A gang's verdict also names each worker: which run, which wait and where.
+	return withWorkers(res, f.job, f.pods), nil
+}
+
+// decide walks the layers in the order a workload waits; each pass places the workload there or passes
+// it on (nil): the queue (Kueue), the controllers that create its pods, then its pods (the scheduler with
+// the DRA claims it allocates, the kubelet, the containers).
+func (v *verdict) decide(f frame) (*Result, error) {
+	for _, pass := range []func(frame) (*Result, error){v.queued, v.created, v.placed} {
+		if res, err := pass(f); res != nil || err != nil {
+			return res, err
+		}
+	}
+	return nil, errors.New("diagnose: nothing to diagnose")
+}
+
+// queued places a workload that Kueue holds: its pods all terminating after an eviction, its pods gated
+// while its Workload is not admitted, or, with no pods, a Workload that does not let them be created yet
+// (unless a controller already says why none exist, or the Job finished), or a suspended Job that no
+// Workload owns.
+func (v *verdict) queued(f frame) (*Result, error) {
+	job, wl := f.job, f.wl
+	admitted := wl != nil && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)
+	if len(f.pods) > 0 {
+		if wl == nil {
+			return nil, nil
+		}
+		if allTerminating(f.pods) && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
+			return v.workload(wl)
+		}
+		// Pods held by a scheduling gate (Kueue's own gates, for instance) wait on the queue, not on the
+		// scheduler.
+		if pod := representativePod(f.pods); pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 && !admitted {
+			return v.workload(wl)
+		}
+		return nil, nil
+	}
+	switch {
+	case isOwnerKind(v.s.Target.Kind) && (wl == nil || admitted):
+		return nil, nil // its controllers say why it has no pods
+	case job != nil && jobFinished(job) != nil:
+		return nil, nil
+	case v.refusedCreate(f):
+		return nil, nil
+	case wl != nil:
+		return v.workload(wl)
+	case job != nil && isSuspended(job):
+		return v.unmanaged(f)
+	}
+	return nil, nil
+}
+
+// created places a workload with no pods at the controllers that should create them: an owner's
+// controllers' refusals, a finished Job, or the Job's own events.
+func (v *verdict) created(f frame) (*Result, error) {
+	if len(f.pods) > 0 {
+		return nil, nil
+	}
+	t := v.s.Target
+	switch {
+	case isOwnerKind(t.Kind):
+		return v.controllersWithoutPods(f)
+	case f.job == nil:
+		return nil, nil
+	case jobFinished(f.job) != nil:
+		return jobFinished(f.job), nil
+	case v.refusedCreate(f):
+		return v.noPodsYet(eventsOf(v.s.Events, "Job", f.job.Name, f.job.UID), "Job", f.job.Namespace, f.job.Name), nil
+	}
+	// Not suspended and no pods: the Job controller has not created them, usually because the API server
+	// refused (quota, webhook, validation).
+	evs, err := v.events("Job", f.job.Name, f.job.UID)
+	if err != nil {
+		return nil, err
+	}
+	return v.noPodsYet(evs, "Job", f.job.Namespace, f.job.Name), nil
+}
+
+// placed places a workload with pods where its representative pod is (pod); a failed Job creates no more
+// pods, so whatever its last pod says is then final.
+func (v *verdict) placed(f frame) (*Result, error) {
+	if len(f.pods) == 0 {
+		return nil, nil
+	}
+	res, err := v.pod(representativePod(f.pods))
+	if err != nil {
+		return nil, err
+	}
+	if f.job != nil {
+		if jf := jobFinished(f.job); jf != nil && jf.Terminal && !res.Terminal {
+			res.Messages = append(res.Messages, jf.Messages...)
+			res.terminal(jf.TerminalWhy)
+		}
+	}
+	return res, nil
+}
+
+// refusedCreate reports a Job whose controller should be creating pods (createsPods) and has a
+// FailedCreate event, readable, that says why it has none.
+func (v *verdict) refusedCreate(f frame) bool {
+	job := f.job
+	if job == nil || !createsPods(job, f.wl) || v.s.failed(eventsRead(v.s.Target.Namespace, "Job", job.Name)) != nil {
+		return false
+	}
+	return latestEvent(eventsOf(v.s.Events, "Job", job.Name, job.UID), eventFailedCreate) != nil
+}
+
+// unmanaged places a suspended Job that no Workload owns: Kueue does not manage it, or cannot be asked.
+func (v *verdict) unmanaged(f frame) (*Result, error) {
+	job := f.job
+	q := job.Labels[constants.QueueLabel]
+	if q != "" && f.kueueMissing != "" {
+		return nil, apiMissing(workloadsRead("list", job.Namespace, ""), StageQueued, f.kueueMissing)
+	}
+	msg := fmt.Sprintf("Job %s/%s has spec.suspend=true and no Kueue Workload owns it", job.Namespace, job.Name)
+	if q != "" {
+		msg += fmt.Sprintf(" (label %s=%s is set, so Kueue should have created one: check that Kueue manages Jobs and that its controller runs)", constants.QueueLabel, q)
+	} else {
+		msg += fmt.Sprintf(" (no %s label)", constants.QueueLabel)
+	}
+	return &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueNotManaged, Messages: []string{msg},
+		Next: fmt.Sprintf("kubectl get job -n %s %s -o jsonpath='{.metadata.labels}'", job.Namespace, job.Name)}, nil
 }
 
 // verdict is one Decide: the snapshot, and the objects the verdict rests on so far, the target first.

@@ -232,3 +232,32 @@ func TestDecideQuotaStatusUnknown(t *testing.T) {
 		})
 	}
 }
+
+// TestDecideGatedPodsWaitOnTheQueue: the queue pass comes first. A Job's pod held by a scheduling gate
+// while its Workload has no quota waits on Kueue, not on the scheduler; the same pod without a gate is the
+// scheduler's.
+func TestDecideGatedPodsWaitOnTheQueue(t *testing.T) {
+	pod := func(gated bool) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-0", Namespace: "ml", Labels: map[string]string{batchv1.JobNameLabel: "train"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train"}}}}
+		if gated {
+			p.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "kueue.x-k8s.io/topology"}}
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonSchedulingGated}}
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		gated bool
+		want  Reason
+	}{{true, QueueQuotaExhausted}, {false, SchedulingPending}} {
+		s := snapshotOf(t, "queue-quota-exhausted.yaml", job("train"))
+		s.Pods = append(s.Pods, pod(tc.gated))
+		res, err := Decide(s)
+		if err != nil {
+			t.Fatalf("gated %v: %v", tc.gated, err)
+		}
+		if res.Reason != tc.want {
+			t.Errorf("gated %v: reason %s, want %s\n%s", tc.gated, res.Reason, tc.want, res)
+		}
+	}
+}
