@@ -10,13 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// verdictError carries a finished verdict (Forbidden, APIMissing, NotFound)
-// up from the decision that found the failed read, so every decision can
-// stop the walk with one `return err` and Decide turns it back into a Result.
-type verdictError struct{ res *Result }
-
-func (e *verdictError) Error() string { return string(e.res.Reason) }
-
 func (r Read) groupVersion() string {
 	if r.Group == "" {
 		return r.Version
@@ -37,10 +30,10 @@ var forbiddenUserRE = regexp.MustCompile(`User "([^"]*)" cannot`)
 
 // classifyReadErr turns an access error into a verdict: a denied read is
 // Forbidden (Layer RBAC), an unserved API (or no client for it) is APIMissing
-// (Layer API). Other errors (network, timeouts) pass through unchanged.
-func classifyReadErr(err error, r Read, stage Stage) error {
+// (Layer API). Other errors (network, timeouts) are returned as errors.
+func classifyReadErr(err error, r Read, stage Stage) (*Result, error) {
 	if err == nil {
-		return nil
+		return nil, nil
 	}
 	switch {
 	case apierrors.IsForbidden(err):
@@ -52,7 +45,7 @@ func classifyReadErr(err error, r Read, stage Stage) error {
 		if r.Namespace == "" {
 			scope = "(cluster scope)"
 		}
-		return &verdictError{&Result{
+		return &Result{
 			Stage:  stage,
 			Layer:  LayerRBAC,
 			Reason: Forbidden,
@@ -61,16 +54,16 @@ func classifyReadErr(err error, r Read, stage Stage) error {
 				err.Error(),
 			},
 			Next: fmt.Sprintf("kubectl auth can-i %s %s %s", r.Verb, r.kubectlResource(), nsFlag(r.Namespace)),
-		}}
+		}, nil
 	case meta.IsNoMatchError(err) || isUnservedNotFound(err, r) || errors.Is(err, errNoKueue):
-		return apiMissing(r, stage, err.Error())
+		return apiMissing(r, stage, err.Error()), nil
 	}
-	return err
+	return nil, err
 }
 
 // apiMissing is the verdict for an API group/version the cluster does not serve.
-func apiMissing(r Read, stage Stage, detail string) error {
-	return &verdictError{&Result{
+func apiMissing(r Read, stage Stage, detail string) *Result {
+	return &Result{
 		Stage:  stage,
 		Layer:  LayerAPI,
 		Reason: APIMissing,
@@ -79,7 +72,7 @@ func apiMissing(r Read, stage Stage, detail string) error {
 			detail,
 		},
 		Next: fmt.Sprintf("kubectl api-resources --api-group=%s", r.Group),
-	}}
+	}
 }
 
 // isUnservedNotFound tells the apiserver's 404 for an unserved resource, which
@@ -112,15 +105,10 @@ func missingText(r Read) string {
 }
 
 // notFound is the verdict for a target that does not exist; resource is what kubectl lists it as.
-func notFound(r Read, resource string) error {
-	return &verdictError{&Result{Stage: StageUnknown, Layer: LayerAPI, Reason: NotFound,
+func notFound(r Read, resource string) *Result {
+	return &Result{Stage: StageUnknown, Layer: LayerAPI, Reason: NotFound,
 		Messages: []string{missingText(r)},
-		Next:     fmt.Sprintf("kubectl get %s -n %s", resource, r.Namespace)}}
-}
-
-func isAPIMissing(err error) bool {
-	var ve *verdictError
-	return errors.As(err, &ve) && ve.res.Reason == APIMissing
+		Next:     fmt.Sprintf("kubectl get %s -n %s", resource, r.Namespace)}
 }
 
 func nsFlag(ns string) string {

@@ -162,7 +162,7 @@ func (col *collector) readJobPods(ctx context.Context, job string) {
 // (they may); when Kueue blames quota or flavors, its LocalQueue (it names the ClusterQueue to look at).
 func (col *collector) readQueue(ctx context.Context) {
 	s, ns := col.s, col.s.Target.Namespace
-	f, err := s.frame()
+	f := s.frame()
 	switch s.Target.Kind {
 	case "Workload": // the target, read with it
 	case "Job", "Pod":
@@ -170,11 +170,11 @@ func (col *collector) readQueue(ctx context.Context) {
 			col.readWorkloads(ctx, labels.SelectorFromSet(labels.Set{constants.JobUIDLabel: string(f.job.UID)}).String())
 		}
 	default:
-		if err == nil { // the pods were read
+		if f.whole() { // the pods were read
 			col.readWorkloads(ctx, "")
 		}
 	}
-	if f, err = s.frame(); err != nil || f.wl == nil || f.wl.Spec.QueueName == "" || !awaitsQuota(f.wl) {
+	if f = s.frame(); !f.whole() || f.wl == nil || f.wl.Spec.QueueName == "" || !awaitsQuota(f.wl) {
 		return
 	}
 	said := kueueSaid(f.wl)
@@ -220,8 +220,8 @@ func (col *collector) readWorkloads(ctx context.Context, selector string) {
 // those of the controllers that should have created them (an unfinished, unsuspended Job, or an owner's
 // ReplicaSets or Jobs until one reports FailedCreate, then the owner).
 func (col *collector) readEvents(ctx context.Context) {
-	f, err := col.s.frame()
-	if err != nil {
+	f := col.s.frame()
+	if !f.whole() {
 		return
 	}
 	if len(f.pods) > 0 {
@@ -336,8 +336,8 @@ func (col *collector) readNodes(ctx context.Context) {
 // waitingPod is the pod that explains the workload, with its events, when its status alone does not
 // and its events could be read (a failed read is the verdict, nothing after it is needed); else nil.
 func (col *collector) waitingPod() (*corev1.Pod, []corev1.Event) {
-	f, err := col.s.frame()
-	if err != nil || len(f.pods) == 0 {
+	f := col.s.frame()
+	if !f.whole() || len(f.pods) == 0 {
 		return nil, nil
 	}
 	pod := representativePod(f.pods)

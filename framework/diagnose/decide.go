@@ -16,11 +16,13 @@ import (
 )
 
 // Decide classifies a Snapshot into a Result. It reads nothing, so a recorded snapshot gives the same
-// verdict as the cluster it was read from. It places the workload from its most downstream object: the
-// pods when there are any, else the Workload, else the Job or the controllers that should have created
-// pods. It returns an error only when the snapshot cannot be classified: the target's kind is not
+// verdict as the cluster it was read from. It frames the workload (its Job, controllers, pods and
+// Workload), then walks the layers in the order a workload waits (decide): the queue, the controllers
+// that create its pods, its pods (scheduler, DRA, kubelet, containers). A read that failed is a verdict,
+// a value like any other: a denied read is Forbidden, an unserved API APIMissing, an absent target
+// NotFound. It returns an error only when the snapshot cannot be classified: the target's kind is not
 // supported, a read the verdict needs failed for a reason other than access (the API server unreachable,
-// the context ended), or there is nothing to diagnose; a denied read or an unserved API is a verdict.
+// the context ended), or there is nothing to diagnose.
 func Decide(s *Snapshot) (*Result, error) {
 	t, err := normalise(s.Target)
 	if err != nil {
@@ -30,19 +32,22 @@ func Decide(s *Snapshot) (*Result, error) {
 	snap.Target = t
 	v := &verdict{s: &snap}
 	v.ref(t.Kind, t.Namespace, t.Name)
-	f, err := snap.frame()
+	f := snap.frame()
 	for _, r := range f.read {
 		v.ref(r.Kind, r.Namespace, r.Name)
 	}
-	if err != nil {
-		return v.result(nil, err) // a read the workload rests on failed, or the target is absent
+	switch {
+	case f.err != nil:
+		return nil, f.err
+	case f.stop != nil:
+		return v.result(f.stop), nil // a read the workload rests on failed, or the target is absent
 	}
-	res, err := v.result(v.decide(f))
+	res, err := v.decide(f)
 	if err != nil {
 		return nil, err
 	}
 	// A gang's verdict also names each worker: which run, which wait and where.
-	return withWorkers(res, f.job, f.pods), nil
+	return withWorkers(v.result(res), f.job, f.pods), nil
 }
 
 // decide walks the layers in the order a workload waits; each pass places the workload there or passes
@@ -112,9 +117,9 @@ func (v *verdict) created(f frame) (*Result, error) {
 	}
 	// Not suspended and no pods: the Job controller has not created them, usually because the API server
 	// refused (quota, webhook, validation).
-	evs, err := v.events("Job", f.job.Name, f.job.UID)
-	if err != nil {
-		return nil, err
+	evs, stop, err := v.events("Job", f.job.Name, f.job.UID)
+	if stop != nil || err != nil {
+		return stop, err
 	}
 	return v.noPodsYet(evs, "Job", f.job.Namespace, f.job.Name), nil
 }
@@ -153,7 +158,7 @@ func (v *verdict) unmanaged(f frame) (*Result, error) {
 	job := f.job
 	q := job.Labels[constants.QueueLabel]
 	if q != "" && f.kueueMissing != "" {
-		return nil, apiMissing(workloadsRead("list", job.Namespace, ""), StageQueued, f.kueueMissing)
+		return apiMissing(workloadsRead("list", job.Namespace, ""), StageQueued, f.kueueMissing), nil
 	}
 	msg := fmt.Sprintf("Job %s/%s has spec.suspend=true and no Kueue Workload owns it", job.Namespace, job.Name)
 	if q != "" {
@@ -177,29 +182,23 @@ func (v *verdict) ref(kind, ns, name string) {
 	}
 }
 
-// result finishes a decision: a verdict carried up as an error (Forbidden, APIMissing, NotFound) is the
-// Result, and the Result lists the objects it rests on.
-func (v *verdict) result(res *Result, err error) (*Result, error) {
-	if ve, ok := errors.AsType[*verdictError](err); ok {
-		res, err = ve.res, nil
-	}
-	if err != nil {
-		return nil, err
-	}
+// result finishes a decision: the Result lists the objects it rests on.
+func (v *verdict) result(res *Result) *Result {
 	res.Objects = v.objects
 	if res.Messages == nil {
 		res.Messages = []string{}
 	}
-	return res, nil
+	return res
 }
 
-// events returns the events about one object, oldest first, or the verdict on why they could not be read.
-func (v *verdict) events(kind, name string, uid types.UID) ([]corev1.Event, error) {
+// events returns the events about one object, oldest first, or the verdict on why they could not be read
+// (stop), or the API server's error.
+func (v *verdict) events(kind, name string, uid types.UID) (evs []corev1.Event, stop *Result, err error) {
 	r := eventsRead(v.s.Target.Namespace, kind, name)
-	if err := v.s.check(r, StageUnknown); err != nil {
-		return nil, err
+	if stop, err = v.s.check(r, StageUnknown); stop != nil || err != nil {
+		return nil, stop, err
 	}
-	return eventsOf(v.s.Events, kind, name, uid), nil
+	return eventsOf(v.s.Events, kind, name, uid), nil, nil
 }
 
 // controllersWithoutPods explains an owner target with no pods from the events of the first controller
@@ -207,17 +206,17 @@ func (v *verdict) events(kind, name string, uid types.UID) ([]corev1.Event, erro
 func (v *verdict) controllersWithoutPods(f frame) (*Result, error) {
 	t := v.s.Target
 	for _, c := range f.controllers {
-		evs, err := v.events(f.controllerKind, c.GetName(), c.GetUID())
-		if err != nil {
-			return nil, err
+		evs, stop, err := v.events(f.controllerKind, c.GetName(), c.GetUID())
+		if stop != nil || err != nil {
+			return stop, err
 		}
 		if latestEvent(evs, eventFailedCreate) != nil {
 			return v.noPodsYet(evs, f.controllerKind, t.Namespace, c.GetName()), nil
 		}
 	}
-	evs, err := v.events(t.Kind, t.Name, "")
-	if err != nil {
-		return nil, err
+	evs, stop, err := v.events(t.Kind, t.Name, "")
+	if stop != nil || err != nil {
+		return stop, err
 	}
 	return v.noPodsYet(evs, t.Kind, t.Namespace, t.Name), nil
 }

@@ -45,16 +45,17 @@ func podClaim(pod *corev1.Pod, pc corev1.PodResourceClaim) (claim, template stri
 }
 
 // claims says what the pod's ResourceClaims are: missing (a claim or a
-// template that does not exist), unallocated, and one status line each.
-func (v *verdict) claims(pod *corev1.Pod) (*claimState, error) {
+// template that does not exist), unallocated, and one status line each; or
+// the verdict on a read of them that failed (stop), or the API server's error.
+func (v *verdict) claims(pod *corev1.Pod) (*claimState, *Result, error) {
 	st := &claimState{}
 	for _, pc := range pod.Spec.ResourceClaims {
 		name, template := podClaim(pod, pc)
 		switch {
 		case template != "":
 			r := getRead("resourceclaimtemplates", resourcev1.GroupName, pod.Namespace, template)
-			if err := v.s.check(r, StageScheduling); err != nil {
-				return nil, err
+			if stop, err := v.s.check(r, StageScheduling); stop != nil || err != nil {
+				return nil, stop, err
 			}
 			if !slices.ContainsFunc(v.s.ResourceClaimTemplates, func(t resourcev1.ResourceClaimTemplate) bool {
 				return t.Namespace == pod.Namespace && t.Name == template
@@ -67,8 +68,8 @@ func (v *verdict) claims(pod *corev1.Pod) (*claimState, error) {
 			st.status = append(st.status, fmt.Sprintf("pod claim %s: no ResourceClaim generated yet from template %s", pc.Name, template))
 		case name != "":
 			r := getRead("resourceclaims", resourcev1.GroupName, pod.Namespace, name)
-			if err := v.s.check(r, StageScheduling); err != nil {
-				return nil, err
+			if stop, err := v.s.check(r, StageScheduling); stop != nil || err != nil {
+				return nil, stop, err
 			}
 			i := slices.IndexFunc(v.s.ResourceClaims, func(c resourcev1.ResourceClaim) bool { return c.Namespace == pod.Namespace && c.Name == name })
 			if i < 0 {
@@ -83,7 +84,7 @@ func (v *verdict) claims(pod *corev1.Pod) (*claimState, error) {
 			}
 		}
 	}
-	return st, nil
+	return st, nil, nil
 }
 
 // describeClaim is one line of claim evidence: allocated devices or the lack of them.
@@ -107,18 +108,19 @@ func describeClaim(c *resourcev1.ResourceClaim) string {
 	return b.String()
 }
 
-// addClaims appends the pod's claim status to a DRA verdict's evidence.
-func (v *verdict) addClaims(pod *corev1.Pod, res *Result) error {
+// addClaims appends the pod's claim status to a DRA verdict's evidence; a read of them that failed is
+// the verdict instead (stop).
+func (v *verdict) addClaims(pod *corev1.Pod, res *Result) (stop *Result, err error) {
 	if len(pod.Spec.ResourceClaims) == 0 {
-		return nil
+		return nil, nil
 	}
-	st, err := v.claims(pod)
-	if err != nil {
-		return err
+	st, stop, err := v.claims(pod)
+	if stop != nil || err != nil {
+		return stop, err
 	}
 	res.Messages = append(res.Messages, st.missing...)
 	res.Messages = append(res.Messages, st.status...)
-	return nil
+	return nil, nil
 }
 
 // notRegisteredRE finds the kubelet's words for a claim whose driver has no registered kubelet plugin on

@@ -97,9 +97,9 @@ func (v *verdict) notReserved(wl *kueue.Workload, describe string) (*Result, err
 	res := &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueuePending, Next: describe}
 	msg := kueueSaid(wl)
 	if msg == "" {
-		evs, err := v.events("Workload", wl.Name, wl.UID)
-		if err != nil {
-			return nil, err
+		evs, stop, err := v.events("Workload", wl.Name, wl.UID)
+		if stop != nil || err != nil {
+			return stop, err
 		}
 		if e := latestEvent(evs, "Pending", "SecondPassFailed"); e != nil {
 			msg = e.Message
@@ -208,8 +208,8 @@ func (v *verdict) checkQueues(wl *kueue.Workload) (*Result, error) {
 			Next: fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName)}
 	}
 	r := queueRead("localqueues", wl.Namespace, string(wl.Spec.QueueName))
-	if err := v.s.check(r, StageQueued); err != nil {
-		return nil, err
+	if stop, err := v.s.check(r, StageQueued); stop != nil || err != nil {
+		return stop, err
 	}
 	lq := v.localQueue(wl)
 	if lq == nil {
@@ -223,8 +223,8 @@ func (v *verdict) checkQueues(wl *kueue.Workload) (*Result, error) {
 		return inactive(fmt.Sprintf("LocalQueue %s/%s Active=False reason %s: %s", lq.Namespace, lq.Name, c.Reason, c.Message)), nil
 	}
 	r = queueRead("clusterqueues", "", string(lq.Spec.ClusterQueue))
-	if err := v.s.check(r, StageQueued); err != nil {
-		return nil, err
+	if stop, err := v.s.check(r, StageQueued); stop != nil || err != nil {
+		return stop, err
 	}
 	i := slices.IndexFunc(v.s.ClusterQueues, func(cq kueue.ClusterQueue) bool { return cq.Name == r.Name })
 	if i < 0 {

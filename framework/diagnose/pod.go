@@ -206,9 +206,9 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 	}
 
 	// Bound, containers not created yet: the kubelet's events say why.
-	evs, err := v.events("Pod", pod.Name, pod.UID)
-	if err != nil {
-		return nil, err
+	evs, stop, err := v.events("Pod", pod.Name, pod.UID)
+	if stop != nil || err != nil {
+		return stop, err
 	}
 	type rule struct {
 		reasons []string
@@ -225,8 +225,8 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 			v.ref("Event", e.Namespace, e.Name)
 			res := &Result{Stage: StageStarting, Layer: r.layer, Reason: r.reason, Messages: []string{e.Message}, Next: eventsCmd}
 			if r.reason == DRAPrepareFailed {
-				if err := v.addClaims(pod, res); err != nil {
-					return nil, err
+				if stop, err := v.addClaims(pod, res); stop != nil || err != nil {
+					return stop, err
 				}
 				unregistered(pod, evs, v.s.ReadAt, res)
 			}

@@ -44,9 +44,9 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 		return res, nil
 	}
 
-	evs, err := v.events("Pod", pod.Name, pod.UID)
-	if err != nil {
-		return nil, err
+	evs, stop, err := v.events("Pod", pod.Name, pod.UID)
+	if stop != nil || err != nil {
+		return stop, err
 	}
 	schedMsg := schedulerSaid(pod, evs)
 	if cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
@@ -63,8 +63,9 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 
 	var claims *claimState
 	if len(pod.Spec.ResourceClaims) > 0 {
-		if claims, err = v.claims(pod); err != nil {
-			return nil, err
+		var stop *Result
+		if claims, stop, err = v.claims(pod); stop != nil || err != nil {
+			return stop, err
 		}
 		if e := latestEvent(evs, eventFailedClaimCreation); e != nil {
 			v.ref("Event", e.Namespace, e.Name)

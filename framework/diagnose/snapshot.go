@@ -109,8 +109,8 @@ func eventsRead(ns, kind, name string) Read {
 }
 
 // check is the verdict on the read r: nil when it succeeded or was not made, Forbidden or APIMissing
-// (as a verdictError) when it was denied or not served, else the API server's error.
-func (s *Snapshot) check(r Read, stage Stage) error {
+// when it was denied or not served; any other failure is the API server's error.
+func (s *Snapshot) check(r Read, stage Stage) (*Result, error) {
 	return classifyReadErr(s.failed(r), r, stage)
 }
 
@@ -139,112 +139,122 @@ type frame struct {
 	read []ObjectRef
 	// kueueMissing says why Kueue could not be asked about a Job that may need it.
 	kueueMissing string
+	// stop is the verdict on the read that ended the frame (Forbidden, APIMissing, NotFound), err the
+	// API server's error where that failure is no verdict; both nil for a whole frame.
+	stop *Result
+	err  error
 }
 
 // frame finds the target's Job, controllers, pods and Workload among what was read, checking their reads
-// in the order Collect made them: the first that failed is returned (a verdict such as Forbidden, or the
-// API server's error) with what was found before it, and an absent target is NotFound. Collect uses the
-// objects to know what to read next; Decide, the objects and the error.
-func (s *Snapshot) frame() (frame, error) {
+// in the order Collect made them. It ends at the first read that failed, with what was found before it:
+// stop is the verdict on it (Forbidden, APIMissing; NotFound for an absent target), err the API server's
+// error where the failure is no verdict. Collect uses the objects to know what to read next; Decide, the
+// objects and where the frame ended.
+func (s *Snapshot) frame() frame {
 	t := s.Target
 	f := frame{}
 	ref := func(kind, name string) {
 		f.read = append(f.read, ObjectRef{Kind: kind, Namespace: t.Namespace, Name: name})
 	}
+	// readable reports a read that succeeded or was not made; else the frame ends there.
+	readable := func(r Read, stage Stage) bool {
+		f.stop, f.err = s.check(r, stage)
+		return f.whole()
+	}
 	// withJob finds the Job named by the target Pod or Workload's owner reference, if any.
-	withJob := func(owner string) error {
+	withJob := func(owner string) bool {
 		if owner == "" {
-			return nil
+			return true
 		}
-		if err := s.check(getRead("jobs", "batch", t.Namespace, owner), StageUnknown); err != nil {
-			return err
+		if !readable(getRead("jobs", "batch", t.Namespace, owner), StageUnknown) {
+			return false
 		}
 		if f.job = s.job(owner); f.job != nil {
 			ref("Job", owner)
 		}
-		return nil
+		return true
 	}
 	// withWorkload finds the Workload Kueue created for f.job; a Kueue that cannot be asked is noted, not
 	// a verdict, because a Job that has pods does not need it.
-	withWorkload := func() error {
+	withWorkload := func() bool {
 		if f.job == nil || !needsKueue(f.job) {
-			return nil
+			return true
 		}
-		if err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil {
-			var ve *verdictError
-			if !errors.As(err, &ve) || ve.res.Reason != APIMissing {
-				return err
-			}
-			f.kueueMissing = ve.res.Messages[1]
-			return nil
+		res, err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued)
+		switch {
+		case err != nil || (res != nil && res.Reason != APIMissing):
+			f.stop, f.err = res, err
+			return false
+		case res != nil:
+			f.kueueMissing = res.Messages[1]
+			return true
 		}
 		if f.wl = s.workloadForJob(f.job); f.wl != nil {
 			ref("Workload", f.wl.Name)
 		}
-		return nil
+		return true
 	}
 	switch t.Kind {
 	case "Job":
 		r := getRead("jobs", "batch", t.Namespace, t.Name)
-		if err := s.check(r, StageUnknown); err != nil {
-			return f, err
+		if !readable(r, StageUnknown) {
+			return f
 		}
 		if f.job = s.job(t.Name); f.job == nil {
-			return f, notFound(r, "job")
+			f.stop = notFound(r, "job")
+			return f
 		}
 		ref("Job", t.Name)
-		if err := withWorkload(); err != nil {
-			return f, err
+		if withWorkload() && readable(listRead("pods", "", t.Namespace), StageUnknown) {
+			f.pods = s.jobPods(t.Name)
 		}
-		if err := s.check(listRead("pods", "", t.Namespace), StageUnknown); err != nil {
-			return f, err
-		}
-		f.pods = s.jobPods(t.Name)
 	case "Workload":
 		r := workloadsRead("get", t.Namespace, t.Name)
-		if err := s.check(r, StageUnknown); err != nil {
-			return f, err
+		if !readable(r, StageUnknown) {
+			return f
 		}
 		if f.wl = s.workload(t.Name); f.wl == nil {
-			return f, notFound(r, "workloads.kueue.x-k8s.io")
+			f.stop = notFound(r, "workloads.kueue.x-k8s.io")
+			return f
 		}
-		if err := withJob(jobOwner(f.wl.OwnerReferences)); err != nil || f.job == nil {
-			return f, err
+		if withJob(jobOwner(f.wl.OwnerReferences)) && f.job != nil && readable(listRead("pods", "", t.Namespace), StageUnknown) {
+			f.pods = s.jobPods(f.job.Name)
 		}
-		if err := s.check(listRead("pods", "", t.Namespace), StageUnknown); err != nil {
-			return f, err
-		}
-		f.pods = s.jobPods(f.job.Name)
 	case "Pod":
 		r := getRead("pods", "", t.Namespace, t.Name)
-		if err := s.check(r, StageUnknown); err != nil {
-			return f, err
+		if !readable(r, StageUnknown) {
+			return f
 		}
 		i := slices.IndexFunc(s.Pods, func(p corev1.Pod) bool { return p.Namespace == t.Namespace && p.Name == t.Name })
 		if i < 0 {
-			return f, notFound(r, "pod")
+			f.stop = notFound(r, "pod")
+			return f
 		}
 		f.pods = s.Pods[i : i+1]
-		if err := withJob(jobOwner(f.pods[0].OwnerReferences)); err != nil {
-			return f, err
+		if withJob(jobOwner(f.pods[0].OwnerReferences)) {
+			withWorkload()
 		}
-		return f, withWorkload()
 	default:
-		return f, s.owned(&f)
+		s.owned(&f, readable)
 	}
-	return f, nil
+	return f
 }
+
+// whole reports a frame that no failed read ended.
+func (f frame) whole() bool { return f.stop == nil && f.err == nil }
 
 // owned fills f for an owner target: its pods are those whose controller chain (pod → ReplicaSet or
 // Job → target) reaches it, its Workload the one Kueue created for it, its controllers or its pods.
-func (s *Snapshot) owned(f *frame) error {
+// A read that fails ends it (readable).
+func (s *Snapshot) owned(f *frame, readable func(Read, Stage) bool) {
 	t := s.Target
 	if r, ok := ownerRead(t); ok {
-		if err := s.check(r, StageUnknown); err != nil {
-			return err
+		if !readable(r, StageUnknown) {
+			return
 		}
 		if s.Owner == nil || s.Owner.Name != t.Name {
-			return notFound(r, r.Resource)
+			f.stop = notFound(r, r.Resource)
+			return
 		}
 	}
 	controls := func(obj metav1.Object) bool {
@@ -254,8 +264,8 @@ func (s *Snapshot) owned(f *frame) error {
 	mid := map[string]bool{} // "Kind/name" of the controllers the target controls
 	if r, kind, ok := controllersRead(t); ok {
 		f.controllerKind = kind
-		if err := s.check(r, StageUnknown); err != nil {
-			return err
+		if !readable(r, StageUnknown) {
+			return
 		}
 		var objs []metav1.Object
 		if kind == "ReplicaSet" {
@@ -277,9 +287,8 @@ func (s *Snapshot) owned(f *frame) error {
 			}
 		}
 	}
-	r := listRead("pods", "", t.Namespace)
-	if err := s.check(r, StageUnknown); err != nil {
-		return err
+	if !readable(listRead("pods", "", t.Namespace), StageUnknown) {
+		return
 	}
 	podNames := map[string]bool{}
 	for _, p := range s.Pods {
@@ -289,8 +298,9 @@ func (s *Snapshot) owned(f *frame) error {
 		}
 	}
 	// An unserved Kueue API leaves the target without a Workload; nothing here needs one.
-	if err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil && !isAPIMissing(err) {
-		return err
+	if res, err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil || (res != nil && res.Reason != APIMissing) {
+		f.stop, f.err = res, err
+		return
 	}
 	var found []kueue.Workload
 	for _, wl := range s.Workloads {
@@ -308,7 +318,6 @@ func (s *Snapshot) owned(f *frame) error {
 		f.wl = wl
 		f.read = append(f.read, ObjectRef{Kind: "Workload", Namespace: wl.Namespace, Name: wl.Name})
 	}
-	return nil
 }
 
 // ownerRead is the read that tells whether a built-in owner target exists; custom kinds have none.
