@@ -40,7 +40,7 @@ const (
 	// gangResumedStepTime paces the failed-worker gang once it resumed: its 100 steps must outlast the
 	// fault, not run as long again after it (the restarted workers' devices are read as they start). It runs
 	// at least trainResumedMinTime too: restarted worker 1's device is read from its kubelet once the whole
-	// gang runs again, which was 16 to 22 s before the gang completed in the runs on record.
+	// gang runs again, which can be late in a fast gang's run.
 	gangResumedStepTime = 200 * time.Millisecond
 	gangEvery           = 5
 	gangStepTime        = 500 * time.Millisecond

@@ -78,8 +78,8 @@ func publishedBefore(ctx context.Context, env *testenv.Env, path gpu.Path, node 
 // expectCapacityAfterRestart waits until node offers want devices on path after its kubelet or the node
 // restarted. On a DRA path those must be in ResourceSlices published after the restart, none of before:
 // the starting kubelet deletes its node's slices (gpu.PublishedSlices), so a slice from before is one
-// about to go, and the devices it shows are not back yet (CI of eb1e325 counted them 0.8 s after a
-// kubelet restart, before the kubelet had deleted them).
+// about to go, and the devices it shows are not back yet (read right after a restart, they would be
+// counted before the kubelet deleted them).
 func expectCapacityAfterRestart(ctx context.Context, env *testenv.Env, path gpu.Path, node string, want int64, before map[string]string, why string, timeout time.Duration) {
 	ginkgo.GinkgoHelper()
 	if !path.ClaimBased() {

@@ -114,9 +114,8 @@ func (t training) String() string {
 // soon after it resumes. Steps are seconds of simulated work; a checkpoint every trainEvery steps.
 const (
 	// trainSteps outlasts the fault: the device-plugin device-fault spec fails the pod only after it read
-	// the pod's device (a helper pod) and saw the device withdrawn. In the clean-clone CI of 8610b6a that
-	// took until 32 s into the work (withdrawal 7.1 s under load), so a 30-step job had finished and its
-	// replacement resumed from the last step with nothing left to run. 60 steps leave twice the margin.
+	// the pod's device (a helper pod) and saw the device withdrawn, which under load takes half a minute;
+	// a job done by then would resume from its last step with nothing left to run.
 	trainSteps    = 60
 	trainEvery    = 5
 	trainStepTime = time.Second
@@ -125,9 +124,7 @@ const (
 	trainResumedStepTime = 500 * time.Millisecond
 	// trainResumedMinTime is the least the replacement runs once it resumed, however late the fault landed:
 	// its devices are read from its kubelet (a helper pod on its node; the kubelet lists active pods only)
-	// after it is seen running. In the clean-clone CI of f2b7b88 (93 specs, 9 processes) the replacement
-	// was seen running 20 s after the fault and its kubelet read 12 s after that; 45 s covers both delays
-	// again.
+	// after it is seen running, each of which takes tens of seconds on a loaded cluster.
 	trainResumedMinTime = 45 * time.Second
 	trainDir            = "/checkpoints"
 )

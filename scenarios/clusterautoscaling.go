@@ -124,7 +124,7 @@ func poolGrows(ctx context.Context, s *Spec[ClusterAutoscalingInput]) {
 	deleted := time.Now()
 	// Gone already is as good as deleted: the node must go either way. kube-controller-manager's taint
 	// eviction can delete a pod just bound to a new node whose earlier NoExecute taint its cache still
-	// holds (a clean-clone CI run: TaintManagerEviction the second the pod was scheduled); the pod's events
+	// holds (TaintManagerEviction the second the pod was scheduled); the pod's events
 	// say who deleted it.
 	if err := env.Clients.Kube.CoreV1().Pods(s.NS).Delete(ctx, pod.Name, metav1.DeleteOptions{}); apierrors.IsNotFound(err) {
 		ginkgo.AddReportEntry("evidence: pod gone before its deletion", fmt.Sprintf("pod %s/%s: %s", s.NS, pod.Name, scalingEvents(ctx, s, pod.Name)))

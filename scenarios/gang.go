@@ -252,10 +252,9 @@ func gangDoesNotFit(ctx context.Context, s *Spec[GangInput], nodes []string) {
 // withdrawGang deletes a gang's Job and waits until none of its workers is left, while the spec's namespace
 // is still active. A gang Kueue admitted again creates its workers anew; left to the namespace's deletion,
 // a worker the scheduler is placing as the namespace begins terminating races it (on extended-resource-dra
-// the scheduler creates the worker's claim at binding, which a terminating namespace refuses). In a make
-// e2e of 631c8bf two on:node specs found gpuconform-worker4's devices taken for 90 s from the second the
-// "does not fit" gang there was admitted again and its spec ended; no claim of theirs was listed after.
-// Withdrawn here, no worker outlives the spec's hold on its nodes.
+// the scheduler creates the worker's claim at binding, which a terminating namespace refuses), and the
+// devices it takes stay taken after the spec released its nodes. Withdrawn here, no worker outlives the
+// spec's hold on its nodes.
 func withdrawGang(ctx context.Context, env *testenv.Env, job *batchv1.Job) {
 	ginkgo.GinkgoHelper()
 	err := env.Clients.Kube.BatchV1().Jobs(job.Namespace).Delete(ctx, job.Name, metav1.DeleteOptions{PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)})

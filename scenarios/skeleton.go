@@ -196,8 +196,7 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 		return slices.Compact(slices.Sorted(slices.Values(names)))
 	}
 	// A spec that stops a node it knows (the kubelet restart) reserves that node ahead: its holders
-	// finish while the stopper ahead of it in the chain still runs, not after it (bench of 0fa9de5: the
-	// kubelet restarts waited 37 s each for their node once the stops lock was theirs). A spec that names
+	// finish while the stopper ahead of it in the chain still runs, not after it has the stops lock. A spec that names
 	// every node its workload may land on does not: that would idle the whole pool.
 	locks := slices.Clone(s.stopsLocks)
 	for _, node := range nodes {
@@ -247,21 +246,17 @@ func (s *Spec[I]) stopping(ctx context.Context, candidates []string, back time.D
 // run alone. The other specs fill the processes around it.
 var chainFirst = ginkgo.SpecPriority(1)
 
-// pathHoldersLast is the priority of the holds:path specs that stop no node (the sharing checks; the
-// gangs, which held their path too, now lease their nodes, leases:nodes, and run among the rest):
-// Ginkgo hands them out after every other spec. Each needs its path alone, which it cannot have while
-// the node stoppers (each holds every path shared) or the path's node holders run; handed out in random
-// order among the others, they waited in their processes for the chain (CI of 0012a39: two device-plugin
-// gangs waited 362 s and 402 s from the run's first minute, and with the stoppers queued for their turn 7
-// of the 9 processes waited while the path's free node found no spec to run). Last, they run back to back
-// once the node holders are done, and the processes meanwhile run the specs that can go.
+// pathHoldersLast is the priority of the holds:path specs that stop no node (the sharing checks): Ginkgo
+// hands them out after every other spec. Each needs its path alone, which it cannot have while the node
+// stoppers (each holds every path shared) or the path's node holders run; handed out in random order among
+// the others, each would wait in its process for the whole chain. Last, they run back to back once the
+// node holders are done, and the processes meanwhile run the specs that can go.
 var pathHoldersLast = ginkgo.SpecPriority(-1)
 
 // rehearsalFirst is the upgrade rehearsal's priority: the first of the chain. It holds the faults lock
 // and a known-good node until it has compared the known-good pool, and takes them with the stops lock
 // (faultsLock): first in the chain it takes them before any faults:device or holds:node spec has started,
-// where later it kept the chain waiting for those (bench of the lock rename: 125 s) or them waiting for
-// the chain.
+// where later it would keep the chain waiting for those, or them waiting for the chain.
 var rehearsalFirst = ginkgo.SpecPriority(2)
 
 // noDevicesFirst is the priority of the devices:none specs, highest: they take seconds each, run
@@ -272,9 +267,8 @@ var noDevicesFirst = ginkgo.SpecPriority(3)
 // poolReadersFirst is the priority of the specs that put a pod on each node of their path (Takes'
 // EachNode), which take every node of their path shared (pathHold): they need the whole path free of node holders at one
 // moment, which under a stream of holds:node leases (each queued exclusive, first) comes only at the run's
-// end, so started later they each waited minutes and ended the run (bench of 452fd90: 11-156 s waits, the
-// last ending at 828 s of 835). They take seconds; they run in the run's first seconds, beside the
-// devices:none specs, before the chain and the node holders start.
+// end, so started later each would wait minutes and end the run. They take seconds; they run in the run's
+// first seconds, beside the devices:none specs, before the chain and the node holders start.
 var poolReadersFirst = ginkgo.SpecPriority(2)
 
 // failingDevices fails the spec unless it is labelled faults:device: a device fault under the upgrade
@@ -491,16 +485,15 @@ const stopsLock = "node-stops"
 // faultsLock is the lock of the specs that fail a device (faults:device, shared) and of the upgrade
 // rehearsal (holds:canary, exclusive), which compares what every known-good node offers before and after.
 // The rehearsal takes it with the stops lock at once (poollock.Take), so it never holds it while it waits
-// for the node stoppers ahead of it (CI 45e7c8d: taken first, it kept every faults:device spec waiting
-// through them, 284-471 s).
+// for the node stoppers ahead of it (taken first, it would keep every faults:device spec waiting through
+// them).
 const faultsLock = "node-unhealthy-devices"
 
 // canaryLock is the lock of the canary pool's rehearsals (holds:canary, exclusive, until the rollback):
 // the driver upgrade drains and upgrades the canary and fills its nodes in its application checks, and the
 // DRA driver's roll keeps pods with claims starting there. Where the canary is not in the GPU pool (the
-// local cluster's gpuconform-worker5) no node lock keeps them apart (make e2e of ddde269: the upgrade's
-// "exclusivity (a filled node)" check on the canary found two devices held by the DRA roll's holder and
-// probe).
+// local cluster's gpuconform-worker5) no node lock keeps them apart, and the upgrade's "exclusivity (a
+// filled node)" check on the canary would find devices held by the DRA roll's pods.
 const canaryLock = "canary-pool"
 
 // poolPlan is how a spec holds the pool locks: locks, each in its mode, then (holds:node) one of lease

@@ -10,9 +10,9 @@
 // poolHold and canaryHold say which spec takes what.
 //
 // A holder asks for all its locks at once (Take) and gets them all at once: it never holds some while it
-// waits for the others, so a spec that waits for one path keeps nobody off another (CI e381481: a node
-// stopper that held the device-plugin path shared while it waited 170 s for the DRA path kept a
-// device-plugin gang, and every spec queued behind the gang, off that path; nothing ran there for 200 s).
+// waits for the others, so a spec that waits for one path keeps nobody off another (a node stopper holding
+// one path shared while it waited for the other would keep that path's exclusive holders, and everything
+// queued behind them, off it).
 // Waiters are served in the order they came, with one rule against starvation: a waiter reserves, in its
 // mode, its locks in name order up to the first one a holder keeps it from, and no waiter that came later
 // takes a reserved lock in a conflicting mode (a queued exclusive holder goes before shared ones that
@@ -478,9 +478,8 @@ func (t *table) schedule() map[int64][]string {
 // keep it waiting.
 //
 // The reservations are made anew on every pass. Reserving every lock in its way would idle a lock the
-// waiter is far from needing (bench of d69d2c7: a node stopper that found the DRA path busy before the
-// stops lock was taken reserved the DRA path, waited 160 s for the stops lock, and no DRA spec ran
-// meanwhile); reserving only the first lock in its way would let a later holder take a lock before it, and
+// waiter is far from needing (a node stopper that found a path busy would reserve it while it waits for
+// the stops lock, and no spec of that path would run meanwhile); reserving only the first lock in its way would let a later holder take a lock before it, and
 // the waiter might never find them all free at once. The prefix is neither: only waiters that came
 // before it take those locks first, as with locks taken in name order, and it holds nothing meanwhile.
 func (t *table) grant(w *entry) (blocked []string) {
@@ -557,9 +556,8 @@ func (t *table) grant(w *entry) (blocked []string) {
 	}
 	// A lock that a waiter before w asks for in a mode that conflicts with w's is not reserved: w cannot
 	// have it before that waiter has had it, and reserving it meanwhile would only keep later holders
-	// that go beside that waiter off it (bench of e6ef45c: a gang waiting for its path exclusive behind
-	// the node stoppers, which each take every path shared, reserved the path through the whole chain of
-	// stoppers, and no node holder of the path ran beside them for 120 s). The earliest waiter always
+	// that go beside that waiter off it (a path reserved exclusive behind the node stoppers, which each take
+	// every path shared, would keep the path's node holders off it through the whole chain). The earliest waiter always
 	// reserves, so every waiter gets its turn.
 	w.Reserved = slices.DeleteFunc(prefix, func(l Lock) bool { return t.askedBefore(w, l.Name, l.Mode) })
 	return blocked

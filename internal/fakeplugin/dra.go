@@ -168,9 +168,8 @@ func (p *Plugin) ServeDRA(ctx context.Context, client kubernetes.Interface) erro
 // kubelet deletes within that minute (the kubelet wipes its node's slices as it starts) stays in the
 // cache, and the controller believes it exists until the minute is over: the agent's republishing of a
 // missing slice changed nothing, and a kubelet restart shortly after the agent started (a node stopped
-// and started, then its kubelet restarted) left the node without DRA devices for 40 s (clean-clone CI
-// of 0012a39: "own ResourceSlice is missing" four times, 10 s apart, before the slice came back 60 s
-// after its creation). DefaultSyncDelay (30 s after a slice event) is the wait before a deletion is
+// and started, then its kubelet restarted) would leave the node without DRA devices until the minute is
+// over. DefaultSyncDelay (30 s after a slice event) is the wait before a deletion is
 // noticed at all. The agent runs one pool of one node, whose informer is up to date within a second.
 const (
 	sliceMutationCacheTTL = 5 * time.Second
