@@ -40,7 +40,7 @@ type AllocationInput struct {
 const allocationName = "allocation"
 
 // Allocation is the allocation scenario: the right devices on the right node, exclusively (AllocationSpec,
-// IsolationSpec), and a spec that fails for each path found present but not working (BrokenPathSpec).
+// with the application checks of deviceChecks), and a spec that fails for each path found present but not working (BrokenPathSpec).
 var Allocation = Define(Scenario{Name: allocationName, Title: "a workload gets exactly the devices it asked for, and only it sees them",
 	Required: true, Uses: suite.Needs{Kueue: true},
 	Proves: []conformance.Proof{{Requirement: conformance.SecureAcceleratorAccess,
@@ -56,7 +56,6 @@ var Allocation = Define(Scenario{Name: allocationName, Title: "a workload gets e
 	func(input func() AllocationInput) {
 		BrokenPathSpec(input().Broken)
 		AllocationSpec(input)
-		IsolationSpec(input)
 	})
 
 // AllocationSpec registers the allocation scenario: per path and device count, a Job submitted through
@@ -76,36 +75,16 @@ func AllocationSpec(input func() AllocationInput) {
 		pathName := regPath.Name()
 		describePath(input, regPath, "GPU allocation", "alloc", []any{labels.Of(labels.Scenario(allocationName))}, func(s *Spec[AllocationInput]) {
 			for _, n := range counts {
-				nodes := reg.eligible(regPath, n)
-				if len(nodes) == 0 {
-					reg.notExercised(fmt.Sprintf("%s: %d device(s) per pod", pathName, n), fmt.Sprintf("no node in the GPU pool has %d devices on this path", n))
-					continue
-				}
-
-				if reg.queued(reg.KueuePresent, pathName) {
+				if nodes := reg.eligible(regPath, n); len(nodes) > 0 && reg.queued(reg.KueuePresent, pathName) {
 					ginkgo.It(fmt.Sprintf("admits a Job for %s through a LocalQueue and completes it", plural(n)),
 						labels.Of(labels.NeedsKueue), takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
 							ginkgo.By("the Job is placed on a node with the devices and sees exactly the devices it was given")
 							queuedJobGetsItsDevices(ctx, s.Env, s.In, s.Path, s.NS, n, s.lease(ctx, nodes))
 						})
 				}
-
-				proof := proves(allocationName, conformance.SecureAcceleratorAccess)
-				if regPath.ClaimBased() {
-					proof = append(proof, proves(allocationName, conformance.DRASupport)...)
-				}
-				ginkgo.It(fmt.Sprintf("shows a running pod exactly the %s allocated to it", plural(n)),
-					proof, takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
-						ginkgo.By(fmt.Sprintf("the devices the pod sees are those %s allocated", s.Path.Authority()))
-						ginkgo.By("the devices are freed when the pod is deleted")
-						runningPodSeesGivenDevices(ctx, s.Env, s.Path, s.NS, n, s.lease(ctx, nodes))
-					})
 			}
-
-			if nodes := reg.withDevices(regPath, "the vendor's device test"); len(nodes) > 0 {
-				ginkgo.It("runs the vendor's device test in a pod with one device", takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
-					deviceTest(ctx, s.Env, s.Path, s.NS, s.lease(ctx, nodes), s.In.DeviceTest)
-				})
+			for _, c := range deviceChecks {
+				deviceCheckSpecs(s, reg, regPath, c, counts)
 			}
 
 			ginkgo.It("shows no device to a pod that asks for none", proves(allocationName, conformance.SecureAcceleratorAccess), takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
@@ -202,30 +181,30 @@ func BrokenPathSpec(broken map[string]string) {
 	}
 }
 
-// IsolationSpec registers, per path, the checks that one pod's devices are its own: a full node's devices
-// go one to each pod running side by side, all distinct and all of them, and one more pod waits; a GPU
-// pod's other containers, its init container and a pod beside it see none of its devices. They catch
-// over-advertising, double allocation and leaky isolation, which the single-pod allocation checks cannot.
-func IsolationSpec(input func() AllocationInput) {
-	reg := input()
-	for _, regPath := range reg.Paths {
-		nodes := reg.withDevices(regPath, "exclusivity and isolation")
+// deviceCheckSpecs registers c's specs on path: one per device count where c is counted (else one, with one
+// device), each on the pool's nodes with that many devices; a count no pool node has is recorded as not
+// exercised.
+func deviceCheckSpecs(s *Spec[AllocationInput], reg AllocationInput, path gpu.Path, c deviceCheck, counts []int) {
+	if !c.perCount {
+		counts = []int{1}
+	}
+	for _, n := range counts {
+		nodes := reg.eligible(path, n)
 		if len(nodes) == 0 {
+			reg.notExercised(fmt.Sprintf("%s: %s with %d device(s) per pod", path.Name(), c.name, n), fmt.Sprintf("no node in the GPU pool has %d devices on this path", n))
 			continue
 		}
-		describePath(input, regPath, "GPU exclusivity and isolation", "isol", []any{labels.Of(labels.Scenario(allocationName))}, func(s *Spec[AllocationInput]) {
-			// holds:node: it needs every device of the path on one node, which another spec's pods would hold.
-			ginkgo.It("gives each device of a full node to exactly one pod, and one more pod waits",
-				proves(allocationName, conformance.SecureAcceleratorAccess),
-				takes(Takes{Devices: OneWholeNode}), func(ctx context.Context) {
-					ginkgo.By("every device goes to one of the pods running side by side, all of them")
-					fillNode(ctx, s.Env, s.Path, s.NS, s.on(nodes))
-				})
-
-			ginkgo.It("hides a pod's devices from its second container, init container and neighbour", proves(allocationName, conformance.SecureAcceleratorAccess), takes(Takes{Devices: FewOnOneNode}), func(ctx context.Context) {
-				ginkgo.By("a GPU pod's second container, its init container and a pod beside it see none of its devices")
-				isolation(ctx, s.Env, s.Path, s.NS, s.lease(ctx, nodes)[0])
-			})
-		})
+		proof := []any{takes(c.takes)}
+		for _, id := range c.proves {
+			proof = append(proof, proves(allocationName, id))
+		}
+		for _, id := range c.claimProves {
+			if path.ClaimBased() {
+				proof = append(proof, proves(allocationName, id))
+			}
+		}
+		ginkgo.It(c.title(n), append(proof, func(ctx context.Context) {
+			c.run(ctx, checkOn{env: s.Env, path: s.Path, ns: s.NS, nodes: s.lease(ctx, nodes), devices: n, deviceTest: s.In.DeviceTest})
+		})...)
 	}
 }

@@ -140,6 +140,20 @@ func TestSpecTitlesAreShort(t *testing.T) {
 			return true
 		})
 		ast.Inspect(file, func(n ast.Node) bool {
+			if kv, ok := n.(*ast.KeyValueExpr); ok {
+				// A deviceCheck's title: titled("…"), or a function returning fmt.Sprintf("…", …).
+				if key, ok := kv.Key.(*ast.Ident); ok && key.Name == "title" {
+					title, verbs := checkTitle(kv.Value, consts)
+					if title == "" {
+						t.Errorf("%s: a title the test cannot read (%T)", f, kv.Value)
+					}
+					titles++
+					if n := len([]rune(title)) + 10*verbs; n > 80 {
+						t.Errorf("%s: the title %q is about %d characters; keep it to 80 and put the detail in a By step", f, title, n)
+					}
+				}
+				return true
+			}
 			call, ok := n.(*ast.CallExpr)
 			if !ok || len(call.Args) == 0 {
 				return true
@@ -161,6 +175,23 @@ func TestSpecTitlesAreShort(t *testing.T) {
 	if titles < 40 {
 		t.Fatalf("measured %d titles; the rule would hold on nothing", titles)
 	}
+}
+
+// checkTitle is a deviceCheck's title as written and its verbs.
+func checkTitle(e ast.Expr, consts map[string]string) (string, int) {
+	var title string
+	var verbs int
+	ast.Inspect(e, func(n ast.Node) bool {
+		if call, ok := n.(*ast.CallExpr); ok && title == "" && len(call.Args) > 0 {
+			if t, v := titleOf(call, consts); t != "" {
+				title, verbs = t, v
+			} else if id, ok := call.Fun.(*ast.Ident); ok && id.Name == "titled" {
+				title, verbs = titleOf(call.Args[0], consts)
+			}
+		}
+		return title == ""
+	})
+	return title, verbs
 }
 
 // titleOf is a title's text as written (a literal, a constant, or a Sprintf format) and its verbs.

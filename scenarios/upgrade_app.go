@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -189,10 +190,13 @@ func canaryPathChecks(ctx context.Context, in UpgradeInput, log *rehearsalLog, p
 		held := runOnceDevicesBack(ctx, env, p, ns, node, "canary-"+name, "after the upgrade to "+in.To)
 		ginkgo.AddReportEntry("canary allocation ("+name+")", fmt.Sprintf("%s on %s got a device", held, node))
 	})
-	run("device identity", func(ns string) { runningPodSeesGivenDevices(ctx, env, p, ns, 1, in.Canary) })
-	run("exclusivity (a filled node)", func(ns string) { fillNode(ctx, env, p, ns, in.Canary) })
-	run("isolation", func(ns string) { isolation(ctx, env, p, ns, node) })
-	run("vendor device test", func(ns string) { log.standIn = deviceTest(ctx, env, p, ns, in.Canary, in.DeviceTest) })
+	// The allocation scenario's checks, by name, on the canary nodes with a device on the path.
+	nodes := slices.DeleteFunc(slices.Clone(in.Canary), func(n string) bool { return p.Capacity()[n] == 0 })
+	for _, c := range deviceChecks {
+		run(c.name, func(ns string) {
+			log.standIn = c.run(ctx, checkOn{env: env, path: p, ns: ns, nodes: nodes, devices: 1, deviceTest: in.DeviceTest})
+		})
+	}
 	switch placement, why := canaryGangPlacement(in, p); {
 	case why != "":
 		log.notApplicable("multi-worker job", name, why)
