@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/onsi/ginkgo/v2"
 	"github.com/onsi/gomega"
@@ -18,11 +19,59 @@ import (
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/gpu"
+	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/pods"
 	"gpuconform.io/gpuconform/framework/run"
+	"gpuconform.io/gpuconform/framework/suite"
 	"gpuconform.io/gpuconform/framework/wait"
 	"gpuconform.io/gpuconform/internal/textcut"
 )
+
+// NoisyInput is the input of NoisySpec.
+type NoisyInput struct {
+	Base
+	// Modes are how each node shares its GPUs on each path (discovery's, as for the sharing scenario).
+	Modes []cluster.NodeSharingMode
+	// Noisy is the configured workload of the measurement (none: the workload image's), and NoisyMaxP99
+	// its limit, default applied.
+	Noisy       config.NoisyNeighbourConfig
+	NoisyMaxP99 time.Duration
+}
+
+const noisyName = "noisy-neighbours"
+
+// Noisy is the noisy-neighbour scenario (NoisySpec): a probe's latency on one GPU that time-slicing or MPS
+// shares, alone and beside a memory-heavy and a compute-heavy neighbour. It is not required: a cluster
+// that shares no GPU has no neighbours.
+var Noisy = Define(Scenario{Name: noisyName,
+	NotOnExtendedDRA: "sharing is configured per device plugin or per DRA claim; a DRA-served extended resource has none of its own",
+	Title:            "a probe on a shared GPU keeps its latency beside noisy neighbours (not required: a cluster that shares no GPU has none)"},
+	func(r *suite.Run) NoisyInput {
+		return NoisyInput{Base: baseOf(r), Modes: r.Caps.SharingModes, Noisy: r.Config.NoisyNeighbour,
+			NoisyMaxP99: cmp.Or(r.Config.NoisyNeighbour.MaxP99.Duration, config.DefaultNoisyMaxP99)}
+	},
+	NoisySpec)
+
+// NoisySpec registers, per path, the measurement on the first time-sliced or MPS node of the GPU pool with
+// two replicas or more; a path without one is recorded as not exercised.
+func NoisySpec(input func() NoisyInput) {
+	reg := input()
+	for _, regPath := range reg.pathsFor(noisyName) {
+		chosen, _ := sharingModesOn(reg.Modes, regPath.Name(), reg.GPUPool)
+		m := noisyCandidate(reg, regPath.Name(), chosen)
+		if m == nil {
+			continue
+		}
+		describePath(input, regPath, "Noisy neighbours", "noisy", []any{labels.Of(labels.Scenario(noisyName))}, func(s *Spec[NoisyInput]) {
+			// A timing measured while another spec loads the node would measure that spec.
+			ginkgo.It(fmt.Sprintf("measures a probe's latency alone and beside noisy neighbours (%s)", m.Mode),
+				takes(Takes{Devices: WholePool}), func(ctx context.Context) {
+					ginkgo.By("the neighbours: a memory-heavy one and a compute-heavy one")
+					noisyNeighbours(ctx, s, *m)
+				})
+		})
+	}
+}
 
 // NoisyLatencyEntry is the report entry of the noisy-neighbour measurement; its value a noisyResult.
 const NoisyLatencyEntry = "gpu noisy-neighbour latency"
@@ -58,8 +107,8 @@ func (r noisyResult) String() string {
 // noisyCandidate is the node the noisy-neighbour measurement runs on for this path: a time-sliced or MPS
 // node (several pods on one physical GPU) where a workload that drives the device is configured. Else the
 // measurement is recorded as not exercised, with why.
-func noisyCandidate(reg SharingInput, path string, chosen []cluster.NodeSharingMode) *cluster.NodeSharingMode {
-	what := "sharing: noisy-neighbour latency on " + path
+func noisyCandidate(reg NoisyInput, path string, chosen []cluster.NodeSharingMode) *cluster.NodeSharingMode {
+	what := "noisy-neighbour latency on " + path
 	i := slices.IndexFunc(chosen, func(m cluster.NodeSharingMode) bool {
 		return (m.Mode == cluster.ModeTimeSlicing || m.Mode == cluster.ModeMPS) && m.Replicas >= 2
 	})
@@ -74,7 +123,7 @@ func noisyCandidate(reg SharingInput, path string, chosen []cluster.NodeSharingM
 // memory-heavy and then a compute-heavy neighbour. The device plugin cannot be told which GPU to give, so
 // the suite first holds every free replica of the node with idle pods, reads which GPU each holds, and frees
 // replicas of one GPU only: the next pod can only get that GPU, which its allocation then confirms.
-func noisyNeighbours(ctx context.Context, s *Spec[SharingInput], m cluster.NodeSharingMode) {
+func noisyNeighbours(ctx context.Context, s *Spec[NoisyInput], m cluster.NodeSharingMode) {
 	env, path, node := s.Env, s.Path, m.Node
 	_, n, held := freestNode(ctx, env, path, []string{node})
 	if n == 0 {
@@ -148,7 +197,7 @@ func noisyNeighbours(ctx context.Context, s *Spec[SharingInput], m cluster.NodeS
 }
 
 // noisyPod is a pod of the configured workload in role, asking for one replica on node.
-func noisyPod(s *Spec[SharingInput], name, role, node string) *fixtures.GPUPodWrapper {
+func noisyPod(s *Spec[NoisyInput], name, role, node string) *fixtures.GPUPodWrapper {
 	w := s.Env.Factory.GPUPod(name, s.NS).Path(s.Path).Devices(1).Env(config.NoisyNeighbourRoleEnv, role).OnNodes(node)
 	if s.In.Noisy.Image == "" {
 		return w.Args("noisy") // the workload image's own, on libcuda where the container has it
@@ -158,7 +207,7 @@ func noisyPod(s *Spec[SharingInput], name, role, node string) *fixtures.GPUPodWr
 
 // heldGPU is the physical GPU the kubelet allocated to a running pod; false (recorded) when the kubelet's
 // view cannot be read, since then no neighbour can be shown to share the probe's GPU.
-func heldGPU(ctx context.Context, s *Spec[SharingInput], name string) (string, bool) {
+func heldGPU(ctx context.Context, s *Spec[NoisyInput], name string) (string, bool) {
 	pod := pods.ExpectPodRunning(ctx, s.Env, s.NS, name)
 	given, err := s.Path.Given(ctx, givenInput(s.Env, pod, nil))
 	gomega.Expect(err).NotTo(gomega.HaveOccurred(), "reading the allocation of pod %s from %s", name, s.Path.Authority())
@@ -173,7 +222,7 @@ func heldGPU(ctx context.Context, s *Spec[SharingInput], name string) (string, b
 // runNoisyProbe runs the configured probe to its end on node and reads its latency from its log's last
 // line, or the stand-in sentence the workload's own probe prints where its container has no CUDA driver.
 // A probe that fails, or prints neither, fails the spec: the measurement is the check.
-func runNoisyProbe(ctx context.Context, s *Spec[SharingInput], name, node string) (*latency, string) {
+func runNoisyProbe(ctx context.Context, s *Spec[NoisyInput], name, node string) (*latency, string) {
 	ginkgo.GinkgoHelper()
 	env, ns := s.Env, s.NS
 	name = createPod(ctx, s, noisyPod(s, name, config.NoisyRoleProbe, node))
@@ -210,7 +259,7 @@ func noisyStandIn(log string) string {
 }
 
 // deletePod deletes a pod of the spec and waits until it is gone, so its replica is free again.
-func deletePod(ctx context.Context, s *Spec[SharingInput], name string) {
+func deletePod(ctx context.Context, s *Spec[NoisyInput], name string) {
 	ginkgo.GinkgoHelper()
 	env, ns := s.Env, s.NS
 	gomega.Expect(env.Clients.Kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{})).To(gomega.Succeed(), "deleting pod %s", name)

@@ -24,6 +24,7 @@ var Registry = []*Scenario{
 	Shortage,
 	Driver,
 	Sharing,
+	Noisy,
 	Gang,
 	Metrics,
 	ServiceMetrics,

@@ -1,17 +1,14 @@
 package scenarios
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/onsi/ginkgo/v2"
 
 	"gpuconform.io/gpuconform/framework/cluster"
-	"gpuconform.io/gpuconform/framework/config"
 	"gpuconform.io/gpuconform/framework/conformance"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/framework/suite"
@@ -23,10 +20,6 @@ type SharingInput struct {
 	// Modes are how each node shares its GPUs on each path, read by discovery from evidence (labels,
 	// resources, ResourceSlices), evidence winning over labels.
 	Modes []cluster.NodeSharingMode
-	// Noisy is the configured workload of the noisy-neighbour measurement (none: the workload image's), and
-	// NoisyMaxP99 its limit, default applied.
-	Noisy       config.NoisyNeighbourConfig
-	NoisyMaxP99 time.Duration
 }
 
 const sharingName = "sharing"
@@ -41,8 +34,7 @@ var Sharing = Define(Scenario{Name: sharingName,
 			"each get one replica, MIG device or partition, every one mapped to its physical GPU, no GPU has more holders than its mode allows, " +
 			"and one more pod waits"}}},
 	func(r *suite.Run) SharingInput {
-		return SharingInput{Base: baseOf(r), Modes: r.Caps.SharingModes, Noisy: r.Config.NoisyNeighbour,
-			NoisyMaxP99: cmp.Or(r.Config.NoisyNeighbour.MaxP99.Duration, config.DefaultNoisyMaxP99)}
+		return SharingInput{Base: baseOf(r), Modes: r.Caps.SharingModes}
 	},
 	SharingSpec)
 
@@ -50,8 +42,7 @@ var Sharing = Define(Scenario{Name: sharingName,
 // what that mode promises: time-slicing and MPS replicas map to one physical GPU, no GPU has more holders
 // than its replicas, MPS containers see their limits; MIG devices are distinct, of their profile, and never
 // handed out beside their parent GPU; DRA partitions never exceed their parent's shared counters and never
-// run beside the whole parent. A noisy-neighbour measurement runs where a workload that drives the device
-// is configured. Every check it cannot make here is recorded as not exercised, with the evidence.
+// run beside the whole parent. Every check it cannot make here is recorded as not exercised, with the evidence.
 func SharingSpec(input func() SharingInput) {
 	reg := input()
 	for _, regPath := range reg.pathsFor(sharingName) {
@@ -64,7 +55,6 @@ func SharingSpec(input func() SharingInput) {
 			}
 			reg.notExercised(pathName+": sharing", why)
 		}
-		noisyNode := noisyCandidate(reg, pathName, chosen)
 		if len(chosen) == 0 {
 			continue
 		}
@@ -89,15 +79,6 @@ func SharingSpec(input func() SharingInput) {
 				case cluster.ModeConsumable:
 					registerCapacitySpecs(reg, s, m)
 				}
-			}
-			if noisyNode != nil {
-				m := *noisyNode
-				// holds:nodes: a timing measured while another spec loads the node would measure that spec.
-				ginkgo.It(fmt.Sprintf("measures a probe's latency alone and beside noisy neighbours (%s)", m.Mode),
-					takes(Takes{Devices: WholePool}), func(ctx context.Context) {
-						ginkgo.By("the neighbours: a memory-heavy one and a compute-heavy one")
-						noisyNeighbours(ctx, s, m)
-					})
 			}
 		})
 	}

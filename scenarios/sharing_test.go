@@ -261,7 +261,7 @@ func TestSharingRegistrationChoices(t *testing.T) {
 	}
 
 	var skipped []string
-	reg := SharingInput{Base: Base{NotExercised: func(what, why string) { skipped = append(skipped, what+": "+why) }}}
+	reg := NoisyInput{Base: Base{NotExercised: func(what, why string) { skipped = append(skipped, what+": "+why) }}}
 	// No image configured: the workload image's own probe measures.
 	if m := noisyCandidate(reg, config.PathDevicePlugin, modes[:1]); m == nil || len(skipped) != 0 {
 		t.Errorf("the workload's own probe: %v %v", m, skipped)

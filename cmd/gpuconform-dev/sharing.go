@@ -77,16 +77,18 @@ const (
 
 func sharingTable() []sharingRow {
 	both := []string{"sharing", "allocation"}
+	// A time-sliced or MPS GPU also has neighbours to measure.
+	replicated := []string{"sharing", "noisy-neighbours"}
 	return []sharingRow{
-		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2}, Scenarios: both, Specs: []string{specReplicas}},
-		{Mode: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2}, Scenarios: []string{"sharing"}, Specs: []string{specReplicas}},
+		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2}, Scenarios: append(slices.Clone(both), "noisy-neighbours"), Specs: []string{specReplicas}},
+		{Mode: sharingMode{Mode: fakegpu.SharingMPS, Replicas: 2}, Scenarios: replicated, Specs: []string{specReplicas}},
 		{Mode: sharingMode{Mode: fakegpu.SharingMIGSingle, Replicas: 1}, Scenarios: []string{"sharing"}, Specs: []string{specMIGFill}},
 		// The DRA path's GPUs are published whole and as partitions: the prioritized list's MIG-else-whole
 		// claim has what it needs.
 		{Mode: sharingMode{Mode: fakegpu.SharingMIGMixed, Replicas: 1}, Scenarios: append(slices.Clone(both), "prioritized"), Specs: []string{specMIGFill, specMIGOrWhole}},
 		// NVIDIA's renameByDefault: the replicas as nvidia.com/gpu.shared, nvidia.com/gpu at 0, the product
 		// without -SHARED; discovery must read the mode from the renamed resource.
-		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2, Renamed: true}, Scenarios: both, Specs: []string{specReplicas}},
+		{Mode: sharingMode{Mode: fakegpu.SharingTimeSlicing, Replicas: 2, Renamed: true}, Scenarios: append(slices.Clone(both), "noisy-neighbours"), Specs: []string{specReplicas}},
 	}
 }
 
