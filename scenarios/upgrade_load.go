@@ -283,9 +283,6 @@ func parseLoadLog(log string) loadLog {
 	return l
 }
 
-// maxStep is the largest numeric "step" field of the JSON-object lines of log (0 when none has one).
-func maxStep(log string) int64 { return parseLoadLog(log).maxStep }
-
 // medianGFLOPS is the median "gflops" of the steps in (from, upTo] (0 when none carries one).
 func (l loadLog) medianGFLOPS(from, upTo int64) float64 {
 	var v []float64

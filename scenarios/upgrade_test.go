@@ -180,3 +180,6 @@ func TestByDeviceDomain(t *testing.T) {
 		t.Errorf("two paths of their own: %v", got)
 	}
 }
+
+// maxStep is the largest numeric "step" field of the JSON-object lines of log (0 when none has one).
+func maxStep(log string) int64 { return parseLoadLog(log).maxStep }

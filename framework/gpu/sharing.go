@@ -1,14 +1,12 @@
 package gpu
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 
 	"gpuconform.io/gpuconform/framework/cluster"
-	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
 // ReplicaSeparator joins a physical device ID and a replica number in the IDs a sharing device plugin
@@ -168,63 +166,6 @@ func (o SharingObservation) String() string {
 		s += " (" + o.Note + ")"
 	}
 	return s
-}
-
-// noIsolation is what time-slicing does not promise, said wherever a pod shares a GPU that way.
-const noIsolation = "no memory or fault isolation"
-
-// ObserveSharing is what pod on node saw on path, read from its probe report and the IDs its path's
-// authority allocated it (replica IDs under time-slicing and MPS; nil when unread): MIG devices (by
-// nvidia-smi, with their profile and parent) make it ObservedMIG; replica IDs make it MPS when the
-// container has CUDA_MPS_* variables (NVIDIA's plugin sets the pipe directory), else time-slicing; anything else is whole GPUs, exclusive.
-func ObserveSharing(node, path, pod string, allocated []string, r probe.Report) SharingObservation {
-	o := SharingObservation{Node: node, Path: path, Pod: pod}
-	switch {
-	case len(r.MIGDevices) > 0:
-		o.Mode = ObservedMIG
-		mig := map[string]bool{}
-		var saw []string
-		for _, m := range r.MIGDevices {
-			mig[m.UUID] = true
-			saw = append(saw, fmt.Sprintf("%s (%s of %s)", m.UUID, m.Profile, m.Parent))
-		}
-		for _, d := range r.Devices {
-			if !mig[d] {
-				saw = append(saw, d+" whole")
-			}
-		}
-		o.Saw = strings.Join(saw, "; ")
-	case AnyReplicated(allocated):
-		o.Mode, o.Saw, o.Note = cluster.ModeTimeSlicing, DescribeReplicas(allocated), noIsolation
-		if r.MPS != nil {
-			o.Mode, o.Note = cluster.ModeMPS, mpsNote(*r.MPS)
-		}
-	default:
-		o.Mode = cluster.ModeExclusive
-		saw := make([]string, 0, len(r.Devices))
-		for _, d := range r.Devices {
-			saw = append(saw, d+" whole")
-		}
-		o.Saw = strings.Join(saw, "; ")
-		if r.MPS != nil {
-			// An MPS pipe directory without replica IDs: the allocation was not read, or MPS serves whole GPUs.
-			o.Note = mpsNote(*r.MPS)
-		}
-	}
-	if o.Saw == "" {
-		o.Saw = "no device"
-	}
-	return o
-}
-
-// mpsNote states the MPS limits a container read from its MPS control daemon (through
-// nvidia-cuda-mps-control: NVIDIA's plugin sets them as the daemon's defaults), or why it read none.
-func mpsNote(m probe.MPS) string {
-	if m.Control != probe.MPSControlAnswered {
-		return "MPS without limits the container can read: " + cmp.Or(m.ControlError, "its MPS control daemon was not asked") + "; " + noIsolation
-	}
-	return fmt.Sprintf("MPS daemon defaults read with %s: active threads %s%%, pinned device memory %s; no fault isolation",
-		probe.MPSControl, cmp.Or(m.ActiveThreadPercentage, "unset"), cmp.Or(m.PinnedDeviceMemLimit, "unset"))
 }
 
 // SeenConsistent reports whether what a pod saw (an observation's Mode) fits the mode discovery read

@@ -10,7 +10,6 @@ import (
 
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/internal/fakeplugin"
-	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
 func TestParseDeviceID(t *testing.T) {
@@ -126,39 +125,8 @@ func TestWrongIDsFaultIsAMismatchWithReplicas(t *testing.T) {
 	}
 }
 
-func TestObserveSharing(t *testing.T) {
-	const parent = "GPU-8f4a7c2e-1b3d-4e5f-9a6b-7c8d9e0f1a2b"
-	migReport := probe.Report{Devices: []string{"MIG-1"}, MIGDevices: []probe.MIGDevice{{UUID: "MIG-1", Parent: parent, Profile: "3g.40gb"}}}
-	cases := []struct {
-		name      string
-		allocated []string
-		report    probe.Report
-		want      SharingObservation
-	}{
-		{"whole GPU", []string{"GPU-a"}, probe.Report{Devices: []string{"GPU-a"}},
-			SharingObservation{Mode: cluster.ModeExclusive, Saw: "GPU-a whole"}},
-		{"time-slicing replica", []string{"GPU-a::1"}, probe.Report{Devices: []string{"GPU-a"}},
-			SharingObservation{Mode: cluster.ModeTimeSlicing, Saw: "replica 1 of GPU-a", Note: "no memory or fault isolation"}},
-		{"MPS replica with limits", []string{"GPU-a::0"}, probe.Report{Devices: []string{"GPU-a"}, MPS: &probe.MPS{PipeDirectory: "/mps/nvidia.com/gpu/pipe", ActiveThreadPercentage: "50", PinnedDeviceMemLimit: "0=40960M", Control: probe.MPSControlAnswered}},
-			SharingObservation{Mode: cluster.ModeMPS, Saw: "replica 0 of GPU-a", Note: "MPS daemon defaults read with nvidia-cuda-mps-control: active threads 50%, pinned device memory 0=40960M; no fault isolation"}},
-		{"MPS replica whose daemon does not answer", []string{"GPU-a::0"}, probe.Report{Devices: []string{"GPU-a"}, MPS: &probe.MPS{PipeDirectory: "/mps/nvidia.com/gpu/pipe", Control: probe.MPSControlNoAnswer, ControlError: "nvidia-cuda-mps-control did not answer"}},
-			SharingObservation{Mode: cluster.ModeMPS, Saw: "replica 0 of GPU-a", Note: "MPS without limits the container can read: nvidia-cuda-mps-control did not answer; no memory or fault isolation"}},
-		{"MPS limit variables only count for nothing", []string{"GPU-a::0"}, probe.Report{Devices: []string{"GPU-a"}, MPS: &probe.MPS{Env: &probe.MPSEnv{ActiveThreadPercentage: "50"}}},
-			SharingObservation{Mode: cluster.ModeMPS, Saw: "replica 0 of GPU-a", Note: "MPS without limits the container can read: its MPS control daemon was not asked; no memory or fault isolation"}},
-		{"MIG device", []string{"MIG-1"}, migReport,
-			SharingObservation{Mode: ObservedMIG, Saw: "MIG-1 (3g.40gb of " + parent + ")"}},
-		{"nothing", nil, probe.Report{Devices: []string{}}, SharingObservation{Mode: cluster.ModeExclusive, Saw: "no device"}},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			got := ObserveSharing("w1", "device-plugin", "p0", c.allocated, c.report)
-			c.want.Node, c.want.Path, c.want.Pod = "w1", "device-plugin", "p0"
-			if got != c.want {
-				t.Errorf("ObserveSharing = %+v, want %+v", got, c.want)
-			}
-		})
-	}
-	o := ObserveSharing("w1", "device-plugin", "p0", []string{"GPU-a::1"}, probe.Report{Devices: []string{"GPU-a"}})
+func TestSharingObservationString(t *testing.T) {
+	o := SharingObservation{Node: "w1", Path: "device-plugin", Pod: "p0", Mode: cluster.ModeTimeSlicing, Saw: "replica 1 of GPU-a", Note: "no memory or fault isolation"}
 	if s := o.String(); s != "pod p0 on w1 (device-plugin): time-slicing, saw replica 1 of GPU-a (no memory or fault isolation)" {
 		t.Errorf("String = %q", s)
 	}

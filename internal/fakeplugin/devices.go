@@ -65,16 +65,6 @@ type migDevice struct {
 	placement fakegpu.Placement
 }
 
-// newDeviceTable is the table of a node without MIG: devices device-plugin GPUs advertised replicas
-// times each on nvidia.com/gpu, then draDevices DRA GPUs.
-func newDeviceTable(node string, devices, draDevices, replicas int) *deviceTable {
-	mode := fakegpu.SharingNone
-	if replicas > 1 {
-		mode = fakegpu.SharingTimeSlicing
-	}
-	return newModeTable(node, "nvidia.com/gpu", mode, devices, draDevices, replicas)
-}
-
 // newModeTable builds the table of a node in sharing mode mode, whose configured resource is resource.
 func newModeTable(node, resource, mode string, devices, draDevices, replicas int) *deviceTable {
 	t := &deviceTable{node: node, mode: mode, dp: devices, replicas: replicas,

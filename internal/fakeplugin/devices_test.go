@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"gpuconform.io/gpuconform/internal/fakegpu"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 )
 
@@ -158,4 +159,14 @@ func TestValidateRejectsUnusableConfig(t *testing.T) {
 	if err := base.Validate(); err != nil {
 		t.Errorf("base config rejected: %v", err)
 	}
+}
+
+// newDeviceTable is the table of a node without MIG: devices device-plugin GPUs advertised replicas
+// times each on nvidia.com/gpu, then draDevices DRA GPUs.
+func newDeviceTable(node string, devices, draDevices, replicas int) *deviceTable {
+	mode := fakegpu.SharingNone
+	if replicas > 1 {
+		mode = fakegpu.SharingTimeSlicing
+	}
+	return newModeTable(node, "nvidia.com/gpu", mode, devices, draDevices, replicas)
 }
