@@ -6,8 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"gpuconform.io/gpuconform/internal/fakegpu"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+
+	"gpuconform.io/gpuconform/internal/fakegpu"
 )
 
 var uuidPattern = regexp.MustCompile(`^GPU-[0-9a-f]{8}-[0-9a-f]{4}-5[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
