@@ -130,8 +130,9 @@ func allRunning(p *corev1.Pod) bool {
 	return true
 }
 
-// pod walks one pod: finished, rejected by the kubelet, unscheduled,
-// container errors, node-side events, running.
+// pod places one pod in the order it waits: the scheduler (with the DRA claims it allocates) until it
+// is bound; then the kubelet's admission, its containers' states (current, where events may be stale),
+// its phase, and the kubelet's events while its containers are not created.
 func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 	v.ref("Pod", pod.Namespace, pod.Name)
 	describe := fmt.Sprintf("kubectl describe pod -n %s %s", pod.Namespace, pod.Name)
@@ -140,6 +141,9 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 		return fmt.Sprintf("kubectl logs -n %s %s -c %s --previous", pod.Namespace, pod.Name, container)
 	}
 
+	if pod.Spec.NodeName == "" {
+		return v.unscheduled(pod, describe)
+	}
 	if pod.Status.Phase == corev1.PodSucceeded {
 		return &Result{Stage: StageSucceeded, Layer: LayerNone, Reason: ReasonCompleted,
 			Messages: []string{fmt.Sprintf("pod %s phase Succeeded", pod.Name)}, Next: describe}, nil
@@ -147,9 +151,6 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 	if kubeletRejected(pod) {
 		return finalIfBare(pod, &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: DevicePluginAllocateFailed,
 			Messages: []string{pod.Status.Reason + ": " + pod.Status.Message}, Next: eventsCmd}), nil
-	}
-	if pod.Spec.NodeName == "" {
-		return v.unscheduled(pod, describe)
 	}
 
 	// Container states are current; events may be stale, so states first.
