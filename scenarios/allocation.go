@@ -40,7 +40,8 @@ type AllocationInput struct {
 const allocationName = "allocation"
 
 // Allocation is the allocation scenario: the right devices on the right node, exclusively (AllocationSpec,
-// with the application checks of deviceChecks), and a spec that fails for each path found present but not working (BrokenPathSpec).
+// with the application checks of deviceChecks), and a spec that fails for each path found present but not
+// working (BrokenPathSpec).
 var Allocation = Define(Scenario{Name: allocationName, Title: "a workload gets exactly the devices it asked for, and only it sees them",
 	Required: true, Uses: suite.Needs{Kueue: true},
 	Proves: []conformance.Proof{{Requirement: conformance.SecureAcceleratorAccess,
