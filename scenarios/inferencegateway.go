@@ -133,7 +133,8 @@ func gatewayRoutes(ctx context.Context, s *Spec[InferenceGatewayInput], nodes []
 	}
 	env.Wait.ForJudged(ctx, fmt.Sprintf("Gateway %s/%s programmed and HTTPRoute %s/%s accepted by %s", s.NS, gw.GetName(), s.NS, route.GetName(), class.Controller),
 		wait.Target{Kind: "HTTPRoute", Namespace: s.NS, Name: route.GetName()}, env.Timeouts.Gateway,
-		func(ctx context.Context, _ wait.Target) (string, bool) { st := read(ctx); return st.Why, st.Final },
+		// The judge runs right after a failed check: it judges the state that check read.
+		func(context.Context, wait.Target) (string, bool) { return state.Why, state.Final },
 		func(g gomega.Gomega) {
 			state = read(ctx)
 			g.Expect(state.Ready).To(gomega.BeTrue(), state.Why)
