@@ -84,11 +84,7 @@ func (v *verdict) queued(f frame) (*Result, error) {
 		return nil, nil
 	}
 	switch {
-	case isOwnerKind(v.s.Target.Kind) && (wl == nil || admitted):
-		return nil, nil // its controllers say why it has no pods
-	case job != nil && jobFinished(job) != nil:
-		return nil, nil
-	case v.refusedCreate(f):
+	case v.controllersSay(f, admitted):
 		return nil, nil
 	case wl != nil:
 		return v.workload(wl)
@@ -98,25 +94,30 @@ func (v *verdict) queued(f frame) (*Result, error) {
 	return nil, nil
 }
 
+// controllersSay reports a workload without pods whose controllers, not the queue, say where it is: an
+// owner whose Workload (if any) is admitted, a finished Job, or a Job whose controller was refused.
+func (v *verdict) controllersSay(f frame, admitted bool) bool {
+	return (isOwnerKind(v.s.Target.Kind) && (f.wl == nil || admitted)) ||
+		(f.job != nil && jobFinished(f.job) != nil) || v.refusedCreate(f)
+}
+
 // created places a workload with no pods at the controllers that should create them: an owner's
 // controllers' refusals, a finished Job, or the Job's own events.
 func (v *verdict) created(f frame) (*Result, error) {
 	if len(f.pods) > 0 {
 		return nil, nil
 	}
-	t := v.s.Target
 	switch {
-	case isOwnerKind(t.Kind):
+	case isOwnerKind(v.s.Target.Kind):
 		return v.controllersWithoutPods(f)
 	case f.job == nil:
 		return nil, nil
-	case jobFinished(f.job) != nil:
-		return jobFinished(f.job), nil
-	case v.refusedCreate(f):
-		return v.noPodsYet(eventsOf(v.s.Events, "Job", f.job.Name, f.job.UID), "Job", f.job.Namespace, f.job.Name), nil
 	}
-	// Not suspended and no pods: the Job controller has not created them, usually because the API server
-	// refused (quota, webhook, validation).
+	if jf := jobFinished(f.job); jf != nil {
+		return jf, nil
+	}
+	// No pods: the Job controller has not created them, usually because the API server refused (quota,
+	// webhook, validation); its events say so.
 	evs, stop, err := v.events("Job", f.job.Name, f.job.UID)
 	if stop != nil || err != nil {
 		return stop, err
