@@ -28,6 +28,9 @@ import (
 	"gpuconform.io/gpuconform/internal/workload/probe"
 )
 
+// noSharingOnExtendedDRA is why the sharing checks do not run on a DRA-served extended resource.
+const noSharingOnExtendedDRA = "sharing is configured per device plugin or per DRA claim; a DRA-served extended resource has none of its own"
+
 // The sharing scenario's judgements, kept apart from the specs that gather their evidence so each can be
 // tested without a cluster.
 

@@ -56,7 +56,7 @@ type Takes struct {
 // takes are the decorators of a spec or container that takes n: its labels, and its priority where its
 // locks call for one. A combination no lock plan serves panics at start.
 func takes(n Takes) []any {
-	ls, priority := n.labels()
+	ls, priority := n.derive()
 	out := []any{labels.Of(ls...)}
 	if priority != nil {
 		out = append(out, *priority)
@@ -67,8 +67,8 @@ func takes(n Takes) []any {
 	return out
 }
 
-// labels are n's pool-lock labels and its priority (nil: the default).
-func (n Takes) labels() ([]string, *ginkgo.SpecPriority) {
+// derive is n's pool-lock labels and its priority (nil: the default).
+func (n Takes) derive() ([]string, *ginkgo.SpecPriority) {
 	var ls []string
 	var priority *ginkgo.SpecPriority
 	switch n.Devices {

@@ -39,7 +39,7 @@ func TestTakesDerivesLocks(t *testing.T) {
 	dra := &gpu.DRA{Devices: map[string][]string{"w1": {"gpu-0"}}}
 	b := Base{Paths: []gpu.Path{dra}, GPUPool: []string{"w1"}}
 	for _, c := range cases {
-		ls, priority := c.takes.labels()
+		ls, priority := c.takes.derive()
 		if !slices.Equal(ls, c.labels) {
 			t.Errorf("%+v: labels %v, want %v", c.takes, ls, c.labels)
 		}

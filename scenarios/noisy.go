@@ -44,7 +44,7 @@ const noisyName = "noisy-neighbours"
 // shares, alone and beside a memory-heavy and a compute-heavy neighbour. It is not required: a cluster
 // that shares no GPU has no neighbours.
 var Noisy = Define(Scenario{Name: noisyName,
-	NotOnExtendedDRA: "sharing is configured per device plugin or per DRA claim; a DRA-served extended resource has none of its own",
+	NotOnExtendedDRA: noSharingOnExtendedDRA,
 	Title:            "a probe on a shared GPU keeps its latency beside noisy neighbours (not required: a cluster that shares no GPU has none)"},
 	func(r *suite.Run) NoisyInput {
 		return NoisyInput{Base: baseOf(r), Modes: r.Caps.SharingModes, Noisy: r.Config.NoisyNeighbour,

@@ -27,7 +27,7 @@ const sharingName = "sharing"
 // Sharing is the shared-and-partitioned-GPU scenario (SharingSpec). It is not required: a cluster of whole
 // exclusive GPUs has nothing to share, and the allocation scenario already holds it to one device per pod.
 var Sharing = Define(Scenario{Name: sharingName,
-	NotOnExtendedDRA: "sharing is configured per device plugin or per DRA claim; a DRA-served extended resource has none of its own",
+	NotOnExtendedDRA: noSharingOnExtendedDRA,
 	Title:            "a shared or partitioned GPU keeps what its mode promises, and only that (not required: a cluster of whole exclusive GPUs has nothing to share)",
 	Proves: []conformance.Proof{{Requirement: conformance.GPUSharing,
 		How: "in each sharing mode discovery finds on a node (time-slicing, MPS, MIG, DRA partitions or shared capacity), a full node's pods " +

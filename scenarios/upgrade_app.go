@@ -172,11 +172,13 @@ func mergePathChecks(logs []*rehearsalLog, first int) []upgrade.AppCheck {
 func canaryPathChecks(ctx context.Context, in UpgradeInput, log *rehearsalLog, p gpu.Path) {
 	env := in.Env
 	name := p.Name()
-	node := firstWith(p, in.Canary)
-	if node == "" {
+	// The canary nodes with a device on the path; the rows name the first.
+	nodes := slices.DeleteFunc(slices.Clone(in.Canary), func(n string) bool { return p.Capacity()[n] == 0 })
+	if len(nodes) == 0 {
 		log.notApplicable("every check", name, "no canary node offers a device on this path")
 		return
 	}
+	node := nodes[0]
 	run := func(check string, body func(ns string)) {
 		log.check(check, name, node, func() {
 			ns := env.NewNamespace(ctx, "upgrade-check").Name
@@ -190,8 +192,7 @@ func canaryPathChecks(ctx context.Context, in UpgradeInput, log *rehearsalLog, p
 		held := runOnceDevicesBack(ctx, env, p, ns, node, "canary-"+name, "after the upgrade to "+in.To)
 		ginkgo.AddReportEntry("canary allocation ("+name+")", fmt.Sprintf("%s on %s got a device", held, node))
 	})
-	// The allocation scenario's checks, by name, on the canary nodes with a device on the path.
-	nodes := slices.DeleteFunc(slices.Clone(in.Canary), func(n string) bool { return p.Capacity()[n] == 0 })
+	// The allocation scenario's checks, by name.
 	for _, c := range deviceChecks {
 		run(c.name, func(ns string) {
 			log.standIn = c.run(ctx, checkOn{env: env, path: p, ns: ns, nodes: nodes, devices: 1, deviceTest: in.DeviceTest})
