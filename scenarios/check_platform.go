@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/testenv"
@@ -80,7 +81,7 @@ func listGatewayClasses(ctx context.Context, gcs dynamic.ResourceInterface) []ga
 	classes := make([]gatewayClass, 0, len(list.Items))
 	for _, gc := range list.Items {
 		controller, _, _ := unstructured.NestedString(gc.Object, "spec", "controllerName")
-		accepted, _, _ := objcond.Status(objcond.Of(gc.Object, "status", "conditions"), "Accepted")
+		accepted, _, _ := objcond.Status(objcond.Of(gc.Object, "status", "conditions"), string(gatewayv1.GatewayClassConditionStatusAccepted))
 		classes = append(classes, gatewayClass{Name: gc.GetName(), Controller: controller, Accepted: accepted})
 	}
 	return classes

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"gpuconform.io/gpuconform/fixtures"
 	"gpuconform.io/gpuconform/framework/conformance"
@@ -210,9 +211,11 @@ type gatewayState struct {
 // Reasons of a False condition that say the implementation has not got to the object yet (Gateway API's
 // GatewayReasonPending, RouteReasonPending) or is still resolving it, as opposed to a refusal.
 var (
-	pendingReasons    = []string{"Pending"}
-	gatewayWaitReason = []string{"Pending", "AddressNotAssigned", "NoResources"}
-	routeRefsWaiting  = []string{"BackendNotFound"} // the Services exist before the route: an implementation's cache catches up
+	gatewayPending    = []string{string(gatewayv1.GatewayReasonPending)}
+	gatewayWaitReason = []string{string(gatewayv1.GatewayReasonPending), string(gatewayv1.GatewayReasonAddressNotAssigned), string(gatewayv1.GatewayReasonNoResources)}
+	routePending      = []string{string(gatewayv1.RouteReasonPending)}
+	// The Services exist before the route: an implementation's cache catches up.
+	routeRefsWaiting = []string{string(gatewayv1.RouteReasonBackendNotFound)}
 )
 
 // apiDefaultTransition is the lastTransitionTime of the conditions the Gateway API's CRDs default a new
@@ -233,10 +236,10 @@ func readGateway(gw, route *unstructured.Unstructured, now time.Time) gatewaySta
 		return gatewayState{Final: age >= untouchedGrace, Why: fmt.Sprintf("no controller has written the Gateway's status in %s: its conditions are the API's defaults "+
 			"(Waiting for controller); the GatewayClass's controller is not running or does not serve this namespace", age.Round(time.Second))}
 	}
-	if st, reason, msg := objcond.Status(gwConds, "Accepted"); st == "False" && !slices.Contains(pendingReasons, reason) {
+	if st, reason, msg := objcond.Status(gwConds, string(gatewayv1.GatewayConditionAccepted)); st == "False" && !slices.Contains(gatewayPending, reason) {
 		return gatewayState{Final: true, Why: fmt.Sprintf("the Gateway is not accepted: %s: %s; listeners: %s", reason, msg, listenerWords(gw))}
 	}
-	if st, reason, msg := objcond.Status(gwConds, "Programmed"); st != "True" {
+	if st, reason, msg := objcond.Status(gwConds, string(gatewayv1.GatewayConditionProgrammed)); st != "True" {
 		return gatewayState{Final: st == "False" && !slices.Contains(gatewayWaitReason, reason),
 			Why: fmt.Sprintf("the Gateway is not programmed (Programmed=%s %s: %s); listeners: %s", st, reason, msg, listenerWords(gw))}
 	}
@@ -260,11 +263,11 @@ func readGateway(gw, route *unstructured.Unstructured, now time.Time) gatewaySta
 	}
 	parent, _ := parents[i].(map[string]any)
 	conds := objcond.Of(parent, "conditions")
-	if st, reason, msg := objcond.Status(conds, "Accepted"); st != "True" {
-		return gatewayState{Address: addr, Final: st == "False" && !slices.Contains(pendingReasons, reason),
+	if st, reason, msg := objcond.Status(conds, string(gatewayv1.RouteConditionAccepted)); st != "True" {
+		return gatewayState{Address: addr, Final: st == "False" && !slices.Contains(routePending, reason),
 			Why: fmt.Sprintf("the HTTPRoute is not accepted by Gateway %s (Accepted=%s %s: %s)", gw.GetName(), st, reason, msg)}
 	}
-	if st, reason, msg := objcond.Status(conds, "ResolvedRefs"); st != "True" {
+	if st, reason, msg := objcond.Status(conds, string(gatewayv1.RouteConditionResolvedRefs)); st != "True" {
 		return gatewayState{Address: addr, Final: st == "False" && !slices.Contains(routeRefsWaiting, reason),
 			Why: fmt.Sprintf("the HTTPRoute's backends are not resolved (ResolvedRefs=%s %s: %s)", st, reason, msg)}
 	}

@@ -14,13 +14,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/internal/objcond"
 )
 
 // gatewayClassesGVR are the Gateway API's GatewayClasses.
-var gatewayClassesGVR = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "gatewayclasses"}
+var gatewayClassesGVR = schema.GroupVersionResource{Group: gatewayv1.GroupName, Version: gatewayv1.GroupVersion.Version, Resource: "gatewayclasses"}
 
 // gatewayGone scales the local Gateway API implementation (Traefik) to zero: its GatewayClass stays
 // accepted, as a class whose controller stopped does, and nothing programs a new Gateway.
@@ -70,7 +71,7 @@ func gatewayClassUnaccepted(ctx context.Context, kube kubernetes.Interface, dyn 
 
 // acceptedClass reports whether a GatewayClass's controller accepted it.
 func acceptedClass(u *unstructured.Unstructured) bool {
-	return meta.IsStatusConditionTrue(objcond.Of(u.Object, "status", "conditions"), "Accepted")
+	return meta.IsStatusConditionTrue(objcond.Of(u.Object, "status", "conditions"), string(gatewayv1.GatewayClassConditionStatusAccepted))
 }
 
 // stripRouteWeightsPolicy names the MutatingAdmissionPolicy and its binding of FaultGatewayWeightsStripped.
@@ -81,7 +82,7 @@ const stripRouteWeightsPolicy = "gpuconform-selfcheck-strip-route-weights"
 // Gateway API's default, 1, and a weighted split becomes an even one. It waits until the API server
 // applies it (a server-side dry run of a weighted route comes back without the weight).
 func stripRouteWeights(ctx context.Context, dyn dynamic.Interface) (func(context.Context) error, error) {
-	routes := dyn.Resource(schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}).Namespace("default")
+	routes := dyn.Resource(schema.GroupVersionResource{Group: gatewayv1.GroupName, Version: gatewayv1.GroupVersion.Version, Resource: "httproutes"}).Namespace("default")
 	probe := object("gateway.networking.k8s.io/v1", "HTTPRoute", "default", "gpuconform-selfcheck-probe", map[string]any{"spec": map[string]any{
 		"parentRefs": []any{map[string]any{"name": "none"}},
 		"rules": []any{map[string]any{"matches": []any{map[string]any{"path": map[string]any{"type": "PathPrefix", "value": "/"}}},
@@ -89,7 +90,7 @@ func stripRouteWeights(ctx context.Context, dyn dynamic.Interface) (func(context
 	}})
 	return mutatingPolicy(ctx, dyn, stripRouteWeightsPolicy, map[string]any{
 		"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
-			"apiGroups": []any{"gateway.networking.k8s.io"}, "apiVersions": []any{"*"}, "operations": []any{"CREATE"}, "resources": []any{"httproutes"},
+			"apiGroups": []any{gatewayv1.GroupName}, "apiVersions": []any{"*"}, "operations": []any{"CREATE"}, "resources": []any{"httproutes"},
 		}}},
 		"matchConditions": []any{map[string]any{"name": "weighted-rules",
 			"expression": "has(object.spec.rules) && object.spec.rules.all(r, has(r.matches) && has(r.backendRefs))"}},
