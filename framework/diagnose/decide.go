@@ -51,12 +51,25 @@ func Decide(s *Snapshot) (*Result, error) {
 }
 
 // decide walks the layers in the order a workload waits; each pass places the workload there or passes
-// it on (nil): the queue (Kueue), the controllers that create its pods, then its pods (the scheduler with
-// the DRA claims it allocates, the kubelet, the containers).
+// it on (nil). The workload's own passes come first: the queue (Kueue), then the controllers that create
+// its pods. Then the passes of the pod that explains it best: the scheduler (with the DRA claims it
+// allocates), the kubelet's admission, the containers, and last the kubelet's events about containers it
+// has not started (events may be stale where a container's state is current, so states come first). A
+// failed Job creates no more pods, so whatever its pod says is then final (jobFailed).
 func (v *verdict) decide(f frame) (*Result, error) {
-	for _, pass := range []func(frame) (*Result, error){v.queued, v.created, v.placed} {
+	for _, pass := range []func(frame) (*Result, error){v.queued, v.created} {
 		if res, err := pass(f); res != nil || err != nil {
 			return res, err
+		}
+	}
+	if len(f.pods) == 0 {
+		return nil, errors.New("diagnose: nothing to diagnose")
+	}
+	pod := representativePod(f.pods)
+	v.ref("Pod", pod.Namespace, pod.Name)
+	for _, pass := range []func(*corev1.Pod) (*Result, error){v.scheduled, admitted, v.containers, v.starting} {
+		if res, err := pass(pod); err != nil || res != nil {
+			return jobFailed(f.job, res), err
 		}
 	}
 	return nil, errors.New("diagnose: nothing to diagnose")
@@ -125,23 +138,17 @@ func (v *verdict) created(f frame) (*Result, error) {
 	return v.noPodsYet(evs, "Job", f.job.Namespace, f.job.Name), nil
 }
 
-// placed places a workload with pods where its representative pod is (pod); a failed Job creates no more
-// pods, so whatever its last pod says is then final.
-func (v *verdict) placed(f frame) (*Result, error) {
-	if len(f.pods) == 0 {
-		return nil, nil
+// jobFailed makes a pod's verdict final when the pod's Job has failed (it creates no more pods), quoting
+// the Job's condition; any other verdict is returned as it is.
+func jobFailed(job *batchv1.Job, res *Result) *Result {
+	if job == nil || res == nil || res.Terminal {
+		return res
 	}
-	res, err := v.pod(representativePod(f.pods))
-	if err != nil {
-		return nil, err
+	if jf := jobFinished(job); jf != nil && jf.Terminal {
+		res.Messages = append(res.Messages, jf.Messages...)
+		res.terminal(jf.TerminalWhy)
 	}
-	if f.job != nil {
-		if jf := jobFinished(f.job); jf != nil && jf.Terminal && !res.Terminal {
-			res.Messages = append(res.Messages, jf.Messages...)
-			res.terminal(jf.TerminalWhy)
-		}
-	}
-	return res, nil
+	return res
 }
 
 // refusedCreate reports a Job whose controller should be creating pods (createsPods) and has a

@@ -3,6 +3,7 @@ package diagnose
 import (
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -258,6 +259,32 @@ func TestDecideGatedPodsWaitOnTheQueue(t *testing.T) {
 		}
 		if res.Reason != tc.want {
 			t.Errorf("gated %v: reason %s, want %s\n%s", tc.gated, res.Reason, tc.want, res)
+		}
+	}
+}
+
+// TestDecideFailedJobMakesItsPodFinal: a Job's pod that exited in error is no final verdict while the Job
+// may replace it; once the Job's Failed condition is True the same pod's verdict is final and quotes it.
+func TestDecideFailedJobMakesItsPodFinal(t *testing.T) {
+	crashed := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "train-0", Namespace: "ml", Labels: map[string]string{batchv1.JobNameLabel: "train"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "train", Controller: new(true)}}},
+		Spec: corev1.PodSpec{NodeName: "gpu-1", RestartPolicy: corev1.RestartPolicyNever},
+		Status: corev1.PodStatus{Phase: corev1.PodFailed, ContainerStatuses: []corev1.ContainerStatus{{Name: "main",
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 3, Reason: "Error"}}}}}}
+	for _, failed := range []bool{false, true} {
+		j := batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: "ml"}}
+		if failed {
+			j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded", Message: "Job has reached the specified backoff limit"}}
+		}
+		res, err := Decide(&Snapshot{Target: job("train"), Jobs: []batchv1.Job{j}, Pods: []corev1.Pod{crashed}})
+		if err != nil {
+			t.Fatalf("failed %v: %v", failed, err)
+		}
+		if res.Reason != ApplicationError || res.Stage != StageFailed || res.Terminal != failed {
+			t.Errorf("failed Job %v: reason %s stage %s terminal %v, want ApplicationError, Failed, terminal %v\n%s", failed, res.Reason, res.Stage, res.Terminal, failed, res)
+		}
+		if quoted := slices.ContainsFunc(res.Messages, func(m string) bool { return strings.Contains(m, "BackoffLimitExceeded") }); quoted != failed {
+			t.Errorf("failed Job %v: the Job's condition quoted %v\n%s", failed, quoted, res)
 		}
 	}
 }

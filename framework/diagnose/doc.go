@@ -27,13 +27,17 @@
 //  8. readDeviceClasses (dra_class.go): DRA's again: the DeviceClasses the
 //     pod's claims ask for and the published ResourceSlices, when the
 //     scheduler cannot allocate the claims. Back to Run (the first return).
-//  9. Decide (decide.go): from the most downstream object: the pods, else
-//     the Workload, else the Job or the controllers.
+//  9. Decide (decide.go): frames the workload, then runs one pass per layer
+//     in the order a workload waits (decide), the first that places it
+//     deciding: queued (Kueue), created (the controllers that create its
+//     pods), then the explaining pod's scheduled, admitted, containers and
+//     starting (pod.go).
 //  10. frame (snapshot.go): which Job, Workload and pods are the target's,
 //     and the first failed read among them (a Forbidden or APIMissing
 //     verdict). Readers 4 to 8 call it too, to know whose objects to read.
-//  11. pod (pod.go): the explaining pod: finished, rejected by the kubelet,
-//     unscheduled, container errors, the kubelet's events, running.
+//  11. scheduled (pod.go): a pod with no node goes to unscheduled; a bound
+//     one passes to the kubelet's admission, its containers' states and
+//     phase, and the kubelet's events.
 //  12. unscheduled (scheduler.go): DRA objects, then the scheduler's counted
 //     causes (schedmsg.go parses them); an allocation failure goes to
 //     classesSelect (dra_class.go), which evaluates the claims' DeviceClasses
@@ -42,13 +46,13 @@
 //     verdict: what the nodes add. Back to Run with the Result (the second
 //     return).
 //
-// A queued Job, which has no pods, goes from Decide to workload and
+// A queued Job, which has no pods, goes from queued to workload and
 // notReserved (kueue.go) instead of stops 11 to 13; a Job that should have
-// pods and has none (admitted, or not queued) goes to noPodsYet (decide.go),
+// pods and has none (admitted, or not queued) goes from created to noPodsYet,
 // which reads the Job controller's FailedCreate with ParseAdmissionDenial; a
-// bound pod whose DRA driver failed goes from pod to claims (dra.go), and to
+// bound pod whose DRA driver failed goes from starting to claims (dra.go), and to
 // unregistered (dra.go) when the kubelet says the driver is not registered; a
-// container whose pull or create failed goes from pod to repeats
+// container whose pull or create failed goes from containers to repeats
 // (repeats.go), which counts the kubelet's identical failures (repeated, which
 // unregistered uses too). Along the way the stops
 // consult pure helpers that call nothing back: eventsOf and latestEvent

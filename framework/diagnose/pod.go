@@ -130,83 +130,118 @@ func allRunning(p *corev1.Pod) bool {
 	return true
 }
 
-// pod places one pod in the order it waits: the scheduler (with the DRA claims it allocates) until it
-// is bound; then the kubelet's admission, its containers' states (current, where events may be stale),
-// its phase, and the kubelet's events while its containers are not created.
-func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
-	v.ref("Pod", pod.Namespace, pod.Name)
-	describe := fmt.Sprintf("kubectl describe pod -n %s %s", pod.Namespace, pod.Name)
-	eventsCmd := fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=Pod,involvedObject.name=%s", pod.Namespace, pod.Name)
-	logsCmd := func(container string) string {
-		return fmt.Sprintf("kubectl logs -n %s %s -c %s --previous", pod.Namespace, pod.Name, container)
-	}
+// Commands a pod's verdict names as the next step.
+func describePod(pod *corev1.Pod) string {
+	return fmt.Sprintf("kubectl describe pod -n %s %s", pod.Namespace, pod.Name)
+}
 
-	if pod.Spec.NodeName == "" {
-		return v.unscheduled(pod, describe)
+func podEventsCmd(pod *corev1.Pod) string {
+	return fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=Pod,involvedObject.name=%s", pod.Namespace, pod.Name)
+}
+
+func logsCmd(pod *corev1.Pod, container string) string {
+	return fmt.Sprintf("kubectl logs -n %s %s -c %s --previous", pod.Namespace, pod.Name, container)
+}
+
+// scheduled is the scheduler's pass: a pod with no node waits on the scheduler, or on the DRA claims it
+// allocates (unscheduled, scheduler.go).
+func (v *verdict) scheduled(pod *corev1.Pod) (*Result, error) {
+	if pod.Spec.NodeName != "" {
+		return nil, nil
 	}
+	return v.unscheduled(pod, describePod(pod))
+}
+
+// admitted is the kubelet admission's pass: a bound pod the kubelet rejected straight to Failed (the device
+// manager's allocation or OutOf<resource>).
+func admitted(pod *corev1.Pod) (*Result, error) {
+	if !kubeletRejected(pod) {
+		return nil, nil
+	}
+	return finalIfBare(pod, &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: DevicePluginAllocateFailed,
+		Messages: []string{pod.Status.Reason + ": " + pod.Status.Message}, Next: podEventsCmd(pod)}), nil
+}
+
+// containers is the containers' pass, from their states (current, where events may be stale) and the pod's
+// phase: a finished pod, a container that cannot pull or be created, one that crashes or exited in error, a
+// failed pod, or one whose containers all run. A pod whose containers are not created yet passes on. A
+// pull or create that may still succeed is final once the kubelet has repeated the same failure long
+// enough (repeats).
+func (v *verdict) containers(pod *corev1.Pod) (*Result, error) {
 	if pod.Status.Phase == corev1.PodSucceeded {
 		return &Result{Stage: StageSucceeded, Layer: LayerNone, Reason: ReasonCompleted,
-			Messages: []string{fmt.Sprintf("pod %s phase Succeeded", pod.Name)}, Next: describe}, nil
+			Messages: []string{fmt.Sprintf("pod %s phase Succeeded", pod.Name)}, Next: describePod(pod)}, nil
 	}
-	if kubeletRejected(pod) {
-		return finalIfBare(pod, &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: DevicePluginAllocateFailed,
-			Messages: []string{pod.Status.Reason + ": " + pod.Status.Message}, Next: eventsCmd}), nil
-	}
-
-	// Container states are current; events may be stale, so states first.
 	for _, cs := range allStatuses(pod) {
-		if w := cs.State.Waiting; w != nil {
-			msg := fmt.Sprintf("container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
-			switch {
-			case imagePullReason(w.Reason):
-				res := &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ImagePullFailed, Messages: []string{msg}, Next: describe}
-				if why := imageNeverPullable(w); why != "" {
-					return res.terminal(why), nil
-				}
-				v.repeats(pod, cs.Name, w, res)
-				return res, nil
-			case createReason(w.Reason):
-				res := &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ContainerCreateFailed, Messages: []string{msg}, Next: describe}
-				v.repeats(pod, cs.Name, w, res)
-				return res, nil
-			case w.Reason == "CrashLoopBackOff":
-				// The application did start: the stage is Running, the pod's phase.
-				res := &Result{Stage: StageRunning, Layer: LayerApplication, Reason: ApplicationError, Messages: []string{msg}, Next: logsCmd(cs.Name)}
-				if t := cs.LastTerminationState.Terminated; t != nil {
-					res.Messages = append(res.Messages, terminatedText(cs.Name, t))
-					if t.Reason == "OOMKilled" {
-						res.Reason = OOMKilled
-					}
-				}
-				return res, nil
-			}
+		res := containerState(pod, cs)
+		if res == nil {
+			continue
 		}
-		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
-			stage := StageRunning
-			if pod.Status.Phase == corev1.PodFailed {
-				stage = StageFailed
-			}
-			reason := ApplicationError
-			if t.Reason == "OOMKilled" {
-				reason = OOMKilled
-			}
-			res := &Result{Stage: stage, Layer: LayerApplication, Reason: reason, Messages: []string{terminatedText(cs.Name, t)}, Next: logsCmd(cs.Name)}
-			if stage == StageFailed {
-				finalIfBare(pod, res)
-			}
-			return res, nil
+		if (res.Reason == ImagePullFailed || res.Reason == ContainerCreateFailed) && !res.Terminal {
+			v.repeats(pod, cs.Name, cs.State.Waiting, res)
 		}
+		return res, nil
 	}
 	if pod.Status.Phase == corev1.PodFailed {
 		return finalIfBare(pod, &Result{Stage: StageFailed, Layer: LayerKubelet, Reason: ApplicationError,
-			Messages: []string{fmt.Sprintf("pod %s phase Failed: %s: %s", pod.Name, pod.Status.Reason, pod.Status.Message)}, Next: describe}), nil
+			Messages: []string{fmt.Sprintf("pod %s phase Failed: %s: %s", pod.Name, pod.Status.Reason, pod.Status.Message)}, Next: describePod(pod)}), nil
 	}
 	if pod.Status.Phase == corev1.PodRunning && allRunning(pod) {
 		return &Result{Stage: StageRunning, Layer: LayerNone, Reason: ReasonRunning,
-			Messages: []string{fmt.Sprintf("pod %s phase Running on node %s", pod.Name, pod.Spec.NodeName)}, Next: describe}, nil
+			Messages: []string{fmt.Sprintf("pod %s phase Running on node %s", pod.Name, pod.Spec.NodeName)}, Next: describePod(pod)}, nil
 	}
+	return nil, nil
+}
 
-	// Bound, containers not created yet: the kubelet's events say why.
+// containerState is the verdict on one container's state, or nil when it says nothing wrong: waiting on a
+// pull or a create that failed, crashing, or terminated in error.
+func containerState(pod *corev1.Pod, cs corev1.ContainerStatus) *Result {
+	if w := cs.State.Waiting; w != nil {
+		msg := fmt.Sprintf("container %s waiting: %s: %s", cs.Name, w.Reason, w.Message)
+		switch {
+		case imagePullReason(w.Reason):
+			res := &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ImagePullFailed, Messages: []string{msg}, Next: describePod(pod)}
+			if why := imageNeverPullable(w); why != "" {
+				res.terminal(why)
+			}
+			return res
+		case createReason(w.Reason):
+			return &Result{Stage: StageStarting, Layer: LayerRuntime, Reason: ContainerCreateFailed, Messages: []string{msg}, Next: describePod(pod)}
+		case w.Reason == "CrashLoopBackOff":
+			// The application did start: the stage is Running, the pod's phase.
+			res := &Result{Stage: StageRunning, Layer: LayerApplication, Reason: ApplicationError, Messages: []string{msg}, Next: logsCmd(pod, cs.Name)}
+			if t := cs.LastTerminationState.Terminated; t != nil {
+				res.Messages = append(res.Messages, terminatedText(cs.Name, t))
+				if t.Reason == "OOMKilled" {
+					res.Reason = OOMKilled
+				}
+			}
+			return res
+		}
+	}
+	t := cs.State.Terminated
+	if t == nil || t.ExitCode == 0 {
+		return nil
+	}
+	stage := StageRunning
+	if pod.Status.Phase == corev1.PodFailed {
+		stage = StageFailed
+	}
+	reason := ApplicationError
+	if t.Reason == "OOMKilled" {
+		reason = OOMKilled
+	}
+	res := &Result{Stage: stage, Layer: LayerApplication, Reason: reason, Messages: []string{terminatedText(cs.Name, t)}, Next: logsCmd(pod, cs.Name)}
+	if stage == StageFailed {
+		finalIfBare(pod, res)
+	}
+	return res
+}
+
+// starting is the last pass, of a bound pod whose containers are not created yet: the kubelet's events say
+// why (the DRA driver's prepare, the device manager's admission, a volume, the sandbox), else it is
+// starting.
+func (v *verdict) starting(pod *corev1.Pod) (*Result, error) {
 	evs, stop, err := v.events("Pod", pod.Name, pod.UID)
 	if stop != nil || err != nil {
 		return stop, err
@@ -224,7 +259,7 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 	} {
 		if e := latestEvent(evs, r.reasons...); e != nil {
 			v.ref("Event", e.Namespace, e.Name)
-			res := &Result{Stage: StageStarting, Layer: r.layer, Reason: r.reason, Messages: []string{e.Message}, Next: eventsCmd}
+			res := &Result{Stage: StageStarting, Layer: r.layer, Reason: r.reason, Messages: []string{e.Message}, Next: podEventsCmd(pod)}
 			if r.reason == DRAPrepareFailed {
 				if stop, err := v.addClaims(pod, res); stop != nil || err != nil {
 					return stop, err
@@ -234,7 +269,7 @@ func (v *verdict) pod(pod *corev1.Pod) (*Result, error) {
 			return res, nil
 		}
 	}
-	res := &Result{Stage: StageStarting, Layer: LayerKubelet, Reason: ContainerStarting, Next: eventsCmd}
+	res := &Result{Stage: StageStarting, Layer: LayerKubelet, Reason: ContainerStarting, Next: podEventsCmd(pod)}
 	for _, cs := range allStatuses(pod) {
 		if w := cs.State.Waiting; w != nil {
 			res.Messages = append(res.Messages, fmt.Sprintf("container %s waiting: %s", cs.Name, w.Reason))
