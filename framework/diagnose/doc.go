@@ -29,8 +29,8 @@
 //     scheduler cannot allocate the claims. Back to Run (the first return).
 //  9. Decide (decide.go): frames the workload, then runs one pass per layer
 //     in the order a workload waits (decide), the first that places it
-//     deciding: queued (Kueue), created (the controllers that create its
-//     pods), then the explaining pod's scheduled, admitted, containers and
+//     deciding: queued (Kueue, kueue.go), created (the controllers that
+//     create its pods, controllers.go), then the explaining pod's scheduled, admitted, containers and
 //     starting (pod.go).
 //  10. frame (snapshot.go): which Job, Workload and pods are the target's,
 //     and the first failed read among them (a Forbidden or APIMissing

@@ -5,10 +5,82 @@ import (
 	"slices"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kueue "sigs.k8s.io/kueue/apis/kueue/v1beta2"
+	"sigs.k8s.io/kueue/pkg/controller/constants"
 )
+
+// queued places a workload that Kueue holds: its pods all terminating after an eviction, its pods gated
+// while its Workload is not admitted, or, with no pods, a Workload that does not let them be created yet
+// (unless a controller already says why none exist, or the Job finished), or a suspended Job that no
+// Workload owns.
+func (v *verdict) queued(f frame) (*Result, error) {
+	job, wl := f.job, f.wl
+	admitted := wl != nil && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)
+	if len(f.pods) > 0 {
+		if wl == nil {
+			return nil, nil
+		}
+		if allTerminating(f.pods) && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
+			return v.workload(wl)
+		}
+		// Pods held by a scheduling gate (Kueue's own gates, for instance) wait on the queue, not on the
+		// scheduler.
+		if pod := representativePod(f.pods); pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 && !admitted {
+			return v.workload(wl)
+		}
+		return nil, nil
+	}
+	switch {
+	case v.controllersSay(f, admitted):
+		return nil, nil
+	case wl != nil:
+		return v.workload(wl)
+	case job != nil && isSuspended(job):
+		return v.unmanaged(f)
+	}
+	return nil, nil
+}
+
+// controllersSay reports a workload without pods whose controllers, not the queue, say where it is: an
+// owner whose Workload (if any) is admitted, a finished Job, or a Job whose controller was refused.
+func (v *verdict) controllersSay(f frame, admitted bool) bool {
+	return (isOwnerKind(v.s.Target.Kind) && (f.wl == nil || admitted)) ||
+		(f.job != nil && jobFinished(f.job) != nil) || v.refusedCreate(f)
+}
+
+// refusedCreate reports a Job whose controller should be creating pods (createsPods) and has a
+// FailedCreate event, readable, that says why it has none.
+func (v *verdict) refusedCreate(f frame) bool {
+	job := f.job
+	if job == nil || !createsPods(job, f.wl) || v.s.failed(eventsRead(v.s.Target.Namespace, "Job", job.Name)) != nil {
+		return false
+	}
+	return latestEvent(eventsOf(v.s.Events, "Job", job.Name, job.UID), eventFailedCreate) != nil
+}
+
+// unmanaged places a suspended Job that no Workload owns: Kueue does not manage it, or cannot be asked.
+func (v *verdict) unmanaged(f frame) (*Result, error) {
+	job := f.job
+	q := job.Labels[constants.QueueLabel]
+	if q != "" && f.kueueMissing != "" {
+		return apiMissing(workloadsRead("list", job.Namespace, ""), StageQueued, f.kueueMissing), nil
+	}
+	msg := fmt.Sprintf("Job %s/%s has spec.suspend=true and no Kueue Workload owns it", job.Namespace, job.Name)
+	if q != "" {
+		msg += fmt.Sprintf(" (label %s=%s is set, so Kueue should have created one: check that Kueue manages Jobs and that its controller runs)", constants.QueueLabel, q)
+	} else {
+		msg += fmt.Sprintf(" (no %s label)", constants.QueueLabel)
+	}
+	return &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueNotManaged, Messages: []string{msg},
+		Next: fmt.Sprintf("kubectl get job -n %s %s -o jsonpath='{.metadata.labels}'", job.Namespace, job.Name)}, nil
+}
+
+func allTerminating(pods []corev1.Pod) bool {
+	return !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp == nil })
+}
 
 // workload places a Workload that has no pods yet. The order follows
 // Kueue's own life cycle (pkg/workload, pkg/scheduler in v0.17): finished,
