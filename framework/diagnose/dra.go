@@ -57,9 +57,7 @@ func (v *verdict) claims(pod *corev1.Pod) (*claimState, *Result, error) {
 			if stop, err := v.s.check(r, StageScheduling); stop != nil || err != nil {
 				return nil, stop, err
 			}
-			if !slices.ContainsFunc(v.s.ResourceClaimTemplates, func(t resourcev1.ResourceClaimTemplate) bool {
-				return t.Namespace == pod.Namespace && t.Name == template
-			}) {
+			if named(v.s.ResourceClaimTemplates, pod.Namespace, template) == nil {
 				st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %s", pc.Name, missingText(r)))
 				continue
 			}
@@ -71,12 +69,11 @@ func (v *verdict) claims(pod *corev1.Pod) (*claimState, *Result, error) {
 			if stop, err := v.s.check(r, StageScheduling); stop != nil || err != nil {
 				return nil, stop, err
 			}
-			i := slices.IndexFunc(v.s.ResourceClaims, func(c resourcev1.ResourceClaim) bool { return c.Namespace == pod.Namespace && c.Name == name })
-			if i < 0 {
+			claim := named(v.s.ResourceClaims, pod.Namespace, name)
+			if claim == nil {
 				st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %s", pc.Name, missingText(r)))
 				continue
 			}
-			claim := &v.s.ResourceClaims[i]
 			v.ref("ResourceClaim", claim.Namespace, claim.Name)
 			st.status = append(st.status, describeClaim(claim))
 			if claim.Status.Allocation == nil {

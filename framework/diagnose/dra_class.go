@@ -34,13 +34,11 @@ func (s *Snapshot) deviceClassesOf(pod *corev1.Pod) []string {
 	}
 	for _, pc := range pod.Spec.ResourceClaims {
 		name, template := podClaim(pod, pc)
-		if i := slices.IndexFunc(s.ResourceClaims, func(c resourcev1.ResourceClaim) bool { return c.Namespace == pod.Namespace && c.Name == name }); name != "" && i >= 0 {
-			add(s.ResourceClaims[i].Spec.Devices)
+		if c := named(s.ResourceClaims, pod.Namespace, name); name != "" && c != nil {
+			add(c.Spec.Devices)
 		}
-		if i := slices.IndexFunc(s.ResourceClaimTemplates, func(t resourcev1.ResourceClaimTemplate) bool {
-			return t.Namespace == pod.Namespace && t.Name == template
-		}); template != "" && i >= 0 {
-			add(s.ResourceClaimTemplates[i].Spec.Spec.Devices)
+		if t := named(s.ResourceClaimTemplates, pod.Namespace, template); template != "" && t != nil {
+			add(t.Spec.Spec.Devices)
 		}
 	}
 	for _, dc := range s.DeviceClasses {
@@ -145,11 +143,10 @@ func (v *verdict) classesSelect(pod *corev1.Pod, res *Result) {
 			res.Messages = append(res.Messages, fmt.Sprintf("DeviceClass %s could not be read (%v), so whether it selects any published device was not checked", name, err))
 			continue
 		}
-		i := slices.IndexFunc(v.s.DeviceClasses, func(dc resourcev1.DeviceClass) bool { return dc.Name == name })
-		if i < 0 {
+		class := named(v.s.DeviceClasses, "", name)
+		if class == nil {
 			continue // not read, or missing: the scheduler's message names a missing class itself
 		}
-		class := &v.s.DeviceClasses[i]
 		v.ref("DeviceClass", "", name)
 		if err := v.s.failed(listRead("resourceslices", resourcev1.GroupName, "")); err != nil {
 			res.Messages = append(res.Messages, fmt.Sprintf("ResourceSlices could not be read (%v), so whether DeviceClass %s selects any published device was not checked", err, name))

@@ -249,22 +249,12 @@ func (v *verdict) clusterQueueName(wl *kueue.Workload) string {
 	if wl.Status.Admission != nil && wl.Status.Admission.ClusterQueue != "" {
 		return string(wl.Status.Admission.ClusterQueue)
 	}
-	lq := v.localQueue(wl)
+	lq := named(v.s.LocalQueues, wl.Namespace, string(wl.Spec.QueueName))
 	if lq == nil {
 		return ""
 	}
 	v.ref("LocalQueue", lq.Namespace, lq.Name)
 	return string(lq.Spec.ClusterQueue)
-}
-
-func (v *verdict) localQueue(wl *kueue.Workload) *kueue.LocalQueue {
-	i := slices.IndexFunc(v.s.LocalQueues, func(lq kueue.LocalQueue) bool {
-		return lq.Namespace == wl.Namespace && lq.Name == string(wl.Spec.QueueName)
-	})
-	if wl.Spec.QueueName == "" || i < 0 {
-		return nil
-	}
-	return &v.s.LocalQueues[i]
 }
 
 // checkQueues looks at the LocalQueue and ClusterQueue behind a Workload that
@@ -283,7 +273,7 @@ func (v *verdict) checkQueues(wl *kueue.Workload) (*Result, error) {
 	if stop, err := v.s.check(r, StageQueued); stop != nil || err != nil {
 		return stop, err
 	}
-	lq := v.localQueue(wl)
+	lq := named(v.s.LocalQueues, wl.Namespace, string(wl.Spec.QueueName))
 	if lq == nil {
 		return inactive(missingText(r)), nil
 	}
@@ -298,11 +288,10 @@ func (v *verdict) checkQueues(wl *kueue.Workload) (*Result, error) {
 	if stop, err := v.s.check(r, StageQueued); stop != nil || err != nil {
 		return stop, err
 	}
-	i := slices.IndexFunc(v.s.ClusterQueues, func(cq kueue.ClusterQueue) bool { return cq.Name == r.Name })
-	if i < 0 {
+	cq := named(v.s.ClusterQueues, "", r.Name)
+	if cq == nil {
 		return inactive(missingText(r)), nil
 	}
-	cq := &v.s.ClusterQueues[i]
 	v.ref("ClusterQueue", "", cq.Name)
 	if cq.Spec.StopPolicy != nil && *cq.Spec.StopPolicy != kueue.None {
 		return inactive(fmt.Sprintf("ClusterQueue %s has spec.stopPolicy=%s", cq.Name, *cq.Spec.StopPolicy)), nil

@@ -169,7 +169,7 @@ func (s *Snapshot) frame() frame {
 		if !readable(getRead("jobs", "batch", t.Namespace, owner), StageUnknown) {
 			return false
 		}
-		if f.job = s.job(owner); f.job != nil {
+		if f.job = named(s.Jobs, t.Namespace, owner); f.job != nil {
 			ref("Job", owner)
 		}
 		return true
@@ -200,7 +200,7 @@ func (s *Snapshot) frame() frame {
 		if !readable(r, StageUnknown) {
 			return f
 		}
-		if f.job = s.job(t.Name); f.job == nil {
+		if f.job = named(s.Jobs, t.Namespace, t.Name); f.job == nil {
 			f.stop = notFound(r, "job")
 			return f
 		}
@@ -213,7 +213,7 @@ func (s *Snapshot) frame() frame {
 		if !readable(r, StageUnknown) {
 			return f
 		}
-		if f.wl = s.workload(t.Name); f.wl == nil {
+		if f.wl = named(s.Workloads, t.Namespace, t.Name); f.wl == nil {
 			f.stop = notFound(r, "workloads.kueue.x-k8s.io")
 			return f
 		}
@@ -225,12 +225,12 @@ func (s *Snapshot) frame() frame {
 		if !readable(r, StageUnknown) {
 			return f
 		}
-		i := slices.IndexFunc(s.Pods, func(p corev1.Pod) bool { return p.Namespace == t.Namespace && p.Name == t.Name })
-		if i < 0 {
+		p := named(s.Pods, t.Namespace, t.Name)
+		if p == nil {
 			f.stop = notFound(r, "pod")
 			return f
 		}
-		f.pods = s.Pods[i : i+1]
+		f.pods = []corev1.Pod{*p}
 		if withJob(jobOwner(f.pods[0].OwnerReferences)) {
 			withWorkload()
 		}
@@ -345,20 +345,18 @@ func controllersRead(t Target) (Read, string, bool) {
 	return listRead("jobs", "batch", t.Namespace), "Job", true
 }
 
-func (s *Snapshot) job(name string) *batchv1.Job {
-	i := slices.IndexFunc(s.Jobs, func(j batchv1.Job) bool { return j.Namespace == s.Target.Namespace && j.Name == name })
-	if i < 0 {
-		return nil
+// named is the object of items in namespace ns ("" for a cluster-scoped kind) called name, or nil.
+func named[T any, P interface {
+	*T
+	GetNamespace() string
+	GetName() string
+}](items []T, ns, name string) *T {
+	for i := range items {
+		if o := P(&items[i]); o.GetNamespace() == ns && o.GetName() == name {
+			return &items[i]
+		}
 	}
-	return &s.Jobs[i]
-}
-
-func (s *Snapshot) workload(name string) *kueue.Workload {
-	i := slices.IndexFunc(s.Workloads, func(w kueue.Workload) bool { return w.Namespace == s.Target.Namespace && w.Name == name })
-	if i < 0 {
-		return nil
-	}
-	return &s.Workloads[i]
+	return nil
 }
 
 // jobPods are the pods the Job controller labelled with the Job's name.
