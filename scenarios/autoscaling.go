@@ -131,12 +131,14 @@ func hpaTarget(observed resource.Quantity) resource.Quantity {
 }
 
 // waitReplicas waits until n pods of the Deployment run, each Ready, and returns their names; why, when
-// given, adds to the failure what drives the count.
+// given, adds to the failure what drives the count. A replica that cannot start (no node can take it, its
+// image cannot be pulled) ends the wait once its diagnosis is final.
 func waitReplicas(ctx context.Context, s *Spec[PodAutoscalingInput], name string, n int, why ...func() string) []string {
 	ginkgo.GinkgoHelper()
 	env := s.Env
 	var out []string
-	env.Wait.For(ctx, fmt.Sprintf("%d running replicas of Deployment %s/%s", n, s.NS, name), wait.Target{}, env.Timeouts.PodStart+env.Timeouts.Autoscale, func(g gomega.Gomega) {
+	deployment := wait.Target{Kind: "Deployment", Namespace: s.NS, Name: name}
+	env.Wait.ForProgress(ctx, fmt.Sprintf("%d running replicas of Deployment %s/%s", n, s.NS, name), deployment, env.Timeouts.PodStart+env.Timeouts.Autoscale, func(g gomega.Gomega) {
 		list, err := env.Clients.Kube.CoreV1().Pods(s.NS).List(ctx, metav1.ListOptions{LabelSelector: fixtures.DeploymentLabel + "=" + name})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		var ready, states []string

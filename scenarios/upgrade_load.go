@@ -352,7 +352,8 @@ func startServingReserve(ctx context.Context, in UpgradeInput, ns string, path g
 	ginkgo.By(fmt.Sprintf("starting the serving reserve: Deployment %s/%s, %d one-device replicas preferring the canary pool, PodDisruptionBudget minAvailable %d", ns, dep.Name, replicas, minAvailable))
 	env.Create(ctx, dep)
 	env.Create(ctx, pdb)
-	env.Wait.For(ctx, fmt.Sprintf("the %d replicas of Deployment %s/%s to be available", replicas, ns, dep.Name), wait.Target{}, env.Timeouts.PodStart, func(g gomega.Gomega) {
+	deployment := wait.Target{Kind: "Deployment", Namespace: ns, Name: dep.Name}
+	env.Wait.ForProgress(ctx, fmt.Sprintf("the %d replicas of Deployment %s/%s to be available", replicas, ns, dep.Name), deployment, env.Timeouts.PodStart, func(g gomega.Gomega) {
 		d, err := env.Clients.Kube.AppsV1().Deployments(ns).Get(ctx, dep.Name, metav1.GetOptions{})
 		g.Expect(err).NotTo(gomega.HaveOccurred())
 		g.Expect(d.Status.AvailableReplicas).To(gomega.BeEquivalentTo(replicas))
