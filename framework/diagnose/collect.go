@@ -226,9 +226,13 @@ func (col *collector) readEvents(ctx context.Context) {
 	}
 	if len(f.pods) > 0 {
 		if pod := representativePod(f.pods); !statusExplains(pod) || countsRepeats(pod) {
-			col.readEventsOf(ctx, "Pod", pod.Name, pod.UID)
-			if countsRepeats(pod) && jobOf(pod) != "" {
-				col.readPredecessorFailures(ctx, pod)
+			evs, _ := col.readEventsOf(ctx, "Pod", pod.Name, pod.UID)
+			switch {
+			case jobOf(pod) == "":
+			case countsRepeats(pod):
+				col.readPredecessorFailures(ctx, pod, eventFailed)
+			case latestEvent(evs, eventFailedPrepareDRA) != nil:
+				col.readPredecessorFailures(ctx, pod, eventFailedPrepareDRA)
 			}
 		}
 	}
@@ -250,22 +254,23 @@ func (col *collector) readEvents(ctx context.Context) {
 	col.readEventsOf(ctx, col.s.Target.Kind, col.s.Target.Name, "")
 }
 
-// readPredecessorFailures adds the kubelet's Failed events about the pods the Job replaced before pod (its
-// other pods, gone now: Kueue's PodsReady eviction or the Job controller replaced them), so that the
-// failures a replaced pod saw on the same node count toward its successor's repeats. One list of the
-// namespace's Failed pod events; the pods are told apart by name in repeats.
-func (col *collector) readPredecessorFailures(ctx context.Context, pod *corev1.Pod) {
+// readPredecessorFailures adds the kubelet's events of one reason (Failed for a container's pull or create,
+// FailedPrepareDynamicResources for a DRA driver) about the pods the Job replaced before pod (its other
+// pods, gone now: Kueue's PodsReady eviction or the Job controller replaced them), so that the failures a
+// replaced pod saw on the same node count toward its successor's. One list of the namespace's pod events
+// of that reason; the pods are told apart by name (predecessorOf).
+func (col *collector) readPredecessorFailures(ctx context.Context, pod *corev1.Pod, reason string) {
 	ns := col.s.Target.Namespace
 	sel := fields.AndSelectors(
 		fields.OneTermEqualSelector("involvedObject.kind", "Pod"),
-		fields.OneTermEqualSelector("reason", eventFailed),
+		fields.OneTermEqualSelector("reason", reason),
 	).String()
 	list, err := col.c.Kube.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
 	if !col.got(eventsRead(ns, "Pod", "*"), err) {
 		return
 	}
 	for _, e := range list.Items {
-		if e.InvolvedObject.Kind == "Pod" && e.Reason == eventFailed && e.InvolvedObject.Name != pod.Name && predecessorOf(e, pod) {
+		if e.InvolvedObject.Kind == "Pod" && e.Reason == reason && e.InvolvedObject.Name != pod.Name && predecessorOf(e, pod) {
 			col.s.Events = append(col.s.Events, e)
 		}
 	}

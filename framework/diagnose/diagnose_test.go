@@ -330,6 +330,11 @@ func runCases() []runCase {
 			wantMsgs: []string{
 				"node gpu-worker-2 failed to pull the image of container main 3 time(s) for the same reason (events Failed, count 3), 2 of them by pod(s) the Job replaced before it (train-ffg7x)",
 			}},
+		{name: "a Job's pod carries the unregistered-driver failures of the pods it replaced on its node", file: "dra-not-registered-replaced.yaml", target: job("train"),
+			terminal: true, stage: StageStarting, layer: LayerDRA, reason: DRAPrepareFailed,
+			wantMsgs: []string{
+				"the kubelet on node gpu-worker-1 found DRA driver gpu.nvidia.com not registered 2 time(s) over 40s (events FailedPrepareDynamicResources, count 2, 1 of them by pod(s) the Job replaced before it (train-ffg7x))",
+			}},
 		{name: "an image pull that failed once is not final", file: "image-pull-once.yaml", target: pod(podName),
 			stage: StageStarting, layer: LayerRuntime, reason: ImagePullFailed,
 			wantMsgs: []string{"i/o timeout", "failed to pull the image of container main 1 time(s)", "not final yet"}},

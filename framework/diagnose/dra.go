@@ -141,21 +141,24 @@ const notRegisteredFinal = 30 * time.Second
 // the span between its events where readAt is unknown) while it is still the kubelet's latest word: the
 // kubelet retries a failed pod sync with a back-off that doubles (pkg/kubelet/pod_workers.go), so a second
 // identical event may come only a minute after the first, and waiting for the events' own span would make
-// the 30 s grace a 90 s one.
-func unregistered(pod *corev1.Pod, evs []corev1.Event, readAt time.Time, res *Result) {
+// the 30 s grace a 90 s one. evs are the pod's events, replaced those of the pods its Job replaced on the
+// node (predecessorFailures), whose failures count toward the pod's.
+func unregistered(pod *corev1.Pod, evs, replaced []corev1.Event, readAt time.Time, res *Result) {
 	// Only the kubelet's latest word counts: a driver that registered since fails, if at all, otherwise.
 	if latest := latestEvent(evs, eventFailedPrepareDRA); latest == nil || !notRegisteredRE.MatchString(latest.Message) {
 		return
 	}
 	about := func(e *corev1.Event) bool { return e.Reason == eventFailedPrepareDRA }
-	rep, ok := repeated(evs, about, notRegisteredRE.MatchString)
+	// The pods the Job replaced on the node failed the same way before it: Kueue's PodsReady eviction
+	// replaces a pod that cannot start well within the grace, so only they show how long it has lasted.
+	rep, ok := repeated(append(slices.Clone(replaced), evs...), about, notRegisteredRE.MatchString)
 	if !ok {
 		return
 	}
 	driver := notRegisteredRE.FindStringSubmatch(rep.newest.Message)[1]
 	node := cmp.Or(pod.Spec.NodeName, rep.newest.Source.Host)
-	res.Messages = append(res.Messages, fmt.Sprintf("the kubelet on node %s found DRA driver %s not registered %d time(s) over %s (events %s, count %d): its kubelet plugin does not run there, or does not register",
-		node, driver, rep.count, rep.span.Round(time.Second), eventFailedPrepareDRA, rep.count))
+	res.Messages = append(res.Messages, fmt.Sprintf("the kubelet on node %s found DRA driver %s not registered %d time(s) over %s (events %s, count %d%s): its kubelet plugin does not run there, or does not register",
+		node, driver, rep.count, rep.span.Round(time.Second), eventFailedPrepareDRA, rep.count, carriedFrom(replaced, about, rep.newest)))
 	res.Next = fmt.Sprintf("kubectl get pods -A -o wide --field-selector spec.nodeName=%s (the DRA driver's kubelet plugin pod); its log and the kubelet's", node)
 	if !readAt.IsZero() {
 		rep.span = max(rep.span, readAt.Sub(rep.first))

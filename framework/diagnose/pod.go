@@ -264,7 +264,7 @@ func (v *verdict) starting(pod *corev1.Pod) (*Result, error) {
 				if stop, err := v.addClaims(pod, res); stop != nil || err != nil {
 					return stop, err
 				}
-				unregistered(pod, evs, v.s.ReadAt, res)
+				unregistered(pod, evs, predecessorFailures(v.s.Events, pod), v.s.ReadAt, res)
 			}
 			return res, nil
 		}
