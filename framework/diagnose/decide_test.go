@@ -288,3 +288,27 @@ func TestDecideFailedJobMakesItsPodFinal(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideUnregisteredOutages: the failures of the pods a Job replaced on a node count toward its pod's
+// only while they lead up to it; one that ended more than outageGap before is an earlier outage.
+func TestDecideUnregisteredOutages(t *testing.T) {
+	for _, tc := range []struct {
+		before   time.Duration // how long before its successor's failure the replaced pod failed
+		terminal bool
+	}{{40 * time.Second, true}, {outageGap + 40*time.Second, false}} {
+		s := snapshotOf(t, "dra-not-registered-replaced.yaml", job("train"))
+		for i, e := range s.Events {
+			if e.InvolvedObject.Name == "train-ffg7x" {
+				at := metav1.NewTime(s.Events[0].FirstTimestamp.Add(-tc.before))
+				s.Events[i].FirstTimestamp, s.Events[i].LastTimestamp = at, at
+			}
+		}
+		res, err := Decide(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Terminal != tc.terminal || containsText(res.Messages, "replaced before it") != tc.terminal {
+			t.Errorf("replaced pod's failure %s before: terminal %v, want %v\n%s", tc.before, res.Terminal, tc.terminal, res)
+		}
+	}
+}

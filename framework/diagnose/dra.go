@@ -127,6 +127,36 @@ func (v *verdict) addClaims(pod *corev1.Pod, res *Result) (stop *Result, err err
 // (pkg/kubelet/kuberuntime/kuberuntime_manager.go).
 var notRegisteredRE = regexp.MustCompile(`DRA driver (\S+) is not registered`)
 
+// chained keeps the events of replaced that lead up to the pod's own events (evs) without a pause longer
+// than outageGap: a replaced pod failed the same way shortly before its successor was placed, while an
+// older failure of the Job's on the node (an earlier restart of the driver, registered again since) is
+// another outage and does not count toward this one.
+func chained(replaced, evs []corev1.Event) []corev1.Event {
+	all := append(slices.Clone(replaced), evs...)
+	slices.SortStableFunc(all, func(a, b corev1.Event) int { return EventTime(a).Compare(EventTime(b)) })
+	start := len(all) - 1 // the earliest event of the chain that ends with the newest
+	for start > 0 && eventFirstTime(all[start]).Sub(EventTime(all[start-1])) <= outageGap {
+		start--
+	}
+	if start < 0 {
+		return nil
+	}
+	since := eventFirstTime(all[start])
+	var out []corev1.Event
+	for _, e := range replaced {
+		if !EventTime(e).Before(since) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// outageGap is the longest pause between the failures of a Job's successive pods on a node that still
+// makes them one outage: Kueue requeues a Workload its PodsReady timeout evicted after a back-off of 60 s,
+// then 120 s and 240 s (requeuingStrategy.backoffBaseSeconds, apis/config/v1beta2 defaults in v0.17), so
+// the first three replacements fall within it.
+const outageGap = 5 * time.Minute
+
 // notRegisteredFinal is how long a driver may stay unregistered on a node before the failure is final.
 // It is the kubelet's own grace for a plugin that went away: it waits 30 s for the plugin to register
 // again before it wipes the driver's ResourceSlices from the node (defaultWipingDelay,
@@ -151,14 +181,15 @@ func unregistered(pod *corev1.Pod, evs, replaced []corev1.Event, readAt time.Tim
 	about := func(e *corev1.Event) bool { return e.Reason == eventFailedPrepareDRA }
 	// The pods the Job replaced on the node failed the same way before it: Kueue's PodsReady eviction
 	// replaces a pod that cannot start well within the grace, so only they show how long it has lasted.
-	rep, ok := repeated(append(slices.Clone(replaced), evs...), about, notRegisteredRE.MatchString)
+	prior := chained(replaced, evs)
+	rep, ok := repeated(append(prior, evs...), about, notRegisteredRE.MatchString)
 	if !ok {
 		return
 	}
 	driver := notRegisteredRE.FindStringSubmatch(rep.newest.Message)[1]
 	node := cmp.Or(pod.Spec.NodeName, rep.newest.Source.Host)
 	res.Messages = append(res.Messages, fmt.Sprintf("the kubelet on node %s found DRA driver %s not registered %d time(s) over %s (events %s, count %d%s): its kubelet plugin does not run there, or does not register",
-		node, driver, rep.count, rep.span.Round(time.Second), eventFailedPrepareDRA, rep.count, carriedFrom(replaced, about, rep.newest)))
+		node, driver, rep.count, rep.span.Round(time.Second), eventFailedPrepareDRA, rep.count, carriedFrom(prior, about, rep.newest)))
 	res.Next = fmt.Sprintf("kubectl get pods -A -o wide --field-selector spec.nodeName=%s (the DRA driver's kubelet plugin pod); its log and the kubelet's", node)
 	if !readAt.IsZero() {
 		rep.span = max(rep.span, readAt.Sub(rep.first))
