@@ -124,3 +124,26 @@ func TestStatusUnknownFinalAfterGrace(t *testing.T) {
 		}
 	}
 }
+
+// TestTopologyGated: Kueue's topology-aware not-fit message, in its own format (notFitMessage and
+// formatReasons, v0.17), is final only when a gate excludes every node of a pod set and no resource does.
+func TestTopologyGated(t *testing.T) {
+	head := `couldn't assign flavors to pod set main: topology "gpuconform-local" doesn't allow to fit any of 2 pod(s). `
+	for _, tc := range []struct {
+		msg  string
+		want Reason
+	}{
+		{head + `Total nodes: 5; excluded: taint "nvidia.com/gpu=present:NoSchedule": 5`, UntoleratedTaint},
+		{head + `Total nodes: 5; excluded: affinity: 1, nodeSelector: 2, taint "dedicated=ml:NoSchedule": 2`, NodeSelectorMismatch},
+		{head + `Total nodes: 5; excluded: taint "nvidia.com/gpu=present:NoSchedule": 4`, ""},                                                    // one node is not excluded: capacity
+		{head + `Total nodes: 5; excluded: resource "nvidia.com/gpu": 2, taint "nvidia.com/gpu=present:NoSchedule": 3`, ""},                      // two lack devices
+		{head + `Total nodes: 5; excluded: topologyDomain: 5`, ""},                                                                               // unlabelled nodes: no gate
+		{`couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor gpu, request > maximum capacity (4 > 2)`, ""}, // no topology
+		{`couldn't assign flavors to pod set launcher: topology "t" allows to fit only 1 out of 2 pod(s); couldn't assign flavors to pod set workers: topology "t" doesn't allow to fit any of 4 pod(s). Total nodes: 3; excluded: taint "a=b:NoSchedule": 3`, UntoleratedTaint},
+	} {
+		got, why := topologyGated(tc.msg)
+		if got != tc.want || (got != "") != (why != "") {
+			t.Errorf("%s\n  gate %q (%s), want %q", tc.msg, got, why, tc.want)
+		}
+	}
+}

@@ -312,3 +312,25 @@ func TestDecideUnregisteredOutages(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideTopologyGatesEveryNode: a Workload whose pod set Kueue's topology-aware scheduling cannot place
+// because a taint excludes every node waits on that taint, for good; one node left out is capacity, not
+// final.
+func TestDecideTopologyGatesEveryNode(t *testing.T) {
+	for _, tc := range []struct {
+		excluded string
+		reason   Reason
+		terminal bool
+	}{{"5", UntoleratedTaint, true}, {"4", QueueNoMatchingFlavor, false}} {
+		s := snapshotOf(t, "queue-quota-exhausted.yaml", job("train"))
+		s.Workloads[0].Status.Conditions[0].Message = `couldn't assign flavors to pod set main: topology "racks" doesn't allow to fit any of 2 pod(s). ` +
+			`Total nodes: 5; excluded: taint "nvidia.com/gpu=present:NoSchedule": ` + tc.excluded
+		res, err := Decide(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Reason != tc.reason || res.Terminal != tc.terminal || res.Stage != StageQueued {
+			t.Errorf("%s of 5 nodes excluded: %s terminal %v, want %s terminal %v\n%s", tc.excluded, res.Reason, res.Terminal, tc.reason, tc.terminal, res)
+		}
+	}
+}

@@ -2,7 +2,9 @@ package diagnose
 
 import (
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -183,6 +185,10 @@ func (v *verdict) notReserved(wl *kueue.Workload, describe string) (*Result, err
 	if why := kueueFinal(msg); why != "" {
 		res.terminal(why)
 	}
+	if gate, why := topologyGated(msg); gate != "" {
+		res.Reason, res.Next = gate, "kubectl get nodes -o custom-columns=NAME:.metadata.name,TAINTS:.spec.taints[*].key --show-labels"
+		res.terminal(why)
+	}
 	switch {
 	case blamesQuota(res.Reason):
 		if cq := v.clusterQueueName(wl); cq != "" {
@@ -300,4 +306,45 @@ func (v *verdict) checkQueues(wl *kueue.Workload) (*Result, error) {
 		return inactive(fmt.Sprintf("ClusterQueue %s Active=False reason %s: %s", cq.Name, c.Reason, c.Message)), nil
 	}
 	return nil, nil
+}
+
+// Kueue's topology-aware scheduling appends to a pod set's not-fit message how many nodes it excluded and
+// why (notFitMessage and formatReasons, pkg/cache/scheduler/tas_flavor_snapshot.go in v0.17):
+// ". Total nodes: N; excluded: nodeSelector: n, affinity: n, topologyDomain: n, taint \"k=v:Effect\": n,
+// resource \"r\": n", each reason only where its count is above zero.
+var (
+	tasExcludedRE = regexp.MustCompile(`Total nodes: (\d+); excluded: ((?:(?:nodeSelector|affinity|topologyDomain|taint "[^"]*"|resource "[^"]*"): \d+(?:, )?)+)`)
+	tasReasonRE   = regexp.MustCompile(`(nodeSelector|affinity|topologyDomain|taint "[^"]*"|resource "[^"]*"): (\d+)`)
+)
+
+// topologyGated reads Kueue's topology-aware exclusions and, when a pod set has every node excluded by a
+// gate (an untolerated taint, the node selector or affinity) and none for lack of a resource, returns the
+// gate's reason (the larger count decides) and why that is final: nothing that finishes frees a node the
+// pod set may use. A node without the topology's labels (topologyDomain) is no gate here; "" otherwise.
+func topologyGated(msg string) (Reason, string) {
+	for _, m := range tasExcludedRE.FindAllStringSubmatch(msg, -1) {
+		total, _ := strconv.Atoi(m[1])
+		var taints, selectors, other int
+		for _, r := range tasReasonRE.FindAllStringSubmatch(m[2], -1) {
+			n, _ := strconv.Atoi(r[2])
+			switch {
+			case strings.HasPrefix(r[1], "taint "):
+				taints += n
+			case r[1] == "nodeSelector" || r[1] == "affinity":
+				selectors += n
+			default:
+				other += n
+			}
+		}
+		if total == 0 || other > 0 || taints+selectors < total {
+			continue
+		}
+		gate := UntoleratedTaint
+		if selectors > taints {
+			gate = NodeSelectorMismatch
+		}
+		return gate, fmt.Sprintf("Kueue's topology-aware scheduling excludes all %d nodes by a gate (%s), none for lack of a resource: nothing that finishes makes room",
+			total, strings.TrimSuffix(m[2], ", "))
+	}
+	return "", ""
 }
