@@ -334,3 +334,29 @@ func TestDecideTopologyGatesEveryNode(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideSchedulerEventsOnly: where the pod's PodScheduled condition has no message, the scheduler's
+// word is its newest FailedScheduling event from the pod's own scheduler; a node autoscaler's newer event
+// of that reason (Karpenter's words) is neither parsed nor quoted.
+func TestDecideSchedulerEventsOnly(t *testing.T) {
+	const karpenter = "Failed to schedule pod, node selector term with matchFields is not supported"
+	for _, tc := range []struct {
+		by     corev1.EventSource
+		quoted bool
+	}{{corev1.EventSource{Component: "karpenter"}, false}, {corev1.EventSource{}, true}} {
+		s := snapshotOf(t, "insufficient-cpu.yaml", pod("train-0-x7k2p"))
+		s.Pods[0].Status.Conditions[0].Message = ""
+		e := *s.Events[0].DeepCopy()
+		e.Name, e.Source, e.Message = "train-0-x7k2p.karpenter", tc.by, karpenter
+		e.FirstTimestamp = metav1.NewTime(e.LastTimestamp.Add(time.Minute))
+		e.LastTimestamp = e.FirstTimestamp
+		s.Events = append(s.Events, e)
+		res, err := Decide(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if quoted := containsText(res.Messages, karpenter); quoted != tc.quoted || (!tc.quoted && res.Reason != InsufficientCPU) {
+			t.Errorf("FailedScheduling by %q: reason %s, quoted %v, want quoted %v\n%s", tc.by.Component, res.Reason, quoted, tc.quoted, res)
+		}
+	}
+}

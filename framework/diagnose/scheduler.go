@@ -1,6 +1,7 @@
 package diagnose
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -52,7 +53,7 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 	if cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
 		res.Messages = append(res.Messages, cond.Message)
 	}
-	if e := latestEvent(evs, eventFailedScheduling); e != nil {
+	if e := schedulerEvent(pod, evs); e != nil {
 		v.ref("Event", e.Namespace, e.Name)
 		res.Messages = appendUnique(res.Messages, e.Message)
 	}
@@ -166,10 +167,27 @@ func schedulerSaid(pod *corev1.Pod, evs []corev1.Event) string {
 	if cond := podcond.Find(pod, corev1.PodScheduled); cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
 		return cond.Message
 	}
-	if e := latestEvent(evs, eventFailedScheduling); e != nil {
+	if e := schedulerEvent(pod, evs); e != nil {
 		return e.Message
 	}
 	return ""
+}
+
+// schedulerEvent is the newest FailedScheduling event the pod's own scheduler (spec.schedulerName)
+// recorded, or nil. Node autoscalers record events of that reason about the same pod in their own words
+// (Karpenter's "Failed to schedule pod, ..."), which the scheduler's message format does not parse. The
+// scheduler names itself as the events' reporting controller (its profile's recorder); an event that
+// names no component is taken as the scheduler's.
+func schedulerEvent(pod *corev1.Pod, evs []corev1.Event) *corev1.Event {
+	name := cmp.Or(pod.Spec.SchedulerName, corev1.DefaultSchedulerName)
+	for i := len(evs) - 1; i >= 0; i-- {
+		e := &evs[i]
+		if by := cmp.Or(e.ReportingController, e.Source.Component); e.Reason == eventFailedScheduling &&
+			(by == "" || by == name || e.Source.Component == name) {
+			return e
+		}
+	}
+	return nil
 }
 
 // nodesMatter reports whether the scheduler's message leads to a verdict the
