@@ -231,7 +231,7 @@ func (col *collector) readEvents(ctx context.Context) {
 			case jobOf(pod) == "":
 			case countsRepeats(pod):
 				col.readPredecessorFailures(ctx, pod, eventFailed)
-			case latestEvent(evs, eventFailedPrepareDRA) != nil:
+			case notRegistered(evs):
 				col.readPredecessorFailures(ctx, pod, eventFailedPrepareDRA)
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestCollectReads holds Collect to reading what the decisions use, so that a wait that
@@ -75,5 +77,37 @@ func TestCollectRecordsFailures(t *testing.T) {
 	}
 	if _, err := Collect(t.Context(), c, Target{Kind: "node", Name: "x"}); err == nil || !strings.Contains(err.Error(), "unsupported kind") {
 		t.Errorf("Collect of a node: %v, want unsupported kind", err)
+	}
+}
+
+// TestCollectReadsReplacedOnlyWhenUnregistered: the events of the pods a Job replaced are read when the
+// pod's latest prepare failure is an unregistered driver, whose duration they measure, and not for any
+// other prepare failure, which they do not change.
+func TestCollectReadsReplacedOnlyWhenUnregistered(t *testing.T) {
+	for _, unreg := range []bool{true, false} {
+		kube, kq := fixtureClients(t, "dra-not-registered-replaced.yaml")
+		if !unreg {
+			e, err := kube.CoreV1().Events("ml").Get(t.Context(), "train-k2p7x.18b0000000000031", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.Message = "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed: GPU 0 is lost"
+			if _, err := kube.CoreV1().Events("ml").Update(t.Context(), e, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			kube.ClearActions()
+		}
+		if _, err := Collect(t.Context(), Clients{Kube: kube, Kueue: kq}, job("train")); err != nil {
+			t.Fatal(err)
+		}
+		lists := 0
+		for _, a := range kube.Actions() {
+			if a.GetVerb() == "list" && a.GetResource().Resource == "events" {
+				lists++
+			}
+		}
+		if want := map[bool]int{true: 2, false: 1}[unreg]; lists != want {
+			t.Errorf("not registered %v: %d event lists, want %d (the pod's, and the replaced pods' only when not registered)", unreg, lists, want)
+		}
 	}
 }

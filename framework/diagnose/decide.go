@@ -62,12 +62,15 @@ func (v *verdict) decide(f frame) (*Result, error) {
 	}
 	pod := representativePod(f.pods)
 	v.ref("Pod", pod.Namespace, pod.Name)
+	var res *Result
+	var err error
+	// starting, the last pass, always places the pod.
 	for _, pass := range []func(*corev1.Pod) (*Result, error){v.scheduled, admitted, v.containers, v.starting} {
-		if res, err := pass(pod); err != nil || res != nil {
-			return jobFailed(f.job, res), err
+		if res, err = pass(pod); err != nil || res != nil {
+			break
 		}
 	}
-	return nil, errors.New("diagnose: nothing to diagnose")
+	return jobFailed(f.job, res), err
 }
 
 // jobFailed makes a pod's verdict final when the pod's Job has failed (it creates no more pods), quoting

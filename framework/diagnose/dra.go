@@ -127,7 +127,14 @@ func (v *verdict) addClaims(pod *corev1.Pod, res *Result) (stop *Result, err err
 // (pkg/kubelet/kuberuntime/kuberuntime_manager.go).
 var notRegisteredRE = regexp.MustCompile(`DRA driver (\S+) is not registered`)
 
-// chained keeps the events of replaced that lead up to the pod's own events (evs) without a pause longer
+// notRegistered reports whether the kubelet's latest FailedPrepareDynamicResources event among evs says
+// the claim's driver is not registered on the node.
+func notRegistered(evs []corev1.Event) bool {
+	latest := latestEvent(evs, eventFailedPrepareDRA)
+	return latest != nil && notRegisteredRE.MatchString(latest.Message)
+}
+
+// chained keeps the events of replaced that lead up to the pod's own failures (evs) without a pause longer
 // than outageGap: a replaced pod failed the same way shortly before its successor was placed, while an
 // older failure of the Job's on the node (an earlier restart of the driver, registered again since) is
 // another outage and does not count toward this one.
@@ -137,9 +144,6 @@ func chained(replaced, evs []corev1.Event) []corev1.Event {
 	start := len(all) - 1 // the earliest event of the chain that ends with the newest
 	for start > 0 && eventFirstTime(all[start]).Sub(EventTime(all[start-1])) <= outageGap {
 		start--
-	}
-	if start < 0 {
-		return nil
 	}
 	since := eventFirstTime(all[start])
 	var out []corev1.Event
@@ -175,13 +179,13 @@ const notRegisteredFinal = 30 * time.Second
 // node (predecessorFailures), whose failures count toward the pod's.
 func unregistered(pod *corev1.Pod, evs, replaced []corev1.Event, readAt time.Time, res *Result) {
 	// Only the kubelet's latest word counts: a driver that registered since fails, if at all, otherwise.
-	if latest := latestEvent(evs, eventFailedPrepareDRA); latest == nil || !notRegisteredRE.MatchString(latest.Message) {
+	if !notRegistered(evs) {
 		return
 	}
 	about := func(e *corev1.Event) bool { return e.Reason == eventFailedPrepareDRA }
 	// The pods the Job replaced on the node failed the same way before it: Kueue's PodsReady eviction
 	// replaces a pod that cannot start well within the grace, so only they show how long it has lasted.
-	prior := chained(replaced, evs)
+	prior := chained(replaced, slices.DeleteFunc(slices.Clone(evs), func(e corev1.Event) bool { return !about(&e) }))
 	rep, ok := repeated(append(prior, evs...), about, notRegisteredRE.MatchString)
 	if !ok {
 		return
