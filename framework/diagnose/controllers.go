@@ -12,14 +12,29 @@ import (
 )
 
 // created places a workload with no pods at the controllers that should create them: an owner's
-// controllers' refusals, a finished Job, or the Job's own events.
-func (v *verdict) created(f frame) (*Result, error) {
+// controllers' refusals, a finished Job, or the Job's own events. An owner target with no pods is
+// explained from the events of the first controller (ReplicaSet, Job) that reports FailedCreate, else
+// from the target's own events.
+func created(f view) (*Result, error) {
 	if len(f.pods) > 0 {
 		return nil, nil
 	}
+	t := f.target
 	switch {
-	case isOwnerKind(v.s.Target.Kind):
-		return v.controllersWithoutPods(f)
+	case isOwnerKind(t.Kind):
+		for _, c := range f.controllers {
+			evs := f.events[eventsKey(f.controllerKind, c.GetName())]
+			if evs.failed() {
+				return evs.verdict(nil)
+			}
+			if latestEvent(evs.val, eventFailedCreate) != nil {
+				return noPodsYet(evs.val, f.controllerKind, t.Namespace, c.GetName()), nil
+			}
+		}
+		if evs := f.events[eventsKey(t.Kind, t.Name)]; evs.failed() {
+			return evs.verdict(nil)
+		}
+		return noPodsYet(f.events[eventsKey(t.Kind, t.Name)].val, t.Kind, t.Namespace, t.Name), nil
 	case f.job == nil:
 		return nil, nil
 	}
@@ -28,31 +43,11 @@ func (v *verdict) created(f frame) (*Result, error) {
 	}
 	// No pods: the Job controller has not created them, usually because the API server refused (quota,
 	// webhook, validation); its events say so.
-	evs, stop, err := v.events("Job", f.job.Name, f.job.UID)
-	if stop != nil || err != nil {
-		return stop, err
+	evs := f.events[eventsKey("Job", f.job.Name)]
+	if evs.failed() {
+		return evs.verdict(nil)
 	}
-	return v.noPodsYet(evs, "Job", f.job.Namespace, f.job.Name), nil
-}
-
-// controllersWithoutPods explains an owner target with no pods from the events of the first controller
-// (ReplicaSet, Job) that reports FailedCreate, else from the target's own events.
-func (v *verdict) controllersWithoutPods(f frame) (*Result, error) {
-	t := v.s.Target
-	for _, c := range f.controllers {
-		evs, stop, err := v.events(f.controllerKind, c.GetName(), c.GetUID())
-		if stop != nil || err != nil {
-			return stop, err
-		}
-		if latestEvent(evs, eventFailedCreate) != nil {
-			return v.noPodsYet(evs, f.controllerKind, t.Namespace, c.GetName()), nil
-		}
-	}
-	evs, stop, err := v.events(t.Kind, t.Name, "")
-	if stop != nil || err != nil {
-		return stop, err
-	}
-	return v.noPodsYet(evs, t.Kind, t.Namespace, t.Name), nil
+	return noPodsYet(evs.val, "Job", f.job.Namespace, f.job.Name), nil
 }
 
 // noPodsYet explains a controller (Job, ReplicaSet, StatefulSet, ...) that should have pods and has
@@ -60,7 +55,7 @@ func (v *verdict) controllersWithoutPods(f frame) (*Result, error) {
 // LimitRangeViolated (a LimitRange) or AdmissionDenied (any other plugin), final unless the refusal may
 // pass by itself (AdmissionDenial.Final); any other FailedCreate is quoted as Unknown; no such event
 // means the controller has not acted yet.
-func (v *verdict) noPodsYet(evs []corev1.Event, kind, ns, name string) *Result {
+func noPodsYet(evs []corev1.Event, kind, ns, name string) *Result {
 	res := &Result{Stage: StageScheduling, Layer: LayerNone, Reason: SchedulingPending,
 		Messages: []string{fmt.Sprintf("%s %s/%s has no pods yet", kind, ns, name)},
 		Next:     fmt.Sprintf("kubectl get events -n %s --field-selector involvedObject.kind=%s,involvedObject.name=%s", ns, kind, name)}
@@ -69,7 +64,7 @@ func (v *verdict) noPodsYet(evs []corev1.Event, kind, ns, name string) *Result {
 	if e == nil {
 		return res
 	}
-	v.ref("Event", e.Namespace, e.Name)
+	res.rests("Event", e.Namespace, e.Name)
 	res.Messages = append(res.Messages, e.Message)
 	denial, ok := ParseAdmissionDenial(e.Message)
 	if !ok {

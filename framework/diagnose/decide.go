@@ -7,13 +7,13 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Decide classifies a Snapshot into a Result. It reads nothing, so a recorded snapshot gives the same
-// verdict as the cluster it was read from. It frames the workload (its Job, controllers, pods and
-// Workload), then walks the layers in the order a workload waits (decide): the queue, the controllers
-// that create its pods, its pods (scheduler, DRA, kubelet, containers). A read that failed is a verdict,
+// verdict as the cluster it was read from. It resolves the snapshot once into a view (the workload's Job,
+// controllers, pods and Workload, and what the passes look at beyond them), then walks the layers in the
+// order a workload waits (decide): the queue, the controllers that create its pods, its pods (scheduler,
+// DRA, kubelet, containers), each pass a function of the view. A read that failed is a verdict,
 // a value like any other: a denied read is Forbidden, an unserved API APIMissing, an absent target
 // NotFound. It returns an error only when the snapshot cannot be classified: the target's kind is not
 // supported, a read the verdict needs failed for a reason other than access (the API server unreachable,
@@ -25,24 +25,25 @@ func Decide(s *Snapshot) (*Result, error) {
 	}
 	snap := *s
 	snap.Target = t
-	v := &verdict{s: &snap}
-	v.ref(t.Kind, t.Namespace, t.Name)
-	f := snap.frame()
-	for _, r := range f.read {
-		v.ref(r.Kind, r.Namespace, r.Name)
-	}
+	w := snap.view()
+	base := append([]ObjectRef{{Kind: t.Kind, Namespace: t.Namespace, Name: t.Name}}, w.read...)
 	switch {
-	case f.err != nil:
-		return nil, f.err
-	case f.stop != nil:
-		return v.result(f.stop), nil // a read the workload rests on failed, or the target is absent
+	case w.err != nil:
+		return nil, w.err
+	case w.stop != nil:
+		return finish(w.stop, base), nil // a read the workload rests on failed, or the target is absent
 	}
-	res, err := v.decide(f)
-	if err != nil {
+	res, byPod, err := decide(w)
+	switch {
+	case err != nil:
 		return nil, err
+	case res == nil:
+		return nil, errors.New("diagnose: nothing to diagnose")
+	case byPod:
+		base = append(base, ObjectRef{Kind: "Pod", Namespace: w.pod.Namespace, Name: w.pod.Name})
 	}
 	// A gang's verdict also names each worker: which run, which wait and where.
-	return withWorkers(v.result(res), f.job, f.pods), nil
+	return withWorkers(finish(res, base), w.job, w.pods), nil
 }
 
 // decide walks the layers in the order a workload waits; each pass places the workload there or passes
@@ -50,27 +51,40 @@ func Decide(s *Snapshot) (*Result, error) {
 // its pods. Then the passes of the pod that explains it best: the scheduler (with the DRA claims it
 // allocates), the kubelet's admission, the containers, and last the kubelet's events about containers it
 // has not started (events may be stale where a container's state is current, so states come first). A
-// failed Job creates no more pods, so whatever its pod says is then final (jobFailed).
-func (v *verdict) decide(f frame) (*Result, error) {
-	for _, pass := range []func(frame) (*Result, error){v.queued, v.created} {
-		if res, err := pass(f); res != nil || err != nil {
-			return res, err
+// failed Job creates no more pods, so whatever its pod says is then final (jobFailed). byPod says the
+// verdict is the pod's.
+func decide(w view) (res *Result, byPod bool, err error) {
+	for _, pass := range []func(view) (*Result, error){queued, created} {
+		if res, err := pass(w); res != nil || err != nil {
+			return res, false, err
 		}
 	}
-	if len(f.pods) == 0 {
-		return nil, errors.New("diagnose: nothing to diagnose")
+	if w.pod == nil {
+		return nil, false, nil
 	}
-	pod := representativePod(f.pods)
-	v.ref("Pod", pod.Namespace, pod.Name)
-	var res *Result
-	var err error
 	// starting, the last pass, always places the pod.
-	for _, pass := range []func(*corev1.Pod) (*Result, error){v.scheduled, admitted, v.containers, v.starting} {
-		if res, err = pass(pod); err != nil || res != nil {
+	for _, pass := range []func(view) (*Result, error){scheduled, admitted, containers, starting} {
+		if res, err = pass(w); err != nil || res != nil {
 			break
 		}
 	}
-	return jobFailed(f.job, res), err
+	return jobFailed(w.job, res), true, err
+}
+
+// finish completes a verdict: the objects it rests on are the workload's (base, the target first), then
+// its own.
+func finish(res *Result, base []ObjectRef) *Result {
+	var objs []ObjectRef
+	for _, o := range slices.Concat(base, res.Objects) {
+		if !slices.Contains(objs, o) {
+			objs = append(objs, o)
+		}
+	}
+	res.Objects = objs
+	if res.Messages == nil {
+		res.Messages = []string{}
+	}
+	return res
 }
 
 // jobFailed makes a pod's verdict final when the pod's Job has failed (it creates no more pods), quoting
@@ -84,37 +98,6 @@ func jobFailed(job *batchv1.Job, res *Result) *Result {
 		res.terminal(jf.TerminalWhy)
 	}
 	return res
-}
-
-// verdict is one Decide: the snapshot, and the objects the verdict rests on so far, the target first.
-type verdict struct {
-	s       *Snapshot
-	objects []ObjectRef
-}
-
-func (v *verdict) ref(kind, ns, name string) {
-	if r := (ObjectRef{Kind: kind, Namespace: ns, Name: name}); !slices.Contains(v.objects, r) {
-		v.objects = append(v.objects, r)
-	}
-}
-
-// result finishes a decision: the Result lists the objects it rests on.
-func (v *verdict) result(res *Result) *Result {
-	res.Objects = v.objects
-	if res.Messages == nil {
-		res.Messages = []string{}
-	}
-	return res
-}
-
-// events returns the events about one object, oldest first, or the verdict on why they could not be read
-// (stop), or the API server's error.
-func (v *verdict) events(kind, name string, uid types.UID) (evs []corev1.Event, stop *Result, err error) {
-	r := eventsRead(v.s.Target.Namespace, kind, name)
-	if stop, err = v.s.check(r, StageUnknown); stop != nil || err != nil {
-		return nil, stop, err
-	}
-	return eventsOf(v.s.Events, kind, name, uid), nil, nil
 }
 
 // jobFinished is the verdict on a Job whose Complete or Failed condition is True, or nil.

@@ -27,40 +27,41 @@
 //  8. readDeviceClasses (dra_class.go): DRA's again: the DeviceClasses the
 //     pod's claims ask for and the published ResourceSlices, when the
 //     scheduler cannot allocate the claims. Back to Run (the first return).
-//  9. Decide (decide.go): frames the workload, then runs one pass per layer
-//     in the order a workload waits (decide), the first that places it
-//     deciding: queued (Kueue, kueue.go), created (the controllers that
-//     create its pods, controllers.go), then the explaining pod's scheduled, admitted, containers and
-//     starting (pod.go).
-//  10. frame (snapshot.go): which Job, Workload and pods are the target's,
-//     and the first failed read among them (a Forbidden or APIMissing
-//     verdict). Readers 4 to 8 call it too, to know whose objects to read.
-//  11. scheduled (pod.go): a pod with no node goes to unscheduled; a bound
-//     one passes to the kubelet's admission, its containers' states and
-//     phase, and the kubelet's events.
-//  12. unscheduled (scheduler.go): DRA objects, then the scheduler's counted
-//     causes (schedmsg.go parses them); an allocation failure goes to
-//     classesSelect (dra_class.go), which evaluates the claims' DeviceClasses
-//     on the published devices (MatchDeviceClass, deviceclass.go).
-//  13. refineCapacity (scheduler.go), or refineGates for a taint or selector
-//     verdict: what the nodes add. Back to Run with the Result (the second
-//     return).
+//  9. Decide (decide.go): resolves the snapshot into a view once, then runs
+//     one pass per layer in the order a workload waits (decide), the first
+//     that places it deciding.
+//  10. view (view.go): the workload's frame (snapshot.go: which Job, Workload
+//     and pods are the target's, and the first failed read among them, a
+//     Forbidden or APIMissing verdict; readers 4 to 8 call frame too, to know
+//     whose objects to read), and what the passes look at beyond it: the
+//     events about each object, the pod's claims (claimsOf, dra.go), its
+//     DeviceClasses (deviceClassesOf, dra_class.go), the queues (queuesOf) and
+//     the nodes. A read that failed becomes the verdict on it (a got), which a
+//     pass returns only if it needs what the read would have given.
+//  11. The passes, each a function of the view: queued (Kueue, kueue.go),
+//     created (the controllers that create its pods, controllers.go), then
+//     the explaining pod's scheduled (scheduler.go), admitted, containers and
+//     starting (pod.go). Back to Decide with the Result (the second return),
+//     which adds the workload's objects to those the pass rested on.
 //
-// A queued Job, which has no pods, goes from queued to workload and
-// notReserved (kueue.go) instead of stops 11 to 13; a Job that should have
-// pods and has none (admitted, or not queued) goes from created to noPodsYet,
-// which reads the Job controller's FailedCreate with ParseAdmissionDenial; a
-// bound pod whose DRA driver failed goes from starting to claims (dra.go), and to
-// unregistered (dra.go) when the kubelet says the driver is not registered; a
-// container whose pull or create failed goes from containers to repeats
-// (repeats.go), which counts the kubelet's identical failures (repeated, which
-// unregistered uses too). Along the way the stops
-// consult pure helpers that call nothing back: eventsOf and latestEvent
-// (events.go), representativePod and statusExplains (pod.go),
-// classifyReadErr (access.go), ParseSchedulerMessage and PrimaryCause
-// (schedmsg.go), gatedEverywhere, transientGate and podRequest
-// (scheduler.go), ParseAdmissionDenial (admission.go), countsRepeats and
-// sameFailure (repeats.go).
+// The passes hand pieces of the view to helpers that call nothing back. A
+// pod with no node goes from scheduled to the scheduler's counted causes
+// (ParseSchedulerMessage, schedmsg.go), to classesSelect (dra_class.go),
+// which evaluates the claims' DeviceClasses on the published devices
+// (MatchDeviceClass, deviceclass.go), and to refineCapacity or refineGates
+// for what the nodes add. A queued Job, which has no pods, goes from queued
+// to workloadVerdict, notReserved and checkQueues (kueue.go); a Job that
+// should have pods and has none (admitted, or not queued) goes from created
+// to noPodsYet, which reads the Job controller's FailedCreate with
+// ParseAdmissionDenial; a bound pod whose DRA driver failed goes from
+// starting to addClaims (dra.go), and to unregistered (dra.go) when the
+// kubelet says the driver is not registered; a container whose pull or
+// create failed goes from containers to repeats (repeats.go), which counts
+// the kubelet's identical failures (repeated, which unregistered uses too).
+// Other pure helpers: eventsOf and latestEvent (events.go),
+// representativePod and statusExplains (pod.go), classifyReadErr
+// (access.go), gatedEverywhere, transientGate and podRequest (scheduler.go),
+// countsRepeats and sameFailure (repeats.go).
 //
 // Each reader reads only what a decision can use given what the readers
 // before it found (no events for a running pod, no nodes unless the

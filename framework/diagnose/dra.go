@@ -21,6 +21,8 @@ type claimState struct {
 	unallocated []string
 	// status is one line per claim, for the evidence.
 	status []string
+	// refs are the claims and templates found.
+	refs []ObjectRef
 }
 
 // podClaim names what one spec.resourceClaims entry refers to: its
@@ -44,44 +46,51 @@ func podClaim(pod *corev1.Pod, pc corev1.PodResourceClaim) (claim, template stri
 	return "", ""
 }
 
-// claims says what the pod's ResourceClaims are: missing (a claim or a
-// template that does not exist), unallocated, and one status line each; or
-// the verdict on a read of them that failed (stop), or the API server's error.
-func (v *verdict) claims(pod *corev1.Pod) (*claimState, *Result, error) {
+// claimsOf says what the pod's ResourceClaims are: missing (a claim or a template that does not exist),
+// unallocated, and one status line each; or, with what was found before it, the verdict on a read of them
+// that failed (stop), or the API server's error.
+func (s *Snapshot) claimsOf(pod *corev1.Pod) got[*claimState] {
 	st := &claimState{}
 	for _, pc := range pod.Spec.ResourceClaims {
 		name, template := podClaim(pod, pc)
 		switch {
 		case template != "":
 			r := getRead("resourceclaimtemplates", resourcev1.GroupName, pod.Namespace, template)
-			if stop, err := v.s.check(r, StageScheduling); stop != nil || err != nil {
-				return nil, stop, err
+			if stop, err := s.check(r, StageScheduling); stop != nil || err != nil {
+				return got[*claimState]{val: st, stop: stop, err: err}
 			}
-			if named(v.s.ResourceClaimTemplates, pod.Namespace, template) == nil {
+			if named(s.ResourceClaimTemplates, pod.Namespace, template) == nil {
 				st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %s", pc.Name, missingText(r)))
 				continue
 			}
-			v.ref("ResourceClaimTemplate", pod.Namespace, template)
+			st.refs = append(st.refs, ObjectRef{Kind: "ResourceClaimTemplate", Namespace: pod.Namespace, Name: template})
 			st.unallocated = append(st.unallocated, pc.Name)
 			st.status = append(st.status, fmt.Sprintf("pod claim %s: no ResourceClaim generated yet from template %s", pc.Name, template))
 		case name != "":
 			r := getRead("resourceclaims", resourcev1.GroupName, pod.Namespace, name)
-			if stop, err := v.s.check(r, StageScheduling); stop != nil || err != nil {
-				return nil, stop, err
+			if stop, err := s.check(r, StageScheduling); stop != nil || err != nil {
+				return got[*claimState]{val: st, stop: stop, err: err}
 			}
-			claim := named(v.s.ResourceClaims, pod.Namespace, name)
+			claim := named(s.ResourceClaims, pod.Namespace, name)
 			if claim == nil {
 				st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %s", pc.Name, missingText(r)))
 				continue
 			}
-			v.ref("ResourceClaim", claim.Namespace, claim.Name)
+			st.refs = append(st.refs, ObjectRef{Kind: "ResourceClaim", Namespace: claim.Namespace, Name: claim.Name})
 			st.status = append(st.status, describeClaim(claim))
 			if claim.Status.Allocation == nil {
 				st.unallocated = append(st.unallocated, claim.Name)
 			}
 		}
 	}
-	return st, nil, nil
+	return got[*claimState]{val: st}
+}
+
+// restsOn adds the claims and templates found to the objects res rests on.
+func (st *claimState) restsOn(res *Result) {
+	for _, o := range st.refs {
+		res.rests(o.Kind, o.Namespace, o.Name)
+	}
 }
 
 // describeClaim is one line of claim evidence: allocated devices or the lack of them.
@@ -107,16 +116,13 @@ func describeClaim(c *resourcev1.ResourceClaim) string {
 
 // addClaims appends the pod's claim status to a DRA verdict's evidence; a read of them that failed is
 // the verdict instead (stop).
-func (v *verdict) addClaims(pod *corev1.Pod, res *Result) (stop *Result, err error) {
-	if len(pod.Spec.ResourceClaims) == 0 {
-		return nil, nil
+func addClaims(claims got[*claimState], res *Result) (stop *Result, err error) {
+	claims.val.restsOn(res)
+	if claims.failed() {
+		return claims.verdict(res)
 	}
-	st, stop, err := v.claims(pod)
-	if stop != nil || err != nil {
-		return stop, err
-	}
-	res.Messages = append(res.Messages, st.missing...)
-	res.Messages = append(res.Messages, st.status...)
+	res.Messages = append(res.Messages, claims.val.missing...)
+	res.Messages = append(res.Messages, claims.val.status...)
 	return nil, nil
 }
 

@@ -137,23 +137,23 @@ func (col *collector) readDeviceClasses(ctx context.Context) {
 // classesSelect adds to an allocation failure, for each DeviceClass the pod's claims ask for, how many
 // of the published devices it selects, and makes the verdict final when one selects none. What could not
 // be read is said, never guessed.
-func (v *verdict) classesSelect(pod *corev1.Pod, res *Result) {
-	for _, name := range v.s.deviceClassesOf(pod) {
-		if err := v.s.failed(getRead("deviceclasses", resourcev1.GroupName, "", name)); err != nil {
-			res.Messages = append(res.Messages, fmt.Sprintf("DeviceClass %s could not be read (%v), so whether it selects any published device was not checked", name, err))
+func classesSelect(pod *corev1.Pod, classes []classRead, published got[[]resourcev1.ResourceSlice], res *Result) {
+	for _, c := range classes {
+		name, class := c.name, c.class
+		if c.err != nil {
+			res.Messages = append(res.Messages, fmt.Sprintf("DeviceClass %s could not be read (%v), so whether it selects any published device was not checked", name, c.err))
 			continue
 		}
-		class := named(v.s.DeviceClasses, "", name)
 		if class == nil {
 			continue // not read, or missing: the scheduler's message names a missing class itself
 		}
-		v.ref("DeviceClass", "", name)
-		if err := v.s.failed(listRead("resourceslices", resourcev1.GroupName, "")); err != nil {
-			res.Messages = append(res.Messages, fmt.Sprintf("ResourceSlices could not be read (%v), so whether DeviceClass %s selects any published device was not checked", err, name))
+		res.rests("DeviceClass", "", name)
+		if published.err != nil {
+			res.Messages = append(res.Messages, fmt.Sprintf("ResourceSlices could not be read (%v), so whether DeviceClass %s selects any published device was not checked", published.err, name))
 			continue
 		}
 		// Decide reads no API; each evaluation is bounded by the API's CEL cost limit.
-		m := MatchDeviceClass(context.Background(), class, v.s.ResourceSlices)
+		m := MatchDeviceClass(context.Background(), class, published.val)
 		why := m.SelectsNothing()
 		if name := mapsRequest(class, pod); name != "" {
 			res.Messages = append(res.Messages, fmt.Sprintf("the pod's %s is served through DRA by DeviceClass %s (spec.extendedResourceName) on nodes where no device plugin advertises it: the scheduler creates a claim for it once a node fits", name, class.Name))

@@ -50,7 +50,7 @@ func knownDefectIn(msgs []string) (knownDefect, bool) {
 }
 
 // knownDefectResult is the final verdict on a pod stuck on defect d.
-func (v *verdict) knownDefectResult(pod *corev1.Pod, stage Stage, msgs []string, d knownDefect) *Result {
+func knownDefectResult(pod *corev1.Pod, stage Stage, msgs []string, d knownDefect) *Result {
 	res := &Result{Stage: stage, Layer: d.Layer, Reason: KnownDefect, Messages: append(msgs,
 		fmt.Sprintf("known defect of %s: %s (%s)", d.In, d.What, d.Source)),
 		Next: fmt.Sprintf("kubectl get pod %s -n %s -o yaml; kubectl get deviceclasses -o custom-columns=NAME:.metadata.name,EXTENDED:.spec.extendedResourceName", pod.Name, pod.Namespace)}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +19,7 @@ import (
 // while its Workload is not admitted, or, with no pods, a Workload that does not let them be created yet
 // (unless a controller already says why none exist, or the Job finished), or a suspended Job that no
 // Workload owns.
-func (v *verdict) queued(f frame) (*Result, error) {
+func queued(f view) (*Result, error) {
 	job, wl := f.job, f.wl
 	admitted := wl != nil && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadAdmitted)
 	if len(f.pods) > 0 {
@@ -26,49 +27,41 @@ func (v *verdict) queued(f frame) (*Result, error) {
 			return nil, nil
 		}
 		if allTerminating(f.pods) && meta.IsStatusConditionTrue(wl.Status.Conditions, kueue.WorkloadEvicted) {
-			return v.workload(wl)
+			return workloadVerdict(wl, f.events[eventsKey("Workload", wl.Name)], f.queues)
 		}
 		// Pods held by a scheduling gate (Kueue's own gates, for instance) wait on the queue, not on the
 		// scheduler.
 		if pod := representativePod(f.pods); pod.Spec.NodeName == "" && len(pod.Spec.SchedulingGates) > 0 && !admitted {
-			return v.workload(wl)
+			return workloadVerdict(wl, f.events[eventsKey("Workload", wl.Name)], f.queues)
 		}
 		return nil, nil
 	}
+	// An owner whose Workload (if any) is admitted, a finished Job, or a Job whose controller was refused
+	// (refusedCreate): the controllers, not the queue, say where it is.
+	controllersSay := (isOwnerKind(f.target.Kind) && (wl == nil || admitted)) ||
+		(job != nil && (jobFinished(job) != nil || refusedCreate(job, wl, f.events[eventsKey("Job", job.Name)])))
 	switch {
-	case v.controllersSay(f, admitted):
+	case controllersSay:
 		return nil, nil
 	case wl != nil:
-		return v.workload(wl)
+		return workloadVerdict(wl, f.events[eventsKey("Workload", wl.Name)], f.queues)
 	case job != nil && isSuspended(job):
-		return v.unmanaged(f)
+		return unmanaged(job, f.kueueMissing)
 	}
 	return nil, nil
 }
 
-// controllersSay reports a workload without pods whose controllers, not the queue, say where it is: an
-// owner whose Workload (if any) is admitted, a finished Job, or a Job whose controller was refused.
-func (v *verdict) controllersSay(f frame, admitted bool) bool {
-	return (isOwnerKind(v.s.Target.Kind) && (f.wl == nil || admitted)) ||
-		(f.job != nil && jobFinished(f.job) != nil) || v.refusedCreate(f)
-}
-
 // refusedCreate reports a Job whose controller should be creating pods (createsPods) and has a
 // FailedCreate event, readable, that says why it has none.
-func (v *verdict) refusedCreate(f frame) bool {
-	job := f.job
-	if job == nil || !createsPods(job, f.wl) || v.s.failed(eventsRead(v.s.Target.Namespace, "Job", job.Name)) != nil {
-		return false
-	}
-	return latestEvent(eventsOf(v.s.Events, "Job", job.Name, job.UID), eventFailedCreate) != nil
+func refusedCreate(job *batchv1.Job, wl *kueue.Workload, evs got[[]corev1.Event]) bool {
+	return createsPods(job, wl) && !evs.failed() && latestEvent(evs.val, eventFailedCreate) != nil
 }
 
 // unmanaged places a suspended Job that no Workload owns: Kueue does not manage it, or cannot be asked.
-func (v *verdict) unmanaged(f frame) (*Result, error) {
-	job := f.job
+func unmanaged(job *batchv1.Job, kueueMissing string) (*Result, error) {
 	q := job.Labels[constants.QueueLabel]
-	if q != "" && f.kueueMissing != "" {
-		return apiMissing(workloadsRead("list", job.Namespace, ""), StageQueued, f.kueueMissing), nil
+	if q != "" && kueueMissing != "" {
+		return apiMissing(workloadsRead("list", job.Namespace, ""), StageQueued, kueueMissing), nil
 	}
 	msg := fmt.Sprintf("Job %s/%s has spec.suspend=true and no Kueue Workload owns it", job.Namespace, job.Name)
 	if q != "" {
@@ -84,11 +77,19 @@ func allTerminating(pods []corev1.Pod) bool {
 	return !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp == nil })
 }
 
-// workload places a Workload that has no pods yet. The order follows
+// workloadVerdict places a Workload that has no pods yet. The order follows
 // Kueue's own life cycle (pkg/workload, pkg/scheduler in v0.17): finished,
 // evicted, no quota reservation, admission checks, admitted.
-func (v *verdict) workload(wl *kueue.Workload) (*Result, error) {
-	v.ref("Workload", wl.Namespace, wl.Name)
+func workloadVerdict(wl *kueue.Workload, evs got[[]corev1.Event], q queues) (*Result, error) {
+	res, err := workloadSays(wl, evs, q)
+	if res != nil {
+		res.Objects = append([]ObjectRef{{Kind: "Workload", Namespace: wl.Namespace, Name: wl.Name}}, res.Objects...)
+	}
+	return res, err
+}
+
+// workloadSays is workload's verdict, without the Workload among the objects it rests on.
+func workloadSays(wl *kueue.Workload, evs got[[]corev1.Event], q queues) (*Result, error) {
 	describe := fmt.Sprintf("kubectl describe workload -n %s %s", wl.Namespace, wl.Name)
 	conds := wl.Status.Conditions
 
@@ -116,7 +117,7 @@ func (v *verdict) workload(wl *kueue.Workload) (*Result, error) {
 	}
 
 	if !meta.IsStatusConditionTrue(conds, kueue.WorkloadQuotaReserved) {
-		return v.notReserved(wl, describe)
+		return notReserved(wl, evs, q, describe)
 	}
 
 	if !meta.IsStatusConditionTrue(conds, kueue.WorkloadAdmitted) {
@@ -124,7 +125,7 @@ func (v *verdict) workload(wl *kueue.Workload) (*Result, error) {
 		for _, ac := range wl.Status.AdmissionChecks {
 			if ac.State != kueue.CheckStateReady {
 				res.Messages = append(res.Messages, fmt.Sprintf("admission check %s is %s: %s", ac.Name, ac.State, ac.Message))
-				v.ref("AdmissionCheck", "", string(ac.Name))
+				res.rests("AdmissionCheck", "", string(ac.Name))
 			}
 		}
 		if a := meta.FindStatusCondition(conds, kueue.WorkloadAdmitted); a != nil {
@@ -167,17 +168,16 @@ func blamesQuota(r Reason) bool {
 
 // notReserved explains QuotaReserved!=True from Kueue's message, then from
 // the Workload's "Pending" events, then from the queues themselves.
-func (v *verdict) notReserved(wl *kueue.Workload, describe string) (*Result, error) {
+func notReserved(wl *kueue.Workload, evs got[[]corev1.Event], q queues, describe string) (*Result, error) {
 	res := &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueuePending, Next: describe}
 	msg := kueueSaid(wl)
 	if msg == "" {
-		evs, stop, err := v.events("Workload", wl.Name, wl.UID)
-		if stop != nil || err != nil {
-			return stop, err
+		if evs.failed() {
+			return evs.verdict(res)
 		}
-		if e := latestEvent(evs, "Pending", "SecondPassFailed"); e != nil {
+		if e := latestEvent(evs.val, "Pending", "SecondPassFailed"); e != nil {
 			msg = e.Message
-			v.ref("Event", e.Namespace, e.Name)
+			res.rests("Event", e.Namespace, e.Name)
 		}
 	}
 	res.Messages = appendUnique(res.Messages, msg)
@@ -191,14 +191,14 @@ func (v *verdict) notReserved(wl *kueue.Workload, describe string) (*Result, err
 	}
 	switch {
 	case blamesQuota(res.Reason):
-		if cq := v.clusterQueueName(wl); cq != "" {
+		if cq := clusterQueueName(wl, q, res); cq != "" {
 			res.Next = fmt.Sprintf("kubectl describe clusterqueue %s", cq)
 		}
 	case res.Reason == QueueInactive:
 		res.Next = fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName)
 	case res.Reason == QueuePending:
 		// Kueue has not said why; the queues may.
-		if qres, err := v.checkQueues(wl); err != nil || qres != nil {
+		if qres, err := checkQueues(wl, q, res); err != nil || qres != nil {
 			return qres, err
 		}
 	}
@@ -251,15 +251,15 @@ func kueueFinal(msg string) string {
 
 // clusterQueueName resolves the Workload's ClusterQueue via its LocalQueue,
 // best effort (for the Next command only).
-func (v *verdict) clusterQueueName(wl *kueue.Workload) string {
+func clusterQueueName(wl *kueue.Workload, q queues, res *Result) string {
 	if wl.Status.Admission != nil && wl.Status.Admission.ClusterQueue != "" {
 		return string(wl.Status.Admission.ClusterQueue)
 	}
-	lq := named(v.s.LocalQueues, wl.Namespace, string(wl.Spec.QueueName))
+	lq := q.lq.val
 	if lq == nil {
 		return ""
 	}
-	v.ref("LocalQueue", lq.Namespace, lq.Name)
+	res.rests("LocalQueue", lq.Namespace, lq.Name)
 	return string(lq.Spec.ClusterQueue)
 }
 
@@ -267,38 +267,36 @@ func (v *verdict) clusterQueueName(wl *kueue.Workload) string {
 // Kueue has not explained (a brand-new Workload has no QuotaReserved
 // condition at all) and returns QueueInactive when either is missing,
 // stopped or inactive; nil when both look healthy.
-func (v *verdict) checkQueues(wl *kueue.Workload) (*Result, error) {
+func checkQueues(wl *kueue.Workload, q queues, res *Result) (*Result, error) {
 	if wl.Spec.QueueName == "" {
 		return nil, nil
 	}
 	inactive := func(msg string) *Result {
 		return &Result{Stage: StageQueued, Layer: LayerKueue, Reason: QueueInactive, Messages: []string{msg},
-			Next: fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName)}
+			Next: fmt.Sprintf("kubectl describe localqueue -n %s %s", wl.Namespace, wl.Spec.QueueName), Objects: slices.Clone(res.Objects)}
 	}
-	r := queueRead("localqueues", wl.Namespace, string(wl.Spec.QueueName))
-	if stop, err := v.s.check(r, StageQueued); stop != nil || err != nil {
-		return stop, err
+	if q.lq.failed() {
+		return q.lq.verdict(res)
 	}
-	lq := named(v.s.LocalQueues, wl.Namespace, string(wl.Spec.QueueName))
+	lq := q.lq.val
 	if lq == nil {
-		return inactive(missingText(r)), nil
+		return inactive(missingText(q.lqRead)), nil
 	}
-	v.ref("LocalQueue", lq.Namespace, lq.Name)
+	res.rests("LocalQueue", lq.Namespace, lq.Name)
 	if lq.Spec.StopPolicy != nil && *lq.Spec.StopPolicy != kueue.None {
 		return inactive(fmt.Sprintf("LocalQueue %s/%s has spec.stopPolicy=%s", lq.Namespace, lq.Name, *lq.Spec.StopPolicy)), nil
 	}
 	if c := meta.FindStatusCondition(lq.Status.Conditions, kueue.LocalQueueActive); c != nil && c.Status == metav1.ConditionFalse {
 		return inactive(fmt.Sprintf("LocalQueue %s/%s Active=False reason %s: %s", lq.Namespace, lq.Name, c.Reason, c.Message)), nil
 	}
-	r = queueRead("clusterqueues", "", string(lq.Spec.ClusterQueue))
-	if stop, err := v.s.check(r, StageQueued); stop != nil || err != nil {
-		return stop, err
+	if q.cq.failed() {
+		return q.cq.verdict(res)
 	}
-	cq := named(v.s.ClusterQueues, "", r.Name)
+	cq := q.cq.val
 	if cq == nil {
-		return inactive(missingText(r)), nil
+		return inactive(missingText(q.cqRead)), nil
 	}
-	v.ref("ClusterQueue", "", cq.Name)
+	res.rests("ClusterQueue", "", cq.Name)
 	if cq.Spec.StopPolicy != nil && *cq.Spec.StopPolicy != kueue.None {
 		return inactive(fmt.Sprintf("ClusterQueue %s has spec.stopPolicy=%s", cq.Name, *cq.Spec.StopPolicy)), nil
 	}

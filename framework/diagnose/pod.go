@@ -143,18 +143,10 @@ func logsCmd(pod *corev1.Pod, container string) string {
 	return fmt.Sprintf("kubectl logs -n %s %s -c %s --previous", pod.Namespace, pod.Name, container)
 }
 
-// scheduled is the scheduler's pass: a pod with no node waits on the scheduler, or on the DRA claims it
-// allocates (unscheduled, scheduler.go).
-func (v *verdict) scheduled(pod *corev1.Pod) (*Result, error) {
-	if pod.Spec.NodeName != "" {
-		return nil, nil
-	}
-	return v.unscheduled(pod, describePod(pod))
-}
-
 // admitted is the kubelet admission's pass: a bound pod the kubelet rejected straight to Failed (the device
 // manager's allocation or OutOf<resource>).
-func admitted(pod *corev1.Pod) (*Result, error) {
+func admitted(w view) (*Result, error) {
+	pod := w.pod
 	if !kubeletRejected(pod) {
 		return nil, nil
 	}
@@ -167,7 +159,8 @@ func admitted(pod *corev1.Pod) (*Result, error) {
 // failed pod, or one whose containers all run. A pod whose containers are not created yet passes on. A
 // pull or create that may still succeed is final once the kubelet has repeated the same failure long
 // enough (repeats).
-func (v *verdict) containers(pod *corev1.Pod) (*Result, error) {
+func containers(w view) (*Result, error) {
+	pod := w.pod
 	if pod.Status.Phase == corev1.PodSucceeded {
 		return &Result{Stage: StageSucceeded, Layer: LayerNone, Reason: ReasonCompleted,
 			Messages: []string{fmt.Sprintf("pod %s phase Succeeded", pod.Name)}, Next: describePod(pod)}, nil
@@ -178,7 +171,7 @@ func (v *verdict) containers(pod *corev1.Pod) (*Result, error) {
 			continue
 		}
 		if (res.Reason == ImagePullFailed || res.Reason == ContainerCreateFailed) && !res.Terminal {
-			v.repeats(pod, cs.Name, cs.State.Waiting, res)
+			repeats(pod, w.events[eventsKey("Pod", pod.Name)], w.replaced, cs.Name, cs.State.Waiting, res)
 		}
 		return res, nil
 	}
@@ -241,11 +234,13 @@ func containerState(pod *corev1.Pod, cs corev1.ContainerStatus) *Result {
 // starting is the last pass, of a bound pod whose containers are not created yet: the kubelet's events say
 // why (the DRA driver's prepare, the device manager's admission, a volume, the sandbox), else it is
 // starting.
-func (v *verdict) starting(pod *corev1.Pod) (*Result, error) {
-	evs, stop, err := v.events("Pod", pod.Name, pod.UID)
-	if stop != nil || err != nil {
-		return stop, err
+func starting(w view) (*Result, error) {
+	pod := w.pod
+	podEvents := w.events[eventsKey("Pod", pod.Name)]
+	if podEvents.failed() {
+		return podEvents.verdict(nil)
 	}
+	evs := podEvents.val
 	type rule struct {
 		reasons []string
 		layer   Layer
@@ -258,13 +253,13 @@ func (v *verdict) starting(pod *corev1.Pod) (*Result, error) {
 		{[]string{eventFailedSandbox}, LayerRuntime, ContainerCreateFailed},
 	} {
 		if e := latestEvent(evs, r.reasons...); e != nil {
-			v.ref("Event", e.Namespace, e.Name)
 			res := &Result{Stage: StageStarting, Layer: r.layer, Reason: r.reason, Messages: []string{e.Message}, Next: podEventsCmd(pod)}
+			res.rests("Event", e.Namespace, e.Name)
 			if r.reason == DRAPrepareFailed {
-				if stop, err := v.addClaims(pod, res); stop != nil || err != nil {
+				if stop, err := addClaims(w.claims, res); stop != nil || err != nil {
 					return stop, err
 				}
-				unregistered(pod, evs, predecessorFailures(v.s.Events, pod), v.s.ReadAt, res)
+				unregistered(pod, evs, w.replaced, w.readAt, res)
 			}
 			return res, nil
 		}

@@ -68,11 +68,11 @@ func countsRepeats(p *corev1.Pod) bool {
 // pod's node, adds the count and the node to res, and makes res terminal from repeatsFinal identical
 // failures on. Identical means the same message once container IDs and digests are set aside, summed
 // over the event objects that carry it (each has a count). A failure seen fewer times is not final.
-func (v *verdict) repeats(pod *corev1.Pod, container string, w *corev1.ContainerStateWaiting, res *Result) {
+func repeats(pod *corev1.Pod, podEvents got[[]corev1.Event], replaced []corev1.Event, container string, w *corev1.ContainerStateWaiting, res *Result) {
 	if !repeatable(w) {
 		return
 	}
-	if v.s.failed(eventsRead(pod.Namespace, "Pod", pod.Name)) != nil {
+	if podEvents.failed() {
 		res.Messages = append(res.Messages, "the pod's events could not be read, so repeated failures are not counted")
 		return
 	}
@@ -84,16 +84,16 @@ func (v *verdict) repeats(pod *corev1.Pod, container string, w *corev1.Container
 		return sameFailure(msg, createFailedHead+w.Message)
 	}
 	about := func(e *corev1.Event) bool { return e.Reason == eventFailed && aboutContainer(e, container) }
-	evs := eventsOf(v.s.Events, "Pod", pod.Name, pod.UID)
+	evs := slices.Clone(podEvents.val)
 	own := len(evs)
-	evs = append(evs, predecessorFailures(v.s.Events, pod)...)
+	evs = append(evs, replaced...)
 	rep, ok := repeated(evs, about, failing)
 	if !ok {
 		return
 	}
 	n, newest := rep.count, rep.newest
 	carried := carriedFrom(evs[own:], about, newest)
-	v.ref("Event", newest.Namespace, newest.Name)
+	res.rests("Event", newest.Namespace, newest.Name)
 	what := "the runtime on node %s failed to create container %s %d time(s) for the same reason"
 	switch {
 	case pull:

@@ -29,12 +29,15 @@ import (
 // maxEvidenceNodes bounds how many node names one evidence line quotes.
 const maxEvidenceNodes = 3
 
-// unscheduled explains a pod with no node: DRA objects first (nothing
-// schedules without them), then the scheduler's counted causes, then an
-// unallocated claim as the likely culprit when the scheduler names nothing
-// more specific.
-func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error) {
-	res := &Result{Stage: StageScheduling, Layer: LayerScheduler, Reason: SchedulingPending, Next: describe}
+// scheduled is the scheduler's pass: a pod with no node waits on the scheduler, or on the DRA claims it
+// allocates. It looks at DRA objects first (nothing schedules without them), then the scheduler's counted
+// causes, then an unallocated claim as the likely culprit when the scheduler names nothing more specific.
+func scheduled(w view) (*Result, error) {
+	pod := w.pod
+	if pod.Spec.NodeName != "" {
+		return nil, nil
+	}
+	res := &Result{Stage: StageScheduling, Layer: LayerScheduler, Reason: SchedulingPending, Next: describePod(pod)}
 	cond := podcond.Find(pod, corev1.PodScheduled)
 	if cond != nil && cond.Reason == corev1.PodReasonSchedulingGated {
 		gates := make([]string, 0, len(pod.Spec.SchedulingGates))
@@ -45,31 +48,35 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 		return res, nil
 	}
 
-	evs, stop, err := v.events("Pod", pod.Name, pod.UID)
-	if stop != nil || err != nil {
-		return stop, err
+	podEvents := w.events[eventsKey("Pod", pod.Name)]
+	if podEvents.failed() {
+		return podEvents.verdict(nil)
 	}
+	evs := podEvents.val
 	schedMsg := schedulerSaid(pod, evs)
 	if cond != nil && cond.Status == corev1.ConditionFalse && cond.Message != "" {
 		res.Messages = append(res.Messages, cond.Message)
 	}
 	if e := schedulerEvent(pod, evs); e != nil {
-		v.ref("Event", e.Namespace, e.Name)
+		res.rests("Event", e.Namespace, e.Name)
 		res.Messages = appendUnique(res.Messages, e.Message)
 	}
 
 	if d, ok := knownDefectIn(res.Messages); ok {
-		return v.knownDefectResult(pod, StageScheduling, res.Messages, d), nil
+		kd := knownDefectResult(pod, StageScheduling, res.Messages, d)
+		kd.Objects = res.Objects
+		return kd, nil
 	}
 
 	var claims *claimState
 	if len(pod.Spec.ResourceClaims) > 0 {
-		var stop *Result
-		if claims, stop, err = v.claims(pod); stop != nil || err != nil {
-			return stop, err
+		w.claims.val.restsOn(res)
+		if w.claims.failed() {
+			return w.claims.verdict(res)
 		}
+		claims = w.claims.val
 		if e := latestEvent(evs, eventFailedClaimCreation); e != nil {
-			v.ref("Event", e.Namespace, e.Name)
+			res.rests("Event", e.Namespace, e.Name)
 			claims.missing = append(claims.missing, e.Message)
 		}
 		if len(claims.missing) > 0 {
@@ -96,9 +103,9 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 	}
 	switch res.Reason {
 	case UntoleratedTaint, NodeSelectorMismatch:
-		v.refineGates(pod, parsed, res)
+		refineGates(pod, parsed, w.nodes, res)
 		if why := gatedEverywhere(parsed, evs); why != "" && (res.Reason == UntoleratedTaint || res.Reason == NodeSelectorMismatch) {
-			if transient := transientGate(pod, v.nodes(res)); transient != "" {
+			if transient := transientGate(pod, nodesOr(w.nodes, res)); transient != "" {
 				res.Messages = append(res.Messages, transient)
 			} else {
 				res.terminal(why)
@@ -106,7 +113,7 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 		}
 	case InsufficientDevice, InsufficientCPU, InsufficientMemory:
 		if name, ok := capacityResource(res.Reason, primary.Text); ok {
-			v.refineCapacity(pod, name, res)
+			refineCapacity(pod, name, w.nodes, res)
 		}
 	}
 	switch res.Reason {
@@ -116,7 +123,7 @@ func (v *verdict) unscheduled(pod *corev1.Pod, describe string) (*Result, error)
 		}
 		res.Next = fmt.Sprintf("kubectl get resourceclaims -n %s -o yaml; kubectl get resourceslices -o wide", pod.Namespace)
 		if res.Reason == DRAAllocationFailed {
-			v.classesSelect(pod, res)
+			classesSelect(pod, w.classes, w.slices, res)
 		}
 	case InsufficientDevice:
 		res.Next = "kubectl describe nodes | grep -E '^Name:|" + strings.ReplaceAll(strings.TrimPrefix(primary.Text, "Insufficient "), ".", `\.`) + "'"
@@ -205,15 +212,15 @@ func nodesMatter(schedMsg string) bool {
 	return false
 }
 
-// nodes returns the nodes Collect read. When they could not be read it adds
+// nodesOr returns the nodes Collect read. When they could not be read it adds
 // that to res's evidence (once) and returns nil, so callers keep the verdict
 // the scheduler's message gave.
-func (v *verdict) nodes(res *Result) []corev1.Node {
-	if err := v.s.failed(listRead("nodes", "", "")); err != nil {
-		res.Messages = appendUnique(res.Messages, fmt.Sprintf("nodes could not be read (%v); the verdict rests on the scheduler's message alone", err))
+func nodesOr(nodes got[[]corev1.Node], res *Result) []corev1.Node {
+	if nodes.err != nil {
+		res.Messages = appendUnique(res.Messages, fmt.Sprintf("nodes could not be read (%v); the verdict rests on the scheduler's message alone", nodes.err))
 		return nil
 	}
-	return v.s.Nodes
+	return nodes.val
 }
 
 // LifecycleTaint reports the taints Kubernetes itself puts on nodes while they start, lose contact,
@@ -280,7 +287,7 @@ func UntoleratedTaints(node *corev1.Node, tolerations []corev1.Toleration) []cor
 // matches nothing (selector). The nodes can: no node matching the pod's
 // selector and required affinity is a selector mismatch; matching nodes that
 // all carry an untolerated taint are a taint.
-func (v *verdict) refineGates(pod *corev1.Pod, parsed SchedulerMessage, res *Result) {
+func refineGates(pod *corev1.Pod, parsed SchedulerMessage, all got[[]corev1.Node], res *Result) {
 	// With or without a node selector, the taints of the nodes the pod may use are named.
 	var taint, capacity bool
 	for _, c := range parsed.Causes {
@@ -294,7 +301,7 @@ func (v *verdict) refineGates(pod *corev1.Pod, parsed SchedulerMessage, res *Res
 	if !taint || capacity {
 		return
 	}
-	nodes := v.nodes(res)
+	nodes := nodesOr(all, res)
 	if len(nodes) == 0 {
 		return
 	}
@@ -319,7 +326,7 @@ func (v *verdict) refineGates(pod *corev1.Pod, parsed SchedulerMessage, res *Res
 		}
 		if len(tainted) < maxEvidenceNodes {
 			tainted = append(tainted, fmt.Sprintf("%s (%s)", n.Name, formatTaints(ts)))
-			v.ref("Node", "", n.Name)
+			res.rests("Node", "", n.Name)
 		}
 	}
 	res.Layer, res.Reason = LayerScheduler, UntoleratedTaint
@@ -332,8 +339,8 @@ func (v *verdict) refineGates(pod *corev1.Pod, parsed SchedulerMessage, res *Res
 // memory): the most any node has allocatable against what the pod requests,
 // and turns a device "shortage" on a cluster where no node advertises the
 // device at all into DeviceNotAdvertised.
-func (v *verdict) refineCapacity(pod *corev1.Pod, name corev1.ResourceName, res *Result) {
-	nodes := v.nodes(res)
+func refineCapacity(pod *corev1.Pod, name corev1.ResourceName, all got[[]corev1.Node], res *Result) {
+	nodes := nodesOr(all, res)
 	if len(nodes) == 0 {
 		return
 	}
@@ -357,7 +364,7 @@ func (v *verdict) refineCapacity(pod *corev1.Pod, name corev1.ResourceName, res 
 		res.Next = fmt.Sprintf("kubectl get nodes -o custom-columns=NAME:.metadata.name,DEVICES:.status.allocatable.%s; kubectl get daemonsets -A", strings.ReplaceAll(string(name), ".", `\.`))
 		return
 	}
-	v.ref("Node", "", mostNode)
+	res.rests("Node", "", mostNode)
 	line := fmt.Sprintf("the pod requests %s %s; the most any node has allocatable is %s (node %s)", requested.String(), name, most.String(), mostNode)
 	if requested.Cmp(most) > 0 {
 		line += ": no node can ever satisfy the request, whatever is freed"

@@ -189,7 +189,7 @@ func (s *Snapshot) frame() frame {
 			f.kueueMissing = res.Messages[1]
 			return true
 		}
-		if f.wl = s.workloadForJob(f.job); f.wl != nil {
+		if f.wl = workloadForJob(s.Workloads, f.job); f.wl != nil {
 			ref("Workload", f.wl.Name)
 		}
 		return true
@@ -206,7 +206,7 @@ func (s *Snapshot) frame() frame {
 		}
 		ref("Job", t.Name)
 		if withWorkload() && readable(listRead("pods", "", t.Namespace), StageUnknown) {
-			f.pods = s.jobPods(t.Name)
+			f.pods = jobPods(s.Pods, t.Namespace, t.Name)
 		}
 	case "Workload":
 		r := workloadsRead("get", t.Namespace, t.Name)
@@ -218,7 +218,7 @@ func (s *Snapshot) frame() frame {
 			return f
 		}
 		if withJob(jobOwner(f.wl.OwnerReferences)) && f.job != nil && readable(listRead("pods", "", t.Namespace), StageUnknown) {
-			f.pods = s.jobPods(f.job.Name)
+			f.pods = jobPods(s.Pods, t.Namespace, f.job.Name)
 		}
 	case "Pod":
 		r := getRead("pods", "", t.Namespace, t.Name)
@@ -360,10 +360,10 @@ func named[T any, P interface {
 }
 
 // jobPods are the pods the Job controller labelled with the Job's name.
-func (s *Snapshot) jobPods(job string) []corev1.Pod {
+func jobPods(pods []corev1.Pod, ns, job string) []corev1.Pod {
 	var out []corev1.Pod
-	for _, p := range s.Pods {
-		if p.Namespace == s.Target.Namespace && p.Labels[batchv1.JobNameLabel] == job {
+	for _, p := range pods {
+		if p.Namespace == ns && p.Labels[batchv1.JobNameLabel] == job {
 			out = append(out, p)
 		}
 	}
@@ -372,12 +372,12 @@ func (s *Snapshot) jobPods(job string) []corev1.Pod {
 
 // workloadForJob finds the Workload Kueue created for the Job by the job-UID label Kueue puts on it
 // (names are job-<name>-<hash>, so the name alone is not enough), preferring an unfinished one.
-func (s *Snapshot) workloadForJob(job *batchv1.Job) *kueue.Workload {
+func workloadForJob(wls []kueue.Workload, job *batchv1.Job) *kueue.Workload {
 	if job.UID == "" {
 		return nil
 	}
 	var found []kueue.Workload
-	for _, wl := range s.Workloads {
+	for _, wl := range wls {
 		if wl.Namespace == job.Namespace && wl.Labels[constants.JobUIDLabel] == string(job.UID) {
 			found = append(found, wl)
 		}
