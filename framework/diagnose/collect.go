@@ -316,7 +316,7 @@ func (col *collector) readClaims(ctx context.Context) {
 				col.s.ResourceClaimTemplates = append(col.s.ResourceClaimTemplates, *tmpl)
 			}
 		}
-		if col.s.failed(r) != nil {
+		if col.s.Errors.failed(r) != nil {
 			return
 		}
 	}
@@ -346,7 +346,7 @@ func (col *collector) waitingPod() (*corev1.Pod, []corev1.Event) {
 		return nil, nil
 	}
 	pod := representativePod(f.pods)
-	if statusExplains(pod) || col.s.failed(eventsRead(pod.Namespace, "Pod", pod.Name)) != nil {
+	if statusExplains(pod) || col.s.Errors.failed(eventsRead(pod.Namespace, "Pod", pod.Name)) != nil {
 		return nil, nil
 	}
 	return pod, eventsOf(col.s.Events, "Pod", pod.Name, pod.UID)

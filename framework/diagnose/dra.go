@@ -49,17 +49,17 @@ func podClaim(pod *corev1.Pod, pc corev1.PodResourceClaim) (claim, template stri
 // claimsOf says what the pod's ResourceClaims are: missing (a claim or a template that does not exist),
 // unallocated, and one status line each; or, with what was found before it, the verdict on a read of them
 // that failed (stop), or the API server's error.
-func (s *Snapshot) claimsOf(pod *corev1.Pod) got[*claimState] {
+func claimsOf(pod *corev1.Pod, claims []resourcev1.ResourceClaim, templates []resourcev1.ResourceClaimTemplate, errs ReadErrors) got[*claimState] {
 	st := &claimState{}
 	for _, pc := range pod.Spec.ResourceClaims {
 		name, template := podClaim(pod, pc)
 		switch {
 		case template != "":
 			r := getRead("resourceclaimtemplates", resourcev1.GroupName, pod.Namespace, template)
-			if stop, err := s.check(r, StageScheduling); stop != nil || err != nil {
+			if stop, err := errs.check(r, StageScheduling); stop != nil || err != nil {
 				return got[*claimState]{val: st, stop: stop, err: err}
 			}
-			if named(s.ResourceClaimTemplates, pod.Namespace, template) == nil {
+			if named(templates, pod.Namespace, template) == nil {
 				st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %s", pc.Name, missingText(r)))
 				continue
 			}
@@ -68,10 +68,10 @@ func (s *Snapshot) claimsOf(pod *corev1.Pod) got[*claimState] {
 			st.status = append(st.status, fmt.Sprintf("pod claim %s: no ResourceClaim generated yet from template %s", pc.Name, template))
 		case name != "":
 			r := getRead("resourceclaims", resourcev1.GroupName, pod.Namespace, name)
-			if stop, err := s.check(r, StageScheduling); stop != nil || err != nil {
+			if stop, err := errs.check(r, StageScheduling); stop != nil || err != nil {
 				return got[*claimState]{val: st, stop: stop, err: err}
 			}
-			claim := named(s.ResourceClaims, pod.Namespace, name)
+			claim := named(claims, pod.Namespace, name)
 			if claim == nil {
 				st.missing = append(st.missing, fmt.Sprintf("pod claim %s: %s", pc.Name, missingText(r)))
 				continue

@@ -20,7 +20,7 @@ import (
 
 // deviceClassesOf names the DeviceClasses the pod's claims ask for, in request order: from each claim
 // read, or its template while no claim has been generated.
-func (s *Snapshot) deviceClassesOf(pod *corev1.Pod) []string {
+func deviceClassesOf(pod *corev1.Pod, claims []resourcev1.ResourceClaim, templates []resourcev1.ResourceClaimTemplate, classes []resourcev1.DeviceClass) []string {
 	var out []string
 	add := func(dc resourcev1.DeviceClaim) {
 		for _, r := range dc.Requests {
@@ -34,14 +34,14 @@ func (s *Snapshot) deviceClassesOf(pod *corev1.Pod) []string {
 	}
 	for _, pc := range pod.Spec.ResourceClaims {
 		name, template := podClaim(pod, pc)
-		if c := named(s.ResourceClaims, pod.Namespace, name); name != "" && c != nil {
+		if c := named(claims, pod.Namespace, name); name != "" && c != nil {
 			add(c.Spec.Devices)
 		}
-		if t := named(s.ResourceClaimTemplates, pod.Namespace, template); template != "" && t != nil {
+		if t := named(templates, pod.Namespace, template); template != "" && t != nil {
 			add(t.Spec.Spec.Devices)
 		}
 	}
-	for _, dc := range s.DeviceClasses {
+	for _, dc := range classes {
 		if mapsRequest(&dc, pod) != "" {
 			out = appendUnique(out, dc.Name)
 		}
@@ -105,7 +105,7 @@ func (col *collector) readDeviceClasses(ctx context.Context) {
 		anyDriver = anyDriver || len(named) == 0
 		drivers = appendUnique(drivers, named...)
 	}
-	for _, name := range col.s.deviceClassesOf(pod) {
+	for _, name := range deviceClassesOf(pod, col.s.ResourceClaims, col.s.ResourceClaimTemplates, col.s.DeviceClasses) {
 		dc, err := rc.DeviceClasses().Get(ctx, name, metav1.GetOptions{})
 		if col.got(getRead("deviceclasses", resourcev1.GroupName, "", name), err) {
 			keep(dc)

@@ -56,7 +56,7 @@ type Snapshot struct {
 	ResourceSlices []resourcev1.ResourceSlice
 
 	// Errors are the reads that failed, in the order they were made.
-	Errors []ReadError
+	Errors ReadErrors
 
 	// ReadAt is when Collect began reading; zero for a snapshot recorded without it. A failure the kubelet
 	// retries with a growing back-off is judged by how long it has lasted by then, not only by the span
@@ -108,15 +108,18 @@ func eventsRead(ns, kind, name string) Read {
 	return r
 }
 
+// ReadErrors are the reads that failed, in the order they were made.
+type ReadErrors []ReadError
+
 // check is the verdict on the read r: nil when it succeeded or was not made, Forbidden or APIMissing
 // when it was denied or not served; any other failure is the API server's error.
-func (s *Snapshot) check(r Read, stage Stage) (*Result, error) {
-	return classifyReadErr(s.failed(r), r, stage)
+func (errs ReadErrors) check(r Read, stage Stage) (*Result, error) {
+	return classifyReadErr(errs.failed(r), r, stage)
 }
 
 // failed returns the error of the read r, or nil when it succeeded or was not made.
-func (s *Snapshot) failed(r Read) error {
-	for _, e := range s.Errors {
+func (errs ReadErrors) failed(r Read) error {
+	for _, e := range errs {
 		if e.Read == r {
 			return e.Err
 		}
@@ -158,7 +161,7 @@ func (s *Snapshot) frame() frame {
 	}
 	// readable reports a read that succeeded or was not made; else the frame ends there.
 	readable := func(r Read, stage Stage) bool {
-		f.stop, f.err = s.check(r, stage)
+		f.stop, f.err = s.Errors.check(r, stage)
 		return f.whole()
 	}
 	// withJob finds the Job named by the target Pod or Workload's owner reference, if any.
@@ -180,7 +183,7 @@ func (s *Snapshot) frame() frame {
 		if f.job == nil || !needsKueue(f.job) {
 			return true
 		}
-		res, err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued)
+		res, err := s.Errors.check(workloadsRead("list", t.Namespace, ""), StageQueued)
 		switch {
 		case err != nil || (res != nil && res.Reason != APIMissing):
 			f.stop, f.err = res, err
@@ -298,7 +301,7 @@ func (s *Snapshot) owned(f *frame, readable func(Read, Stage) bool) {
 		}
 	}
 	// An unserved Kueue API leaves the target without a Workload; nothing here needs one.
-	if res, err := s.check(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil || (res != nil && res.Reason != APIMissing) {
+	if res, err := s.Errors.check(workloadsRead("list", t.Namespace, ""), StageQueued); err != nil || (res != nil && res.Reason != APIMissing) {
 		f.stop, f.err = res, err
 		return
 	}

@@ -91,7 +91,7 @@ func (s *Snapshot) view() view {
 	ns := s.Target.Namespace
 	events := func(kind, name string, uid types.UID) {
 		r := eventsRead(ns, kind, name)
-		stop, err := s.check(r, StageUnknown)
+		stop, err := s.Errors.check(r, StageUnknown)
 		w.events[eventsKey(kind, name)] = got[[]corev1.Event]{val: eventsOf(s.Events, kind, name, uid), stop: stop, err: err}
 	}
 	events(s.Target.Kind, s.Target.Name, "")
@@ -103,36 +103,36 @@ func (s *Snapshot) view() view {
 	}
 	if w.wl != nil {
 		events("Workload", w.wl.Name, w.wl.UID)
-		w.queues = s.queuesOf(w.wl)
+		w.queues = queuesOf(w.wl, s.LocalQueues, s.ClusterQueues, s.Errors)
 	}
 	if len(w.pods) > 0 {
 		w.pod = representativePod(w.pods)
 		events("Pod", w.pod.Name, w.pod.UID)
 		w.replaced = predecessorFailures(s.Events, w.pod)
-		w.claims = s.claimsOf(w.pod)
-		for _, name := range s.deviceClassesOf(w.pod) {
-			c := classRead{name: name, class: named(s.DeviceClasses, "", name), err: s.failed(getRead("deviceclasses", resourcev1.GroupName, "", name))}
+		w.claims = claimsOf(w.pod, s.ResourceClaims, s.ResourceClaimTemplates, s.Errors)
+		for _, name := range deviceClassesOf(w.pod, s.ResourceClaims, s.ResourceClaimTemplates, s.DeviceClasses) {
+			c := classRead{name: name, class: named(s.DeviceClasses, "", name), err: s.Errors.failed(getRead("deviceclasses", resourcev1.GroupName, "", name))}
 			w.classes = append(w.classes, c)
 		}
 	}
-	w.slices = got[[]resourcev1.ResourceSlice]{val: s.ResourceSlices, err: s.failed(listRead("resourceslices", resourcev1.GroupName, ""))}
-	w.nodes = got[[]corev1.Node]{val: s.Nodes, err: s.failed(listRead("nodes", "", ""))}
+	w.slices = got[[]resourcev1.ResourceSlice]{val: s.ResourceSlices, err: s.Errors.failed(listRead("resourceslices", resourcev1.GroupName, ""))}
+	w.nodes = got[[]corev1.Node]{val: s.Nodes, err: s.Errors.failed(listRead("nodes", "", ""))}
 	return w
 }
 
 // queuesOf finds the Workload's LocalQueue and the ClusterQueue it points to among what was read.
-func (s *Snapshot) queuesOf(wl *kueue.Workload) queues {
+func queuesOf(wl *kueue.Workload, lqs []kueue.LocalQueue, cqs []kueue.ClusterQueue, errs ReadErrors) queues {
 	var q queues
 	if wl.Spec.QueueName == "" {
 		return q
 	}
 	q.lqRead = queueRead("localqueues", wl.Namespace, string(wl.Spec.QueueName))
-	q.lq.stop, q.lq.err = s.check(q.lqRead, StageQueued)
-	q.lq.val = named(s.LocalQueues, wl.Namespace, string(wl.Spec.QueueName))
+	q.lq.stop, q.lq.err = errs.check(q.lqRead, StageQueued)
+	q.lq.val = named(lqs, wl.Namespace, string(wl.Spec.QueueName))
 	if q.lq.val != nil {
 		q.cqRead = queueRead("clusterqueues", "", string(q.lq.val.Spec.ClusterQueue))
-		q.cq.stop, q.cq.err = s.check(q.cqRead, StageQueued)
-		q.cq.val = named(s.ClusterQueues, "", q.cqRead.Name)
+		q.cq.stop, q.cq.err = errs.check(q.cqRead, StageQueued)
+		q.cq.val = named(cqs, "", q.cqRead.Name)
 	}
 	return q
 }
