@@ -265,7 +265,8 @@ func xidTaint(effect string) string {
 }
 
 var _ = Describe("The fake GPU agent", func() {
-	It("gives a device-plugin container exactly its GPU as a device node and in nvidia-smi, and its other containers nothing", func(ctx SpecContext) {
+	It("gives a device-plugin container exactly its GPU, its other containers nothing", func(ctx SpecContext) {
+		By("the GPU is the container's only device node and the only GPU nvidia-smi lists")
 		ns := testNamespace(ctx)
 		node := poolNodes(ctx)[0].Name
 		pod := podSpec(ns, node, 2)
@@ -284,7 +285,7 @@ var _ = Describe("The fake GPU agent", func() {
 		AddReportEntry("device-plugin container view", r["c0"])
 	})
 
-	It("serves nvidia.com/gpu through the DRA driver on a worker without the device plugin", func(ctx SpecContext) {
+	It("serves nvidia.com/gpu through DRA on a worker without the device plugin", func(ctx SpecContext) {
 		dra := draOnlyNodes(ctx)
 		if len(dra) == 0 {
 			Skip(fmt.Sprintf("no worker carries %s=false (make cluster --dra-only-workers 0)", localcluster.DevicePluginOffLabel))
@@ -313,7 +314,8 @@ var _ = Describe("The fake GPU agent", func() {
 		AddReportEntry("extended resource through DRA", fmt.Sprintf("claim %s: %s/%s/%s", claim.Name, res.Driver, res.Pool, res.Device))
 	})
 
-	It("leaves a pod asking both ways on a device-plugin node unbound through Kubernetes v1.37's known PreBind defect, which the diagnosis names", func(ctx SpecContext) {
+	It("names Kubernetes v1.37's PreBind defect for a pod asking both ways", func(ctx SpecContext) {
+		By("a pod asking for a GPU by claim and by extended resource on a device-plugin node stays unbound")
 		class, err := cs.ResourceV1().DeviceClasses().Get(ctx, localcluster.DRADriverName, metav1.GetOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		if class.Spec.ExtendedResourceName == nil {
@@ -346,7 +348,8 @@ var _ = Describe("The fake GPU agent", func() {
 		AddReportEntry("diagnosis", res.String())
 	})
 
-	It("gives a DRA container exactly its claim's GPU as a device node and in nvidia-smi, and a container not referencing the claim nothing", func(ctx SpecContext) {
+	It("gives a DRA container exactly its claim's GPU, other containers nothing", func(ctx SpecContext) {
+		By("the GPU is the container's only device node and the only GPU nvidia-smi lists")
 		ns := testNamespace(ctx)
 		node := poolNodes(ctx)[0].Name
 		pod := podSpec(ns, node, 2)
@@ -370,7 +373,8 @@ var _ = Describe("The fake GPU agent", func() {
 		Expect(r["c0"].Sources.NvidiaSMI).To(BeNil(), "nvidia-smi is mounted only into GPU containers")
 	})
 
-	It("taints an unhealthy DRA GPU in the ResourceSlice as NVIDIA's driver does on a critical XID, and lifts the taint, same name, when it recovers", Serial, func(ctx SpecContext) {
+	It("taints an unhealthy DRA GPU in its slice and lifts the taint on recovery", Serial, func(ctx SpecContext) {
+		By("as NVIDIA's DRA driver does on a critical XID; the device keeps its name when it recovers")
 		node := poolNodes(ctx)[0].Name
 		bad := fakeplugin.DRADeviceName(*devices) // the first GPU of the DRA half
 		DeferCleanup(func(ctx SpecContext) { annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, nil) })
@@ -439,7 +443,7 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		}).WithTimeout(15 * time.Second).WithPolling(time.Second).Should(Succeed())
 	})
 
-	It("dra-xid-ignored: an unhealthy DRA GPU is tainted with effect None, so it stays allocatable", func(ctx SpecContext) {
+	It("dra-xid-ignored: an unhealthy DRA GPU stays allocatable (taint effect None)", func(ctx SpecContext) {
 		withFault(ctx, node, fakeplugin.FaultDRAXIDIgnored)
 		DeferCleanup(func(ctx SpecContext) { annotateNode(ctx, node, fakeplugin.UnhealthyDevicesAnnotation, nil) })
 		bad := fakeplugin.DRADeviceName(*devices)
@@ -455,7 +459,7 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		Expect(r["c0"].Sources.NvidiaVisibleDevices).To(Equal([]string{"all"}))
 	})
 
-	It("dra-prepare-fail: a DRA pod never starts and the kubelet reports the failed prepare", func(ctx SpecContext) {
+	It("dra-prepare-fail: a DRA pod never starts; the kubelet reports the prepare", func(ctx SpecContext) {
 		withFault(ctx, node, fakeplugin.FaultDRAPrepareFail)
 		pod := podSpec(ns, node, 1)
 		withDRAGPU(ctx, pod)
@@ -483,7 +487,8 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 			Should(ContainElement(phantom))
 	})
 
-	It("driver-mismatch: a GPU pod's nvidia-smi prints another driver version than its node advertises, and the same one with the fault off", func(ctx SpecContext) {
+	It("driver-mismatch: nvidia-smi's driver version differs from the node's", func(ctx SpecContext) {
+		By("with the fault on, a GPU pod's nvidia-smi prints another driver version than its node advertises; with it off, the same")
 		// What the node advertises: the GFD label, and the driverVersion attribute of its DRA devices.
 		advertised := func() (label string, attrs []string) {
 			GinkgoHelper()
@@ -529,7 +534,7 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		Expect(attrsNow).To(ConsistOf(attrs), "driver-mismatch must leave the slice's driverVersion alone")
 	})
 
-	It("missing-nvidia-smi: GPU containers of both paths get their device nodes and no nvidia-smi", func(ctx SpecContext) {
+	It("missing-nvidia-smi: GPU containers get their device nodes, no nvidia-smi", func(ctx SpecContext) {
 		start := time.Now()
 		withFault(ctx, node, fakeplugin.FaultMissingNvidiaSMI)
 		waitAgentLogged(ctx, node, start, fakeplugin.LogCDISpecWritten, "nvidia_smi=false")
@@ -579,7 +584,8 @@ var _ = Describe("The fake GPU agent's fault modes", Serial, func() {
 		Expect(check()).To(MatchError(ContainSubstring("is attributed to " + ns + "/" + name + fakeplugin.MetricsWrongPodSuffix)))
 	})
 
-	It("no-reregister: after a kubelet restart the device plugin stays away and the node's GPUs disappear", func(ctx SpecContext) {
+	It("no-reregister: after a kubelet restart the node's GPUs disappear", func(ctx SpecContext) {
+		By("the device plugin does not register again")
 		// The agent publishes the node's DRA devices too; the node is whole again only when both paths are
 		// back, or a run started right after this suite (make e2e) finds the DRA path on one node fewer.
 		draDevices := sliceDeviceNames(ctx, Default, node)

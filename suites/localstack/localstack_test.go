@@ -167,7 +167,7 @@ func podState(p *corev1.Pod) string {
 }
 
 var _ = Describe("The fake device plugin", func() {
-	It("advertises the configured number of devices and GFD labels on every GPU and canary node", func(ctx SpecContext) {
+	It("advertises the configured devices and GFD labels on every GPU and canary node", func(ctx SpecContext) {
 		for _, n := range poolNodes(ctx) {
 			q := n.Status.Allocatable[resourceName]
 			Expect(q.Value()).To(BeEquivalentTo(*devices), "allocatable %s on %s", resourceName, n.Name)
@@ -178,7 +178,7 @@ var _ = Describe("The fake device plugin", func() {
 		}
 	})
 
-	It("drops allocatable by one when a device is marked unhealthy and restores it when healthy", Serial, func(ctx SpecContext) {
+	It("drops allocatable by one for an unhealthy device and restores it", Serial, func(ctx SpecContext) {
 		node := poolNodes(ctx)[0].Name
 		// Through the fault layer's local provider, which the conformance suite's failure scenario uses.
 		local := &faults.Local{Kube: cs}
@@ -311,7 +311,8 @@ var _ = Describe("The fake device plugin's layers", Serial, func() {
 		}
 	})
 
-	It("rolls a driver/plugin version change out as a new DaemonSet revision, and the node labels follow", func(ctx SpecContext) {
+	It("rolls a driver/plugin version out as a new DaemonSet revision", func(ctx SpecContext) {
+		By("the node labels follow the new revision")
 		// The DaemonSet controller stamps each pod with the hash of the revision it runs.
 		revisions := func() map[string]int {
 			GinkgoHelper()
@@ -359,7 +360,7 @@ var _ = Describe("The fake device plugin's layers", Serial, func() {
 // Ready again, devices back, a pod gets one) and more; it is not repeated.
 
 var _ = Describe("The DRA driver", func() {
-	It("allocates a claim from a slice on the pod's node, shows the container that device, and releases it", func(ctx SpecContext) {
+	It("allocates a claim on the pod's node, shows it the device, and releases it", func(ctx SpecContext) {
 		ns := testNamespace(ctx)
 		node := poolNodes(ctx)[0].Name
 		tmpl := &resourcev1.ResourceClaimTemplate{
