@@ -790,7 +790,7 @@ const kueueManagerSelector = "control-plane=controller-manager"
 // answered (networkAt) and are not Ready. On a revive every container starts again at once, and Kueue's
 // start-up reaches the API server through its Service IP before kube-proxy has programmed it: it waits out
 // a 30 s dial timeout, stops serving, and the kubelet restarts it only once its liveness probe has failed,
-// about a minute after the node came back (the kueue step took 1m2s of a 2m13s revive). A new pod starts
+// about a minute after the node came back. A new pod starts
 // on the network that now works, and the webhook probe below waits for it. Nothing is deleted when the
 // manager is Ready, or when its pods started after the network answered.
 func (c *Cluster) restartKueueStartedBlind(ctx context.Context, networkAt time.Time) {

@@ -28,8 +28,7 @@ type goComponent struct {
 }
 
 // noDWARF leaves the compiler's debug information out of every package: the linker's -w drops it from
-// the binaries anyway, and writing it is about a tenth of the compile time (kubectl from an empty build
-// cache on this machine, two runs each: 203 and 202 s with it, 178 and 190 s without). Only for the wrapper modules' components: Kueue
+// the binaries anyway, and writing it is about a tenth of the compile time. Only for the wrapper modules' components: Kueue
 // shares its compiled packages with the main module's build, which keeps its debug information, and the
 // go command reuses a compiled package only under the same flags.
 const noDWARF = "all=-dwarf=false"

@@ -84,9 +84,8 @@ func DefaultOptions(repoRoot string) Options {
 		CacheDir:  cache,
 		OutputDir: filepath.Join(repoRoot, "_output"),
 		// Four, the last of them DRA-only (DRAOnlyWorkers): the specs that hold one node of a path, the gangs
-		// (which lease one or two) and the node stoppers spread over three device-plugin nodes instead of two.
-		// Measured with the same suite (gpuconform run, 9 processes): with three GPU workers, one of them
-		// DRA-only, the device-plugin path's holders set the lock floor at 8m38s and the run took 12m0s.
+		// (which lease one or two) and the node stoppers spread over three device-plugin nodes instead of two,
+		// so the device-plugin path's holders do not queue behind each other.
 		GPUWorkers:     4,
 		CanaryWorkers:  1,
 		DRAOnlyWorkers: 1,

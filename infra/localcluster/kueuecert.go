@@ -27,12 +27,10 @@ const certSyncAnnotation = "gpuconform.io/cert-sync"
 // into kueueCertSecret after its pod started, and serves its webhooks (and reports Ready) only once the
 // certificate appears in the pod's Secret volume. The kubelet rewrites a Secret volume when it syncs the
 // pod (its volume manager reprocesses the pod's volumes in WaitForAttachAndMount), which happens on a change
-// of the pod and otherwise at the periodic resync, 1 to 1.5 minutes apart: on a fresh cluster Kueue's step
-// took 2m47s, 2m32s of it waiting for the certificate. A new annotation on the pod, written once the Secret
-// holds the certificate, is such a change (a fresh cluster's Kueue step: 20.4 s). The nudge is repeated (at
-// most once per `again`) while the pod is still not Ready: there the first one, a second after the
-// certificate was written, was not enough and the second, 10 s later, was; the kubelet's own view of the
-// Secret may lag behind.
+// of the pod and otherwise at the periodic resync, 1 to 1.5 minutes apart, most of a fresh Kueue's start.
+// A new annotation on the pod, written once the Secret holds the certificate, is such a change. The nudge
+// is repeated (at most once per `again`) while the pod is still not Ready, since the kubelet's own view of
+// the Secret may lag behind the first one.
 type certMountNudger struct {
 	kube  kubernetes.Interface
 	again time.Duration

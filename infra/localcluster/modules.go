@@ -51,9 +51,7 @@ func fetchArgs(comp goComponent) []string {
 
 // fetchModules downloads, into the machine's Go module cache that every build reads, the modules of the
 // components not yet cached, beside the Kubernetes build, so that their builds need not download first.
-// With an empty module cache the fetch alone took 11-22 s per component here (Kueue 22 s, crictl 15 s, etcd
-// and CoreDNS 11 s); a cold bring-up with it (stop 42) built each component in the time one without it
-// took (the builds are compile-bound on two cores), so it saves little where the module proxy is fast.
+// The builds are compile-bound on two cores, so this saves little where the module proxy is fast.
 // A fetch that fails is a note: the component's build downloads what it needs itself, and reports a real
 // failure there.
 func (c *Cluster) fetchModules(ctx context.Context, comps []goComponent) {

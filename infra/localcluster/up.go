@@ -336,10 +336,8 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 // the step that loads its image waits for it. The go command is already parallel, so this gains only
 // where the steps beside it leave the CPUs idle: docker's builds and imports of images, kind's creation
 // of the nodes, their start. Kueue's and the tools' builds start this way, once the node image's
-// components are built. Not beside the Kubernetes build, even at nice 19: two cold `make e2e` runs from
-// a fresh machine state, one each way, were ready in 23m26s with it and 23m24s without. With it, the
-// Kubernetes build took 16m12s instead of 14m16s (the compilers share the caches and the memory bus,
-// which nice does not divide), and the wait for Kueue at the end was 22 s instead of 1m48s.
+// components are built. Not beside the Kubernetes build, even at nice 19: a cold bring-up is no faster
+// that way, because the compilers share the caches and the memory bus, which nice does not divide.
 func (c *Cluster) startBuild(ctx context.Context, comp goComponent) *background {
 	c.buildsMu.Lock()
 	defer c.buildsMu.Unlock()
@@ -407,8 +405,8 @@ func (c *Cluster) revive(ctx context.Context) (bool, string) {
 	}
 	// A kubeconfig that is there is written again when it names another API server port: another checkout
 	// on this machine may have recreated the cluster since, and a stale one would be waited on for the
-	// whole timeout below and then recreate a healthy cluster. (Exporting it on every revive instead took
-	// 2.4 s of a no-op make cluster's 11 s: kind reads it from the node through three docker calls.)
+	// whole timeout below and then recreate a healthy cluster. It is not exported on every revive: kind
+	// reads it from the node through three docker calls, a fifth of a no-op make cluster.
 	if why := staleKubeconfig(c.Kubeconfig(), apiPort); why != "" {
 		c.logf("writing the kubeconfig from the cluster: %s", why)
 		if err := c.exportKubeconfig(); err != nil {

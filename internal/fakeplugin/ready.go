@@ -18,8 +18,7 @@ import (
 //
 // The probe asks over HTTP (Config.ReadyAddress, ReadyPath), answered from the marker: an exec probe
 // (CheckReady, `--check-ready`) starts a process in the container through the runtime at every period, and
-// on the local cluster's two cores those of the GPU nodes' agents took about a sixth of the CPU (4 s of CPU
-// a minute per node, read from the container shims' children while the suite ran).
+// on the local cluster's two cores those of the GPU nodes' agents took about a sixth of the CPU.
 
 // streamOpened records a new ListAndWatch stream of resource and creates the marker once every resource
 // has one.
