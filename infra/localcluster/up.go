@@ -51,12 +51,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 	}
 	if exists {
 		c.rootfs.cancel() // a cluster that revives needs no rootfs; one that is recreated builds it below
-		c.startBuild(ctx, compKueue)
-		c.startBuild(ctx, compPrometheus)
-		c.startBuild(ctx, compMetricsAdapter)
-		c.startBuild(ctx, compKWOK)
-		c.startBuild(ctx, compKarpenter)
-		c.startBuild(ctx, compTraefik)
+		c.startBuilds(ctx, addonComponents...)
 	}
 	revived := false
 	if exists {
@@ -87,13 +82,7 @@ func (c *Cluster) Up(ctx context.Context) error {
 			}
 		} else {
 			c.logf("using the node image given: %s (Kueue's image is loaded after creation)", nodeImage)
-			c.startBuild(ctx, compKueue)
-			c.startBuild(ctx, compPrometheus)
-			c.startBuild(ctx, compMetricsAdapter)
-			c.startBuild(ctx, compKWOK)
-			c.startBuild(ctx, compKarpenter)
-			c.startBuild(ctx, compTraefik)
-			c.startBuild(ctx, compTools)
+			c.startBuilds(ctx, append(addonComponents, compTools)...)
 		}
 		if err := c.prepareSharedDir(); err != nil {
 			return err
@@ -184,13 +173,7 @@ func (c *Cluster) buildAll(ctx context.Context) (string, error) {
 	}
 	// Kueue and the tools are needed only once the cluster runs: they compile beside the steps that are
 	// mostly disk and waiting (the system images, the node image, kind's creation, the nodes' start).
-	c.startBuild(ctx, compKueue)
-	c.startBuild(ctx, compPrometheus)
-	c.startBuild(ctx, compMetricsAdapter)
-	c.startBuild(ctx, compKWOK)
-	c.startBuild(ctx, compKarpenter)
-	c.startBuild(ctx, compTraefik)
-	c.startBuild(ctx, compTools)
+	c.startBuilds(ctx, append(addonComponents, compTools)...)
 	compNet := goComponent{Name: "net", LDFlags: "-s -w", Packages: []string{"./cmd/gpuconform-net"}}
 	if _, err := c.buildGoStep(ctx, compNet); err != nil {
 		return "", err
@@ -331,6 +314,16 @@ func (c *Cluster) beside(ctx context.Context) (engine, rootfs, modules *backgrou
 	}()
 	return engine, rootfs, modules
 }
+
+// startBuilds starts the builds of comps (startBuild).
+func (c *Cluster) startBuilds(ctx context.Context, comps ...goComponent) {
+	for _, comp := range comps {
+		c.startBuild(ctx, comp)
+	}
+}
+
+// addonComponents are the components the cluster's add-ons run, built once the cluster runs.
+var addonComponents = []goComponent{compKueue, compPrometheus, compMetricsAdapter, compKWOK, compKarpenter, compTraefik}
 
 // startBuild starts comp's build (the step "build <name>") in the background, once per component;
 // the step that loads its image waits for it. The go command is already parallel, so this gains only
