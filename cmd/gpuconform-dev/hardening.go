@@ -14,7 +14,6 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
-	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/reports"
@@ -215,33 +214,24 @@ type hardeningResult struct {
 // hardeningCommand runs the conformance suite (non-disruptive specs) on the local cluster under each
 // hardening variation and requires the verdict the row names; every variation is undone after its run.
 func hardeningCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := cli.FlagSet("hardening", stderr)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
-	only := fs.String("variants", "", "comma-separated subset of variations (default: all): "+strings.Join(hardeningRows().names(), ", "))
-	artifacts := fs.String("artifacts", "", "directory for each variation's run artifacts (default: _artifacts/hardening)")
-	binary := fs.String("gpuconform", "", "the shipped binary to prove (default: _output/bin/gpuconform of this checkout)")
-	if err := fs.Parse(args); err != nil {
+	h, ok := parseHarness("hardening", "variants", "variation", "comma-separated subset of variations (default: all): "+strings.Join(hardeningRows().names(), ", "), args, stderr)
+	if !ok {
 		return 2
 	}
-	root, err := localCheckout(kubeconfig, artifacts, binary, "hardening")
+	rows, err := hardeningRows().selected(splitNonEmpty(h.only), "variation")
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
 		return 2
 	}
-	rows, err := hardeningRows().selected(splitNonEmpty(*only), "variation")
-	if err != nil {
-		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
-		return 2
-	}
-	clients, err := cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: *kubeconfig, Timeout: 30 * time.Second})
+	clients, err := cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: h.kubeconfig, Timeout: 30 * time.Second})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform hardening: %v\n", err)
 		return 2
 	}
 	return runRows(rows, func(row hardeningRow) hardeningResult {
-		dir := filepath.Join(*artifacts, row.Name)
+		dir := filepath.Join(h.artifacts, row.Name)
 		fmt.Fprintf(stderr, "hardening: %s, expecting %s\n", row.Name, row.Want)
-		res := runHardeningRow(ctx, hardeningEnv{clients: clients, root: root, dir: dir, bin: shipped(*binary)}, *kubeconfig, row, stderr)
+		res := runHardeningRow(ctx, hardeningEnv{clients: clients, root: h.root, dir: dir, bin: shipped(h.binary)}, h.kubeconfig, row, stderr)
 		fmt.Fprintf(stderr, "hardening: %s → %s (%d passed, %d failed, %s; log %s.log)\n", row.Name, res.Verdict, res.Passed, res.Failed, res.Wall.Round(time.Second), dir)
 		return res
 	}, func(rs []hardeningResult) { printHardening(stdout, rs) }, func(r hardeningResult) bool { return r.OK })

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/infra/localcluster"
 	"gpuconform.io/gpuconform/reports"
 )
@@ -93,6 +94,33 @@ func localCheckout(kubeconfig, artifacts, binary *string, name string) (string, 
 		}
 	}
 	return root, nil
+}
+
+// harness is what each maintainer harness runs with: the local cluster's kubeconfig, the rows it runs
+// (comma-separated; all when empty), where their artifacts go, the binary it proves, and this checkout.
+type harness struct {
+	kubeconfig, only, artifacts, binary, root string
+}
+
+// parseHarness parses a harness's flags, its rows selected by --rowsFlag (each a row: "variation", "mode"),
+// and fills what was not given from this checkout (localCheckout). It prints why it failed.
+func parseHarness(name, rowsFlag, row, rowsUsage string, args []string, stderr io.Writer) (harness, bool) {
+	var h harness
+	fs := cli.FlagSet(name, stderr)
+	fs.StringVar(&h.kubeconfig, "kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
+	fs.StringVar(&h.only, rowsFlag, "", rowsUsage)
+	fs.StringVar(&h.artifacts, "artifacts", "", fmt.Sprintf("directory for each %s's run artifacts (default: _artifacts/%s)", row, name))
+	fs.StringVar(&h.binary, "gpuconform", "", "the shipped binary to prove (default: _output/bin/gpuconform of this checkout)")
+	if err := fs.Parse(args); err != nil {
+		return h, false
+	}
+	root, err := localCheckout(&h.kubeconfig, &h.artifacts, &h.binary, name)
+	if err != nil {
+		fmt.Fprintf(stderr, "gpuconform %s: %v\n", name, err)
+		return h, false
+	}
+	h.root = root
+	return h, true
 }
 
 // shipped is the gpuconform binary under test.

@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/cluster"
 	"gpuconform.io/gpuconform/framework/upgrade"
 	"gpuconform.io/gpuconform/infra/localcluster"
@@ -252,31 +251,23 @@ type selfcheckResult struct {
 // cluster, runs the specs that must catch it, and requires them to fail; it prints the table and exits 1
 // when a row was not caught.
 func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := cli.FlagSet("selfcheck", stderr)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
-	only := fs.String("faults", "", "comma-separated subset of faults to check (default: all)")
-	artifacts := fs.String("artifacts", "", "directory for each row's run artifacts (default: _artifacts/selfcheck)")
-	binary := fs.String("gpuconform", "", "the shipped binary to prove (default: _output/bin/gpuconform of this checkout)")
-	if err := fs.Parse(args); err != nil {
+	h, ok := parseHarness("selfcheck", "faults", "row", "comma-separated subset of faults to check (default: all)", args, stderr)
+	if !ok {
 		return 2
 	}
-	if _, err := localCheckout(kubeconfig, artifacts, binary, "selfcheck"); err != nil {
-		fmt.Fprintf(stderr, "gpuconform selfcheck: %v\n", err)
-		return 2
-	}
-	want, err := fakeplugin.ParseFaults(*only)
+	want, err := fakeplugin.ParseFaults(h.only)
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform selfcheck: --faults: %v\n", err)
 		return 2
 	}
-	clients, err := cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: *kubeconfig, Timeout: 30 * time.Second})
+	clients, err := cluster.Connect(ctx, cluster.ConnectOptions{Kubeconfig: h.kubeconfig, Timeout: 30 * time.Second})
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform selfcheck: %v\n", err)
 		return 2
 	}
 	// make selfcheck brings the cluster up first, in its exclusive default; a row of another mode switches
 	// the fake GPUs into it, and the cluster ends exclusive again.
-	bin, current := shipped(*binary), exclusive
+	bin, current := shipped(h.binary), exclusive
 	defer func() {
 		if current == exclusive {
 			return
@@ -303,7 +294,7 @@ func selfcheckCommand(ctx context.Context, args []string, stdout, stderr io.Writ
 			current = m
 		}
 		fmt.Fprintf(stderr, "selfcheck: %s on, running specs matching %q\n", row.key(), row.Focus)
-		return runSelfcheckRow(ctx, clients, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.key(), "/", "-")), row, stderr)
+		return runSelfcheckRow(ctx, clients, bin, h.kubeconfig, filepath.Join(h.artifacts, strings.ReplaceAll(row.key(), "/", "-")), row, stderr)
 	}, func(rs []selfcheckResult) { printSelfcheck(stdout, rs) }, func(r selfcheckResult) bool { return r.Caught })
 }
 

@@ -15,7 +15,6 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
-	"gpuconform.io/gpuconform/framework/cli"
 	"gpuconform.io/gpuconform/framework/labels"
 	"gpuconform.io/gpuconform/internal/fakegpu"
 	"gpuconform.io/gpuconform/reports"
@@ -127,24 +126,16 @@ type sharingResult struct {
 // sharing scenario (and the allocation scenario where the row says) and requires GO; it leaves the
 // cluster in its exclusive default.
 func sharingCommand(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := cli.FlagSet("sharing", stderr)
-	kubeconfig := fs.String("kubeconfig", "", "kubeconfig of the local cluster (default: _output/kubeconfig of this checkout)")
-	only := fs.String("modes", "", "comma-separated subset of modes (default: all): "+strings.Join(sharingRows().names(), ", "))
-	artifacts := fs.String("artifacts", "", "directory for each mode's run artifacts (default: _artifacts/sharing)")
-	binary := fs.String("gpuconform", "", "the shipped binary to prove (default: _output/bin/gpuconform of this checkout)")
-	if err := fs.Parse(args); err != nil {
+	h, ok := parseHarness("sharing", "modes", "mode", "comma-separated subset of modes (default: all): "+strings.Join(sharingRows().names(), ", "), args, stderr)
+	if !ok {
 		return 2
 	}
-	if _, err := localCheckout(kubeconfig, artifacts, binary, "sharing"); err != nil {
-		fmt.Fprintf(stderr, "gpuconform sharing: %v\n", err)
-		return 2
-	}
-	rows, err := sharingRows().selected(splitNonEmpty(*only), "mode")
+	rows, err := sharingRows().selected(splitNonEmpty(h.only), "mode")
 	if err != nil {
 		fmt.Fprintf(stderr, "gpuconform sharing: %v\n", err)
 		return 2
 	}
-	bin := shipped(*binary)
+	bin := shipped(h.binary)
 	defer func() {
 		// A fresh context: the cluster goes back to whole GPUs even when ctx was cancelled.
 		cctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
@@ -156,7 +147,7 @@ func sharingCommand(ctx context.Context, args []string, stdout, stderr io.Writer
 	}()
 	return runRows(rows, func(row sharingRow) sharingResult {
 		fmt.Fprintf(stderr, "sharing: %s, running %s\n", row.Mode, strings.Join(row.Scenarios, ", "))
-		res := runSharingRow(ctx, bin, *kubeconfig, filepath.Join(*artifacts, strings.ReplaceAll(row.Mode.String(), ":", "-")), row)
+		res := runSharingRow(ctx, bin, h.kubeconfig, filepath.Join(h.artifacts, strings.ReplaceAll(row.Mode.String(), ":", "-")), row)
 		fmt.Fprintf(stderr, "sharing: %s → %s (%s)\n", row.Mode, res.Verdict, res.Wall.Round(time.Second))
 		return res
 	}, func(rs []sharingResult) { printSharing(stdout, rs) }, func(r sharingResult) bool { return r.OK })
