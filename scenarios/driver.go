@@ -77,7 +77,7 @@ func driverAgreement(ctx context.Context, s *Spec[DriverInput], nodes []string) 
 	names := make([]string, len(nodes))
 	for i, n := range nodes {
 		w := env.Factory.GPUPod(fmt.Sprintf("driver-%d", i), s.NS).Path(s.Path).Devices(1).Args(fixtures.ProbeArgs(1)...).OnNodes(n)
-		pod := w.Obj() // names the pod's claim template, which Prerequisites returns
+		pod := w.Obj()
 		for _, pre := range w.Prerequisites() {
 			env.Create(ctx, pre)
 		}
