@@ -360,3 +360,24 @@ func TestDecideSchedulerEventsOnly(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideClaimMissingLasts: a claim template the pod names and nobody created is final once the pod
+// has waited claimMissingFinal for it, not before (it may be created just after the pod).
+func TestDecideClaimMissingLasts(t *testing.T) {
+	for _, tc := range []struct {
+		age      time.Duration
+		terminal bool
+	}{{10 * time.Second, false}, {claimMissingFinal + 10*time.Second, true}} {
+		s := snapshotOf(t, "dra-claim-missing.yaml", pod(podName))
+		created := s.Events[0].LastTimestamp.Add(-time.Second)
+		s.Pods[0].CreationTimestamp = metav1.NewTime(created)
+		s.ReadAt = created.Add(tc.age)
+		res, err := Decide(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Reason != DRAClaimMissing || res.Terminal != tc.terminal {
+			t.Errorf("template missing %s into the pod's life: %s terminal %v, want DRAClaimMissing terminal %v\n%s", tc.age, res.Reason, res.Terminal, tc.terminal, res)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -83,6 +84,10 @@ func scheduled(w view) (*Result, error) {
 			res.Layer, res.Reason = LayerDRA, DRAClaimMissing
 			res.Messages = append(claims.missing, res.Messages...)
 			res.Next = fmt.Sprintf("kubectl get resourceclaims,resourceclaimtemplates -n %s", pod.Namespace)
+			if lasted := missingFor(pod, evs, w.readAt); lasted >= claimMissingFinal {
+				res.terminal(fmt.Sprintf("a ResourceClaim or ResourceClaimTemplate the pod needs has been missing for %s of the pod's life (final from %s): only whoever wrote the pod creates it",
+					lasted.Round(time.Second), claimMissingFinal))
+			}
 			return res, nil
 		}
 	}
@@ -142,6 +147,26 @@ func scheduled(w view) (*Result, error) {
 		res.Messages = []string{fmt.Sprintf("pod %s has no node and no scheduling attempt is recorded yet", pod.Name)}
 	}
 	return res, nil
+}
+
+// claimMissingFinal is how long a claim or template the pod names may be missing before that is final. A
+// workload's objects are created together (a chart, a manifest, a suite's prerequisites), so one still
+// absent this long after its pod was not forgotten for a moment but not written; the resourceclaim
+// controller retries with the workqueue's back-off meanwhile and says so in FailedResourceClaimCreation
+// (pkg/controller/resourceclaim/controller.go in k8s v1.37).
+const claimMissingFinal = 30 * time.Second
+
+// missingFor is how long the pod has waited on a claim or template that is missing: from its creation to
+// readAt, or, where either is unknown, the span of the resourceclaim controller's events about it.
+func missingFor(pod *corev1.Pod, evs []corev1.Event, readAt time.Time) time.Duration {
+	if !readAt.IsZero() && !pod.CreationTimestamp.IsZero() {
+		return readAt.Sub(pod.CreationTimestamp.Time)
+	}
+	rep, ok := repeated(evs, func(e *corev1.Event) bool { return e.Reason == eventFailedClaimCreation }, func(string) bool { return true })
+	if !ok {
+		return 0
+	}
+	return rep.span
 }
 
 // eventTriggeredScaleUp is the cluster autoscaler's event on a pod it is adding a node for.
