@@ -31,10 +31,11 @@ func created(f view) (*Result, error) {
 				return noPodsYet(evs.val, f.controllerKind, t.Namespace, c.GetName()), nil
 			}
 		}
-		if evs := f.events[eventsKey(t.Kind, t.Name)]; evs.failed() {
+		evs := f.events[eventsKey(t.Kind, t.Name)]
+		if evs.failed() {
 			return evs.verdict(nil)
 		}
-		return noPodsYet(f.events[eventsKey(t.Kind, t.Name)].val, t.Kind, t.Namespace, t.Name), nil
+		return noPodsYet(evs.val, t.Kind, t.Namespace, t.Name), nil
 	case f.job == nil:
 		return nil, nil
 	}

@@ -88,7 +88,7 @@ func workloadVerdict(wl *kueue.Workload, evs got[[]corev1.Event], q queues) (*Re
 	return res, err
 }
 
-// workloadSays is workload's verdict, without the Workload among the objects it rests on.
+// workloadSays is workloadVerdict's verdict before the Workload is added to the objects it rests on.
 func workloadSays(wl *kueue.Workload, evs got[[]corev1.Event], q queues) (*Result, error) {
 	describe := fmt.Sprintf("kubectl describe workload -n %s %s", wl.Namespace, wl.Name)
 	conds := wl.Status.Conditions
